@@ -1,0 +1,67 @@
+/* Authentication and per-frame integrity (DESIGN §3), on libsodium's HMAC-SHA256.
+ *
+ * Theory of operation. Both ends hold the same 32-byte cluster key.
+ *   client -> server  AuthHello{nc}                      (untagged)
+ *   server -> client  AuthChallenge{ns, HMAC(K, "chorus-s"|nc|ns)}   (untagged)
+ *   client -> server  AuthProof{HMAC(K, "chorus-c"|nc|ns)}           (untagged)
+ *   server -> client  AuthResult{ok}                     (first tagged frame)
+ * Each side checks the other's proof in constant time, so neither can be fooled by a
+ * peer without the key. Session key S = HMAC(K, "chorus-k"|nc|ns). From then on every
+ * frame carries tag = HMAC(S, dir | seq(u64 BE) | payload)[0..16), dir = 'C' for
+ * client-to-server and 'S' for the reverse, and each Envelope's seq must be greater
+ * than the last one accepted from that peer, so a replayed or reordered frame is refused.
+ * A session with auth disabled (Unix control socket checked by SO_PEERCRED; the
+ * workerd<->rank socketpair) sends zero tags and still enforces increasing seq. */
+#ifndef CH_AUTH_H
+#define CH_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CH_KEY_LEN 32
+#define CH_NONCE_LEN 32
+#define CH_PROOF_LEN 32
+
+typedef struct ch_key {
+    uint8_t bytes[CH_KEY_LEN];
+} ch_key_t;
+
+/* Must be called once per process before any other function here (sodium_init). */
+int ch_auth_global_init(void);
+
+/* Load a key file: exactly 32 raw bytes or 64 hex characters (+ optional newline).
+ * CH_E_KEYPERM when the file is accessible by group or others (must be 0600 or 0400). */
+int ch_key_load(const char *path, ch_key_t *key);
+/* Create a new random key file with mode 0600. -EEXIST if the file exists. */
+int ch_key_generate(const char *path);
+
+typedef struct ch_session {
+    int enabled;       /* 0: no key, tags are zero */
+    int is_server;
+    uint8_t skey[32];  /* session key */
+    uint64_t send_seq; /* last seq sent */
+    uint64_t recv_seq; /* last seq accepted */
+} ch_session_t;
+
+void ch_auth_nonce(uint8_t nonce[CH_NONCE_LEN]);
+/* label is "chorus-s" (server proof) or "chorus-c" (client proof). */
+void ch_auth_proof(const ch_key_t *key, const char *label, const uint8_t nc[CH_NONCE_LEN],
+                   const uint8_t ns[CH_NONCE_LEN], uint8_t out[CH_PROOF_LEN]);
+/* Constant-time check of a received proof; CH_E_AUTH on mismatch or wrong length. */
+int ch_auth_check_proof(const ch_key_t *key, const char *label, const uint8_t nc[CH_NONCE_LEN],
+                        const uint8_t ns[CH_NONCE_LEN], const uint8_t *proof, size_t len);
+
+/* Session without auth (tags zero). */
+void ch_session_init_plain(ch_session_t *s, int is_server);
+/* Session keyed from the handshake nonces. */
+void ch_session_init_keyed(ch_session_t *s, int is_server, const ch_key_t *key,
+                           const uint8_t nc[CH_NONCE_LEN], const uint8_t ns[CH_NONCE_LEN]);
+/* Tag for an outgoing payload carrying sequence number seq. */
+void ch_session_tag(const ch_session_t *s, uint64_t seq, const uint8_t *payload, size_t len,
+                    uint8_t tag[16]);
+/* Verify an incoming payload whose Envelope carried seq: CH_E_AUTH for a bad tag,
+ * CH_E_REPLAY when seq <= the last accepted one. Accepts and records seq on success. */
+int ch_session_accept(ch_session_t *s, uint64_t seq, const uint8_t *payload, size_t len,
+                      const uint8_t tag[16]);
+
+#endif

@@ -1,0 +1,69 @@
+/* Job files (DESIGN §10): INI with [job] [model] [parallel] [train] [checkpoint]
+ * [fault] [diag]. Parsing refuses unknown sections and keys; validation names the
+ * field and the reason ("parallel.tp: model.heads 12 is not divisible by tp 5"). The
+ * canonical text (ch_jobspec_format) is what travels to the coordinator and workers. */
+#ifndef CH_JOBSPEC_H
+#define CH_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
+typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
+
+#define CH_PATH_LEN 1024
+
+typedef struct ch_jobspec {
+    char name[64];
+    ch_job_kind_t kind;
+    struct {
+        uint32_t layers, heads, embd, vocab, seq_len;
+    } model;
+    struct {
+        uint32_t tp, pp, dp, microbatches, micro_batch_size;
+        ch_reshard_t reshard;
+    } parallel;
+    struct {
+        int64_t steps;
+        double lr, lr_min; /* lr_min < 0: lr / 10 */
+        int64_t warmup;
+        uint64_t seed;
+        char data[CH_PATH_LEN];      /* "" or "builtin": the built-in corpus */
+        char init_from[CH_PATH_LEN]; /* "" or a GPT-2 safetensors file */
+    } train;
+    struct {
+        char dir[CH_PATH_LEN]; /* "" : no checkpoints */
+        int64_t every, keep;
+    } checkpoint;
+    struct {
+        int64_t max_restarts;
+        int64_t step_timeout_s;
+    } fault;
+    struct {
+        int64_t rounds, gemm_size;
+        int collectives;
+        int64_t bytes;
+    } diag;
+} ch_jobspec_t;
+
+void ch_jobspec_defaults(ch_jobspec_t *j);
+/* Parse text over the defaults. CH_E_CONFIG with "line N: [section] key: reason". */
+int ch_jobspec_parse(const char *text, ch_jobspec_t *j, char *err, size_t errlen);
+/* Apply one "section.key=value" override (chorusctl submit --set). */
+int ch_jobspec_set(ch_jobspec_t *j, const char *assignment, char *err, size_t errlen);
+/* Check values and their relations. check_files: also that train.data / init_from
+ * exist and are readable. CH_E_CONFIG with "section.key: reason". */
+int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_t errlen);
+/* Canonical INI text; malloc'd, caller frees. */
+int ch_jobspec_format(const ch_jobspec_t *j, char **out);
+
+static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
+{
+    ch_layout_t l = {j->parallel.tp, j->parallel.pp, j->parallel.dp};
+    return l;
+}
+const char *ch_job_kind_name(ch_job_kind_t k);
+
+#endif

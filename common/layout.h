@@ -1,0 +1,42 @@
+/* Parallel layout math (DESIGN §5): world = TP x PP x DP, rank r = tp + TP*(dp + DP*pp).
+ * Pure functions, no allocation. */
+#ifndef CH_LAYOUT_H
+#define CH_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ch_layout {
+    uint32_t tp, pp, dp;
+} ch_layout_t;
+
+typedef struct ch_coord {
+    uint32_t tp, dp, pp;
+} ch_coord_t;
+
+static inline uint32_t ch_layout_world(ch_layout_t l)
+{
+    return l.tp * l.pp * l.dp;
+}
+ch_coord_t ch_layout_coord(ch_layout_t l, uint32_t rank);
+uint32_t ch_layout_rank(ch_layout_t l, ch_coord_t c);
+
+/* Members of rank's groups, in group order (index i of the group is member i).
+ * ranks must hold l.tp (TP), l.dp (DP) or l.pp (PP column) entries. */
+void ch_layout_tp_group(ch_layout_t l, uint32_t rank, uint32_t *ranks);
+void ch_layout_dp_group(ch_layout_t l, uint32_t rank, uint32_t *ranks);
+void ch_layout_pp_group(ch_layout_t l, uint32_t rank, uint32_t *ranks);
+/* Pipeline neighbours; -1 at the ends. */
+int64_t ch_layout_pp_prev(ch_layout_t l, uint32_t rank);
+int64_t ch_layout_pp_next(ch_layout_t l, uint32_t rank);
+
+/* Blocks of stage s: balanced, remainder to the first stages. */
+void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, uint32_t *first,
+                            uint32_t *count);
+/* ZeRO-3 shard of a flat buffer of n elements split into dp equal padded shards:
+ * shard length is ceil(n/dp); shard d covers [d*len, d*len+len) of the padded buffer. */
+size_t ch_layout_shard_len(size_t n, uint32_t dp);
+/* Vocab padded to a multiple of 128*tp (Megatron), so each TP slice is aligned. */
+uint32_t ch_layout_padded_vocab(uint32_t vocab, uint32_t tp);
+
+#endif

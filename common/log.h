@@ -1,0 +1,32 @@
+/* Logging: one line per event to stderr, "LEVEL subsys: message", filtered by
+ * level and optionally by subsystem (CHORUS_LOG_SUBSYS=net,sched). Log settings are
+ * the only mutable globals in Chorus (STYLE §6). Lines are written with one write(2),
+ * so concurrent threads and processes do not interleave within a line. */
+#ifndef CH_LOG_H
+#define CH_LOG_H
+
+typedef enum { CH_LOG_ERROR = 0, CH_LOG_WARN, CH_LOG_INFO, CH_LOG_DEBUG } ch_log_level_t;
+
+/* name is the program name printed in every line ("coordinatord"). Reads
+ * CHORUS_LOG_LEVEL (error|warn|info|debug) and CHORUS_LOG_SUBSYS. */
+void ch_log_init(const char *name);
+void ch_log_set_level(ch_log_level_t level);
+int ch_log_level_parse(const char *s, ch_log_level_t *out);
+int ch_log_enabled(ch_log_level_t level, const char *subsys);
+void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define CH_LOGE(sub, ...) ch_log(CH_LOG_ERROR, sub, __VA_ARGS__)
+#define CH_LOGW(sub, ...) ch_log(CH_LOG_WARN, sub, __VA_ARGS__)
+#define CH_LOGI(sub, ...) ch_log(CH_LOG_INFO, sub, __VA_ARGS__)
+#define CH_LOGD(sub, ...) ch_log(CH_LOG_DEBUG, sub, __VA_ARGS__)
+
+/* Check macro that names its cleanup label at the call site (STYLE §3). */
+#define CH_CHECK_GOTO(expr, rc, label)                                                             \
+    do {                                                                                           \
+        (rc) = (expr);                                                                             \
+        if ((rc) < 0)                                                                              \
+            goto label;                                                                            \
+    } while (0)
+
+#endif

@@ -1,0 +1,20 @@
+/* Envelope <-> frame, with the session's sequence numbers and tags. The one place
+ * that calls protobuf-c's pack/unpack for the control plane. */
+#ifndef CH_MSG_H
+#define CH_MSG_H
+
+#include "auth.h"
+#include "chorus.pb-c.h"
+
+/* Pack env into a complete frame (header | payload | tag). Sets env->seq to the next
+ * send sequence of s. *out is malloc'd; the caller frees it. */
+int ch_msg_encode(ch_session_t *s, Chorus__Envelope *env, uint8_t **out, size_t *len);
+/* Decode one frame's payload and check tag and seq (unless the session is still in its
+ * untagged handshake: pass s == NULL). *out must be freed with ch_msg_free. */
+int ch_msg_decode(ch_session_t *s, const uint8_t *payload, size_t len, const uint8_t *tag,
+                  Chorus__Envelope **out);
+void ch_msg_free(Chorus__Envelope *env);
+/* Name of the envelope's body ("heartbeat"), for logs. */
+const char *ch_msg_name(const Chorus__Envelope *env);
+
+#endif

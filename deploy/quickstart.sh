@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The two Quick start commands (README):
+#   deploy/quickstart.sh demo   build, start a local cluster, train a small GPT on built-in data
+#   deploy/quickstart.sh test   build and run the whole test suite (what CI runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc 2>/dev/null || echo 2)
+
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+case "${1:-}" in
+demo)
+  deploy/install-deps.sh
+  build build
+  exec deploy/demo.sh build
+  ;;
+test)
+  deploy/install-deps.sh
+  build build -DCHORUS_WERROR=ON
+  (cd build && ctest --output-on-failure -j 1 --timeout 900)
+  # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+  build build-asan -DCHORUS_WERROR=ON -DCHORUS_SANITIZE=address,undefined -DCHORUS_CUDA=OFF
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit -j 1 --timeout 900)
+  ;;
+*)
+  echo "usage: $0 demo|test" >&2
+  exit 2
+  ;;
+esac
