@@ -36,7 +36,8 @@ void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, uint32
 /* ZeRO-3 shard of a flat buffer of n elements split into dp equal padded shards:
  * shard length is ceil(n/dp); shard d covers [d*len, d*len+len) of the padded buffer. */
 size_t ch_layout_shard_len(size_t n, uint32_t dp);
-/* Vocab padded to a multiple of 128*tp (Megatron), so each TP slice is aligned. */
+/* Vocab padded so each TP slice is aligned: to a multiple of 128*tp for vocab >= 8192
+ * (Megatron; GPT-2 50257 -> 50304 at tp 1), else of 8*tp. */
 uint32_t ch_layout_padded_vocab(uint32_t vocab, uint32_t tp);
 
 #endif

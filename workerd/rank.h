@@ -1,0 +1,41 @@
+/* The rank runtime: what a job kind sees inside one rank process.
+ *
+ * A rank process is workerd re-executed with --rank (DESIGN §1). It inherits a
+ * socketpair to its workerd (plain session, same framing), reads its identity from the
+ * torchrun-compatible environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * CHORUS_JOB, CHORUS_GENERATION) and the job file from CHORUS_JOB_FILE, then runs the
+ * job kind's entry point. Every report goes to workerd, which relays it to coordinatord. */
+#ifndef WRK_RANK_H
+#define WRK_RANK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "jobspec.h"
+#include "rdzv.h"
+
+typedef struct wrk_rank {
+    char job_id[64];
+    uint64_t generation;
+    uint32_t rank, world_size, local_rank, local_world_size;
+    uint64_t resume_step;      /* 0: fresh start; else resume from this committed step */
+    ch_jobspec_t spec;
+    char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */
+    ch_client_t *link;         /* to workerd; owned by the runtime */
+    ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
+} wrk_rank_t;
+
+/* Send one event; fills in job_id, generation and rank. */
+int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev);
+/* Convenience: a RANK_PROGRESS event. metrics may be NULL when n == 0. */
+int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
+                      double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n);
+
+/* Job kinds. Each returns 0 when the rank finished its work, else a negative code
+ * (the runtime reports RANK_FAILED with ch_strerror and exits non-zero). */
+int wrk_diag_run(wrk_rank_t *r);      /* workerd/diag.c: GEMM self-check */
+int wrk_diag_coll_run(wrk_rank_t *r); /* workerd/diag_coll.c: collective checks */
+int wrk_train_run(wrk_rank_t *r);     /* workerd/train.c: the training engine */
+
+#endif
