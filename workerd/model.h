@@ -1,0 +1,61 @@
+/* GPT-2 model for one rank (DESIGN §7): parameters in one slab with named views,
+ * forward and backward. B = batch (sequences), T = time (tokens), C = channels,
+ * V = vocab, Vp = padded vocab, L = layers, NH = heads.
+ *
+ * Tensor names, shapes and layouts are Hugging Face GPT-2's (wte.weight [V,C],
+ * h.{i}.attn.c_attn.weight [C,3C] used as x @ W, ...). Padded vocab rows of wte are
+ * zero and never receive gradient; their logits are excluded from the loss.
+ * Initialisation is counter-based, keyed by (seed, tensor name, element index), so any
+ * rank can create exactly its slice and the model is identical for every layout. */
+#ifndef ENG_MODEL_H
+#define ENG_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct eng_config {
+    uint32_t layers, heads, embd, vocab, padded_vocab, seq_len;
+} eng_config_t;
+
+typedef struct eng_tensor {
+    char name[64];      /* "h.3.attn.c_attn.weight" */
+    uint32_t ndim;      /* 1 or 2 */
+    uint32_t shape[2];  /* full Hugging Face shape (wte: [vocab, C], unpadded) */
+    size_t offset;      /* element offset of this rank's piece in the slab */
+    size_t numel;       /* elements this rank holds (wte: padded_vocab * C) */
+    int decay;          /* 2-D weights: AdamW weight decay applies */
+    int block;          /* transformer block index, -1 outside blocks */
+} eng_tensor_t;
+
+typedef struct eng_model eng_model_t;
+
+/* Allocate parameters, gradients and activations for micro-batches of up to max_B
+ * sequences of cfg->seq_len tokens, and initialise the parameters from seed. */
+int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out);
+void eng_model_destroy(eng_model_t *m);
+
+const eng_config_t *eng_model_config(const eng_model_t *m);
+size_t eng_model_nparams(const eng_model_t *m);
+float *eng_model_params(eng_model_t *m); /* the slab, nparams floats */
+float *eng_model_grads(eng_model_t *m);  /* same layout as params */
+size_t eng_model_ntensors(const eng_model_t *m);
+const eng_tensor_t *eng_model_tensor(const eng_model_t *m, size_t i);
+const eng_tensor_t *eng_model_find(const eng_model_t *m, const char *name); /* NULL if none */
+
+/* Forward pass over inputs [B,T] (token ids < vocab). With targets [B,T], *loss is
+ * the mean cross-entropy over the B*T tokens; with targets NULL, only logits are made
+ * (eng_model_logits). T <= seq_len, B <= max_B. */
+int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targets, uint32_t B,
+                      uint32_t T, float *loss);
+/* Backward of the last forward (which had targets): ADDS into the gradients the
+ * gradient of (sum of the B*T token losses) * grad_scale. For a global batch of N
+ * tokens split into micro-batches, pass grad_scale = 1/N. */
+int eng_model_backward(eng_model_t *m, float grad_scale);
+void eng_model_zero_grad(eng_model_t *m);
+/* Logits [B,T,padded_vocab] of the last forward. */
+const float *eng_model_logits(const eng_model_t *m);
+
+/* Model FLOPs of one training iteration over B sequences (DESIGN §7 formula). */
+double eng_model_flops(const eng_config_t *cfg, uint32_t B);
+
+#endif
