@@ -1,0 +1,138 @@
+/* Logging (log.h). Each line is formatted into one stack buffer and written with a
+ * single write(2) to stderr, so lines from threads and processes never interleave. */
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOG_LINE_MAX   4096
+#define LOG_SUBSYS_MAX 256
+
+/* The only mutable globals in Chorus (STYLE §6). Set at start-up, read afterwards. */
+static char g_name[64] = "chorus";
+static ch_log_level_t g_level = CH_LOG_INFO;
+static char g_subsys[LOG_SUBSYS_MAX]; /* ",net,sched," or "" for all */
+
+static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+
+int ch_log_level_parse(const char *s, ch_log_level_t *out)
+{
+    static const struct {
+        const char *name;
+        ch_log_level_t level;
+    } tab[] = {{"error", CH_LOG_ERROR}, {"warn", CH_LOG_WARN},   {"warning", CH_LOG_WARN},
+               {"info", CH_LOG_INFO},   {"debug", CH_LOG_DEBUG}, {"trace", CH_LOG_DEBUG}};
+    if (!s)
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        if (strcasecmp(s, tab[i].name) == 0) {
+            *out = tab[i].level;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+void ch_log_set_level(ch_log_level_t level)
+{
+    if (level >= CH_LOG_ERROR && level <= CH_LOG_DEBUG)
+        g_level = level;
+}
+
+void ch_log_init(const char *name)
+{
+    if (name && *name)
+        snprintf(g_name, sizeof g_name, "%s", name);
+    ch_log_level_t lv;
+    if (ch_log_level_parse(getenv("CHORUS_LOG_LEVEL"), &lv) == 0)
+        g_level = lv;
+    const char *sub = getenv("CHORUS_LOG_SUBSYS");
+    g_subsys[0] = '\0';
+    if (sub && *sub && strcmp(sub, "all") != 0) {
+        /* Store as ",a,b," (spaces dropped) so a lookup is one strstr of ",name,". */
+        size_t n = 0;
+        g_subsys[n++] = ',';
+        for (const char *p = sub; *p && n + 2 < sizeof g_subsys; p++) {
+            if (*p != ' ')
+                g_subsys[n++] = *p;
+        }
+        g_subsys[n++] = ',';
+        g_subsys[n] = '\0';
+    }
+}
+
+/* Errors always pass the subsystem filter: it narrows chatter, never hides failures. */
+int ch_log_enabled(ch_log_level_t level, const char *subsys)
+{
+    if (level > g_level)
+        return 0;
+    if (level == CH_LOG_ERROR || !g_subsys[0])
+        return 1;
+    if (!subsys)
+        return 0;
+    char key[72];
+    int k = snprintf(key, sizeof key, ",%s,", subsys);
+    if (k < 0 || (size_t)k >= sizeof key)
+        return 0;
+    return strstr(g_subsys, key) != NULL;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
+{
+    if (level < CH_LOG_ERROR || level > CH_LOG_DEBUG || !ch_log_enabled(level, subsys))
+        return;
+    int saved_errno = errno;
+    char line[LOG_LINE_MAX];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line,
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000L, g_name, level_names[level], subsys ? subsys : "-");
+    if (n < 0)
+        goto out;
+    if ((size_t)n < sizeof line) {
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+        va_end(ap);
+        if (m > 0)
+            n += m;
+    }
+    /* Keep one line per event: truncate long messages and turn newlines into spaces. */
+    if ((size_t)n > sizeof line - 2) {
+        n = (int)sizeof line - 5;
+        memcpy(line + n, "...", 3);
+        n += 3;
+    }
+    for (int i = 0; i < n; i++) {
+        if (line[i] == '\n' || line[i] == '\r')
+            line[i] = ' ';
+    }
+    line[n++] = '\n';
+    write_all(2, line, (size_t)n);
+out:
+    errno = saved_errno;
+}

@@ -1,0 +1,279 @@
+/* Clocks, whole-file I/O and small parsers shared by every binary (util.h). */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+
+uint64_t ch_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ch_now_ms(void)
+{
+    return ch_now_ns() / 1000000ull;
+}
+
+uint64_t ch_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+int ch_file_read(const char *path, size_t max, char **out, size_t *len)
+{
+    int rc = 0, fd = -1;
+    char *buf = NULL;
+    struct stat st;
+
+    *out = NULL;
+    if (len)
+        *len = 0;
+    if (max > SIZE_MAX / 4)
+        max = SIZE_MAX / 4; /* keeps max + 1 and doubling from overflowing */
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = -EISDIR;
+        goto out;
+    }
+    /* Size is only a hint (pipes, /proc report 0): read until EOF, growing as needed. */
+    size_t cap = (S_ISREG(st.st_mode) && st.st_size > 0) ? (size_t)st.st_size + 1 : 4096;
+    if (cap > max + 1)
+        cap = max + 1;
+    buf = malloc(cap);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t n = 0;
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap >= max + 1) {
+                /* Exactly max bytes so far: the file fits only if EOF follows. */
+                char c;
+                ssize_t r1;
+                do
+                    r1 = read(fd, &c, 1);
+                while (r1 < 0 && errno == EINTR);
+                if (r1 < 0) {
+                    rc = -errno;
+                    goto out;
+                }
+                if (r1 == 0)
+                    break;
+                rc = CH_E_TOOBIG;
+                goto out;
+            }
+            size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    buf = NULL;
+    if (len)
+        *len = n;
+out:
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int write_full(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return -ENOMEM;
+    int rc = 0;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        rc = -errno;
+    } else {
+        if (fsync(dfd) < 0)
+            rc = -errno;
+        close(dfd);
+    }
+    free(copy);
+    return rc;
+}
+
+int ch_file_write_atomic(const char *path, const void *data, size_t len, int mode)
+{
+    int rc = 0, fd = -1;
+    char *tmp = NULL;
+    size_t plen = strlen(path);
+
+    tmp = malloc(plen + 16);
+    if (!tmp) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (fchmod(fd, (mode_t)mode) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    CH_CHECK_GOTO(write_full(fd, data, len), rc, out);
+    if (fsync(fd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = -errno;
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    free(tmp);
+    tmp = NULL;
+    rc = fsync_dir_of(path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    return rc;
+}
+
+int ch_mkdirs(const char *path, int mode)
+{
+    size_t n = strlen(path);
+    if (n == 0)
+        return -EINVAL;
+    char *p = strdup(path);
+    if (!p)
+        return -ENOMEM;
+    int rc = 0;
+    /* Create each prefix ending before a '/', then the whole path. */
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, (mode_t)mode) < 0 && errno != EEXIST) {
+            rc = -errno;
+            break;
+        }
+        *s = saved;
+        if (saved == '\0')
+            break;
+    }
+    if (rc == 0) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+            rc = -errno;
+        else if (!S_ISDIR(st.st_mode))
+            rc = -ENOTDIR;
+    }
+    free(p);
+    return rc;
+}
+
+/* "host:port", "[v6addr]:port", or ":port" (host "0.0.0.0"). */
+int ch_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+    if (!s || !host || hostlen == 0 || !port)
+        return -EINVAL;
+    const char *h, *colon;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':')
+            return -EINVAL;
+        h = s + 1;
+        hl = (size_t)(end - h);
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || memchr(s, ':', (size_t)(colon - s)))
+            return -EINVAL; /* no port, or a bare IPv6 address without brackets */
+        h = s;
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0) {
+        h = "0.0.0.0";
+        hl = 7;
+    }
+    if (hl + 1 > hostlen)
+        return -ENAMETOOLONG;
+    const char *ps = colon + 1;
+    if (*ps == '\0')
+        return -EINVAL;
+    long v = 0;
+    for (const char *q = ps; *q; q++) {
+        if (*q < '0' || *q > '9')
+            return -EINVAL;
+        v = v * 10 + (*q - '0');
+        if (v > 65535)
+            return -ERANGE;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)v;
+    return 0;
+}

@@ -1,0 +1,302 @@
+/* Handshake proofs, frame tags, replay refusal, key files and keygen. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/auth.h"
+#include "common/err.h"
+#include "common/frame.h"
+#include "common/msg.h"
+
+static char tmpdir[512];
+
+static void setup(void)
+{
+    cr_assert_eq(ch_auth_global_init(), 0);
+    const char *base = getenv("CHORUS_TEST_TMP");
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0700);
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_auth.XXXXXX", base);
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(auth, .init = setup, .fini = teardown);
+
+static void write_file(const char *path, const void *data, size_t n, int mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, data, n), (ssize_t)n);
+    cr_assert_eq(fchmod(fd, (mode_t)mode), 0);
+    close(fd);
+}
+
+static void fill_key(ch_key_t *k, uint8_t base)
+{
+    for (int i = 0; i < CH_KEY_LEN; i++)
+        k->bytes[i] = (uint8_t)(base + i);
+}
+
+Test(auth, proofs_verify_and_wrong_key_fails)
+{
+    ch_key_t k, bad;
+    fill_key(&k, 1);
+    fill_key(&bad, 2);
+    uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN], p[CH_PROOF_LEN], pbad[CH_PROOF_LEN];
+    ch_auth_nonce(nc);
+    ch_auth_nonce(ns);
+    cr_assert(memcmp(nc, ns, CH_NONCE_LEN) != 0);
+
+    ch_auth_proof(&k, "chorus-s", nc, ns, p);
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", nc, ns, p, sizeof p), 0);
+    /* Wrong label (a server proof replayed as a client proof), truncated proof. */
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-c", nc, ns, p, sizeof p), CH_E_AUTH);
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", nc, ns, p, sizeof p - 1), CH_E_AUTH);
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", nc, ns, NULL, 0), CH_E_AUTH);
+    /* Swapped nonces. */
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", ns, nc, p, sizeof p), CH_E_AUTH);
+
+    ch_auth_proof(&bad, "chorus-s", nc, ns, pbad);
+    cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", nc, ns, pbad, sizeof pbad), CH_E_AUTH);
+}
+
+static void keyed_pair(ch_session_t *cli, ch_session_t *srv, const ch_key_t *kc, const ch_key_t *ks)
+{
+    uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN];
+    ch_auth_nonce(nc);
+    ch_auth_nonce(ns);
+    ch_session_init_keyed(cli, 0, kc, nc, ns);
+    ch_session_init_keyed(srv, 1, ks, nc, ns);
+}
+
+Test(auth, tags_verify_both_directions)
+{
+    ch_key_t k;
+    fill_key(&k, 7);
+    ch_session_t c, s;
+    keyed_pair(&c, &s, &k, &k);
+    cr_assert(memcmp(c.skey, s.skey, sizeof c.skey) == 0);
+    const uint8_t msg[] = "payload bytes";
+    uint8_t tag[16];
+    ch_session_tag(&c, 1, msg, sizeof msg, tag);
+    cr_assert_eq(ch_session_accept(&s, 1, msg, sizeof msg, tag), 0);
+    ch_session_tag(&s, 1, msg, sizeof msg, tag);
+    cr_assert_eq(ch_session_accept(&c, 1, msg, sizeof msg, tag), 0);
+    /* A frame reflected back to its sender fails: direction is in the tag. */
+    ch_session_tag(&c, 2, msg, sizeof msg, tag);
+    cr_assert_eq(ch_session_accept(&c, 2, msg, sizeof msg, tag), CH_E_AUTH);
+    /* Empty payload is taggable. */
+    ch_session_tag(&c, 5, NULL, 0, tag);
+    cr_assert_eq(ch_session_accept(&s, 5, NULL, 0, tag), 0);
+}
+
+Test(auth, tampered_payload_seq_or_key_fails)
+{
+    ch_key_t k, other;
+    fill_key(&k, 7);
+    fill_key(&other, 9);
+    ch_session_t c, s;
+    keyed_pair(&c, &s, &k, &k);
+    uint8_t msg[32];
+    memset(msg, 'x', sizeof msg);
+    uint8_t tag[16];
+    ch_session_tag(&c, 3, msg, sizeof msg, tag);
+    msg[10] ^= 1;
+    cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, tag), CH_E_AUTH);
+    msg[10] ^= 1;
+    cr_assert_eq(ch_session_accept(&s, 4, msg, sizeof msg, tag), CH_E_AUTH);
+    tag[0] ^= 0x80;
+    cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, tag), CH_E_AUTH);
+    tag[0] ^= 0x80;
+    cr_assert_eq(s.recv_seq, 0, "failed checks must not advance seq");
+    cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, tag), 0);
+
+    ch_session_t c2, s2;
+    keyed_pair(&c2, &s2, &k, &other);
+    ch_session_tag(&c2, 1, msg, sizeof msg, tag);
+    cr_assert_eq(ch_session_accept(&s2, 1, msg, sizeof msg, tag), CH_E_AUTH);
+}
+
+Test(auth, replayed_and_old_seq_refused)
+{
+    ch_key_t k;
+    fill_key(&k, 3);
+    ch_session_t c, s;
+    keyed_pair(&c, &s, &k, &k);
+    const uint8_t msg[] = "m";
+    uint8_t t5[16], t3[16];
+    ch_session_tag(&c, 5, msg, sizeof msg, t5);
+    ch_session_tag(&c, 3, msg, sizeof msg, t3);
+    cr_assert_eq(ch_session_accept(&s, 5, msg, sizeof msg, t5), 0);
+    cr_assert_eq(ch_session_accept(&s, 5, msg, sizeof msg, t5), CH_E_REPLAY);
+    cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, t3), CH_E_REPLAY);
+    cr_assert_eq(s.recv_seq, 5);
+}
+
+Test(auth, plain_session_zero_tags_and_increasing_seq)
+{
+    ch_session_t c, s;
+    ch_session_init_plain(&c, 0);
+    ch_session_init_plain(&s, 1);
+    const uint8_t msg[] = "plain";
+    uint8_t tag[16];
+    ch_session_tag(&c, 1, msg, sizeof msg, tag);
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(tag[i], 0);
+    cr_assert_eq(ch_session_accept(&s, 1, msg, sizeof msg, tag), 0);
+    cr_assert_eq(ch_session_accept(&s, 1, msg, sizeof msg, tag), CH_E_REPLAY);
+    tag[3] = 1;
+    cr_assert_eq(ch_session_accept(&s, 2, msg, sizeof msg, tag), CH_E_AUTH);
+}
+
+Test(auth, msg_roundtrip_and_replay_through_envelopes)
+{
+    ch_key_t k;
+    fill_key(&k, 11);
+    ch_session_t c, s;
+    keyed_pair(&c, &s, &k, &k);
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
+    hb.time_ms = 1234;
+    hb.free_slots = 3;
+    env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    env.request_id = 77;
+
+    uint8_t *f1 = NULL, *f2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    cr_assert_eq(ch_msg_encode(&c, &env, &f1, &n1), 0);
+    cr_assert_eq(env.seq, 1);
+    cr_assert_eq(ch_msg_encode(&c, &env, &f2, &n2), 0);
+    cr_assert_eq(env.seq, 2);
+    const uint8_t *payload = f1 + CH_FRAME_HDR;
+    size_t plen = n1 - CH_FRAME_HDR - CH_FRAME_TAG;
+
+    Chorus__Envelope *out = NULL;
+    cr_assert_eq(ch_msg_decode(&s, payload, plen, payload + plen, &out), 0);
+    cr_assert_eq(out->body_case, CHORUS__ENVELOPE__BODY_HEARTBEAT);
+    cr_assert_eq(out->heartbeat->time_ms, 1234);
+    cr_assert_eq(out->request_id, 77);
+    cr_assert_str_eq(ch_msg_name(out), "heartbeat");
+    ch_msg_free(out);
+    /* Same frame again: replay. */
+    cr_assert_eq(ch_msg_decode(&s, payload, plen, payload + plen, &out), CH_E_REPLAY);
+    cr_assert_null(out);
+    /* Next frame fine; garbage payload is CH_E_FRAME. */
+    size_t plen2 = n2 - CH_FRAME_HDR - CH_FRAME_TAG;
+    cr_assert_eq(ch_msg_decode(&s, f2 + CH_FRAME_HDR, plen2, f2 + CH_FRAME_HDR + plen2, &out), 0);
+    ch_msg_free(out);
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff};
+    uint8_t zt[16] = {0};
+    cr_assert_eq(ch_msg_decode(&s, junk, sizeof junk, zt, &out), CH_E_FRAME);
+    free(f1);
+    free(f2);
+}
+
+Test(auth, key_file_hex_and_raw_ok_with_0600_or_0400)
+{
+    char path[600];
+    ch_key_t k;
+    snprintf(path, sizeof path, "%s/hex.key", tmpdir);
+    const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+    write_file(path, hex, strlen(hex), 0600);
+    cr_assert_eq(ch_key_load(path, &k), 0);
+    for (int i = 0; i < CH_KEY_LEN; i++)
+        cr_assert_eq(k.bytes[i], i);
+
+    snprintf(path, sizeof path, "%s/hex-nonl.key", tmpdir);
+    write_file(path, hex, 64, 0400);
+    cr_assert_eq(ch_key_load(path, &k), 0);
+    cr_assert_eq(k.bytes[31], 31);
+
+    uint8_t raw[CH_KEY_LEN];
+    for (int i = 0; i < CH_KEY_LEN; i++)
+        raw[i] = (uint8_t)(0xF0 ^ i);
+    snprintf(path, sizeof path, "%s/raw.key", tmpdir);
+    write_file(path, raw, sizeof raw, 0600);
+    cr_assert_eq(ch_key_load(path, &k), 0);
+    cr_assert(memcmp(k.bytes, raw, sizeof raw) == 0);
+}
+
+Test(auth, key_file_loose_perms_refused)
+{
+    char path[600];
+    ch_key_t k;
+    const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+    snprintf(path, sizeof path, "%s/loose.key", tmpdir);
+    write_file(path, hex, strlen(hex), 0644);
+    cr_assert_eq(ch_key_load(path, &k), CH_E_KEYPERM);
+    cr_assert_eq(chmod(path, 0640), 0);
+    cr_assert_eq(ch_key_load(path, &k), CH_E_KEYPERM);
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_eq(ch_key_load(path, &k), 0);
+
+    snprintf(path, sizeof path, "%s/missing.key", tmpdir);
+    cr_assert_eq(ch_key_load(path, &k), -ENOENT);
+}
+
+Test(auth, key_file_bad_content_refused)
+{
+    char path[600];
+    ch_key_t k;
+    static const char *bad[] = {
+        "",
+        "short\n",
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1\n",    /* 63 hex */
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1fzz",   /* 66 */
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1g\n",   /* not hex */
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n\n", /* extra line */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.key", tmpdir, i);
+        write_file(path, bad[i], strlen(bad[i]), 0600);
+        cr_assert_eq(ch_key_load(path, &k), CH_E_CONFIG, "content %zu accepted", i);
+    }
+    /* A directory is not a key file. */
+    cr_assert_neq(ch_key_load(tmpdir, &k), 0);
+}
+
+Test(auth, keygen_creates_0600_and_refuses_overwrite)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/new.key", tmpdir);
+    cr_assert_eq(ch_key_generate(path), 0);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    cr_assert_eq(st.st_size, 65);
+    ch_key_t k1, k2;
+    cr_assert_eq(ch_key_load(path, &k1), 0);
+    cr_assert_eq(ch_key_generate(path), -EEXIST);
+    cr_assert_eq(ch_key_load(path, &k2), 0);
+    cr_assert(memcmp(k1.bytes, k2.bytes, CH_KEY_LEN) == 0, "existing key was overwritten");
+
+    char path2[600];
+    snprintf(path2, sizeof path2, "%s/new2.key", tmpdir);
+    cr_assert_eq(ch_key_generate(path2), 0);
+    cr_assert_eq(ch_key_load(path2, &k2), 0);
+    cr_assert(memcmp(k1.bytes, k2.bytes, CH_KEY_LEN) != 0, "two keys are equal");
+}
+
+Test(auth, strerror_names_codes)
+{
+    cr_assert_str_eq(ch_strerror(0), "success");
+    cr_assert_str_eq(ch_strerror(CH_E_AUTH), "authentication failed");
+    cr_assert_str_neq(ch_strerror(CH_E_KEYPERM), "unknown error");
+    cr_assert_str_neq(ch_strerror(-ENOENT), "unknown error");
+    cr_assert_str_eq(ch_strerror(-12345678), "unknown error");
+    cr_assert_eq(ch_err_from_uv(-4095 /* UV_EOF */), -EPIPE);
+    cr_assert_eq(ch_err_from_uv(-ECONNREFUSED), -ECONNREFUSED);
+}
