@@ -5,8 +5,9 @@
 
 #include <stddef.h>
 
-/* Called for each key; return 0 to go on or a negative code to stop (the parse then
- * returns that code, with whatever the callback wrote into err). */
+/* Called for each key; section is "" for keys before the first header. Return 0 to go
+ * on or a negative code to stop (the parse then returns that code, with whatever the
+ * callback wrote into err). */
 typedef int (*ch_ini_cb)(void *ud, const char *section, const char *key, const char *value,
                          int line, char *err, size_t errlen);
 

@@ -65,5 +65,7 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
     return l;
 }
 const char *ch_job_kind_name(ch_job_kind_t k);
+/* The cosine schedule's floor: train.lr_min, or lr / 10 when lr_min is negative. */
+double ch_jobspec_lr_min(const ch_jobspec_t *j);
 
 #endif

@@ -1,0 +1,582 @@
+/* Job files (DESIGN §10). One table lists every field with its section, key, type, place in
+ * ch_jobspec_t and, for integers, its allowed range; that table drives parsing, --set
+ * overrides, range validation and the canonical text, so a new field is one row here.
+ * Rules that relate two fields (heads % tp, warmup <= steps, ...) are in validate(). */
+#include "jobspec.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "err.h"
+#include "ini.h"
+
+#define WORLD_MAX      (1u << 20)
+#define GEMM_SIZE_MAX  8192
+#define DIAG_BYTES_MAX (1ll << 30)
+
+typedef enum { F_STR, F_U32, F_I64, F_U64, F_DBL, F_BOOL, F_KIND, F_RESHARD } ftype_t;
+
+typedef struct field {
+    const char *section, *key;
+    ftype_t type;
+    size_t off, size;   /* size: of the char array for F_STR */
+    long long min, max; /* F_U32 and F_I64 */
+} field_t;
+
+#define JF(sec, key, type, member, min, max)                                                       \
+    {                                                                                              \
+        sec, key, type, offsetof(ch_jobspec_t, member), sizeof(((ch_jobspec_t *)0)->member), min,  \
+            max                                                                                    \
+    }
+
+static const field_t fields[] = {
+    JF("job", "name", F_STR, name, 0, 0),
+    JF("job", "kind", F_KIND, kind, 0, 0),
+    JF("model", "layers", F_U32, model.layers, 1, UINT32_MAX),
+    JF("model", "heads", F_U32, model.heads, 1, UINT32_MAX),
+    JF("model", "embd", F_U32, model.embd, 1, UINT32_MAX),
+    JF("model", "vocab", F_U32, model.vocab, 2, UINT32_MAX),
+    JF("model", "seq_len", F_U32, model.seq_len, 1, UINT32_MAX),
+    JF("parallel", "tp", F_U32, parallel.tp, 1, UINT32_MAX),
+    JF("parallel", "pp", F_U32, parallel.pp, 1, UINT32_MAX),
+    JF("parallel", "dp", F_U32, parallel.dp, 1, UINT32_MAX),
+    JF("parallel", "microbatches", F_U32, parallel.microbatches, 1, UINT32_MAX),
+    JF("parallel", "micro_batch_size", F_U32, parallel.micro_batch_size, 1, UINT32_MAX),
+    JF("parallel", "reshard", F_RESHARD, parallel.reshard, 0, 0),
+    JF("train", "steps", F_I64, train.steps, 1, LLONG_MAX),
+    JF("train", "lr", F_DBL, train.lr, 0, 0),
+    JF("train", "lr_min", F_DBL, train.lr_min, 0, 0),
+    JF("train", "warmup", F_I64, train.warmup, 0, LLONG_MAX),
+    JF("train", "seed", F_U64, train.seed, 0, 0),
+    JF("train", "data", F_STR, train.data, 0, 0),
+    JF("train", "init_from", F_STR, train.init_from, 0, 0),
+    JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
+    JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
+    JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
+    JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, LLONG_MAX),
+    JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, LLONG_MAX),
+    JF("diag", "rounds", F_I64, diag.rounds, 1, LLONG_MAX),
+    JF("diag", "gemm_size", F_I64, diag.gemm_size, 1, GEMM_SIZE_MAX),
+    JF("diag", "collectives", F_BOOL, diag.collectives, 0, 0),
+    JF("diag", "bytes", F_I64, diag.bytes, 0, DIAG_BYTES_MAX),
+};
+
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+void ch_jobspec_defaults(ch_jobspec_t *j)
+{
+    memset(j, 0, sizeof(*j)); /* also zeroes padding and string tails: specs compare with memcmp */
+    strcpy(j->name, "job");
+    j->kind = CH_JOB_TRAIN;
+    j->model.layers = 4;
+    j->model.heads = 4;
+    j->model.embd = 128;
+    j->model.vocab = 32;
+    j->model.seq_len = 64;
+    j->parallel.tp = 1;
+    j->parallel.pp = 1;
+    j->parallel.dp = 1;
+    j->parallel.microbatches = 1;
+    j->parallel.micro_batch_size = 8;
+    j->parallel.reshard = CH_RESHARD_PER_USE;
+    j->train.steps = 300;
+    j->train.lr = 1e-3;
+    j->train.lr_min = -1;
+    j->train.warmup = 0;
+    j->train.seed = 1337;
+    strcpy(j->train.data, "builtin");
+    j->checkpoint.every = 0;
+    j->checkpoint.keep = 3;
+    j->fault.max_restarts = 3;
+    j->fault.step_timeout_s = 300;
+    j->diag.rounds = 5;
+    j->diag.gemm_size = 256;
+    j->diag.collectives = 0;
+    j->diag.bytes = 1048576;
+}
+
+const char *ch_job_kind_name(ch_job_kind_t k)
+{
+    return k == CH_JOB_DIAG ? "diag" : "train";
+}
+
+double ch_jobspec_lr_min(const ch_jobspec_t *j)
+{
+    return j->train.lr_min < 0 ? j->train.lr / 10 : j->train.lr_min;
+}
+
+static const char *reshard_name(ch_reshard_t r)
+{
+    return r == CH_RESHARD_PER_STEP ? "per-step" : "per-use";
+}
+
+static const field_t *find_field(const char *section, const char *key)
+{
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (strcmp(fields[i].section, section) == 0 && strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+static int known_section(const char *section)
+{
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (strcmp(fields[i].section, section) == 0)
+            return 1;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// one field: check and store. Reasons are written without the field name; callers prefix it.
+
+static int check_int(const field_t *f, long long v, char *why, size_t whylen)
+{
+    if (v >= f->min && v <= f->max)
+        return 0;
+    if (v < f->min && (f->max == LLONG_MAX || f->max == UINT32_MAX))
+        snprintf(why, whylen, "must be >= %lld, got %lld", f->min, v);
+    else
+        snprintf(why, whylen, "must be between %lld and %lld, got %lld", f->min, f->max, v);
+    return CH_E_CONFIG;
+}
+
+static int check_str(const field_t *f, const char *v, char *why, size_t whylen)
+{
+    if (strlen(v) >= f->size) {
+        snprintf(why, whylen, "too long (at most %zu characters)", f->size - 1);
+        return CH_E_CONFIG;
+    }
+    for (const char *p = v; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(why, whylen, "contains a control character");
+            return CH_E_CONFIG;
+        }
+    }
+    return 0;
+}
+
+static int parse_int(const field_t *f, const char *v, long long *out, char *why, size_t whylen)
+{
+    int rc = ch_config_parse_i64(v, out);
+    if (rc == -ERANGE) {
+        snprintf(why, whylen, "integer out of range, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    if (rc < 0) {
+        snprintf(why, whylen, "expected an integer, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    return check_int(f, *out, why, whylen);
+}
+
+static int parse_u64(const char *v, uint64_t *out, char *why, size_t whylen)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end != '\0') {
+        snprintf(why, whylen, "expected a non-negative integer, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    if (errno == ERANGE) {
+        snprintf(why, whylen, "integer out of range, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_double(const char *v, double *out, char *why, size_t whylen)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (v[0] == '\0' || *end != '\0' || end == v) {
+        snprintf(why, whylen, "expected a number, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    if (!isfinite(x) || (errno == ERANGE && fabs(x) == HUGE_VAL)) {
+        snprintf(why, whylen, "number out of range, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Parse text v into field f of j. j is written only on success. */
+static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why, size_t whylen)
+{
+    char *p = (char *)j + f->off;
+    long long i = 0;
+    int rc = 0;
+    switch (f->type) {
+    case F_STR:
+        rc = check_str(f, v, why, whylen);
+        if (rc == 0) {
+            memset(p, 0, f->size);
+            memcpy(p, v, strlen(v));
+        }
+        return rc;
+    case F_U32:
+        rc = parse_int(f, v, &i, why, whylen);
+        if (rc == 0)
+            *(uint32_t *)p = (uint32_t)i;
+        return rc;
+    case F_I64:
+        rc = parse_int(f, v, &i, why, whylen);
+        if (rc == 0)
+            *(int64_t *)p = (int64_t)i;
+        return rc;
+    case F_U64:
+        return parse_u64(v, (uint64_t *)p, why, whylen);
+    case F_DBL:
+        return parse_double(v, (double *)p, why, whylen);
+    case F_BOOL:
+        if (ch_config_parse_bool(v, (int *)p) == 0)
+            return 0;
+        snprintf(why, whylen, "expected yes/no/true/false/on/off/1/0, got '%s'", v);
+        return CH_E_CONFIG;
+    case F_KIND:
+        if (strcmp(v, "train") == 0 || strcmp(v, "diag") == 0) {
+            *(ch_job_kind_t *)p = v[0] == 'd' ? CH_JOB_DIAG : CH_JOB_TRAIN;
+            return 0;
+        }
+        snprintf(why, whylen, "expected train or diag, got '%s'", v);
+        return CH_E_CONFIG;
+    case F_RESHARD:
+        if (strcmp(v, "per-use") == 0 || strcmp(v, "per-step") == 0) {
+            *(ch_reshard_t *)p = v[4] == 's' ? CH_RESHARD_PER_STEP : CH_RESHARD_PER_USE;
+            return 0;
+        }
+        snprintf(why, whylen, "expected per-use or per-step, got '%s'", v);
+        return CH_E_CONFIG;
+    }
+    snprintf(why, whylen, "bad field type");
+    return -EINVAL;
+}
+
+// ---------------------------------------------------------------------------------------
+// parse and --set
+
+typedef struct parse_ctx {
+    ch_jobspec_t *j;
+    int seen[NFIELDS]; /* line of the first assignment, 0 if none */
+} parse_ctx_t;
+
+static int parse_key(void *ud, const char *section, const char *key, const char *value, int line,
+                     char *err, size_t errlen)
+{
+    parse_ctx_t *c = ud;
+    if (section[0] == '\0') {
+        snprintf(err, errlen, "line %d: key %s is outside any section", line, key);
+        return CH_E_CONFIG;
+    }
+    if (!known_section(section)) {
+        snprintf(err, errlen, "line %d: unknown section [%s]", line, section);
+        return CH_E_CONFIG;
+    }
+    const field_t *f = find_field(section, key);
+    if (f == NULL) {
+        snprintf(err, errlen, "line %d: unknown key [%s] %s", line, section, key);
+        return CH_E_CONFIG;
+    }
+    size_t idx = (size_t)(f - fields);
+    if (c->seen[idx] != 0) {
+        snprintf(err, errlen, "line %d: [%s] %s: already set at line %d", line, section, key,
+                 c->seen[idx]);
+        return CH_E_CONFIG;
+    }
+    c->seen[idx] = line;
+    char why[256];
+    int rc = set_field(f, c->j, value, why, sizeof(why));
+    if (rc < 0)
+        snprintf(err, errlen, "line %d: [%s] %s: %s", line, section, key, why);
+    return rc;
+}
+
+int ch_jobspec_parse(const char *text, ch_jobspec_t *j, char *err, size_t errlen)
+{
+    parse_ctx_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -ENOMEM;
+    ch_jobspec_defaults(j);
+    c->j = j;
+    int rc = ch_ini_parse(text, parse_key, c, err, errlen);
+    free(c);
+    return rc;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+int ch_jobspec_set(ch_jobspec_t *j, const char *assignment, char *err, size_t errlen)
+{
+    char *buf = strdup(assignment);
+    if (buf == NULL)
+        return -ENOMEM;
+    int rc = CH_E_CONFIG;
+    char *eq = strchr(buf, '=');
+    char *dot = eq != NULL ? memchr(buf, '.', (size_t)(eq - buf)) : NULL;
+    if (dot == NULL) {
+        snprintf(err, errlen, "bad override '%s': expected section.key=value", assignment);
+        goto out;
+    }
+    *eq = '\0';
+    *dot = '\0';
+    char *section = trim(buf), *key = trim(dot + 1), *value = trim(eq + 1);
+    const field_t *f = find_field(section, key);
+    if (f == NULL) {
+        snprintf(err, errlen, "unknown key %s.%s", section, key);
+        goto out;
+    }
+    char why[256];
+    rc = set_field(f, j, value, why, sizeof(why));
+    if (rc < 0)
+        snprintf(err, errlen, "%s.%s: %s", section, key, why);
+out:
+    free(buf);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// validate
+
+static long long get_int(const field_t *f, const ch_jobspec_t *j)
+{
+    const char *p = (const char *)j + f->off;
+    return f->type == F_U32 ? (long long)*(const uint32_t *)p : (long long)*(const int64_t *)p;
+}
+
+/* Every field on its own: ranges, string lengths, enum values. */
+static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_t whylen)
+{
+    const char *p = (const char *)j + f->off;
+    switch (f->type) {
+    case F_U32:
+    case F_I64:
+        return check_int(f, get_int(f, j), why, whylen);
+    case F_STR:
+        if (memchr(p, '\0', f->size) == NULL) {
+            snprintf(why, whylen, "not NUL-terminated");
+            return CH_E_CONFIG;
+        }
+        return check_str(f, p, why, whylen);
+    case F_KIND:
+        if (j->kind == CH_JOB_TRAIN || j->kind == CH_JOB_DIAG)
+            return 0;
+        snprintf(why, whylen, "bad kind %d", (int)j->kind);
+        return CH_E_CONFIG;
+    case F_RESHARD:
+        if (j->parallel.reshard == CH_RESHARD_PER_USE || j->parallel.reshard == CH_RESHARD_PER_STEP)
+            return 0;
+        snprintf(why, whylen, "bad policy %d", (int)j->parallel.reshard);
+        return CH_E_CONFIG;
+    case F_U64:
+    case F_DBL:
+    case F_BOOL:
+        return 0; /* doubles are checked with their relations below */
+    }
+    return 0;
+}
+
+static int validate_fields(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    char why[256];
+    for (size_t i = 0; i < NFIELDS; i++) {
+        int rc = check_field(&fields[i], j, why, sizeof(why));
+        if (rc < 0) {
+            snprintf(err, errlen, "%s.%s: %s", fields[i].section, fields[i].key, why);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 63)
+        return 0;
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A readable regular file, for train.data and train.init_from. */
+static int check_file(const char *field, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        goto fail;
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: cannot read %s: not a regular file", field, path);
+        return CH_E_CONFIG;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        goto fail;
+    close(fd);
+    return 0;
+fail:
+    snprintf(err, errlen, "%s: cannot read %s: %s", field, path, strerror(errno));
+    return CH_E_CONFIG;
+}
+
+/* Rules that relate fields, or that the table cannot express. */
+static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    const double lr = j->train.lr, lr_min = j->train.lr_min;
+    if (!valid_name(j->name)) {
+        snprintf(err, errlen, "job.name: must be 1 to 63 characters of A-Z a-z 0-9 . _ -, got '%s'",
+                 j->name);
+        return CH_E_CONFIG;
+    }
+    if (j->model.embd % j->model.heads != 0) {
+        snprintf(err, errlen, "model.embd: %" PRIu32 " is not divisible by model.heads %" PRIu32,
+                 j->model.embd, j->model.heads);
+        return CH_E_CONFIG;
+    }
+    if (j->model.heads % j->parallel.tp != 0) {
+        snprintf(err, errlen,
+                 "parallel.tp: model.heads %" PRIu32 " is not divisible by tp %" PRIu32,
+                 j->model.heads, j->parallel.tp);
+        return CH_E_CONFIG;
+    }
+    if (j->model.layers < j->parallel.pp) {
+        snprintf(err, errlen,
+                 "parallel.pp: model.layers %" PRIu32 " is less than pp %" PRIu32
+                 " (every stage needs a block)",
+                 j->model.layers, j->parallel.pp);
+        return CH_E_CONFIG;
+    }
+    if ((double)j->parallel.tp * j->parallel.pp * j->parallel.dp > WORLD_MAX) {
+        snprintf(err, errlen, "parallel.dp: world size tp x pp x dp is over %u ranks", WORLD_MAX);
+        return CH_E_CONFIG;
+    }
+    if (!(lr > 0) || !isfinite(lr)) {
+        snprintf(err, errlen, "train.lr: must be > 0, got %g", lr);
+        return CH_E_CONFIG;
+    }
+    if (lr_min != -1 && !(lr_min >= 0 && lr_min <= lr)) {
+        snprintf(err, errlen,
+                 "train.lr_min: must be -1 (lr / 10) or between 0 and train.lr %g, got %g", lr,
+                 lr_min);
+        return CH_E_CONFIG;
+    }
+    if (j->train.warmup > j->train.steps) {
+        snprintf(err, errlen,
+                 "train.warmup: must be between 0 and train.steps %" PRId64 ", got %" PRId64,
+                 j->train.steps, j->train.warmup);
+        return CH_E_CONFIG;
+    }
+    if (j->checkpoint.every > 0 && j->checkpoint.dir[0] == '\0') {
+        snprintf(err, errlen, "checkpoint.dir: required when checkpoint.every is %" PRId64,
+                 j->checkpoint.every);
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
+int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_t errlen)
+{
+    int rc = validate_fields(j, err, errlen);
+    if (rc == 0)
+        rc = validate_relations(j, err, errlen);
+    if (rc < 0 || !check_files)
+        return rc;
+    if (j->train.data[0] != '\0' && strcmp(j->train.data, "builtin") != 0) {
+        rc = check_file("train.data", j->train.data, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (j->train.init_from[0] != '\0')
+        return check_file("train.init_from", j->train.init_from, err, errlen);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// canonical text
+
+/* Shortest %.Ng that reads back to the same double (at most 17 digits, always exact). */
+static void format_double(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
+static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
+{
+    const char *p = (const char *)j + fd->off;
+    char num[64];
+    switch (fd->type) {
+    case F_STR: /* no trailing space when empty */
+        fprintf(f, "%s =%s%s\n", fd->key, p[0] != '\0' ? " " : "", p);
+        return;
+    case F_U32:
+    case F_I64:
+        fprintf(f, "%s = %lld\n", fd->key, get_int(fd, j));
+        return;
+    case F_U64:
+        fprintf(f, "%s = %" PRIu64 "\n", fd->key, *(const uint64_t *)p);
+        return;
+    case F_DBL:
+        format_double(*(const double *)p, num, sizeof(num));
+        fprintf(f, "%s = %s\n", fd->key, num);
+        return;
+    case F_BOOL:
+        fprintf(f, "%s = %s\n", fd->key, *(const int *)p ? "yes" : "no");
+        return;
+    case F_KIND:
+        fprintf(f, "%s = %s\n", fd->key, ch_job_kind_name(j->kind));
+        return;
+    case F_RESHARD:
+        fprintf(f, "%s = %s\n", fd->key, reshard_name(j->parallel.reshard));
+        return;
+    }
+}
+
+int ch_jobspec_format(const ch_jobspec_t *j, char **out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return -ENOMEM;
+    const char *section = NULL;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (section == NULL || strcmp(section, fields[i].section) != 0) {
+            section = fields[i].section;
+            fprintf(f, "%s[%s]\n", i == 0 ? "" : "\n", section);
+        }
+        format_field(f, &fields[i], j);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(buf);
+        return -ENOMEM;
+    }
+    *out = buf;
+    return 0;
+}

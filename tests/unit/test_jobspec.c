@@ -1,0 +1,360 @@
+/* Job files: parsing, --set overrides, every validation rule, and the canonical text. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/jobspec.h"
+
+static void expect_has(const char *err, const char *needle)
+{
+    cr_expect(strstr(err, needle) != NULL, "error '%s' lacks '%s'", err, needle);
+}
+
+Test(jobspec, defaults_are_valid)
+{
+    ch_jobspec_t j;
+    char err[256] = "";
+    ch_jobspec_defaults(&j);
+    cr_assert_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+    cr_expect_str_eq(j.name, "job");
+    cr_expect_eq(j.kind, CH_JOB_TRAIN);
+    cr_expect_eq(j.model.layers, 4);
+    cr_expect_eq(j.model.embd, 128);
+    cr_expect_eq(j.parallel.micro_batch_size, 8);
+    cr_expect_eq(j.parallel.reshard, CH_RESHARD_PER_USE);
+    cr_expect_eq(j.train.steps, 300);
+    cr_expect_eq(j.train.lr, 1e-3);
+    cr_expect_eq(j.train.lr_min, -1);
+    cr_expect_eq(j.train.seed, 1337);
+    cr_expect_str_eq(j.train.data, "builtin");
+    cr_expect_eq(j.checkpoint.keep, 3);
+    cr_expect_eq(j.fault.step_timeout_s, 300);
+    cr_expect_eq(j.diag.bytes, 1048576);
+    cr_expect_eq(ch_jobspec_lr_min(&j), 1e-4, "lr_min -1 means lr / 10");
+    j.train.lr_min = 0;
+    cr_expect_eq(ch_jobspec_lr_min(&j), 0);
+    cr_expect_str_eq(ch_job_kind_name(CH_JOB_DIAG), "diag");
+    cr_expect_str_eq(ch_job_kind_name(CH_JOB_TRAIN), "train");
+}
+
+Test(jobspec, parse_every_section)
+{
+    const char *text =
+        "# a full job\n"
+        "[job]\nname = gpt2-small.v1\nkind = diag\n"
+        "[model]\nlayers = 12\nheads = 12\nembd = 768\nvocab = 50257\nseq_len = 1024\n"
+        "[parallel]\ntp = 2\npp = 3\ndp = 4\nmicrobatches = 8\n"
+        "micro_batch_size = 2\nreshard = per-step\n"
+        "[train]\nsteps = 5000\nlr = 6e-4\nlr_min = 6e-5\nwarmup = 700\n"
+        "seed = 18446744073709551615\ndata = /data/fineweb train.bin\n"
+        "init_from =\n"
+        "[checkpoint]\ndir = /ckpt\nevery = 100\nkeep = 5\n"
+        "[fault]\nmax_restarts = 0\nstep_timeout = 60\n"
+        "[diag]\nrounds = 2\ngemm_size = 8192\ncollectives = on\nbytes = 0\n";
+    ch_jobspec_t j;
+    char err[256] = "";
+    cr_assert_eq(ch_jobspec_parse(text, &j, err, sizeof(err)), 0, "%s", err);
+    cr_expect_str_eq(j.name, "gpt2-small.v1");
+    cr_expect_eq(j.kind, CH_JOB_DIAG);
+    cr_expect(j.model.layers == 12 && j.model.heads == 12 && j.model.embd == 768);
+    cr_expect(j.model.vocab == 50257 && j.model.seq_len == 1024);
+    cr_expect(j.parallel.tp == 2 && j.parallel.pp == 3 && j.parallel.dp == 4);
+    cr_expect(j.parallel.microbatches == 8 && j.parallel.micro_batch_size == 2);
+    cr_expect_eq(j.parallel.reshard, CH_RESHARD_PER_STEP);
+    cr_expect_eq(j.train.steps, 5000);
+    cr_expect_eq(j.train.lr, 6e-4);
+    cr_expect_eq(j.train.lr_min, 6e-5);
+    cr_expect_eq(j.train.warmup, 700);
+    cr_expect_eq(j.train.seed, UINT64_MAX);
+    cr_expect_str_eq(j.train.data, "/data/fineweb train.bin");
+    cr_expect_str_eq(j.train.init_from, "");
+    cr_expect_str_eq(j.checkpoint.dir, "/ckpt");
+    cr_expect(j.checkpoint.every == 100 && j.checkpoint.keep == 5);
+    cr_expect(j.fault.max_restarts == 0 && j.fault.step_timeout_s == 60);
+    cr_expect(j.diag.rounds == 2 && j.diag.gemm_size == 8192 && j.diag.collectives == 1);
+    cr_expect_eq(j.diag.bytes, 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof(err)), 0, "%s", err);
+    ch_layout_t l = ch_jobspec_layout(&j);
+    cr_expect(l.tp == 2 && l.pp == 3 && l.dp == 4);
+}
+
+Test(jobspec, partial_file_keeps_defaults)
+{
+    ch_jobspec_t j, d;
+    char err[256] = "";
+    memset(&j, 0x77, sizeof(j)); /* parse starts from the defaults, whatever j held */
+    cr_assert_eq(ch_jobspec_parse("[model]\nlayers = 8\n", &j, err, sizeof(err)), 0, "%s", err);
+    ch_jobspec_defaults(&d);
+    d.model.layers = 8;
+    cr_expect_eq(memcmp(&j, &d, sizeof(j)), 0);
+}
+
+static void expect_parse_error(const char *text, const char *needle)
+{
+    ch_jobspec_t j;
+    char err[256] = "";
+    cr_expect_eq(ch_jobspec_parse(text, &j, err, sizeof(err)), CH_E_CONFIG, "parsed: %s", text);
+    expect_has(err, needle);
+}
+
+Test(jobspec, unknown_sections_and_keys)
+{
+    expect_parse_error("[model]\nlayers = 2\nlayer = 3\n", "line 3: unknown key [model] layer");
+    expect_parse_error("[job]\nname = x\n[modle]\nlayers = 2\n", "line 4: unknown section [modle]");
+    expect_parse_error("name = x\n", "line 1: key name is outside any section");
+    expect_parse_error("[train]\nsteps = 10\nsteps = 20\n", "line 3: [train] steps: already set");
+    expect_parse_error("[train]\nsteps 10\n", "line 2");
+}
+
+Test(jobspec, bad_values_name_the_field)
+{
+    expect_parse_error("[train]\nsteps = -5\n", "line 2: [train] steps: must be >= 1, got -5");
+    expect_parse_error("[model]\nlayers = 12x\n", "[model] layers: expected an integer");
+    expect_parse_error("[model]\nlayers = \n", "[model] layers: expected an integer");
+    expect_parse_error("[model]\nlayers = 4294967296\n", "[model] layers");
+    expect_parse_error("[model]\nheads = -1\n", "[model] heads: must be >= 1, got -1");
+    expect_parse_error("[train]\nsteps = 99999999999999999999\n", "[train] steps: integer out");
+    expect_parse_error("[train]\nlr = fast\n", "[train] lr: expected a number");
+    expect_parse_error("[train]\nlr = 1e999\n", "[train] lr: number out of range");
+    expect_parse_error("[train]\nlr = nan\n", "[train] lr");
+    expect_parse_error("[train]\nseed = -1\n", "[train] seed");
+    expect_parse_error("[train]\nseed = 18446744073709551616\n", "[train] seed");
+    expect_parse_error("[diag]\ncollectives = maybe\n", "[diag] collectives");
+    expect_parse_error("[diag]\ngemm_size = 9000\n",
+                       "[diag] gemm_size: must be between 1 and 8192, got 9000");
+    expect_parse_error("[job]\nkind = eval\n", "[job] kind: expected train or diag");
+    expect_parse_error("[parallel]\nreshard = sometimes\n", "[parallel] reshard");
+    char big[2200];
+    int n = snprintf(big, sizeof(big), "[train]\ndata = ");
+    memset(big + n, 'x', 2000);
+    big[n + 2000] = '\0';
+    expect_parse_error(big, "[train] data: too long");
+}
+
+Test(jobspec, set_overrides)
+{
+    ch_jobspec_t j;
+    char err[256] = "";
+    ch_jobspec_defaults(&j);
+    cr_assert_eq(ch_jobspec_set(&j, "train.steps=20", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, " parallel.tp = 2 ", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "train.lr=3e-4", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "checkpoint.dir=/a=b", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "train.init_from=", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "job.kind=diag", err, sizeof(err)), 0, "%s", err);
+    cr_expect_eq(j.train.steps, 20);
+    cr_expect_eq(j.parallel.tp, 2);
+    cr_expect_eq(j.train.lr, 3e-4);
+    cr_expect_str_eq(j.checkpoint.dir, "/a=b");
+    cr_expect_eq(j.kind, CH_JOB_DIAG);
+
+    /* a file then overrides, as chorusctl submit does */
+    cr_assert_eq(ch_jobspec_parse("[train]\nsteps = 50\n", &j, err, sizeof(err)), 0);
+    cr_assert_eq(ch_jobspec_set(&j, "train.steps=60", err, sizeof(err)), 0, "%s", err);
+    cr_expect_eq(j.train.steps, 60);
+
+    ch_jobspec_t before = j;
+    cr_expect_eq(ch_jobspec_set(&j, "train.steps=-5", err, sizeof(err)), CH_E_CONFIG);
+    cr_expect_str_eq(err, "train.steps: must be >= 1, got -5");
+    cr_expect_eq(ch_jobspec_set(&j, "model.layer=3", err, sizeof(err)), CH_E_CONFIG);
+    cr_expect_str_eq(err, "unknown key model.layer");
+    cr_expect_eq(ch_jobspec_set(&j, "nosuch.steps=3", err, sizeof(err)), CH_E_CONFIG);
+    cr_expect_str_eq(err, "unknown key nosuch.steps");
+    cr_expect_eq(ch_jobspec_set(&j, "steps=3", err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "section.key=value");
+    cr_expect_eq(ch_jobspec_set(&j, "train.steps", err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "section.key=value");
+    cr_expect_eq(ch_jobspec_set(&j, "train.lr=0.1x", err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.lr: expected a number");
+    cr_expect_eq(ch_jobspec_set(&j, "train.data=a\nb", err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.data: contains a control character");
+    cr_expect_eq(memcmp(&before, &j, sizeof(j)), 0, "failed overrides change nothing");
+}
+
+/* Validation: each rule, with the field it names. */
+static void expect_invalid(const ch_jobspec_t *j, const char *needle)
+{
+    char err[512] = "";
+    cr_expect_eq(ch_jobspec_validate(j, 0, err, sizeof(err)), CH_E_CONFIG, "valid, expected '%s'",
+                 needle);
+    expect_has(err, needle);
+}
+
+#define INVALID(stmt, needle)                                                                      \
+    do {                                                                                           \
+        ch_jobspec_t j;                                                                            \
+        ch_jobspec_defaults(&j);                                                                   \
+        stmt;                                                                                      \
+        expect_invalid(&j, needle);                                                                \
+    } while (0)
+
+#define VALID(stmt)                                                                                \
+    do {                                                                                           \
+        ch_jobspec_t j;                                                                            \
+        char err[512] = "";                                                                        \
+        ch_jobspec_defaults(&j);                                                                   \
+        stmt;                                                                                      \
+        cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof(err)), 0, "%s: %s", #stmt, err);       \
+    } while (0)
+
+Test(jobspec, validate_job_and_model)
+{
+    INVALID(j.name[0] = '\0', "job.name");
+    INVALID(strcpy(j.name, "my job"), "job.name");
+    INVALID(strcpy(j.name, "a/b"), "job.name");
+    INVALID(memset(j.name, 'a', sizeof(j.name)), "job.name");
+    VALID(memset(j.name, 'a', 63); j.name[63] = '\0');
+    VALID(strcpy(j.name, "A-z_0.9"));
+    INVALID(j.kind = (ch_job_kind_t)7, "job.kind");
+    INVALID(j.model.layers = 0, "model.layers: must be >= 1, got 0");
+    INVALID(j.model.heads = 0, "model.heads: must be >= 1, got 0");
+    INVALID(j.model.embd = 0, "model.embd");
+    INVALID((j.model.embd = 100, j.model.heads = 3),
+            "model.embd: 100 is not divisible by model.heads 3");
+    INVALID(j.model.vocab = 1, "model.vocab: must be >= 2, got 1");
+    VALID(j.model.vocab = 2);
+    INVALID(j.model.seq_len = 0, "model.seq_len");
+}
+
+Test(jobspec, validate_parallel)
+{
+    INVALID((j.model.heads = 12, j.model.embd = 768, j.parallel.tp = 5),
+            "parallel.tp: model.heads 12 is not divisible by tp 5");
+    VALID((j.model.heads = 12, j.model.embd = 768, j.parallel.tp = 4));
+    INVALID((j.model.layers = 2, j.parallel.pp = 4),
+            "parallel.pp: model.layers 2 is less than pp 4");
+    VALID((j.model.layers = 4, j.parallel.pp = 4));
+    INVALID(j.parallel.tp = 0, "parallel.tp: must be >= 1");
+    INVALID(j.parallel.pp = 0, "parallel.pp: must be >= 1");
+    INVALID(j.parallel.dp = 0, "parallel.dp: must be >= 1");
+    INVALID(j.parallel.microbatches = 0, "parallel.microbatches: must be >= 1");
+    INVALID(j.parallel.micro_batch_size = 0, "parallel.micro_batch_size: must be >= 1");
+    INVALID(j.parallel.reshard = (ch_reshard_t)9, "parallel.reshard");
+    INVALID((j.parallel.dp = 300000, j.parallel.tp = 4, j.model.heads = 4), "world size");
+}
+
+Test(jobspec, validate_train)
+{
+    INVALID(j.train.steps = 0, "train.steps: must be >= 1, got 0");
+    INVALID(j.train.steps = -5, "train.steps: must be >= 1, got -5");
+    INVALID(j.train.lr = 0, "train.lr: must be > 0");
+    INVALID(j.train.lr = -1e-3, "train.lr: must be > 0");
+    INVALID(j.train.lr = NAN, "train.lr");
+    INVALID(j.train.lr_min = -0.5, "train.lr_min");
+    INVALID(j.train.lr_min = 2e-3, "train.lr_min");
+    VALID(j.train.lr_min = 0);
+    VALID(j.train.lr_min = 1e-3);
+    VALID(j.train.lr_min = -1);
+    INVALID(j.train.warmup = -1, "train.warmup");
+    INVALID(j.train.warmup = 301, "train.warmup: must be between 0 and train.steps 300, got 301");
+    VALID(j.train.warmup = 300);
+    INVALID(j.train.data[0] = '\t', "train.data: contains a control character");
+}
+
+Test(jobspec, validate_checkpoint_fault_diag)
+{
+    INVALID(j.checkpoint.every = -1, "checkpoint.every");
+    INVALID(j.checkpoint.keep = 0, "checkpoint.keep: must be >= 1");
+    INVALID(j.checkpoint.every = 10, "checkpoint.dir: required when checkpoint.every is 10");
+    VALID((j.checkpoint.every = 10, strcpy(j.checkpoint.dir, "/tmp/ck")));
+    INVALID(j.fault.max_restarts = -1, "fault.max_restarts");
+    VALID(j.fault.max_restarts = 0);
+    INVALID(j.fault.step_timeout_s = -1, "fault.step_timeout");
+    INVALID(j.diag.rounds = 0, "diag.rounds");
+    INVALID(j.diag.gemm_size = 0, "diag.gemm_size: must be between 1 and 8192, got 0");
+    INVALID(j.diag.gemm_size = 8193, "diag.gemm_size");
+    VALID(j.diag.gemm_size = 8192);
+    INVALID(j.diag.bytes = -1, "diag.bytes");
+    INVALID(j.diag.bytes = (1ll << 30) + 1, "diag.bytes");
+    VALID(j.diag.bytes = 1ll << 30);
+}
+
+Test(jobspec, check_files)
+{
+    ch_jobspec_t j;
+    char err[512] = "";
+    ch_jobspec_defaults(&j);
+    strcpy(j.train.data, "/nonexistent/x/y");
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof(err)), 0, "files unchecked: %s", err);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    cr_expect_str_eq(err, "train.data: cannot read /nonexistent/x/y: No such file or directory");
+
+    strcpy(j.train.data, "/");
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.data: cannot read /: not a regular file");
+
+    char path[] = "/tmp/test_jobspec.XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    strcpy(j.train.data, path);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+    j.train.data[0] = '\0';
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+
+    strcpy(j.train.init_from, "/nonexistent/gpt2.safetensors");
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.init_from: cannot read /nonexistent/gpt2.safetensors");
+    strcpy(j.train.init_from, path);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+    unlink(path);
+}
+
+static void roundtrip(const ch_jobspec_t *j)
+{
+    char *text = NULL, *again = NULL, err[256] = "";
+    ch_jobspec_t back;
+    cr_assert_eq(ch_jobspec_format(j, &text), 0);
+    cr_assert_eq(ch_jobspec_parse(text, &back, err, sizeof(err)), 0, "%s\n%s", err, text);
+    cr_expect_eq(memcmp(j, &back, sizeof(back)), 0, "struct differs after:\n%s", text);
+    cr_expect_eq(back.train.lr, j->train.lr);
+    cr_expect_eq(back.train.lr_min, j->train.lr_min);
+    cr_assert_eq(ch_jobspec_format(&back, &again), 0);
+    cr_expect_str_eq(again, text, "the canonical text is stable");
+    free(text);
+    free(again);
+}
+
+Test(jobspec, format_roundtrip)
+{
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    roundtrip(&j);
+
+    char *text = NULL;
+    cr_assert_eq(ch_jobspec_format(&j, &text), 0);
+    expect_has(text, "[job]\nname = job\nkind = train\n");
+    expect_has(text, "\n[train]\nsteps = 300\nlr = 0.001\nlr_min = -1\n");
+    expect_has(text, "init_from =\n");
+    expect_has(text, "[diag]\nrounds = 5\ngemm_size = 256\ncollectives = no\nbytes = 1048576\n");
+    free(text);
+
+    strcpy(j.name, "x.y_z-9");
+    j.kind = CH_JOB_DIAG;
+    j.model.vocab = 50257;
+    j.parallel.tp = 4;
+    j.parallel.reshard = CH_RESHARD_PER_STEP;
+    j.train.steps = INT64_MAX;
+    j.train.lr = 0.1 + 0.2;
+    j.train.lr_min = 1.0 / 3.0 * 1e-5;
+    j.train.seed = UINT64_MAX;
+    strcpy(j.train.data, "/data/my tokens#1.bin");
+    strcpy(j.train.init_from, "/m/gpt2;ok.safetensors");
+    strcpy(j.checkpoint.dir, "/ck");
+    j.checkpoint.every = 7;
+    j.diag.collectives = 1;
+    j.diag.bytes = 0;
+    roundtrip(&j);
+
+    j.train.lr = 5e-324; /* smallest denormal */
+    j.train.lr_min = 0;
+    roundtrip(&j);
+    j.train.lr = 1.7976931348623157e308;
+    roundtrip(&j);
+}
