@@ -1,0 +1,200 @@
+/* The coordinator's state object: setup, timers, teardown; see coord.h.
+ *
+ * One periodic cron (period about heartbeat_ms/4, at least every 250 ms and at most
+ * every 10 ms) checks node liveness and re-adoption deadlines; a one-shot timer follows
+ * the earliest rendezvous deadline; a prepare hook runs the scheduler once per loop
+ * iteration after anything changed (Redis's beforeSleep), so a burst of events costs
+ * one scheduling pass. */
+#include "coord.h"
+
+#include <grp.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+#include "notify.h"
+#include "rpc.h"
+#include "scheduler.h"
+#include "util.h"
+
+void coord_event(coord_t *c, const char *job, uint64_t gen, int64_t rank, const char *node,
+                 const char *what)
+{
+    coord_store_event(c->store, job, gen, rank, node, what);
+}
+
+void coord_changed(coord_t *c)
+{
+    c->changed = 1;
+}
+
+static void update_status(coord_t *c)
+{
+    size_t nodes[COORD_NODE_NSTATES], jobs[COORD_JOB_NSTATES];
+    char status[sizeof(c->status)];
+    coord_nodes_count(c, nodes);
+    coord_jobs_count(c, jobs);
+    snprintf(status, sizeof(status), "STATUS=%zu nodes alive of %zu, %zu jobs running, %zu queued",
+             nodes[COORD_NODE_ALIVE], c->nodes.n,
+             jobs[COORD_JOB_RUNNING] + jobs[COORD_JOB_STARTING] + jobs[COORD_JOB_RECOVERING],
+             jobs[COORD_JOB_QUEUED]);
+    if (strcmp(status, c->status) != 0) {
+        snprintf(c->status, sizeof(c->status), "%s", status);
+        coord_notify(status);
+    }
+}
+
+static void on_before_sleep(uv_prepare_t *h)
+{
+    coord_t *c = h->data;
+    /* A scheduling pass may change things again (a start): loop until quiet. */
+    for (int i = 0; i < 8 && c->changed && !c->stopping; i++) {
+        c->changed = 0;
+        coord_sched_run(c);
+    }
+}
+
+static void on_cron(uv_timer_t *t)
+{
+    coord_t *c = t->data;
+    uint64_t now = ch_now_ms();
+    coord_node_check(c, now);
+    coord_job_check(c, now);
+    update_status(c);
+}
+
+static void on_kv_timer(uv_timer_t *t)
+{
+    coord_t *c = t->data;
+    coord_kv_expire(c->kv, ch_now_ms());
+    coord_kv_rearm(c);
+}
+
+void coord_kv_rearm(coord_t *c)
+{
+    uint64_t deadline, now = ch_now_ms();
+    if (c->stopping || !c->handles_open)
+        return;
+    if (!coord_kv_next_deadline(c->kv, &deadline)) {
+        uv_timer_stop(&c->kv_timer);
+        return;
+    }
+    uv_timer_start(&c->kv_timer, on_kv_timer, deadline > now ? deadline - now : 0, 0);
+}
+
+/* Pings only while the loop runs this timer: a stuck loop stops the pings and systemd
+ * restarts the daemon. */
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    coord_notify("WATCHDOG=1");
+}
+
+int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key_t *key)
+{
+    int rc;
+    memset(c, 0, sizeof(*c));
+    c->loop = loop;
+    c->cfg = *cfg;
+    if (key)
+        c->key = *key;
+    c->uid = getuid();
+    if (cfg->ctl_group[0]) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        if (getgrnam_r(cfg->ctl_group, &gr, buf, sizeof(buf), &res) != 0 || !res) {
+            CH_LOGE("main", "ctl-group: no group named \"%s\"", cfg->ctl_group);
+            return CH_E_CONFIG;
+        }
+        c->ctl_gid = res->gr_gid;
+        c->have_ctl_gid = 1;
+    }
+    CH_CHECK_GOTO(coord_kv_create(coord_rpc_kv_reply, c, &c->kv), rc, fail);
+    rc = coord_store_open(cfg->state_dir, &c->store);
+    if (rc < 0) {
+        CH_LOGE("main", "state store in %s: %s", cfg->state_dir, ch_strerror(rc));
+        goto fail;
+    }
+    CH_CHECK_GOTO(coord_nodes_load(c), rc, fail);
+    CH_CHECK_GOTO(coord_jobs_load(c), rc, fail);
+    return 0;
+fail:
+    coord_fini(c);
+    return rc;
+}
+
+static int write_addr(coord_t *c, const char *file, const char *addr)
+{
+    char path[PATH_MAX], text[128];
+    snprintf(path, sizeof(path), "%s/%s", c->cfg.state_dir, file);
+    int n = snprintf(text, sizeof(text), "%s\n", addr);
+    int rc = ch_file_write_atomic(path, text, (size_t)n, 0644);
+    if (rc < 0)
+        CH_LOGE("main", "write %s: %s", path, ch_strerror(rc));
+    return rc;
+}
+
+int coord_start(coord_t *c)
+{
+    int rc;
+    uv_timer_init(c->loop, &c->cron);
+    uv_timer_init(c->loop, &c->kv_timer);
+    uv_timer_init(c->loop, &c->watchdog);
+    uv_prepare_init(c->loop, &c->before_sleep);
+    c->cron.data = c->kv_timer.data = c->watchdog.data = c->before_sleep.data = c;
+    c->handles_open = 1;
+
+    CH_CHECK_GOTO(coord_server_start(c), rc, out);
+    CH_CHECK_GOTO(coord_metrics_start(c), rc, out);
+    CH_CHECK_GOTO(write_addr(c, "coordinatord.addr", c->srv.addr), rc, out);
+    if (c->metrics.open)
+        CH_CHECK_GOTO(write_addr(c, "coordinatord.metrics.addr", c->metrics.addr), rc, out);
+
+    long period = c->cfg.heartbeat_ms / 4;
+    period = period < 10 ? 10 : period > 250 ? 250 : period;
+    uv_timer_start(&c->cron, on_cron, (uint64_t)period, (uint64_t)period);
+    uv_prepare_start(&c->before_sleep, on_before_sleep);
+    uint64_t usec = 0;
+    if (coord_notify_watchdog_usec(&usec)) {
+        uint64_t ms = usec / 2000 ? usec / 2000 : 1;
+        uv_timer_start(&c->watchdog, on_watchdog, ms, ms);
+        CH_LOGI("main", "systemd watchdog: pinging every %llu ms", (unsigned long long)ms);
+    }
+    coord_changed(c);
+    CH_LOGI("main", "coordinator up: %s, state %s, heartbeat %ld ms, dead after %ld ms",
+            c->srv.addr, c->cfg.state_dir, c->cfg.heartbeat_ms, c->cfg.dead_after_ms);
+    coord_notify("READY=1");
+    update_status(c);
+out:
+    return rc;
+}
+
+void coord_stop(coord_t *c)
+{
+    if (c->stopping)
+        return;
+    c->stopping = 1;
+    coord_notify("STOPPING=1");
+    coord_server_stop(c);
+    coord_metrics_stop(c);
+    if (c->handles_open) {
+        uv_close((uv_handle_t *)&c->cron, NULL);
+        uv_close((uv_handle_t *)&c->kv_timer, NULL);
+        uv_close((uv_handle_t *)&c->watchdog, NULL);
+        uv_close((uv_handle_t *)&c->before_sleep, NULL);
+        c->handles_open = 0;
+    }
+}
+
+void coord_fini(coord_t *c)
+{
+    coord_jobs_fini(c);
+    coord_nodes_fini(c);
+    coord_kv_destroy(c->kv);
+    c->kv = NULL;
+    coord_store_close(c->store);
+    c->store = NULL;
+}

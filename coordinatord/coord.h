@@ -1,0 +1,76 @@
+/* The coordinator daemon's state: one struct made in main and passed down to every
+ * module. All fields are touched only from the loop thread.
+ *
+ * Lifecycle: coord_init (open and reload the store) -> coord_start (listen, timers)
+ * -> uv_run -> coord_stop (close handles; uv_run then returns) -> coord_fini. */
+#ifndef COORD_COORD_H
+#define COORD_COORD_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "config.h"
+#include "job.h"
+#include "kv.h"
+#include "metrics.h"
+#include "node.h"
+#include "server.h"
+#include "store.h"
+
+typedef struct coord_cfg {
+    char listen[CH_OPT_STRLEN];     /* "HOST:PORT"; port 0: ephemeral */
+    char ctl_socket[CH_OPT_STRLEN]; /* "" disables */
+    char state_dir[CH_OPT_STRLEN];
+    char key[CH_OPT_STRLEN];
+    char metrics[CH_OPT_STRLEN]; /* "" disables */
+    char ctl_group[CH_OPT_STRLEN];
+    char log_level[CH_OPT_STRLEN];
+    long heartbeat_ms, dead_after_ms, grace_ms;
+} coord_cfg_t;
+
+struct coord {
+    uv_loop_t *loop;
+    coord_cfg_t cfg;
+    ch_key_t key;
+    int have_ctl_gid;
+    gid_t ctl_gid;
+    uid_t uid; /* the daemon's own uid, allowed on the control socket */
+
+    coord_store_t *store;
+    coord_kv_t *kv;
+    coord_nodes_t nodes;
+    coord_jobs_t jobs;
+    coord_server_t srv;
+    coord_metrics_t metrics;
+
+    uv_timer_t cron, kv_timer, watchdog;
+    uv_prepare_t before_sleep;
+    int handles_open; /* timers and prepare initialised */
+    int changed;      /* run the scheduler before the next poll */
+    int stopping;
+    uint64_t stamp; /* increasing counter for de-duplicating walks */
+
+    uint64_t heartbeats_total, recoveries_total;
+    char status[128]; /* last STATUS= sent to systemd */
+};
+
+/* Open the store under cfg->state_dir and reload nodes and jobs. key is copied. */
+int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key_t *key);
+/* Listen (TCP, control socket, metrics), start timers, write <state-dir>/coordinatord.addr. */
+int coord_start(coord_t *c);
+/* Close every handle; the loop ends once their close callbacks ran. Idempotent. */
+void coord_stop(coord_t *c);
+/* Free everything (after the loop ended). */
+void coord_fini(coord_t *c);
+
+/* Something changed: run the scheduler before the loop sleeps again. */
+void coord_changed(coord_t *c);
+/* Re-arm the rendezvous timeout timer after a KvGet. */
+void coord_kv_rearm(coord_t *c);
+/* Log-and-store helper for events ("state alive->dead"); job/node may be NULL. */
+void coord_event(coord_t *c, const char *job, uint64_t gen, int64_t rank, const char *node,
+                 const char *what);
+
+#endif

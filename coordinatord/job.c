@@ -1,0 +1,877 @@
+/* Jobs: submission, start, rank events, failure, cancel, re-adoption; see job.h. */
+#include "job.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+#include "err.h"
+#include "log.h"
+#include "scheduler.h"
+#include "util.h"
+
+static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
+    "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};
+static const char *const RANK_STATES[] = {"pending", "unknown", "running", "done",
+                                          "exited",  "failed",  "lost"};
+
+/* Progress is stored at most this often (the step is informational; state changes are
+ * always stored at once). */
+#define PROGRESS_STORE_MS 1000
+
+const char *coord_job_state_name(coord_job_state_t s)
+{
+    return s < COORD_JOB_NSTATES ? JOB_STATES[s] : "?";
+}
+
+static int state_parse(const char *name, coord_job_state_t *out)
+{
+    for (int s = 0; s < COORD_JOB_NSTATES; s++) {
+        if (strcmp(name, JOB_STATES[s]) == 0) {
+            *out = (coord_job_state_t)s;
+            return 0;
+        }
+    }
+    return CH_E_FORMAT;
+}
+
+int coord_job_is_active(const coord_job_t *j)
+{
+    return j->state == COORD_JOB_STARTING || j->state == COORD_JOB_RUNNING ||
+           j->state == COORD_JOB_RECOVERING;
+}
+
+static coord_job_t *find_id(coord_t *c, const char *id)
+{
+    /* Ids are "j<seq>" and jobs are appended in seq order: binary search. */
+    char *end = NULL;
+    if (!id || id[0] != 'j' || id[1] == 0)
+        return NULL;
+    long long seq = strtoll(id + 1, &end, 10);
+    if (*end != 0)
+        return NULL;
+    size_t lo = 0, hi = c->jobs.n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->jobs.v[mid]->seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->jobs.n && c->jobs.v[lo]->seq == seq ? c->jobs.v[lo] : NULL;
+}
+
+coord_job_t *coord_job_find(coord_t *c, const char *id_or_name)
+{
+    coord_job_t *j = find_id(c, id_or_name);
+    if (j)
+        return j;
+    for (size_t i = c->jobs.n; i-- > 0;)
+        if (strcmp(c->jobs.v[i]->name, id_or_name) == 0)
+            return c->jobs.v[i];
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------
+// Storing and state changes
+
+static int store_job(coord_t *c, coord_job_t *j)
+{
+    coord_job_rec_t rec = {
+        .seq = j->seq,
+        .name = j->name,
+        .kind = ch_job_kind_name(j->spec.kind),
+        .ini = j->ini,
+        .state = coord_job_state_name(j->state),
+        .reason = j->reason,
+        .placement = j->placement ? j->placement : "",
+        .generation = j->generation,
+        .restarts = j->restarts,
+        .step = j->step,
+        .total_steps = j->total_steps,
+        .loss = j->loss,
+        .last_ckpt_step = j->last_ckpt_step,
+        .submitted_ms = j->submitted_ms,
+        .started_ms = j->started_ms,
+        .finished_ms = j->finished_ms,
+    };
+    return coord_store_job_update(c->store, &rec);
+}
+
+/* The one place a job changes state after submission: log, store, event. */
+static void set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const char *reason)
+{
+    char what[640];
+    coord_job_state_t from = j->state;
+    j->state = to;
+    if (reason)
+        snprintf(j->reason, sizeof(j->reason), "%s", reason);
+    if (to >= COORD_JOB_COMPLETED)
+        j->finished_ms = ch_wall_ms();
+    snprintf(what, sizeof(what), "state %s->%s%s%s", coord_job_state_name(from),
+             coord_job_state_name(to), reason ? ": " : "", reason ? reason : "");
+    ch_log(to == COORD_JOB_FAILED ? CH_LOG_WARN : CH_LOG_INFO, "job", "job=%s gen=%" PRIu64 " %s",
+           j->id, j->generation, what);
+    store_job(c, j); /* a failure is logged by the store; memory stays authoritative */
+    coord_event(c, j->id, j->generation, -1, NULL, what);
+    coord_changed(c);
+}
+
+static void release(coord_rank_t *r)
+{
+    if (r->holds) {
+        r->holds = 0;
+        if (r->node->used > 0)
+            r->node->used--;
+    }
+}
+
+/* KillRanks to every node where a rank of j still holds a slot. */
+static void kill_all(coord_t *c, coord_job_t *j, const char *reason)
+{
+    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint64_t stamp = ++c->stamp;
+
+    kr.job_id = j->id;
+    kr.generation = j->generation;
+    kr.reason = (char *)reason;
+    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
+    env.kill_ranks = &kr;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+        coord_node_t *n = j->ranks[r].node;
+        if (!j->ranks[r].holds || n->mark == stamp)
+            continue;
+        n->mark = stamp;
+        int rc = coord_node_send(n, &env);
+        CH_LOGD("job", "job=%s gen=%" PRIu64 " node=%s kill ranks: %s", j->id, j->generation,
+                n->name, rc < 0 ? ch_strerror(rc) : "sent");
+    }
+}
+
+/* The generation ended: its rendezvous keys go. */
+static void end_generation(coord_t *c, coord_job_t *j)
+{
+    if (j->generation > 0)
+        coord_kv_drop_gen(c->kv, j->id, j->generation);
+}
+
+void coord_job_fail(coord_t *c, coord_job_t *j, const char *reason)
+{
+    if (!coord_job_is_active(j))
+        return;
+    j->grace_deadline = 0;
+    kill_all(c, j, reason);
+    end_generation(c, j);
+    set_state(c, j, COORD_JOB_FAILED, reason);
+}
+
+int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen)
+{
+    if (j->state >= COORD_JOB_COMPLETED) {
+        snprintf(err, errlen, "job %s already %s", j->id, coord_job_state_name(j->state));
+        return CH_E_STATE;
+    }
+    if (coord_job_is_active(j)) {
+        kill_all(c, j, "cancelled");
+        end_generation(c, j);
+    }
+    j->grace_deadline = 0;
+    set_state(c, j, COORD_JOB_CANCELLED, "cancelled by user");
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Submission and start
+
+static int jobs_reserve(coord_t *c)
+{
+    if (c->jobs.n < c->jobs.cap)
+        return 0;
+    size_t cap = c->jobs.cap ? c->jobs.cap * 2 : 16;
+    coord_job_t **v = realloc(c->jobs.v, cap * sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    c->jobs.v = v;
+    c->jobs.cap = cap;
+    return 0;
+}
+
+static void job_free(coord_job_t *j)
+{
+    if (!j)
+        return;
+    free(j->ranks);
+    free(j->placement);
+    free(j->ini);
+    free(j);
+}
+
+int coord_job_submit(coord_t *c, const char *ini, char *id, size_t idlen, char *err, size_t errlen)
+{
+    coord_job_t *j = NULL;
+    int64_t seq = 0;
+    int rc;
+
+    j = calloc(1, sizeof(*j));
+    if (!j || jobs_reserve(c) < 0) {
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto fail;
+    }
+    ch_jobspec_defaults(&j->spec);
+    CH_CHECK_GOTO(ch_jobspec_parse(ini, &j->spec, err, errlen), rc, fail);
+    CH_CHECK_GOTO(ch_jobspec_validate(&j->spec, 0, err, errlen), rc, fail);
+    CH_CHECK_GOTO(coord_sched_admit(c, &j->spec, err, errlen), rc, fail);
+    rc = ch_jobspec_format(&j->spec, &j->ini);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot format the job file: %s", ch_strerror(rc));
+        goto fail;
+    }
+    j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
+    j->state = COORD_JOB_QUEUED;
+    j->last_ckpt_step = -1;
+    j->ckpt_pending = -1;
+    j->total_steps = j->spec.train.steps > 0 ? (uint64_t)j->spec.train.steps : 0;
+    j->submitted_ms = ch_wall_ms();
+    snprintf(j->name, sizeof(j->name), "%s", j->spec.name);
+
+    coord_job_rec_t rec = {
+        .name = j->name,
+        .kind = ch_job_kind_name(j->spec.kind),
+        .ini = j->ini,
+        .state = coord_job_state_name(j->state),
+        .reason = "",
+        .placement = "",
+        .total_steps = j->total_steps,
+        .last_ckpt_step = -1,
+        .submitted_ms = j->submitted_ms,
+    };
+    rc = coord_store_job_insert(c->store, &rec, &seq);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot store the job: %s", ch_strerror(rc));
+        goto fail;
+    }
+    j->seq = seq;
+    snprintf(j->id, sizeof(j->id), "j%" PRId64, seq);
+    if (j->name[0] == 0)
+        snprintf(j->name, sizeof(j->name), "%s", j->id);
+    c->jobs.v[c->jobs.n++] = j;
+    snprintf(id, idlen, "%s", j->id);
+    CH_LOGI("job", "job=%s name=%s submitted: %s, world %u (tp %u x pp %u x dp %u)", j->id, j->name,
+            ch_job_kind_name(j->spec.kind), j->world, j->spec.parallel.tp, j->spec.parallel.pp,
+            j->spec.parallel.dp);
+    coord_event(c, j->id, 0, -1, NULL, "submitted");
+    coord_changed(c);
+    return 0;
+fail:
+    job_free(j);
+    return rc;
+}
+
+/* "node:local_rank,..." for the store. */
+static char *placement_text(const coord_rank_t *ranks, uint32_t world)
+{
+    size_t cap = 1;
+    for (uint32_t r = 0; r < world; r++)
+        cap += strlen(ranks[r].node->name) + 12;
+    char *s = malloc(cap), *p = s;
+    if (!s)
+        return NULL;
+    *p = 0;
+    for (uint32_t r = 0; r < world; r++)
+        p += snprintf(p, cap - (size_t)(p - s), "%s%s:%u", r ? "," : "", ranks[r].node->name,
+                      ranks[r].local_rank);
+    return s;
+}
+
+/* StartRanks to every node of the placement (counting sort of ranks by node). */
+static void send_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
+                       coord_node_t *const *nodes, size_t n_nodes)
+{
+    uint32_t *start = calloc(n_nodes + 1, sizeof(*start));
+    uint32_t *order = malloc(j->world * sizeof(*order));
+    Chorus__RankAssign *ra = malloc(j->world * sizeof(*ra));
+    Chorus__RankAssign **rp = malloc(j->world * sizeof(*rp));
+    if (!start || !order || !ra || !rp) {
+        coord_job_fail(c, j, "out of memory sending StartRanks");
+        goto out;
+    }
+    for (uint32_t r = 0; r < j->world; r++)
+        start[pl[r].node + 1]++;
+    for (size_t i = 0; i < n_nodes; i++)
+        start[i + 1] += start[i];
+    for (uint32_t r = 0, *fill = start; r < j->world; r++)
+        order[fill[pl[r].node]++] = r; /* start[i] now ends node i's run */
+    for (size_t i = 0, begin = 0; i < n_nodes; begin = start[i++]) {
+        uint32_t count = start[i] - (uint32_t)begin;
+        if (count == 0)
+            continue;
+        for (uint32_t k = 0; k < count; k++) {
+            uint32_t r = order[begin + k];
+            chorus__rank_assign__init(&ra[begin + k]);
+            ra[begin + k].rank = r;
+            ra[begin + k].local_rank = pl[r].local_rank;
+            rp[begin + k] = &ra[begin + k];
+        }
+        Chorus__StartRanks sr = CHORUS__START_RANKS__INIT;
+        Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+        sr.job_id = j->id;
+        sr.generation = j->generation;
+        sr.job_ini = j->ini;
+        sr.world_size = j->world;
+        sr.n_ranks = count;
+        sr.ranks = &rp[begin];
+        sr.local_world_size = count;
+        sr.resume_step = j->last_ckpt_step > 0 ? (uint64_t)j->last_ckpt_step : 0;
+        env.body_case = CHORUS__ENVELOPE__BODY_START_RANKS;
+        env.start_ranks = &sr;
+        int rc = coord_node_send(nodes[i], &env);
+        CH_LOGI("job", "job=%s gen=%" PRIu64 " node=%s start %u ranks (first rank=%u)%s%s", j->id,
+                j->generation, nodes[i]->name, count, order[begin], rc < 0 ? ": " : "",
+                rc < 0 ? ch_strerror(rc) : "");
+    }
+out:
+    free(rp);
+    free(ra);
+    free(order);
+    free(start);
+}
+
+int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
+                    coord_node_t *const *nodes, size_t n_nodes)
+{
+    coord_rank_t *ranks = calloc(j->world, sizeof(*ranks));
+    char *text = NULL;
+    if (!ranks)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < j->world; r++) {
+        ranks[r].node = nodes[pl[r].node];
+        ranks[r].local_rank = pl[r].local_rank;
+        ranks[r].state = COORD_RANK_PENDING;
+        ranks[r].ckpt_step = -1;
+    }
+    text = placement_text(ranks, j->world);
+    if (!text) {
+        free(ranks);
+        return -ENOMEM;
+    }
+
+    /* Journal first: the new generation, its placement and "starting" reach the disk
+     * before any StartRanks leaves, so a restarted coordinator knows what may run. */
+    coord_job_t saved = *j;
+    j->generation++;
+    j->state = COORD_JOB_STARTING;
+    j->placement = text;
+    if (!j->started_ms)
+        j->started_ms = ch_wall_ms();
+    int rc = store_job(c, j);
+    if (rc < 0) {
+        *j = saved;
+        free(text);
+        free(ranks);
+        return rc;
+    }
+    free(saved.placement);
+    free(saved.ranks);
+    j->ranks = ranks;
+    j->n_started = j->n_finished = 0;
+    j->ckpt_pending = -1;
+    j->ckpt_count = 0;
+    for (uint32_t r = 0; r < j->world; r++) {
+        ranks[r].holds = 1;
+        ranks[r].node->used++;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "state %s->starting (world %u on %zu nodes)",
+             coord_job_state_name(saved.state), j->world, n_nodes);
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
+    coord_event(c, j->id, j->generation, -1, NULL, what);
+    send_start(c, j, pl, nodes, n_nodes);
+    coord_changed(c);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rank events
+
+static void mark_started(coord_t *c, coord_job_t *j, coord_rank_t *r)
+{
+    if (r->state == COORD_RANK_PENDING || r->state == COORD_RANK_UNKNOWN)
+        r->state = COORD_RANK_RUNNING;
+    if (r->started)
+        return;
+    r->started = 1;
+    j->n_started++;
+    if (j->n_started == j->world && j->grace_deadline) {
+        CH_LOGI("job", "job=%s gen=%" PRIu64 " re-adopted all %u ranks", j->id, j->generation,
+                j->world);
+        j->grace_deadline = 0;
+    }
+    if (j->n_started == j->world && j->state == COORD_JOB_STARTING)
+        set_state(c, j, COORD_JOB_RUNNING, NULL);
+}
+
+static void copy_metrics(coord_rank_t *r, const Chorus__RankEvent *ev)
+{
+    for (size_t i = 0; i < ev->n_metrics; i++) {
+        const Chorus__Metric *m = ev->metrics[i];
+        if (!m->name || !*m->name)
+            continue;
+        size_t k = 0;
+        while (k < r->n_metrics && strcmp(r->metrics[k].name, m->name) != 0)
+            k++;
+        if (k == r->n_metrics) {
+            if (k == COORD_RANK_METRICS)
+                continue;
+            snprintf(r->metrics[k].name, sizeof(r->metrics[k].name), "%s", m->name);
+            r->n_metrics++;
+        }
+        r->metrics[k].value = m->value;
+    }
+}
+
+static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
+{
+    coord_rank_t *r = &j->ranks[rank];
+    r->step = ev->step;
+    copy_metrics(r, ev);
+    if (ev->step > j->step)
+        j->step = ev->step;
+    if (ev->total_steps)
+        j->total_steps = ev->total_steps;
+    if (rank == 0) { /* rank 0 reports the job-level figures */
+        j->loss = ev->loss;
+        j->tokens_per_s = ev->tokens_per_s;
+        j->mfu = ev->mfu;
+        uint64_t now = ch_now_ms();
+        if (now - j->progress_stored_ms >= PROGRESS_STORE_MS) {
+            j->progress_stored_ms = now;
+            store_job(c, j);
+        }
+    }
+    CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " loss=%.4f", j->id,
+            j->generation, rank, ev->step, ev->loss);
+}
+
+/* A checkpoint step is committed once every rank of the generation reported it. */
+static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
+{
+    int64_t s = (int64_t)ev->step;
+    if (s <= r->ckpt_step)
+        return;
+    r->ckpt_step = s;
+    if (s > j->ckpt_pending) {
+        j->ckpt_pending = s;
+        j->ckpt_count = 0;
+        for (uint32_t k = 0; k < j->world; k++)
+            j->ckpt_count += j->ranks[k].ckpt_step >= s;
+    } else if (s == j->ckpt_pending) {
+        j->ckpt_count++;
+    }
+    if (j->ckpt_count == j->world && j->ckpt_pending > j->last_ckpt_step) {
+        char what[96];
+        j->last_ckpt_step = j->ckpt_pending;
+        snprintf(what, sizeof(what), "checkpoint step %" PRId64 " committed", j->last_ckpt_step);
+        CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
+        store_job(c, j);
+        coord_event(c, j->id, j->generation, -1, NULL, what);
+    }
+}
+
+static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
+{
+    coord_rank_t *r = &j->ranks[rank];
+    char reason[256];
+    if (r->exited)
+        return;
+    r->exited = 1;
+    r->exit_code = ev->exit_code;
+    r->signal = ev->signal;
+    release(r);
+    coord_changed(c);
+    int clean = ev->signal == 0 && ev->exit_code == 0;
+    if (r->state != COORD_RANK_FAILED)
+        r->state = clean && r->done ? COORD_RANK_EXITED : COORD_RANK_FAILED;
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s exited (code %d, signal %d)", j->id,
+            j->generation, rank, r->node->name, ev->exit_code, ev->signal);
+    if (!coord_job_is_active(j))
+        return;
+    if (clean && r->done) {
+        if (++j->n_finished == j->world)
+            set_state(c, j, COORD_JOB_COMPLETED, NULL);
+        return;
+    }
+    if (ev->signal)
+        snprintf(reason, sizeof(reason), "rank %u on node %s killed by signal %d", rank,
+                 r->node->name, ev->signal);
+    else if (ev->exit_code)
+        snprintf(reason, sizeof(reason), "rank %u on node %s exited with code %d", rank,
+                 r->node->name, ev->exit_code);
+    else
+        snprintf(reason, sizeof(reason), "rank %u on node %s exited before finishing its work",
+                 rank, r->node->name);
+    coord_job_fail(c, j, reason);
+}
+
+void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev)
+{
+    coord_job_t *j = find_id(c, ev->job_id);
+    if (!j || !j->ranks) {
+        CH_LOGD("job", "job=%s node=%s event for an unknown job dropped", ev->job_id, from->name);
+        return;
+    }
+    if (ev->generation != j->generation) { /* fencing */
+        CH_LOGD("job",
+                "job=%s gen=%" PRIu64 " rank=%u node=%s stale event dropped (current gen %" PRIu64
+                ")",
+                j->id, ev->generation, ev->rank, from->name, j->generation);
+        return;
+    }
+    if (ev->rank >= j->world || j->ranks[ev->rank].node != from) {
+        CH_LOGW("job",
+                "job=%s gen=%" PRIu64 " rank=%u node=%s event for a rank not placed there dropped",
+                j->id, ev->generation, ev->rank, from->name);
+        return;
+    }
+    coord_rank_t *r = &j->ranks[ev->rank];
+    if (r->state == COORD_RANK_LOST)
+        return;
+    switch (ev->kind) {
+    case CHORUS__RANK_EVENT_KIND__RANK_STARTED:
+        CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s started", j->id, j->generation,
+                ev->rank, from->name);
+        mark_started(c, j, r);
+        break;
+    case CHORUS__RANK_EVENT_KIND__RANK_PROGRESS:
+        mark_started(c, j, r);
+        on_progress(c, j, ev->rank, ev);
+        break;
+    case CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT:
+        on_checkpoint(c, j, r, ev);
+        break;
+    case CHORUS__RANK_EVENT_KIND__RANK_DONE:
+        mark_started(c, j, r);
+        r->done = 1;
+        r->state = COORD_RANK_DONE;
+        if (ev->step)
+            r->step = ev->step;
+        copy_metrics(r, ev);
+        CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s done", j->id, j->generation,
+                ev->rank, from->name);
+        break;
+    case CHORUS__RANK_EVENT_KIND__RANK_EXITED:
+        on_exited(c, j, ev->rank, ev);
+        break;
+    case CHORUS__RANK_EVENT_KIND__RANK_FAILED: {
+        char reason[400];
+        r->state = COORD_RANK_FAILED;
+        snprintf(reason, sizeof(reason), "rank %u on node %s failed: %s", ev->rank, from->name,
+                 ev->message && *ev->message ? ev->message : "no reason given");
+        CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u node=%s %s", j->id, j->generation, ev->rank,
+                from->name, reason);
+        coord_job_fail(c, j, reason);
+        break;
+    }
+    default:
+        CH_LOGD("job", "job=%s rank=%u unknown event kind %d dropped", j->id, ev->rank, ev->kind);
+        break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Node events: death, re-registration, re-adoption deadline
+
+void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
+{
+    char reason[256];
+    snprintf(reason, sizeof(reason), "node %s dead: %s", n->name, why);
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        coord_job_t *j = c->jobs.v[i];
+        int hit = 0;
+        for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+            coord_rank_t *rk = &j->ranks[r];
+            if (rk->node != n || !rk->holds)
+                continue;
+            release(rk);
+            rk->state = COORD_RANK_LOST;
+            hit = 1;
+        }
+        if (hit && coord_job_is_active(j))
+            coord_job_fail(c, j, reason);
+    }
+}
+
+static void kill_unknown(coord_node_t *n, const Chorus__RankRef *ref)
+{
+    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    kr.job_id = ref->job_id;
+    kr.generation = ref->generation;
+    kr.reason = "not a current rank of the coordinator";
+    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
+    env.kill_ranks = &kr;
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s not current: killing it", ref->job_id,
+            ref->generation, ref->rank, n->name);
+    coord_node_send(n, &env);
+}
+
+void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *const *running,
+                               size_t n_running)
+{
+    uint64_t stamp = ++c->stamp;
+
+    for (size_t i = 0; i < n_running; i++) {
+        const Chorus__RankRef *ref = running[i];
+        coord_job_t *j = find_id(c, ref->job_id);
+        if (j && j->ranks && ref->generation == j->generation && ref->rank < j->world &&
+            j->ranks[ref->rank].node == n && j->ranks[ref->rank].holds && coord_job_is_active(j)) {
+            coord_rank_t *r = &j->ranks[ref->rank];
+            r->seen = stamp;
+            if (r->state == COORD_RANK_UNKNOWN)
+                CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s re-adopted (pid %d)", j->id,
+                        j->generation, ref->rank, n->name, ref->pid);
+            mark_started(c, j, r);
+            continue;
+        }
+        if (i == 0 || strcmp(ref->job_id, running[i - 1]->job_id) != 0 ||
+            ref->generation != running[i - 1]->generation)
+            kill_unknown(n, ref);
+    }
+    /* Ranks placed on n that it did not report are gone. */
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        coord_job_t *j = c->jobs.v[i];
+        int64_t lost = -1;
+        for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+            coord_rank_t *rk = &j->ranks[r];
+            if (rk->node != n || !rk->holds || rk->seen == stamp)
+                continue;
+            release(rk);
+            rk->state = COORD_RANK_LOST;
+            if (lost < 0)
+                lost = r;
+        }
+        if (lost >= 0 && coord_job_is_active(j)) {
+            char reason[256];
+            if (j->grace_deadline)
+                snprintf(reason, sizeof(reason),
+                         "ranks lost while the coordinator was down (rank %" PRId64
+                         " not re-reported by node %s)",
+                         lost, n->name);
+            else
+                snprintf(reason, sizeof(reason),
+                         "rank %" PRId64 " lost: node %s re-registered without it", lost, n->name);
+            coord_job_fail(c, j, reason);
+        }
+    }
+}
+
+void coord_job_check(coord_t *c, uint64_t now_ms)
+{
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        coord_job_t *j = c->jobs.v[i];
+        if (!j->grace_deadline || now_ms < j->grace_deadline)
+            continue;
+        j->grace_deadline = 0;
+        if (coord_job_is_active(j) && j->n_started < j->world)
+            coord_job_fail(c, j, "ranks lost while the coordinator was down");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Replies
+
+int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
+{
+    chorus__job_info__init(ji);
+    ji->id = (char *)j->id;
+    ji->name = (char *)j->name;
+    ji->kind = (char *)ch_job_kind_name(j->spec.kind);
+    ji->state = (char *)coord_job_state_name(j->state);
+    ji->step = j->step;
+    ji->total_steps = j->total_steps;
+    ji->loss = j->loss;
+    ji->generation = j->generation;
+    ji->restarts = j->restarts;
+    ji->world_size = j->world;
+    ji->tp = j->spec.parallel.tp;
+    ji->pp = j->spec.parallel.pp;
+    ji->dp = j->spec.parallel.dp;
+    ji->last_checkpoint_step = j->last_ckpt_step;
+    ji->tokens_per_s = j->tokens_per_s;
+    ji->mfu = j->mfu;
+    ji->reason = (char *)j->reason;
+    ji->submitted_ms = j->submitted_ms;
+    ji->started_ms = j->started_ms;
+    ji->finished_ms = j->finished_ms;
+    if (!with_ranks)
+        return 0;
+    ji->job_ini = j->ini;
+    if (!j->ranks)
+        return 0;
+
+    /* One block: [RankInfo* x W][RankInfo x W][Metric* x M][Metric x M]. */
+    size_t w = j->world, m = 0;
+    for (size_t r = 0; r < w; r++)
+        m += j->ranks[r].n_metrics;
+    uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo)) +
+                            m * (sizeof(void *) + sizeof(Chorus__Metric)));
+    if (!block)
+        return -ENOMEM;
+    Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
+    Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
+    Chorus__Metric **mp = (Chorus__Metric **)(ri + w);
+    Chorus__Metric *mi = (Chorus__Metric *)(mp + m);
+    for (size_t r = 0; r < w; r++) {
+        const coord_rank_t *rk = &j->ranks[r];
+        chorus__rank_info__init(&ri[r]);
+        ri[r].rank = (uint32_t)r;
+        ri[r].node = (char *)rk->node->name;
+        ri[r].state = (char *)RANK_STATES[rk->state];
+        ri[r].step = rk->step;
+        ri[r].exit_code = rk->exit_code;
+        ri[r].signal = rk->signal;
+        ri[r].n_metrics = rk->n_metrics;
+        ri[r].metrics = mp;
+        for (size_t k = 0; k < rk->n_metrics; k++) {
+            chorus__metric__init(mi);
+            mi->name = (char *)rk->metrics[k].name;
+            mi->value = rk->metrics[k].value;
+            *mp++ = mi++;
+        }
+        rp[r] = &ri[r];
+    }
+    ji->n_ranks = w;
+    ji->ranks = rp;
+    return 0;
+}
+
+void coord_job_info_clear(Chorus__JobInfo *ji)
+{
+    free(ji->ranks); /* the whole block */
+    ji->ranks = NULL;
+    ji->n_ranks = 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Reload
+
+/* Rebuild ranks from "node:local,..."; active jobs hold their slots again. */
+static int load_placement(coord_t *c, coord_job_t *j, const char *text)
+{
+    uint32_t world = 1;
+    for (const char *p = text; *p; p++)
+        world += *p == ',';
+    j->ranks = calloc(world, sizeof(*j->ranks));
+    j->placement = strdup(text);
+    if (!j->ranks || !j->placement)
+        return -ENOMEM;
+    j->world = world;
+    const char *p = text;
+    for (uint32_t r = 0; r < world; r++) {
+        char name[64];
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : 0;
+        if (!colon || len == 0 || len >= sizeof(name))
+            return CH_E_FORMAT;
+        memcpy(name, p, len);
+        name[len] = 0;
+        coord_rank_t *rk = &j->ranks[r];
+        rk->node = coord_node_get(c, name);
+        if (!rk->node)
+            return -ENOMEM;
+        rk->local_rank = (uint32_t)strtoul(colon + 1, (char **)&p, 10);
+        if (*p == ',')
+            p++;
+        rk->ckpt_step = -1;
+        if (coord_job_is_active(j)) {
+            rk->state = COORD_RANK_UNKNOWN;
+            rk->holds = 1;
+            rk->node->used++;
+        } else {
+            rk->state = COORD_RANK_EXITED;
+            rk->exited = 1;
+        }
+    }
+    return 0;
+}
+
+static int load_one(void *ud, const coord_job_rec_t *rec)
+{
+    coord_t *c = ud;
+    char err[256];
+    coord_job_t *j = calloc(1, sizeof(*j));
+    int rc;
+
+    if (!j || jobs_reserve(c) < 0) {
+        free(j);
+        return -ENOMEM;
+    }
+    j->seq = rec->seq;
+    snprintf(j->id, sizeof(j->id), "j%" PRId64, rec->seq);
+    snprintf(j->name, sizeof(j->name), "%s", rec->name);
+    snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
+    j->ini = strdup(rec->ini);
+    if (!j->ini) {
+        job_free(j);
+        return -ENOMEM;
+    }
+    if (state_parse(rec->state, &j->state) < 0) {
+        CH_LOGE("job", "job=%s stored with unknown state \"%s\": marking it failed", j->id,
+                rec->state);
+        j->state = COORD_JOB_FAILED;
+    }
+    ch_jobspec_defaults(&j->spec);
+    if (ch_jobspec_parse(j->ini, &j->spec, err, sizeof(err)) < 0)
+        CH_LOGE("job", "job=%s stored job file no longer parses: %s", j->id, err);
+    j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
+    j->generation = rec->generation;
+    j->restarts = rec->restarts;
+    j->step = rec->step;
+    j->total_steps = rec->total_steps;
+    j->loss = rec->loss;
+    j->last_ckpt_step = rec->last_ckpt_step;
+    j->ckpt_pending = -1;
+    j->submitted_ms = rec->submitted_ms;
+    j->started_ms = rec->started_ms;
+    j->finished_ms = rec->finished_ms;
+    if (rec->placement[0] && (rc = load_placement(c, j, rec->placement)) < 0) {
+        CH_LOGE("job", "job=%s bad stored placement: %s", j->id, ch_strerror(rc));
+        job_free(j);
+        return rc;
+    }
+    if (coord_job_is_active(j))
+        j->grace_deadline = ch_now_ms() + (uint64_t)c->cfg.grace_ms;
+    c->jobs.v[c->jobs.n++] = j;
+    return 0;
+}
+
+int coord_jobs_load(coord_t *c)
+{
+    int rc = coord_store_load_jobs(c->store, load_one, c);
+    size_t waiting = 0;
+    for (size_t i = 0; i < c->jobs.n; i++)
+        waiting += c->jobs.v[i]->grace_deadline != 0;
+    if (rc == 0 && c->jobs.n)
+        CH_LOGI("job", "reloaded %zu jobs; %zu to re-adopt within %ld ms", c->jobs.n, waiting,
+                c->cfg.grace_ms);
+    return rc;
+}
+
+void coord_jobs_fini(coord_t *c)
+{
+    for (size_t i = 0; i < c->jobs.n; i++)
+        job_free(c->jobs.v[i]);
+    free(c->jobs.v);
+    memset(&c->jobs, 0, sizeof(c->jobs));
+}
+
+void coord_jobs_count(const coord_t *c, size_t *counts)
+{
+    for (int s = 0; s < COORD_JOB_NSTATES; s++)
+        counts[s] = 0;
+    for (size_t i = 0; i < c->jobs.n; i++)
+        counts[c->jobs.v[i]->state]++;
+}

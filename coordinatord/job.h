@@ -1,0 +1,128 @@
+/* Jobs (DESIGN §4): the job table and its state machine.
+ *
+ *   queued -> starting -> running -> completed | failed | cancelled
+ *   (running -> recovering -> starting is the recovery path of a later issue: every
+ *    failure goes through coord_job_fail, the one function a recovery step replaces.)
+ *
+ * A rank holds a slot on its node from placement until it is reported exited, its node
+ * is declared dead, or its node re-registers without it; so slots are reused only once
+ * the processes are really gone. Rank events carry (job, generation): events of another
+ * generation are dropped (fencing). Every state change is stored before it is acted on
+ * and logged as "job=j1 gen=1 state running->failed: reason". */
+#ifndef COORD_JOB_H
+#define COORD_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.pb-c.h"
+#include "jobspec.h"
+#include "placement.h"
+
+typedef struct coord coord_t;
+typedef struct coord_node coord_node_t;
+
+typedef enum {
+    COORD_JOB_QUEUED = 0,
+    COORD_JOB_STARTING,
+    COORD_JOB_RUNNING,
+    COORD_JOB_RECOVERING,
+    COORD_JOB_COMPLETED,
+    COORD_JOB_FAILED,
+    COORD_JOB_CANCELLED,
+    COORD_JOB_NSTATES,
+} coord_job_state_t;
+
+typedef enum {
+    COORD_RANK_PENDING = 0, /* StartRanks sent */
+    COORD_RANK_UNKNOWN,     /* reloaded after a restart, not yet re-reported */
+    COORD_RANK_RUNNING,
+    COORD_RANK_DONE,
+    COORD_RANK_EXITED,
+    COORD_RANK_FAILED,
+    COORD_RANK_LOST,
+} coord_rank_state_t;
+
+#define COORD_RANK_METRICS 16
+
+typedef struct coord_metric {
+    char name[48];
+    double value;
+} coord_metric_t;
+
+typedef struct coord_rank {
+    coord_node_t *node;
+    uint32_t local_rank;
+    coord_rank_state_t state;
+    int started, done, exited, holds; /* holds: a slot on node is counted as used */
+    uint64_t step;
+    int32_t exit_code, signal;
+    int64_t ckpt_step;
+    uint64_t seen; /* stamp of the last Register that reported it */
+    coord_metric_t metrics[COORD_RANK_METRICS];
+    size_t n_metrics;
+} coord_rank_t;
+
+typedef struct coord_job {
+    int64_t seq;
+    char id[24]; /* "j<seq>" */
+    char name[64];
+    char *ini; /* canonical job file */
+    ch_jobspec_t spec;
+    coord_job_state_t state;
+    uint64_t generation;
+    uint32_t restarts;
+    uint64_t step, total_steps;
+    double loss, tokens_per_s, mfu;
+    int64_t last_ckpt_step, ckpt_pending;
+    uint32_t ckpt_count;
+    char reason[512];
+    uint64_t submitted_ms, started_ms, finished_ms; /* wall clock */
+    uint32_t world;
+    coord_rank_t *ranks; /* world entries once placed, else NULL */
+    char *placement;     /* stored form of ranks' nodes: "node:local_rank,..." */
+    uint64_t progress_stored_ms;
+    uint32_t n_started, n_finished;
+    uint64_t grace_deadline; /* monotonic; 0: not waiting for re-adoption */
+} coord_job_t;
+
+typedef struct coord_jobs {
+    coord_job_t **v; /* in submission order: the FIFO queue is its queued subset */
+    size_t n, cap;
+} coord_jobs_t;
+
+const char *coord_job_state_name(coord_job_state_t s);
+int coord_job_is_active(const coord_job_t *j); /* starting, running or recovering */
+/* By id ("j3"), else the most recent job with that name. */
+coord_job_t *coord_job_find(coord_t *c, const char *id_or_name);
+
+/* Parse, validate, admit and store a job file; fills id. CH_E_CONFIG or CH_E_CAPACITY
+ * with a message in err naming the field or the shortfall. */
+int coord_job_submit(coord_t *c, const char *ini, char *id, size_t idlen, char *err, size_t errlen);
+/* Start job with a placement over nodes (journals before sending StartRanks). */
+int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
+                    coord_node_t *const *nodes, size_t n_nodes);
+/* CH_E_STATE (with err) when the job already ended. */
+int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen);
+/* The failure path: job failed with reason, its ranks killed everywhere. */
+void coord_job_fail(coord_t *c, coord_job_t *j, const char *reason);
+
+void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev);
+/* Node declared dead: free its slots, fail the jobs that had ranks on it. */
+void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why);
+/* Node (re-)registered reporting the ranks it still runs: re-adopt known ones, kill
+ * unknown ones, count the missing ones as lost. */
+void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *const *running,
+                               size_t n_running);
+/* Periodic: re-adoption deadlines after a restart. */
+void coord_job_check(coord_t *c, uint64_t now_ms);
+
+/* JobInfo for a reply; strings are borrowed from j. Free with coord_job_info_clear. */
+int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *out);
+void coord_job_info_clear(Chorus__JobInfo *ji);
+
+int coord_jobs_load(coord_t *c);
+void coord_jobs_fini(coord_t *c);
+void coord_jobs_count(const coord_t *c, size_t *counts); /* COORD_JOB_NSTATES entries */
+
+#endif

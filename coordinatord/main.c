@@ -1,0 +1,159 @@
+/* coordinatord: the Chorus cluster coordinator (DESIGN §1, §4).
+ *
+ *   coordinatord [--config FILE] [--listen HOST:PORT] [--ctl-socket PATH] [--state-dir DIR]
+ *                [--key FILE] [--metrics HOST:PORT] [--heartbeat-ms N] [--dead-after-ms N]
+ *                [--ctl-group GROUP] [--grace-ms N] [--log-level LEVEL]
+ *
+ * Exit codes: 0 after SIGTERM/SIGINT, 78 for a configuration problem (bad option, key
+ * file missing or readable by others), 1 when the daemon cannot start (port in use...). */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coord.h"
+#include "err.h"
+#include "log.h"
+
+#define EXIT_CONFIG 78
+
+#define OPT(name, type, field, def, help)                                                          \
+    {                                                                                              \
+        name, type, offsetof(coord_cfg_t, field), def, help                                        \
+    }
+
+static const ch_opt_t OPTIONS[] = {
+    OPT("listen", CH_OPT_STR, listen, "0.0.0.0:7070",
+        "TCP address for workers and remote chorusctl (port 0: ephemeral)"),
+    OPT("ctl-socket", CH_OPT_STR, ctl_socket, "/run/chorus/ctl.sock",
+        "Unix control socket for chorusctl (\"\" disables)"),
+    OPT("state-dir", CH_OPT_STR, state_dir, "/var/lib/chorus",
+        "state directory: state.db, coordinatord.addr"),
+    OPT("key", CH_OPT_STR, key, "/etc/chorus/cluster.key",
+        "cluster key file (mode 0600 or 0400; chorusctl keygen)"),
+    OPT("metrics", CH_OPT_STR, metrics, NULL,
+        "HOST:PORT serving Prometheus text on GET /metrics (\"\" disables)"),
+    OPT("heartbeat-ms", CH_OPT_INT, heartbeat_ms, "1000", "heartbeat interval asked of workers"),
+    OPT("dead-after-ms", CH_OPT_INT, dead_after_ms, "5000",
+        "a node without heartbeat for this long is dead"),
+    OPT("ctl-group", CH_OPT_STR, ctl_group, NULL,
+        "group whose members may use the control socket (besides root and the daemon's user)"),
+    OPT("grace-ms", CH_OPT_INT, grace_ms, "3000",
+        "after a restart, how long running jobs wait for their ranks to be re-reported"),
+    OPT("log-level", CH_OPT_STR, log_level, "info", "error, warn, info or debug"),
+    {0},
+};
+
+typedef struct daemon {
+    coord_t c;
+    uv_signal_t sig[2]; /* SIGTERM, SIGINT */
+    int sig_open;
+} daemon_t;
+
+static void close_signals(daemon_t *d)
+{
+    if (!d->sig_open)
+        return;
+    d->sig_open = 0;
+    uv_close((uv_handle_t *)&d->sig[0], NULL);
+    uv_close((uv_handle_t *)&d->sig[1], NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    daemon_t *d = h->data;
+    CH_LOGI("main", "%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    close_signals(d);
+    coord_stop(&d->c);
+}
+
+static int check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->heartbeat_ms < 10 || cfg->heartbeat_ms > 600000) {
+        snprintf(err, errlen, "heartbeat-ms: %ld out of range 10..600000", cfg->heartbeat_ms);
+        return CH_E_CONFIG;
+    }
+    if (cfg->dead_after_ms <= cfg->heartbeat_ms) {
+        snprintf(err, errlen, "dead-after-ms: %ld must exceed heartbeat-ms %ld", cfg->dead_after_ms,
+                 cfg->heartbeat_ms);
+        return CH_E_CONFIG;
+    }
+    if (cfg->grace_ms < 0) {
+        snprintf(err, errlen, "grace-ms: %ld must not be negative", cfg->grace_ms);
+        return CH_E_CONFIG;
+    }
+    if (!cfg->state_dir[0]) {
+        snprintf(err, errlen, "state-dir: must not be empty");
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static coord_cfg_t cfg; /* large: keep it off the stack */
+    static daemon_t d;
+    char err[512] = "";
+    ch_key_t key;
+    ch_log_level_t level = CH_LOG_INFO;
+    uv_loop_t loop;
+
+    ch_log_init("coordinatord");
+    int rc = ch_config_load(OPTIONS, "coordinatord", &cfg, argc, argv, err, sizeof(err));
+    if (rc == 1) {
+        ch_config_usage(stdout, "coordinatord", OPTIONS);
+        return 0;
+    }
+    if (rc == 0)
+        rc = check_cfg(&cfg, err, sizeof(err));
+    if (rc == 0 && ch_log_level_parse(cfg.log_level, &level) < 0) {
+        snprintf(err, sizeof(err), "log-level: unknown level \"%s\"", cfg.log_level);
+        rc = CH_E_CONFIG;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "coordinatord: %s\n", err);
+        return EXIT_CONFIG;
+    }
+    ch_log_set_level(level);
+    if (ch_auth_global_init() < 0) {
+        CH_LOGE("main", "libsodium initialisation failed");
+        return 1;
+    }
+    rc = ch_key_load(cfg.key, &key);
+    if (rc < 0) {
+        CH_LOGE("main", "key file %s: %s%s", cfg.key, ch_strerror(rc),
+                rc == CH_E_KEYPERM ? " (chmod 600 it)"
+                : rc == -ENOENT    ? " (create one with: chorusctl keygen FILE)"
+                                   : "");
+        return EXIT_CONFIG;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(&loop);
+    rc = coord_init(&d.c, &loop, &cfg, &key);
+    explicit_bzero(&key, sizeof(key));
+    if (rc < 0) {
+        uv_loop_close(&loop);
+        return rc == CH_E_CONFIG ? EXIT_CONFIG : 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        uv_signal_init(&loop, &d.sig[i]);
+        d.sig[i].data = &d;
+        uv_signal_start(&d.sig[i], on_signal, i == 0 ? SIGTERM : SIGINT);
+    }
+    d.sig_open = 1;
+    rc = coord_start(&d.c);
+    if (rc < 0) {
+        close_signals(&d);
+        coord_stop(&d.c);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT); /* until coord_stop closed every handle */
+    coord_fini(&d.c);
+    if (uv_loop_close(&loop) != 0)
+        CH_LOGW("main", "event loop closed with handles still open");
+    if (rc < 0) {
+        CH_LOGE("main", "cannot start: %s", ch_strerror(rc));
+        return rc == CH_E_CONFIG ? EXIT_CONFIG : 1;
+    }
+    CH_LOGI("main", "stopped");
+    return 0;
+}

@@ -1,0 +1,227 @@
+/* Node registry; see node.h. */
+#include "node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+#include "err.h"
+#include "log.h"
+#include "util.h"
+
+static const char *const STATE_NAMES[COORD_NODE_NSTATES] = {"alive", "suspect", "dead", "draining"};
+
+const char *coord_node_state_name(coord_node_state_t s)
+{
+    return s < COORD_NODE_NSTATES ? STATE_NAMES[s] : "?";
+}
+
+coord_node_t *coord_node_find(coord_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->nodes.n; i++)
+        if (strcmp(c->nodes.v[i]->name, name) == 0)
+            return c->nodes.v[i];
+    return NULL;
+}
+
+static coord_node_t *add(coord_t *c, const char *name)
+{
+    if (c->nodes.n == c->nodes.cap) {
+        size_t cap = c->nodes.cap ? c->nodes.cap * 2 : 16;
+        coord_node_t **v = realloc(c->nodes.v, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        c->nodes.v = v;
+        c->nodes.cap = cap;
+    }
+    coord_node_t *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    snprintf(n->name, sizeof(n->name), "%s", name);
+    n->state = COORD_NODE_DEAD;
+    c->nodes.v[c->nodes.n++] = n;
+    return n;
+}
+
+coord_node_t *coord_node_get(coord_t *c, const char *name)
+{
+    coord_node_t *n = coord_node_find(c, name);
+    return n ? n : add(c, name);
+}
+
+uint32_t coord_node_free(const coord_node_t *n)
+{
+    if (n->state != COORD_NODE_ALIVE || n->used >= n->slots)
+        return 0;
+    return n->slots - n->used;
+}
+
+static void store_node(coord_t *c, const coord_node_t *n)
+{
+    coord_node_rec_t rec = {
+        .name = n->name,
+        .state = coord_node_state_name(n->state),
+        .rack = n->rack,
+        .device = n->device,
+        .slots = n->slots,
+        .updated_ms = ch_wall_ms(),
+    };
+    coord_store_node_put(c->store, &rec); /* failure already logged by the store */
+}
+
+/* The one place a node changes state: log, store, tell the jobs and the scheduler. */
+static void set_state(coord_t *c, coord_node_t *n, coord_node_state_t to, const char *why)
+{
+    char what[192];
+    if (n->state == to)
+        return;
+    coord_node_state_t from = n->state;
+    n->state = to;
+    snprintf(what, sizeof(what), "state %s->%s (%s)", coord_node_state_name(from),
+             coord_node_state_name(to), why);
+    if (to == COORD_NODE_DEAD)
+        CH_LOGW("node", "node=%s %s", n->name, what);
+    else
+        CH_LOGI("node", "node=%s %s", n->name, what);
+    store_node(c, n);
+    coord_event(c, NULL, 0, -1, n->name, what);
+    if (to == COORD_NODE_DEAD)
+        coord_job_node_dead(c, n, why);
+    coord_changed(c);
+}
+
+int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *reg,
+                        coord_node_t **out, char *err, size_t errlen)
+{
+    const char *name = reg->name ? reg->name : "";
+    size_t len = strlen(name);
+
+    *out = NULL;
+    if (len == 0 || len >= sizeof(((coord_node_t *)0)->name) || strchr(name, ':') ||
+        strchr(name, ',')) {
+        snprintf(err, errlen, "register: bad node name \"%.64s\" (1..63 characters, no ':' or ',')",
+                 name);
+        return CH_E_CONFIG;
+    }
+    if (reg->slots == 0 || reg->slots > 65536) {
+        snprintf(err, errlen, "register: node %s: slots %u out of range 1..65536", name,
+                 reg->slots);
+        return CH_E_CONFIG;
+    }
+    coord_node_t *n = coord_node_get(c, name);
+    if (!n) {
+        snprintf(err, errlen, "register: out of memory");
+        return -ENOMEM;
+    }
+    if (n->link && n->link != link) {
+        /* Same name from a new connection: the old link is stale (workerd restarted or
+         * the network flapped). Detach it first so its close does not mark us suspect. */
+        coord_link_t *old = n->link;
+        CH_LOGI("node", "node=%s re-registered from %s, closing its old link %s", name,
+                coord_link_peer(link), coord_link_peer(old));
+        old->node = NULL;
+        coord_link_close(old);
+    }
+    n->link = link;
+    link->node = n;
+    snprintf(n->rack, sizeof(n->rack), "%s", reg->rack ? reg->rack : "");
+    snprintf(n->device, sizeof(n->device), "%s", reg->device && *reg->device ? reg->device : "cpu");
+    n->slots = reg->slots;
+    n->last_hb_ms = ch_now_ms();
+    n->last_hb_wall = ch_wall_ms();
+    if (n->state == COORD_NODE_ALIVE) {
+        store_node(c, n); /* slots or rack may have changed */
+        coord_changed(c);
+    } else {
+        char why[96];
+        snprintf(why, sizeof(why), "registered, %u slots, rack \"%s\"", n->slots, n->rack);
+        set_state(c, n, COORD_NODE_ALIVE, why);
+    }
+    *out = n;
+    return 0;
+}
+
+void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb)
+{
+    (void)hb;
+    n->last_hb_ms = ch_now_ms();
+    n->last_hb_wall = ch_wall_ms();
+    c->heartbeats_total++;
+    if (n->state == COORD_NODE_SUSPECT && n->link)
+        set_state(c, n, COORD_NODE_ALIVE, "heartbeat");
+}
+
+void coord_node_link_closed(coord_t *c, coord_node_t *n)
+{
+    n->link = NULL;
+    if (n->state == COORD_NODE_ALIVE || n->state == COORD_NODE_DRAINING)
+        set_state(c, n, COORD_NODE_SUSPECT, "connection closed");
+}
+
+void coord_node_check(coord_t *c, uint64_t now_ms)
+{
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_DEAD)
+            continue;
+        uint64_t quiet = now_ms > n->last_hb_ms ? now_ms - n->last_hb_ms : 0;
+        if (quiet > (uint64_t)c->cfg.dead_after_ms) {
+            char why[64];
+            snprintf(why, sizeof(why), "no heartbeat for %llu ms", (unsigned long long)quiet);
+            set_state(c, n, COORD_NODE_DEAD, why);
+            if (n->link) {
+                /* A link that stays open without heartbeats is a hung workerd: cut it so
+                 * the worker reconnects and re-registers. */
+                coord_link_t *l = n->link;
+                l->node = NULL;
+                n->link = NULL;
+                coord_link_close(l);
+            }
+        }
+    }
+}
+
+int coord_node_send(coord_node_t *n, Chorus__Envelope *env)
+{
+    if (!n->link)
+        return -EPIPE;
+    return coord_link_send(n->link, env);
+}
+
+static int load_one(void *ud, const coord_node_rec_t *rec)
+{
+    coord_t *c = ud;
+    coord_node_t *n = coord_node_get(c, rec->name);
+    if (!n)
+        return -ENOMEM;
+    snprintf(n->rack, sizeof(n->rack), "%s", rec->rack);
+    snprintf(n->device, sizeof(n->device), "%s", rec->device);
+    n->slots = rec->slots;
+    n->state = COORD_NODE_DEAD; /* unknown until it registers again */
+    return 0;
+}
+
+int coord_nodes_load(coord_t *c)
+{
+    int rc = coord_store_load_nodes(c->store, load_one, c);
+    if (rc == 0 && c->nodes.n)
+        CH_LOGI("node", "reloaded %zu nodes (dead until they register again)", c->nodes.n);
+    return rc;
+}
+
+void coord_nodes_fini(coord_t *c)
+{
+    for (size_t i = 0; i < c->nodes.n; i++)
+        free(c->nodes.v[i]);
+    free(c->nodes.v);
+    memset(&c->nodes, 0, sizeof(c->nodes));
+}
+
+void coord_nodes_count(const coord_t *c, size_t *counts)
+{
+    for (int s = 0; s < COORD_NODE_NSTATES; s++)
+        counts[s] = 0;
+    for (size_t i = 0; i < c->nodes.n; i++)
+        counts[c->nodes.v[i]->state]++;
+}

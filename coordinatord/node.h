@@ -1,0 +1,69 @@
+/* Node registry (DESIGN §4): one entry per workerd, by name.
+ *
+ *   Register -> alive (a reconnect under the same name replaces the old link)
+ *   link closed -> suspect at once;  no heartbeat for dead_after_ms -> dead
+ *   heartbeat on a suspect node -> alive;  draining is reserved for `chorusctl drain`.
+ * Every change is logged ("node=n1 state alive->dead (no heartbeat for 5012 ms)") and
+ * stored. Nodes are never freed before coord_nodes_fini, so jobs keep pointers to them. */
+#ifndef COORD_NODE_H
+#define COORD_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.pb-c.h"
+
+typedef struct coord coord_t;
+typedef struct coord_link coord_link_t;
+
+typedef enum {
+    COORD_NODE_ALIVE = 0,
+    COORD_NODE_SUSPECT,
+    COORD_NODE_DEAD,
+    COORD_NODE_DRAINING,
+    COORD_NODE_NSTATES,
+} coord_node_state_t;
+
+typedef struct coord_node {
+    char name[64], rack[64], device[16];
+    uint32_t slots;
+    uint32_t used; /* slots held by placed ranks that have not exited */
+    coord_node_state_t state;
+    uint64_t last_hb_ms;   /* monotonic */
+    uint64_t last_hb_wall; /* wall clock, for display */
+    coord_link_t *link;    /* NULL while disconnected; owned by the server */
+    uint64_t mark;         /* scratch for de-duplicating walks (job.c) */
+} coord_node_t;
+
+typedef struct coord_nodes {
+    coord_node_t **v;
+    size_t n, cap;
+} coord_nodes_t;
+
+const char *coord_node_state_name(coord_node_state_t s);
+coord_node_t *coord_node_find(coord_t *c, const char *name);
+/* Find or add (as dead, with no slots) a node known only by name, e.g. from a stored
+ * placement. NULL when out of memory. */
+coord_node_t *coord_node_get(coord_t *c, const char *name);
+/* Slots free for scheduling (0 unless alive). */
+uint32_t coord_node_free(const coord_node_t *n);
+
+/* A Register arrived on link: validate, bind the node to the link (closing a previous
+ * link), mark it alive. CH_E_CONFIG with err set for a bad message. */
+int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *reg,
+                        coord_node_t **out, char *err, size_t errlen);
+void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb);
+/* The node's link closed (not a replacement): suspect at once. */
+void coord_node_link_closed(coord_t *c, coord_node_t *n);
+/* Periodic liveness check: dead after dead_after_ms without a heartbeat. */
+void coord_node_check(coord_t *c, uint64_t now_ms);
+/* Send to the node's link; -EPIPE when it has none. */
+int coord_node_send(coord_node_t *n, Chorus__Envelope *env);
+
+/* Reload the stored nodes, all as dead until they register again. */
+int coord_nodes_load(coord_t *c);
+void coord_nodes_fini(coord_t *c);
+/* Count nodes per state (counts has COORD_NODE_NSTATES entries). */
+void coord_nodes_count(const coord_t *c, size_t *counts);
+
+#endif

@@ -1,0 +1,128 @@
+/* FIFO scheduler and admission; see scheduler.h. */
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "coord.h"
+#include "err.h"
+#include "log.h"
+#include "placement.h"
+
+/* Nodes usable for placement: alive ones with their free slots (all slots when idle). */
+static size_t gather(coord_t *c, int idle, coord_place_node_t *pn, coord_node_t **nodes)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        coord_node_t *n = c->nodes.v[i];
+        if (idle ? n->state == COORD_NODE_DEAD : n->state != COORD_NODE_ALIVE)
+            continue;
+        pn[k].name = n->name;
+        pn[k].rack = n->rack;
+        pn[k].free_slots = idle ? n->slots : coord_node_free(n);
+        if (pn[k].free_slots == 0)
+            continue;
+        nodes[k++] = n;
+    }
+    return k;
+}
+
+int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t errlen)
+{
+    ch_layout_t l = ch_jobspec_layout(spec);
+    uint32_t world = ch_layout_world(l);
+    uint64_t total = 0;
+    uint32_t largest = 0;
+    int rc;
+
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        const coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_DEAD)
+            continue;
+        total += n->slots;
+        if (n->slots > largest)
+            largest = n->slots;
+    }
+    if (world > total) {
+        snprintf(err, errlen,
+                 "parallel: world size %u (tp %u x pp %u x dp %u) exceeds the cluster's %llu slots",
+                 world, l.tp, l.pp, l.dp, (unsigned long long)total);
+        return CH_E_CAPACITY;
+    }
+    coord_place_node_t *pn = calloc(c->nodes.n, sizeof(*pn));
+    coord_node_t **nodes = calloc(c->nodes.n, sizeof(*nodes));
+    coord_place_rank_t *pl = calloc(world, sizeof(*pl));
+    if (!pn || !nodes || !pl) {
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t k = gather(c, 1, pn, nodes);
+    rc = coord_placement(l, pn, k, pl);
+    if (rc == CH_E_CAPACITY) {
+        uint64_t groups = 0;
+        for (size_t i = 0; i < k; i++)
+            groups += pn[i].free_slots / l.tp;
+        snprintf(err, errlen,
+                 "parallel.tp: a tensor-parallel group of %u ranks must sit on one node; the "
+                 "cluster's nodes hold %llu such groups (largest node: %u slots), the job needs %u",
+                 l.tp, (unsigned long long)groups, largest, l.pp * l.dp);
+    } else if (rc < 0) {
+        snprintf(err, errlen, "placement: %s", ch_strerror(rc));
+    }
+out:
+    free(pl);
+    free(nodes);
+    free(pn);
+    return rc;
+}
+
+/* Try to start the queue's head; 1 when started, 0 when it must wait, < 0 on error. */
+static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_node_t **nodes)
+{
+    coord_place_rank_t *pl = calloc(j->world, sizeof(*pl));
+    int rc;
+    if (!pl)
+        return -ENOMEM;
+    size_t k = gather(c, 0, pn, nodes);
+    rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
+    if (rc == CH_E_CAPACITY) {
+        CH_LOGD("sched", "job=%s waits: %u slots needed", j->id, j->world);
+        rc = 0;
+        goto out;
+    }
+    if (rc < 0)
+        goto out;
+    rc = coord_job_start(c, j, pl, nodes, k);
+    if (rc == 0)
+        rc = 1;
+out:
+    free(pl);
+    return rc;
+}
+
+void coord_sched_run(coord_t *c)
+{
+    coord_place_node_t *pn = NULL;
+    coord_node_t **nodes = NULL;
+
+    if (c->nodes.n == 0)
+        return;
+    pn = calloc(c->nodes.n, sizeof(*pn));
+    nodes = calloc(c->nodes.n, sizeof(*nodes));
+    if (!pn || !nodes)
+        goto out;
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        coord_job_t *j = c->jobs.v[i];
+        if (j->state != COORD_JOB_QUEUED)
+            continue;
+        int rc = start_head(c, j, pn, nodes);
+        if (rc < 0)
+            CH_LOGE("sched", "job=%s cannot start: %s", j->id, ch_strerror(rc));
+        if (rc <= 0)
+            break; /* FIFO: the head waits, so does everyone behind it */
+    }
+out:
+    free(nodes);
+    free(pn);
+}

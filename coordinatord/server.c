@@ -1,0 +1,302 @@
+/* Listeners and links; see server.h. */
+#include "server.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coord.h"
+#include "err.h"
+#include "log.h"
+#include "rpc.h"
+#include "util.h"
+
+// ---------------------------------------------------------------------------------------
+// Links
+
+static void link_unlist(coord_server_t *s, coord_link_t *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else if (s->links == l)
+        s->links = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+int coord_link_send(coord_link_t *l, Chorus__Envelope *env)
+{
+    return l->conn ? ch_conn_send(l->conn, env) : -EPIPE;
+}
+
+void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    Chorus__Error e = CHORUS__ERROR__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    e.code = code;
+    e.message = msg;
+    env.request_id = rid;
+    env.body_case = CHORUS__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    coord_link_send(l, &env);
+}
+
+void coord_link_close(coord_link_t *l)
+{
+    if (l->conn)
+        ch_conn_close(l->conn);
+}
+
+const char *coord_link_peer(const coord_link_t *l)
+{
+    return l->conn ? ch_conn_peer(l->conn) : "?";
+}
+
+/* Root, the daemon's own user, or a member of ctl-group (primary or supplementary). */
+static int ctl_allowed(const coord_t *c, uid_t uid, gid_t gid)
+{
+    if (uid == 0 || uid == c->uid)
+        return 1;
+    if (!c->have_ctl_gid)
+        return 0;
+    if (gid == c->ctl_gid)
+        return 1;
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) != 0 || !res)
+        return 0;
+    gid_t groups[256];
+    int ng = 256, ok = 0;
+    if (getgrouplist(res->pw_name, res->pw_gid, groups, &ng) < 0)
+        ng = 256; /* more groups than we look at: check the first 256 */
+    for (int i = 0; i < ng && !ok; i++)
+        ok = groups[i] == c->ctl_gid;
+    return ok;
+}
+
+static void on_ready(ch_conn_t *conn, void *ud)
+{
+    coord_link_t *l = ud;
+    coord_t *c = l->c;
+    l->conn = conn;
+    if (l->is_unix) {
+        pid_t pid = 0;
+        uid_t uid = (uid_t)-1;
+        gid_t gid = (gid_t)-1;
+        int rc = ch_conn_peer_cred(conn, &pid, &uid, &gid);
+        if (rc < 0 || !ctl_allowed(c, uid, gid)) {
+            CH_LOGW("net", "control socket: peer pid %d uid %d refused (allowed: root, uid %d%s%s)",
+                    (int)pid, (int)uid, (int)c->uid, c->have_ctl_gid ? ", group " : "",
+                    c->have_ctl_gid ? c->cfg.ctl_group : "");
+            coord_link_error(l, 0, -EACCES,
+                             "permission denied: uid %d is not allowed on the control socket",
+                             (int)uid);
+            ch_conn_close(conn);
+            return;
+        }
+        l->role = COORD_ROLE_CTL;
+        return;
+    }
+    const char *role = ch_conn_role(conn);
+    if (strcmp(role, "worker") == 0) {
+        l->role = COORD_ROLE_WORKER;
+    } else if (strcmp(role, "ctl") == 0) {
+        l->role = COORD_ROLE_CTL;
+    } else {
+        CH_LOGW("net", "peer %s: unknown role \"%s\"; closing", ch_conn_peer(conn), role);
+        coord_link_error(l, 0, -EPERM, "unknown role \"%s\" (expected worker or ctl)", role);
+        ch_conn_close(conn);
+    }
+}
+
+static void on_msg(ch_conn_t *conn, Chorus__Envelope *env, void *ud)
+{
+    coord_link_t *l = ud;
+    (void)conn;
+    if (l->role && !l->c->stopping)
+        coord_rpc_dispatch(l->c, l, env);
+}
+
+static void on_close(ch_conn_t *conn, int reason, void *ud)
+{
+    coord_link_t *l = ud;
+    coord_t *c = l->c;
+    (void)conn;
+    link_unlist(&c->srv, l);
+    coord_kv_drop_waiter(c->kv, l);
+    if (l->node && l->node->link == l) {
+        CH_LOGI("net", "node=%s link %s closed%s%s", l->node->name, ch_conn_peer(conn),
+                reason ? ": " : "", reason ? ch_strerror(reason) : "");
+        if (c->stopping)
+            l->node->link = NULL;
+        else
+            coord_node_link_closed(c, l->node);
+    }
+    free(l);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    coord_t *c = server->data;
+    int is_unix = server == (uv_stream_t *)&c->srv.pipe;
+    if (status < 0) {
+        CH_LOGW("net", "accept: %s", ch_strerror(ch_err_from_uv(status)));
+        return;
+    }
+    coord_link_t *l = calloc(1, sizeof(*l));
+    if (!l) {
+        CH_LOGE("net", "accept: out of memory");
+        return;
+    }
+    l->c = c;
+    l->is_unix = is_unix;
+    ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key, .is_server = 1};
+    ch_conn_cbs_t cbs = {.ready_cb = on_ready, .msg_cb = on_msg, .close_cb = on_close};
+    ch_conn_t *conn = NULL;
+    int rc = ch_conn_accept(c->loop, server, &opts, &cbs, l, &conn);
+    if (rc < 0) {
+        CH_LOGW("net", "accept: %s", ch_strerror(rc));
+        free(l);
+        return;
+    }
+    l->conn = conn;
+    l->next = c->srv.links;
+    if (l->next)
+        l->next->prev = l;
+    c->srv.links = l;
+}
+
+// ---------------------------------------------------------------------------------------
+// Listeners
+
+int coord_addr_parse(const char *hostport, struct sockaddr_storage *ss)
+{
+    char host[128];
+    int port = 0, rc;
+    if (ch_parse_hostport(hostport, host, sizeof(host), &port) < 0)
+        return CH_E_CONFIG;
+    memset(ss, 0, sizeof(*ss));
+    if (strchr(host, ':'))
+        rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss);
+    else
+        rc = uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
+    return rc < 0 ? CH_E_CONFIG : 0;
+}
+
+void coord_addr_name(const uv_tcp_t *tcp, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    memset(&ss, 0, sizeof(ss));
+    uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &len);
+    if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        snprintf(out, cap, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        snprintf(out, cap, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    }
+}
+
+static int listen_tcp(coord_t *c)
+{
+    struct sockaddr_storage ss;
+    int rc = coord_addr_parse(c->cfg.listen, &ss);
+    if (rc < 0) {
+        CH_LOGE("net", "listen: bad address \"%s\" (expected IP:PORT)", c->cfg.listen);
+        return rc;
+    }
+    CH_CHECK_GOTO(ch_err_from_uv(uv_tcp_init(c->loop, &c->srv.tcp)), rc, out);
+    c->srv.tcp.data = c;
+    c->srv.tcp_open = 1;
+    CH_CHECK_GOTO(ch_err_from_uv(uv_tcp_bind(&c->srv.tcp, (struct sockaddr *)&ss, 0)), rc, out);
+    CH_CHECK_GOTO(ch_err_from_uv(uv_listen((uv_stream_t *)&c->srv.tcp, 511, on_connection)), rc,
+                  out);
+    coord_addr_name(&c->srv.tcp, c->srv.addr, sizeof(c->srv.addr));
+    CH_LOGI("net", "listening on %s (workers and remote chorusctl, cluster key)", c->srv.addr);
+out:
+    if (rc < 0)
+        CH_LOGE("net", "listen on %s: %s", c->cfg.listen, ch_strerror(rc));
+    return rc;
+}
+
+static int listen_unix(coord_t *c)
+{
+    const char *path = c->cfg.ctl_socket;
+    char dir[CH_OPT_STRLEN];
+    struct stat st;
+    int rc;
+
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        rc = ch_mkdirs(dir, 0755);
+        if (rc < 0) {
+            CH_LOGE("net", "control socket directory %s: %s", dir, ch_strerror(rc));
+            return rc;
+        }
+    }
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            CH_LOGE("net", "control socket %s exists and is not a socket", path);
+            return -EEXIST;
+        }
+        unlink(path); /* stale socket of a previous run */
+    }
+    CH_CHECK_GOTO(ch_err_from_uv(uv_pipe_init(c->loop, &c->srv.pipe, 0)), rc, out);
+    c->srv.pipe.data = c;
+    c->srv.pipe_open = 1;
+    mode_t old = umask(0117); /* born 0660: never reachable by others, not even briefly */
+    rc = ch_err_from_uv(uv_pipe_bind(&c->srv.pipe, path));
+    umask(old);
+    if (rc < 0)
+        goto out;
+    if (chmod(path, 0660) < 0)
+        CH_LOGW("net", "chmod 0660 %s: %s", path, ch_strerror(-errno));
+    if (c->have_ctl_gid && chown(path, (uid_t)-1, c->ctl_gid) < 0)
+        CH_LOGW("net", "chgrp %s %s: %s", c->cfg.ctl_group, path, ch_strerror(-errno));
+    CH_CHECK_GOTO(ch_err_from_uv(uv_listen((uv_stream_t *)&c->srv.pipe, 128, on_connection)), rc,
+                  out);
+    CH_LOGI("net", "control socket %s (root, uid %d%s%s)", path, (int)c->uid,
+            c->have_ctl_gid ? ", group " : "", c->have_ctl_gid ? c->cfg.ctl_group : "");
+out:
+    if (rc < 0)
+        CH_LOGE("net", "control socket %s: %s", path, ch_strerror(rc));
+    return rc;
+}
+
+int coord_server_start(coord_t *c)
+{
+    int rc = listen_tcp(c);
+    if (rc == 0 && c->cfg.ctl_socket[0])
+        rc = listen_unix(c);
+    return rc;
+}
+
+void coord_server_stop(coord_t *c)
+{
+    if (c->srv.tcp_open) {
+        uv_close((uv_handle_t *)&c->srv.tcp, NULL);
+        c->srv.tcp_open = 0;
+    }
+    if (c->srv.pipe_open) {
+        uv_close((uv_handle_t *)&c->srv.pipe, NULL);
+        c->srv.pipe_open = 0;
+        unlink(c->cfg.ctl_socket);
+    }
+    for (coord_link_t *l = c->srv.links; l; l = l->next)
+        coord_link_close(l);
+}

@@ -1,0 +1,54 @@
+/* Network side of the coordinator: the TCP listener (workers and remote chorusctl,
+ * authenticated with the cluster key) and the Unix control socket (plain frames, peer
+ * checked with SO_PEERCRED). Each accepted connection is a link; messages go to
+ * rpc.c's table. Links are owned here and freed in their close callback. */
+#ifndef COORD_SERVER_H
+#define COORD_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "conn.h"
+
+typedef struct coord coord_t;
+typedef struct coord_node coord_node_t;
+
+enum { COORD_ROLE_WORKER = 1u << 0, COORD_ROLE_CTL = 1u << 1 };
+
+typedef struct coord_link {
+    coord_t *c;
+    ch_conn_t *conn;
+    int is_unix;
+    unsigned role;      /* COORD_ROLE_*; 0 until the handshake is done */
+    coord_node_t *node; /* set by Register */
+    struct coord_link *prev, *next;
+} coord_link_t;
+
+typedef struct coord_server {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    int tcp_open, pipe_open;
+    coord_link_t *links;
+    char addr[80]; /* actual listen address, "HOST:PORT" */
+} coord_server_t;
+
+/* Bind and listen on cfg.listen and cfg.ctl_socket; fills srv.addr. */
+int coord_server_start(coord_t *c);
+/* Close the listeners and every link (their close callbacks run from the loop). */
+void coord_server_stop(coord_t *c);
+
+/* Send env on a link (request id as set by the caller). */
+int coord_link_send(coord_link_t *l, Chorus__Envelope *env);
+/* Reply Error{code, message} to request rid. */
+void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void coord_link_close(coord_link_t *l);
+const char *coord_link_peer(const coord_link_t *l);
+
+/* "IP:PORT" (IPv6 as "[::1]:PORT") into ss; CH_E_CONFIG when malformed. */
+int coord_addr_parse(const char *hostport, struct sockaddr_storage *ss);
+/* Bound address of a TCP handle as "IP:PORT" or "[IP6]:PORT". */
+void coord_addr_name(const uv_tcp_t *tcp, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,298 @@
+/* SQLite-backed coordinator state; see store.h. */
+#include "store.h"
+
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "err.h"
+#include "log.h"
+#include "util.h"
+
+struct coord_store {
+    sqlite3 *db;
+};
+
+static const char SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS nodes ("
+    "  name TEXT PRIMARY KEY, state TEXT NOT NULL, rack TEXT NOT NULL, device TEXT NOT NULL,"
+    "  slots INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT GENERATED ALWAYS AS ('j' || seq) VIRTUAL,"
+    "  name TEXT NOT NULL, kind TEXT NOT NULL,"
+    "  ini TEXT NOT NULL, state TEXT NOT NULL, generation INTEGER NOT NULL,"
+    "  restarts INTEGER NOT NULL, step INTEGER NOT NULL, total_steps INTEGER NOT NULL,"
+    "  loss REAL NOT NULL, last_ckpt_step INTEGER NOT NULL, reason TEXT NOT NULL,"
+    "  placement TEXT NOT NULL, submitted_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL,"
+    "  finished_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS events ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT, t_ms INTEGER NOT NULL, job TEXT, gen INTEGER,"
+    "  rank INTEGER, node TEXT, what TEXT NOT NULL);";
+
+/* The one place SQLite result codes become Chorus codes (with one log line naming what
+ * failed and SQLite's message). */
+static int sql_err(sqlite3 *db, int rc, const char *what)
+{
+    if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW)
+        return 0;
+    CH_LOGE("store", "%s: %s (sqlite %d)", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc);
+    switch (rc & 0xff) {
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return -EBUSY;
+    case SQLITE_FULL:
+        return -ENOSPC;
+    case SQLITE_CANTOPEN:
+        return -EACCES;
+    case SQLITE_READONLY:
+        return -EROFS;
+    case SQLITE_IOERR:
+        return -EIO;
+    default:
+        return CH_E_SQLITE;
+    }
+}
+
+static int exec(coord_store_t *s, const char *sql, const char *what)
+{
+    return sql_err(s->db, sqlite3_exec(s->db, sql, NULL, NULL, NULL), what);
+}
+
+int coord_store_open_path(const char *path, coord_store_t **out)
+{
+    coord_store_t *s = calloc(1, sizeof(*s));
+    int rc;
+
+    *out = NULL;
+    if (!s)
+        return -ENOMEM;
+    rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        rc = sql_err(s->db, rc, path);
+        goto fail;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    CH_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL", "journal_mode"), rc, fail);
+    CH_CHECK_GOTO(exec(s, "PRAGMA synchronous=FULL", "synchronous"), rc, fail);
+    CH_CHECK_GOTO(exec(s, SCHEMA, "schema"), rc, fail);
+    *out = s;
+    return 0;
+fail:
+    coord_store_close(s);
+    return rc;
+}
+
+int coord_store_open(const char *dir, coord_store_t **out)
+{
+    char path[PATH_MAX];
+    *out = NULL;
+    int rc = ch_mkdirs(dir, 0750);
+    if (rc < 0)
+        return rc;
+    if (snprintf(path, sizeof(path), "%s/state.db", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    return coord_store_open_path(path, out);
+}
+
+void coord_store_close(coord_store_t *s)
+{
+    if (!s)
+        return;
+    if (s->db)
+        sqlite3_close(s->db);
+    free(s);
+}
+
+/* Prepare, let bind() fill the parameters, step once, finalize. */
+static int run(coord_store_t *s, const char *sql, const char *what,
+               void (*bind)(sqlite3_stmt *st, const void *rec), const void *rec)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, what);
+    bind(st, rec);
+    rc = sql_err(s->db, sqlite3_step(st), what);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void text(sqlite3_stmt *st, int i, const char *v)
+{
+    sqlite3_bind_text(st, i, v ? v : "", -1, SQLITE_TRANSIENT);
+}
+
+static void bind_node(sqlite3_stmt *st, const void *p)
+{
+    const coord_node_rec_t *n = p;
+    text(st, 1, n->name);
+    text(st, 2, n->state);
+    text(st, 3, n->rack);
+    text(st, 4, n->device);
+    sqlite3_bind_int64(st, 5, n->slots);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)n->updated_ms);
+}
+
+int coord_store_node_put(coord_store_t *s, const coord_node_rec_t *n)
+{
+    return run(s,
+               "INSERT OR REPLACE INTO nodes (name, state, rack, device, slots, updated_ms)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+               "store node", bind_node, n);
+}
+
+/* Parameters 1..15 are the job's fields; 16 is seq (updates only). */
+static void bind_job(sqlite3_stmt *st, const void *p)
+{
+    const coord_job_rec_t *j = p;
+    text(st, 1, j->name);
+    text(st, 2, j->kind);
+    text(st, 3, j->ini);
+    text(st, 4, j->state);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)j->generation);
+    sqlite3_bind_int64(st, 6, j->restarts);
+    sqlite3_bind_int64(st, 7, (sqlite3_int64)j->step);
+    sqlite3_bind_int64(st, 8, (sqlite3_int64)j->total_steps);
+    sqlite3_bind_double(st, 9, j->loss);
+    sqlite3_bind_int64(st, 10, j->last_ckpt_step);
+    text(st, 11, j->reason);
+    text(st, 12, j->placement);
+    sqlite3_bind_int64(st, 13, (sqlite3_int64)j->submitted_ms);
+    sqlite3_bind_int64(st, 14, (sqlite3_int64)j->started_ms);
+    sqlite3_bind_int64(st, 15, (sqlite3_int64)j->finished_ms);
+    if (sqlite3_bind_parameter_count(st) >= 16)
+        sqlite3_bind_int64(st, 16, j->seq);
+}
+
+int coord_store_job_insert(coord_store_t *s, const coord_job_rec_t *rec, int64_t *seq)
+{
+    int rc = run(s,
+                 "INSERT INTO jobs (name, kind, ini, state, generation, restarts, step,"
+                 " total_steps, loss, last_ckpt_step, reason, placement, submitted_ms,"
+                 " started_ms, finished_ms)"
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 "store new job", bind_job, rec);
+    if (rc == 0)
+        *seq = sqlite3_last_insert_rowid(s->db);
+    return rc;
+}
+
+int coord_store_job_update(coord_store_t *s, const coord_job_rec_t *rec)
+{
+    int rc = run(s,
+                 "UPDATE jobs SET name=?1, kind=?2, ini=?3, state=?4, generation=?5,"
+                 " restarts=?6, step=?7, total_steps=?8, loss=?9, last_ckpt_step=?10,"
+                 " reason=?11, placement=?12, submitted_ms=?13, started_ms=?14,"
+                 " finished_ms=?15 WHERE seq=?16",
+                 "store job", bind_job, rec);
+    if (rc == 0 && sqlite3_changes(s->db) == 0)
+        rc = CH_E_NOTFOUND;
+    return rc;
+}
+
+typedef struct event_rec {
+    const char *job, *node, *what;
+    uint64_t gen;
+    int64_t rank;
+} event_rec_t;
+
+static void bind_event(sqlite3_stmt *st, const void *p)
+{
+    const event_rec_t *e = p;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)ch_wall_ms());
+    if (e->job) {
+        text(st, 2, e->job);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)e->gen);
+    }
+    if (e->rank >= 0)
+        sqlite3_bind_int64(st, 4, e->rank);
+    if (e->node)
+        text(st, 5, e->node);
+    text(st, 6, e->what);
+}
+
+int coord_store_event(coord_store_t *s, const char *job, uint64_t gen, int64_t rank,
+                      const char *node, const char *what)
+{
+    event_rec_t e = {.job = job, .node = node, .what = what, .gen = gen, .rank = rank};
+    return run(s,
+               "INSERT INTO events (t_ms, job, gen, rank, node, what) VALUES (?1,?2,?3,?4,?5,?6)",
+               "store event", bind_event, &e);
+}
+
+static const char *col(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? (const char *)t : "";
+}
+
+int coord_store_load_nodes(coord_store_t *s, coord_store_node_cb cb, void *ud)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(
+        s->db, "SELECT name, state, rack, device, slots, updated_ms FROM nodes ORDER BY rowid", -1,
+        &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "load nodes");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        coord_node_rec_t n = {
+            .name = col(st, 0),
+            .state = col(st, 1),
+            .rack = col(st, 2),
+            .device = col(st, 3),
+            .slots = (uint32_t)sqlite3_column_int64(st, 4),
+            .updated_ms = (uint64_t)sqlite3_column_int64(st, 5),
+        };
+        int crc = cb(ud, &n);
+        if (crc < 0) {
+            sqlite3_finalize(st);
+            return crc;
+        }
+    }
+    rc = sql_err(s->db, rc, "load nodes");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT seq, name, kind, ini, state, generation, restarts, step,"
+                                " total_steps, loss, last_ckpt_step, reason, placement,"
+                                " submitted_ms, started_ms, finished_ms FROM jobs ORDER BY seq",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "load jobs");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        coord_job_rec_t j = {
+            .seq = sqlite3_column_int64(st, 0),
+            .name = col(st, 1),
+            .kind = col(st, 2),
+            .ini = col(st, 3),
+            .state = col(st, 4),
+            .generation = (uint64_t)sqlite3_column_int64(st, 5),
+            .restarts = (uint32_t)sqlite3_column_int64(st, 6),
+            .step = (uint64_t)sqlite3_column_int64(st, 7),
+            .total_steps = (uint64_t)sqlite3_column_int64(st, 8),
+            .loss = sqlite3_column_double(st, 9),
+            .last_ckpt_step = sqlite3_column_int64(st, 10),
+            .reason = col(st, 11),
+            .placement = col(st, 12),
+            .submitted_ms = (uint64_t)sqlite3_column_int64(st, 13),
+            .started_ms = (uint64_t)sqlite3_column_int64(st, 14),
+            .finished_ms = (uint64_t)sqlite3_column_int64(st, 15),
+        };
+        int crc = cb(ud, &j);
+        if (crc < 0) {
+            sqlite3_finalize(st);
+            return crc;
+        }
+    }
+    rc = sql_err(s->db, rc, "load jobs");
+    sqlite3_finalize(st);
+    return rc;
+}

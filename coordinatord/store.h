@@ -1,0 +1,58 @@
+/* Durable coordinator state (DESIGN §4): SQLite in <state-dir>/state.db, WAL journal,
+ * synchronous=FULL, so a row written before a reply or an action survives a crash at any
+ * instant. Tables: nodes, jobs, events (an append-only log of state changes). This is
+ * the only module that includes sqlite3.h; SQLite errors become Chorus codes in one
+ * function here. Calls block the caller (the loop thread) for one commit each: simple
+ * ordering ("journal, then send") matters more here than the few ms per write.
+ *
+ * Records use plain strings for states so the database reads well in the sqlite3 shell. */
+#ifndef COORD_STORE_H
+#define COORD_STORE_H
+
+#include <stdint.h>
+
+typedef struct coord_store coord_store_t;
+
+typedef struct coord_node_rec {
+    const char *name, *state, *rack, *device;
+    uint32_t slots;
+    uint64_t updated_ms; /* wall clock */
+} coord_node_rec_t;
+
+typedef struct coord_job_rec {
+    int64_t seq; /* job id is "j<seq>"; assigned by coord_store_job_insert */
+    const char *name, *kind, *ini, *state, *reason;
+    const char *placement; /* "node:local_rank" per rank, comma separated; "" before start */
+    uint64_t generation;
+    uint32_t restarts;
+    uint64_t step, total_steps;
+    double loss;
+    int64_t last_ckpt_step;                         /* -1: none */
+    uint64_t submitted_ms, started_ms, finished_ms; /* wall clock; 0: not yet */
+} coord_job_rec_t;
+
+/* Open (creating dir/state.db and the schema when missing). */
+int coord_store_open(const char *dir, coord_store_t **out);
+/* Open a database file by path (":memory:" works); for tests and tools. */
+int coord_store_open_path(const char *path, coord_store_t **out);
+void coord_store_close(coord_store_t *s);
+
+/* Insert or replace a node row by name. */
+int coord_store_node_put(coord_store_t *s, const coord_node_rec_t *n);
+/* Insert a new job; rec->seq is ignored and the new sequence number is returned in *seq.
+ * Sequence numbers only increase, also across reopen (AUTOINCREMENT). */
+int coord_store_job_insert(coord_store_t *s, const coord_job_rec_t *rec, int64_t *seq);
+/* Update every field of the job rec->seq. CH_E_NOTFOUND when there is no such job. */
+int coord_store_job_update(coord_store_t *s, const coord_job_rec_t *rec);
+/* Append one event; any of job/node may be NULL, rank -1 for none. */
+int coord_store_event(coord_store_t *s, const char *job, uint64_t gen, int64_t rank,
+                      const char *node, const char *what);
+
+/* Replay every row, in insertion order. A callback returning < 0 stops the walk and its
+ * code is returned. Records and their strings are borrowed for the call only. */
+typedef int (*coord_store_node_cb)(void *ud, const coord_node_rec_t *n);
+typedef int (*coord_store_job_cb)(void *ud, const coord_job_rec_t *j);
+int coord_store_load_nodes(coord_store_t *s, coord_store_node_cb cb, void *ud);
+int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud);
+
+#endif

@@ -1,0 +1,846 @@
+/* coordinatord end to end, in process: the daemon's loop runs in a thread; fake workers
+ * (blocking clients on TCP with the cluster key) and chorusctl (the Unix control socket)
+ * drive it through the real protocol. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "client.h"
+#include "coord.h"
+#include "err.h"
+#include "msg.h"
+#include "util.h"
+
+// ---------------------------------------------------------------------------------------
+// Harness: one coordinator per test, in its own thread.
+
+typedef struct harness {
+    char dir[200], sock[240], addr[80], maddr[80];
+    coord_cfg_t cfg;
+    ch_key_t key;
+    pthread_t th;
+    sem_t ready;
+    uv_loop_t loop;
+    uv_async_t stop;
+    coord_t c;
+    int rc;
+} harness_t;
+
+static harness_t H;
+
+static void on_stop(uv_async_t *a)
+{
+    harness_t *h = a->data;
+    uv_close((uv_handle_t *)a, NULL);
+    coord_stop(&h->c);
+}
+
+static void *coord_thread(void *arg)
+{
+    harness_t *h = arg;
+    uv_loop_init(&h->loop);
+    h->rc = coord_init(&h->c, &h->loop, &h->cfg, &h->key);
+    if (h->rc == 0) {
+        h->rc = coord_start(&h->c);
+        uv_async_init(&h->loop, &h->stop, on_stop);
+        h->stop.data = h;
+    }
+    sem_post(&h->ready);
+    if (h->rc == 0)
+        uv_run(&h->loop, UV_RUN_DEFAULT);
+    coord_fini(&h->c);
+    uv_loop_close(&h->loop);
+    return NULL;
+}
+
+static void read_addr(const char *file, char *out, size_t cap)
+{
+    char path[600], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/%s", H.dir, file);
+    cr_assert_eq(ch_file_read(path, 128, &text, &len), 0, "%s", path);
+    cr_assert(len > 1 && text[len - 1] == '\n', "address file ends with a newline");
+    text[len - 1] = 0;
+    snprintf(out, cap, "%s", text);
+    free(text);
+}
+
+static void coord_up(void)
+{
+    sem_init(&H.ready, 0, 0);
+    cr_assert_eq(pthread_create(&H.th, NULL, coord_thread, &H), 0);
+    sem_wait(&H.ready);
+    cr_assert_eq(H.rc, 0, "coordinator start: %s", ch_strerror(H.rc));
+    read_addr("coordinatord.addr", H.addr, sizeof(H.addr));
+    read_addr("coordinatord.metrics.addr", H.maddr, sizeof(H.maddr));
+}
+
+static void coord_down(void)
+{
+    uv_async_send(&H.stop);
+    pthread_join(H.th, NULL);
+    sem_destroy(&H.ready);
+}
+
+static void setup(void)
+{
+    const char *base = getenv("CHORUS_TEST_TMP");
+    char tmpl[200];
+    memset(&H, 0, sizeof(H));
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0755);
+    snprintf(tmpl, sizeof(tmpl), "%s/test_coord.XXXXXX", base);
+    cr_assert_not_null(mkdtemp(tmpl));
+    snprintf(H.dir, sizeof(H.dir), "%s", tmpl);
+    snprintf(H.sock, sizeof(H.sock), "%s/ctl.sock", H.dir);
+    cr_assert_eq(ch_auth_global_init(), 0);
+    ch_auth_nonce(H.key.bytes); /* 32 random bytes */
+    snprintf(H.cfg.listen, sizeof(H.cfg.listen), "127.0.0.1:0");
+    snprintf(H.cfg.ctl_socket, sizeof(H.cfg.ctl_socket), "%s", H.sock);
+    snprintf(H.cfg.state_dir, sizeof(H.cfg.state_dir), "%s", H.dir);
+    snprintf(H.cfg.metrics, sizeof(H.cfg.metrics), "127.0.0.1:0");
+    H.cfg.heartbeat_ms = 50;
+    H.cfg.dead_after_ms = 1000;
+    H.cfg.grace_ms = 400;
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void teardown(void)
+{
+    char cmd[500];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", H.dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(coord, .init = setup, .fini = teardown, .timeout = 60);
+
+// ---------------------------------------------------------------------------------------
+// Fake workers: blocking clients that heartbeat while the test waits.
+
+#define INBOX 64
+
+typedef struct worker {
+    ch_client_t *cl;
+    char name[16];
+    uint64_t last_hb;
+    int silent; /* stop heartbeating */
+    Chorus__Envelope *inbox[INBOX];
+    int n;
+} worker_t;
+
+static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char *rack,
+                       Chorus__RankRef **running, size_t n_running)
+{
+    memset(w, 0, sizeof(*w));
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &w->cl), 0);
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    reg.name = (char *)name;
+    reg.slots = slots;
+    reg.rack = (char *)rack;
+    reg.device = "cpu";
+    reg.running = running;
+    reg.n_running = n_running;
+    env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    cr_assert_eq(ch_client_call(w->cl, &env, 2000, &resp), 0);
+    cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_REGISTER_ACK);
+    cr_assert_eq(resp->register_ack->heartbeat_ms, 50);
+    ch_msg_free(resp);
+    w->last_hb = ch_now_ms();
+}
+
+static void wk_close(worker_t *w)
+{
+    for (int i = 0; i < w->n; i++)
+        ch_msg_free(w->inbox[i]);
+    w->n = 0;
+    if (w->cl)
+        ch_client_destroy(w->cl);
+    w->cl = NULL;
+}
+
+/* Receive into inboxes and heartbeat, for ms milliseconds. */
+static void pump(worker_t **ws, int n, int ms)
+{
+    uint64_t end = ch_now_ms() + (uint64_t)ms;
+    do {
+        for (int i = 0; i < n; i++) {
+            worker_t *w = ws[i];
+            if (!w->cl)
+                continue;
+            if (!w->silent && ch_now_ms() - w->last_hb >= 25) {
+                Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
+                Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+                hb.time_ms = ch_now_ms();
+                env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
+                env.heartbeat = &hb;
+                ch_client_send(w->cl, &env);
+                w->last_hb = ch_now_ms();
+            }
+            Chorus__Envelope *in = NULL;
+            while (w->n < INBOX && ch_client_recv(w->cl, 2, &in) == 0)
+                w->inbox[w->n++] = in;
+        }
+    } while (ch_now_ms() < end);
+}
+
+/* First message of that body in w's inbox (caller frees), pumping up to ms. */
+static Chorus__Envelope *take(worker_t **ws, int n, worker_t *w, int body, int ms)
+{
+    uint64_t end = ch_now_ms() + (uint64_t)ms;
+    for (;;) {
+        for (int i = 0; i < w->n; i++) {
+            if ((int)w->inbox[i]->body_case == body) {
+                Chorus__Envelope *e = w->inbox[i];
+                memmove(&w->inbox[i], &w->inbox[i + 1], (size_t)(w->n - i - 1) * sizeof(e));
+                w->n--;
+                return e;
+            }
+        }
+        if (ch_now_ms() >= end)
+            return NULL;
+        pump(ws, n, 10);
+    }
+}
+
+static void wk_event(worker_t *w, const char *job, uint64_t gen, uint32_t rank, int kind, int code,
+                     int sig)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev.job_id = (char *)job;
+    ev.generation = gen;
+    ev.rank = rank;
+    ev.kind = kind;
+    ev.exit_code = code;
+    ev.signal = sig;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Control client
+
+static ch_client_t *ctl_open(void)
+{
+    ch_client_t *c = NULL;
+    cr_assert_eq(ch_client_connect_unix(H.sock, 2000, &c), 0);
+    return c;
+}
+
+static int ctl_submit(ch_client_t *ctl, const char *ini, char *id, size_t idlen, char *msg,
+                      size_t msglen)
+{
+    Chorus__Submit s = CHORUS__SUBMIT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    s.job_ini = (char *)ini;
+    env.body_case = CHORUS__ENVELOPE__BODY_SUBMIT;
+    env.submit = &s;
+    int rc = ch_client_call(ctl, &env, 2000, &resp);
+    if (rc == 0)
+        snprintf(id, idlen, "%s", resp->submit_reply->job_id);
+    else if (resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR)
+        snprintf(msg, msglen, "%s", resp->error->message);
+    if (resp)
+        ch_msg_free(resp);
+    return rc;
+}
+
+/* JobInfo of job (caller frees the envelope). */
+static Chorus__Envelope *ctl_job(ch_client_t *ctl, const char *job)
+{
+    Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    q.job_id = (char *)job;
+    env.body_case = CHORUS__ENVELOPE__BODY_JOB_QUERY;
+    env.job_query = &q;
+    cr_assert_eq(ch_client_call(ctl, &env, 2000, &resp), 0, "query %s", job);
+    return resp;
+}
+
+/* Pump the workers until job reaches state (or ms pass); returns the last JobInfo. */
+static Chorus__Envelope *wait_state(ch_client_t *ctl, worker_t **ws, int n, const char *job,
+                                    const char *state, int ms)
+{
+    uint64_t end = ch_now_ms() + (uint64_t)ms;
+    for (;;) {
+        Chorus__Envelope *e = ctl_job(ctl, job);
+        if (strcmp(e->job_info->state, state) == 0 || ch_now_ms() >= end)
+            return e;
+        ch_msg_free(e);
+        pump(ws, n, 20);
+    }
+}
+
+static const char *JOB_2x1x2 =
+    "[job]\nname = t1\nkind = diag\n[parallel]\ntp = 2\npp = 1\ndp = 2\n";
+
+/* Submit the 4-rank job on n1+n2 and bring every rank to started. */
+static void start_4_ranks(ch_client_t *ctl, worker_t **ws, char *id)
+{
+    char msg[256] = "";
+    cr_assert_eq(ctl_submit(ctl, JOB_2x1x2, id, 32, msg, sizeof(msg)), 0, "%s", msg);
+    for (int i = 0; i < 2; i++) {
+        Chorus__Envelope *e = take(ws, 2, ws[i], CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+        cr_assert_not_null(e, "%s got StartRanks", ws[i]->name);
+        Chorus__StartRanks *sr = e->start_ranks;
+        cr_assert_str_eq(sr->job_id, id);
+        cr_assert_eq(sr->generation, 1);
+        cr_assert_eq(sr->world_size, 4);
+        cr_assert_eq(sr->n_ranks, 2);
+        cr_assert_eq(sr->local_world_size, 2);
+        cr_assert(strstr(sr->job_ini, "tp = 2") != NULL, "%s", sr->job_ini);
+        /* A TP group (ranks 2g, 2g+1) lands on one node with local ranks 0 and 1. */
+        cr_assert_eq(sr->ranks[0]->rank / 2, sr->ranks[1]->rank / 2);
+        cr_assert_eq(sr->ranks[0]->local_rank, 0);
+        cr_assert_eq(sr->ranks[1]->local_rank, 1);
+        for (size_t k = 0; k < sr->n_ranks; k++)
+            wk_event(ws[i], id, 1, sr->ranks[k]->rank, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        ch_msg_free(e);
+    }
+}
+
+/* Which worker runs rank r of a JobInfo. */
+static worker_t *owner(Chorus__JobInfo *ji, uint32_t r, worker_t **ws, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ji->ranks[r]->node, ws[i]->name) == 0)
+            return ws[i];
+    cr_assert_fail("rank %u on unknown node %s", r, ji->ranks[r]->node);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+Test(coord, job_runs_to_completion)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    cr_assert_str_eq(id, "j1");
+
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    Chorus__JobInfo *ji = e->job_info;
+    cr_assert_str_eq(ji->state, "running");
+    cr_assert_eq(ji->world_size, 4);
+    cr_assert_eq(ji->n_ranks, 4);
+    worker_t *own[4];
+    for (uint32_t r = 0; r < 4; r++)
+        own[r] = owner(ji, r, ws, 2);
+    ch_msg_free(e);
+
+    /* Progress: rank 0 reports the job's figures. */
+    Chorus__Metric m = CHORUS__METRIC__INIT, *mp = &m;
+    m.name = "gflops";
+    m.value = 12.5;
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev.job_id = id;
+    ev.generation = 1;
+    ev.rank = 0;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = 3;
+    ev.total_steps = 10;
+    ev.loss = 1.5;
+    ev.tokens_per_s = 1000;
+    ev.n_metrics = 1;
+    ev.metrics = &mp;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(own[0]->cl, &env), 0);
+    pump(ws, 2, 100);
+    e = ctl_job(ctl, "t1"); /* by name */
+    ji = e->job_info;
+    cr_assert_str_eq(ji->id, "j1");
+    cr_assert_eq(ji->step, 3);
+    cr_assert_eq(ji->total_steps, 10);
+    cr_assert_float_eq(ji->loss, 1.5, 1e-9);
+    cr_assert_float_eq(ji->tokens_per_s, 1000, 1e-9);
+    cr_assert_eq(ji->ranks[0]->n_metrics, 1);
+    cr_assert_str_eq(ji->ranks[0]->metrics[0]->name, "gflops");
+    cr_assert_float_eq(ji->ranks[0]->metrics[0]->value, 12.5, 1e-9);
+    ch_msg_free(e);
+
+    /* Metrics endpoint. */
+    char host[64];
+    int port = 0;
+    cr_assert_eq(ch_parse_hostport(H.maddr, host, sizeof(host), &port), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(write(fd, get, strlen(get)), (ssize_t)strlen(get));
+    static char page[65536];
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof(page) - 1 && (k = read(fd, page + got, sizeof(page) - 1 - got)) > 0)
+        got += (size_t)k;
+    page[got] = 0;
+    close(fd);
+    cr_assert(strstr(page, "HTTP/1.0 200 OK") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_nodes{state=\"alive\"} 2\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_jobs{state=\"running\"} 1\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_job_step{job=\"j1\",name=\"t1\"} 3\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_job_loss{job=\"j1\",name=\"t1\"} 1.5\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_heartbeats_total ") != NULL, "%s", page);
+
+    /* Every rank done, then exited cleanly: completed, slots free again. */
+    for (uint32_t r = 0; r < 4; r++) {
+        wk_event(own[r], id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_DONE, 0, 0);
+        wk_event(own[r], id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 0);
+    }
+    e = wait_state(ctl, ws, 2, id, "completed", 2000);
+    cr_assert_str_eq(e->job_info->state, "completed");
+    cr_assert_neq(e->job_info->finished_ms, 0);
+    ch_msg_free(e);
+
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->node_list->n_nodes, 2);
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_str_eq(resp->node_list->nodes[i]->state, "alive");
+        cr_assert_eq(resp->node_list->nodes[i]->free_slots, 2);
+        cr_assert_str_eq(resp->node_list->nodes[i]->rack, "r1");
+    }
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, refusals_name_the_problem)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32] = "", msg[512] = "";
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+
+    cr_assert_eq(ctl_submit(ctl, "[job]\nname = big\n[parallel]\ndp = 8\n", id, sizeof(id), msg,
+                            sizeof(msg)),
+                 CH_E_CAPACITY);
+    cr_assert(strstr(msg, "world size 8 (tp 1 x pp 1 x dp 8) exceeds the cluster's 2 slots"), "%s",
+              msg);
+    /* 4 ranks would fit 2 nodes' slots, but a TP group of 4 fits no node. */
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    cr_assert_eq(ctl_submit(ctl, "[parallel]\ntp = 4\n", id, sizeof(id), msg, sizeof(msg)),
+                 CH_E_CAPACITY);
+    cr_assert(strncmp(msg, "parallel.tp: ", 13) == 0, "%s", msg);
+    cr_assert_eq(
+        ctl_submit(ctl, "[job]\nname = x\n[parallel]\ntp = 3\n", id, sizeof(id), msg, sizeof(msg)),
+        CH_E_CONFIG);
+    cr_assert(strstr(msg, "tp") != NULL, "%s", msg);
+    cr_assert_eq(ctl_submit(ctl, "[nonsense]\nx = 1\n", id, sizeof(id), msg, sizeof(msg)),
+                 CH_E_CONFIG);
+    cr_assert(strstr(msg, "nonsense") != NULL, "%s", msg);
+
+    Chorus__Envelope *resp = NULL;
+    Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
+    q.job_id = "j99";
+    req.body_case = CHORUS__ENVELOPE__BODY_JOB_QUERY;
+    req.job_query = &q;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), CH_E_NOTFOUND);
+    ch_msg_free(resp);
+
+    Chorus__KillRank kr = CHORUS__KILL_RANK__INIT;
+    kr.job_id = "j1";
+    req.body_case = CHORUS__ENVELOPE__BODY_KILL_RANK;
+    req.kill_rank = &kr;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), -ENOTSUP);
+    ch_msg_free(resp);
+
+    /* A worker link may not use control requests; a control link may not register. */
+    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
+    req.list_jobs = &lj;
+    cr_assert_eq(ch_client_call(a.cl, &req, 2000, &resp), -EPERM);
+    ch_msg_free(resp);
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    reg.name = "sneaky";
+    reg.slots = 1;
+    req.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    req.register_ = &reg;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), -EPERM);
+    ch_msg_free(resp);
+    pump(ws, 2, 10);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, killed_rank_fails_the_job_and_kills_the_rest)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    cr_assert_str_eq(e->job_info->state, "running");
+    worker_t *w1 = owner(e->job_info, 1, ws, 2);
+    worker_t *other = w1 == &a ? &b : &a;
+    ch_msg_free(e);
+
+    /* An event of another generation is fenced off. */
+    wk_event(w1, id, 7, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    pump(ws, 2, 100);
+    e = ctl_job(ctl, id);
+    cr_assert_str_eq(e->job_info->state, "running");
+    ch_msg_free(e);
+
+    wk_event(w1, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = wait_state(ctl, ws, 2, id, "failed", 2000);
+    cr_assert_str_eq(e->job_info->state, "failed");
+    char want[64];
+    snprintf(want, sizeof(want), "rank 1 on node %s killed by signal 9", w1->name);
+    cr_assert_str_eq(e->job_info->reason, want);
+    ch_msg_free(e);
+    Chorus__Envelope *k = take(ws, 2, other, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k, "the other node is told to kill its ranks");
+    cr_assert_str_eq(k->kill_ranks->job_id, id);
+    cr_assert_eq(k->kill_ranks->generation, 1);
+    ch_msg_free(k);
+    k = take(ws, 2, w1, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k, "rank 0 shares the node with rank 1 and is killed too");
+    ch_msg_free(k);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, dead_node_fails_its_jobs)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    ch_msg_free(e);
+
+    b.silent = 1; /* n2 stops heartbeating */
+    uint64_t t0 = ch_now_ms();
+    e = wait_state(ctl, ws, 2, id, "failed", 4000);
+    uint64_t detect = ch_now_ms() - t0;
+    cr_assert_str_eq(e->job_info->state, "failed");
+    cr_assert(strncmp(e->job_info->reason, "node n2 dead: no heartbeat for ", 31) == 0, "%s",
+              e->job_info->reason);
+    cr_assert_lt(detect, 2500, "detected after %llu ms", (unsigned long long)detect);
+    ch_msg_free(e);
+    Chorus__Envelope *k = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k);
+    ch_msg_free(k);
+
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    for (size_t i = 0; i < resp->node_list->n_nodes; i++) {
+        Chorus__NodeInfo *ni = resp->node_list->nodes[i];
+        cr_assert_str_eq(ni->state, strcmp(ni->name, "n2") == 0 ? "dead" : "alive");
+    }
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, fifo_queue_and_cancel)
+{
+    worker_t a, *ws[1] = {&a};
+    char j1[32], j2[32], j3[32], msg[256];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *two = "[job]\nname = two\nkind = diag\n[parallel]\ndp = 2\n";
+    const char *one = "[job]\nname = one\nkind = diag\n";
+    cr_assert_eq(ctl_submit(ctl, two, j1, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(ctl_submit(ctl, two, j2, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(ctl_submit(ctl, one, j3, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_str_eq(j2, "j2");
+    cr_assert_str_eq(j3, "j3");
+    Chorus__Envelope *s = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(s);
+    cr_assert_str_eq(s->start_ranks->job_id, "j1");
+    ch_msg_free(s);
+    pump(ws, 1, 100);
+    /* j3 would fit nowhere either (0 free slots) and stays behind j2 (FIFO). */
+    Chorus__Envelope *e = ctl_job(ctl, j2);
+    cr_assert_str_eq(e->job_info->state, "queued");
+    ch_msg_free(e);
+
+    /* Cancel the queued j2 at once; then j1 ends and j3 starts. */
+    Chorus__Cancel cn = CHORUS__CANCEL__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    cn.job_id = j2;
+    req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
+    req.cancel = &cn;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_OK);
+    ch_msg_free(resp);
+    e = ctl_job(ctl, j2);
+    cr_assert_str_eq(e->job_info->state, "cancelled");
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++) {
+        wk_event(&a, j1, 1, r, CHORUS__RANK_EVENT_KIND__RANK_DONE, 0, 0);
+        wk_event(&a, j1, 1, r, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 0);
+    }
+    s = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(s);
+    cr_assert_str_eq(s->start_ranks->job_id, "j3");
+    ch_msg_free(s);
+
+    /* Cancel the running j3: its node is told to kill it. */
+    cn.job_id = j3;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    ch_msg_free(resp);
+    Chorus__Envelope *k = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k);
+    cr_assert_str_eq(k->kill_ranks->job_id, "j3");
+    ch_msg_free(k);
+    e = ctl_job(ctl, j3);
+    cr_assert_str_eq(e->job_info->state, "cancelled");
+    ch_msg_free(e);
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), CH_E_STATE);
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+}
+
+Test(coord, rendezvous_through_worker_links)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    pump(ws, 2, 50);
+
+    /* a parks a get; b sets the key; a gets the value under its request id. */
+    Chorus__KvGet g = CHORUS__KV_GET__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    g.job_id = id;
+    g.generation = 1;
+    g.key = "nccl-id";
+    g.timeout_ms = 3000;
+    req.request_id = 1000001;
+    req.body_case = CHORUS__ENVELOPE__BODY_KV_GET;
+    req.kv_get = &g;
+    cr_assert_eq(ch_client_send(a.cl, &req), 0);
+    pump(ws, 2, 50);
+
+    Chorus__KvSet s = CHORUS__KV_SET__INIT;
+    Chorus__Envelope sreq = CHORUS__ENVELOPE__INIT;
+    s.job_id = id;
+    s.generation = 1;
+    s.key = "nccl-id";
+    s.value.data = (uint8_t *)"0123";
+    s.value.len = 4;
+    sreq.body_case = CHORUS__ENVELOPE__BODY_KV_SET;
+    sreq.kv_set = &s;
+    cr_assert_eq(ch_client_call(b.cl, &sreq, 2000, &resp), 0);
+    cr_assert_eq(resp->kv_reply->code, 0);
+    ch_msg_free(resp);
+    Chorus__Envelope *r = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_KV_REPLY, 2000);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->request_id, 1000001);
+    cr_assert_eq(r->kv_reply->code, 0);
+    cr_assert_eq(r->kv_reply->value.len, 4);
+    cr_assert_eq(memcmp(r->kv_reply->value.data, "0123", 4), 0);
+    ch_msg_free(r);
+
+    /* A missing key times out. */
+    g.key = "never";
+    g.timeout_ms = 100;
+    uint64_t t0 = ch_now_ms();
+    cr_assert_eq(ch_client_call(a.cl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->kv_reply->code, -ETIMEDOUT);
+    cr_assert_geq(ch_now_ms() - t0, 90);
+    ch_msg_free(resp);
+
+    /* Too big; stale generation. */
+    static uint8_t big[CH_RDZV_VALUE_MAX + 1];
+    s.value.data = big;
+    s.value.len = sizeof(big);
+    cr_assert_eq(ch_client_call(b.cl, &sreq, 2000, &resp), CH_E_TOOBIG);
+    ch_msg_free(resp);
+    s.value.len = 1;
+    s.generation = 0;
+    cr_assert_eq(ch_client_call(b.cl, &sreq, 2000, &resp), CH_E_STATE);
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, reregistering_replaces_the_old_link)
+{
+    worker_t a, a2, *ws[2] = {&a, &a2};
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&a2, "n1", 4, "", NULL, 0);
+    Chorus__Envelope *in = NULL;
+    int rc = 0;
+    for (int i = 0; i < 100 && (rc = ch_client_recv(a.cl, 20, &in)) == -ETIMEDOUT; i++)
+        pump(ws + 1, 1, 1);
+    cr_assert_eq(rc, -EPIPE, "the old link is closed (%s)", ch_strerror(rc));
+    ch_client_t *ctl = ctl_open();
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->node_list->n_nodes, 1);
+    cr_assert_str_eq(resp->node_list->nodes[0]->state, "alive");
+    cr_assert_eq(resp->node_list->nodes[0]->slots, 4);
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&a2);
+    coord_down();
+}
+
+Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char j1[32], j2[32], msg[256];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *two = "[job]\nname = two\nkind = diag\n[parallel]\ndp = 2\n";
+    cr_assert_eq(ctl_submit(ctl, two, j1, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(ctl_submit(ctl, two, j2, 32, msg, sizeof(msg)), 0, "%s", msg);
+    /* Each job packs on one node. */
+    Chorus__Envelope *sa = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    Chorus__Envelope *sb = take(ws, 2, &b, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert(sa && sb);
+    char ja[32], jb[32];
+    snprintf(ja, sizeof(ja), "%s", sa->start_ranks->job_id);
+    snprintf(jb, sizeof(jb), "%s", sb->start_ranks->job_id);
+    for (uint32_t r = 0; r < 2; r++) {
+        wk_event(&a, ja, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        wk_event(&b, jb, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    }
+    ch_msg_free(sa);
+    ch_msg_free(sb);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, ja, "running", 2000);
+    ch_msg_free(e);
+    e = wait_state(ctl, ws, 2, jb, "running", 2000);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+
+    /* New coordinator on the same state: n1 re-reports its ranks, n2 comes back empty. */
+    coord_up();
+    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
+    Chorus__RankRef *refs[2] = {&r0, &r1};
+    r0.job_id = r1.job_id = ja;
+    r0.generation = r1.generation = 1;
+    r1.rank = 1;
+    wk_connect(&a, "n1", 2, "", refs, 2);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ctl = ctl_open();
+    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    e = ctl_job(ctl, ja);
+    cr_assert_str_eq(e->job_info->state, "running", "%s", e->job_info->reason);
+    cr_assert_str_eq(e->job_info->ranks[0]->state, "running");
+    ch_msg_free(e);
+    e = ctl_job(ctl, jb);
+    cr_assert_str_eq(e->job_info->state, "failed");
+    cr_assert(strncmp(e->job_info->reason, "ranks lost while the coordinator was down", 41) == 0,
+              "%s", e->job_info->reason);
+    ch_msg_free(e);
+
+    /* The re-adopted job still completes normally; new ids keep increasing. */
+    for (uint32_t r = 0; r < 2; r++) {
+        wk_event(&a, ja, 1, r, CHORUS__RANK_EVENT_KIND__RANK_DONE, 0, 0);
+        wk_event(&a, ja, 1, r, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 0);
+    }
+    e = wait_state(ctl, ws, 2, ja, "completed", 2000);
+    cr_assert_str_eq(e->job_info->state, "completed");
+    ch_msg_free(e);
+    char j3[32];
+    cr_assert_eq(ctl_submit(ctl, two, j3, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_str_eq(j3, "j3");
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, control_socket_refuses_other_users)
+{
+    if (getuid() != 0)
+        cr_skip_test("needs root to act as another user");
+    coord_up();
+    chmod(H.dir, 0755);
+    chmod(H.sock, 0666); /* let the connection through so the SO_PEERCRED check is reached */
+    pid_t pid = fork();
+    if (pid == 0) {
+        ch_client_t *c = NULL;
+        Chorus__Envelope *in = NULL;
+        if (setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(2);
+        if (ch_client_connect_unix(H.sock, 2000, &c) < 0)
+            _exit(3);
+        if (ch_client_recv(c, 2000, &in) < 0)
+            _exit(4);
+        int ok = in->body_case == CHORUS__ENVELOPE__BODY_ERROR && in->error->code == -EACCES &&
+                 strstr(in->error->message, "permission denied: uid 65534") != NULL;
+        ch_msg_free(in);
+        int closed = ch_client_recv(c, 2000, &in) == -EPIPE;
+        ch_client_destroy(c);
+        _exit(ok && closed ? 0 : 5);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    ch_client_t *ctl = ctl_open(); /* root is allowed */
+    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
+    req.list_jobs = &lj;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->job_list->n_jobs, 0);
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    coord_down();
+}

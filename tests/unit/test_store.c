@@ -1,0 +1,220 @@
+/* coordinatord store: jobs survive close/reopen in every state, ids keep increasing,
+ * nodes are kept, events are appended. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "store.h"
+
+static char dir[512];
+
+static void setup(void)
+{
+    const char *base = getenv("CHORUS_TEST_TMP");
+    char tmpl[512];
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0755);
+    snprintf(tmpl, sizeof(tmpl), "%s/test_store.XXXXXX", base);
+    cr_assert_not_null(mkdtemp(tmpl));
+    snprintf(dir, sizeof(dir), "%s", tmpl);
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+static const char *STATES[] = {"queued",    "starting", "running",  "recovering",
+                               "completed", "failed",   "cancelled"};
+
+typedef struct loaded {
+    int n;
+    int64_t seq[16];
+    char state[16][16], name[16][32], placement[16][64], reason[16][64], ini[16][64];
+    uint64_t generation[16], step[16], started[16];
+    int64_t ckpt[16];
+    double loss[16];
+} loaded_t;
+
+static int on_job(void *ud, const coord_job_rec_t *j)
+{
+    loaded_t *l = ud;
+    cr_assert_lt(l->n, 16);
+    int i = l->n++;
+    l->seq[i] = j->seq;
+    snprintf(l->state[i], sizeof(l->state[i]), "%s", j->state);
+    snprintf(l->name[i], sizeof(l->name[i]), "%s", j->name);
+    snprintf(l->placement[i], sizeof(l->placement[i]), "%s", j->placement);
+    snprintf(l->reason[i], sizeof(l->reason[i]), "%s", j->reason);
+    snprintf(l->ini[i], sizeof(l->ini[i]), "%s", j->ini);
+    l->generation[i] = j->generation;
+    l->step[i] = j->step;
+    l->started[i] = j->started_ms;
+    l->ckpt[i] = j->last_ckpt_step;
+    l->loss[i] = j->loss;
+    return 0;
+}
+
+Test(store, job_survives_reopen_in_every_state)
+{
+    coord_store_t *s = NULL;
+    int64_t seqs[7];
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    for (int i = 0; i < 7; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "job-%s", STATES[i]);
+        coord_job_rec_t rec = {.name = name,
+                               .kind = "train",
+                               .ini = "[job]\nname = x\n",
+                               .state = "queued",
+                               .reason = "",
+                               .placement = "",
+                               .last_ckpt_step = -1,
+                               .submitted_ms = 1000 + (uint64_t)i};
+        cr_assert_eq(coord_store_job_insert(s, &rec, &seqs[i]), 0);
+        /* Move it to its state, as the job module would. */
+        rec.seq = seqs[i];
+        rec.state = STATES[i];
+        rec.generation = (uint64_t)i;
+        rec.step = 10u * (uint64_t)i;
+        rec.loss = 0.5 * i;
+        rec.last_ckpt_step = i ? 100 * i : -1;
+        rec.placement = i ? "n1:0,n1:1,n2:0" : "";
+        rec.reason = i == 5 ? "rank 3 on node n1 killed by signal 9" : "";
+        rec.started_ms = i ? 2000 : 0;
+        cr_assert_eq(coord_store_job_update(s, &rec), 0);
+    }
+    coord_store_close(s);
+
+    loaded_t l;
+    memset(&l, 0, sizeof(l));
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_load_jobs(s, on_job, &l), 0);
+    cr_assert_eq(l.n, 7);
+    for (int i = 0; i < 7; i++) {
+        cr_assert_eq(l.seq[i], seqs[i]);
+        cr_assert_str_eq(l.state[i], STATES[i]);
+        cr_assert_eq(l.generation[i], (uint64_t)i);
+        cr_assert_eq(l.step[i], 10u * (uint64_t)i);
+        cr_assert_float_eq(l.loss[i], 0.5 * i, 1e-12);
+        cr_assert_eq(l.ckpt[i], i ? 100 * i : -1);
+        cr_assert_str_eq(l.placement[i], i ? "n1:0,n1:1,n2:0" : "");
+        cr_assert_str_eq(l.ini[i], "[job]\nname = x\n");
+        cr_assert_eq(l.started[i], i ? 2000u : 0u);
+    }
+    cr_assert_str_eq(l.reason[5], "rank 3 on node n1 killed by signal 9");
+    coord_store_close(s);
+}
+
+Test(store, ids_keep_increasing_across_reopen)
+{
+    coord_store_t *s = NULL;
+    int64_t a = 0, b = 0, c = 0;
+    coord_job_rec_t rec = {.name = "x",
+                           .kind = "train",
+                           .ini = "",
+                           .state = "queued",
+                           .reason = "",
+                           .placement = "",
+                           .last_ckpt_step = -1};
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_job_insert(s, &rec, &a), 0);
+    cr_assert_eq(coord_store_job_insert(s, &rec, &b), 0);
+    cr_assert_gt(b, a);
+    coord_store_close(s);
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_job_insert(s, &rec, &c), 0);
+    cr_assert_gt(c, b);
+    coord_store_close(s);
+}
+
+Test(store, update_of_unknown_job_is_not_found)
+{
+    coord_store_t *s = NULL;
+    coord_job_rec_t rec = {.seq = 42,
+                           .name = "x",
+                           .kind = "train",
+                           .ini = "",
+                           .state = "queued",
+                           .reason = "",
+                           .placement = ""};
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_job_update(s, &rec), CH_E_NOTFOUND);
+    coord_store_close(s);
+}
+
+static int on_node(void *ud, const coord_node_rec_t *n)
+{
+    char *out = ud;
+    size_t len = strlen(out);
+    snprintf(out + len, 256 - len, "%s/%s/%s/%s/%u;", n->name, n->state, n->rack, n->device,
+             n->slots);
+    return 0;
+}
+
+Test(store, nodes_are_kept_and_replaced_by_name)
+{
+    coord_store_t *s = NULL;
+    char out[256] = "";
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    coord_node_rec_t n1 = {
+        .name = "n1", .state = "alive", .rack = "r1", .device = "cpu", .slots = 2};
+    coord_node_rec_t n2 = {
+        .name = "n2", .state = "alive", .rack = "r2", .device = "cuda", .slots = 8};
+    cr_assert_eq(coord_store_node_put(s, &n1), 0);
+    cr_assert_eq(coord_store_node_put(s, &n2), 0);
+    n1.state = "dead";
+    cr_assert_eq(coord_store_node_put(s, &n1), 0);
+    cr_assert_eq(coord_store_event(s, "j1", 1, 3, "n1", "state running->failed"), 0);
+    cr_assert_eq(coord_store_event(s, NULL, 0, -1, "n1", "state alive->dead"), 0);
+    coord_store_close(s);
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_load_nodes(s, on_node, out), 0);
+    cr_assert(strstr(out, "n1/dead/r1/cpu/2;") != NULL, "%s", out);
+    cr_assert(strstr(out, "n2/alive/r2/cuda/8;") != NULL, "%s", out);
+    coord_store_close(s);
+}
+
+static int stop_early(void *ud, const coord_job_rec_t *j)
+{
+    (void)j;
+    ++*(int *)ud;
+    return -EINTR;
+}
+
+Test(store, callback_error_stops_the_walk)
+{
+    coord_store_t *s = NULL;
+    int64_t seq;
+    int calls = 0;
+    coord_job_rec_t rec = {
+        .name = "x", .kind = "train", .ini = "", .state = "queued", .reason = "", .placement = ""};
+    cr_assert_eq(coord_store_open(dir, &s), 0);
+    cr_assert_eq(coord_store_job_insert(s, &rec, &seq), 0);
+    cr_assert_eq(coord_store_job_insert(s, &rec, &seq), 0);
+    cr_assert_eq(coord_store_load_jobs(s, stop_early, &calls), -EINTR);
+    cr_assert_eq(calls, 1);
+    coord_store_close(s);
+}
+
+Test(store, open_fails_cleanly_on_a_bad_directory)
+{
+    coord_store_t *s = (coord_store_t *)1;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/file", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/file/sub", dir); /* a file where a directory should be */
+    cr_assert_lt(coord_store_open(path, &s), 0);
+    cr_assert_null(s);
+}
