@@ -19,12 +19,23 @@ typedef struct wrk_rank {
     char job_id[64];
     uint64_t generation;
     uint32_t rank, world_size, local_rank, local_world_size;
-    uint64_t resume_step;      /* 0: fresh start; else resume from this committed step */
+    uint64_t resume_step; /* 0: fresh start; else resume from this committed step */
     ch_jobspec_t spec;
     char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */
     ch_client_t *link;         /* to workerd; owned by the runtime */
     ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
+    char device[16];           /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
+    char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
 } wrk_rank_t;
+
+/* Rank-mode main (`workerd --rank`): called by workerd's main, returns the exit status. */
+int wrk_rank_main(int argc, char **argv);
+
+/* Record why the kind is failing (appended to the RANK_FAILED message after
+ * ch_strerror(rc), and logged) and return rc:
+ *     return wrk_rank_fail(r, CH_E_NUMERIC, "round %d: product differs", i); */
+int wrk_rank_fail(wrk_rank_t *r, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Send one event; fills in job_id, generation and rank. */
 int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev);

@@ -1,0 +1,842 @@
+/* The node agent (agent.h).
+ *
+ * Theory of operation.
+ *  - Coordinator link: ch_conn_connect_tcp with the cluster key (role "worker"). On
+ *    ready we send Register, listing the ranks still alive so a restarted coordinator
+ *    re-adopts them. RegisterAck starts the heartbeat. When the link goes, we retry
+ *    with jittered exponential backoff (100 ms doubling to 1 s), so a restarted
+ *    coordinator sees this node again within about a second of listening.
+ *  - Ranks: one entry per rank process, holding its proc (proc.h) and its plain link
+ *    (socketpair, fd 3 in the rank). An entry is finished, and RANK_EXITED reported,
+ *    once the process is reaped AND its link has reached EOF, so every event the rank
+ *    wrote before exiting (RANK_DONE, RANK_FAILED) is relayed before RANK_EXITED. If
+ *    something the rank left holds the socket open, the link is closed after a grace.
+ *  - Events: forwarded while registered; otherwise queued (bounded, oldest progress
+ *    reports dropped first) and flushed after the next RegisterAck.
+ *  - Rendezvous: a rank's KvSet/KvGet goes to the coordinator under a fresh request id;
+ *    the reply is routed back under the rank's own id. Without a coordinator link the
+ *    rank gets -ENOTCONN at once and retries (rank.c). job_id and generation are forced
+ *    to the rank's own, so a rank cannot touch another job's store.
+ *  - A 100 ms cron expires relays the coordinator never answered and closes stale links. */
+#include "agent.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "err.h"
+#include "log.h"
+#include "msg.h"
+#include "proc.h"
+#include "rdzv.h"
+#include "util.h"
+
+#define BACKOFF_MIN_MS       100
+#define BACKOFF_MAX_MS       1000
+#define CRON_MS              100
+#define LINK_GRACE_MS        500 /* between a rank's exit and its link's EOF, either way round */
+#define KV_EXPIRE_MARGIN_MS  10000
+#define EVENT_QUEUE_MAX      4096
+#define HEARTBEAT_DEFAULT_MS 1000
+
+typedef struct rank_ent {
+    struct rank_ent *next;
+    wrk_agent_t *a;
+    char job_id[64];
+    uint64_t gen;
+    uint32_t rank;
+    wrk_proc_t *proc; /* NULL once reaped */
+    ch_conn_t *link;  /* NULL once closed */
+    int pid;
+    int exited, exit_code, signal;
+    uint64_t exited_ms;      /* when the process was reaped */
+    uint64_t link_closed_ms; /* when its link closed */
+    int orphan_killed;       /* killed for having lost its link */
+} rank_ent_t;
+
+typedef struct kv_relay {
+    struct kv_relay *next;
+    uint64_t id;      /* request id toward the coordinator */
+    uint64_t rank_id; /* the rank's own request id */
+    rank_ent_t *ent;
+    uint64_t expire_ms;
+} kv_relay_t;
+
+struct wrk_agent {
+    uv_loop_t *loop;
+    wrk_agent_cfg_t cfg;
+    ch_conn_t *coord;
+    int registered, ever_registered, stopping;
+    uint32_t heartbeat_ms;
+    uint32_t backoff_ms;
+    uv_timer_t reconnect, heartbeat, cron;
+    rank_ent_t *ranks;
+    kv_relay_t *relays;
+    uint64_t next_request_id;
+    Chorus__RankEvent **queue; /* ring of owned copies */
+    size_t q_head, q_len;
+    uint64_t rng;
+};
+
+static void on_reconnect_timer(uv_timer_t *t);
+
+// ----------------------------------------------------------------------------
+// small helpers
+
+static uint64_t rnd(wrk_agent_t *a)
+{
+    uint64_t z = (a->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A job id becomes a directory name: refuse anything that could leave run_dir. */
+static int safe_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 64 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return 0;
+    for (; *s; s++)
+        if (*s == '/' || (unsigned char)*s < 0x20)
+            return 0;
+    return 1;
+}
+
+static int coord_send(wrk_agent_t *a, Chorus__Envelope *env)
+{
+    if (!a->coord || !ch_conn_is_ready(a->coord))
+        return -ENOTCONN;
+    return ch_conn_send(a->coord, env);
+}
+
+// ----------------------------------------------------------------------------
+// event queue (coordinator link down)
+
+static void ev_free(Chorus__RankEvent *e)
+{
+    if (!e)
+        return;
+    free(e->job_id);
+    free(e->message);
+    for (size_t i = 0; i < e->n_metrics; i++) {
+        if (e->metrics[i])
+            free(e->metrics[i]->name);
+        free(e->metrics[i]);
+    }
+    free(e->metrics);
+    free(e);
+}
+
+/* Deep copy: every string and metric owned by the copy. */
+static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
+{
+    Chorus__RankEvent *e = malloc(sizeof *e);
+    if (!e)
+        return NULL;
+    *e = *src;
+    e->job_id = strdup(src->job_id ? src->job_id : "");
+    e->message = strdup(src->message ? src->message : "");
+    e->n_metrics = 0;
+    e->metrics = NULL;
+    if (!e->job_id || !e->message)
+        goto fail;
+    if (src->n_metrics) {
+        if (!(e->metrics = calloc(src->n_metrics, sizeof *e->metrics)))
+            goto fail;
+        for (size_t i = 0; i < src->n_metrics; i++) {
+            Chorus__Metric *m = malloc(sizeof *m);
+            if (!m)
+                goto fail;
+            *m = *src->metrics[i];
+            e->metrics[i] = m;
+            e->n_metrics = i + 1;
+            if (!(m->name = strdup(src->metrics[i]->name ? src->metrics[i]->name : "")))
+                goto fail;
+        }
+    }
+    return e;
+fail:
+    ev_free(e);
+    return NULL;
+}
+
+static Chorus__RankEvent **q_at(wrk_agent_t *a, size_t i)
+{
+    return &a->queue[(a->q_head + i) % EVENT_QUEUE_MAX];
+}
+
+/* Full queue: drop the oldest progress report (a later one supersedes it), else the
+ * oldest event. Lifecycle events are what the coordinator cannot do without. */
+static void q_make_room(wrk_agent_t *a)
+{
+    size_t victim = 0;
+    for (size_t i = 0; i < a->q_len; i++) {
+        if ((*q_at(a, i))->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS) {
+            victim = i;
+            break;
+        }
+    }
+    ev_free(*q_at(a, victim));
+    for (size_t i = victim; i > 0; i--)
+        *q_at(a, i) = *q_at(a, i - 1);
+    a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
+    a->q_len--;
+    CH_LOGW("agent", "event queue full: dropped one event");
+}
+
+static void q_push(wrk_agent_t *a, const Chorus__RankEvent *ev)
+{
+    Chorus__RankEvent *copy = ev_dup(ev);
+    if (!copy) {
+        CH_LOGE("agent", "out of memory: dropped a rank event");
+        return;
+    }
+    if (a->q_len == EVENT_QUEUE_MAX)
+        q_make_room(a);
+    *q_at(a, a->q_len) = copy;
+    a->q_len++;
+}
+
+static void q_flush(wrk_agent_t *a)
+{
+    while (a->q_len && a->registered) {
+        Chorus__RankEvent *e = *q_at(a, 0);
+        Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+        env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+        env.rank_event = e;
+        if (coord_send(a, &env) < 0)
+            return;
+        ev_free(e);
+        a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
+        a->q_len--;
+    }
+}
+
+static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
+{
+    if (a->stopping)
+        return;
+    if (a->registered && a->q_len == 0) {
+        Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+        env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+        env.rank_event = (Chorus__RankEvent *)ev;
+        if (coord_send(a, &env) == 0)
+            return;
+    }
+    q_push(a, ev);
+    q_flush(a);
+}
+
+/* An event about ent that workerd itself originates (spawn failure, exit). */
+static void send_rank_event(wrk_agent_t *a, const char *job, uint64_t gen, uint32_t rank,
+                            Chorus__RankEventKind kind, int code, int sig, const char *msg)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.job_id = (char *)job;
+    ev.generation = gen;
+    ev.rank = rank;
+    ev.kind = kind;
+    ev.exit_code = code;
+    ev.signal = sig;
+    if (msg)
+        ev.message = (char *)msg;
+    send_event(a, &ev);
+}
+
+// ----------------------------------------------------------------------------
+// rendezvous relay
+
+static void relay_remove(wrk_agent_t *a, kv_relay_t **pp)
+{
+    kv_relay_t *k = *pp;
+    *pp = k->next;
+    free(k);
+    (void)a;
+}
+
+static void reply_rank_code(rank_ent_t *ent, uint64_t rank_id, int code)
+{
+    Chorus__KvReply kr = CHORUS__KV_REPLY__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    if (!ent->link)
+        return;
+    kr.code = code;
+    env.request_id = rank_id;
+    env.body_case = CHORUS__ENVELOPE__BODY_KV_REPLY;
+    env.kv_reply = &kr;
+    ch_conn_send(ent->link, &env);
+}
+
+/* Answer every relay (of one rank, or all when ent is NULL) with code and forget it. */
+static void relays_fail(wrk_agent_t *a, rank_ent_t *ent, int code)
+{
+    kv_relay_t **pp = &a->relays;
+    while (*pp) {
+        if (ent && (*pp)->ent != ent) {
+            pp = &(*pp)->next;
+            continue;
+        }
+        if (code)
+            reply_rank_code((*pp)->ent, (*pp)->rank_id, code);
+        relay_remove(a, pp);
+    }
+}
+
+static void relay_kv(wrk_agent_t *a, rank_ent_t *ent, Chorus__Envelope *env)
+{
+    uint32_t timeout_ms = 0;
+    char **job_field;
+    int rc;
+    /* The rank's (job, generation) are forced to its own. The job string belongs to the
+     * decoded message: ours is borrowed for the send and theirs put back . */
+    if (env->body_case == CHORUS__ENVELOPE__BODY_KV_SET) {
+        Chorus__KvSet *ks = env->kv_set;
+        if (ks->value.len > CH_RDZV_VALUE_MAX) {
+            reply_rank_code(ent, env->request_id, CH_E_TOOBIG);
+            return;
+        }
+        job_field = &ks->job_id;
+        ks->generation = ent->gen;
+    } else {
+        Chorus__KvGet *kg = env->kv_get;
+        job_field = &kg->job_id;
+        kg->generation = ent->gen;
+        timeout_ms = kg->timeout_ms;
+    }
+    if (!a->registered) {
+        reply_rank_code(ent, env->request_id, -ENOTCONN);
+        return;
+    }
+    kv_relay_t *k = calloc(1, sizeof *k);
+    if (!k) {
+        reply_rank_code(ent, env->request_id, -ENOMEM);
+        return;
+    }
+    k->id = ++a->next_request_id;
+    k->rank_id = env->request_id;
+    k->ent = ent;
+    k->expire_ms = ch_now_ms() + timeout_ms + KV_EXPIRE_MARGIN_MS;
+    /* env is borrowed from the rank link's callback: rewrite in place, send, restore. */
+    uint64_t rank_id = env->request_id;
+    char *their_job = *job_field;
+    env->request_id = k->id;
+    *job_field = ent->job_id;
+    rc = coord_send(a, env);
+    *job_field = their_job;
+    env->request_id = rank_id;
+    if (rc < 0) {
+        free(k);
+        reply_rank_code(ent, rank_id, -ENOTCONN);
+        return;
+    }
+    k->next = a->relays;
+    a->relays = k;
+}
+
+/* A coordinator reply: route it to the rank that asked. 1 if it was a relay's reply. */
+static int route_reply(wrk_agent_t *a, Chorus__Envelope *env)
+{
+    if (env->request_id == 0)
+        return 0;
+    for (kv_relay_t **pp = &a->relays; *pp; pp = &(*pp)->next) {
+        kv_relay_t *k = *pp;
+        if (k->id != env->request_id)
+            continue;
+        if (k->ent->link) {
+            uint64_t id = env->request_id;
+            env->request_id = k->rank_id;
+            ch_conn_send(k->ent->link, env);
+            env->request_id = id;
+        }
+        relay_remove(a, pp);
+        return 1;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// rank entries
+
+static uint32_t alive_count(const wrk_agent_t *a)
+{
+    uint32_t n = 0;
+    for (const rank_ent_t *e = a->ranks; e; e = e->next)
+        n += !e->exited;
+    return n;
+}
+
+static rank_ent_t *find_rank(wrk_agent_t *a, const char *job, uint64_t gen, uint32_t rank)
+{
+    for (rank_ent_t *e = a->ranks; e; e = e->next)
+        if (e->gen == gen && e->rank == rank && strcmp(e->job_id, job) == 0)
+            return e;
+    return NULL;
+}
+
+/* Both the process and its link are gone: report the exit and forget the rank. */
+static void ent_finish(rank_ent_t *ent)
+{
+    wrk_agent_t *a = ent->a;
+    if (ent->proc || ent->link)
+        return;
+    CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u pid=%d exited code=%d signal=%d", ent->job_id,
+            ent->gen, ent->rank, ent->pid, ent->exit_code, ent->signal);
+    send_rank_event(a, ent->job_id, ent->gen, ent->rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED,
+                    ent->exit_code, ent->signal, NULL);
+    relays_fail(a, ent, 0);
+    for (rank_ent_t **pp = &a->ranks; *pp; pp = &(*pp)->next) {
+        if (*pp == ent) {
+            *pp = ent->next;
+            break;
+        }
+    }
+    free(ent);
+}
+
+static void on_rank_exit(wrk_proc_t *p, int exit_code, int term_signal, void *ud)
+{
+    rank_ent_t *ent = ud;
+    ent->exited = 1;
+    ent->exit_code = exit_code;
+    ent->signal = term_signal;
+    ent->exited_ms = ch_now_ms();
+    ent->proc = NULL;
+    wrk_proc_close(p);
+    ent_finish(ent);
+}
+
+static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+{
+    rank_ent_t *ent = ud;
+    wrk_agent_t *a = ent->a;
+    switch (env->body_case) {
+    case CHORUS__ENVELOPE__BODY_RANK_EVENT: {
+        Chorus__RankEvent *ev = env->rank_event;
+        /* The rank speaks only for itself. The string belongs to the decoded message:
+         * borrow ours for the send and put it back before the message is freed. */
+        char *their_job = ev->job_id;
+        ev->job_id = ent->job_id;
+        ev->generation = ent->gen;
+        ev->rank = ent->rank;
+        if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_FAILED)
+            CH_LOGW("agent", "job=%s gen=%" PRIu64 " rank=%u failed: %s", ent->job_id, ent->gen,
+                    ent->rank, ev->message);
+        send_event(a, ev);
+        ev->job_id = their_job;
+        break;
+    }
+    case CHORUS__ENVELOPE__BODY_KV_SET:
+    case CHORUS__ENVELOPE__BODY_KV_GET:
+        relay_kv(a, ent, env);
+        break;
+    default:
+        CH_LOGW("agent", "job=%s rank=%u: unexpected %s from rank", ent->job_id, ent->rank,
+                ch_msg_name(env));
+        break;
+    }
+    (void)c;
+}
+
+static void on_rank_close(ch_conn_t *c, int reason, void *ud)
+{
+    rank_ent_t *ent = ud;
+    ent->link = NULL;
+    ent->link_closed_ms = ch_now_ms();
+    relays_fail(ent->a, ent, 0);
+    /* Usually the rank is exiting and its reaping is a moment away; the cron kills it
+     * if it is still there after the grace (a rank that cannot report is of no use). */
+    CH_LOGD("agent", "job=%s rank=%u: link closed (%s)", ent->job_id, ent->rank,
+            reason ? ch_strerror(reason) : "local");
+    ent_finish(ent);
+    (void)c;
+}
+
+static void kill_matching(wrk_agent_t *a, const char *job, uint64_t max_gen)
+{
+    for (rank_ent_t *e = a->ranks; e; e = e->next) {
+        if (e->proc && (!job || (strcmp(e->job_id, job) == 0 && e->gen <= max_gen))) {
+            CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u: SIGKILL", e->job_id, e->gen, e->rank);
+            wrk_proc_kill(e->proc, SIGKILL);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// StartRanks / KillRanks
+
+static int gen_dir(const wrk_agent_t *a, const char *job, uint64_t gen, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/%s/g%" PRIu64, a->cfg.run_dir, job, gen);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus__RankAssign *ra,
+                      const char *gdir, const char *job_file)
+{
+    char rdir[CH_PATH_LEN], logp[CH_PATH_LEN];
+    int fd = -1, rc;
+    rank_ent_t *ent = calloc(1, sizeof *ent);
+    if (!ent)
+        return -ENOMEM;
+    int n1 = snprintf(rdir, sizeof rdir, "%s/rank-%u/", gdir, ra->rank);
+    int n2 = snprintf(logp, sizeof logp, "%s/rank-%u.log", gdir, ra->rank);
+    if (n1 < 0 || (size_t)n1 >= sizeof rdir || n2 < 0 || (size_t)n2 >= sizeof logp) {
+        free(ent);
+        return -ENAMETOOLONG;
+    }
+    ent->a = a;
+    snprintf(ent->job_id, sizeof ent->job_id, "%s", s->job_id);
+    ent->gen = s->generation;
+    ent->rank = ra->rank;
+
+    wrk_proc_spec_t ps = {
+        .exe = a->cfg.rank_exe,
+        .job_id = s->job_id,
+        .generation = s->generation,
+        .rank = ra->rank,
+        .world_size = s->world_size,
+        .local_rank = ra->local_rank,
+        .local_world = s->local_world_size ? s->local_world_size : (uint32_t)s->n_ranks,
+        .resume_step = s->resume_step,
+        .device = a->cfg.device,
+        .job_file = job_file,
+        .run_dir = rdir,
+        .log_path = logp,
+    };
+    rc = wrk_proc_spawn(a->loop, &ps, on_rank_exit, ent, &ent->proc, &fd);
+    if (rc < 0) {
+        free(ent);
+        return rc;
+    }
+    ent->pid = wrk_proc_pid(ent->proc);
+    ch_conn_opts_t o = {.key = NULL, .is_server = 1};
+    ch_conn_cbs_t cbs = {NULL, on_rank_msg, on_rank_close};
+    rc = ch_conn_open_fd(a->loop, fd, &o, &cbs, ent, &ent->link);
+    if (rc < 0) {
+        /* The rank cannot talk to us: kill it; its exit is reported as usual. */
+        ent->link = NULL;
+        ent->orphan_killed = 1;
+        wrk_proc_kill(ent->proc, SIGKILL);
+    }
+    ent->next = a->ranks;
+    a->ranks = ent;
+    CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u local=%u pid=%d started, log %s", ent->job_id,
+            ent->gen, ent->rank, ra->local_rank, ent->pid, logp);
+    return 0;
+}
+
+static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
+{
+    char gdir[CH_PATH_LEN], job_file[CH_PATH_LEN];
+    char why[CH_PATH_LEN + 128] = "";
+    int rc = 0;
+
+    if (!safe_name(s->job_id)) {
+        CH_LOGE("agent", "StartRanks: refusing job id '%s'", s->job_id);
+        return;
+    }
+    for (rank_ent_t *e = a->ranks; e; e = e->next) {
+        if (strcmp(e->job_id, s->job_id) == 0 && e->gen > s->generation) {
+            CH_LOGW("agent", "job=%s: stale StartRanks gen=%" PRIu64 " (running gen %" PRIu64 ")",
+                    s->job_id, s->generation, e->gen);
+            return;
+        }
+    }
+    /* A newer generation supersedes: whatever is left of older ones must not linger. */
+    if (s->generation > 0)
+        kill_matching(a, s->job_id, s->generation - 1);
+    if (alive_count(a) + s->n_ranks > a->cfg.slots)
+        CH_LOGW("agent", "job=%s gen=%" PRIu64 ": %zu ranks asked, %u slots, %u in use", s->job_id,
+                s->generation, s->n_ranks, a->cfg.slots, alive_count(a));
+    rc = gen_dir(a, s->job_id, s->generation, gdir, sizeof gdir);
+    if (rc == 0)
+        rc = ch_mkdirs(gdir, 0755);
+    if (rc == 0 &&
+        (size_t)snprintf(job_file, sizeof job_file, "%s/job.ini", gdir) >= sizeof job_file)
+        rc = -ENAMETOOLONG;
+    if (rc == 0)
+        rc = ch_file_write_atomic(job_file, s->job_ini, strlen(s->job_ini), 0644);
+    if (rc < 0)
+        snprintf(why, sizeof why, "workerd: job dir %s: %s", gdir, ch_strerror(rc));
+
+    for (size_t i = 0; i < s->n_ranks; i++) {
+        const Chorus__RankAssign *ra = s->ranks[i];
+        if (find_rank(a, s->job_id, s->generation, ra->rank))
+            continue; /* a repeated command: already running */
+        int src = rc;
+        if (src == 0 && (src = spawn_rank(a, s, ra, gdir, job_file)) < 0)
+            snprintf(why, sizeof why, "workerd: spawn rank %u: %s", ra->rank, ch_strerror(src));
+        if (src < 0) {
+            CH_LOGE("agent", "job=%s gen=%" PRIu64 " rank=%u: %s", s->job_id, s->generation,
+                    ra->rank, why);
+            send_rank_event(a, s->job_id, s->generation, ra->rank,
+                            CHORUS__RANK_EVENT_KIND__RANK_FAILED, 0, 0, why);
+            send_rank_event(a, s->job_id, s->generation, ra->rank,
+                            CHORUS__RANK_EVENT_KIND__RANK_EXITED, 127, 0, why);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// coordinator link
+
+static void send_heartbeat(wrk_agent_t *a)
+{
+    Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint32_t alive = alive_count(a);
+    hb.time_ms = ch_wall_ms();
+    hb.free_slots = alive >= a->cfg.slots ? 0 : a->cfg.slots - alive;
+    env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    coord_send(a, &env);
+}
+
+static void on_heartbeat_timer(uv_timer_t *t)
+{
+    send_heartbeat(t->data);
+}
+
+static void send_register(wrk_agent_t *a)
+{
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint32_t n = alive_count(a), i = 0;
+    Chorus__RankRef *refs = calloc(n ? n : 1, sizeof *refs);
+    Chorus__RankRef **pr = calloc(n ? n : 1, sizeof *pr);
+    if (!refs || !pr) {
+        CH_LOGE("agent", "out of memory building Register");
+        goto out;
+    }
+    for (rank_ent_t *e = a->ranks; e && i < n; e = e->next) {
+        if (e->exited)
+            continue;
+        Chorus__RankRef init = CHORUS__RANK_REF__INIT;
+        refs[i] = init;
+        refs[i].job_id = e->job_id;
+        refs[i].generation = e->gen;
+        refs[i].rank = e->rank;
+        refs[i].pid = e->pid;
+        pr[i] = &refs[i];
+        i++;
+    }
+    reg.name = a->cfg.name;
+    reg.slots = a->cfg.slots;
+    reg.rack = a->cfg.rack;
+    reg.device = a->cfg.device;
+    reg.n_running = i;
+    reg.running = pr;
+    env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    if (coord_send(a, &env) == 0)
+        CH_LOGI("agent", "node=%s: registering with %s:%d (%u slots, rack %s, %u ranks running)",
+                a->cfg.name, a->cfg.host, a->cfg.port, a->cfg.slots, a->cfg.rack, i);
+out:
+    free(pr);
+    free(refs);
+}
+
+static void on_registered(wrk_agent_t *a, const Chorus__RegisterAck *ack)
+{
+    int first = !a->ever_registered;
+    a->heartbeat_ms = ack->heartbeat_ms ? ack->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
+    a->registered = 1;
+    a->ever_registered = 1;
+    a->backoff_ms = BACKOFF_MIN_MS;
+    CH_LOGI("agent", "node=%s: registered (heartbeat %u ms)", a->cfg.name, a->heartbeat_ms);
+    uv_timer_start(&a->heartbeat, on_heartbeat_timer, a->heartbeat_ms, a->heartbeat_ms);
+    send_heartbeat(a);
+    q_flush(a);
+    if (a->cfg.registered_cb)
+        a->cfg.registered_cb(a->cfg.ud, first);
+}
+
+static void on_coord_ready(ch_conn_t *c, void *ud)
+{
+    wrk_agent_t *a = ud;
+    (void)c;
+    send_register(a);
+}
+
+static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+{
+    wrk_agent_t *a = ud;
+    (void)c;
+    switch (env->body_case) {
+    case CHORUS__ENVELOPE__BODY_REGISTER_ACK:
+        on_registered(a, env->register_ack);
+        return;
+    case CHORUS__ENVELOPE__BODY_START_RANKS:
+        on_start_ranks(a, env->start_ranks);
+        return;
+    case CHORUS__ENVELOPE__BODY_KILL_RANKS:
+        CH_LOGI("agent", "job=%s: kill ranks of gen <= %" PRIu64 " (%s)", env->kill_ranks->job_id,
+                env->kill_ranks->generation, env->kill_ranks->reason);
+        kill_matching(a, env->kill_ranks->job_id, env->kill_ranks->generation);
+        return;
+    default:
+        break;
+    }
+    if (route_reply(a, env))
+        return;
+    if (env->body_case == CHORUS__ENVELOPE__BODY_ERROR)
+        CH_LOGW("agent", "coordinator: error %d: %s", env->error->code, env->error->message);
+    else
+        CH_LOGD("agent", "coordinator: ignoring %s", ch_msg_name(env));
+}
+
+static void schedule_reconnect(wrk_agent_t *a)
+{
+    if (a->stopping)
+        return;
+    /* Jitter in [d/2, d]: nodes restarted together do not reconnect in lockstep. */
+    uint32_t d = a->backoff_ms;
+    uint32_t delay = d / 2 + (uint32_t)(rnd(a) % (d / 2 + 1));
+    a->backoff_ms = d * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d * 2;
+    uv_timer_start(&a->reconnect, on_reconnect_timer, delay, 0);
+}
+
+static void on_coord_close(ch_conn_t *c, int reason, void *ud)
+{
+    wrk_agent_t *a = ud;
+    (void)c;
+    if (a->registered)
+        CH_LOGW("agent", "node=%s: lost coordinator %s:%d (%s); reconnecting", a->cfg.name,
+                a->cfg.host, a->cfg.port, reason ? ch_strerror(reason) : "closed");
+    else
+        CH_LOGD("agent", "coordinator %s:%d: %s", a->cfg.host, a->cfg.port,
+                reason ? ch_strerror(reason) : "closed");
+    a->coord = NULL;
+    a->registered = 0;
+    uv_timer_stop(&a->heartbeat);
+    relays_fail(a, NULL, -ENOTCONN);
+    schedule_reconnect(a);
+}
+
+static void connect_now(wrk_agent_t *a)
+{
+    ch_conn_opts_t o = {.key = a->cfg.key, .is_server = 0, .role = "worker"};
+    ch_conn_cbs_t cbs = {on_coord_ready, on_coord_msg, on_coord_close};
+    if (a->stopping || a->coord)
+        return;
+    int rc = ch_conn_connect_tcp(a->loop, a->cfg.host, a->cfg.port, &o, &cbs, a, &a->coord);
+    if (rc < 0) {
+        a->coord = NULL;
+        CH_LOGD("agent", "connect %s:%d: %s", a->cfg.host, a->cfg.port, ch_strerror(rc));
+        schedule_reconnect(a);
+    }
+}
+
+static void on_reconnect_timer(uv_timer_t *t)
+{
+    connect_now(t->data);
+}
+
+static void on_cron(uv_timer_t *t)
+{
+    wrk_agent_t *a = t->data;
+    uint64_t now = ch_now_ms();
+    for (kv_relay_t **pp = &a->relays; *pp;) {
+        if ((*pp)->expire_ms <= now) {
+            reply_rank_code((*pp)->ent, (*pp)->rank_id, -ETIMEDOUT);
+            relay_remove(a, pp);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    for (rank_ent_t *e = a->ranks; e; e = e->next) {
+        if (e->exited && e->link && now - e->exited_ms >= LINK_GRACE_MS)
+            ch_conn_close(e->link); /* on_rank_close finishes the entry later */
+        if (e->proc && !e->link && !e->orphan_killed && now - e->link_closed_ms >= LINK_GRACE_MS) {
+            CH_LOGW("agent", "job=%s gen=%" PRIu64 " rank=%u: lost its link to workerd; killing it",
+                    e->job_id, e->gen, e->rank);
+            e->orphan_killed = 1;
+            wrk_proc_kill(e->proc, SIGKILL);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// lifecycle
+
+int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **out)
+{
+    wrk_agent_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    if (!(a->queue = calloc(EVENT_QUEUE_MAX, sizeof *a->queue))) {
+        free(a);
+        return -ENOMEM;
+    }
+    a->loop = loop;
+    a->cfg = *cfg;
+    if (a->cfg.slots == 0)
+        a->cfg.slots = 1;
+    a->backoff_ms = BACKOFF_MIN_MS;
+    a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
+    uv_timer_init(loop, &a->reconnect);
+    uv_timer_init(loop, &a->heartbeat);
+    uv_timer_init(loop, &a->cron);
+    a->reconnect.data = a->heartbeat.data = a->cron.data = a;
+    *out = a;
+    return 0;
+}
+
+int wrk_agent_start(wrk_agent_t *a)
+{
+    uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
+    /* Through the timer so the first connect runs on the loop like every retry. */
+    uv_timer_start(&a->reconnect, on_reconnect_timer, 0, 0);
+    return 0;
+}
+
+void wrk_agent_stop(wrk_agent_t *a)
+{
+    if (a->stopping)
+        return;
+    a->stopping = 1;
+    a->registered = 0;
+    kill_matching(a, NULL, 0);
+    for (rank_ent_t *e = a->ranks; e; e = e->next)
+        if (e->link)
+            ch_conn_close(e->link);
+    relays_fail(a, NULL, 0);
+    if (a->coord)
+        ch_conn_close(a->coord);
+    uv_close((uv_handle_t *)&a->reconnect, NULL);
+    uv_close((uv_handle_t *)&a->heartbeat, NULL);
+    uv_close((uv_handle_t *)&a->cron, NULL);
+}
+
+void wrk_agent_destroy(wrk_agent_t *a)
+{
+    if (!a)
+        return;
+    while (a->ranks) {
+        rank_ent_t *e = a->ranks;
+        a->ranks = e->next;
+        free(e);
+    }
+    relays_fail(a, NULL, 0);
+    while (a->q_len) {
+        ev_free(*q_at(a, 0));
+        a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
+        a->q_len--;
+    }
+    free(a->queue);
+    free(a);
+}
+
+uint32_t wrk_agent_ranks_alive(const wrk_agent_t *a)
+{
+    return alive_count(a);
+}
+
+int wrk_agent_registered(const wrk_agent_t *a)
+{
+    return a->registered;
+}

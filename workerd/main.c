@@ -1,0 +1,280 @@
+/* workerd: the node agent (DESIGN §1, §10, §11). Reads its config table, loads the
+ * cluster key, runs the agent (agent.h) on a libuv loop, and talks to systemd
+ * (Type=notify: READY=1 after the first registration, WATCHDOG=1 from a loop timer).
+ * `workerd --rank` (first argument, not in --help) is a rank process instead (rank.c).
+ *
+ * Exit codes: 0 clean stop (SIGTERM/SIGINT), 1 runtime failure, 78 configuration error
+ * (bad flag or value, missing or loosely permitted key). */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "auth.h"
+#include "config.h"
+#include "err.h"
+#include "log.h"
+#include "rank.h"
+#include "util.h"
+
+#define EXIT_CONFIG       78
+#define SHUTDOWN_GRACE_MS 5000
+
+typedef struct wrkd_cfg {
+    char coordinator[CH_OPT_STRLEN];
+    char name[CH_OPT_STRLEN];
+    long slots;
+    char rack[CH_OPT_STRLEN];
+    char key[CH_OPT_STRLEN];
+    char run_dir[CH_OPT_STRLEN];
+    char device[CH_OPT_STRLEN];
+    char log_level[CH_OPT_STRLEN];
+} wrkd_cfg_t;
+
+static const ch_opt_t options[] = {
+    {"coordinator", CH_OPT_STR, offsetof(wrkd_cfg_t, coordinator), NULL,
+     "coordinatord address HOST:PORT (required)"},
+    {"name", CH_OPT_STR, offsetof(wrkd_cfg_t, name), NULL, "node name (default: the hostname)"},
+    {"slots", CH_OPT_INT, offsetof(wrkd_cfg_t, slots), "1", "rank processes this node runs"},
+    {"rack", CH_OPT_STR, offsetof(wrkd_cfg_t, rack), "default", "rack label for placement"},
+    {"key", CH_OPT_STR, offsetof(wrkd_cfg_t, key), "/etc/chorus/cluster.key",
+     "cluster key file (mode 0600 or 0400)"},
+    {"run-dir", CH_OPT_STR, offsetof(wrkd_cfg_t, run_dir), "/var/lib/chorus/run",
+     "job files, rank scratch dirs and rank logs"},
+    {"device", CH_OPT_STR, offsetof(wrkd_cfg_t, device), "cpu", "cpu | cuda"},
+    {"log-level", CH_OPT_STR, offsetof(wrkd_cfg_t, log_level), "info",
+     "error | warn | info | debug"},
+    {NULL, 0, 0, NULL, NULL},
+};
+
+typedef struct workerd {
+    uv_loop_t loop;
+    wrkd_cfg_t cfg;
+    ch_key_t key;
+    wrk_agent_t *agent;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t watchdog, grace;
+    int ready_sent;
+} workerd_t;
+
+// ----------------------------------------------------------------------------
+// systemd notification protocol: one datagram to $NOTIFY_SOCKET ('@': abstract)
+
+static int sd_notify_msg(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa;
+    int fd, rc = 0;
+    if (!path || !*path)
+        return 0;
+    size_t len = strlen(path);
+    if ((path[0] != '/' && path[0] != '@') || len >= sizeof sa.sun_path)
+        return -EINVAL;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, len);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0';
+    if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+        return -errno;
+    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* WATCHDOG_USEC when it is meant for this process, else 0. */
+static uint64_t watchdog_usec(void)
+{
+    const char *us = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
+    if (!us || !*us)
+        return 0;
+    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid())
+        return 0;
+    return strtoull(us, NULL, 10);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    sd_notify_msg("WATCHDOG=1");
+}
+
+static void on_registered(void *ud, int first)
+{
+    workerd_t *w = ud;
+    char status[2 * CH_OPT_STRLEN + 64];
+    snprintf(status, sizeof status, "STATUS=registered with %s as %s", w->cfg.coordinator,
+             w->cfg.name);
+    sd_notify_msg(status);
+    if (first && !w->ready_sent) {
+        w->ready_sent = 1;
+        sd_notify_msg("READY=1");
+    }
+}
+
+// ----------------------------------------------------------------------------
+// shutdown
+
+static void on_grace(uv_timer_t *t)
+{
+    CH_LOGW("workerd", "shutdown: ranks not reaped after %d ms; leaving", SHUTDOWN_GRACE_MS);
+    uv_stop(t->loop);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    workerd_t *w = s->data;
+    CH_LOGI("workerd", "node=%s: signal %d: stopping, killing %u ranks", w->cfg.name, signum,
+            wrk_agent_ranks_alive(w->agent));
+    sd_notify_msg("STOPPING=1");
+    wrk_agent_stop(w->agent);
+    uv_close((uv_handle_t *)&w->sigterm, NULL);
+    uv_close((uv_handle_t *)&w->sigint, NULL);
+    uv_close((uv_handle_t *)&w->watchdog, NULL);
+    /* A bound on waiting for the ranks; unref'd so it does not itself hold the loop. */
+    uv_timer_start(&w->grace, on_grace, SHUTDOWN_GRACE_MS, 0);
+    uv_unref((uv_handle_t *)&w->grace);
+}
+
+// ----------------------------------------------------------------------------
+// configuration
+
+static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
+{
+    wrkd_cfg_t *c = &w->cfg;
+    ch_log_level_t lvl;
+    int rc;
+
+    if (ch_log_level_parse(c->log_level, &lvl) < 0) {
+        CH_LOGE("workerd", "--log-level: expected error|warn|info|debug, got '%s'", c->log_level);
+        return CH_E_CONFIG;
+    }
+    ch_log_set_level(lvl);
+    setenv("CHORUS_LOG_LEVEL", c->log_level, 1); /* the ranks log at the same level */
+    if (!c->coordinator[0]) {
+        CH_LOGE("workerd", "--coordinator HOST:PORT is required");
+        return CH_E_CONFIG;
+    }
+    if (ch_parse_hostport(c->coordinator, ac->host, sizeof ac->host, &ac->port) < 0) {
+        CH_LOGE("workerd", "--coordinator: expected HOST:PORT, got '%s'", c->coordinator);
+        return CH_E_CONFIG;
+    }
+    if (!c->name[0] && gethostname(c->name, sizeof c->name - 1) < 0) {
+        CH_LOGE("workerd", "--name not given and gethostname failed");
+        return CH_E_CONFIG;
+    }
+    if (c->slots < 1 || c->slots > 4096) {
+        CH_LOGE("workerd", "--slots: expected 1..4096, got %ld", c->slots);
+        return CH_E_CONFIG;
+    }
+    if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
+        CH_LOGE("workerd", "--device: expected cpu or cuda, got '%s'", c->device);
+        return CH_E_CONFIG;
+    }
+#ifndef CHORUS_HAVE_CUDA
+    if (strcmp(c->device, "cuda") == 0) {
+        CH_LOGE("workerd", "--device cuda: this workerd was built without CUDA/NCCL "
+                           "(rebuild where the CUDA toolkit and NCCL are installed)");
+        return CH_E_CONFIG;
+    }
+#endif
+    rc = ch_key_load(c->key, &w->key);
+    if (rc < 0) {
+        CH_LOGE("workerd", "key %s: %s%s", c->key, ch_strerror(rc),
+                rc == CH_E_KEYPERM ? " (chmod 600 it)" : "");
+        return CH_E_CONFIG;
+    }
+    rc = ch_mkdirs(c->run_dir, 0755);
+    if (rc < 0) {
+        CH_LOGE("workerd", "--run-dir %s: %s", c->run_dir, ch_strerror(rc));
+        return CH_E_CONFIG;
+    }
+    snprintf(ac->name, sizeof ac->name, "%s", c->name);
+    snprintf(ac->rack, sizeof ac->rack, "%s", c->rack);
+    strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
+    snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
+    ac->slots = (uint32_t)c->slots;
+    ac->key = &w->key;
+    ac->registered_cb = on_registered;
+    ac->ud = w;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
+static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
+{
+    int rc = uv_loop_init(&w->loop);
+    if (rc < 0) {
+        CH_LOGE("workerd", "event loop: %s", ch_strerror(ch_err_from_uv(rc)));
+        return 1;
+    }
+    rc = wrk_agent_create(&w->loop, ac, &w->agent);
+    if (rc < 0) {
+        CH_LOGE("workerd", "agent: %s", ch_strerror(rc));
+        uv_loop_close(&w->loop);
+        return 1;
+    }
+    uv_signal_init(&w->loop, &w->sigterm);
+    uv_signal_init(&w->loop, &w->sigint);
+    uv_timer_init(&w->loop, &w->watchdog);
+    uv_timer_init(&w->loop, &w->grace);
+    w->sigterm.data = w->sigint.data = w;
+    uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&w->sigint, on_signal, SIGINT);
+    uint64_t wd = watchdog_usec();
+    if (wd) {
+        uint64_t period = wd / 2000 ? wd / 2000 : 1; /* half the timeout, in ms */
+        uv_timer_start(&w->watchdog, on_watchdog, period, period);
+    }
+    CH_LOGI("workerd", "node=%s slots=%u rack=%s device=%s coordinator=%s run-dir=%s", ac->name,
+            ac->slots, ac->rack, ac->device, w->cfg.coordinator, ac->run_dir);
+    wrk_agent_start(w->agent);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+
+    uv_close((uv_handle_t *)&w->grace, NULL);
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+    if (uv_loop_close(&w->loop) == 0)
+        wrk_agent_destroy(w->agent); /* otherwise handles still point into it */
+    CH_LOGI("workerd", "node=%s: stopped", ac->name);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static workerd_t w; /* one per process; static only to keep 4 KiB of config off the stack */
+    wrk_agent_cfg_t ac;
+    char err[512] = "";
+    int rc;
+
+    if (argc > 1 && strcmp(argv[1], "--rank") == 0)
+        return wrk_rank_main(argc, argv);
+
+    signal(SIGPIPE, SIG_IGN);
+    ch_log_init("workerd");
+    rc = ch_config_load(options, "workerd", &w.cfg, argc, argv, err, sizeof err);
+    if (rc == 1) {
+        ch_config_usage(stdout, "workerd", options);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "workerd: %s\n", err[0] ? err : ch_strerror(rc));
+        return EXIT_CONFIG;
+    }
+    if (ch_auth_global_init() < 0) {
+        CH_LOGE("workerd", "libsodium initialisation failed");
+        return 1;
+    }
+    memset(&ac, 0, sizeof ac);
+    if (check_config(&w, &ac) < 0)
+        return EXIT_CONFIG;
+    return run(&w, &ac);
+}

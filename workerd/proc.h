@@ -1,0 +1,53 @@
+/* Rank process supervision: spawn one rank process (workerd re-executed with --rank,
+ * or any program, for tests) in its own process group and session, with the
+ * torchrun-compatible environment, one end of a socketpair as fd 3 and stdout+stderr
+ * appended to a log file; report its exit (code or signal) on the loop.
+ *
+ * The rank dies with workerd: it sets PR_SET_PDEATHSIG itself (rank.c) and checks
+ * CHORUS_PARENT_PID against getppid() to close the race with a parent that died
+ * before the prctl. A kill goes to the whole process group, so helpers a rank started
+ * die with it. */
+#ifndef WRK_PROC_H
+#define WRK_PROC_H
+
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct wrk_proc wrk_proc_t;
+
+typedef struct wrk_proc_spec {
+    const char *exe;      /* NULL: /proc/self/exe */
+    char *const *argv;    /* NULL: {"workerd", "--rank", "JOB:gGEN:rRANK", NULL} */
+    const char *job_id;   /* CHORUS_JOB */
+    uint64_t generation;  /* CHORUS_GENERATION */
+    uint32_t rank;        /* RANK */
+    uint32_t world_size;  /* WORLD_SIZE */
+    uint32_t local_rank;  /* LOCAL_RANK */
+    uint32_t local_world; /* LOCAL_WORLD_SIZE */
+    uint64_t resume_step;
+    const char *device; /* CHORUS_DEVICE: "cpu" | "cuda"; NULL: cpu */ /* CHORUS_RESUME_STEP */
+    const char *job_file;                                              /* CHORUS_JOB_FILE */
+    const char *run_dir;  /* CHORUS_RUN_DIR: the rank's scratch dir (the rank makes it) */
+    const char *log_path; /* stdout+stderr, opened O_APPEND|O_CREAT, mode 0644 */
+} wrk_proc_spec_t;
+
+/* The process ended: exit_code when it exited, term_signal (> 0) when a signal killed
+ * it. Runs once; the proc stays valid until wrk_proc_close. */
+typedef void (*wrk_proc_exit_cb)(wrk_proc_t *p, int exit_code, int term_signal, void *ud);
+
+/* Spawn. *link_fd receives workerd's end of the socketpair (the child has the other
+ * as fd 3); the caller owns it (e.g. hands it to ch_conn_open_fd). On error nothing is
+ * left behind. */
+int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_cb cb, void *ud,
+                   wrk_proc_t **out, int *link_fd);
+
+int wrk_proc_pid(const wrk_proc_t *p);
+int wrk_proc_exited(const wrk_proc_t *p);
+/* Send sig to the process group (the rank and everything it started). 0, or -ESRCH
+ * once it is gone. */
+int wrk_proc_kill(wrk_proc_t *p, int sig);
+/* Release. A process still running is killed (SIGKILL to its group) and reaped later;
+ * the exit callback is not called after this. Memory goes in libuv's close callback. */
+void wrk_proc_close(wrk_proc_t *p);
+
+#endif

@@ -1,0 +1,372 @@
+/* The rank runtime (rank.h): rank-mode main, events to workerd, and the rendezvous
+ * store relayed through workerd.
+ *
+ * Theory of operation. workerd spawns `workerd --rank` with one end of a socketpair
+ * as fd 3 and the rank's identity in the environment (proc.c). The rank first arms
+ * PR_SET_PDEATHSIG so it cannot outlive workerd, then reads its identity and job file,
+ * reports RANK_STARTED, runs the job kind and reports RANK_DONE or RANK_FAILED before
+ * exiting. workerd sees the exit itself and reports RANK_EXITED.
+ *
+ * Rendezvous calls are blocking request/reply on the link: workerd relays them to
+ * coordinatord and routes the reply back by request id. While workerd has no
+ * coordinator link it answers -ENOTCONN at once; the rank retries until its own
+ * deadline, so a coordinator restart during init is survived. */
+#include "rank.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "err.h"
+#include "log.h"
+#include "msg.h"
+#include "util.h"
+
+#define LINK_FD            3
+#define JOB_FILE_MAX       (1u << 20)
+#define KV_SET_DEADLINE_MS 60000
+#define KV_REPLY_MARGIN_MS 5000 /* on top of a KvGet's own timeout */
+#define KV_RETRY_MS        100
+
+// ----------------------------------------------------------------------------
+// events
+
+int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev)
+{
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev->job_id = r->job_id;
+    ev->generation = r->generation;
+    ev->rank = r->rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = ev;
+    return ch_client_send(r->link, &env);
+}
+
+int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
+                      double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = step;
+    ev.total_steps = total;
+    ev.loss = loss;
+    ev.tokens_per_s = tokens_per_s;
+    ev.mfu = mfu;
+    ev.n_metrics = n;
+    ev.metrics = metrics;
+    return wrk_rank_report(r, &ev);
+}
+
+int wrk_rank_fail(wrk_rank_t *r, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+    return rc; /* logged once, with the code, when the rank reports RANK_FAILED */
+}
+
+static int report_kind(wrk_rank_t *r, Chorus__RankEventKind kind, const char *message)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = kind;
+    if (message)
+        ev.message = (char *)message;
+    return wrk_rank_report(r, &ev);
+}
+
+// ----------------------------------------------------------------------------
+// rendezvous through workerd
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* workerd answers these while it has no coordinator link: worth a retry. */
+static int retryable(int rc)
+{
+    return rc == -ENOTCONN || rc == -ECONNRESET || rc == -EAGAIN;
+}
+
+/* One relayed call: 0 and the reply's value (KvReply) or nothing (Ok), else a code. */
+static int kv_call(wrk_rank_t *r, Chorus__Envelope *req, int timeout_ms, void **val, size_t *len)
+{
+    Chorus__Envelope *resp = NULL;
+    int rc = ch_client_call(r->link, req, timeout_ms, &resp);
+    if (rc < 0)
+        goto out;
+    if (resp->body_case == CHORUS__ENVELOPE__BODY_OK)
+        goto out;
+    if (resp->body_case != CHORUS__ENVELOPE__BODY_KV_REPLY) {
+        rc = CH_E_FRAME;
+        goto out;
+    }
+    rc = resp->kv_reply->code;
+    if (rc > 0)
+        rc = CH_E_FRAME;
+    if (rc == 0 && val) {
+        size_t n = resp->kv_reply->value.len;
+        if (n > CH_RDZV_VALUE_MAX) {
+            rc = CH_E_TOOBIG;
+            goto out;
+        }
+        if (!(*val = malloc(n ? n : 1))) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        if (n)
+            memcpy(*val, resp->kv_reply->value.data, n);
+        *len = n;
+    }
+out:
+    if (resp)
+        ch_msg_free(resp);
+    return rc;
+}
+
+static int rdzv_set(void *ud, const char *key, const void *val, size_t len)
+{
+    wrk_rank_t *r = ud;
+    Chorus__KvSet ks = CHORUS__KV_SET__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint64_t deadline = ch_now_ms() + KV_SET_DEADLINE_MS;
+    int rc;
+
+    if (strlen(key) > CH_RDZV_KEY_MAX)
+        return -ENAMETOOLONG;
+    if (len > CH_RDZV_VALUE_MAX)
+        return CH_E_TOOBIG;
+    ks.job_id = r->job_id;
+    ks.generation = r->generation;
+    ks.key = (char *)key;
+    ks.value.data = (uint8_t *)val;
+    ks.value.len = len;
+    env.body_case = CHORUS__ENVELOPE__BODY_KV_SET;
+    env.kv_set = &ks;
+    for (;;) {
+        uint64_t now = ch_now_ms();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        rc = kv_call(r, &env, (int)(deadline - now), NULL, NULL);
+        if (!retryable(rc))
+            return rc;
+        sleep_ms(KV_RETRY_MS);
+    }
+}
+
+static int rdzv_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len)
+{
+    wrk_rank_t *r = ud;
+    Chorus__KvGet kg = CHORUS__KV_GET__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint64_t deadline = ch_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+    int rc;
+
+    if (strlen(key) > CH_RDZV_KEY_MAX)
+        return -ENAMETOOLONG;
+    kg.job_id = r->job_id;
+    kg.generation = r->generation;
+    kg.key = (char *)key;
+    env.body_case = CHORUS__ENVELOPE__BODY_KV_GET;
+    env.kv_get = &kg;
+    for (;;) {
+        uint64_t now = ch_now_ms();
+        kg.timeout_ms = now < deadline ? (uint32_t)(deadline - now) : 0;
+        rc = kv_call(r, &env, (int)kg.timeout_ms + KV_REPLY_MARGIN_MS, val, len);
+        if (!retryable(rc))
+            return rc;
+        if (ch_now_ms() + KV_RETRY_MS >= deadline)
+            return -ETIMEDOUT;
+        sleep_ms(KV_RETRY_MS);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// rank-mode main
+
+static int env_u64(const char *name, uint64_t max, uint64_t *out)
+{
+    const char *s = getenv(name);
+    char *end;
+    if (!s || !*s)
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max || *s == '-')
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int env_str(const char *name, char *buf, size_t len)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return -EINVAL;
+    if (strlen(s) >= len)
+        return -ENAMETOOLONG;
+    memcpy(buf, s, strlen(s) + 1);
+    return 0;
+}
+
+/* Identity from the environment workerd set (proc.c). err names the bad variable. */
+static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
+{
+    uint64_t v[4];
+    const char *names[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+    for (int i = 0; i < 4; i++) {
+        if (env_u64(names[i], UINT32_MAX, &v[i]) < 0) {
+            snprintf(err, errlen, "bad or missing %s", names[i]);
+            return CH_E_CONFIG;
+        }
+    }
+    r->rank = (uint32_t)v[0];
+    r->world_size = (uint32_t)v[1];
+    r->local_rank = (uint32_t)v[2];
+    r->local_world_size = (uint32_t)v[3];
+    if (r->rank >= r->world_size || r->local_rank >= r->local_world_size) {
+        snprintf(err, errlen, "rank %u of %u, local %u of %u", r->rank, r->world_size,
+                 r->local_rank, r->local_world_size);
+        return CH_E_CONFIG;
+    }
+    if (env_str("CHORUS_JOB", r->job_id, sizeof r->job_id) < 0 ||
+        env_u64("CHORUS_GENERATION", UINT64_MAX, &r->generation) < 0 ||
+        env_u64("CHORUS_RESUME_STEP", UINT64_MAX, &r->resume_step) < 0 ||
+        env_str("CHORUS_RUN_DIR", r->run_dir, sizeof r->run_dir) < 0) {
+        snprintf(err, errlen, "bad or missing CHORUS_JOB/GENERATION/RESUME_STEP/RUN_DIR");
+        return CH_E_CONFIG;
+    }
+    if (env_str("CHORUS_DEVICE", r->device, sizeof r->device) < 0)
+        strcpy(r->device, "cpu");
+    if (strcmp(r->device, "cpu") != 0 && strcmp(r->device, "cuda") != 0) {
+        snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", r->device);
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
+static int load_job(wrk_rank_t *r, char *err, size_t errlen)
+{
+    const char *path = getenv("CHORUS_JOB_FILE");
+    char *text = NULL;
+    size_t len;
+    int rc;
+    if (!path || !*path) {
+        snprintf(err, errlen, "CHORUS_JOB_FILE not set");
+        return CH_E_CONFIG;
+    }
+    rc = ch_file_read(path, JOB_FILE_MAX, &text, &len);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %s", path, ch_strerror(rc));
+        return rc;
+    }
+    ch_jobspec_defaults(&r->spec);
+    rc = ch_jobspec_parse(text, &r->spec, err, errlen);
+    free(text);
+    return rc;
+}
+
+static int run_kind(wrk_rank_t *r)
+{
+    int rc;
+    switch (r->spec.kind) {
+    case CH_JOB_DIAG:
+        rc = wrk_diag_run(r);
+        if (rc == 0 && r->spec.diag.collectives)
+            rc = wrk_diag_coll_run(r);
+        return rc;
+    case CH_JOB_TRAIN:
+        return wrk_train_run(r);
+    }
+    return wrk_rank_fail(r, CH_E_CONFIG, "unknown job kind %d", (int)r->spec.kind);
+}
+
+/* The parent check comes first: a rank must never outlive its workerd. */
+static int tie_to_parent(void)
+{
+    uint64_t ppid;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        return -errno;
+    if (env_u64("CHORUS_PARENT_PID", INT32_MAX, &ppid) < 0)
+        return -EINVAL;
+    if ((uint64_t)getppid() != ppid)
+        return -ESRCH; /* workerd died before the prctl took effect */
+    return 0;
+}
+
+int wrk_rank_main(int argc, char **argv)
+{
+    wrk_rank_t *r = NULL;
+    char err[CH_PATH_LEN + 256] = "";
+    char msg[CH_PATH_LEN + 512];
+    int rc, link_fd = LINK_FD;
+
+    if (tie_to_parent() < 0)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    ch_log_init("rank");
+    if (ch_auth_global_init() < 0)
+        return 1;
+    if (!(r = calloc(1, sizeof *r))) {
+        CH_LOGE("rank", "out of memory");
+        return 1;
+    }
+    rc = ch_client_from_fd(link_fd, &r->link);
+    if (rc < 0) {
+        CH_LOGE("rank", "link to workerd (fd 3): %s", ch_strerror(rc));
+        goto out;
+    }
+    r->rdzv.ud = r;
+    r->rdzv.set = rdzv_set;
+    r->rdzv.get = rdzv_get;
+
+    /* From here failures can be reported (workerd fills in who we are if we cannot). */
+    rc = read_identity(r, err, sizeof err);
+    if (rc == 0)
+        rc = load_job(r, err, sizeof err);
+    if (rc == 0 && (rc = ch_mkdirs(r->run_dir, 0755)) < 0)
+        snprintf(err, sizeof err, "%s: %s", r->run_dir, ch_strerror(rc));
+    if (rc < 0) {
+        wrk_rank_fail(r, rc, "%s", err);
+        goto report;
+    }
+    CH_LOGI("rank", "job=%s gen=%" PRIu64 " rank=%u/%u local=%u/%u kind=%s resume=%" PRIu64,
+            r->job_id, r->generation, r->rank, r->world_size, r->local_rank, r->local_world_size,
+            ch_job_kind_name(r->spec.kind), r->resume_step);
+    rc = report_kind(r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, NULL);
+    if (rc < 0) {
+        CH_LOGE("rank", "job=%s rank=%u: report to workerd: %s", r->job_id, r->rank,
+                ch_strerror(rc));
+        goto out;
+    }
+    rc = run_kind(r);
+report:
+    if (rc == 0) {
+        CH_LOGI("rank", "job=%s gen=%" PRIu64 " rank=%u: done", r->job_id, r->generation, r->rank);
+        rc = report_kind(r, CHORUS__RANK_EVENT_KIND__RANK_DONE, NULL);
+    } else {
+        if (r->detail[0])
+            snprintf(msg, sizeof msg, "%s: %s", ch_strerror(rc), r->detail);
+        else
+            snprintf(msg, sizeof msg, "%s", ch_strerror(rc));
+        CH_LOGE("rank", "job=%s gen=%" PRIu64 " rank=%u: failed: %s", r->job_id, r->generation,
+                r->rank, msg);
+        report_kind(r, CHORUS__RANK_EVENT_KIND__RANK_FAILED, msg);
+    }
+out:
+    if (r && r->link)
+        ch_client_destroy(r->link);
+    free(r);
+    (void)argc;
+    (void)argv;
+    return rc == 0 ? 0 : 1;
+}
