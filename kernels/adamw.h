@@ -1,0 +1,30 @@
+/* Optimizer kernels: AdamW update and the sum of squares for global gradient norms.
+ *
+ * kn_adamw follows torch.optim.AdamW's single-tensor path (foreach=False), op for op in
+ * fp32 with the Python-float scalars computed in double and rounded once to float:
+ *   p = p * (1 - lr*wd)                      (param.mul_(1 - lr*weight_decay))
+ *   m = b1*m + (1-b1)*g                      (exp_avg.mul_(b1).add_(g, alpha=1-b1))
+ *   v = b2*v + ((1-b2)*g)*g                  (exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2))
+ *   denom = sqrt(v) / sqrt(1-b2^t) + eps
+ *   p = p + (-(lr/(1-b1^t)) * m) / denom     (param.addcdiv_(m, denom, value=-step_size))
+ * t is the 1-based step. wd = 0 for tensors without decay. (torch's vectorised CPU
+ * kernels may fuse some of these into FMAs; bit equality with torch is not promised,
+ * equality to ~1 ulp per op is.) The reference computes the textbook formula in double:
+ *   p -= lr*wd*p; m, v as above; p -= lr * mhat / (sqrt(vhat) + eps).
+ *
+ * kn_sumsq returns sum x^2 accumulated in double (fast: lanes; reference: sequential). */
+#ifndef KN_ADAMW_H
+#define KN_ADAMW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void kn_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+              double beta2, double eps, double wd, uint64_t t);
+void kn_adamw_ref(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
+                  double beta2, double eps, double wd, uint64_t t);
+
+double kn_sumsq(const float *x, size_t n);
+double kn_sumsq_ref(const float *x, size_t n);
+
+#endif
