@@ -1,0 +1,182 @@
+/* llm.c and raw uint16 token files (tokens.h). */
+#include "tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "util.h"
+
+struct ch_tokens {
+    void *map;
+    size_t size;
+    const uint16_t *tok;
+    size_t n;
+    ch_tokens_format_t format;
+};
+
+__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
+                                                      const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *err, size_t errlen)
+{
+    int rc = 0, fd = -1;
+    ch_tokens_t *t = NULL;
+    struct stat st;
+
+    *out = NULL;
+    t = calloc(1, sizeof *t);
+    if (!t) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+        goto out;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = errf(err, errlen, CH_E_FORMAT, "%s: not a regular file", path);
+        goto out;
+    }
+    t->size = (size_t)st.st_size;
+    if (t->size < 4) {
+        rc = errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a token file", path,
+                  t->size);
+        goto out;
+    }
+    t->map = mmap(NULL, t->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (t->map == MAP_FAILED) {
+        t->map = NULL;
+        rc = -errno;
+        errf(err, errlen, rc, "%s: mmap: %s", path, ch_strerror(rc));
+        goto out;
+    }
+    int32_t magic;
+    memcpy(&magic, t->map, 4);
+    size_t data_off;
+    if (magic == CH_TOKENS_MAGIC) {
+        int32_t hdr[3] = {0, 0, 0};
+        if (t->size < CH_TOKENS_HEADER) {
+            rc = errf(err, errlen, CH_E_FORMAT, "%s: truncated llm.c header (%zu bytes, need %d)",
+                      path, t->size, CH_TOKENS_HEADER);
+            goto out;
+        }
+        memcpy(hdr, t->map, sizeof hdr);
+        if (hdr[1] != CH_TOKENS_VERSION) {
+            rc = errf(err, errlen, CH_E_FORMAT,
+                      "%s: llm.c token file version %d is not supported (expected %d)", path,
+                      hdr[1], CH_TOKENS_VERSION);
+            goto out;
+        }
+        if (hdr[2] <= 0) {
+            rc = errf(err, errlen, CH_E_FORMAT, "%s: header token count %d is not positive", path,
+                      hdr[2]);
+            goto out;
+        }
+        size_t want = (size_t)hdr[2] * 2;
+        size_t have = t->size - CH_TOKENS_HEADER;
+        if (have < want) {
+            rc = errf(err, errlen, CH_E_FORMAT,
+                      "%s: truncated: header says %d tokens (%zu bytes) but %zu bytes follow it",
+                      path, hdr[2], want, have);
+            goto out;
+        }
+        if (have > want) {
+            rc = errf(err, errlen, CH_E_FORMAT,
+                      "%s: %zu trailing bytes after the %d tokens the header announces", path,
+                      have - want, hdr[2]);
+            goto out;
+        }
+        t->format = CH_TOKENS_LLMC;
+        t->n = (size_t)hdr[2];
+        data_off = CH_TOKENS_HEADER;
+    } else {
+        if (t->size % 2) {
+            rc = errf(err, errlen, CH_E_FORMAT,
+                      "%s: not an llm.c token file (magic %d) and its size %zu is odd, so not a "
+                      "raw uint16 array either",
+                      path, magic, t->size);
+            goto out;
+        }
+        t->format = CH_TOKENS_RAW;
+        t->n = t->size / 2;
+        data_off = 0;
+    }
+    t->tok = (const uint16_t *)((const char *)t->map + data_off);
+    if (vocab > 0) {
+        for (size_t i = 0; i < t->n; i++) {
+            if (t->tok[i] >= vocab) {
+                rc = errf(err, errlen, CH_E_FORMAT,
+                          "%s: token %u at index %zu (byte offset %zu) is not below the model "
+                          "vocab %u",
+                          path, t->tok[i], i, data_off + 2 * i, vocab);
+                goto out;
+            }
+        }
+    }
+    *out = t;
+    t = NULL;
+out:
+    if (fd >= 0)
+        close(fd);
+    ch_tokens_close(t);
+    return rc;
+}
+
+void ch_tokens_close(ch_tokens_t *t)
+{
+    if (!t)
+        return;
+    if (t->map)
+        munmap(t->map, t->size);
+    free(t);
+}
+
+const uint16_t *ch_tokens_data(const ch_tokens_t *t)
+{
+    return t->tok;
+}
+
+size_t ch_tokens_count(const ch_tokens_t *t)
+{
+    return t->n;
+}
+
+ch_tokens_format_t ch_tokens_format(const ch_tokens_t *t)
+{
+    return t->format;
+}
+
+int ch_tokens_write(const char *path, const uint16_t *tokens, size_t n)
+{
+    if (n == 0 || n > INT32_MAX)
+        return -EINVAL;
+    size_t len = CH_TOKENS_HEADER + 2 * n;
+    unsigned char *buf = calloc(1, len);
+    if (!buf)
+        return -ENOMEM;
+    int32_t hdr[3] = {CH_TOKENS_MAGIC, CH_TOKENS_VERSION, (int32_t)n};
+    memcpy(buf, hdr, sizeof hdr);
+    memcpy(buf + CH_TOKENS_HEADER, tokens, 2 * n);
+    int rc = ch_file_write_atomic(path, buf, len, 0644);
+    free(buf);
+    return rc;
+}

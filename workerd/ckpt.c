@@ -1,0 +1,506 @@
+/* Checkpoint shards, manifests, pruning and restore (ckpt.h).
+ *
+ * Shard metadata keys (all strings): format, job, step, rank, world, layout.tp,
+ * layout.pp, layout.dp, model.layers, model.heads, model.embd, model.vocab,
+ * model.padded_vocab, model.seq_len, seed, data.seed, data.step (the next step to read:
+ * sampling is stateless, so this is the step), optim.t, and shard = "full" (every tensor
+ * whole; sharded layouts will describe their slices with slice.<name> keys). */
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+#define MANIFEST "manifest.json"
+
+__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
+                                                      const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int wrk_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen)
+{
+    int n = snprintf(out, outlen, "%s/%s/step-%08" PRIu64, dir, job, step);
+    return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
+}
+
+static int shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen)
+{
+    int n = snprintf(out, outlen, "%s/rank-%05" PRIu32 ".safetensors", step_dir, rank);
+    return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
+}
+
+/* Elements of tensor t stored in a shard: its full Hugging Face shape (wte's padding
+ * rows are zero by construction and not stored). */
+static int stored_numel(const eng_tensor_t *t, size_t *n)
+{
+    size_t full = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    if (t->numel < full)
+        return -ENOTSUP; /* a slice: needs the parallel engine's slice metadata */
+    *n = full;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// save
+
+static int put_meta(ch_st_writer_t *w, const wrk_ckpt_meta_t *m, uint64_t optim_t)
+{
+    char v[32];
+    int rc = 0;
+#define META_U(key, val)                                                                           \
+    do {                                                                                           \
+        snprintf(v, sizeof v, "%" PRIu64, (uint64_t)(val));                                        \
+        if (rc == 0)                                                                               \
+            rc = ch_st_writer_meta(w, key, v);                                                     \
+    } while (0)
+    rc = ch_st_writer_meta(w, "format", WRK_CKPT_FORMAT);
+    if (rc == 0)
+        rc = ch_st_writer_meta(w, "job", m->job);
+    if (rc == 0)
+        rc = ch_st_writer_meta(w, "shard", "full");
+    META_U("step", m->step);
+    META_U("rank", m->rank);
+    META_U("world", m->world);
+    META_U("layout.tp", m->layout.tp);
+    META_U("layout.pp", m->layout.pp);
+    META_U("layout.dp", m->layout.dp);
+    META_U("model.layers", m->cfg.layers);
+    META_U("model.heads", m->cfg.heads);
+    META_U("model.embd", m->cfg.embd);
+    META_U("model.vocab", m->cfg.vocab);
+    META_U("model.padded_vocab", m->cfg.padded_vocab);
+    META_U("model.seq_len", m->cfg.seq_len);
+    META_U("seed", m->seed);
+    META_U("data.seed", m->data_seed);
+    META_U("data.step", m->step);
+    META_U("optim.t", optim_t);
+#undef META_U
+    return rc;
+}
+
+static int add_tensor(ch_st_writer_t *w, const char *prefix, const eng_tensor_t *t,
+                      const float *slab)
+{
+    char name[96];
+    size_t n;
+    int rc = stored_numel(t, &n);
+    if (rc < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    uint64_t shape[2] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 0};
+    return ch_st_writer_add(w, name, CH_ST_F32, t->ndim, shape, slab + t->offset);
+}
+
+int wrk_ckpt_save(const char *dir, const wrk_ckpt_meta_t *meta, eng_model_t *m,
+                  const wrk_optim_t *o, uint64_t *bytes, uint64_t *checksum, char *err,
+                  size_t errlen)
+{
+    char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
+    ch_st_writer_t *w = NULL;
+    int rc;
+
+    if (o->n != eng_model_nparams(m))
+        return errf(err, errlen, -EINVAL, "checkpoint: optimizer state does not match model");
+    CH_CHECK_GOTO(wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir), rc, fail);
+    CH_CHECK_GOTO(ch_mkdirs(sdir, 0755), rc, fail);
+    CH_CHECK_GOTO(shard_path(sdir, meta->rank, path, sizeof path), rc, fail);
+    CH_CHECK_GOTO(ch_st_writer_create(path, &w), rc, fail);
+    CH_CHECK_GOTO(put_meta(w, meta, o->t), rc, fail);
+    const char *prefixes[3] = {"", "optim.m.", "optim.v."};
+    const float *slabs[3] = {eng_model_params(m), o->m, o->v};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < eng_model_ntensors(m); i++)
+            CH_CHECK_GOTO(add_tensor(w, prefixes[k], eng_model_tensor(m, i), slabs[k]), rc, fail);
+    /* finish destroys the writer and names the file in err on failure */
+    return ch_st_writer_finish(w, bytes, checksum, err, errlen);
+fail:
+    ch_st_writer_destroy(w);
+    return errf(err, errlen, rc, "%s/%s/step-%08" PRIu64 ": checkpoint: %s", dir, meta->job,
+                meta->step, ch_strerror(rc));
+}
+
+int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
+                            const wrk_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen)
+{
+    char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
+    char *text = NULL;
+    size_t len = 0;
+    int rc = wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir);
+    if (rc < 0)
+        return errf(err, errlen, rc, "%s: checkpoint path too long", dir);
+    snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
+    ch_jw_t j;
+    ch_jw_init(&j);
+    ch_jw_raw(&j, "{\n  \"format\": \"" WRK_CKPT_FORMAT "\",\n  \"job\": ");
+    ch_jw_str(&j, meta->job);
+    ch_jw_printf(&j,
+                 ",\n  \"step\": %" PRIu64 ",\n  \"layout\": {\"tp\": %" PRIu32 ", \"pp\": %" PRIu32
+                 ", \"dp\": %" PRIu32 "},\n  \"world\": %" PRIu32 ",\n  \"files\": [",
+                 meta->step, meta->layout.tp, meta->layout.pp, meta->layout.dp, meta->world);
+    for (size_t i = 0; i < nfiles; i++)
+        ch_jw_printf(&j,
+                     "%s\n    {\"rank\": %" PRIu32 ", \"file\": \"rank-%05" PRIu32
+                     ".safetensors\", \"bytes\": %" PRIu64 ", \"checksum\": \"%016" PRIx64 "\"}",
+                     i ? "," : "", files[i].rank, files[i].rank, files[i].bytes, files[i].checksum);
+    ch_jw_raw(&j, "\n  ]\n}\n");
+    rc = ch_jw_finish(&j, &text, &len);
+    if (rc == 0)
+        rc = ch_file_write_atomic(path, text, len, 0644);
+    free(text);
+    if (rc < 0)
+        return errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// listing and pruning
+
+static int parse_step_name(const char *name, uint64_t *step)
+{
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13)
+        return -1;
+    uint64_t v = 0;
+    for (int i = 5; i < 13; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(name[i] - '0');
+    }
+    *step = v;
+    return 0;
+}
+
+static int committed(const char *dir, const char *job, uint64_t step)
+{
+    char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
+    if (wrk_ckpt_step_dir(dir, job, step, sdir, sizeof sdir) < 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
+    return access(path, F_OK) == 0;
+}
+
+/* Step numbers of DIR/JOB/step-* in ascending order; *steps malloc'd. */
+static int list_steps(const char *dir, const char *job, uint64_t **steps, size_t *n)
+{
+    char jdir[CH_PATH_LEN];
+    *steps = NULL;
+    *n = 0;
+    if ((size_t)snprintf(jdir, sizeof jdir, "%s/%s", dir, job) >= sizeof jdir)
+        return -ENAMETOOLONG;
+    DIR *d = opendir(jdir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t s;
+        if (parse_step_name(e->d_name, &s) < 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *ns = realloc(*steps, cap * sizeof *ns);
+            if (!ns) {
+                rc = -ENOMEM;
+                break;
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    for (size_t i = 1; i < *n; i++) /* insertion sort: a handful of entries */
+        for (size_t k = i; k > 0 && (*steps)[k - 1] > (*steps)[k]; k--) {
+            uint64_t t = (*steps)[k];
+            (*steps)[k] = (*steps)[k - 1];
+            (*steps)[k - 1] = t;
+        }
+    if (rc < 0) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static int remove_step_dir(const char *dir, const char *job, uint64_t step)
+{
+    char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 300];
+    int rc = wrk_ckpt_step_dir(dir, job, step, sdir, sizeof sdir);
+    if (rc < 0)
+        return rc;
+    DIR *d = opendir(sdir);
+    if (!d)
+        return -errno;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", sdir, e->d_name);
+        if (unlink(path) < 0 && rc == 0)
+            rc = -errno;
+    }
+    closedir(d);
+    if (rmdir(sdir) < 0 && rc == 0)
+        rc = -errno;
+    if (rc < 0)
+        CH_LOGW("ckpt", "cannot remove %s: %s", sdir, ch_strerror(rc));
+    return rc;
+}
+
+int wrk_ckpt_prune(const char *dir, const char *job, int64_t keep)
+{
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    if (keep <= 0)
+        return 0;
+    int rc = list_steps(dir, job, &steps, &n);
+    if (rc < 0)
+        return rc;
+    /* the keep-th newest committed step; everything older goes, committed or not (an
+     * uncommitted older step can never be committed any more) */
+    int64_t kept = 0;
+    uint64_t oldest_kept = 0;
+    for (size_t i = n; i-- > 0 && kept < keep;) {
+        if (committed(dir, job, steps[i])) {
+            kept++;
+            oldest_kept = steps[i];
+        }
+    }
+    for (size_t i = 0; kept == keep && i < n && steps[i] < oldest_kept; i++) {
+        int r = remove_step_dir(dir, job, steps[i]);
+        rc = rc ? rc : r;
+    }
+    free(steps);
+    return rc;
+}
+
+int wrk_ckpt_latest(const char *dir, const char *job, uint64_t *step)
+{
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    int rc = list_steps(dir, job, &steps, &n);
+    if (rc < 0)
+        return rc;
+    rc = CH_E_NOTFOUND;
+    for (size_t i = n; i-- > 0;) {
+        if (committed(dir, job, steps[i])) {
+            *step = steps[i];
+            rc = 0;
+            break;
+        }
+    }
+    free(steps);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// restore
+
+static int meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err, size_t errlen)
+{
+    const char *v = ch_st_meta(f, key);
+    char *end = NULL;
+    if (!v || !*v || *v == '-')
+        return errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" missing",
+                    ch_st_path(f), key);
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end)
+        return errf(err, errlen, CH_E_FORMAT,
+                    "%s: checkpoint metadata \"%s\" = \"%s\" is not a number", ch_st_path(f), key,
+                    v);
+    *out = x;
+    return 0;
+}
+
+int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, size_t errlen)
+{
+    const char *fmt = ch_st_meta(f, "format"), *job = ch_st_meta(f, "job");
+    if (!fmt || strcmp(fmt, WRK_CKPT_FORMAT) != 0 || !job)
+        return errf(err, errlen, CH_E_FORMAT, "%s: not a Chorus checkpoint shard (format %s)",
+                    ch_st_path(f), fmt ? fmt : "missing");
+    memset(meta, 0, sizeof *meta);
+    snprintf(meta->job, sizeof meta->job, "%s", job);
+    struct {
+        const char *key;
+        uint64_t max;
+        void *dst;
+        int is32;
+    } fields[] = {
+        {"step", UINT64_MAX, &meta->step, 0},
+        {"rank", UINT32_MAX, &meta->rank, 1},
+        {"world", UINT32_MAX, &meta->world, 1},
+        {"layout.tp", UINT32_MAX, &meta->layout.tp, 1},
+        {"layout.pp", UINT32_MAX, &meta->layout.pp, 1},
+        {"layout.dp", UINT32_MAX, &meta->layout.dp, 1},
+        {"model.layers", UINT32_MAX, &meta->cfg.layers, 1},
+        {"model.heads", UINT32_MAX, &meta->cfg.heads, 1},
+        {"model.embd", UINT32_MAX, &meta->cfg.embd, 1},
+        {"model.vocab", UINT32_MAX, &meta->cfg.vocab, 1},
+        {"model.padded_vocab", UINT32_MAX, &meta->cfg.padded_vocab, 1},
+        {"model.seq_len", UINT32_MAX, &meta->cfg.seq_len, 1},
+        {"seed", UINT64_MAX, &meta->seed, 0},
+        {"data.seed", UINT64_MAX, &meta->data_seed, 0},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        uint64_t v;
+        int rc = meta_u64(f, fields[i].key, &v, err, errlen);
+        if (rc < 0)
+            return rc;
+        if (v > fields[i].max)
+            return errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" out of range",
+                        ch_st_path(f), fields[i].key);
+        if (fields[i].is32)
+            *(uint32_t *)fields[i].dst = (uint32_t)v;
+        else
+            *(uint64_t *)fields[i].dst = v;
+    }
+    return 0;
+}
+
+int wrk_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen)
+{
+    char mpath[CH_PATH_LEN + 32], path[CH_PATH_LEN + 32], jerr[160];
+    char *text = NULL;
+    size_t len = 0;
+    ch_json_t *root = NULL;
+    snprintf(mpath, sizeof mpath, "%s/" MANIFEST, step_dir);
+    int rc = shard_path(step_dir, rank, path, sizeof path);
+    if (rc < 0)
+        return errf(err, errlen, rc, "%s: path too long", step_dir);
+    rc = ch_file_read(mpath, 1u << 24, &text, &len);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return errf(err, errlen, rc, "%s: %s", mpath, ch_strerror(rc));
+    rc = ch_json_parse(text, len, NULL, &root, jerr, sizeof jerr);
+    free(text);
+    if (rc < 0)
+        return errf(err, errlen, CH_E_FORMAT, "%s: %s", mpath, jerr);
+    const ch_json_t *files = ch_json_get(root, "files");
+    const char *want = NULL;
+    for (size_t i = 0; files && files->type == CH_JSON_ARRAY && i < files->nkids; i++) {
+        uint64_t r;
+        if (ch_json_u64(ch_json_get(files->kids[i], "rank"), &r) == 0 && r == rank)
+            want = ch_json_get_str(files->kids[i], "checksum");
+    }
+    if (!want) {
+        rc = errf(err, errlen, CH_E_FORMAT, "%s: no checksum for rank %" PRIu32, mpath, rank);
+        goto out;
+    }
+    uint64_t sum = 0, bytes = 0;
+    rc = ch_hash64_file(path, &sum, &bytes);
+    if (rc < 0) {
+        errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+        goto out;
+    }
+    char have[20];
+    snprintf(have, sizeof have, "%016" PRIx64, sum);
+    if (strcmp(have, want) != 0)
+        rc = errf(err, errlen, CH_E_FORMAT, "%s: checksum %s does not match the manifest's %s",
+                  path, have, want);
+out:
+    ch_json_free(root);
+    return rc;
+}
+
+static int load_tensor(const ch_st_file_t *f, const char *prefix, const eng_tensor_t *t,
+                       float *slab, char *err, size_t errlen)
+{
+    char name[96];
+    size_t n;
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    const ch_st_tensor_t *st = ch_st_find(f, name);
+    int rc = stored_numel(t, &n);
+    if (rc < 0)
+        return errf(err, errlen, rc, "%s: %s: sharded tensors are not supported yet", ch_st_path(f),
+                    name);
+    if (!st)
+        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f), name);
+    if (st->dtype != CH_ST_F32 || st->ndim != t->ndim || st->shape[0] != t->shape[0] ||
+        (t->ndim == 2 && st->shape[1] != t->shape[1])) {
+        char want[32];
+        if (t->ndim == 2)
+            snprintf(want, sizeof want, "[%u, %u]", t->shape[0], t->shape[1]);
+        else
+            snprintf(want, sizeof want, "[%u]", t->shape[0]);
+        return errf(err, errlen, CH_E_FORMAT,
+                    "%s: tensor \"%s\" is %s with %u dims (first %" PRIu64
+                    "), the model wants F32 %s",
+                    ch_st_path(f), name, ch_st_dtype_name(st->dtype), st->ndim,
+                    st->ndim ? st->shape[0] : 0, want);
+    }
+    float *dst = slab + t->offset;
+    memcpy(dst, st->data, n * sizeof(float));
+    memset(dst + n, 0, (t->numel - n) * sizeof(float)); /* wte padding rows */
+    return 0;
+}
+
+int wrk_ckpt_restore(const char *step_dir, const wrk_ckpt_meta_t *expect, eng_model_t *m,
+                     wrk_optim_t *o, uint64_t *step, char *err, size_t errlen)
+{
+    char path[CH_PATH_LEN + 32];
+    ch_st_file_t *f = NULL;
+    wrk_ckpt_meta_t got;
+    int rc;
+
+    if ((rc = shard_path(step_dir, expect->rank, path, sizeof path)) < 0)
+        return errf(err, errlen, rc, "%s: path too long", step_dir);
+    CH_CHECK_GOTO(wrk_ckpt_verify(step_dir, expect->rank, err, errlen), rc, out);
+    CH_CHECK_GOTO(ch_st_open(path, &f, err, errlen), rc, out);
+    CH_CHECK_GOTO(wrk_ckpt_meta_of(f, &got, err, errlen), rc, out);
+    if (got.layout.tp != expect->layout.tp || got.layout.pp != expect->layout.pp ||
+        got.layout.dp != expect->layout.dp || got.world != expect->world ||
+        got.rank != expect->rank) {
+        rc = errf(err, errlen, CH_E_CONFIG,
+                  "%s: checkpoint of layout tp=%u pp=%u dp=%u (rank %u of %u) cannot resume "
+                  "layout tp=%u pp=%u dp=%u (rank %u of %u); export it and start from the file",
+                  path, got.layout.tp, got.layout.pp, got.layout.dp, got.rank, got.world,
+                  expect->layout.tp, expect->layout.pp, expect->layout.dp, expect->rank,
+                  expect->world);
+        goto out;
+    }
+    const eng_config_t *a = &got.cfg, *b = &expect->cfg;
+    if (a->layers != b->layers || a->heads != b->heads || a->embd != b->embd ||
+        a->vocab != b->vocab || a->padded_vocab != b->padded_vocab || a->seq_len != b->seq_len) {
+        rc = errf(err, errlen, CH_E_CONFIG,
+                  "%s: checkpoint model (layers %u heads %u embd %u vocab %u seq_len %u) differs "
+                  "from the job's (layers %u heads %u embd %u vocab %u seq_len %u)",
+                  path, a->layers, a->heads, a->embd, a->vocab, a->seq_len, b->layers, b->heads,
+                  b->embd, b->vocab, b->seq_len);
+        goto out;
+    }
+    uint64_t t;
+    CH_CHECK_GOTO(meta_u64(f, "optim.t", &t, err, errlen), rc, out);
+    const char *prefixes[3] = {"", "optim.m.", "optim.v."};
+    float *slabs[3] = {eng_model_params(m), o->m, o->v};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < eng_model_ntensors(m); i++)
+            CH_CHECK_GOTO(
+                load_tensor(f, prefixes[k], eng_model_tensor(m, i), slabs[k], err, errlen), rc,
+                out);
+    o->t = t;
+    *step = got.step;
+out:
+    ch_st_close(f);
+    return rc;
+}

@@ -1,0 +1,144 @@
+/* The training job kind (rank.h: wrk_train_run): drives a wrk_trainer and reports to
+ * workerd: RANK_PROGRESS every step, RANK_CHECKPOINT after every checkpoint, and on the
+ * built-in corpus a few sampled answers and their accuracy every EVAL_EVERY steps. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "ckpt.h"
+#include "err.h"
+#include "kernels/matmul.h"
+#include "log.h"
+#include "rank.h"
+#include "trainer.h"
+
+#define EVAL_EVERY   50
+#define EVAL_PROMPTS 64
+#define EVAL_SHOWN   3
+#define EVAL_SEED    0x6576616cull /* "eval": prompts differ from the training lines */
+
+static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint64_t checksum)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT;
+    ev.step = step;
+    ev.bytes = bytes;
+    ev.checksum = checksum;
+    return wrk_rank_report(r, &ev);
+}
+
+/* Sampled answers and accuracy on the arithmetic corpus; fills *acc. */
+static int evaluate(wrk_rank_t *r, wrk_trainer_t *t, uint64_t step, double *acc)
+{
+    wrk_corpus_sample_t shown[EVAL_SHOWN];
+    int rc = wrk_corpus_eval(wrk_trainer_model(t), r->spec.parallel.micro_batch_size, EVAL_SEED,
+                             EVAL_PROMPTS, acc, shown, EVAL_SHOWN);
+    if (rc < 0)
+        return rc;
+    char line[256];
+    size_t n = 0;
+    for (int i = 0; i < EVAL_SHOWN && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "  %s %s", shown[i].text,
+                              shown[i].correct ? "\u2713" : "\u2717");
+    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " accuracy=%.3f%s", r->job_id,
+            r->generation, r->rank, step, *acc, line);
+    return 0;
+}
+
+static void set_threads(const wrk_rank_t *r)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long per = cores / (long)(r->local_world_size ? r->local_world_size : 1);
+    kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */
+}
+
+int wrk_train_run(wrk_rank_t *r)
+{
+    char err[512] = "";
+    wrk_trainer_t *t = NULL;
+    wrk_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
+    int rc;
+
+    set_threads(r);
+    rc = wrk_trainer_create(&r->spec, &opts, &t, err, sizeof err);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "%s", err);
+    const ch_jobspec_t *s = &r->spec;
+    if (r->resume_step > 0) {
+        rc = wrk_trainer_resume(t, r->resume_step, err, sizeof err);
+        if (rc < 0) {
+            rc = wrk_rank_fail(r, rc, "resume from step %" PRIu64 ": %s", r->resume_step, err);
+            goto out;
+        }
+        CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64, r->job_id,
+                r->generation, r->rank, r->resume_step);
+    } else {
+        uint64_t old;
+        if (s->checkpoint.dir[0] && wrk_ckpt_latest(s->checkpoint.dir, r->job_id, &old) == 0)
+            CH_LOGW("train",
+                    "job=%s gen=%" PRIu64 " rank=%u: %s/%s holds step %" PRIu64
+                    " from an earlier run; starting fresh as told (resume is the coordinator's "
+                    "decision)",
+                    r->job_id, r->generation, r->rank, s->checkpoint.dir, r->job_id, old);
+        if (s->train.init_from[0]) {
+            rc = wrk_trainer_init_from(t, s->train.init_from, err, sizeof err);
+            if (rc < 0) {
+                rc = wrk_rank_fail(r, rc, "train.init_from: %s", err);
+                goto out;
+            }
+        }
+    }
+    int builtin = wrk_data_is_builtin(wrk_trainer_data(t));
+    uint64_t total = wrk_trainer_total_steps(t);
+    CH_LOGI("train",
+            "job=%s gen=%" PRIu64 " rank=%u: %" PRIu64 " parameters, steps %" PRIu64 "..%" PRIu64
+            ", peak %.1f GFLOP/s",
+            r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(wrk_trainer_model(t)),
+            wrk_trainer_next_step(t), total, wrk_trainer_peak_flops(t) * 1e-9);
+
+    while (wrk_trainer_next_step(t) < total) {
+        wrk_step_info_t info;
+        rc = wrk_trainer_step(t, &info);
+        if (rc < 0) {
+            rc = wrk_rank_fail(r, rc, "step %" PRIu64, wrk_trainer_next_step(t));
+            goto out;
+        }
+        Chorus__Metric m[3] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[3] = {&m[0], &m[1], &m[2]};
+        size_t nm = 0;
+        m[nm].name = "lr";
+        m[nm++].value = info.lr;
+        m[nm].name = "grad_norm";
+        m[nm++].value = info.grad_norm;
+        uint64_t done = info.step + 1;
+        double acc;
+        if (builtin && (done % EVAL_EVERY == 0 || done == total) &&
+            evaluate(r, t, done, &acc) == 0) {
+            m[nm].name = "accuracy";
+            m[nm++].value = acc;
+        }
+        rc = wrk_rank_progress(r, done, total, info.loss, info.tokens_per_s, info.mfu, mp, nm);
+        if (rc < 0) {
+            rc = wrk_rank_fail(r, rc, "reporting progress to workerd");
+            goto out;
+        }
+        if (wrk_trainer_checkpoint_due(t)) {
+            uint64_t bytes = 0, sum = 0;
+            rc = wrk_trainer_checkpoint(t, &bytes, &sum, err, sizeof err);
+            if (rc < 0) {
+                rc = wrk_rank_fail(r, rc, "checkpoint at step %" PRIu64 ": %s", done, err);
+                goto out;
+            }
+            rc = report_checkpoint(r, done, bytes, sum);
+            if (rc < 0) {
+                rc = wrk_rank_fail(r, rc, "reporting checkpoint to workerd");
+                goto out;
+            }
+        }
+    }
+out:
+    wrk_trainer_destroy(t);
+    return rc;
+}

@@ -1,0 +1,365 @@
+/* Training driver for one rank (trainer.h). */
+#include "trainer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "err.h"
+#include "kernels/matmul.h"
+#include "layout.h"
+#include "log.h"
+#include "safetensors.h"
+#include "util.h"
+
+struct wrk_trainer {
+    ch_jobspec_t spec;
+    char job[64];
+    eng_config_t cfg;
+    eng_model_t *model;
+    wrk_optim_t optim;
+    wrk_data_t *data;
+    wrk_sched_t sched;
+    int32_t *inputs, *targets; /* one micro-batch, [B, T] */
+    uint64_t next_step;
+    double peak_flops;
+};
+
+__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
+                                                      const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+double wrk_measure_peak_flops(int n, double seconds)
+{
+    float *a = calloc((size_t)n * n, sizeof *a), *b = calloc((size_t)n * n, sizeof *b);
+    float *c = calloc((size_t)n * n, sizeof *c);
+    double best = 0;
+    if (!a || !b || !c)
+        goto out;
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    kn_matmul_fwd(c, a, b, NULL, n, n, n); /* warm up */
+    uint64_t start = ch_now_ns(), budget = (uint64_t)(seconds * 1e9);
+    do {
+        uint64_t t0 = ch_now_ns();
+        kn_matmul_fwd(c, a, b, NULL, n, n, n);
+        double dt = (double)(ch_now_ns() - t0) * 1e-9;
+        double f = 2.0 * n * n * (double)n / (dt > 0 ? dt : 1e-9);
+        best = f > best ? f : best;
+    } while (ch_now_ns() - start < budget);
+out:
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
+                       wrk_trainer_t **out, char *err, size_t errlen)
+{
+    int rc = 0;
+    wrk_trainer_t *t = NULL;
+    *out = NULL;
+    if (spec->kind != CH_JOB_TRAIN)
+        return errf(err, errlen, CH_E_CONFIG, "job.kind: %s is not a training job",
+                    ch_job_kind_name(spec->kind));
+    rc = ch_jobspec_validate(spec, 0, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (spec->parallel.tp != 1 || spec->parallel.pp != 1 || spec->parallel.dp != 1)
+        return errf(err, errlen, CH_E_CONFIG,
+                    "parallel: layout tp=%u pp=%u dp=%u: 3D parallel training needs the "
+                    "parallel engine (coming); use tp = pp = dp = 1",
+                    spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->spec = *spec;
+    snprintf(t->job, sizeof t->job, "%s", opts && opts->job_id ? opts->job_id : spec->name);
+    t->cfg.layers = spec->model.layers;
+    t->cfg.heads = spec->model.heads;
+    t->cfg.embd = spec->model.embd;
+    t->cfg.vocab = spec->model.vocab;
+    t->cfg.padded_vocab = ch_layout_padded_vocab(spec->model.vocab, spec->parallel.tp);
+    t->cfg.seq_len = spec->model.seq_len;
+    t->sched = wrk_sched_from_spec(spec);
+
+    uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
+    rc = wrk_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
+                       errlen);
+    if (rc < 0)
+        goto out;
+    rc = eng_model_create(&t->cfg, B, spec->train.seed, &t->model);
+    if (rc < 0) {
+        errf(err, errlen, rc, "model: %s", ch_strerror(rc));
+        goto out;
+    }
+    t->cfg = *eng_model_config(t->model);
+    rc = wrk_optim_init(&t->optim, eng_model_nparams(t->model));
+    if (rc < 0)
+        goto out;
+    t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
+    t->targets = malloc((size_t)B * T * sizeof *t->targets);
+    if (!t->inputs || !t->targets) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    t->peak_flops =
+        opts && opts->peak_flops > 0 ? opts->peak_flops : wrk_measure_peak_flops(256, 0.2);
+    *out = t;
+    t = NULL;
+out:
+    if (rc < 0 && err && errlen && !err[0])
+        errf(err, errlen, rc, "trainer: %s", ch_strerror(rc));
+    wrk_trainer_destroy(t);
+    return rc;
+}
+
+void wrk_trainer_destroy(wrk_trainer_t *t)
+{
+    if (!t)
+        return;
+    free(t->inputs);
+    free(t->targets);
+    wrk_optim_fini(&t->optim);
+    eng_model_destroy(t->model);
+    wrk_data_close(t->data);
+    free(t);
+}
+
+// ----------------------------------------------------------------------------
+// init_from: a Hugging Face GPT-2 safetensors file
+
+static void shape_str(char *out, size_t cap, uint32_t ndim, const uint64_t *dims)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (uint32_t d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%" PRIu64, d ? ", " : "", dims[d]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+static const ch_st_tensor_t *find_hf(const ch_st_file_t *f, const char *name)
+{
+    char prefixed[96];
+    const ch_st_tensor_t *st = ch_st_find(f, name);
+    if (st)
+        return st;
+    snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
+    return ch_st_find(f, prefixed);
+}
+
+int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t errlen)
+{
+    ch_st_file_t *f = NULL;
+    int rc = ch_st_open(path, &f, err, errlen);
+    if (rc < 0)
+        return rc;
+    float *params = eng_model_params(t->model);
+    for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
+        const eng_tensor_t *mt = eng_model_tensor(t->model, i);
+        const ch_st_tensor_t *st = find_hf(f, mt->name);
+        size_t full = (size_t)mt->shape[0] * (mt->ndim == 2 ? mt->shape[1] : 1);
+        if (!st) {
+            rc = errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", path, mt->name);
+            goto out;
+        }
+        if (st->ndim != mt->ndim || st->shape[0] != mt->shape[0] ||
+            (mt->ndim == 2 && st->shape[1] != mt->shape[1])) {
+            char have[48], want[48];
+            uint64_t wdims[2] = {mt->shape[0], mt->shape[1]};
+            shape_str(have, sizeof have, st->ndim, st->shape);
+            shape_str(want, sizeof want, mt->ndim, wdims);
+            rc = errf(err, errlen, CH_E_FORMAT,
+                      "%s: tensor \"%s\" has shape %s but the job's model needs %s (check "
+                      "[model] against the file)",
+                      path, st->name, have, want);
+            goto out;
+        }
+        if (mt->numel < full) {
+            rc = errf(err, errlen, -ENOTSUP, "%s: sharded tensors are not supported yet", path);
+            goto out;
+        }
+        rc = ch_st_read_f32(f, st, params + mt->offset, err, errlen);
+        if (rc < 0)
+            goto out;
+        memset(params + mt->offset + full, 0, (mt->numel - full) * sizeof(float));
+    }
+out:
+    ch_st_close(f);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+static void fill_meta(const wrk_trainer_t *t, wrk_ckpt_meta_t *m)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->job, sizeof m->job, "%s", t->job);
+    m->step = t->next_step;
+    m->layout = ch_jobspec_layout(&t->spec);
+    m->rank = 0;
+    m->world = 1;
+    m->cfg = t->cfg;
+    m->seed = t->spec.train.seed;
+    m->data_seed = wrk_data_seed(t->data);
+}
+
+int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen)
+{
+    char sdir[CH_PATH_LEN];
+    wrk_ckpt_meta_t expect;
+    uint64_t got = 0;
+    if (!t->spec.checkpoint.dir[0])
+        return errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
+    int rc = wrk_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
+    if (rc < 0)
+        return errf(err, errlen, rc, "checkpoint.dir: path too long");
+    fill_meta(t, &expect);
+    rc = wrk_ckpt_restore(sdir, &expect, t->model, &t->optim, &got, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (got != step || got > (uint64_t)t->spec.train.steps)
+        return errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64, sdir,
+                    got, step);
+    t->next_step = step;
+    return 0;
+}
+
+int wrk_trainer_checkpoint_due(const wrk_trainer_t *t)
+{
+    const ch_jobspec_t *s = &t->spec;
+    if (!s->checkpoint.dir[0] || t->next_step == 0)
+        return 0;
+    if (t->next_step == (uint64_t)s->train.steps)
+        return 1;
+    return s->checkpoint.every > 0 && t->next_step % (uint64_t)s->checkpoint.every == 0;
+}
+
+int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
+                           size_t errlen)
+{
+    wrk_ckpt_meta_t meta;
+    wrk_ckpt_file_t file = {0, 0, 0};
+    const char *dir = t->spec.checkpoint.dir;
+    if (!dir[0])
+        return errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
+    fill_meta(t, &meta);
+    int rc =
+        wrk_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
+    if (rc < 0)
+        return rc;
+    /* world size 1: this shard is the whole checkpoint, so commit it now */
+    rc = wrk_ckpt_write_manifest(dir, &meta, &file, 1, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = wrk_ckpt_prune(dir, t->job, t->spec.checkpoint.keep);
+    if (rc < 0)
+        CH_LOGW("train", "job=%s pruning old checkpoints: %s", t->job, ch_strerror(rc));
+    if (bytes)
+        *bytes = file.bytes;
+    if (checksum)
+        *checksum = file.checksum;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// one step
+
+int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
+{
+    const ch_jobspec_t *s = &t->spec;
+    uint64_t step = t->next_step;
+    if (step >= (uint64_t)s->train.steps)
+        return CH_E_STATE;
+    uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len;
+    uint32_t micro = s->parallel.microbatches;
+    double global_tokens = (double)B * T * micro * s->parallel.dp;
+    uint64_t t0 = ch_now_ns();
+
+    eng_model_zero_grad(t->model);
+    double loss_sum = 0;
+    for (uint32_t k = 0; k < micro; k++) {
+        float loss = 0;
+        wrk_data_micro_batch(t->data, step, 0, k, micro, B, t->inputs, t->targets);
+        int rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
+        if (rc < 0)
+            return rc;
+        rc = eng_model_backward(t->model, (float)(1.0 / global_tokens));
+        if (rc < 0)
+            return rc;
+        loss_sum += loss;
+    }
+    double norm = wrk_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
+                                t->optim.max_grad_norm);
+    double lr = wrk_sched_lr(&t->sched, (int64_t)step);
+    int rc = wrk_optim_step(&t->optim, t->model, lr);
+    if (rc < 0)
+        return rc;
+    t->next_step = step + 1;
+
+    double dt = (double)(ch_now_ns() - t0) * 1e-9;
+    if (dt <= 0)
+        dt = 1e-9;
+    if (info) {
+        info->step = step;
+        info->loss = loss_sum / micro;
+        info->lr = lr;
+        info->grad_norm = norm;
+        info->seconds = dt;
+        info->tokens_per_s = global_tokens / dt;
+        double flops = eng_model_flops(&t->cfg, B * micro * s->parallel.dp);
+        info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
+    }
+    return 0;
+}
+
+uint64_t wrk_trainer_next_step(const wrk_trainer_t *t)
+{
+    return t->next_step;
+}
+
+uint64_t wrk_trainer_total_steps(const wrk_trainer_t *t)
+{
+    return (uint64_t)t->spec.train.steps;
+}
+
+const char *wrk_trainer_job(const wrk_trainer_t *t)
+{
+    return t->job;
+}
+
+double wrk_trainer_peak_flops(const wrk_trainer_t *t)
+{
+    return t->peak_flops;
+}
+
+eng_model_t *wrk_trainer_model(wrk_trainer_t *t)
+{
+    return t->model;
+}
+
+wrk_optim_t *wrk_trainer_optim(wrk_trainer_t *t)
+{
+    return &t->optim;
+}
+
+const wrk_data_t *wrk_trainer_data(const wrk_trainer_t *t)
+{
+    return t->data;
+}

@@ -1,0 +1,72 @@
+/* The training driver for one rank, independent of the daemons so tests can run it:
+ * model + data + AdamW + schedule + checkpoints (DESIGN §7, §8).
+ *
+ * Step s: zero the gradients; for each micro-batch, forward and backward with
+ * grad_scale = 1 / (tokens in the global batch); clip the global gradient norm to 1;
+ * AdamW at lr(s). The loss reported for step s is the mean over the global batch,
+ * computed before the update.
+ *
+ * For now only world size 1 (tp = pp = dp = 1) runs here; larger layouts need the
+ * parallel engine and are refused with CH_E_CONFIG. */
+#ifndef WRK_TRAINER_H
+#define WRK_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "jobspec.h"
+#include "model.h"
+#include "optim.h"
+
+typedef struct wrk_trainer_opts {
+    const char *job_id; /* checkpoint directory name under checkpoint.dir; NULL: job name */
+    double peak_flops;  /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
+} wrk_trainer_opts_t;
+
+typedef struct wrk_step_info {
+    uint64_t step;        /* the step just run (0-based) */
+    double loss;          /* mean over the global batch, before the update */
+    double lr, grad_norm; /* norm before clipping */
+    double seconds, tokens_per_s, mfu;
+} wrk_step_info_t;
+
+typedef struct wrk_trainer wrk_trainer_t;
+
+/* Build model (initialised from spec->train.seed), data and optimizer. Does not load
+ * init_from or resume: call those next. spec is copied. */
+int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
+                       wrk_trainer_t **out, char *err, size_t errlen);
+void wrk_trainer_destroy(wrk_trainer_t *t);
+
+/* Load the weights of a Hugging Face GPT-2 safetensors file (names with or without a
+ * "transformer." prefix; F32, F16 or BF16; extra tensors such as attn.bias or
+ * lm_head.weight are ignored). Every model tensor must be present with its shape. */
+int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t errlen);
+/* Restore the committed checkpoint of `step` from checkpoint.dir/<job>/; the next
+ * step run is `step`. */
+int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen);
+
+/* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
+int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info);
+/* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
+ * and after the last step (when checkpoint.dir is set). */
+int wrk_trainer_checkpoint_due(const wrk_trainer_t *t);
+/* Write this rank's shard for the current step; with world size 1 also commit it
+ * (manifest.json) and prune to checkpoint.keep. */
+int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
+                           size_t errlen);
+
+uint64_t wrk_trainer_next_step(const wrk_trainer_t *t);
+uint64_t wrk_trainer_total_steps(const wrk_trainer_t *t);
+const char *wrk_trainer_job(const wrk_trainer_t *t);
+double wrk_trainer_peak_flops(const wrk_trainer_t *t);
+eng_model_t *wrk_trainer_model(wrk_trainer_t *t);
+wrk_optim_t *wrk_trainer_optim(wrk_trainer_t *t);
+const wrk_data_t *wrk_trainer_data(const wrk_trainer_t *t);
+
+/* FLOP/s of an SGEMM of size n on this thread configuration, measured for about
+ * `seconds`. */
+double wrk_measure_peak_flops(int n, double seconds);
+
+#endif
