@@ -1,0 +1,87 @@
+/* chorusctl: the control CLI (DESIGN §10).
+ *
+ * Every command is a function `int ctl_cmd_<name>(ctl_t *ctl, int argc, char **argv)`
+ * that gets the words after the command name (global options already removed) and
+ * returns the process exit status. Helpers below the command layer that talk to the
+ * coordinator also return exit statuses and print their own one-line diagnostic, so
+ * each failure is reported once, where its context is known. */
+#ifndef CTL_CTL_H
+#define CTL_CTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.pb-c.h"
+#include "client.h"
+
+/* Exit statuses (sysexits.h values where one fits). Scripts rely on them. */
+enum {
+    CTL_EXIT_OK = 0,
+    CTL_EXIT_FAILED = 1,       /* a job that failed/was cancelled under --wait; other errors */
+    CTL_EXIT_USAGE = 2,        /* bad command line */
+    CTL_EXIT_UNREACHABLE = 69, /* coordinator unreachable (EX_UNAVAILABLE) */
+    CTL_EXIT_CONFIG = 78,      /* bad job file, key or configuration (EX_CONFIG) */
+};
+
+#define CTL_DEFAULT_SOCKET     "/run/chorus/ctl.sock"
+#define CTL_CONNECT_TIMEOUT_MS 5000
+#define CTL_CALL_TIMEOUT_MS    15000
+
+typedef struct ctl {
+    const char *socket_path; /* Unix control socket; used unless coordinator is set */
+    const char *coordinator; /* "HOST:PORT": TCP with the cluster key */
+    const char *key_path;    /* key file for TCP */
+    int json;                /* --json: print exactly one JSON document */
+} ctl_t;
+
+/* "chorusctl: <message>" on stderr. */
+void ctl_errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Parse a decimal integer in [min, max]; -EINVAL otherwise. */
+int ctl_parse_long(const char *s, long min, long max, long *out);
+/* What ctl talks to, for messages: the socket path or HOST:PORT. */
+const char *ctl_target(const ctl_t *ctl);
+
+/* ---- talking to the coordinator (rpc.c) ---- */
+
+/* Connect. Returns an exit status; 0 and *out (free with ch_client_destroy) on success. */
+int ctl_open(const ctl_t *ctl, ch_client_t **out);
+/* Send req and wait for a reply whose body is want. what prefixes the message of an
+ * Error reply ("chorusctl: <what>: <message>"; NULL: no prefix). Returns an exit status;
+ * 0 and *resp (free with ch_msg_free) on success. */
+int ctl_call(const ctl_t *ctl, ch_client_t *cl, Chorus__Envelope *req,
+             Chorus__Envelope__BodyCase want, const char *what, Chorus__Envelope **resp);
+/* ctl_open + ctl_call + close, for one-shot commands. */
+int ctl_rpc(const ctl_t *ctl, Chorus__Envelope *req, Chorus__Envelope__BodyCase want,
+            const char *what, Chorus__Envelope **resp);
+/* Query one job (id or name) on an open link. Same contract as ctl_call. */
+int ctl_query_job(const ctl_t *ctl, ch_client_t *cl, const char *job, Chorus__Envelope **resp);
+
+/* ---- commands ---- */
+int ctl_cmd_keygen(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_status(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_watch(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_local(ctl_t *ctl, int argc, char **argv);
+
+/* ---- job rendering shared by jobs/status/watch (jobs.c) ---- */
+
+/* 1 when a job in this state will not change any more. */
+int ctl_job_state_final(const char *state);
+/* Exit status for a job that ended: 0 completed, 1 failed or cancelled. */
+int ctl_job_exit_status(const char *state);
+struct ctl_json;
+/* One status object (DESIGN §10 plus mfu, reason, ranks). */
+void ctl_job_json(struct ctl_json *j, const Chorus__JobInfo *ji);
+/* Human-readable status: a key/value block and a table of ranks. */
+void ctl_job_print(const Chorus__JobInfo *ji);
+/* "12.3k" style number with an SI suffix; "-" when v is not finite or negative. */
+void ctl_fmt_si(char *buf, size_t n, double v);
+/* "1:02:03" / "4:05" / "7s"; "-" when unknown (negative). */
+void ctl_fmt_duration(char *buf, size_t n, double seconds);
+
+#endif

@@ -1,0 +1,370 @@
+/* chorusctl jobs | status | cancel | kill-rank, and the rendering of a job (JobInfo) as
+ * a JSON status object or as text, shared with submit --wait and watch. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+#include "json.h"
+#include "msg.h"
+#include "table.h"
+
+// ----------------------------------------------------------------------------
+// formatting helpers
+
+int ctl_job_state_final(const char *state)
+{
+    return state && (strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0 ||
+                     strcmp(state, "cancelled") == 0);
+}
+
+int ctl_job_exit_status(const char *state)
+{
+    return state && strcmp(state, "completed") == 0 ? CTL_EXIT_OK : CTL_EXIT_FAILED;
+}
+
+void ctl_fmt_si(char *buf, size_t n, double v)
+{
+    static const char suffix[] = " kMGTP";
+    int i = 0;
+    if (!isfinite(v) || v < 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    while (v >= 1000.0 && i < 5) {
+        v /= 1000.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, n, "%.1f", v);
+    else
+        snprintf(buf, n, "%.*f%c", v < 10.0 ? 2 : v < 100.0 ? 1 : 0, v, suffix[i]);
+}
+
+void ctl_fmt_duration(char *buf, size_t n, double seconds)
+{
+    if (!isfinite(seconds) || seconds < 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    uint64_t s = (uint64_t)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, n, "%" PRIu64 ":%02" PRIu64 ":%02" PRIu64, s / 3600, s / 60 % 60, s % 60);
+    else if (s >= 60)
+        snprintf(buf, n, "%" PRIu64 ":%02" PRIu64, s / 60, s % 60);
+    else
+        snprintf(buf, n, "%" PRIu64 "s", s);
+}
+
+static void fmt_wall(char *buf, size_t n, uint64_t wall_ms)
+{
+    struct tm tm;
+    time_t t = (time_t)(wall_ms / 1000);
+    if (wall_ms == 0 || !localtime_r(&t, &tm) || strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, n, "-");
+}
+
+/* The loss is meaningful once a step has been reported (diag jobs have none). */
+static int has_loss(const Chorus__JobInfo *ji)
+{
+    return ji->step > 0 && isfinite(ji->loss) && strcmp(ji->kind, "diag") != 0;
+}
+
+// ----------------------------------------------------------------------------
+// JSON
+
+static void rank_json(ctl_json_t *j, const Chorus__RankInfo *r)
+{
+    ctl_json_obj_begin(j);
+    ctl_json_kuint(j, "rank", r->rank);
+    ctl_json_kstr(j, "node", r->node);
+    ctl_json_kstr(j, "state", r->state);
+    ctl_json_kuint(j, "step", r->step);
+    for (size_t m = 0; m < r->n_metrics; m++)
+        ctl_json_kdouble(j, r->metrics[m]->name, r->metrics[m]->value);
+    ctl_json_kint(j, "exit_code", r->exit_code);
+    ctl_json_kint(j, "signal", r->signal);
+    ctl_json_obj_end(j);
+}
+
+void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
+{
+    ctl_json_obj_begin(j);
+    ctl_json_kstr(j, "id", ji->id);
+    ctl_json_kstr(j, "name", ji->name);
+    ctl_json_kstr(j, "kind", ji->kind);
+    ctl_json_kstr(j, "state", ji->state);
+    ctl_json_kuint(j, "step", ji->step);
+    ctl_json_kuint(j, "total_steps", ji->total_steps);
+    ctl_json_key(j, "loss");
+    if (has_loss(ji))
+        ctl_json_double(j, ji->loss);
+    else
+        ctl_json_null(j);
+    ctl_json_kuint(j, "generation", ji->generation);
+    ctl_json_kuint(j, "restarts", ji->restarts);
+    ctl_json_kuint(j, "world_size", ji->world_size);
+    ctl_json_key(j, "layout");
+    ctl_json_obj_begin(j);
+    ctl_json_kuint(j, "tp", ji->tp);
+    ctl_json_kuint(j, "pp", ji->pp);
+    ctl_json_kuint(j, "dp", ji->dp);
+    ctl_json_obj_end(j);
+    ctl_json_key(j, "last_checkpoint_step");
+    if (ji->last_checkpoint_step >= 0)
+        ctl_json_int(j, ji->last_checkpoint_step);
+    else
+        ctl_json_null(j);
+    ctl_json_kdouble(j, "tokens_per_s", ji->tokens_per_s);
+    ctl_json_kdouble(j, "mfu", ji->mfu);
+    ctl_json_kstr(j, "reason", ji->reason);
+    ctl_json_kuint(j, "submitted_ms", ji->submitted_ms);
+    ctl_json_kuint(j, "started_ms", ji->started_ms);
+    ctl_json_kuint(j, "finished_ms", ji->finished_ms);
+    ctl_json_key(j, "ranks");
+    ctl_json_arr_begin(j);
+    for (size_t i = 0; i < ji->n_ranks; i++)
+        rank_json(j, ji->ranks[i]);
+    ctl_json_arr_end(j);
+    ctl_json_obj_end(j);
+}
+
+// ----------------------------------------------------------------------------
+// text
+
+/* Metric names in order of first appearance across ranks (borrowed from ji). */
+static size_t metric_names(const Chorus__JobInfo *ji, const char **names, size_t max)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < ji->n_ranks; r++) {
+        for (size_t m = 0; m < ji->ranks[r]->n_metrics; m++) {
+            const char *name = ji->ranks[r]->metrics[m]->name;
+            size_t k = 0;
+            while (k < n && strcmp(names[k], name) != 0)
+                k++;
+            if (k == n && n < max)
+                names[n++] = name;
+        }
+    }
+    return n;
+}
+
+static void print_ranks(const Chorus__JobInfo *ji)
+{
+    const char *names[16];
+    size_t nm = metric_names(ji, names, 16);
+    ctl_table_t t;
+
+    ctl_table_init(&t, 5 + nm);
+    ctl_table_cell(&t, "RANK");
+    ctl_table_cell(&t, "NODE");
+    ctl_table_cell(&t, "STATE");
+    ctl_table_cell(&t, "STEP");
+    for (size_t k = 0; k < nm; k++)
+        ctl_table_cell(&t, "%s", names[k]);
+    ctl_table_cell(&t, "EXIT");
+    for (size_t i = 0; i < ji->n_ranks; i++) {
+        const Chorus__RankInfo *r = ji->ranks[i];
+        ctl_table_cell(&t, "%" PRIu32, r->rank);
+        ctl_table_cell(&t, "%s", r->node);
+        ctl_table_cell(&t, "%s", r->state);
+        ctl_table_cell(&t, "%" PRIu64, r->step);
+        for (size_t k = 0; k < nm; k++) {
+            size_t m = 0;
+            while (m < r->n_metrics && strcmp(r->metrics[m]->name, names[k]) != 0)
+                m++;
+            if (m < r->n_metrics)
+                ctl_table_cell(&t, "%.4g", r->metrics[m]->value);
+            else
+                ctl_table_cell(&t, "-");
+        }
+        if (r->signal)
+            ctl_table_cell(&t, "signal %" PRId32, r->signal);
+        else
+            ctl_table_cell(&t, "%" PRId32, r->exit_code);
+    }
+    ctl_table_print(&t, stdout);
+    ctl_table_fini(&t);
+}
+
+void ctl_job_print(const Chorus__JobInfo *ji)
+{
+    char tps[32], sub[32], start[32], fin[32], run[32];
+
+    ctl_fmt_si(tps, sizeof tps, ji->tokens_per_s > 0 ? ji->tokens_per_s : -1);
+    fmt_wall(sub, sizeof sub, ji->submitted_ms);
+    fmt_wall(start, sizeof start, ji->started_ms);
+    fmt_wall(fin, sizeof fin, ji->finished_ms);
+    ctl_fmt_duration(run, sizeof run,
+                     ji->started_ms && ji->finished_ms >= ji->started_ms
+                         ? (double)(ji->finished_ms - ji->started_ms) / 1000.0
+                         : -1.0);
+    printf("job          %s (%s)\n", ji->id, ji->name && *ji->name ? ji->name : "-");
+    printf("kind         %s\n", ji->kind);
+    printf("state        %s\n", ji->state);
+    if (ji->reason && *ji->reason)
+        printf("reason       %s\n", ji->reason);
+    printf("step         %" PRIu64 "/%" PRIu64 "\n", ji->step, ji->total_steps);
+    if (has_loss(ji))
+        printf("loss         %.4f\n", ji->loss);
+    printf("layout       tp=%" PRIu32 " pp=%" PRIu32 " dp=%" PRIu32 " (world %" PRIu32 ")\n",
+           ji->tp, ji->pp, ji->dp, ji->world_size);
+    printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);
+    if (ji->last_checkpoint_step >= 0)
+        printf("checkpoint   step %" PRId64 "\n", ji->last_checkpoint_step);
+    else
+        printf("checkpoint   none\n");
+    printf("tokens/s     %s\n", tps);
+    if (ji->mfu > 0 && isfinite(ji->mfu))
+        printf("MFU          %.2f%%\n", 100.0 * ji->mfu);
+    printf("submitted    %s\nstarted      %s\nfinished     %s (ran %s)\n", sub, start, fin, run);
+    if (ji->n_ranks > 0) {
+        printf("\n");
+        print_ranks(ji);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// commands
+
+int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+
+    if (argc != 0) {
+        ctl_errf("usage: chorusctl jobs [--json]");
+        return CTL_EXIT_USAGE;
+    }
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
+    req.list_jobs = &lj;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_JOB_LIST, NULL, &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    const Chorus__JobList *jl = resp->job_list;
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_arr_begin(&j);
+        for (size_t i = 0; i < jl->n_jobs; i++)
+            ctl_job_json(&j, jl->jobs[i]);
+        ctl_json_arr_end(&j);
+        ctl_json_finish(&j);
+    } else {
+        ctl_table_t t;
+        ctl_table_init(&t, 9);
+        const char *hdr[] = {"ID",   "NAME",     "KIND",     "STATE", "STEP",
+                             "LOSS", "TPxPPxDP", "RESTARTS", "REASON"};
+        for (size_t h = 0; h < 9; h++)
+            ctl_table_cell(&t, "%s", hdr[h]);
+        for (size_t i = 0; i < jl->n_jobs; i++) {
+            const Chorus__JobInfo *ji = jl->jobs[i];
+            ctl_table_cell(&t, "%s", ji->id);
+            ctl_table_cell(&t, "%s", ji->name && *ji->name ? ji->name : "-");
+            ctl_table_cell(&t, "%s", ji->kind);
+            ctl_table_cell(&t, "%s", ji->state);
+            ctl_table_cell(&t, "%" PRIu64 "/%" PRIu64, ji->step, ji->total_steps);
+            if (has_loss(ji))
+                ctl_table_cell(&t, "%.4f", ji->loss);
+            else
+                ctl_table_cell(&t, "-");
+            ctl_table_cell(&t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32, ji->tp, ji->pp, ji->dp);
+            ctl_table_cell(&t, "%" PRIu32, ji->restarts);
+            ctl_table_cell(&t, "%s", ji->reason && *ji->reason ? ji->reason : "");
+        }
+        ctl_table_print(&t, stdout);
+        ctl_table_fini(&t);
+    }
+    ch_msg_free(resp);
+    return CTL_EXIT_OK;
+}
+
+int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
+{
+    ch_client_t *cl = NULL;
+    Chorus__Envelope *resp = NULL;
+
+    if (argc != 1) {
+        ctl_errf("usage: chorusctl status JOB [--json]");
+        return CTL_EXIT_USAGE;
+    }
+    int st = ctl_open(ctl, &cl);
+    if (st != CTL_EXIT_OK)
+        return st;
+    st = ctl_query_job(ctl, cl, argv[0], &resp);
+    ch_client_destroy(cl);
+    if (st != CTL_EXIT_OK)
+        return st;
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_job_json(&j, resp->job_info);
+        ctl_json_finish(&j);
+    } else {
+        ctl_job_print(resp->job_info);
+    }
+    ch_msg_free(resp);
+    return CTL_EXIT_OK;
+}
+
+/* Print the outcome of an Ok-returning job command. */
+static void print_done(const ctl_t *ctl, const char *job, const char *what)
+{
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_obj_begin(&j);
+        ctl_json_kstr(&j, "id", job);
+        ctl_json_key(&j, what);
+        ctl_json_bool(&j, 1);
+        ctl_json_obj_end(&j);
+        ctl_json_finish(&j);
+    } else {
+        printf("%s: %s\n", job, what);
+    }
+}
+
+int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__Cancel c = CHORUS__CANCEL__INIT;
+
+    if (argc != 1) {
+        ctl_errf("usage: chorusctl cancel JOB");
+        return CTL_EXIT_USAGE;
+    }
+    c.job_id = argv[0];
+    req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
+    req.cancel = &c;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    ch_msg_free(resp);
+    print_done(ctl, argv[0], "cancelled");
+    return CTL_EXIT_OK;
+}
+
+int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__KillRank k = CHORUS__KILL_RANK__INIT;
+    long rank = 0;
+
+    if (argc != 2 || ctl_parse_long(argv[1], 0, UINT32_MAX, &rank) < 0) {
+        ctl_errf("usage: chorusctl kill-rank JOB RANK");
+        return CTL_EXIT_USAGE;
+    }
+    k.job_id = argv[0];
+    k.rank = (uint32_t)rank;
+    req.body_case = CHORUS__ENVELOPE__BODY_KILL_RANK;
+    req.kill_rank = &k;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    ch_msg_free(resp);
+    print_done(ctl, argv[0], "rank_killed");
+    return CTL_EXIT_OK;
+}

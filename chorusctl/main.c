@@ -1,0 +1,177 @@
+/* chorusctl: submit, watch, cancel and inspect jobs, list nodes, run a local cluster
+ * (DESIGN §10). main() separates the global options (--socket, --coordinator, --key,
+ * --json, accepted anywhere on the line) from the command and its own words, then
+ * dispatches through one table that also drives the usage text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "ctl.h"
+#include "err.h"
+#include "json.h"
+
+typedef struct cmd {
+    const char *name;
+    int (*fn)(ctl_t *ctl, int argc, char **argv);
+    const char *args;
+    const char *help;
+} cmd_t;
+
+static const cmd_t commands[] = {
+    {"keygen", ctl_cmd_keygen, "FILE", "write a new random cluster key (mode 0600)"},
+    {"nodes", ctl_cmd_nodes, "", "list nodes"},
+    {"jobs", ctl_cmd_jobs, "", "list jobs"},
+    {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
+     "check and submit a job file; print its id"},
+    {"status", ctl_cmd_status, "JOB", "show a job and its ranks"},
+    {"watch", ctl_cmd_watch, "JOB", "follow a job live until it ends"},
+    {"cancel", ctl_cmd_cancel, "JOB", "cancel a job"},
+    {"kill-rank", ctl_cmd_kill_rank, "JOB RANK", "kill one rank process (fault drill)"},
+    {"logs", ctl_cmd_logs, "JOB [--rank R] [--dir DIR]", "print rank logs of a local cluster"},
+    {"local", ctl_cmd_local,
+     "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N]",
+     "run a whole cluster on this machine (control socket DIR/ctl.sock)"},
+};
+
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: chorusctl [--socket PATH | --coordinator HOST:PORT --key FILE] COMMAND "
+               "[--json]\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        char left[160];
+        snprintf(left, sizeof left, "%s%s%s", commands[i].name, commands[i].args[0] ? " " : "",
+                 commands[i].args);
+        fprintf(f, "  %s\n      %s\n", left, commands[i].help);
+    }
+    fprintf(f,
+            "\nenvironment: CHORUS_SOCKET, CHORUS_COORDINATOR, CHORUS_KEY (defaults for the "
+            "options; default socket %s)\n"
+            "exit status: 0 ok, 1 failed, 2 usage, 69 coordinator unreachable, 78 config "
+            "error\n",
+            CTL_DEFAULT_SOCKET);
+}
+
+/* "--name VALUE" or "--name=VALUE" at argv[*i]: 1 and *val (advancing *i past VALUE),
+ * 0 when argv[*i] is another word, -EINVAL when VALUE is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -EINVAL;
+    *val = argv[++*i];
+    return 1;
+}
+
+static const char *env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : def;
+}
+
+int ctl_cmd_keygen(ctl_t *ctl, int argc, char **argv)
+{
+    if (argc != 1) {
+        ctl_errf("usage: chorusctl keygen FILE");
+        return CTL_EXIT_USAGE;
+    }
+    int rc = ch_auth_global_init();
+    if (rc == 0)
+        rc = ch_key_generate(argv[0]);
+    if (rc < 0) {
+        ctl_errf("%s: %s", argv[0], ch_strerror(rc));
+        return CTL_EXIT_FAILED;
+    }
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_obj_begin(&j);
+        ctl_json_kstr(&j, "key_file", argv[0]);
+        ctl_json_obj_end(&j);
+        ctl_json_finish(&j);
+    } else
+        printf("wrote a new cluster key to %s (mode 0600)\n", argv[0]);
+    return CTL_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    ctl_t ctl = {0};
+    const char *sock_flag = NULL, *coord_flag = NULL, *val = NULL;
+    char **words = calloc((size_t)argc + 1, sizeof *words);
+    int nwords = 0, status = CTL_EXIT_USAGE;
+
+    if (!words) {
+        ctl_errf("out of memory");
+        return CTL_EXIT_FAILED;
+    }
+    ctl.key_path = env_or("CHORUS_KEY", NULL);
+    for (int i = 1; i < argc; i++) {
+        const struct {
+            const char *name;
+            const char **dst;
+        } globals[] = {
+            {"--socket", &sock_flag}, {"--coordinator", &coord_flag}, {"--key", &ctl.key_path}};
+        int r = 0;
+        if (strcmp(argv[i], "--json") == 0) {
+            ctl.json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            status = CTL_EXIT_OK;
+            goto out;
+        }
+        for (size_t g = 0; g < sizeof globals / sizeof globals[0] && r == 0; g++) {
+            r = opt_value(argc, argv, &i, globals[g].name, &val);
+            if (r > 0)
+                *globals[g].dst = val;
+            else if (r < 0)
+                ctl_errf("%s needs a value", globals[g].name);
+        }
+        if (r < 0)
+            goto out;
+        if (r == 0)
+            words[nwords++] = argv[i];
+    }
+    /* Flags beat the environment; an explicit --socket beats CHORUS_COORDINATOR. */
+    if (sock_flag && coord_flag) {
+        ctl_errf("--socket and --coordinator are exclusive");
+        goto out;
+    }
+    if (sock_flag) {
+        ctl.socket_path = sock_flag;
+    } else if (coord_flag) {
+        ctl.coordinator = coord_flag;
+    } else if (getenv("CHORUS_SOCKET") && *getenv("CHORUS_SOCKET")) {
+        ctl.socket_path = getenv("CHORUS_SOCKET");
+    } else {
+        ctl.coordinator = env_or("CHORUS_COORDINATOR", NULL);
+        ctl.socket_path = CTL_DEFAULT_SOCKET;
+    }
+    if (nwords == 0) {
+        usage(stderr);
+        goto out;
+    }
+    for (size_t c = 0; c < NCOMMANDS; c++) {
+        if (strcmp(words[0], commands[c].name) == 0) {
+            status = commands[c].fn(&ctl, nwords - 1, words + 1);
+            goto out;
+        }
+    }
+    ctl_errf("unknown command '%s' (try chorusctl --help)", words[0]);
+out:
+    free(words);
+    return status;
+}

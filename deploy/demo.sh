@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The quick-start demo (deploy/quickstart.sh demo runs `deploy/demo.sh build`):
+# start a 2-node local cluster in a temporary directory, train the small GPT of
+# deploy/jobs/demo.ini on the built-in corpus while watching it live, show the final
+# status, and stop the cluster (also when interrupted).
+#
+# usage: deploy/demo.sh [BUILD_DIR] [--set section.key=value]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+[ $# -gt 0 ] && shift
+ctl=$build/bin/chorusctl
+[ -x "$ctl" ] || { echo "demo: $ctl not found; build first (deploy/quickstart.sh demo)" >&2; exit 1; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/chorus-demo.XXXXXX")
+# shellcheck disable=SC2317 # called by the trap
+stop() { "$ctl" local down --dir "$dir" >/dev/null 2>&1 || true; }
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+echo "== starting a local cluster (2 nodes x 2 slots) in $dir"
+"$ctl" local up --dir "$dir" --nodes 2 --slots 2
+export CHORUS_SOCKET=$dir/ctl.sock
+"$ctl" nodes
+
+echo
+echo "== training: deploy/jobs/demo.ini $*"
+id=$("$ctl" submit deploy/jobs/demo.ini "$@")
+echo "job $id; following it live (Ctrl-C stops the demo)"
+status=0
+"$ctl" watch "$id" || status=$?
+
+echo
+echo "== final status"
+"$ctl" status "$id"
+if [ $status -ne 0 ]; then
+  echo
+  echo "== the job did not complete; last lines of its rank 0 log:"
+  "$ctl" logs "$id" --rank 0 | tail -n 20 || true
+fi
+
+echo
+echo "== stopping the cluster"
+"$ctl" local down --dir "$dir"
+trap - EXIT
+rm -rf "$dir"
+exit $status
