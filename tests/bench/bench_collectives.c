@@ -1,0 +1,319 @@
+/* chorus-bench-collectives: bus bandwidth of the UCX backend's allreduce, reduce_scatter and
+ * allgather with 2 and 4 ranks (forked processes, rendezvous through files in a temporary
+ * directory) over 4 KiB .. 256 MiB, against memcpy bandwidth and Open MPI's MPI_Allreduce
+ * (chorus-bench-mpi-ref under mpirun, when both exist), all measured in this run.
+ *
+ * Definitions are nccl-tests': bytes is the whole buffer (allreduce: the vector; reduce_scatter:
+ * the send buffer; allgather: the receive buffer), algbw = bytes / time, and
+ * busbw = algbw * 2(n-1)/n for allreduce, algbw * (n-1)/n for the other two. Time is the
+ * slowest rank's mean over the timed iterations. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coll.h"
+#include "err.h"
+#include "util.h"
+
+#define MIN_BYTES      (4u << 10)
+#define MAX_BYTES      (256u << 20)
+#define NSIZES         9 /* 4 KiB * 4^k */
+#define HEADLINE_BYTES (64u << 20)
+
+enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, NOPS };
+static const char *const op_names[NOPS] = {"allreduce", "reduce_scatter", "allgather"};
+
+// ----------------------------------------------------------------------------
+// file rendezvous: one file per key, written atomically
+
+static void key_path(const char *dir, const char *key, char *path, size_t len)
+{
+    char flat[CH_RDZV_KEY_MAX];
+    snprintf(flat, sizeof flat, "%s", key);
+    for (char *p = flat; *p; p++)
+        if (*p == '/')
+            *p = '_';
+    snprintf(path, len, "%s/%s", dir, flat);
+}
+
+static int file_set(void *ud, const char *key, const void *val, size_t len)
+{
+    char path[PATH_MAX];
+    key_path(ud, key, path, sizeof path);
+    return ch_file_write_atomic(path, val, len, 0600);
+}
+
+static int file_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len)
+{
+    char path[PATH_MAX];
+    key_path(ud, key, path, sizeof path);
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        char *data = NULL;
+        int rc = ch_file_read(path, CH_RDZV_VALUE_MAX, &data, len);
+        if (rc == 0) {
+            *val = data;
+            return 0;
+        }
+        if (rc != -ENOENT)
+            return rc;
+        if (ch_now_ms() >= deadline)
+            return -ETIMEDOUT;
+        usleep(1000);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// one rank (a child process)
+
+static size_t size_at(int k)
+{
+    return (size_t)MIN_BYTES << (2 * k);
+}
+
+/* Enough iterations for ~0.1 s of traffic, at least 3. */
+static int iters_for(size_t bytes)
+{
+    size_t it = (size_t)(256u << 20) / bytes;
+    return it < 3 ? 3 : it > 500 ? 500 : (int)it;
+}
+
+static int run_op(wrk_coll_group_t *g, int op, float *send, float *recv, size_t bytes)
+{
+    uint32_t n = wrk_coll_group_size(g);
+    size_t count = bytes / sizeof(float);
+    switch (op) {
+    case OP_ALLREDUCE:
+        return wrk_coll_allreduce(g, send, recv, count, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    case OP_REDUCE_SCATTER:
+        return wrk_coll_reduce_scatter(g, send, recv, count / n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    default:
+        return wrk_coll_allgather(g, send, recv, count / n, WRK_COLL_F32, NULL);
+    }
+}
+
+/* Mean seconds per operation, the slowest rank's. */
+static int time_op(wrk_coll_group_t *g, int op, float *send, float *recv, size_t bytes,
+                   double *secs)
+{
+    int iters = iters_for(bytes), rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = run_op(g, op, send, recv, bytes);
+    if (rc == 0)
+        rc = wrk_coll_barrier(g, NULL);
+    uint64_t t0 = ch_now_ns();
+    for (int i = 0; i < iters && rc == 0; i++)
+        rc = run_op(g, op, send, recv, bytes);
+    float t = (float)((double)(ch_now_ns() - t0) / 1e9 / iters);
+    if (rc == 0)
+        rc = wrk_coll_allreduce(g, &t, &t, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+    *secs = t;
+    return rc;
+}
+
+static int rank_main(uint32_t rank, uint32_t n, const char *dir, int out_fd)
+{
+    wrk_coll_config_t cfg;
+    wrk_coll_config_defaults(&cfg);
+    cfg.rank = rank;
+    cfg.world_size = n;
+    cfg.rdzv = (ch_rdzv_t){.ud = (void *)dir, .set = file_set, .get = file_get};
+    cfg.timeout_ms = 60000;
+    wrk_coll_t *c = NULL;
+    wrk_coll_group_t *g = NULL;
+    float *send = malloc(MAX_BYTES), *recv = malloc(MAX_BYTES);
+    int rc = send && recv ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = wrk_coll_create(&cfg, &c);
+    if (rc == 0)
+        rc = wrk_coll_group_layout(c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g);
+    if (rc == 0) {
+        for (size_t i = 0; i < MAX_BYTES / sizeof(float); i++)
+            send[i] = (float)((i + rank) % 7), recv[i] = 0;
+    }
+    for (int op = 0; op < NOPS && rc == 0; op++)
+        for (int k = 0; k < NSIZES && rc == 0; k++) {
+            double secs = 0;
+            rc = time_op(g, op, send, recv, size_at(k), &secs);
+            if (rc == 0 && rank == 0 && write(out_fd, &secs, sizeof secs) != sizeof secs)
+                rc = -EIO;
+        }
+    if (rc < 0)
+        fprintf(stderr, "bench rank %u: %s\n", rank, ch_strerror(rc));
+    wrk_coll_group_destroy(g);
+    wrk_coll_destroy(c);
+    free(recv);
+    free(send);
+    return rc < 0 ? 1 : 0;
+}
+
+/* secs[op][k] from n forked ranks. */
+static int run_chorus(uint32_t n, double secs[NOPS][NSIZES])
+{
+    char dir[] = "/tmp/chorus-bench-coll-XXXXXX";
+    if (!mkdtemp(dir))
+        return -errno;
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -errno;
+    pid_t pids[8];
+    for (uint32_t r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[0]);
+            _exit(rank_main(r, n, dir, fds[1]));
+        }
+    }
+    close(fds[1]);
+    int rc = 0;
+    for (int op = 0; op < NOPS && rc == 0; op++)
+        for (int k = 0; k < NSIZES && rc == 0; k++)
+            if (read(fds[0], &secs[op][k], sizeof(double)) != sizeof(double))
+                rc = -EIO;
+    close(fds[0]);
+    for (uint32_t r = 0; r < n; r++) {
+        int st;
+        if (rc < 0)
+            kill(pids[r], SIGKILL);
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            rc = rc < 0 ? rc : -EIO;
+    }
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// references
+
+static double memcpy_gbs(void)
+{
+    size_t bytes = HEADLINE_BYTES;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        uint64_t t0 = ch_now_ns();
+        memcpy(rep % 2 ? a : b, rep % 2 ? b : a, bytes);
+        double gbs = (double)bytes / (double)(ch_now_ns() - t0);
+        best = gbs > best ? gbs : best;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* MPI_Allreduce seconds per size via chorus-bench-mpi-ref next to this binary; 0 if missing. */
+static int run_mpi(uint32_t n, double secs[NSIZES])
+{
+    char self[PATH_MAX], ref[PATH_MAX + 32], cmd[2 * PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return -ENOENT;
+    self[len] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = 0;
+    snprintf(ref, sizeof ref, "%s/chorus-bench-mpi-ref", self);
+    if (access(ref, X_OK) != 0 || system("command -v mpirun >/dev/null 2>&1") != 0)
+        return -ENOENT;
+    snprintf(cmd, sizeof cmd,
+             "timeout 600 mpirun --allow-run-as-root --oversubscribe -np %u %s 2>/dev/null", n,
+             ref);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -errno;
+    char line[256];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t bytes;
+        double t;
+        if (sscanf(line, "size=%zu time_s=%lf", &bytes, &t) != 2)
+            continue;
+        for (int k = 0; k < NSIZES; k++)
+            if (size_at(k) == bytes)
+                secs[k] = t, got++;
+    }
+    int st = pclose(f);
+    return got == NSIZES && st == 0 ? 0 : -EIO;
+}
+
+// ----------------------------------------------------------------------------
+
+static double busbw(int op, uint32_t n, size_t bytes, double secs)
+{
+    double alg = (double)bytes / secs / 1e9;
+    return op == OP_ALLREDUCE ? alg * 2.0 * (n - 1) / n : alg * (n - 1) / n;
+}
+
+static void size_name(size_t bytes, char *buf, size_t len)
+{
+    if (bytes >= (1u << 20))
+        snprintf(buf, len, "%zuMiB", bytes >> 20);
+    else
+        snprintf(buf, len, "%zuKiB", bytes >> 10);
+}
+
+int main(void)
+{
+    static const uint32_t ranks[] = {2, 4};
+    double mem = memcpy_gbs();
+    printf("memcpy bandwidth (64 MiB, best of 5): %.2f GB/s\n", mem);
+    int status = 0;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
+        uint32_t n = ranks[ri];
+        double secs[NOPS][NSIZES] = {{0}}, mpi[NSIZES] = {0};
+        int rc = run_chorus(n, secs);
+        if (rc < 0) {
+            fprintf(stderr, "%u ranks: %s\n", n, ch_strerror(rc));
+            status = 1;
+            continue;
+        }
+        int have_mpi = run_mpi(n, mpi) == 0;
+        if (!have_mpi)
+            printf("(no MPI reference: mpirun or chorus-bench-mpi-ref missing or failed)\n");
+        printf("\n%u ranks, busbw GB/s%s\n%10s %12s %15s %12s%s\n", n,
+               have_mpi ? " (mpi: MPI_Allreduce)" : "", "size", "allreduce", "reduce_scatter",
+               "allgather", have_mpi ? "          mpi" : "");
+        for (int k = 0; k < NSIZES; k++) {
+            char name[32];
+            size_name(size_at(k), name, sizeof name);
+            printf("%10s %12.3f %15.3f %12.3f", name, busbw(0, n, size_at(k), secs[0][k]),
+                   busbw(1, n, size_at(k), secs[1][k]), busbw(2, n, size_at(k), secs[2][k]));
+            if (have_mpi)
+                printf(" %12.3f", busbw(OP_ALLREDUCE, n, size_at(k), mpi[k]));
+            printf("\n");
+        }
+        int kh = 0;
+        while (size_at(kh) != HEADLINE_BYTES)
+            kh++;
+        for (int op = 0; op < NOPS; op++) {
+            double v = busbw(op, n, HEADLINE_BYTES, secs[op][kh]);
+            if (op == OP_ALLREDUCE && have_mpi) {
+                double ref = busbw(op, n, HEADLINE_BYTES, mpi[kh]);
+                printf("RESULT name=%s_busbw_%ur_64MiB value=%.3f unit=GB/s ref=mpi_allreduce "
+                       "ref_value=%.3f ratio=%.3f\n",
+                       op_names[op], n, v, ref, v / ref);
+            }
+            printf("RESULT name=%s_busbw_%ur_64MiB value=%.3f unit=GB/s ref=memcpy "
+                   "ref_value=%.3f ratio=%.3f\n",
+                   op_names[op], n, v, mem, v / mem);
+        }
+    }
+    return status;
+}

@@ -1,0 +1,217 @@
+/* Collectives (DESIGN §6): one interface, two backends chosen at run time.
+ *
+ * A context (wrk_coll_t) is one rank's view of the job's data plane: the UCX backend
+ * (host memory, CPU) or the NCCL backend (device memory, GPU). Groups are ordered lists of
+ * world ranks, usually built from the layout (TP group, DP group, PP column, embedding
+ * group, world). Every operation is non-blocking: it starts and hands back a request;
+ * wrk_coll_test / wrk_coll_wait complete it, so communication overlaps compute.
+ *
+ * Contracts
+ * - One thread drives a context (creates groups, starts, tests, waits, frees). Only
+ *   wrk_coll_abort may be called from any other thread.
+ * - Collectives of a group must be started in the same order by every member; p2p
+ *   send/recv between two members match in the order they were started. Requests of
+ *   different groups may be waited in any order: waiting on one request progresses all.
+ * - Buffers are borrowed from start until wrk_coll_req_free returns (not just until the
+ *   wait: after a failure the backend may still be releasing them).
+ * - Every wait has a timeout. A wait that times out aborts the context: a collective that
+ *   missed its deadline cannot be resumed consistently across ranks (some peers may have
+ *   given up), and NCCL requires an abort after a timeout. After an abort (wrk_coll_abort,
+ *   a timeout, or a failed peer) every pending and future operation fails fast with
+ *   CH_E_ABORTED; the only useful thing left is wrk_coll_destroy.
+ * - Reductions are fp32 (sum, max) in a fixed order: for the same group size and count the
+ *   result is bit-identical from run to run, and identical on every member.
+ * - Counts are in elements of dtype. In-place is allowed: allreduce send == recv;
+ *   allgather send == recv + index*count*size; reduce_scatter recv == send + index*count*size.
+ *
+ * Passing req == NULL to a start function runs the operation to completion with the
+ * context's default timeout (blocking form). */
+#ifndef WRK_COLL_H
+#define WRK_COLL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "rdzv.h"
+
+typedef struct wrk_coll wrk_coll_t;
+typedef struct wrk_coll_group wrk_coll_group_t;
+typedef struct wrk_coll_req wrk_coll_req_t;
+
+typedef enum { WRK_COLL_UCX = 0, WRK_COLL_NCCL = 1 } wrk_coll_backend_kind_t;
+typedef enum { WRK_COLL_F32 = 0, WRK_COLL_U8 = 1 } wrk_coll_dtype_t;
+typedef enum { WRK_COLL_SUM = 0, WRK_COLL_MAX = 1 } wrk_coll_redop_t;
+
+/* Groups built from the layout. Fixed ids keep the tags of different groups apart (two
+ * layout groups of the same kind never share a pair of ranks). Custom groups use ids
+ * >= WRK_COLL_GROUP_CUSTOM. */
+typedef enum {
+    WRK_COLL_GROUP_WORLD = 0,
+    WRK_COLL_GROUP_TP = 1,
+    WRK_COLL_GROUP_DP = 2,
+    WRK_COLL_GROUP_PP = 3,  /* the pipeline column of (tp, dp): index = stage */
+    WRK_COLL_GROUP_EMB = 4, /* first and last stage of the column (Megatron's embedding group) */
+    WRK_COLL_GROUP_CUSTOM = 16,
+} wrk_coll_group_kind_t;
+#define WRK_COLL_GROUP_ID_MAX 4095
+
+typedef struct wrk_coll_config {
+    wrk_coll_backend_kind_t backend;
+    uint32_t rank, world_size;
+    ch_rdzv_t rdzv; /* copied; its ud must outlive the context */
+    int timeout_ms; /* default for blocking calls and for setup (address/id exchange) */
+    int device;     /* NCCL: CUDA device ordinal (usually LOCAL_RANK) */
+    void *stream;   /* NCCL: cudaStream_t the caller's buffers are produced on; NULL:
+                     * the legacy default stream. Ops wait for it before they start. */
+} wrk_coll_config_t;
+
+void wrk_coll_config_defaults(wrk_coll_config_t *cfg);
+/* 1 when the backend can run on this machine (NCCL: built with CUDA and a GPU present). */
+int wrk_coll_backend_available(wrk_coll_backend_kind_t kind);
+const char *wrk_coll_backend_name(wrk_coll_backend_kind_t kind);
+const char *wrk_coll_dtype_name(wrk_coll_dtype_t dt);
+size_t wrk_coll_dtype_size(wrk_coll_dtype_t dt);
+
+/* Create this rank's context: publishes its address in the rendezvous store. Caller owns
+ * *out (wrk_coll_destroy). Groups and requests must be freed first. */
+int wrk_coll_create(const wrk_coll_config_t *cfg, wrk_coll_t **out);
+void wrk_coll_destroy(wrk_coll_t *c);
+/* Any thread, any time, idempotent: fail every pending and future operation. */
+void wrk_coll_abort(wrk_coll_t *c);
+/* 0 while healthy, else the code operations fail with (CH_E_ABORTED). */
+int wrk_coll_status(const wrk_coll_t *c);
+uint32_t wrk_coll_rank(const wrk_coll_t *c);
+uint32_t wrk_coll_world_size(const wrk_coll_t *c);
+
+/* Memory the backend's operations take (host for UCX, device for NCCL). */
+int wrk_coll_mem_alloc(wrk_coll_t *c, size_t bytes, void **out);
+void wrk_coll_mem_free(wrk_coll_t *c, void *p);
+/* Copy between backend memory and host memory (to_backend: host -> backend). */
+int wrk_coll_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend);
+
+/* Create a group. Collective over its members (every member calls it with the same name,
+ * id and ranks; NCCL builds a communicator). ranks[i] is the world rank of member i; the
+ * caller must be a member. Caller owns *out (wrk_coll_group_destroy before the context). */
+int wrk_coll_group_create(wrk_coll_t *c, const char *name, uint32_t id, const uint32_t *ranks,
+                          uint32_t n, wrk_coll_group_t **out);
+/* The caller's group of the given kind under layout l (world size must match). For
+ * WRK_COLL_GROUP_EMB a rank on a middle stage is in no embedding group: *out = NULL and 0.
+ * With pp == 1 the embedding group is the rank alone. */
+int wrk_coll_group_layout(wrk_coll_t *c, ch_layout_t l, wrk_coll_group_kind_t kind,
+                          wrk_coll_group_t **out);
+void wrk_coll_group_destroy(wrk_coll_group_t *g);
+uint32_t wrk_coll_group_size(const wrk_coll_group_t *g);
+uint32_t wrk_coll_group_index(const wrk_coll_group_t *g);                /* the caller's index */
+uint32_t wrk_coll_group_rank(const wrk_coll_group_t *g, uint32_t index); /* world rank */
+const char *wrk_coll_group_name(const wrk_coll_group_t *g);
+
+/* Operations. peer and root are indices in the group. A successful start hands back *req
+ * (caller owns it: wrk_coll_req_free). */
+int wrk_coll_send(wrk_coll_group_t *g, const void *buf, size_t count, wrk_coll_dtype_t dt,
+                  uint32_t peer, wrk_coll_req_t **req);
+int wrk_coll_recv(wrk_coll_group_t *g, void *buf, size_t count, wrk_coll_dtype_t dt, uint32_t peer,
+                  wrk_coll_req_t **req);
+int wrk_coll_allreduce(wrk_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                       wrk_coll_dtype_t dt, wrk_coll_redop_t op, wrk_coll_req_t **req);
+/* sendbuf holds size*recvcount elements; member i receives the reduced block i. */
+int wrk_coll_reduce_scatter(wrk_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                            size_t recvcount, wrk_coll_dtype_t dt, wrk_coll_redop_t op,
+                            wrk_coll_req_t **req);
+/* recvbuf gets size*sendcount elements: block i is member i's sendbuf. */
+int wrk_coll_allgather(wrk_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t sendcount,
+                       wrk_coll_dtype_t dt, wrk_coll_req_t **req);
+int wrk_coll_broadcast(wrk_coll_group_t *g, void *buf, size_t count, wrk_coll_dtype_t dt,
+                       uint32_t root, wrk_coll_req_t **req);
+int wrk_coll_barrier(wrk_coll_group_t *g, wrk_coll_req_t **req);
+
+/* Progress without blocking: *done = 1 when req finished successfully; an error when it
+ * failed (the request stays owned by the caller). */
+int wrk_coll_test(wrk_coll_req_t *req, int *done);
+/* Block until req completes, fails, or timeout_ms elapses (-ETIMEDOUT; the context is then
+ * aborted, see above). timeout_ms < 0: the context's default. */
+int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
+/* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
+void wrk_coll_req_free(wrk_coll_req_t *req);
+
+/* ---- Backend interface (coll.c <-> coll_ucx.c / coll_nccl.c only) ----
+ * coll.c validates arguments, owns groups and requests, runs the wait loop and the abort
+ * state; a backend moves data. */
+
+typedef enum {
+    WRK_COLL_OP_SEND,
+    WRK_COLL_OP_RECV,
+    WRK_COLL_OP_ALLREDUCE,
+    WRK_COLL_OP_REDUCE_SCATTER,
+    WRK_COLL_OP_ALLGATHER,
+    WRK_COLL_OP_BROADCAST,
+    WRK_COLL_OP_BARRIER,
+} wrk_coll_op_kind_t;
+
+/* "allreduce", "reduce_scatter", ... (metric names, logs). */
+const char *wrk_coll_op_name(wrk_coll_op_kind_t kind);
+
+typedef struct wrk_coll_args {
+    wrk_coll_op_kind_t kind;
+    const void *sendbuf;
+    void *recvbuf; /* SEND: NULL; RECV, BROADCAST: the buffer */
+    size_t count;  /* per-member block for REDUCE_SCATTER (recv) and ALLGATHER (send) */
+    wrk_coll_dtype_t dt;
+    wrk_coll_redop_t op;
+    uint32_t peer; /* SEND/RECV: peer index; BROADCAST: root index */
+} wrk_coll_args_t;
+
+typedef struct wrk_coll_backend {
+    const char *name;
+    int (*init)(wrk_coll_t *c, const wrk_coll_config_t *cfg); /* sets c->be */
+    void (*fini)(wrk_coll_t *c);
+    int (*group_init)(wrk_coll_group_t *g, int timeout_ms); /* sets g->be */
+    void (*group_fini)(wrk_coll_group_t *g);
+    int (*start)(wrk_coll_req_t *r);     /* r->g, r->a set; sets r->be */
+    int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
+    int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
+    void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
+    void (*abort)(wrk_coll_t *c);        /* owning thread, once, after the context aborted */
+    int (*mem_alloc)(wrk_coll_t *c, size_t bytes, void **out);
+    void (*mem_free)(wrk_coll_t *c, void *p);
+    int (*mem_copy)(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend);
+    int (*available)(void);
+} wrk_coll_backend_t;
+
+struct wrk_coll {
+    const wrk_coll_backend_t *ops;
+    void *be;
+    uint32_t rank, world_size;
+    ch_rdzv_t rdzv;
+    int timeout_ms;
+    atomic_int aborted; /* 0 or the code every operation now fails with */
+    int abort_handled;  /* ops->abort ran (owning thread) */
+    int ngroups, nreqs; /* live objects, checked at destroy */
+};
+
+struct wrk_coll_group {
+    wrk_coll_t *c;
+    char name[32];
+    uint32_t id;
+    uint32_t n, me;                 /* size and the caller's index */
+    uint32_t *ranks;                /* n world ranks, owned */
+    uint32_t seq;                   /* collectives started so far (tags) */
+    uint32_t *p2p_sent, *p2p_recvd; /* per peer: p2p messages started (tags) */
+    atomic_int failed;              /* a member failed (backend sets it) */
+    void *be;
+};
+
+struct wrk_coll_req {
+    wrk_coll_group_t *g;
+    wrk_coll_args_t a;
+    int rc; /* 1 pending, 0 done, < 0 failed */
+    void *be;
+};
+
+extern const wrk_coll_backend_t wrk_coll_ucx_backend;
+#ifdef CHORUS_HAVE_CUDA
+extern const wrk_coll_backend_t wrk_coll_nccl_backend;
+#endif
+
+#endif

@@ -1,0 +1,390 @@
+/* NCCL backend of the collectives (coll.h): device memory, one communicator per group.
+ *
+ * - Communicators are built with non-blocking init (config.blocking = 0): member 0 of the
+ *   group makes the unique id and publishes it in the rendezvous store under
+ *   "nccl/<name>/<id>/<first world rank>/<n-th time>"; every member then polls
+ *   ncclCommGetAsyncError until the communicator is ready or the timeout passes
+ *   (ncclCommAbort, -ETIMEDOUT).
+ * - Each group has its own stream. An operation first waits (on the device) for the
+ *   caller's stream, so buffers produced there are ready, then runs on the group stream
+ *   and records an event; testing a request is cudaEventQuery plus the communicator's
+ *   asynchronous error, so a failed peer surfaces instead of a hang.
+ * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
+ *   communicator of the context; kernels waiting for dead peers are torn down with it.
+ * The GPU makes progress on its own: progress() has nothing to drive. */
+#include "coll.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "err.h"
+#include "log.h"
+#include "util.h"
+
+typedef struct id_use {
+    struct id_use *next;
+    char key[96];
+    unsigned count;
+} id_use_t;
+
+typedef struct nccl_ctx {
+    int device;
+    cudaStream_t user; /* borrowed: the caller's stream (NULL: legacy default) */
+    wrk_coll_group_t **groups;
+    size_t ngroups, cap;
+    id_use_t *uses; /* how often each id key was used: a re-created group gets a fresh key */
+} nccl_ctx_t;
+
+typedef struct nccl_group {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t ready;
+    float *one; /* barrier scratch */
+} nccl_group_t;
+
+typedef struct nccl_op {
+    cudaEvent_t done;
+} nccl_op_t;
+
+/* The one CUDA runtime -> Chorus conversion. */
+static int cuda_err(cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    if (e == cudaErrorMemoryAllocation)
+        return -ENOMEM;
+    CH_LOGE("coll", "cuda: %s", cudaGetErrorString(e));
+    return CH_E_CUDA;
+}
+
+/* The one NCCL -> Chorus conversion (ncclInProgress is handled by the callers). */
+static int nccl_err(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess:
+        return 0;
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+        CH_LOGE("coll", "nccl: %s", ncclGetErrorString(r));
+        return -EINVAL;
+    case ncclRemoteError:
+        CH_LOGE("coll", "nccl: %s (a peer failed)", ncclGetErrorString(r));
+        return CH_E_ABORTED;
+    default:
+        CH_LOGE("coll", "nccl: %s", ncclGetErrorString(r));
+        return CH_E_NCCL;
+    }
+}
+
+/* Wait for a non-blocking communicator to leave ncclInProgress. */
+static int comm_settle(ncclComm_t comm, int timeout_ms)
+{
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        ncclResult_t st;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+        if (r != ncclSuccess)
+            return nccl_err(r);
+        if (st != ncclInProgress)
+            return nccl_err(st);
+        if (ch_now_ms() >= deadline)
+            return -ETIMEDOUT;
+        sched_yield();
+    }
+}
+
+static int nccl_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
+{
+    nccl_ctx_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    x->device = cfg->device;
+    x->user = (cudaStream_t)cfg->stream;
+    int rc = cuda_err(cudaSetDevice(cfg->device));
+    if (rc < 0) {
+        free(x);
+        return rc;
+    }
+    c->be = x;
+    return 0;
+}
+
+static void nccl_fini(wrk_coll_t *c)
+{
+    nccl_ctx_t *x = c->be;
+    if (!x)
+        return;
+    while (x->uses) {
+        id_use_t *u = x->uses;
+        x->uses = u->next;
+        free(u);
+    }
+    free(x->groups);
+    free(x);
+    c->be = NULL;
+}
+
+static int id_key(nccl_ctx_t *x, const wrk_coll_group_t *g, char *key, size_t len)
+{
+    char base[96];
+    snprintf(base, sizeof base, "nccl/%s/%u/%u", g->name, g->id, g->ranks[0]);
+    id_use_t *u = x->uses;
+    while (u && strcmp(u->key, base) != 0)
+        u = u->next;
+    if (!u) {
+        if (!(u = calloc(1, sizeof *u)))
+            return -ENOMEM;
+        snprintf(u->key, sizeof u->key, "%s", base);
+        u->next = x->uses;
+        x->uses = u;
+    }
+    snprintf(key, len, "%s/%u", base, u->count++);
+    return 0;
+}
+
+static int get_unique_id(wrk_coll_group_t *g, int timeout_ms, ncclUniqueId *id)
+{
+    wrk_coll_t *c = g->c;
+    char key[128];
+    int rc = id_key(c->be, g, key, sizeof key);
+    if (rc < 0)
+        return rc;
+    if (g->me == 0) {
+        if ((rc = nccl_err(ncclGetUniqueId(id))) < 0)
+            return rc;
+        return c->rdzv.set(c->rdzv.ud, key, id, sizeof *id);
+    }
+    void *val = NULL;
+    size_t len = 0;
+    if ((rc = c->rdzv.get(c->rdzv.ud, key, timeout_ms, &val, &len)) < 0)
+        return rc;
+    if (len == sizeof *id)
+        memcpy(id, val, sizeof *id);
+    else
+        rc = CH_E_FORMAT;
+    free(val);
+    return rc;
+}
+
+static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
+{
+    if (ng->comm) {
+        /* Finalize flushes what is in flight; a broken communicator can only be aborted. */
+        ncclResult_t fr = healthy ? ncclCommFinalize(ng->comm) : ncclInternalError;
+        if ((fr == ncclSuccess || fr == ncclInProgress) && comm_settle(ng->comm, timeout_ms) == 0)
+            ncclCommDestroy(ng->comm);
+        else
+            ncclCommAbort(ng->comm);
+    }
+    if (ng->one)
+        cudaFree(ng->one);
+    if (ng->ready)
+        cudaEventDestroy(ng->ready);
+    if (ng->stream)
+        cudaStreamDestroy(ng->stream);
+    free(ng);
+}
+
+static int nccl_group_init(wrk_coll_group_t *g, int timeout_ms)
+{
+    nccl_ctx_t *x = g->c->be;
+    int rc;
+    if (x->ngroups == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 8;
+        wrk_coll_group_t **gs = realloc(x->groups, cap * sizeof *gs);
+        if (!gs)
+            return -ENOMEM;
+        x->groups = gs;
+        x->cap = cap;
+    }
+    nccl_group_t *ng = calloc(1, sizeof *ng);
+    if (!ng)
+        return -ENOMEM;
+    ncclUniqueId id;
+    CH_CHECK_GOTO(get_unique_id(g, timeout_ms, &id), rc, fail);
+    CH_CHECK_GOTO(cuda_err(cudaSetDevice(x->device)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(cudaStreamCreateWithFlags(&ng->stream, cudaStreamNonBlocking)), rc,
+                  fail);
+    CH_CHECK_GOTO(cuda_err(cudaEventCreateWithFlags(&ng->ready, cudaEventDisableTiming)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(cudaMalloc((void **)&ng->one, sizeof(float))), rc, fail);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&ng->comm, (int)g->n, id, (int)g->me, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        rc = nccl_err(r);
+        goto fail;
+    }
+    if ((rc = comm_settle(ng->comm, timeout_ms)) < 0) {
+        CH_LOGE("coll", "rank %u: nccl communicator for %s: %s", g->c->rank, g->name,
+                ch_strerror(rc));
+        goto fail;
+    }
+    g->be = ng;
+    x->groups[x->ngroups++] = g;
+    return 0;
+fail:
+    group_release(ng, 0, 0);
+    return rc;
+}
+
+static void nccl_group_fini(wrk_coll_group_t *g)
+{
+    nccl_ctx_t *x = g->c->be;
+    for (size_t i = 0; i < x->ngroups; i++)
+        if (x->groups[i] == g) {
+            x->groups[i] = x->groups[--x->ngroups];
+            break;
+        }
+    if (g->be)
+        group_release(g->be, atomic_load(&g->c->aborted) == 0, g->c->timeout_ms);
+    g->be = NULL;
+}
+
+static ncclDataType_t nccl_dtype(wrk_coll_dtype_t dt)
+{
+    return dt == WRK_COLL_F32 ? ncclFloat32 : ncclUint8;
+}
+
+static ncclResult_t enqueue(wrk_coll_req_t *r, nccl_group_t *ng)
+{
+    const wrk_coll_args_t *a = &r->a;
+    ncclDataType_t dt = nccl_dtype(a->dt);
+    ncclRedOp_t op = a->op == WRK_COLL_MAX ? ncclMax : ncclSum;
+    switch (a->kind) {
+    case WRK_COLL_OP_SEND:
+        return ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+    case WRK_COLL_OP_RECV:
+        return ncclRecv(a->recvbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+    case WRK_COLL_OP_ALLREDUCE:
+        return ncclAllReduce(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm, ng->stream);
+    case WRK_COLL_OP_REDUCE_SCATTER:
+        return ncclReduceScatter(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm, ng->stream);
+    case WRK_COLL_OP_ALLGATHER:
+        return ncclAllGather(a->sendbuf, a->recvbuf, a->count, dt, ng->comm, ng->stream);
+    case WRK_COLL_OP_BROADCAST:
+        return ncclBroadcast(a->recvbuf, a->recvbuf, a->count, dt, (int)a->peer, ng->comm,
+                             ng->stream);
+    case WRK_COLL_OP_BARRIER:
+        return ncclAllReduce(ng->one, ng->one, 1, ncclFloat32, ncclSum, ng->comm, ng->stream);
+    }
+    return ncclInvalidArgument;
+}
+
+static int nccl_start(wrk_coll_req_t *r)
+{
+    wrk_coll_group_t *g = r->g;
+    nccl_ctx_t *x = g->c->be;
+    nccl_group_t *ng = g->be;
+    int rc;
+    nccl_op_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    CH_CHECK_GOTO(cuda_err(cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(cudaEventRecord(ng->ready, x->user)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(cudaStreamWaitEvent(ng->stream, ng->ready, 0)), rc, fail);
+    ncclResult_t nr = enqueue(r, ng);
+    if (nr == ncclInProgress)
+        rc = comm_settle(ng->comm, g->c->timeout_ms);
+    else
+        rc = nccl_err(nr);
+    if (rc < 0)
+        goto fail;
+    CH_CHECK_GOTO(cuda_err(cudaEventRecord(o->done, ng->stream)), rc, fail);
+    r->be = o;
+    return 0;
+fail:
+    if (o->done)
+        cudaEventDestroy(o->done);
+    free(o);
+    return rc;
+}
+
+static int nccl_progress(wrk_coll_t *c)
+{
+    return 0;
+}
+
+static int nccl_test(wrk_coll_req_t *r)
+{
+    nccl_op_t *o = r->be;
+    nccl_group_t *ng = r->g->be;
+    cudaError_t e = cudaEventQuery(o->done);
+    if (e == cudaSuccess)
+        return 0;
+    if (e != cudaErrorNotReady)
+        return cuda_err(e);
+    ncclResult_t st;
+    ncclResult_t nr = ncclCommGetAsyncError(ng->comm, &st);
+    if (nr != ncclSuccess)
+        return nccl_err(nr);
+    if (st != ncclSuccess && st != ncclInProgress)
+        return nccl_err(st);
+    return 1;
+}
+
+static void nccl_req_fini(wrk_coll_req_t *r)
+{
+    nccl_op_t *o = r->be;
+    if (!o)
+        return;
+    cudaEventDestroy(o->done); /* fine while pending: released once it completes */
+    free(o);
+    r->be = NULL;
+}
+
+static void nccl_abort(wrk_coll_t *c)
+{
+    nccl_ctx_t *x = c->be;
+    for (size_t i = 0; i < x->ngroups; i++) {
+        nccl_group_t *ng = x->groups[i]->be;
+        if (ng && ng->comm) {
+            ncclCommAbort(ng->comm);
+            ng->comm = NULL;
+        }
+    }
+}
+
+static int nccl_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
+{
+    *out = NULL;
+    return cuda_err(cudaMalloc(out, bytes ? bytes : 1));
+}
+
+static void nccl_mem_free(wrk_coll_t *c, void *p)
+{
+    cudaFree(p);
+}
+
+static int nccl_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)
+{
+    return cuda_err(
+        cudaMemcpy(dst, src, bytes, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+}
+
+static int nccl_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+const wrk_coll_backend_t wrk_coll_nccl_backend = {
+    .name = "nccl",
+    .init = nccl_init,
+    .fini = nccl_fini,
+    .group_init = nccl_group_init,
+    .group_fini = nccl_group_fini,
+    .start = nccl_start,
+    .progress = nccl_progress,
+    .test = nccl_test,
+    .req_fini = nccl_req_fini,
+    .abort = nccl_abort,
+    .mem_alloc = nccl_mem_alloc,
+    .mem_free = nccl_mem_free,
+    .mem_copy = nccl_mem_copy,
+    .available = nccl_available,
+};

@@ -1,0 +1,1248 @@
+/* UCX backend of the collectives (coll.h): host memory, UCP tag API.
+ *
+ * Theory of operation
+ * - One ucp context + worker per rank, single-threaded. The worker address is published
+ *   under "ucx/<rank>" behind a small header (host identity, pid); endpoints are created
+ *   when a group needs them (all members of groups up to PRECONNECT_MAX, else on first use).
+ * - Peer failure. Endpoints to other hosts use UCP_ERR_HANDLING_MODE_PEER, so a dead peer
+ *   turns into an endpoint error. UCX 1.13's shared-memory transports do not support that
+ *   mode (asking for it silently falls back to TCP, ~20x slower), so endpoints to the same
+ *   host use mode NONE and the waiting thread checks every LIVENESS_MS that those peers'
+ *   processes still exist. A failed peer fails every operation of every group holding it
+ *   (CH_E_ABORTED); the wait timeout catches everything else (a hung peer, a peer thread).
+ * - Nothing progresses in the background: the thread that tests or waits drives
+ *   ucp_worker_progress and then advances every active operation, so waiting on one
+ *   request moves all of them.
+ * - A tag names one message: group id | sender's world rank | (collective sequence number,
+ *   unit) or (p2p flag, per-pair count). Receives match all 64 bits, so messages of
+ *   different groups, operations and steps never cross.
+ * - Two engines. "rounds": a short list of exchanges done one after another (recursive
+ *   doubling allreduce, binomial broadcast, dissemination barrier, p2p): latency-optimal
+ *   for small messages. "pipe": a ring (or, for broadcast, a chain) cut into segments with
+ *   up to WINDOW segments in flight each way, so copying, reducing and transfer overlap:
+ *   bandwidth-optimal for large messages.
+ * - Transports are UCX's choice (UCX_TLS etc. apply). Between processes of one host it picks
+ *   shared memory plus CMA (process_vm_readv) for large messages; where CMA is slow (it was
+ *   2x slower than copying through shared memory on the paravirtualised CI machines),
+ *   UCX_TLS=posix,sysv,self on a single node, or UCX_RNDV_THRESH, is the knob.
+ * - Fixed reduction order: in the ring each block is accumulated along the ring starting
+ *   at a fixed member, then copied to the others; in recursive doubling both partners add
+ *   the same two values (IEEE addition is commutative). Same size + same group => the same
+ *   bits on every member, every run. */
+#include "coll.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "err.h"
+#include "log.h"
+#include "util.h"
+
+#define PRECONNECT_MAX     64
+#define WINDOW             4            /* segments in flight per direction */
+#define SEG_BYTES          (512u << 10) /* pipe segment */
+#define RD_MAX_BYTES       (64u << 10)  /* allreduce: recursive doubling up to this size */
+#define BINOMIAL_MAX_BYTES (64u << 10)  /* broadcast: binomial tree up to this size */
+#define SCRATCH_POOL       8
+#define CLOSE_WAIT_MS      1000
+#define LIVENESS_MS        100
+#define ADDR_MAGIC         0x43485558u /* "CHUX" */
+#define HOST_ID_LEN        80
+
+#define TAG_WORLD_BITS 20
+#define TAG_UNIT_BITS  19
+#define TAG_P2P        (1ull << 31)
+#define MAX_UNITS      (1u << TAG_UNIT_BITS)
+
+typedef struct ucx_ctx ucx_ctx_t;
+
+typedef struct peer {
+    ucx_ctx_t *u;
+    uint32_t rank;
+    ucp_ep_h ep;
+    int failed;
+    int local; /* same host and pid namespace: liveness by pid */
+    int gone;  /* its process was found gone (check_liveness) */
+    pid_t pid;
+} peer_t;
+
+/* What "ucx/<rank>" holds: this header, then the worker address. */
+typedef struct addr_hdr {
+    uint32_t magic;
+    int32_t pid;
+    char host[HOST_ID_LEN]; /* boot id + pid namespace: equal <=> pids are comparable */
+} addr_hdr_t;
+
+typedef struct round {
+    int64_t speer, rpeer; /* group indices, -1: none */
+    uint32_t sunit, runit;
+    const void *sbuf;
+    void *rbuf;
+    size_t sbytes, rbytes;
+    int reduce; /* acc = acc op rbuf */
+} round_t;
+
+typedef enum { PIPE_ALLREDUCE, PIPE_REDUCE_SCATTER, PIPE_ALLGATHER, PIPE_BROADCAST } pipe_kind_t;
+
+typedef struct pipe {
+    pipe_kind_t kind;
+    uint32_t n, me, speer, rpeer;
+    int has_send, has_recv;
+    size_t esz, count, seg, nseg, nsteps, nunits, lag;
+    const char *sbuf;
+    char *rbuf, *stage, *acc[2];
+    size_t rposted, rdone, sposted, sdone;
+    void *rreq[WINDOW], *sreq[WINDOW];
+} pipe_t;
+
+typedef struct ucx_op {
+    wrk_coll_req_t *r;
+    struct ucx_op *prev, *next; /* active list */
+    int rc;                     /* 1 pending, 0 done, < 0 failed */
+    int is_pipe;
+    uint32_t seq;
+    /* rounds */
+    round_t *rounds;
+    size_t nrounds, cur;
+    int posted;
+    void *sreq, *rreq;
+    float *acc;
+    /* pipe */
+    pipe_t p;
+    void *scratch;
+    size_t scratch_cap;
+} ucx_op_t;
+
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch_t;
+
+/* Memory a failed operation may still receive into: freed after the worker is gone. */
+typedef struct parked {
+    struct parked *next;
+    void *p;
+} parked_t;
+
+struct ucx_ctx {
+    wrk_coll_t *c;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    peer_t *peers; /* world_size */
+    ucx_op_t *active;
+    wrk_coll_group_t **groups;
+    size_t ngroups, groups_cap;
+    scratch_t pool[SCRATCH_POOL];
+    parked_t *parked;
+    char host[HOST_ID_LEN];
+    pid_t pid;
+    uint64_t last_liveness_ms;
+};
+
+/* The one UCX -> Chorus error conversion. */
+static int ucx_err(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK:
+        return 0;
+    case UCS_ERR_CANCELED: /* our abort */
+    /* the peer is gone or unreachable (shared-memory peers report a vanished segment) */
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_SHMEM_SEGMENT:
+    case UCS_ERR_IO_ERROR:
+        return CH_E_ABORTED;
+    case UCS_ERR_TIMED_OUT:
+        return -ETIMEDOUT;
+    case UCS_ERR_NO_MEMORY:
+        return -ENOMEM;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        return -EMSGSIZE;
+    case UCS_ERR_INVALID_PARAM:
+        return -EINVAL;
+    default:
+        CH_LOGE("coll", "ucx: %s", ucs_status_string(st));
+        return CH_E_UCX;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// reductions: out = a op b, elementwise; fixed order per element
+
+static float max_f32(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return NAN;
+    if (a == b) /* +0 and -0: the same answer whichever comes first */
+        return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+
+/* 8 floats at a time with GCC/Clang vector extensions: the build's -O2 does not vectorize
+ * this loop by itself. Loads go through memcpy (unaligned is fine), and both operands are
+ * loaded before the store, so out may be a or b. Elementwise, so the bits do not depend on
+ * the vector width. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static void reduce_sum(float *out, const float *a, const float *b, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x, y;
+        memcpy(&x, a + i, sizeof x);
+        memcpy(&y, b + i, sizeof y);
+        x += y;
+        memcpy(out + i, &x, sizeof x);
+    }
+    for (; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* out = in op own, where out may alias either. */
+static void reduce(wrk_coll_redop_t op, float *out, const float *in, const float *own, size_t n)
+{
+    if (op == WRK_COLL_MAX) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = max_f32(in[i], own[i]);
+    } else {
+        reduce_sum(out, in, own, n);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// scratch buffers, reused so large operations do not fault in fresh pages every time
+
+/* The smallest pooled buffer of at least len bytes, else a new one; *cap: its size. */
+static void *scratch_get(ucx_ctx_t *u, size_t len, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < SCRATCH_POOL; i++)
+        if (u->pool[i].p && u->pool[i].cap >= len &&
+            (best < 0 || u->pool[i].cap < u->pool[best].cap))
+            best = i;
+    if (best >= 0) {
+        void *p = u->pool[best].p;
+        *cap = u->pool[best].cap;
+        u->pool[best].p = NULL;
+        return p;
+    }
+    *cap = (len + 63) & ~(size_t)63;
+    return aligned_alloc(64, *cap);
+}
+
+/* Back to the pool; when it is full the smallest buffer goes. */
+static void scratch_put(ucx_ctx_t *u, void *p, size_t cap)
+{
+    if (!p)
+        return;
+    int slot = 0;
+    for (int i = 0; i < SCRATCH_POOL; i++) {
+        if (!u->pool[i].p) {
+            slot = i;
+            break;
+        }
+        if (u->pool[i].cap < u->pool[slot].cap)
+            slot = i;
+    }
+    if (u->pool[slot].p && u->pool[slot].cap >= cap) {
+        free(p);
+        return;
+    }
+    free(u->pool[slot].p);
+    u->pool[slot].p = p;
+    u->pool[slot].cap = cap;
+}
+
+static void park(ucx_ctx_t *u, void *p)
+{
+    if (!p)
+        return;
+    parked_t *k = malloc(sizeof *k);
+    if (!k) {
+        /* Cannot track it: leaking is safer than freeing memory UCX may write to. */
+        CH_LOGW("coll", "rank %u: leaking a scratch buffer of a failed operation", u->c->rank);
+        return;
+    }
+    k->p = p;
+    k->next = u->parked;
+    u->parked = k;
+}
+
+// ----------------------------------------------------------------------------
+// endpoints and messages
+
+static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    peer_t *pe = arg;
+    ucx_ctx_t *u = pe->u;
+    if (!pe->failed)
+        CH_LOGW("coll", "rank %u: peer %u failed: %s", u->c->rank, pe->rank, ucs_status_string(st));
+    pe->failed = 1;
+    for (size_t i = 0; i < u->ngroups; i++) {
+        wrk_coll_group_t *g = u->groups[i];
+        for (uint32_t j = 0; j < g->n; j++)
+            if (g->ranks[j] == pe->rank)
+                atomic_store(&g->failed, 1);
+    }
+}
+
+static int get_ep(ucx_ctx_t *u, uint32_t rank, ucp_ep_h *out)
+{
+    peer_t *pe = &u->peers[rank];
+    if (pe->failed)
+        return CH_E_ABORTED;
+    if (pe->ep) {
+        *out = pe->ep;
+        return 0;
+    }
+    char key[32];
+    snprintf(key, sizeof key, "ucx/%u", rank);
+    void *val = NULL;
+    size_t len = 0;
+    int rc = u->c->rdzv.get(u->c->rdzv.ud, key, u->c->timeout_ms, &val, &len);
+    if (rc < 0) {
+        CH_LOGE("coll", "rank %u: no address for rank %u: %s", u->c->rank, rank, ch_strerror(rc));
+        return rc;
+    }
+    addr_hdr_t h;
+    if (len <= sizeof h) {
+        free(val);
+        return CH_E_FORMAT;
+    }
+    memcpy(&h, val, sizeof h);
+    if (h.magic != ADDR_MAGIC || memchr(h.host, 0, sizeof h.host) == NULL) {
+        free(val);
+        return CH_E_FORMAT;
+    }
+    pe->local = strcmp(h.host, u->host) == 0;
+    pe->pid = h.pid;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)((const char *)val + sizeof h),
+        .err_mode = pe->local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = on_peer_error, .arg = pe},
+    };
+    rc = ucx_err(ucp_ep_create(u->worker, &ep, &pe->ep));
+    free(val);
+    if (rc < 0)
+        return rc;
+    *out = pe->ep;
+    return 0;
+}
+
+/* Identity of this host and pid namespace. */
+static void host_id(char *out, size_t len)
+{
+    char boot[64] = "", ns[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = 0;
+        fclose(f);
+        boot[strcspn(boot, "\n")] = 0;
+    }
+    if (!boot[0] && gethostname(boot, sizeof boot - 1) != 0)
+        snprintf(boot, sizeof boot, "unknown");
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    ns[n > 0 ? n : 0] = 0;
+    snprintf(out, len, "%s/%s", boot, ns);
+}
+
+static uint64_t tag_of(const wrk_coll_group_t *g, uint32_t sender, uint32_t low)
+{
+    return ((uint64_t)g->id << (32 + TAG_WORLD_BITS)) | ((uint64_t)sender << 32) | low;
+}
+
+static uint32_t coll_low(uint32_t seq, uint32_t unit)
+{
+    return ((seq & 0xfffu) << TAG_UNIT_BITS) | unit;
+}
+
+static int post_send(ucx_op_t *o, uint32_t peer, const void *buf, size_t len, uint32_t low,
+                     void **req)
+{
+    wrk_coll_group_t *g = o->r->g;
+    ucx_ctx_t *u = g->c->be;
+    ucp_ep_h ep;
+    int rc = get_ep(u, g->ranks[peer], &ep);
+    if (rc < 0)
+        return rc;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                               .datatype = ucp_dt_make_contig(1)};
+    ucs_status_ptr_t s = ucp_tag_send_nbx(ep, buf, len, tag_of(g, g->c->rank, low), &prm);
+    if (UCS_PTR_IS_ERR(s))
+        return ucx_err(UCS_PTR_STATUS(s));
+    *req = s;
+    return 0;
+}
+
+static int post_recv(ucx_op_t *o, uint32_t peer, void *buf, size_t len, uint32_t low, void **req)
+{
+    wrk_coll_group_t *g = o->r->g;
+    ucx_ctx_t *u = g->c->be;
+    if (u->peers[g->ranks[peer]].failed)
+        return CH_E_ABORTED;
+    /* Always a request (no immediate completion): its length is checked in req_poll. */
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                               .datatype = ucp_dt_make_contig(1)};
+    ucs_status_ptr_t s =
+        ucp_tag_recv_nbx(u->worker, buf, len, tag_of(g, g->ranks[peer], low), ~0ull, &prm);
+    if (UCS_PTR_IS_ERR(s))
+        return ucx_err(UCS_PTR_STATUS(s));
+    *req = s;
+    return 0;
+}
+
+/* 0 finished (request released), 1 in flight, < 0 failed (released). */
+static int req_poll(void **req, size_t expect_len, int is_recv)
+{
+    if (!*req)
+        return 0;
+    ucs_status_t st = ucp_request_check_status(*req);
+    if (st == UCS_INPROGRESS)
+        return 1;
+    int rc = ucx_err(st);
+    if (rc == 0 && is_recv) {
+        ucp_tag_recv_info_t info;
+        if (ucp_tag_recv_request_test(*req, &info) == UCS_OK && info.length != expect_len)
+            rc = -EPROTO;
+    }
+    ucp_request_free(*req);
+    *req = NULL;
+    return rc;
+}
+
+/* Give up on a request: a receive is cancelled (it may still complete if already
+ * matched); a send is released to UCX, which finishes or fails it on its own. */
+static void req_drop(ucx_ctx_t *u, void **req, int is_recv)
+{
+    if (!*req)
+        return;
+    if (is_recv && ucp_request_check_status(*req) == UCS_INPROGRESS)
+        ucp_request_cancel(u->worker, *req);
+    ucp_request_free(*req);
+    *req = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// rounds engine
+
+static int rounds_advance(ucx_op_t *o)
+{
+    wrk_coll_redop_t op = o->r->a.op;
+    while (o->cur < o->nrounds) {
+        round_t *rd = &o->rounds[o->cur];
+        int rc;
+        if (!o->posted) {
+            o->posted = 1;
+            if (rd->rpeer >= 0) {
+                rc = post_recv(o, (uint32_t)rd->rpeer, rd->rbuf, rd->rbytes, rd->runit, &o->rreq);
+                if (rc < 0)
+                    return rc;
+            }
+            if (rd->speer >= 0) {
+                rc = post_send(o, (uint32_t)rd->speer, rd->sbuf, rd->sbytes, rd->sunit, &o->sreq);
+                if (rc < 0)
+                    return rc;
+            }
+        }
+        int rs = req_poll(&o->sreq, 0, 0);
+        int rr = req_poll(&o->rreq, rd->rbytes, 1);
+        if (rs < 0 || rr < 0)
+            return rs < 0 ? rs : rr;
+        if (rs || rr)
+            return 1;
+        if (rd->reduce)
+            reduce(op, o->acc, rd->rbuf, o->acc, rd->rbytes / sizeof(float));
+        o->cur++;
+        o->posted = 0;
+    }
+    return 0;
+}
+
+static round_t *add_round(ucx_op_t *o)
+{
+    round_t *rd = &o->rounds[o->nrounds++];
+    memset(rd, 0, sizeof *rd);
+    rd->speer = rd->rpeer = -1;
+    return rd;
+}
+
+static int log2_ceil(uint32_t n)
+{
+    int k = 0;
+    while ((1u << k) < n)
+        k++;
+    return k;
+}
+
+/* Recursive doubling on acc (= recvbuf) with tmp of the same size. Groups that are not a
+ * power of two first fold their first 2*rem members pairwise (even into odd) and unfold at
+ * the end (odd back to even). */
+static void build_rd_allreduce(ucx_op_t *o, float *acc, float *tmp, size_t bytes)
+{
+    uint32_t n = o->r->g->n, me = o->r->g->me;
+    uint32_t p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    uint32_t rem = n - p, s = o->seq;
+    int64_t newidx;
+    o->acc = acc;
+    if (me < 2 * rem && me % 2 == 0) {
+        round_t *rd = add_round(o);
+        rd->speer = me + 1, rd->sbuf = acc, rd->sbytes = bytes, rd->sunit = coll_low(s, 0);
+        newidx = -1;
+    } else if (me < 2 * rem) {
+        round_t *rd = add_round(o);
+        rd->rpeer = me - 1, rd->rbuf = tmp, rd->rbytes = bytes, rd->runit = coll_low(s, 0);
+        rd->reduce = 1;
+        newidx = me / 2;
+    } else {
+        newidx = me - rem;
+    }
+    if (newidx >= 0) {
+        for (uint32_t mask = 1, k = 1; mask < p; mask <<= 1, k++) {
+            uint32_t pn = (uint32_t)newidx ^ mask;
+            uint32_t partner = pn < rem ? pn * 2 + 1 : pn + rem;
+            round_t *rd = add_round(o);
+            rd->speer = rd->rpeer = partner;
+            rd->sbuf = acc, rd->rbuf = tmp, rd->sbytes = rd->rbytes = bytes;
+            rd->sunit = rd->runit = coll_low(s, k);
+            rd->reduce = 1;
+        }
+    }
+    if (me < 2 * rem) {
+        round_t *rd = add_round(o);
+        if (me % 2 == 0)
+            rd->rpeer = me + 1, rd->rbuf = acc, rd->rbytes = bytes, rd->runit = coll_low(s, 64);
+        else
+            rd->speer = me - 1, rd->sbuf = acc, rd->sbytes = bytes, rd->sunit = coll_low(s, 64);
+    }
+}
+
+/* Binomial tree from root; a message's unit is the receiver's position relative to root. */
+static void build_binomial_bcast(ucx_op_t *o, void *buf, size_t bytes, uint32_t root)
+{
+    uint32_t n = o->r->g->n, me = o->r->g->me;
+    uint32_t v = (me + n - root) % n, mask = 1;
+    while (mask < n) {
+        if (v & mask) {
+            round_t *rd = add_round(o);
+            rd->rpeer = (v - mask + root) % n, rd->rbuf = buf, rd->rbytes = bytes;
+            rd->runit = coll_low(o->seq, v);
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1)
+        if (v + mask < n) {
+            round_t *rd = add_round(o);
+            rd->speer = (v + mask + root) % n, rd->sbuf = buf, rd->sbytes = bytes;
+            rd->sunit = coll_low(o->seq, v + mask);
+        }
+}
+
+static void build_barrier(ucx_op_t *o)
+{
+    uint32_t n = o->r->g->n, me = o->r->g->me;
+    for (uint32_t d = 1, k = 0; d < n; d <<= 1, k++) {
+        round_t *rd = add_round(o);
+        rd->speer = (me + d) % n, rd->rpeer = (me + n - d) % n;
+        rd->sunit = rd->runit = coll_low(o->seq, k);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// pipe engine: ring reduce-scatter / allgather / allreduce, chain broadcast
+//
+// Unit u = step * nseg + segment. Receives and sends are posted in unit order, at most
+// WINDOW ahead of the oldest unfinished one. A send of step s > 0 forwards what the
+// previous step received, so it waits for that unit (lag = nseg; chain: lag = 0).
+
+static size_t umod(int64_t x, uint32_t n)
+{
+    return (size_t)(((x % (int64_t)n) + n) % n);
+}
+
+/* Block b of the buffer, in elements. */
+static void blk(const pipe_t *p, size_t b, size_t *off, size_t *len)
+{
+    if (p->kind == PIPE_ALLREDUCE) {
+        size_t q = p->count / p->n, rem = p->count % p->n;
+        *len = q + (b < rem);
+        *off = b * q + (b < rem ? b : rem);
+    } else if (p->kind == PIPE_BROADCAST) {
+        *off = 0, *len = p->count;
+    } else {
+        *off = b * p->count, *len = p->count;
+    }
+}
+
+/* Segment of unit u within a block of blen elements: [*soff, *soff + *slen). */
+static void seg_of(const pipe_t *p, size_t u, size_t blen, size_t *soff, size_t *slen)
+{
+    size_t c = u % p->nseg, lo = c * p->seg;
+    *soff = lo < blen ? lo : blen;
+    *slen = (lo + p->seg < blen ? lo + p->seg : blen) - *soff;
+}
+
+static void unit_send(const pipe_t *p, size_t u, const char **src, size_t *len)
+{
+    int64_t s = (int64_t)(u / p->nseg), me = p->me;
+    size_t b, off, blen, soff, e = p->esz;
+    const char *base;
+    switch (p->kind) {
+    case PIPE_ALLREDUCE:
+        b = s < (int64_t)p->n - 1 ? umod(me - s, p->n) : umod(me + 1 - (s - (p->n - 1)), p->n);
+        base = s == 0 ? p->sbuf : p->rbuf;
+        blk(p, b, &off, &blen);
+        base += off * e;
+        break;
+    case PIPE_REDUCE_SCATTER:
+        b = umod(me - s - 1, p->n);
+        blk(p, b, &off, &blen);
+        base = s == 0 ? p->sbuf + off * e : p->acc[(s - 1) % 2];
+        break;
+    case PIPE_ALLGATHER:
+        b = umod(me - s, p->n);
+        blk(p, b, &off, &blen);
+        base = s == 0 ? p->sbuf : p->rbuf + off * e;
+        break;
+    default:
+        blk(p, 0, &off, &blen);
+        base = p->rbuf;
+        break;
+    }
+    seg_of(p, u, blen, &soff, len);
+    *src = base + soff * e;
+    *len *= e;
+}
+
+/* Where unit u lands. staged: it is received into the stage slot and then reduced:
+ * *out = stage op *own. */
+static void unit_recv(const pipe_t *p, size_t u, char **dst, size_t *len, char **out,
+                      const char **own)
+{
+    int64_t s = (int64_t)(u / p->nseg), me = p->me;
+    size_t b, off, blen, soff, e = p->esz;
+    char *stage = p->stage + (u % WINDOW) * p->seg * e;
+    *out = NULL, *own = NULL;
+    switch (p->kind) {
+    case PIPE_ALLREDUCE:
+        if (s < (int64_t)p->n - 1) {
+            b = umod(me - s - 1, p->n);
+            blk(p, b, &off, &blen);
+            seg_of(p, u, blen, &soff, len);
+            *dst = stage;
+            *out = p->rbuf + (off + soff) * e;
+            *own = p->sbuf + (off + soff) * e;
+        } else {
+            b = umod(me - (s - (p->n - 1)), p->n);
+            blk(p, b, &off, &blen);
+            seg_of(p, u, blen, &soff, len);
+            *dst = p->rbuf + (off + soff) * e;
+        }
+        break;
+    case PIPE_REDUCE_SCATTER:
+        b = umod(me - s - 2, p->n);
+        blk(p, b, &off, &blen);
+        seg_of(p, u, blen, &soff, len);
+        *dst = stage;
+        *out = (s == (int64_t)p->n - 2 ? p->rbuf : p->acc[s % 2]) + soff * e;
+        *own = p->sbuf + (off + soff) * e;
+        break;
+    case PIPE_ALLGATHER:
+        b = umod(me - s - 1, p->n);
+        blk(p, b, &off, &blen);
+        seg_of(p, u, blen, &soff, len);
+        *dst = p->rbuf + (off + soff) * e;
+        break;
+    default:
+        blk(p, 0, &off, &blen);
+        seg_of(p, u, blen, &soff, len);
+        *dst = p->rbuf + soff * e;
+        break;
+    }
+    *len *= e;
+}
+
+static int pipe_advance(ucx_op_t *o)
+{
+    pipe_t *p = &o->p;
+    wrk_coll_redop_t op = o->r->a.op;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        while (p->rdone < p->rposted) {
+            size_t u = p->rdone, len;
+            char *dst, *out;
+            const char *own;
+            unit_recv(p, u, &dst, &len, &out, &own);
+            /* reduce-scatter accumulates in two alternating blocks: the one this unit
+             * overwrites must have been sent on (unit u - nseg) first. */
+            if (p->kind == PIPE_REDUCE_SCATTER && out != NULL && u >= 2 * p->nseg &&
+                (size_t)(u / p->nseg) < p->n - 2 && p->sdone <= u - p->nseg)
+                break;
+            int rc = req_poll(&p->rreq[u % WINDOW], len, 1);
+            if (rc < 0)
+                return rc;
+            if (rc)
+                break;
+            if (out)
+                reduce(op, (float *)out, (const float *)dst, (const float *)own, len / 4);
+            p->rdone++;
+            moved = 1;
+        }
+        while (p->sdone < p->sposted) {
+            int rc = req_poll(&p->sreq[p->sdone % WINDOW], 0, 0);
+            if (rc < 0)
+                return rc;
+            if (rc)
+                break;
+            p->sdone++;
+            moved = 1;
+        }
+        while (p->has_recv && p->rposted < p->nunits && p->rposted - p->rdone < WINDOW) {
+            size_t u = p->rposted, len;
+            char *dst, *out;
+            const char *own;
+            unit_recv(p, u, &dst, &len, &out, &own);
+            int rc = post_recv(o, p->rpeer, dst, len, coll_low(o->seq, (uint32_t)u),
+                               &p->rreq[u % WINDOW]);
+            if (rc < 0)
+                return rc;
+            p->rposted++;
+            moved = 1;
+        }
+        while (p->has_send && p->sposted < p->nunits && p->sposted - p->sdone < WINDOW) {
+            size_t u = p->sposted, len;
+            if (p->has_recv && u >= p->lag && p->rdone <= u - p->lag)
+                break;
+            const char *src;
+            unit_send(p, u, &src, &len);
+            int rc = post_send(o, p->speer, src, len, coll_low(o->seq, (uint32_t)u),
+                               &p->sreq[u % WINDOW]);
+            if (rc < 0)
+                return rc;
+            p->sposted++;
+            moved = 1;
+        }
+    }
+    int done = (!p->has_recv || p->rdone == p->nunits) && (!p->has_send || p->sdone == p->nunits);
+    return done ? 0 : 1;
+}
+
+/* Geometry of a pipe over blocks of at most maxblk elements and nsteps steps. */
+static int pipe_setup(ucx_ctx_t *u, ucx_op_t *o, size_t maxblk, size_t nsteps, int staged, int accs)
+{
+    pipe_t *p = &o->p;
+    size_t e = p->esz;
+    if (nsteps >= MAX_UNITS)
+        return -E2BIG;
+    p->nsteps = nsteps;
+    p->seg = SEG_BYTES / e;
+    size_t max_seg = MAX_UNITS / nsteps;
+    if (maxblk / p->seg + 1 > max_seg)
+        p->seg = maxblk / max_seg + 1;
+    p->nseg = maxblk ? (maxblk + p->seg - 1) / p->seg : 1;
+    p->nunits = p->nseg * nsteps;
+    p->lag = p->kind == PIPE_BROADCAST ? 0 : p->nseg;
+    size_t stage_len = staged ? WINDOW * p->seg * e : 0;
+    size_t len = stage_len + (size_t)accs * maxblk * e;
+    if (len) {
+        o->scratch = scratch_get(u, len, &o->scratch_cap);
+        if (!o->scratch)
+            return -ENOMEM;
+        p->stage = o->scratch;
+        for (int i = 0; i < accs; i++)
+            p->acc[i] = (char *)o->scratch + stage_len + (size_t)i * maxblk * e;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// starting an operation
+
+static int start_rounds(ucx_op_t *o, size_t max_rounds)
+{
+    o->rounds = calloc(max_rounds, sizeof *o->rounds);
+    return o->rounds ? 0 : -ENOMEM;
+}
+
+static int build(ucx_ctx_t *u, ucx_op_t *o)
+{
+    const wrk_coll_args_t *a = &o->r->a;
+    wrk_coll_group_t *g = o->r->g;
+    uint32_t n = g->n, me = g->me;
+    size_t e = wrk_coll_dtype_size(a->dt), bytes = a->count * e;
+    pipe_t *p = &o->p;
+    int rc;
+    p->n = n, p->me = me, p->esz = e, p->count = a->count;
+    p->sbuf = a->sendbuf, p->rbuf = a->recvbuf;
+    p->speer = (me + 1) % n, p->rpeer = (me + n - 1) % n;
+    p->has_send = p->has_recv = 1;
+
+    switch (a->kind) {
+    case WRK_COLL_OP_SEND:
+    case WRK_COLL_OP_RECV: {
+        if ((rc = start_rounds(o, 1)) < 0)
+            return rc;
+        round_t *rd = add_round(o);
+        uint32_t peer = a->peer;
+        if (a->kind == WRK_COLL_OP_SEND) {
+            rd->speer = peer, rd->sbuf = a->sendbuf, rd->sbytes = bytes;
+            rd->sunit = (uint32_t)(TAG_P2P | (g->p2p_sent[peer]++ & 0x7fffffffu));
+        } else {
+            rd->rpeer = peer, rd->rbuf = a->recvbuf, rd->rbytes = bytes;
+            rd->runit = (uint32_t)(TAG_P2P | (g->p2p_recvd[peer]++ & 0x7fffffffu));
+        }
+        return 0;
+    }
+    case WRK_COLL_OP_BARRIER:
+        if ((rc = start_rounds(o, (size_t)log2_ceil(n) + 1)) < 0)
+            return rc;
+        build_barrier(o);
+        return 0;
+    case WRK_COLL_OP_BROADCAST:
+        if (bytes <= BINOMIAL_MAX_BYTES) {
+            if ((rc = start_rounds(o, (size_t)log2_ceil(n) + 1)) < 0)
+                return rc;
+            build_binomial_bcast(o, a->recvbuf, bytes, a->peer);
+            return 0;
+        }
+        o->is_pipe = 1;
+        p->kind = PIPE_BROADCAST;
+        uint32_t v = (me + n - a->peer) % n;
+        p->has_recv = v != 0, p->has_send = v != n - 1;
+        p->esz = 1, p->count = bytes;
+        return pipe_setup(u, o, bytes, 1, 0, 0);
+    case WRK_COLL_OP_ALLREDUCE:
+        if (bytes <= RD_MAX_BYTES || a->count < n) {
+            if (a->sendbuf != a->recvbuf)
+                memcpy(a->recvbuf, a->sendbuf, bytes);
+            if ((rc = start_rounds(o, (size_t)log2_ceil(n) + 2)) < 0)
+                return rc;
+            if (!(o->scratch = scratch_get(u, bytes, &o->scratch_cap)))
+                return -ENOMEM;
+            build_rd_allreduce(o, a->recvbuf, o->scratch, bytes);
+            return 0;
+        }
+        o->is_pipe = 1;
+        p->kind = PIPE_ALLREDUCE;
+        return pipe_setup(u, o, (a->count + n - 1) / n, 2 * (size_t)(n - 1), 1, 0);
+    case WRK_COLL_OP_REDUCE_SCATTER:
+        o->is_pipe = 1;
+        p->kind = PIPE_REDUCE_SCATTER;
+        return pipe_setup(u, o, a->count, n - 1, 1, n > 3 ? 2 : n > 2 ? 1 : 0);
+    case WRK_COLL_OP_ALLGATHER:
+        if ((const char *)a->sendbuf != (char *)a->recvbuf + (size_t)me * bytes)
+            memcpy((char *)a->recvbuf + (size_t)me * bytes, a->sendbuf, bytes);
+        o->is_pipe = 1;
+        p->kind = PIPE_ALLGATHER;
+        return pipe_setup(u, o, a->count, n - 1, 0, 0);
+    }
+    return -EINVAL;
+}
+
+static void op_unlink(ucx_ctx_t *u, ucx_op_t *o)
+{
+    if (o->prev)
+        o->prev->next = o->next;
+    else if (u->active == o)
+        u->active = o->next;
+    if (o->next)
+        o->next->prev = o->prev;
+    o->prev = o->next = NULL;
+}
+
+static void op_advance(ucx_ctx_t *u, ucx_op_t *o)
+{
+    if (o->rc <= 0)
+        return;
+    int rc = o->is_pipe ? pipe_advance(o) : rounds_advance(o);
+    if (rc > 0 && atomic_load(&o->r->g->failed))
+        rc = CH_E_ABORTED;
+    if (rc <= 0) {
+        o->rc = rc;
+        op_unlink(u, o);
+    }
+}
+
+static int advance_all(ucx_ctx_t *u)
+{
+    int finished = 0;
+    for (ucx_op_t *o = u->active, *next; o; o = next) {
+        next = o->next;
+        op_advance(u, o);
+        finished += o->rc <= 0;
+    }
+    return finished;
+}
+
+/* A process that no longer runs: gone, or a zombie its parent has not reaped yet. */
+static int proc_gone(pid_t pid)
+{
+    if (kill(pid, 0) < 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Same-host peers have no UCX failure detection (see the top): look at their processes.
+ * A peer that exits right after its last message is not a failure of what that message
+ * completes: whatever it sent before dying is drained and delivered first. */
+static void check_liveness(ucx_ctx_t *u)
+{
+    uint64_t now = ch_now_ms();
+    if (now - u->last_liveness_ms < LIVENESS_MS)
+        return;
+    u->last_liveness_ms = now;
+    int dead = 0;
+    for (uint32_t i = 0; i < u->c->world_size; i++) {
+        peer_t *pe = &u->peers[i];
+        pe->gone = pe->ep && pe->local && !pe->failed && pe->pid != u->pid && proc_gone(pe->pid);
+        dead |= pe->gone;
+    }
+    if (!dead)
+        return;
+    while (ucp_worker_progress(u->worker))
+        ;
+    advance_all(u);
+    for (uint32_t i = 0; i < u->c->world_size; i++)
+        if (u->peers[i].gone)
+            on_peer_error(&u->peers[i], u->peers[i].ep, UCS_ERR_CONNECTION_RESET);
+}
+
+static int ucx_start(wrk_coll_req_t *r)
+{
+    wrk_coll_group_t *g = r->g;
+    ucx_ctx_t *u = g->c->be;
+    ucx_op_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    o->r = r;
+    o->rc = 1;
+    r->be = o;
+    int p2p = r->a.kind == WRK_COLL_OP_SEND || r->a.kind == WRK_COLL_OP_RECV;
+    if (!p2p)
+        o->seq = g->seq++;
+    size_t e = wrk_coll_dtype_size(r->a.dt);
+    int trivial = !p2p && (g->n == 1 || (r->a.count == 0 && r->a.kind != WRK_COLL_OP_BARRIER));
+    if (trivial) {
+        /* Alone, or nothing to move: only the local part of the result. */
+        const wrk_coll_args_t *a = &r->a;
+        size_t bytes = a->count * e;
+        if (bytes == 0)
+            ;
+        else if (a->kind == WRK_COLL_OP_ALLGATHER)
+            memmove((char *)a->recvbuf + (size_t)g->me * bytes, a->sendbuf, bytes);
+        else if (a->kind != WRK_COLL_OP_BROADCAST && a->kind != WRK_COLL_OP_BARRIER)
+            memmove(a->recvbuf,
+                    (const char *)a->sendbuf +
+                        (a->kind == WRK_COLL_OP_REDUCE_SCATTER ? (size_t)g->me * bytes : 0),
+                    bytes);
+        o->rc = 0;
+        return 0;
+    }
+    int rc = build(u, o);
+    if (rc < 0) {
+        free(o->rounds);
+        scratch_put(u, o->scratch, o->scratch_cap);
+        free(o);
+        r->be = NULL;
+        return rc;
+    }
+    o->next = u->active;
+    if (u->active)
+        u->active->prev = o;
+    u->active = o;
+    op_advance(u, o); /* post the first messages now: they move while the caller computes */
+    return 0;
+}
+
+static int ucx_progress(wrk_coll_t *c)
+{
+    ucx_ctx_t *u = c->be;
+    int moved = 0;
+    for (int i = 0; i < 8 && ucp_worker_progress(u->worker); i++)
+        moved = 1;
+    if (advance_all(u))
+        moved = 1;
+    if (u->active)
+        check_liveness(u);
+    return moved;
+}
+
+static int ucx_test(wrk_coll_req_t *r)
+{
+    ucx_op_t *o = r->be;
+    return o->rc;
+}
+
+static void op_free(ucx_ctx_t *u, ucx_op_t *o)
+{
+    op_unlink(u, o);
+    req_drop(u, &o->sreq, 0);
+    req_drop(u, &o->rreq, 1);
+    for (int i = 0; i < WINDOW; i++) {
+        req_drop(u, &o->p.sreq[i], 0);
+        req_drop(u, &o->p.rreq[i], 1);
+    }
+    free(o->rounds);
+    if (o->rc == 0)
+        scratch_put(u, o->scratch, o->scratch_cap);
+    else
+        park(u, o->scratch); /* a cancelled receive may still land in it */
+    o->r->be = NULL;
+    free(o);
+}
+
+static void ucx_req_fini(wrk_coll_req_t *r)
+{
+    if (r->be)
+        op_free(r->g->c->be, r->be);
+}
+
+// ----------------------------------------------------------------------------
+// context and groups
+
+static int ucx_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
+{
+    if (c->world_size >= MAX_UNITS)
+        return -E2BIG;
+    int rc = 0;
+    ucp_config_t *conf = NULL;
+    ucp_address_t *addr = NULL;
+    size_t alen = 0;
+    char *val = NULL;
+    ucx_ctx_t *u = calloc(1, sizeof *u);
+    if (!u)
+        return -ENOMEM;
+    u->c = c;
+    u->pid = getpid();
+    host_id(u->host, sizeof u->host);
+    u->peers = calloc(c->world_size, sizeof *u->peers);
+    if (!u->peers) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < c->world_size; i++)
+        u->peers[i].u = u, u->peers[i].rank = i;
+    CH_CHECK_GOTO(ucx_err(ucp_config_read(NULL, NULL, &conf)), rc, fail);
+    ucp_params_t prm = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_TAG,
+        .estimated_num_eps = c->world_size,
+        .mt_workers_shared = 0,
+    };
+    CH_CHECK_GOTO(ucx_err(ucp_init(&prm, conf, &u->ctx)), rc, fail);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    CH_CHECK_GOTO(ucx_err(ucp_worker_create(u->ctx, &wp, &u->worker)), rc, fail);
+    CH_CHECK_GOTO(ucx_err(ucp_worker_get_address(u->worker, &addr, &alen)), rc, fail);
+    if (alen + sizeof(addr_hdr_t) > CH_RDZV_VALUE_MAX) {
+        rc = CH_E_TOOBIG;
+        goto fail;
+    }
+    addr_hdr_t h = {.magic = ADDR_MAGIC, .pid = (int32_t)u->pid};
+    memcpy(h.host, u->host, sizeof h.host);
+    val = malloc(sizeof h + alen);
+    if (!val) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    memcpy(val, &h, sizeof h);
+    memcpy(val + sizeof h, addr, alen);
+    char key[32];
+    snprintf(key, sizeof key, "ucx/%u", c->rank);
+    CH_CHECK_GOTO(c->rdzv.set(c->rdzv.ud, key, val, sizeof h + alen), rc, fail);
+    free(val);
+    ucp_worker_release_address(u->worker, addr);
+    ucp_config_release(conf);
+    c->be = u;
+    return 0;
+fail:
+    free(val);
+    if (addr)
+        ucp_worker_release_address(u->worker, addr);
+    if (u->worker)
+        ucp_worker_destroy(u->worker);
+    if (u->ctx)
+        ucp_cleanup(u->ctx);
+    if (conf)
+        ucp_config_release(conf);
+    free(u->peers);
+    free(u);
+    return rc;
+}
+
+/* Close endpoints: flush when healthy; after an abort or a peer failure force-close the
+ * ones with peer error handling (UCX allows forcing only those: the peer then sees an error
+ * at once). Waits a bounded time for the closes, then lets the worker drop the rest.
+ * only_forced: close just the endpoints that get forced (abort: local ones stay until
+ * fini). */
+static void close_eps(ucx_ctx_t *u, int force, int only_forced)
+{
+    uint32_t nw = u->c->world_size;
+    void **reqs = calloc(nw, sizeof *reqs);
+    for (uint32_t i = 0; i < nw; i++) {
+        peer_t *pe = &u->peers[i];
+        int forced = (force || pe->failed) && !pe->local;
+        if (!pe->ep || (only_forced && !forced))
+            continue;
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        ucs_status_ptr_t s = ucp_ep_close_nbx(pe->ep, &prm);
+        pe->ep = NULL;
+        if (force)
+            pe->failed = 1;
+        if (UCS_PTR_IS_PTR(s)) {
+            if (reqs)
+                reqs[i] = s;
+            else
+                ucp_request_free(s);
+        }
+    }
+    if (!reqs)
+        return;
+    uint64_t deadline = ch_now_ms() + CLOSE_WAIT_MS;
+    for (int pending = 1; pending && ch_now_ms() < deadline;) {
+        ucp_worker_progress(u->worker);
+        pending = 0;
+        for (uint32_t i = 0; i < nw; i++)
+            if (reqs[i] && ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
+                pending = 1;
+    }
+    for (uint32_t i = 0; i < nw; i++)
+        if (reqs[i])
+            ucp_request_free(reqs[i]);
+    free(reqs);
+}
+
+static void ucx_fini(wrk_coll_t *c)
+{
+    ucx_ctx_t *u = c->be;
+    if (!u)
+        return;
+    while (u->active) /* requests the caller did not free: a bug, logged by coll.c */
+        op_free(u, u->active);
+    close_eps(u, atomic_load(&c->aborted) != 0, 0);
+    ucp_worker_destroy(u->worker);
+    ucp_cleanup(u->ctx);
+    for (int i = 0; i < SCRATCH_POOL; i++)
+        free(u->pool[i].p);
+    while (u->parked) {
+        parked_t *k = u->parked;
+        u->parked = k->next;
+        free(k->p);
+        free(k);
+    }
+    free(u->groups);
+    free(u->peers);
+    free(u);
+    c->be = NULL;
+}
+
+static void ucx_abort(wrk_coll_t *c)
+{
+    /* Force-closing tells remote peers at once (their endpoints to us fail) instead of
+     * leaving them to their own timeouts; our in-flight sends to them complete as
+     * cancelled. Same-host peers notice through the wait timeout. */
+    ucx_ctx_t *u = c->be;
+    close_eps(u, 1, 1);
+    for (uint32_t i = 0; i < c->world_size; i++)
+        u->peers[i].failed = 1;
+}
+
+static int ucx_group_init(wrk_coll_group_t *g, int timeout_ms)
+{
+    ucx_ctx_t *u = g->c->be;
+    if (u->ngroups == u->groups_cap) {
+        size_t cap = u->groups_cap ? 2 * u->groups_cap : 8;
+        wrk_coll_group_t **ng = realloc(u->groups, cap * sizeof *ng);
+        if (!ng)
+            return -ENOMEM;
+        u->groups = ng;
+        u->groups_cap = cap;
+    }
+    /* Connect up front so the first operation does not wait on the rendezvous store; large
+     * groups connect on first use to the few peers their algorithms talk to. */
+    if (g->n <= PRECONNECT_MAX)
+        for (uint32_t i = 0; i < g->n; i++) {
+            ucp_ep_h ep;
+            int rc = i == g->me ? 0 : get_ep(u, g->ranks[i], &ep);
+            if (rc < 0)
+                return rc;
+        }
+    u->groups[u->ngroups++] = g;
+    return 0;
+}
+
+static void ucx_group_fini(wrk_coll_group_t *g)
+{
+    ucx_ctx_t *u = g->c->be;
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (u->groups[i] == g) {
+            u->groups[i] = u->groups[--u->ngroups];
+            break;
+        }
+}
+
+static int ucx_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
+{
+    *out = aligned_alloc(64, ((bytes ? bytes : 1) + 63) & ~(size_t)63);
+    return *out ? 0 : -ENOMEM;
+}
+
+static void ucx_mem_free(wrk_coll_t *c, void *p)
+{
+    free(p);
+}
+
+static int ucx_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int ucx_available(void)
+{
+    return 1;
+}
+
+const wrk_coll_backend_t wrk_coll_ucx_backend = {
+    .name = "ucx",
+    .init = ucx_init,
+    .fini = ucx_fini,
+    .group_init = ucx_group_init,
+    .group_fini = ucx_group_fini,
+    .start = ucx_start,
+    .progress = ucx_progress,
+    .test = ucx_test,
+    .req_fini = ucx_req_fini,
+    .abort = ucx_abort,
+    .mem_alloc = ucx_mem_alloc,
+    .mem_free = ucx_mem_free,
+    .mem_copy = ucx_mem_copy,
+    .available = ucx_available,
+};
