@@ -67,6 +67,7 @@ int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_export(ctl_t *ctl, int argc, char **argv);
 
 /* ---- job rendering shared by jobs/status/watch (jobs.c) ---- */
 

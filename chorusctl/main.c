@@ -32,6 +32,9 @@ static const cmd_t commands[] = {
     {"local", ctl_cmd_local,
      "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N]",
      "run a whole cluster on this machine (control socket DIR/ctl.sock)"},
+    {"export", ctl_cmd_export, "CKPT_DIR --out FILE",
+     "write a committed checkpoint (a step dir, or a job's dir: newest step) as one GPT-2 "
+     "safetensors file"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

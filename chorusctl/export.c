@@ -1,0 +1,82 @@
+/* chorusctl export CKPT_DIR --out FILE: consolidate a committed checkpoint into one
+ * Hugging Face GPT-2 safetensors file (DESIGN §8). CKPT_DIR is either one step
+ * directory (DIR/JOB/step-00000020) or a job's checkpoint directory (DIR/JOB), in which
+ * case its newest committed step is exported. Runs locally: it reads the files, it does
+ * not talk to the coordinator. */
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt.h"
+#include "ctl.h"
+#include "err.h"
+#include "export.h"
+#include "json.h"
+
+/* A job directory holds step-* directories; a step directory holds the shards. */
+static int resolve_step_dir(const char *in, char *out, size_t outlen)
+{
+    char probe[PATH_MAX], pbuf[PATH_MAX], bbuf[PATH_MAX];
+    struct stat st;
+    uint64_t step = 0;
+
+    snprintf(probe, sizeof probe, "%s/manifest.json", in);
+    if (stat(probe, &st) == 0) {
+        snprintf(out, outlen, "%s", in);
+        return 0;
+    }
+    snprintf(pbuf, sizeof pbuf, "%s", in);
+    snprintf(bbuf, sizeof bbuf, "%s", in);
+    const char *dir = dirname(pbuf), *job = basename(bbuf);
+    int rc = wrk_ckpt_latest(dir, job, &step);
+    if (rc < 0)
+        return rc;
+    return wrk_ckpt_step_dir(dir, job, step, out, outlen);
+}
+
+int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
+{
+    const char *src = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (strncmp(argv[i], "--out=", 6) == 0)
+            out = argv[i] + 6;
+        else if (!src && argv[i][0] != '-')
+            src = argv[i];
+        else {
+            ctl_errf("export: unexpected argument '%s'", argv[i]);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    if (!src || !out) {
+        ctl_errf("usage: chorusctl export CKPT_DIR --out FILE");
+        return CTL_EXIT_USAGE;
+    }
+
+    char step_dir[PATH_MAX], err[512] = "";
+    int rc = resolve_step_dir(src, step_dir, sizeof step_dir);
+    if (rc < 0) {
+        ctl_errf("export: %s: no committed checkpoint here (%s)", src, ch_strerror(rc));
+        return CTL_EXIT_FAILED;
+    }
+    rc = wrk_export(step_dir, out, err, sizeof err);
+    if (rc < 0) {
+        ctl_errf("export: %s", err[0] ? err : ch_strerror(rc));
+        return rc == CH_E_CONFIG ? CTL_EXIT_CONFIG : CTL_EXIT_FAILED;
+    }
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_obj_begin(&j);
+        ctl_json_kstr(&j, "checkpoint", step_dir);
+        ctl_json_kstr(&j, "out", out);
+        ctl_json_obj_end(&j);
+        ctl_json_finish(&j);
+    } else {
+        printf("exported %s -> %s\n", step_dir, out);
+    }
+    return CTL_EXIT_OK;
+}
