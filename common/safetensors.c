@@ -15,6 +15,7 @@
 #include "err.h"
 #include "json.h"
 #include "log.h"
+#include "util.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"
@@ -645,37 +646,8 @@ static int build_header(const ch_st_writer_t *w, char **out, size_t *len)
 
 static int write_all(int fd, const void *data, size_t len, ch_hash64_t *h)
 {
-    const char *p = data;
     ch_hash64_update(h, data, len);
-    while (len > 0) {
-        size_t chunk = len > (1u << 30) ? (1u << 30) : len;
-        ssize_t n = write(fd, p, chunk);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int fsync_parent(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return -ENOMEM;
-    int rc = 0, dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        rc = -errno;
-    } else {
-        if (fsync(dfd) < 0)
-            rc = -errno;
-        close(dfd);
-    }
-    free(copy);
-    return rc;
+    return ch_write_full(fd, data, len);
 }
 
 int ch_st_writer_finish(ch_st_writer_t *w, uint64_t *bytes, uint64_t *checksum, char *err,
@@ -723,7 +695,7 @@ int ch_st_writer_finish(ch_st_writer_t *w, uint64_t *bytes, uint64_t *checksum, 
     }
     free(tmp);
     tmp = NULL;
-    CH_CHECK_GOTO(fsync_parent(w->path), rc, out);
+    CH_CHECK_GOTO(ch_fsync_dir_of(w->path), rc, out);
     if (bytes)
         *bytes = h.total;
     if (checksum)

@@ -117,7 +117,7 @@ out:
     return rc;
 }
 
-static int write_full(int fd, const void *data, size_t len)
+int ch_write_full(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
@@ -133,7 +133,7 @@ static int write_full(int fd, const void *data, size_t len)
     return 0;
 }
 
-static int fsync_dir_of(const char *path)
+int ch_fsync_dir_of(const char *path)
 {
     char *copy = strdup(path);
     if (!copy)
@@ -172,7 +172,7 @@ int ch_file_write_atomic(const char *path, const void *data, size_t len, int mod
         rc = -errno;
         goto out;
     }
-    CH_CHECK_GOTO(write_full(fd, data, len), rc, out);
+    CH_CHECK_GOTO(ch_write_full(fd, data, len), rc, out);
     if (fsync(fd) < 0) {
         rc = -errno;
         goto out;
@@ -189,7 +189,7 @@ int ch_file_write_atomic(const char *path, const void *data, size_t len, int mod
     }
     free(tmp);
     tmp = NULL;
-    rc = fsync_dir_of(path);
+    rc = ch_fsync_dir_of(path);
 out:
     if (fd >= 0)
         close(fd);
