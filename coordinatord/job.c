@@ -414,7 +414,8 @@ static void mark_started(coord_t *c, coord_job_t *j, coord_rank_t *r)
         set_state(c, j, COORD_JOB_RUNNING, NULL);
 }
 
-static void copy_metrics(coord_rank_t *r, const Chorus__RankEvent *ev)
+static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
+                         const Chorus__RankEvent *ev)
 {
     for (size_t i = 0; i < ev->n_metrics; i++) {
         const Chorus__Metric *m = ev->metrics[i];
@@ -424,8 +425,11 @@ static void copy_metrics(coord_rank_t *r, const Chorus__RankEvent *ev)
         while (k < r->n_metrics && strcmp(r->metrics[k].name, m->name) != 0)
             k++;
         if (k == r->n_metrics) {
-            if (k == COORD_RANK_METRICS)
+            if (k == COORD_RANK_METRICS) {
+                CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u metric %s dropped: a rank keeps %d",
+                        j->id, j->generation, rank, m->name, COORD_RANK_METRICS);
                 continue;
+            }
             snprintf(r->metrics[k].name, sizeof(r->metrics[k].name), "%s", m->name);
             r->n_metrics++;
         }
@@ -437,7 +441,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
 {
     coord_rank_t *r = &j->ranks[rank];
     r->step = ev->step;
-    copy_metrics(r, ev);
+    copy_metrics(j, r, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
     if (ev->total_steps)
@@ -558,7 +562,7 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         r->state = COORD_RANK_DONE;
         if (ev->step)
             r->step = ev->step;
-        copy_metrics(r, ev);
+        copy_metrics(j, r, ev->rank, ev);
         CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s done", j->id, j->generation,
                 ev->rank, from->name);
         break;

@@ -233,6 +233,16 @@ ch_json_t *h_ctl_json(const h_cluster_t *c, ...)
     return j;
 }
 
+int h_submit_wait(const h_cluster_t *c, h_out_t *o, const char *jobfile, char *id, size_t n)
+{
+    memset(o, 0, sizeof *o);
+    id[0] = '\0';
+    int rc = h_ctl(c, o, "submit", jobfile, "--wait", NULL);
+    if (o->out)
+        snprintf(id, n, "%.*s", (int)strcspn(o->out, " \t\n"), o->out);
+    return rc < 0 ? rc : o->status;
+}
+
 // ----------------------------------------------------------------------------
 // clusters
 

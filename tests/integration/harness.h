@@ -57,6 +57,11 @@ int h_ctl(const h_cluster_t *c, h_out_t *o, ...) __attribute__((sentinel));
  * (reported on stderr). Free with ch_json_free. */
 ch_json_t *h_ctl_json(const h_cluster_t *c, ...) __attribute__((sentinel));
 
+/* chorusctl submit jobfile --wait: returns the exit status of chorusctl (negative when it
+ * could not be run or ran past H_RUN_TIMEOUT_MS) and copies the job id it printed into id
+ * ("" if none). o keeps what it printed (h_out_free). */
+int h_submit_wait(const h_cluster_t *c, h_out_t *o, const char *jobfile, char *id, size_t n);
+
 /* Start a cluster of nodes x slots with `chorusctl local up`; registers it for
  * h_teardown. */
 int h_cluster_up(h_cluster_t *c, int nodes, int slots);

@@ -1,0 +1,171 @@
+/* Training jobs through the daemons: a small GPT on the built-in corpus learns, reports
+ * progress and checkpoints; `chorusctl export` turns its last checkpoint into a file a
+ * new job starts from (train.init_from); a malformed token file is refused with a reason
+ * that names it. One node, one rank: these check the engine end to end, not parallelism. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tokens.h"
+
+TestSuite(train, .fini = h_teardown, .timeout = 120);
+
+#define VOCAB 32 /* the job-file default, which the built-in corpus uses */
+
+/* A world-size-1 train job on a tiny model; extra is appended to [train]. */
+static void write_job(const char *path, const char *name, const char *extra)
+{
+    char text[2 * PATH_MAX];
+    snprintf(text, sizeof text,
+             "[job]\nname = %s\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
+             "[parallel]\nmicro_batch_size = 4\n"
+             "[train]\n%s",
+             name, extra);
+    cr_assert_eq(h_write_file(path, text), 0);
+}
+
+/* Submit, wait, require success, and return the job's status (ch_json_free). */
+static ch_json_t *run_ok(const h_cluster_t *c, const char *job, char *id, size_t n)
+{
+    h_out_t o;
+    int st = h_submit_wait(c, &o, job, id, n);
+    cr_assert_eq(st, 0, "submit --wait %s: exit %d\n%s%s", job, st, o.out, o.err);
+    h_out_free(&o);
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    cr_assert_not_null(js);
+    cr_assert_str_eq(h_json_str(js, "state"), "completed", "%s: reason: %s", id,
+                     h_json_str(js, "reason"));
+    return js;
+}
+
+Test(train, builtin_corpus_learns_checkpoints_and_exports)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char job[PATH_MAX], extra[PATH_MAX + 128], ckpt[PATH_MAX], jobdir[PATH_MAX + 64],
+        model[PATH_MAX], id[64], id2[64], id3[64];
+
+    cr_assert_eq(h_cluster_up(&c, 1, 1), 0, "local up failed");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", c.dir);
+
+    /* (a) 30 steps with a checkpoint every 10. */
+    snprintf(job, sizeof job, "%s/train.ini", c.dir);
+    snprintf(extra, sizeof extra, "steps = 30\n[checkpoint]\ndir = %s\nevery = 10\n", ckpt);
+    write_job(job, "train-small", extra);
+    ch_json_t *js = run_ok(&c, job, id, sizeof id);
+    double loss = h_json_num(js, "loss"), tps = h_json_num(js, "tokens_per_s");
+    double mfu = h_json_num(js, "mfu");
+    fprintf(stderr, "train %s: 30 steps, loss %.4f (ln vocab %.4f), %.0f tokens/s, MFU %.3f\n", id,
+            loss, log(VOCAB), tps, mfu);
+    cr_assert_eq(h_json_num(js, "step"), 30.0);
+    cr_assert_eq(h_json_num(js, "total_steps"), 30.0);
+    cr_assert_eq(h_json_num(js, "world_size"), 1.0);
+    cr_assert(isfinite(loss) && loss < log(VOCAB) - 0.3,
+              "loss %g after 30 steps: no better than a uniform guess (%g)", loss, log(VOCAB));
+    cr_assert(tps > 0, "tokens_per_s %g", tps);
+    cr_assert(mfu > 0 && mfu <= 1, "mfu %g is not a fraction of peak", mfu);
+    cr_assert_eq(h_json_num(js, "last_checkpoint_step"), 30.0, "last checkpoint %g",
+                 h_json_num(js, "last_checkpoint_step"));
+    ch_json_free(js);
+
+    /* (b) export the newest checkpoint of the job and start a new job from it. */
+    snprintf(jobdir, sizeof jobdir, "%s/%s", ckpt, id);
+    snprintf(model, sizeof model, "%s/model.safetensors", c.dir);
+    cr_assert_eq(h_ctl(NULL, &o, "export", jobdir, "--out", model, NULL), 0);
+    cr_assert_eq(o.status, 0, "export: exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.out, "step-00000030"), "export did not take the newest step: %s", o.out);
+    h_out_free(&o);
+    cr_assert(h_file_size(model) > 0, "export wrote nothing to %s", model);
+
+    /* Its first loss, against a fresh model's on the same first batch. */
+    snprintf(job, sizeof job, "%s/fresh.ini", c.dir);
+    write_job(job, "fresh", "steps = 1\n");
+    js = run_ok(&c, job, id2, sizeof id2);
+    double fresh = h_json_num(js, "loss");
+    ch_json_free(js);
+    snprintf(job, sizeof job, "%s/init.ini", c.dir);
+    snprintf(extra, sizeof extra, "steps = 1\ninit_from = %s\n", model);
+    write_job(job, "from-export", extra);
+    js = run_ok(&c, job, id3, sizeof id3);
+    double init = h_json_num(js, "loss");
+    ch_json_free(js);
+    fprintf(stderr, "first loss: fresh %.4f, from the export %.4f (end of %s: %.4f)\n", fresh, init,
+            id, loss);
+    cr_assert(isfinite(fresh) && fabs(fresh - log(VOCAB)) < 0.3,
+              "a fresh model's first loss %g is far from ln(vocab) %g", fresh, log(VOCAB));
+    cr_assert(isfinite(init) && init < fresh - 0.5 * (fresh - loss),
+              "from the export the first loss is %g: the fresh model has %g and the trained "
+              "one ended at %g",
+              init, fresh, loss);
+}
+
+/* The bytes of a valid llm.c token file of n tokens below VOCAB, at path. */
+static void write_tokens(const char *path, size_t n)
+{
+    uint16_t tok[4096];
+    cr_assert(n <= sizeof tok / sizeof tok[0]);
+    for (size_t i = 0; i < n; i++)
+        tok[i] = (uint16_t)(i * 7 % VOCAB);
+    cr_assert_eq(ch_tokens_write(path, tok, n), 0);
+}
+
+typedef struct bad_data {
+    const char *file;   /* under the cluster dir */
+    const char *reason; /* the job's reason (or submit's stderr) must say this */
+} bad_data_t;
+
+Test(train, malformed_token_file_is_named)
+{
+    static const bad_data_t bad[] = {{"truncated.bin", "truncated"}, {"badmagic.bin", "vocab"}};
+    h_cluster_t c;
+    h_out_t o;
+    char path[PATH_MAX], job[PATH_MAX], extra[PATH_MAX + 64], id[64];
+
+    cr_assert_eq(h_cluster_up(&c, 1, 1), 0, "local up failed");
+
+    /* A header announcing 4096 tokens followed by only 500 of them. */
+    snprintf(path, sizeof path, "%s/%s", c.dir, bad[0].file);
+    write_tokens(path, 4096);
+    cr_assert_eq(truncate(path, CH_TOKENS_HEADER + 1000), 0, "%s", strerror(errno));
+    /* A good file whose magic was overwritten: read as raw tokens, the header's bytes are
+     * tokens far above the vocab. */
+    snprintf(path, sizeof path, "%s/%s", c.dir, bad[1].file);
+    write_tokens(path, 4096);
+    int fd = open(path, O_WRONLY);
+    cr_assert(fd >= 0 && pwrite(fd, "GPT2", 4, 0) == 4);
+    close(fd);
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", c.dir, bad[i].file);
+        snprintf(job, sizeof job, "%s/bad%zu.ini", c.dir, i);
+        snprintf(extra, sizeof extra, "steps = 5\ndata = %s\n", path);
+        write_job(job, "bad-data", extra);
+        int st = h_submit_wait(&c, &o, job, id, sizeof id);
+        if (st == 78) { /* refused at submit */
+            cr_assert(h_has(o.err, "train.data") && h_has(o.err, path) &&
+                          h_has(o.err, bad[i].reason),
+                      "%s: submit refused it without naming train.data, the file and '%s': %s",
+                      bad[i].file, bad[i].reason, o.err);
+            h_out_free(&o);
+            continue;
+        }
+        cr_assert_eq(st, 1, "%s: submit --wait: exit %d\n%s%s", bad[i].file, st, o.out, o.err);
+        h_out_free(&o);
+        ch_json_t *js = h_ctl_json(&c, "status", id, NULL);
+        cr_assert_not_null(js);
+        const char *reason = h_json_str(js, "reason");
+        fprintf(stderr, "%s: %s\n", bad[i].file, reason);
+        cr_assert_str_eq(h_json_str(js, "state"), "failed");
+        cr_assert_eq(h_json_num(js, "step"), 0.0, "%s: trained on it", bad[i].file);
+        cr_assert(h_has(reason, path) && h_has(reason, bad[i].reason),
+                  "%s: the reason does not name the file and say '%s': %s", bad[i].file,
+                  bad[i].reason, reason);
+        ch_json_free(js);
+    }
+}
