@@ -68,6 +68,18 @@ int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_export(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv);
+
+/* ---- job files, shared by submit and plan (jobfile.c) ---- */
+
+struct ch_jobspec;
+/* argv[*i] is "--set A" or "--set=A": 1 and *assignment = A (advancing *i past A);
+ * else 0 (a trailing "--set" without a value is not an override). */
+int ctl_arg_set(int argc, char **argv, int *i, char **assignment);
+/* Read file, parse it over the defaults, apply the "section.key=value" overrides in
+ * order, and validate with file checks. Returns an exit status: 0 with *spec filled,
+ * or CTL_EXIT_CONFIG having printed "chorusctl: FILE: field: reason". */
+int ctl_jobfile_load(const char *file, char *const *sets, int nsets, struct ch_jobspec *spec);
 
 /* ---- job rendering shared by jobs/status/watch (jobs.c) ---- */
 

@@ -35,6 +35,9 @@ static const cmd_t commands[] = {
     {"export", ctl_cmd_export, "CKPT_DIR --out FILE",
      "write a committed checkpoint (a step dir, or a job's dir: newest step) as one GPT-2 "
      "safetensors file"},
+    {"plan", ctl_cmd_plan, "JOBFILE [--set section.key=value]...",
+     "check a job file and show its layout, parameters, memory per rank, FLOPs and pipeline "
+     "bubble (no coordinator needed)"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

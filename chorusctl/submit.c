@@ -21,7 +21,6 @@
 #include "msg.h"
 #include "util.h"
 
-#define JOBFILE_MAX   (1u << 20)
 #define POLL_WAIT_MS  200
 #define POLL_WATCH_MS 250
 
@@ -47,37 +46,21 @@ static int absolutize(char path[CH_PATH_LEN], const char *field, const char *fil
     return 0;
 }
 
-/* Read, parse, override and validate a job file; *ini is the canonical text (caller
- * frees). Returns an exit status, having printed "chorusctl: FILE: reason". */
+/* Load a job file (ctl_jobfile_load) and make its canonical text; *ini is malloc'd
+ * (caller frees). Returns an exit status, having printed "chorusctl: FILE: reason". */
 static int load_job(const char *file, char **sets, int nsets, char **ini)
 {
     ch_jobspec_t spec;
-    char err[512] = "", *text = NULL;
-    size_t len = 0;
-    int rc;
 
     *ini = NULL;
-    rc = ch_file_read(file, JOBFILE_MAX, &text, &len);
-    if (rc < 0) {
-        ctl_errf("%s: %s", file, ch_strerror(rc));
-        return CTL_EXIT_CONFIG;
-    }
-    ch_jobspec_defaults(&spec);
-    rc = ch_jobspec_parse(text, &spec, err, sizeof err);
-    free(text);
-    for (int i = 0; rc == 0 && i < nsets; i++)
-        rc = ch_jobspec_set(&spec, sets[i], err, sizeof err);
-    if (rc == 0)
-        rc = ch_jobspec_validate(&spec, 1, err, sizeof err);
-    if (rc < 0) {
-        ctl_errf("%s: %s", file, err[0] ? err : ch_strerror(rc));
-        return CTL_EXIT_CONFIG;
-    }
+    int st = ctl_jobfile_load(file, sets, nsets, &spec);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (absolutize(spec.train.data, "train.data", file) < 0 ||
         absolutize(spec.train.init_from, "train.init_from", file) < 0 ||
         absolutize(spec.checkpoint.dir, "checkpoint.dir", file) < 0)
         return CTL_EXIT_CONFIG;
-    rc = ch_jobspec_format(&spec, ini);
+    int rc = ch_jobspec_format(&spec, ini);
     if (rc < 0) {
         ctl_errf("%s: %s", file, ch_strerror(rc));
         return CTL_EXIT_FAILED;
@@ -197,10 +180,8 @@ int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--wait") == 0) {
             wait = 1;
-        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            sets[nsets++] = argv[++i];
-        } else if (strncmp(argv[i], "--set=", 6) == 0) {
-            sets[nsets++] = argv[i] + 6;
+        } else if (ctl_arg_set(argc, argv, &i, &sets[nsets])) {
+            nsets++;
         } else if (argv[i][0] == '-' || file) {
             ctl_errf("submit: unexpected '%s'", argv[i]);
             goto usage;
