@@ -2,7 +2,8 @@
 # The quick-start demo (deploy/quickstart.sh demo runs `deploy/demo.sh build`):
 # start a 2-node local cluster in a temporary directory, train the small GPT of
 # deploy/jobs/demo.ini on the built-in corpus while watching it live, show the final
-# status, and stop the cluster (also when interrupted).
+# status and how the model's answers improved, and stop the cluster (also when
+# interrupted).
 #
 # usage: deploy/demo.sh [BUILD_DIR] [--set section.key=value]...
 set -euo pipefail
@@ -33,6 +34,18 @@ status=0
 echo
 echo "== final status"
 "$ctl" status "$id"
+
+# Rank 0 logs "step=S accuracy=A  12+35=47 ✓ ..." after each evaluation (workerd/train.c):
+# show the first, every 250th step and the last.
+echo
+echo "== the model's answers as it trained (greedy completions; accuracy over 64 sums)"
+"$ctl" logs "$id" --rank 0 2>/dev/null |
+  sed -n 's/.* step=\([0-9]*\) accuracy=\([0-9.]*\) *\(.*\)/\1 \2 \3/p' |
+  awk '{ rest = $0; sub(/^[^ ]+ [^ ]+ /, "", rest)
+         line = sprintf("step %5d  accuracy %5.1f%%   %s", $1, 100 * $2, rest) }
+       NR == 1 || $1 % 250 == 0 { print line; shown = NR }
+       END { if (NR > 0 && shown != NR) print line }' || true
+
 if [ $status -ne 0 ]; then
   echo
   echo "== the job did not complete; last lines of its rank 0 log:"

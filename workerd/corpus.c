@@ -11,7 +11,8 @@
 #define TOK_PLUS   10
 #define TOK_EQ     11
 #define TOK_NL     12
-#define MAX_ANSWER 4 /* "198\n" */
+#define MAX_ANSWER 4 /* "891\n" */
+#define PROMPT_MAX 7 /* "\n99+99=" */
 
 static int tok_of(char c)
 {
@@ -57,12 +58,27 @@ void wrk_corpus_decode(const int32_t *tok, size_t n, char *out, size_t cap)
     out[i] = '\0';
 }
 
-/* One line "a+b=c\n" from the random word x. */
+/* The digits of v least significant first into out ("74" for 47); returns their count. */
+static int put_reversed(int v, char *out)
+{
+    int n = 0;
+    do {
+        out[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    out[n] = '\0';
+    return n;
+}
+
+/* One line "a+b=" + reversed(a+b) + "\n" from the random word x. */
 static int make_line(uint64_t x, char *buf, size_t cap, int *a, int *b)
 {
-    *a = (int)(x % (WRK_CORPUS_MAX_ARG + 1));
-    *b = (int)((x >> 32) % (WRK_CORPUS_MAX_ARG + 1));
-    return snprintf(buf, cap, "%d+%d=%d\n", *a, *b, *a + *b);
+    const uint64_t span = WRK_CORPUS_MAX_ARG - WRK_CORPUS_MIN_ARG + 1;
+    char sum[16];
+    *a = WRK_CORPUS_MIN_ARG + (int)(x % span);
+    *b = WRK_CORPUS_MIN_ARG + (int)((x >> 32) % span);
+    put_reversed(*a + *b, sum);
+    return snprintf(buf, cap, "%d+%d=%s\n", *a, *b, sum);
 }
 
 int wrk_corpus_generate(uint64_t seed, size_t ntokens, uint16_t **out)
@@ -86,26 +102,25 @@ int wrk_corpus_generate(uint64_t seed, size_t ntokens, uint16_t **out)
 // answer accuracy
 
 typedef struct prompt {
-    int32_t tok[64]; /* prompt, then the completion */
-    size_t len;      /* tokens so far */
-    size_t qstart;   /* where "a+b=" starts */
+    int32_t tok[PROMPT_MAX + MAX_ANSWER]; /* prompt, then the completion */
+    size_t len;                           /* tokens so far */
+    size_t qstart;                        /* where "a+b=" starts */
     int answer;
     int ngen, done, newline;
 } prompt_t;
 
+/* "\n" and the question "a+b=": a training window sees each line after the newline
+ * that ends the one before, so the prompt starts the same way. No solved examples come
+ * first: they would not fit the short windows the demo trains on, and every line is a
+ * problem of its own. */
 static void make_prompt(uint64_t seed, uint64_t idx, prompt_t *p)
 {
-    char text[64];
-    size_t off = 0;
+    char text[32], line[32];
     int a, b;
     memset(p, 0, sizeof *p);
-    for (int k = 0; k < 2; k++) /* two solved examples give the model its bearings */
-        off += (size_t)make_line(wrk_mix64(seed ^ wrk_mix64(3 * idx + (uint64_t)k)), text + off,
-                                 sizeof text - off, &a, &b);
-    p->qstart = off;
-    char line[32];
-    make_line(wrk_mix64(seed ^ wrk_mix64(3 * idx + 2)), line, sizeof line, &a, &b);
-    snprintf(text + off, sizeof text - off, "%d+%d=", a, b);
+    make_line(wrk_mix64(seed ^ wrk_mix64(idx)), line, sizeof line, &a, &b);
+    snprintf(text, sizeof text, "\n%d+%d=", a, b);
+    p->qstart = 1;
     p->answer = a + b;
     size_t n = 0;
     wrk_corpus_encode(text, p->tok, sizeof p->tok / sizeof p->tok[0], &n);
@@ -156,17 +171,27 @@ static int generate_one(eng_model_t *m, prompt_t *ps, uint32_t nb, int32_t *inpu
     return 0;
 }
 
+/* Right when the completion is the digits of the answer, least significant first, and
+ * then a newline. The sample shows the question and the completion's digits in reading
+ * order ("12+35=47"), then whatever non-digit stopped it short of a newline. */
 static int judge(const prompt_t *p, wrk_corpus_sample_t *s)
 {
     char want[16], got[16];
-    snprintf(want, sizeof want, "%d", p->answer);
-    size_t ans_start = p->len - (size_t)p->ngen;
-    size_t nd = (size_t)p->ngen - (size_t)p->newline;
-    wrk_corpus_decode(p->tok + ans_start, nd, got, sizeof got);
+    put_reversed(p->answer, want);
+    const int32_t *ans = p->tok + p->len - p->ngen;
+    int last_digit = ans[p->ngen - 1] < 10;
+    size_t nd = (size_t)p->ngen - !last_digit;
+    wrk_corpus_decode(ans, nd, got, sizeof got);
     int ok = p->newline && strcmp(want, got) == 0;
     if (s) {
-        wrk_corpus_decode(p->tok + p->qstart, p->len - p->qstart - (size_t)p->newline, s->text,
-                          sizeof s->text);
+        char q[32];
+        wrk_corpus_decode(p->tok + p->qstart, p->len - p->qstart - (size_t)p->ngen, q, sizeof q);
+        size_t n = (size_t)snprintf(s->text, sizeof s->text, "%s", q);
+        for (size_t i = nd; i > 0 && n + 1 < sizeof s->text; i--)
+            s->text[n++] = got[i - 1];
+        if (!last_digit && !p->newline && n + 1 < sizeof s->text)
+            s->text[n++] = char_of(ans[p->ngen - 1]);
+        s->text[n] = '\0';
         s->correct = ok;
     }
     return ok;
@@ -176,8 +201,8 @@ int wrk_corpus_eval(eng_model_t *m, uint32_t max_B, uint64_t seed, uint32_t npro
                     double *accuracy, wrk_corpus_sample_t *samples, size_t nsamples)
 {
     const eng_config_t *cfg = eng_model_config(m);
-    /* longest prompt: two 9-character examples and "99+99=", then up to 3 fed tokens */
-    if (cfg->seq_len < 2 * 9 + 6 + MAX_ANSWER - 1 || cfg->vocab < WRK_CORPUS_VOCAB || max_B == 0 ||
+    /* longest prompt: "\n99+99=", then up to 3 fed tokens */
+    if (cfg->seq_len < PROMPT_MAX + MAX_ANSWER - 1 || cfg->vocab < WRK_CORPUS_VOCAB || max_B == 0 ||
         nprompts == 0)
         return -EINVAL;
     int rc = 0;

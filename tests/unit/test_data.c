@@ -120,6 +120,15 @@ Test(data, token_file_source_and_its_errors)
     rmdir(dir);
 }
 
+/* The number whose digits, least significant first, are s ("74" is 47). */
+static int reversed_value(const char *s)
+{
+    int v = 0;
+    for (size_t i = strlen(s); i > 0; i--)
+        v = 10 * v + (s[i - 1] - '0');
+    return v;
+}
+
 Test(corpus, lines_are_correct_sums_and_decode)
 {
     uint16_t *tok = NULL;
@@ -136,15 +145,22 @@ Test(corpus, lines_are_correct_sums_and_decode)
     char *l = text, *nl;
     while ((nl = strchr(l, '\n'))) { /* complete lines only: the last one may be cut */
         *nl = '\0';
-        int a, b, c;
-        cr_assert_eq(sscanf(l, "%d+%d=%d", &a, &b, &c), 3, "line '%s'", l);
-        cr_expect_eq(a + b, c, "line '%s'", l);
+        int a, b;
+        char digits[8];
+        cr_assert_eq(sscanf(l, "%d+%d=%7[0-9]", &a, &b, digits), 3, "line '%s'", l);
+        cr_expect_eq(reversed_value(digits), a + b, "line '%s'", l);
+        char want[8];
+        snprintf(want, sizeof want, "%d", a + b); /* as many digits: no padding */
+        cr_expect_eq(strlen(digits), strlen(want), "line '%s'", l);
+        cr_expect_geq(a, WRK_CORPUS_MIN_ARG);
+        cr_expect_geq(b, WRK_CORPUS_MIN_ARG);
         cr_expect_leq(a, WRK_CORPUS_MAX_ARG);
         cr_expect_leq(b, WRK_CORPUS_MAX_ARG);
         lines++;
         l = nl + 1;
     }
     cr_expect_gt(lines, 400);
+    cr_expect_eq(reversed_value("74"), 47);
     /* the same seed makes the same corpus */
     uint16_t *again = NULL;
     cr_assert_eq(wrk_corpus_generate(WRK_CORPUS_SEED, 5000, &again), 0);

@@ -1,6 +1,7 @@
-/* workerd/trainer: resume bit-identity, learning on the built-in corpus, init_from,
- * refusals. */
+/* workerd/trainer: resume bit-identity, learning on the built-in corpus (and the demo
+ * job learning to add), init_from, refusals. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,47 @@ Test(trainer, learns_the_arithmetic_corpus)
     cr_expect(strchr(samples[0].text, '=') != NULL, "%s", samples[0].text);
     cr_log_info("loss %.3f -> %.3f, answer accuracy %.2f (e.g. %s)", first, last, acc,
                 samples[0].text);
+    wrk_trainer_destroy(t);
+}
+
+/* The source tree: CHORUS_SRC_DIR as ctest sets it, else where this file was compiled. */
+static void src_path(const char *rel, char *out, size_t cap)
+{
+    const char *src = getenv("CHORUS_SRC_DIR");
+    if (src && *src) {
+        snprintf(out, cap, "%s/%s", src, rel);
+        return;
+    }
+    const char *here = __FILE__, *tail = strstr(here, "tests/unit/");
+    int root = tail ? (int)(tail - here) : 0;
+    snprintf(out, cap, "%.*s%s", root, here, rel);
+}
+
+Test(trainer, the_demo_job_learns_to_add)
+{
+    /* deploy/jobs/demo.ini as the quick-start runs it: its model must end up answering
+     * the sums, not only lowering the loss (about 30 s on one core). */
+    char path[1024], err[512], *text = NULL;
+    src_path("deploy/jobs/demo.ini", path, sizeof path);
+    cr_assert_eq(ch_file_read(path, 1 << 16, &text, NULL), 0, "%s", path);
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    cr_assert_eq(ch_jobspec_parse(text, &j, err, sizeof err), 0, "%s: %s", path, err);
+    free(text);
+    cr_assert(strcmp(j.train.data, "builtin") == 0, "demo data: %s", j.train.data);
+    wrk_trainer_t *t = make(&j);
+    double *losses = calloc(wrk_trainer_total_steps(t), sizeof *losses);
+    cr_assert_not_null(losses);
+    run(t, losses);
+    double acc = -1;
+    wrk_corpus_sample_t samples[3];
+    cr_assert_eq(wrk_corpus_eval(wrk_trainer_model(t), j.parallel.micro_batch_size, 2, 256, &acc,
+                                 samples, 3),
+                 0);
+    cr_expect_geq(acc, 0.9, "answer accuracy %.3f after %" PRIu64 " steps (e.g. %s %s %s)", acc,
+                  wrk_trainer_total_steps(t), samples[0].text, samples[1].text, samples[2].text);
+    cr_log_info("demo job: answer accuracy %.3f (e.g. %s)", acc, samples[0].text);
+    free(losses);
     wrk_trainer_destroy(t);
 }
 
