@@ -1,0 +1,175 @@
+/* Fuzz target: the JSON parser and writer (common/json.h).
+ *
+ * An accepted document must give a well-formed tree: object members named and unique,
+ * array elements unnamed, strings NUL-terminated at their length, numbers finite, depth
+ * and node count within the limits, lookups by key finding each member, and
+ * ch_json_u64 agreeing with strtoull on plain digit strings. The tree written back out
+ * (ch_jw_str for keys and for strings without NUL bytes, \u escapes for the rest) must
+ * parse to an equal tree. Parsing again under tight limits must either fail or agree. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/json.h"
+#include "fuzz.h"
+
+static void check_tree(const ch_json_t *j, size_t depth, size_t *nodes, const ch_json_limits_t *lim)
+{
+    (*nodes)++;
+    switch (j->type) {
+    case CH_JSON_NULL:
+    case CH_JSON_BOOL:
+        FUZZ_ASSERT(j->nkids == 0 && j->str == NULL);
+        break;
+    case CH_JSON_NUMBER: {
+        FUZZ_ASSERT(j->str != NULL && j->len > 0 && j->str[j->len] == '\0');
+        FUZZ_ASSERT(strlen(j->str) == j->len);
+        FUZZ_ASSERT(j->number - j->number == 0); /* finite */
+        uint64_t v = 0;
+        int plain = j->str[0] != '-' && strspn(j->str, "0123456789") == j->len;
+        errno = 0;
+        unsigned long long ref = strtoull(j->str, NULL, 10);
+        int fits = plain && errno != ERANGE;
+        int rc = ch_json_u64(j, &v);
+        FUZZ_ASSERT((rc == 0) == fits);
+        if (rc == 0)
+            FUZZ_ASSERT(v == ref);
+        break;
+    }
+    case CH_JSON_STRING:
+        FUZZ_ASSERT(j->str != NULL && j->str[j->len] == '\0' && j->nkids == 0);
+        break;
+    case CH_JSON_ARRAY:
+    case CH_JSON_OBJECT:
+        FUZZ_ASSERT(depth < lim->max_depth);
+        FUZZ_ASSERT(j->nkids == 0 || j->kids != NULL);
+        for (size_t i = 0; i < j->nkids; i++) {
+            const ch_json_t *k = j->kids[i];
+            FUZZ_ASSERT((k->key != NULL) == (j->type == CH_JSON_OBJECT));
+            if (k->key)
+                FUZZ_ASSERT(ch_json_get(j, k->key) == k); /* unique as C strings */
+            check_tree(k, depth + 1, nodes, lim);
+        }
+        break;
+    default:
+        FUZZ_ASSERT(!"bad node type");
+    }
+}
+
+/* s[0..len) as a JSON string that may hold NUL bytes. */
+static void put_bytes(ch_jw_t *w, const char *s, size_t len)
+{
+    ch_jw_raw(w, "\"");
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            ch_jw_printf(w, "\\%c", c);
+        else if (c < 0x20)
+            ch_jw_printf(w, "\\u%04x", c);
+        else
+            ch_jw_printf(w, "%c", c);
+    }
+    ch_jw_raw(w, "\"");
+}
+
+static void write_tree(ch_jw_t *w, const ch_json_t *j)
+{
+    switch (j->type) {
+    case CH_JSON_NULL:
+        ch_jw_raw(w, "null");
+        return;
+    case CH_JSON_BOOL:
+        ch_jw_raw(w, j->boolean ? "true" : "false");
+        return;
+    case CH_JSON_NUMBER:
+        ch_jw_raw(w, j->str);
+        return;
+    case CH_JSON_STRING:
+        if (strlen(j->str) == j->len)
+            ch_jw_str(w, j->str);
+        else
+            put_bytes(w, j->str, j->len);
+        return;
+    case CH_JSON_ARRAY:
+    case CH_JSON_OBJECT:
+        ch_jw_raw(w, j->type == CH_JSON_ARRAY ? "[" : "{");
+        for (size_t i = 0; i < j->nkids; i++) {
+            if (i)
+                ch_jw_raw(w, ",");
+            if (j->kids[i]->key) {
+                ch_jw_str(w, j->kids[i]->key);
+                ch_jw_raw(w, ":");
+            }
+            write_tree(w, j->kids[i]);
+        }
+        ch_jw_raw(w, j->type == CH_JSON_ARRAY ? "]" : "}");
+        return;
+    }
+}
+
+/* Equal as data; keys compare as C strings (that is what lookups see). */
+static int same(const ch_json_t *a, const ch_json_t *b)
+{
+    if (a->type != b->type || a->nkids != b->nkids)
+        return 0;
+    if ((a->key == NULL) != (b->key == NULL) || (a->key && strcmp(a->key, b->key) != 0))
+        return 0;
+    switch (a->type) {
+    case CH_JSON_BOOL:
+        return a->boolean == b->boolean;
+    case CH_JSON_NUMBER:
+        return strcmp(a->str, b->str) == 0 && a->number == b->number;
+    case CH_JSON_STRING:
+        return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
+    default:
+        for (size_t i = 0; i < a->nkids; i++)
+            if (!same(a->kids[i], b->kids[i]))
+                return 0;
+        return 1;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *text = (const char *)data;
+    ch_json_limits_t lim = ch_json_default_limits();
+    ch_json_t *root = NULL, *again = NULL, *tight = NULL;
+    char err[256];
+    int rc = ch_json_parse(text, size, &lim, &root, err, sizeof err);
+    FUZZ_ASSERT(memchr(err, '\0', sizeof err) != NULL);
+    if (rc < 0) {
+        FUZZ_ASSERT(root == NULL && err[0] != '\0');
+        FUZZ_ASSERT(rc == CH_E_FORMAT || rc == CH_E_TOOBIG || rc == -ENOMEM);
+        return 0;
+    }
+    size_t nodes = 0;
+    check_tree(root, 0, &nodes, &lim);
+    FUZZ_ASSERT(nodes <= lim.max_nodes);
+
+    ch_jw_t w;
+    char *out = NULL;
+    size_t outlen = 0;
+    ch_jw_init(&w);
+    write_tree(&w, root);
+    FUZZ_ASSERT(ch_jw_finish(&w, &out, &outlen) == 0 && strlen(out) == outlen);
+    if (ch_json_parse(out, outlen, &lim, &again, err, sizeof err) != 0)
+        fuzz_fail(__FILE__, __LINE__, err);
+    FUZZ_ASSERT(same(root, again));
+
+    ch_json_limits_t small = {size, 4, 32};
+    rc = ch_json_parse(text, size, &small, &tight, err, sizeof err);
+    if (rc == 0) {
+        FUZZ_ASSERT(same(root, tight));
+        size_t n2 = 0;
+        check_tree(tight, 0, &n2, &small);
+        FUZZ_ASSERT(n2 <= small.max_nodes);
+    } else {
+        FUZZ_ASSERT(tight == NULL && (rc == CH_E_FORMAT || rc == CH_E_TOOBIG));
+    }
+    ch_json_free(tight);
+    ch_json_free(again);
+    ch_json_free(root);
+    free(out);
+    return 0;
+}
