@@ -6,7 +6,14 @@
  * Definitions are nccl-tests': bytes is the whole buffer (allreduce: the vector; reduce_scatter:
  * the send buffer; allgather: the receive buffer), algbw = bytes / time, and
  * busbw = algbw * 2(n-1)/n for allreduce, algbw * (n-1)/n for the other two. Time is the
- * slowest rank's mean over the timed iterations. */
+ * slowest rank's mean over the timed iterations.
+ *
+ * The memcpy reference is one thread copying a 64 MiB buffer to another (pages already
+ * touched), best of 5, counted as bytes copied per second (64 MiB / time: the read and the
+ * write of a byte count once, as a collective's bytes do). RESULT lines give each 64 MiB
+ * busbw, that reference and their ratio; for allreduce also MPI_Allreduce's busbw.
+ * Ranks get the environment workerd gives a one-node job (WORLD_SIZE == LOCAL_WORLD_SIZE);
+ * UCX_TLS, when set, still wins. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -153,6 +160,19 @@ static int rank_main(uint32_t rank, uint32_t n, const char *dir, int out_fd)
     return rc < 0 ? 1 : 0;
 }
 
+/* What workerd gives each rank of a job placed on one node (proc.c): the UCX backend reads
+ * it to choose same-host transports, as it would in a real job. */
+static void set_rank_env(uint32_t rank, uint32_t n)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%u", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%u", n);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+}
+
 /* secs[op][k] from n forked ranks. */
 static int run_chorus(uint32_t n, double secs[NOPS][NSIZES])
 {
@@ -167,6 +187,7 @@ static int run_chorus(uint32_t n, double secs[NOPS][NSIZES])
         pids[r] = fork();
         if (pids[r] == 0) {
             close(fds[0]);
+            set_rank_env(r, n);
             _exit(rank_main(r, n, dir, fds[1]));
         }
     }
