@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CH_KEY_LEN 32
+#define CH_KEY_LEN   32
 #define CH_NONCE_LEN 32
 #define CH_PROOF_LEN 32
 
@@ -36,7 +36,7 @@ int ch_key_load(const char *path, ch_key_t *key);
 int ch_key_generate(const char *path);
 
 typedef struct ch_session {
-    int enabled;       /* 0: no key, tags are zero */
+    int enabled; /* 0: no key, tags are zero */
     int is_server;
     uint8_t skey[32];  /* session key */
     uint64_t send_seq; /* last seq sent */

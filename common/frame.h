@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #define CH_FRAME_MAX_DEFAULT (16u << 20)
-#define CH_FRAME_HDR 4
-#define CH_FRAME_TAG 16
+#define CH_FRAME_HDR         4
+#define CH_FRAME_TAG         16
 
 /* Incremental reader: feed it whatever bytes arrived, then take whole frames. */
 typedef struct ch_frame_reader {

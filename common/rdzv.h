@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #define CH_RDZV_VALUE_MAX (64u << 10)
-#define CH_RDZV_KEY_MAX 256
+#define CH_RDZV_KEY_MAX   256
 
 typedef struct ch_rdzv {
     void *ud;

@@ -18,13 +18,13 @@ typedef struct eng_config {
 } eng_config_t;
 
 typedef struct eng_tensor {
-    char name[64];      /* "h.3.attn.c_attn.weight" */
-    uint32_t ndim;      /* 1 or 2 */
-    uint32_t shape[2];  /* full Hugging Face shape (wte: [vocab, C], unpadded) */
-    size_t offset;      /* element offset of this rank's piece in the slab */
-    size_t numel;       /* elements this rank holds (wte: padded_vocab * C) */
-    int decay;          /* 2-D weights: AdamW weight decay applies */
-    int block;          /* transformer block index, -1 outside blocks */
+    char name[64];     /* "h.3.attn.c_attn.weight" */
+    uint32_t ndim;     /* 1 or 2 */
+    uint32_t shape[2]; /* full Hugging Face shape (wte: [vocab, C], unpadded) */
+    size_t offset;     /* element offset of this rank's piece in the slab */
+    size_t numel;      /* elements this rank holds (wte: padded_vocab * C) */
+    int decay;         /* 2-D weights: AdamW weight decay applies */
+    int block;         /* transformer block index, -1 outside blocks */
 } eng_tensor_t;
 
 typedef struct eng_model eng_model_t;
