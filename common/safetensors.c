@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -325,9 +323,8 @@ static int check_offsets(ch_st_file_t *f, uint64_t data_size, char *err, size_t 
 
 int ch_st_open(const char *path, ch_st_file_t **out, char *err, size_t errlen)
 {
-    int rc = 0, fd = -1;
+    int rc = 0;
     ch_st_file_t *f = NULL;
-    struct stat st;
 
     *out = NULL;
     if (err && errlen)
@@ -337,28 +334,10 @@ int ch_st_open(const char *path, ch_st_file_t **out, char *err, size_t errlen)
         rc = -ENOMEM;
         goto out;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
-        goto out;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = CH_E_FORMAT;
-        errf(err, errlen, rc, "%s: not a regular file", path);
-        goto out;
-    }
-    f->size = (size_t)st.st_size;
+    CH_CHECK_GOTO(ch_file_map(path, &f->map, &f->size, err, errlen), rc, out);
     if (f->size < 8) {
         rc = errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a safetensors file",
                   path, f->size);
-        goto out;
-    }
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        rc = -errno;
-        errf(err, errlen, rc, "%s: mmap: %s", path, ch_strerror(rc));
         goto out;
     }
     const unsigned char *base = f->map;
@@ -381,8 +360,6 @@ int ch_st_open(const char *path, ch_st_file_t **out, char *err, size_t errlen)
     *out = f;
     f = NULL;
 out:
-    if (fd >= 0)
-        close(fd);
     ch_st_close(f);
     return rc;
 }
@@ -391,8 +368,7 @@ void ch_st_close(ch_st_file_t *f)
 {
     if (!f)
         return;
-    if (f->map)
-        munmap(f->map, f->size);
+    ch_file_unmap(f->map, f->size);
     ch_json_free(f->header);
     free(f->tensors);
     free(f->path);

@@ -2,14 +2,10 @@
 #include "tokens.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "err.h"
 #include "util.h"
@@ -36,9 +32,8 @@ __attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, 
 
 int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *err, size_t errlen)
 {
-    int rc = 0, fd = -1;
+    int rc = 0;
     ch_tokens_t *t = NULL;
-    struct stat st;
 
     *out = NULL;
     t = calloc(1, sizeof *t);
@@ -46,27 +41,12 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
         rc = -ENOMEM;
         goto out;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+    rc = ch_file_map(path, &t->map, &t->size, err, errlen);
+    if (rc < 0)
         goto out;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: not a regular file", path);
-        goto out;
-    }
-    t->size = (size_t)st.st_size;
     if (t->size < 4) {
         rc = errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a token file", path,
                   t->size);
-        goto out;
-    }
-    t->map = mmap(NULL, t->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (t->map == MAP_FAILED) {
-        t->map = NULL;
-        rc = -errno;
-        errf(err, errlen, rc, "%s: mmap: %s", path, ch_strerror(rc));
         goto out;
     }
     int32_t magic;
@@ -135,8 +115,6 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
     *out = t;
     t = NULL;
 out:
-    if (fd >= 0)
-        close(fd);
     ch_tokens_close(t);
     return rc;
 }
@@ -145,8 +123,7 @@ void ch_tokens_close(ch_tokens_t *t)
 {
     if (!t)
         return;
-    if (t->map)
-        munmap(t->map, t->size);
+    ch_file_unmap(t->map, t->size);
     free(t);
 }
 

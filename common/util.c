@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -232,6 +233,49 @@ int ch_mkdirs(const char *path, int mode)
     }
     free(p);
     return rc;
+}
+
+int ch_file_map(const char *path, void **map, size_t *size, char *err, size_t errlen)
+{
+    int rc = 0, fd = -1;
+    struct stat st;
+
+    *map = NULL;
+    *size = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", path, ch_strerror(rc));
+        goto out;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = CH_E_FORMAT;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: not a regular file", path);
+        goto out;
+    }
+    if (st.st_size == 0) /* mmap refuses length 0 */
+        goto out;
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+        rc = -errno;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: mmap: %s", path, ch_strerror(rc));
+        goto out;
+    }
+    *map = m;
+    *size = (size_t)st.st_size;
+out:
+    if (fd >= 0)
+        close(fd); /* the mapping stays valid */
+    return rc;
+}
+
+void ch_file_unmap(void *map, size_t size)
+{
+    if (map)
+        munmap(map, size);
 }
 
 /* "host:port", "[v6addr]:port", or ":port" (host "0.0.0.0"). */

@@ -20,6 +20,14 @@ int ch_write_full(int fd, const void *data, size_t len);
 int ch_fsync_dir_of(const char *path);
 /* mkdir -p */
 int ch_mkdirs(const char *path, int mode);
+/* Map a regular file read-only (private). On success *map and *size describe the whole file;
+ * an empty file gives *map == NULL, *size == 0 (nothing to map), which callers needing a
+ * minimum size reject with their own message. Errors: -errno from open or mmap, CH_E_FORMAT
+ * when path is not a regular file; err (errlen bytes, may be NULL) then gets
+ * "<path>: <reason>". Release with ch_file_unmap. */
+int ch_file_map(const char *path, void **map, size_t *size, char *err, size_t errlen);
+/* Undo ch_file_map; a NULL map is a no-op. */
+void ch_file_unmap(void *map, size_t size);
 
 /* Parse "HOST:PORT" into host (NUL-terminated, at most hostlen) and port. */
 int ch_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
