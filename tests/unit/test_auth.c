@@ -11,25 +11,19 @@
 #include "common/err.h"
 #include "common/frame.h"
 #include "common/msg.h"
+#include "support.h"
 
 static char tmpdir[512];
 
 static void setup(void)
 {
     cr_assert_eq(ch_auth_global_init(), 0);
-    const char *base = getenv("CHORUS_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0700);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_auth.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(tmpdir));
+    cr_assert_eq(ts_tmpdir("test_auth", tmpdir, sizeof tmpdir), 0);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(ts_rmrf(tmpdir), 0);
 }
 
 TestSuite(auth, .init = setup, .fini = teardown);

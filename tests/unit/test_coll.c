@@ -22,6 +22,7 @@
 #include "err.h"
 #include "msg.h"
 #include "rank.h"
+#include "support.h"
 #include "util.h"
 
 // ----------------------------------------------------------------------------
@@ -780,8 +781,8 @@ static int killed_peer_child(uint32_t rank, uint32_t n, const char *dir)
 
 Test(coll, killed_peer_process_fails_fast, .timeout = 60)
 {
-    char dir[] = "/tmp/chorus-test-coll-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[512];
+    cr_assert_eq(ts_tmpdir("chorus-test-coll", dir, sizeof dir), 0);
     enum { N = 3 };
     pid_t pids[N];
     for (uint32_t r = 0; r < N; r++) {
@@ -798,12 +799,7 @@ Test(coll, killed_peer_process_fails_fast, .timeout = 60)
         else
             cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: status %d", r, st);
     }
-    for (uint32_t r = 0; r < N; r++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%u", dir, r);
-        unlink(path);
-    }
-    rmdir(dir);
+    cr_expect_eq(ts_rmrf(dir), 0);
 }
 
 // ----------------------------------------------------------------------------

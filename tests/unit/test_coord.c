@@ -17,6 +17,7 @@
 #include "coord.h"
 #include "err.h"
 #include "msg.h"
+#include "support.h"
 #include "util.h"
 
 // ---------------------------------------------------------------------------------------
@@ -92,15 +93,8 @@ static void coord_down(void)
 
 static void setup(void)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
-    char tmpl[200];
     memset(&H, 0, sizeof(H));
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(tmpl, sizeof(tmpl), "%s/test_coord.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(tmpl));
-    snprintf(H.dir, sizeof(H.dir), "%s", tmpl);
+    cr_assert_eq(ts_tmpdir("test_coord", H.dir, sizeof(H.dir)), 0);
     snprintf(H.sock, sizeof(H.sock), "%s/ctl.sock", H.dir);
     cr_assert_eq(ch_auth_global_init(), 0);
     ch_auth_nonce(H.key.bytes); /* 32 random bytes */
@@ -116,9 +110,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[500];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", H.dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(ts_rmrf(H.dir), 0);
 }
 
 TestSuite(coord, .init = setup, .fini = teardown, .timeout = 60);

@@ -9,8 +9,8 @@
 #include "corpus.h"
 #include "data.h"
 #include "err.h"
+#include "support.h"
 #include "tokens.h"
-#include "util.h"
 
 #define T 16
 
@@ -93,11 +93,8 @@ Test(data, a_reopened_source_reads_what_the_first_did)
 
 Test(data, token_file_source_and_its_errors)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
     char dir[512], path[600], err[512];
-    snprintf(dir, sizeof dir, "%s/data-XXXXXX", base && *base ? base : "/tmp");
-    ch_mkdirs(base && *base ? base : "/tmp", 0755);
-    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(ts_tmpdir("data", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/t.bin", dir);
     uint16_t tok[100];
     for (int i = 0; i < 100; i++)
@@ -116,8 +113,7 @@ Test(data, token_file_source_and_its_errors)
     cr_expect_eq(wrk_data_open(path, 100, 100, 1, &d, err, sizeof err), CH_E_FORMAT);
     cr_expect(strstr(err, "too few") != NULL, "%s", err);
     cr_expect_eq(wrk_data_open("builtin", 8, T, 1, &d, err, sizeof err), CH_E_CONFIG);
-    unlink(path);
-    rmdir(dir);
+    cr_expect_eq(ts_rmrf(dir), 0);
 }
 
 /* The number whose digits, least significant first, are s ("74" is 47). */

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "proc.h"
+#include "support.h"
 #include "util.h"
 
 typedef struct outcome {
@@ -47,19 +48,12 @@ static char tmpdir[512];
 
 static void setup(void)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    ch_mkdirs(base, 0755);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_proc.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(tmpdir));
+    cr_assert_eq(ts_tmpdir("test_proc", tmpdir, sizeof tmpdir), 0);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_expect_eq(system(cmd), 0);
+    cr_expect_eq(ts_rmrf(tmpdir), 0);
 }
 
 TestSuite(proc, .init = setup, .fini = teardown, .timeout = 30);

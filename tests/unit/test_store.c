@@ -9,26 +9,18 @@
 
 #include "err.h"
 #include "store.h"
+#include "support.h"
 
 static char dir[512];
 
 static void setup(void)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
-    char tmpl[512];
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(tmpl, sizeof(tmpl), "%s/test_store.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(tmpl));
-    snprintf(dir, sizeof(dir), "%s", tmpl);
+    cr_assert_eq(ts_tmpdir("test_store", dir, sizeof(dir)), 0);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(ts_rmrf(dir), 0);
 }
 
 TestSuite(store, .init = setup, .fini = teardown);

@@ -5,26 +5,19 @@
 #include <string.h>
 
 #include "err.h"
+#include "support.h"
 #include "tokens.h"
-#include "util.h"
 
 static char dir[512];
 
 static void setup(void)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    ch_mkdirs(base, 0755);
-    snprintf(dir, sizeof dir, "%s/tok-XXXXXX", base);
-    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(ts_tmpdir("tok", dir, sizeof dir), 0);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    cr_expect_eq(ts_rmrf(dir), 0);
 }
 
 TestSuite(tokens, .init = setup, .fini = teardown);

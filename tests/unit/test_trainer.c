@@ -13,25 +13,19 @@
 #include "err.h"
 #include "safetensors.h"
 #include "trainer.h"
+#include "support.h"
 #include "util.h"
 
 static char dir[512];
 
 static void setup(void)
 {
-    const char *base = getenv("CHORUS_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    ch_mkdirs(base, 0755);
-    snprintf(dir, sizeof dir, "%s/trainer-XXXXXX", base);
-    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(ts_tmpdir("trainer", dir, sizeof dir), 0);
 }
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    cr_expect_eq(ts_rmrf(dir), 0);
 }
 
 TestSuite(trainer, .init = setup, .fini = teardown, .timeout = 240);
