@@ -183,6 +183,41 @@ int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen)
     return 0;
 }
 
+int coord_job_kill_rank(coord_t *c, coord_job_t *j, uint32_t rank, char *err, size_t errlen)
+{
+    if (!coord_job_is_active(j) || !j->ranks) {
+        snprintf(err, errlen, "job %s is %s: no rank process to kill", j->id,
+                 coord_job_state_name(j->state));
+        return CH_E_STATE;
+    }
+    if (rank >= j->world) {
+        snprintf(err, errlen, "job %s has ranks 0..%u, not %u", j->id, j->world - 1, rank);
+        return -EINVAL;
+    }
+    coord_rank_t *r = &j->ranks[rank];
+    if (!r->holds || r->exited) {
+        snprintf(err, errlen, "job %s rank %u is not running", j->id, rank);
+        return CH_E_STATE;
+    }
+    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    kr.job_id = j->id;
+    kr.generation = j->generation;
+    kr.reason = "kill-rank (fault drill)";
+    kr.n_ranks = 1;
+    kr.ranks = &rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
+    env.kill_ranks = &kr;
+    int rc = coord_node_send(r->node, &env);
+    if (rc < 0) {
+        snprintf(err, errlen, "node %s: %s", r->node->name, ch_strerror(rc));
+        return rc;
+    }
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s kill-rank sent", j->id, j->generation,
+            rank, r->node->name);
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Submission and start
 

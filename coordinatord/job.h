@@ -106,6 +106,9 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
                     coord_node_t *const *nodes, size_t n_nodes);
 /* CH_E_STATE (with err) when the job already ended. */
 int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen);
+/* Fault drill: SIGKILL one running rank through its workerd. The rank's exit then takes
+ * the ordinary failure path. */
+int coord_job_kill_rank(coord_t *c, coord_job_t *j, uint32_t rank, char *err, size_t errlen);
 /* The failure path: job failed with reason, its ranks killed everywhere. */
 void coord_job_fail(coord_t *c, coord_job_t *j, const char *reason);
 

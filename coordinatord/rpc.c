@@ -255,14 +255,17 @@ static void h_cancel(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
         reply_ok(l, req);
 }
 
-/* The fault drill (kill one rank through its workerd) needs a proto message the
- * workers understand; until that issue lands the request is refused explicitly. */
 static void h_kill_rank(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
-    (void)c;
-    coord_link_error(l, req->request_id, -ENOTSUP,
-                     "kill-rank is not supported yet (job %.64s rank %u)", req->kill_rank->job_id,
-                     req->kill_rank->rank);
+    char err[256];
+    coord_job_t *j = find_or_reply(c, l, req, req->kill_rank->job_id);
+    if (!j)
+        return;
+    int rc = coord_job_kill_rank(c, j, req->kill_rank->rank, err, sizeof(err));
+    if (rc < 0)
+        coord_link_error(l, req->request_id, rc, "%s", err);
+    else
+        reply_ok(l, req);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -455,10 +455,24 @@ static void on_rank_close(ch_conn_t *c, int reason, void *ud)
     (void)c;
 }
 
-static void kill_matching(wrk_agent_t *a, const char *job, uint64_t max_gen)
+static int rank_listed(uint32_t rank, const uint32_t *ranks, size_t n)
+{
+    if (n == 0)
+        return 1; /* no list: every rank */
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i] == rank)
+            return 1;
+    return 0;
+}
+
+/* SIGKILL ranks of job (NULL: every job) with generation <= max_gen; with a rank list,
+ * only those ranks. */
+static void kill_matching(wrk_agent_t *a, const char *job, uint64_t max_gen, const uint32_t *ranks,
+                          size_t nranks)
 {
     for (rank_ent_t *e = a->ranks; e; e = e->next) {
-        if (e->proc && (!job || (strcmp(e->job_id, job) == 0 && e->gen <= max_gen))) {
+        if (e->proc && (!job || (strcmp(e->job_id, job) == 0 && e->gen <= max_gen &&
+                                 rank_listed(e->rank, ranks, nranks)))) {
             CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u: SIGKILL", e->job_id, e->gen, e->rank);
             wrk_proc_kill(e->proc, SIGKILL);
         }
@@ -548,7 +562,7 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
     }
     /* A newer generation supersedes: whatever is left of older ones must not linger. */
     if (s->generation > 0)
-        kill_matching(a, s->job_id, s->generation - 1);
+        kill_matching(a, s->job_id, s->generation - 1, NULL, 0);
     if (alive_count(a) + s->n_ranks > a->cfg.slots)
         CH_LOGW("agent", "job=%s gen=%" PRIu64 ": %zu ranks asked, %u slots, %u in use", s->job_id,
                 s->generation, s->n_ranks, a->cfg.slots, alive_count(a));
@@ -676,7 +690,8 @@ static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
     case CHORUS__ENVELOPE__BODY_KILL_RANKS:
         CH_LOGI("agent", "job=%s: kill ranks of gen <= %" PRIu64 " (%s)", env->kill_ranks->job_id,
                 env->kill_ranks->generation, env->kill_ranks->reason);
-        kill_matching(a, env->kill_ranks->job_id, env->kill_ranks->generation);
+        kill_matching(a, env->kill_ranks->job_id, env->kill_ranks->generation,
+                      env->kill_ranks->ranks, env->kill_ranks->n_ranks);
         return;
     default:
         break;
@@ -800,7 +815,7 @@ void wrk_agent_stop(wrk_agent_t *a)
         return;
     a->stopping = 1;
     a->registered = 0;
-    kill_matching(a, NULL, 0);
+    kill_matching(a, NULL, 0, NULL, 0);
     for (rank_ent_t *e = a->ranks; e; e = e->next)
         if (e->link)
             ch_conn_close(e->link);

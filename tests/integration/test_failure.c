@@ -218,3 +218,36 @@ Test(failure, coordinator_restart_keeps_jobs_and_workers)
     }
     ch_json_free(jobs);
 }
+
+Test(failure, kill_rank_drill_fails_the_job_naming_the_rank)
+{
+    h_cluster_t c;
+    h_out_t o = {0};
+    char id[64];
+
+    cr_assert_eq(h_cluster_up(&c, 3, 2), 0);
+    submit(&c, "long.ini", long_diag, id);
+    job_wait_t jw = {.c = &c, .id = id, .state = "running"};
+    cr_assert(h_wait_until(job_in_state, &jw, 20000, 20), "job never ran (state %s: %s)", jw.got,
+              jw.reason);
+
+    /* A rank that does not exist is refused and changes nothing. */
+    cr_assert_eq(h_ctl(&c, &o, "kill-rank", id, "6", NULL), 0);
+    cr_assert_neq(o.status, 0);
+    cr_assert(h_has(o.err, "not 6"), "stderr: %s", o.err);
+    h_out_free(&o);
+
+    cr_assert_eq(h_ctl(&c, &o, "kill-rank", id, "3", NULL), 0);
+    cr_assert_eq(o.status, 0, "stderr: %s", o.err);
+    h_out_free(&o);
+    job_wait_t fw = {.c = &c, .id = id, .state = NULL};
+    cr_assert(h_wait_until(job_in_state, &fw, 10000, 20), "job still %s", fw.got);
+    cr_assert_str_eq(fw.got, "failed", "job ended %s (%s)", fw.got, fw.reason);
+    cr_assert(h_has(fw.reason, "rank 3") && h_has(fw.reason, "signal 9"),
+              "reason does not name rank 3 and its signal: '%s'", fw.reason);
+
+    /* The job has ended: a second drill is refused. */
+    cr_assert_eq(h_ctl(&c, &o, "kill-rank", id, "3", NULL), 0);
+    cr_assert_neq(o.status, 0);
+    h_out_free(&o);
+}

@@ -461,7 +461,7 @@ Test(coord, refusals_name_the_problem)
     kr.job_id = "j1";
     req.body_case = CHORUS__ENVELOPE__BODY_KILL_RANK;
     req.kill_rank = &kr;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), -ENOTSUP);
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), CH_E_NOTFOUND);
     ch_msg_free(resp);
 
     /* A worker link may not use control requests; a control link may not register. */
