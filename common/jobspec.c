@@ -17,6 +17,7 @@
 #include "config.h"
 #include "err.h"
 #include "ini.h"
+#include "tokens.h"
 
 #define WORLD_MAX      (1u << 20)
 #define GEMM_SIZE_MAX  8192
@@ -496,6 +497,27 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
     return 0;
 }
 
+/* The whole token file is checked (format, size, every token < vocab) so a bad file is
+ * refused at submit, before anything is queued, rather than when the rank starts. */
+static int check_tokens(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    char why[512] = "";
+    ch_tokens_t *t = NULL;
+    int rc = ch_tokens_open(j->train.data, j->model.vocab, &t, why, sizeof why);
+    if (rc < 0) {
+        snprintf(err, errlen, "train.data: %s", why[0] ? why : ch_strerror(rc));
+        return CH_E_CONFIG;
+    }
+    size_t n = ch_tokens_count(t);
+    ch_tokens_close(t);
+    if (n <= j->model.seq_len) {
+        snprintf(err, errlen, "train.data: %s holds %zu tokens, fewer than seq_len + 1 = %u",
+                 j->train.data, n, j->model.seq_len + 1);
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
 int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_t errlen)
 {
     int rc = validate_fields(j, err, errlen);
@@ -505,6 +527,8 @@ int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_
         return rc;
     if (j->train.data[0] != '\0' && strcmp(j->train.data, "builtin") != 0) {
         rc = check_file("train.data", j->train.data, err, errlen);
+        if (rc == 0 && j->kind == CH_JOB_TRAIN)
+            rc = check_tokens(j, err, errlen);
         if (rc < 0)
             return rc;
     }

@@ -10,6 +10,7 @@
 
 #include "common/err.h"
 #include "common/jobspec.h"
+#include "common/tokens.h"
 
 static void expect_has(const char *err, const char *needle)
 {
@@ -293,8 +294,26 @@ Test(jobspec, check_files)
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     close(fd);
+    /* An empty file is readable but holds no tokens: refused at submit. */
     strcpy(j.train.data, path);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.data: ");
+    expect_has(err, path);
+
+    /* A token file with enough tokens, all < vocab, is accepted; a token >= vocab is not. */
+    uint16_t tok[200];
+    for (size_t i = 0; i < 200; i++)
+        tok[i] = (uint16_t)(i % j.model.vocab);
+    cr_assert_eq(ch_tokens_write(path, tok, 200), 0);
     cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+    tok[150] = (uint16_t)j.model.vocab;
+    cr_assert_eq(ch_tokens_write(path, tok, 200), 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.data: ");
+    /* Too short for one sequence of seq_len + 1 tokens. */
+    cr_assert_eq(ch_tokens_write(path, tok, 10), 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "fewer than seq_len + 1");
     j.train.data[0] = '\0';
     cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
 
