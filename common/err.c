@@ -1,6 +1,8 @@
 /* Error names and the one libuv -> Chorus conversion (err.h). */
 #include "err.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <uv.h>
 
@@ -64,4 +66,15 @@ int ch_err_from_uv(int uv_status)
     if (is_uv_only(uv_status))
         return -EHOSTUNREACH;
     return uv_status; /* on Linux every other libuv code is a negated errno */
+}
+
+int ch_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

@@ -8,6 +8,7 @@
 #define CH_ERR_H
 
 #include <errno.h>
+#include <stddef.h>
 
 enum {
     CH_E_BASE = 10000,
@@ -32,6 +33,11 @@ enum {
 
 /* Name any code: CH_E_*, negated errno, or a libuv code. Never NULL. */
 const char *ch_strerror(int rc);
+
+/* Write a message into err (when err and errlen are set) and return rc: the idiom of
+ * functions that report "what went wrong" next to their code. */
+int ch_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Convert a libuv status (already a negative errno on Linux) to a Chorus code. */
 int ch_err_from_uv(int uv_status);

@@ -54,18 +54,6 @@ static int dtype_parse(const char *s, ch_st_dtype_t *out)
     return CH_E_FORMAT;
 }
 
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 // ----------------------------------------------------------------------------
 // checksum
 
@@ -209,52 +197,52 @@ static int parse_entry(const char *path, const ch_json_t *e, ch_st_tensor_t *t, 
 {
     const char *name = e->key;
     if (e->type != CH_JSON_OBJECT)
-        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": entry is not an object", path,
-                    name);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": entry is not an object", path,
+                       name);
     for (size_t i = 0; i < e->nkids; i++) {
         const char *k = e->kids[i]->key;
         if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
-            return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": unknown field \"%s\"", path,
-                        name, k);
+            return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": unknown field \"%s\"",
+                           path, name, k);
     }
     const char *dt = ch_json_get_str(e, "dtype");
     const ch_json_t *shape = ch_json_get(e, "shape");
     const ch_json_t *offs = ch_json_get(e, "data_offsets");
     if (!dt || dtype_parse(dt, &t->dtype) < 0)
-        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": missing or unknown dtype", path,
-                    name);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": missing or unknown dtype",
+                       path, name);
     if (!shape || shape->type != CH_JSON_ARRAY || shape->nkids > CH_ST_MAX_DIMS)
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: tensor \"%s\": shape must be an array of at most %d integers", path, name,
-                    CH_ST_MAX_DIMS);
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: tensor \"%s\": shape must be an array of at most %d integers", path,
+                       name, CH_ST_MAX_DIMS);
     if (!offs || offs->type != CH_JSON_ARRAY || offs->nkids != 2 ||
         ch_json_u64(offs->kids[0], &t->begin) < 0 || ch_json_u64(offs->kids[1], &t->end) < 0 ||
         t->begin > t->end)
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: tensor \"%s\": data_offsets must be [begin, end] with begin <= end", path,
-                    name);
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: tensor \"%s\": data_offsets must be [begin, end] with begin <= end",
+                       path, name);
     t->name = name;
     t->ndim = (uint32_t)shape->nkids;
     uint64_t numel = 1;
     int overflow = 0;
     for (uint32_t d = 0; d < t->ndim; d++) {
         if (ch_json_u64(shape->kids[d], &t->shape[d]) < 0)
-            return errf(err, errlen, CH_E_FORMAT,
-                        "%s: tensor \"%s\": shape entry %u is not a non-negative integer", path,
-                        name, d);
+            return ch_errf(err, errlen, CH_E_FORMAT,
+                           "%s: tensor \"%s\": shape entry %u is not a non-negative integer", path,
+                           name, d);
         if (t->shape[d] && numel > UINT64_MAX / t->shape[d])
             overflow = 1;
         numel *= t->shape[d];
     }
     uint64_t esz = ch_st_dtype_size(t->dtype);
     if (overflow || numel > UINT64_MAX / esz)
-        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": shape overflows", path, name);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": shape overflows", path, name);
     t->numel = numel;
     if (numel * esz != t->end - t->begin)
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: tensor \"%s\": %s shape holds %llu bytes but data_offsets span %llu", path,
-                    name, dt, (unsigned long long)(numel * esz),
-                    (unsigned long long)(t->end - t->begin));
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: tensor \"%s\": %s shape holds %llu bytes but data_offsets span %llu",
+                       path, name, dt, (unsigned long long)(numel * esz),
+                       (unsigned long long)(t->end - t->begin));
     return 0;
 }
 
@@ -265,10 +253,10 @@ static int parse_header(ch_st_file_t *f, const char *hdr, size_t hlen, char *err
     lim.max_bytes = ST_MAX_HEADER;
     int rc = ch_json_parse(hdr, hlen, &lim, &f->header, jerr, sizeof jerr);
     if (rc < 0)
-        return errf(err, errlen, CH_E_FORMAT, "%s: header is not valid JSON: %s", f->path, jerr);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: header is not valid JSON: %s", f->path, jerr);
     const ch_json_t *root = f->header;
     if (root->type != CH_JSON_OBJECT)
-        return errf(err, errlen, CH_E_FORMAT, "%s: header is not a JSON object", f->path);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: header is not a JSON object", f->path);
     f->tensors = calloc(root->nkids ? root->nkids : 1, sizeof *f->tensors);
     if (!f->tensors)
         return -ENOMEM;
@@ -276,12 +264,13 @@ static int parse_header(ch_st_file_t *f, const char *hdr, size_t hlen, char *err
         const ch_json_t *e = root->kids[i];
         if (strcmp(e->key, "__metadata__") == 0) {
             if (e->type != CH_JSON_OBJECT)
-                return errf(err, errlen, CH_E_FORMAT, "%s: __metadata__ is not an object", f->path);
+                return ch_errf(err, errlen, CH_E_FORMAT, "%s: __metadata__ is not an object",
+                               f->path);
             for (size_t k = 0; k < e->nkids; k++)
                 if (e->kids[k]->type != CH_JSON_STRING)
-                    return errf(err, errlen, CH_E_FORMAT,
-                                "%s: __metadata__ value \"%s\" is not a string", f->path,
-                                e->kids[k]->key);
+                    return ch_errf(err, errlen, CH_E_FORMAT,
+                                   "%s: __metadata__ value \"%s\" is not a string", f->path,
+                                   e->kids[k]->key);
             f->meta = e;
             continue;
         }
@@ -300,24 +289,24 @@ static int check_offsets(ch_st_file_t *f, uint64_t data_size, char *err, size_t 
     for (size_t i = 0; i < f->ntensors; i++) {
         const ch_st_tensor_t *t = &f->tensors[i];
         if (t->end > data_size)
-            return errf(err, errlen, CH_E_FORMAT,
-                        "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
-                        "data (%llu bytes)",
-                        f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                        (unsigned long long)data_size);
+            return ch_errf(err, errlen, CH_E_FORMAT,
+                           "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
+                           "data (%llu bytes)",
+                           f->path, t->name, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)data_size);
         if (t->begin < pos)
-            return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" overlaps tensor \"%s\"",
-                        f->path, t->name, f->tensors[i - 1].name);
+            return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" overlaps tensor \"%s\"",
+                           f->path, t->name, f->tensors[i - 1].name);
         if (t->begin > pos)
-            return errf(err, errlen, CH_E_FORMAT,
-                        "%s: gap in the data before tensor \"%s\" (offset %llu, expected %llu)",
-                        f->path, t->name, (unsigned long long)t->begin, (unsigned long long)pos);
+            return ch_errf(err, errlen, CH_E_FORMAT,
+                           "%s: gap in the data before tensor \"%s\" (offset %llu, expected %llu)",
+                           f->path, t->name, (unsigned long long)t->begin, (unsigned long long)pos);
         pos = t->end;
     }
     if (pos != data_size)
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: tensors cover %llu bytes but the data section holds %llu", f->path,
-                    (unsigned long long)pos, (unsigned long long)data_size);
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: tensors cover %llu bytes but the data section holds %llu", f->path,
+                       (unsigned long long)pos, (unsigned long long)data_size);
     return 0;
 }
 
@@ -336,20 +325,20 @@ int ch_st_open(const char *path, ch_st_file_t **out, char *err, size_t errlen)
     }
     CH_CHECK_GOTO(ch_file_map(path, &f->map, &f->size, err, errlen), rc, out);
     if (f->size < 8) {
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a safetensors file",
-                  path, f->size);
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a safetensors file",
+                     path, f->size);
         goto out;
     }
     const unsigned char *base = f->map;
     uint64_t hlen = load64(base);
     if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-        rc = errf(err, errlen, CH_E_FORMAT,
-                  "%s: header length %llu does not fit in the file (%zu bytes, limit %u)", path,
-                  (unsigned long long)hlen, f->size, ST_MAX_HEADER);
+        rc = ch_errf(err, errlen, CH_E_FORMAT,
+                     "%s: header length %llu does not fit in the file (%zu bytes, limit %u)", path,
+                     (unsigned long long)hlen, f->size, ST_MAX_HEADER);
         goto out;
     }
     if (hlen < 2 || base[8] != '{') {
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: header does not start with '{'", path);
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: header does not start with '{'", path);
         goto out;
     }
     CH_CHECK_GOTO(parse_header(f, (const char *)base + 8, (size_t)hlen, err, errlen), rc, out);
@@ -467,8 +456,8 @@ int ch_st_read_f32(const ch_st_file_t *f, const ch_st_tensor_t *t, float *dst, c
         }
         return 0;
     default:
-        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": dtype %s is not a float type",
-                    f->path, t->name, ch_st_dtype_name(t->dtype));
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\": dtype %s is not a float type",
+                       f->path, t->name, ch_st_dtype_name(t->dtype));
     }
 }
 
@@ -678,7 +667,7 @@ int ch_st_writer_finish(ch_st_writer_t *w, uint64_t *bytes, uint64_t *checksum, 
         *checksum = ch_hash64_final(&h);
 out:
     if (rc < 0)
-        errf(err, errlen, rc, "%s: write failed: %s", w->path, ch_strerror(rc));
+        ch_errf(err, errlen, rc, "%s: write failed: %s", w->path, ch_strerror(rc));
     if (fd >= 0)
         close(fd);
     if (tmp)

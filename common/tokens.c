@@ -18,18 +18,6 @@ struct ch_tokens {
     ch_tokens_format_t format;
 };
 
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *err, size_t errlen)
 {
     int rc = 0;
@@ -45,8 +33,8 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
     if (rc < 0)
         goto out;
     if (t->size < 4) {
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a token file", path,
-                  t->size);
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: %zu bytes is too short for a token file", path,
+                     t->size);
         goto out;
     }
     int32_t magic;
@@ -55,34 +43,35 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
     if (magic == CH_TOKENS_MAGIC) {
         int32_t hdr[3] = {0, 0, 0};
         if (t->size < CH_TOKENS_HEADER) {
-            rc = errf(err, errlen, CH_E_FORMAT, "%s: truncated llm.c header (%zu bytes, need %d)",
-                      path, t->size, CH_TOKENS_HEADER);
+            rc =
+                ch_errf(err, errlen, CH_E_FORMAT, "%s: truncated llm.c header (%zu bytes, need %d)",
+                        path, t->size, CH_TOKENS_HEADER);
             goto out;
         }
         memcpy(hdr, t->map, sizeof hdr);
         if (hdr[1] != CH_TOKENS_VERSION) {
-            rc = errf(err, errlen, CH_E_FORMAT,
-                      "%s: llm.c token file version %d is not supported (expected %d)", path,
-                      hdr[1], CH_TOKENS_VERSION);
+            rc = ch_errf(err, errlen, CH_E_FORMAT,
+                         "%s: llm.c token file version %d is not supported (expected %d)", path,
+                         hdr[1], CH_TOKENS_VERSION);
             goto out;
         }
         if (hdr[2] <= 0) {
-            rc = errf(err, errlen, CH_E_FORMAT, "%s: header token count %d is not positive", path,
-                      hdr[2]);
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: header token count %d is not positive",
+                         path, hdr[2]);
             goto out;
         }
         size_t want = (size_t)hdr[2] * 2;
         size_t have = t->size - CH_TOKENS_HEADER;
         if (have < want) {
-            rc = errf(err, errlen, CH_E_FORMAT,
-                      "%s: truncated: header says %d tokens (%zu bytes) but %zu bytes follow it",
-                      path, hdr[2], want, have);
+            rc = ch_errf(err, errlen, CH_E_FORMAT,
+                         "%s: truncated: header says %d tokens (%zu bytes) but %zu bytes follow it",
+                         path, hdr[2], want, have);
             goto out;
         }
         if (have > want) {
-            rc = errf(err, errlen, CH_E_FORMAT,
-                      "%s: %zu trailing bytes after the %d tokens the header announces", path,
-                      have - want, hdr[2]);
+            rc = ch_errf(err, errlen, CH_E_FORMAT,
+                         "%s: %zu trailing bytes after the %d tokens the header announces", path,
+                         have - want, hdr[2]);
             goto out;
         }
         t->format = CH_TOKENS_LLMC;
@@ -90,10 +79,10 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
         data_off = CH_TOKENS_HEADER;
     } else {
         if (t->size % 2) {
-            rc = errf(err, errlen, CH_E_FORMAT,
-                      "%s: not an llm.c token file (magic %d) and its size %zu is odd, so not a "
-                      "raw uint16 array either",
-                      path, magic, t->size);
+            rc = ch_errf(err, errlen, CH_E_FORMAT,
+                         "%s: not an llm.c token file (magic %d) and its size %zu is odd, so not a "
+                         "raw uint16 array either",
+                         path, magic, t->size);
             goto out;
         }
         t->format = CH_TOKENS_RAW;
@@ -104,10 +93,10 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
     if (vocab > 0) {
         for (size_t i = 0; i < t->n; i++) {
             if (t->tok[i] >= vocab) {
-                rc = errf(err, errlen, CH_E_FORMAT,
-                          "%s: token %u at index %zu (byte offset %zu) is not below the model "
-                          "vocab %u",
-                          path, t->tok[i], i, data_off + 2 * i, vocab);
+                rc = ch_errf(err, errlen, CH_E_FORMAT,
+                             "%s: token %u at index %zu (byte offset %zu) is not below the model "
+                             "vocab %u",
+                             path, t->tok[i], i, data_off + 2 * i, vocab);
                 goto out;
             }
         }

@@ -24,18 +24,6 @@
 
 #define MANIFEST "manifest.json"
 
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int wrk_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen)
 {
     int n = snprintf(out, outlen, "%s/%s/step-%08" PRIu64, dir, job, step);
@@ -119,7 +107,7 @@ int wrk_ckpt_save(const char *dir, const wrk_ckpt_meta_t *meta, eng_model_t *m,
     int rc;
 
     if (o->n != eng_model_nparams(m))
-        return errf(err, errlen, -EINVAL, "checkpoint: optimizer state does not match model");
+        return ch_errf(err, errlen, -EINVAL, "checkpoint: optimizer state does not match model");
     CH_CHECK_GOTO(wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir), rc, fail);
     CH_CHECK_GOTO(ch_mkdirs(sdir, 0755), rc, fail);
     CH_CHECK_GOTO(shard_path(sdir, meta->rank, path, sizeof path), rc, fail);
@@ -134,8 +122,8 @@ int wrk_ckpt_save(const char *dir, const wrk_ckpt_meta_t *meta, eng_model_t *m,
     return ch_st_writer_finish(w, bytes, checksum, err, errlen);
 fail:
     ch_st_writer_destroy(w);
-    return errf(err, errlen, rc, "%s/%s/step-%08" PRIu64 ": checkpoint: %s", dir, meta->job,
-                meta->step, ch_strerror(rc));
+    return ch_errf(err, errlen, rc, "%s/%s/step-%08" PRIu64 ": checkpoint: %s", dir, meta->job,
+                   meta->step, ch_strerror(rc));
 }
 
 int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
@@ -146,7 +134,7 @@ int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
     size_t len = 0;
     int rc = wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir);
     if (rc < 0)
-        return errf(err, errlen, rc, "%s: checkpoint path too long", dir);
+        return ch_errf(err, errlen, rc, "%s: checkpoint path too long", dir);
     snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
     ch_jw_t j;
     ch_jw_init(&j);
@@ -167,7 +155,7 @@ int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
         rc = ch_file_write_atomic(path, text, len, 0644);
     free(text);
     if (rc < 0)
-        return errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+        return ch_errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
     return 0;
 }
 
@@ -320,14 +308,14 @@ static int meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char 
     const char *v = ch_st_meta(f, key);
     char *end = NULL;
     if (!v || !*v || *v == '-')
-        return errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" missing",
-                    ch_st_path(f), key);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" missing",
+                       ch_st_path(f), key);
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || *end)
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: checkpoint metadata \"%s\" = \"%s\" is not a number", ch_st_path(f), key,
-                    v);
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: checkpoint metadata \"%s\" = \"%s\" is not a number", ch_st_path(f),
+                       key, v);
     *out = x;
     return 0;
 }
@@ -336,8 +324,8 @@ int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, si
 {
     const char *fmt = ch_st_meta(f, "format"), *job = ch_st_meta(f, "job");
     if (!fmt || strcmp(fmt, WRK_CKPT_FORMAT) != 0 || !job)
-        return errf(err, errlen, CH_E_FORMAT, "%s: not a Chorus checkpoint shard (format %s)",
-                    ch_st_path(f), fmt ? fmt : "missing");
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: not a Chorus checkpoint shard (format %s)",
+                       ch_st_path(f), fmt ? fmt : "missing");
     memset(meta, 0, sizeof *meta);
     snprintf(meta->job, sizeof meta->job, "%s", job);
     struct {
@@ -367,8 +355,8 @@ int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, si
         if (rc < 0)
             return rc;
         if (v > fields[i].max)
-            return errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" out of range",
-                        ch_st_path(f), fields[i].key);
+            return ch_errf(err, errlen, CH_E_FORMAT, "%s: checkpoint metadata \"%s\" out of range",
+                           ch_st_path(f), fields[i].key);
         if (fields[i].is32)
             *(uint32_t *)fields[i].dst = (uint32_t)v;
         else
@@ -386,16 +374,16 @@ int wrk_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errle
     snprintf(mpath, sizeof mpath, "%s/" MANIFEST, step_dir);
     int rc = shard_path(step_dir, rank, path, sizeof path);
     if (rc < 0)
-        return errf(err, errlen, rc, "%s: path too long", step_dir);
+        return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
     rc = ch_file_read(mpath, 1u << 24, &text, &len);
     if (rc == -ENOENT)
         return 0;
     if (rc < 0)
-        return errf(err, errlen, rc, "%s: %s", mpath, ch_strerror(rc));
+        return ch_errf(err, errlen, rc, "%s: %s", mpath, ch_strerror(rc));
     rc = ch_json_parse(text, len, NULL, &root, jerr, sizeof jerr);
     free(text);
     if (rc < 0)
-        return errf(err, errlen, CH_E_FORMAT, "%s: %s", mpath, jerr);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: %s", mpath, jerr);
     const ch_json_t *files = ch_json_get(root, "files");
     const char *want = NULL;
     for (size_t i = 0; files && files->type == CH_JSON_ARRAY && i < files->nkids; i++) {
@@ -404,20 +392,20 @@ int wrk_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errle
             want = ch_json_get_str(files->kids[i], "checksum");
     }
     if (!want) {
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: no checksum for rank %" PRIu32, mpath, rank);
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: no checksum for rank %" PRIu32, mpath, rank);
         goto out;
     }
     uint64_t sum = 0, bytes = 0;
     rc = ch_hash64_file(path, &sum, &bytes);
     if (rc < 0) {
-        errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+        ch_errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
         goto out;
     }
     char have[20];
     snprintf(have, sizeof have, "%016" PRIx64, sum);
     if (strcmp(have, want) != 0)
-        rc = errf(err, errlen, CH_E_FORMAT, "%s: checksum %s does not match the manifest's %s",
-                  path, have, want);
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: checksum %s does not match the manifest's %s",
+                     path, have, want);
 out:
     ch_json_free(root);
     return rc;
@@ -432,10 +420,10 @@ static int load_tensor(const ch_st_file_t *f, const char *prefix, const eng_tens
     const ch_st_tensor_t *st = ch_st_find(f, name);
     int rc = stored_numel(t, &n);
     if (rc < 0)
-        return errf(err, errlen, rc, "%s: %s: sharded tensors are not supported yet", ch_st_path(f),
-                    name);
+        return ch_errf(err, errlen, rc, "%s: %s: sharded tensors are not supported yet",
+                       ch_st_path(f), name);
     if (!st)
-        return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f), name);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f), name);
     if (st->dtype != CH_ST_F32 || st->ndim != t->ndim || st->shape[0] != t->shape[0] ||
         (t->ndim == 2 && st->shape[1] != t->shape[1])) {
         char want[32];
@@ -443,11 +431,11 @@ static int load_tensor(const ch_st_file_t *f, const char *prefix, const eng_tens
             snprintf(want, sizeof want, "[%u, %u]", t->shape[0], t->shape[1]);
         else
             snprintf(want, sizeof want, "[%u]", t->shape[0]);
-        return errf(err, errlen, CH_E_FORMAT,
-                    "%s: tensor \"%s\" is %s with %u dims (first %" PRIu64
-                    "), the model wants F32 %s",
-                    ch_st_path(f), name, ch_st_dtype_name(st->dtype), st->ndim,
-                    st->ndim ? st->shape[0] : 0, want);
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: tensor \"%s\" is %s with %u dims (first %" PRIu64
+                       "), the model wants F32 %s",
+                       ch_st_path(f), name, ch_st_dtype_name(st->dtype), st->ndim,
+                       st->ndim ? st->shape[0] : 0, want);
     }
     float *dst = slab + t->offset;
     memcpy(dst, st->data, n * sizeof(float));
@@ -464,29 +452,30 @@ int wrk_ckpt_restore(const char *step_dir, const wrk_ckpt_meta_t *expect, eng_mo
     int rc;
 
     if ((rc = shard_path(step_dir, expect->rank, path, sizeof path)) < 0)
-        return errf(err, errlen, rc, "%s: path too long", step_dir);
+        return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
     CH_CHECK_GOTO(wrk_ckpt_verify(step_dir, expect->rank, err, errlen), rc, out);
     CH_CHECK_GOTO(ch_st_open(path, &f, err, errlen), rc, out);
     CH_CHECK_GOTO(wrk_ckpt_meta_of(f, &got, err, errlen), rc, out);
     if (got.layout.tp != expect->layout.tp || got.layout.pp != expect->layout.pp ||
         got.layout.dp != expect->layout.dp || got.world != expect->world ||
         got.rank != expect->rank) {
-        rc = errf(err, errlen, CH_E_CONFIG,
-                  "%s: checkpoint of layout tp=%u pp=%u dp=%u (rank %u of %u) cannot resume "
-                  "layout tp=%u pp=%u dp=%u (rank %u of %u); export it and start from the file",
-                  path, got.layout.tp, got.layout.pp, got.layout.dp, got.rank, got.world,
-                  expect->layout.tp, expect->layout.pp, expect->layout.dp, expect->rank,
-                  expect->world);
+        rc = ch_errf(err, errlen, CH_E_CONFIG,
+                     "%s: checkpoint of layout tp=%u pp=%u dp=%u (rank %u of %u) cannot resume "
+                     "layout tp=%u pp=%u dp=%u (rank %u of %u); export it and start from the file",
+                     path, got.layout.tp, got.layout.pp, got.layout.dp, got.rank, got.world,
+                     expect->layout.tp, expect->layout.pp, expect->layout.dp, expect->rank,
+                     expect->world);
         goto out;
     }
     const eng_config_t *a = &got.cfg, *b = &expect->cfg;
     if (a->layers != b->layers || a->heads != b->heads || a->embd != b->embd ||
         a->vocab != b->vocab || a->padded_vocab != b->padded_vocab || a->seq_len != b->seq_len) {
-        rc = errf(err, errlen, CH_E_CONFIG,
-                  "%s: checkpoint model (layers %u heads %u embd %u vocab %u seq_len %u) differs "
-                  "from the job's (layers %u heads %u embd %u vocab %u seq_len %u)",
-                  path, a->layers, a->heads, a->embd, a->vocab, a->seq_len, b->layers, b->heads,
-                  b->embd, b->vocab, b->seq_len);
+        rc =
+            ch_errf(err, errlen, CH_E_CONFIG,
+                    "%s: checkpoint model (layers %u heads %u embd %u vocab %u seq_len %u) differs "
+                    "from the job's (layers %u heads %u embd %u vocab %u seq_len %u)",
+                    path, a->layers, a->heads, a->embd, a->vocab, a->seq_len, b->layers, b->heads,
+                    b->embd, b->vocab, b->seq_len);
         goto out;
     }
     uint64_t t;

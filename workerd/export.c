@@ -12,18 +12,6 @@
 #include "err.h"
 #include "safetensors.h"
 
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static int is_model_tensor(const char *name)
 {
     return strncmp(name, "optim.", 6) != 0;
@@ -40,19 +28,19 @@ static int check_complete(const ch_st_file_t *f, const eng_config_t *cfg, char *
     char name[96];
     const ch_st_tensor_t *wte = ch_st_find(f, "wte.weight");
     if (!wte || wte->ndim != 2 || wte->shape[0] != cfg->vocab || wte->shape[1] != cfg->embd)
-        return errf(err, errlen, CH_E_FORMAT, "%s: wte.weight missing or not [%u, %u]",
-                    ch_st_path(f), cfg->vocab, cfg->embd);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: wte.weight missing or not [%u, %u]",
+                       ch_st_path(f), cfg->vocab, cfg->embd);
     const char *top[] = {"wpe.weight", "ln_f.weight", "ln_f.bias"};
     for (size_t i = 0; i < 3; i++)
         if (!ch_st_find(f, top[i]))
-            return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
-                        top[i]);
+            return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
+                           top[i]);
     for (uint32_t l = 0; l < cfg->layers; l++) {
         for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
             snprintf(name, sizeof name, "h.%u.%s", l, block[i]);
             if (!ch_st_find(f, name))
-                return errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
-                            name);
+                return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
+                               name);
         }
     }
     return 0;
@@ -70,7 +58,7 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
         err[0] = '\0';
     if ((size_t)snprintf(path, sizeof path, "%s/rank-00000.safetensors", ckpt_step_dir) >=
         sizeof path)
-        return errf(err, errlen, -ENAMETOOLONG, "%s: path too long", ckpt_step_dir);
+        return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", ckpt_step_dir);
     rc = wrk_ckpt_verify(ckpt_step_dir, 0, err, errlen);
     if (rc < 0)
         goto out;
@@ -82,10 +70,10 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
         goto out;
     const char *shard = ch_st_meta(f, "shard");
     if (meta.world != 1 || !shard || strcmp(shard, "full") != 0) {
-        rc = errf(err, errlen, CH_E_CONFIG,
-                  "%s: a checkpoint of world size %u (tp=%u pp=%u dp=%u) has sliced shards; "
-                  "joining them needs the parallel engine's export (coming)",
-                  ckpt_step_dir, meta.world, meta.layout.tp, meta.layout.pp, meta.layout.dp);
+        rc = ch_errf(err, errlen, CH_E_CONFIG,
+                     "%s: a checkpoint of world size %u (tp=%u pp=%u dp=%u) has sliced shards; "
+                     "joining them needs the parallel engine's export (coming)",
+                     ckpt_step_dir, meta.world, meta.layout.tp, meta.layout.pp, meta.layout.dp);
         goto out;
     }
     rc = check_complete(f, &meta.cfg, err, errlen);
@@ -99,8 +87,8 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
         if (!is_model_tensor(t->name))
             continue;
         if (t->dtype != CH_ST_F32) {
-            rc = errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path,
-                      t->name, ch_st_dtype_name(t->dtype));
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path,
+                         t->name, ch_st_dtype_name(t->dtype));
             break;
         }
         rc = ch_st_writer_add(w, t->name, CH_ST_F32, t->ndim, t->shape, t->data);
@@ -123,7 +111,7 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
     }
     if (rc < 0) {
         if (err && errlen && !err[0])
-            errf(err, errlen, rc, "%s: %s", out_file, ch_strerror(rc));
+            ch_errf(err, errlen, rc, "%s: %s", out_file, ch_strerror(rc));
         goto out;
     }
     /* data is borrowed from f's mapping, which stays open until after the write */

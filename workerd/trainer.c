@@ -29,18 +29,6 @@ struct wrk_trainer {
     double peak_flops;
 };
 
-__attribute__((format(printf, 4, 5))) static int errf(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 double wrk_measure_peak_flops(int n, double seconds)
 {
     float *a = calloc((size_t)n * n, sizeof *a), *b = calloc((size_t)n * n, sizeof *b);
@@ -75,16 +63,16 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
     wrk_trainer_t *t = NULL;
     *out = NULL;
     if (spec->kind != CH_JOB_TRAIN)
-        return errf(err, errlen, CH_E_CONFIG, "job.kind: %s is not a training job",
-                    ch_job_kind_name(spec->kind));
+        return ch_errf(err, errlen, CH_E_CONFIG, "job.kind: %s is not a training job",
+                       ch_job_kind_name(spec->kind));
     rc = ch_jobspec_validate(spec, 0, err, errlen);
     if (rc < 0)
         return rc;
     if (spec->parallel.tp != 1 || spec->parallel.pp != 1 || spec->parallel.dp != 1)
-        return errf(err, errlen, CH_E_CONFIG,
-                    "parallel: layout tp=%u pp=%u dp=%u: 3D parallel training needs the "
-                    "parallel engine (coming); use tp = pp = dp = 1",
-                    spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel: layout tp=%u pp=%u dp=%u: 3D parallel training needs the "
+                       "parallel engine (coming); use tp = pp = dp = 1",
+                       spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
     t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
@@ -105,7 +93,7 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
         goto out;
     rc = eng_model_create(&t->cfg, B, spec->train.seed, &t->model);
     if (rc < 0) {
-        errf(err, errlen, rc, "model: %s", ch_strerror(rc));
+        ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
         goto out;
     }
     t->cfg = *eng_model_config(t->model);
@@ -124,7 +112,7 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
     t = NULL;
 out:
     if (rc < 0 && err && errlen && !err[0])
-        errf(err, errlen, rc, "trainer: %s", ch_strerror(rc));
+        ch_errf(err, errlen, rc, "trainer: %s", ch_strerror(rc));
     wrk_trainer_destroy(t);
     return rc;
 }
@@ -175,7 +163,7 @@ int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t 
         const ch_st_tensor_t *st = find_hf(f, mt->name);
         size_t full = (size_t)mt->shape[0] * (mt->ndim == 2 ? mt->shape[1] : 1);
         if (!st) {
-            rc = errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", path, mt->name);
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", path, mt->name);
             goto out;
         }
         if (st->ndim != mt->ndim || st->shape[0] != mt->shape[0] ||
@@ -184,14 +172,14 @@ int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t 
             uint64_t wdims[2] = {mt->shape[0], mt->shape[1]};
             shape_str(have, sizeof have, st->ndim, st->shape);
             shape_str(want, sizeof want, mt->ndim, wdims);
-            rc = errf(err, errlen, CH_E_FORMAT,
-                      "%s: tensor \"%s\" has shape %s but the job's model needs %s (check "
-                      "[model] against the file)",
-                      path, st->name, have, want);
+            rc = ch_errf(err, errlen, CH_E_FORMAT,
+                         "%s: tensor \"%s\" has shape %s but the job's model needs %s (check "
+                         "[model] against the file)",
+                         path, st->name, have, want);
             goto out;
         }
         if (mt->numel < full) {
-            rc = errf(err, errlen, -ENOTSUP, "%s: sharded tensors are not supported yet", path);
+            rc = ch_errf(err, errlen, -ENOTSUP, "%s: sharded tensors are not supported yet", path);
             goto out;
         }
         rc = ch_st_read_f32(f, st, params + mt->offset, err, errlen);
@@ -226,17 +214,17 @@ int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen
     wrk_ckpt_meta_t expect;
     uint64_t got = 0;
     if (!t->spec.checkpoint.dir[0])
-        return errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
+        return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
     int rc = wrk_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
     if (rc < 0)
-        return errf(err, errlen, rc, "checkpoint.dir: path too long");
+        return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
     fill_meta(t, &expect);
     rc = wrk_ckpt_restore(sdir, &expect, t->model, &t->optim, &got, err, errlen);
     if (rc < 0)
         return rc;
     if (got != step || got > (uint64_t)t->spec.train.steps)
-        return errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64, sdir,
-                    got, step);
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64,
+                       sdir, got, step);
     t->next_step = step;
     return 0;
 }
@@ -258,7 +246,7 @@ int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     wrk_ckpt_file_t file = {0, 0, 0};
     const char *dir = t->spec.checkpoint.dir;
     if (!dir[0])
-        return errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
+        return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
     fill_meta(t, &meta);
     int rc =
         wrk_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
