@@ -1,5 +1,6 @@
 /* Integration-test harness (see harness.h). */
 #include "harness.h"
+#include "support.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,19 +48,6 @@ void h_bin(const char *name, char out[PATH_MAX])
 {
     const char *dir = getenv("CHORUS_BIN_DIR");
     snprintf(out, PATH_MAX, "%s/%s", dir && *dir ? dir : "build/bin", name);
-}
-
-int h_tmpdir(const char *tag, char *out, size_t n)
-{
-    const char *base = getenv("CHORUS_TEST_TMP");
-    base = base && *base ? base : "/tmp";
-    int rc = ch_mkdirs(base, 0755);
-    if (rc < 0)
-        return rc;
-    int len = snprintf(out, n, "%s/%s.XXXXXX", base, tag);
-    if (len < 0 || (size_t)len >= n)
-        return -ENAMETOOLONG;
-    return mkdtemp(out) ? 0 : -errno;
 }
 
 // ----------------------------------------------------------------------------
@@ -253,7 +241,7 @@ int h_cluster_up(h_cluster_t *c, int nodes, int slots)
     ch_json_t *j = NULL;
 
     memset(c, 0, sizeof *c);
-    int rc = h_tmpdir("cl", c->dir, sizeof c->dir);
+    int rc = ts_tmpdir("cl", c->dir, sizeof c->dir);
     if (rc < 0)
         return rc;
     snprintf(c->sock, sizeof c->sock, "%s/ctl.sock", c->dir);

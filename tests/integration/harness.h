@@ -44,8 +44,6 @@ typedef struct h_cluster {
 
 /* Path of a binary in $CHORUS_BIN_DIR (static buffer per call site is not kept: out). */
 void h_bin(const char *name, char out[PATH_MAX]);
-/* Make a fresh directory $CHORUS_TEST_TMP/<tag>.XXXXXX into out (n bytes). */
-int h_tmpdir(const char *tag, char *out, size_t n);
 
 /* Run argv (argv[0] a path) with a deadline; capture stdout and stderr.
  * -ETIMEDOUT (the child is killed) when it runs past timeout_ms. */

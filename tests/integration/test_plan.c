@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "support.h"
 
 TestSuite(plan, .timeout = 60);
 
@@ -19,7 +20,7 @@ static const char gpt2_124m[] = "[job]\nname = gpt2-124m\n"
 static void write_job(char *path, size_t n, const char *name, const char *text)
 {
     char dir[PATH_MAX];
-    cr_assert_eq(h_tmpdir("plan", dir, sizeof dir), 0);
+    cr_assert_eq(ts_tmpdir("plan", dir, sizeof dir), 0);
     snprintf(path, n, "%s/%s", dir, name);
     cr_assert_eq(h_write_file(path, text), 0);
 }
