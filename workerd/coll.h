@@ -106,6 +106,9 @@ uint32_t wrk_coll_group_size(const wrk_coll_group_t *g);
 uint32_t wrk_coll_group_index(const wrk_coll_group_t *g);                /* the caller's index */
 uint32_t wrk_coll_group_rank(const wrk_coll_group_t *g, uint32_t index); /* world rank */
 const char *wrk_coll_group_name(const wrk_coll_group_t *g);
+/* How the group's collectives move data: "shm" (UCX backend, every member on this host,
+ * through a shared segment), "ucx" (UCX messages) or "nccl". */
+const char *wrk_coll_group_transport(const wrk_coll_group_t *g);
 
 /* Operations. peer and root are indices in the group. A successful start hands back *req
  * (caller owns it: wrk_coll_req_free). */
@@ -149,6 +152,10 @@ typedef enum {
     WRK_COLL_OP_BARRIER,
 } wrk_coll_op_kind_t;
 
+/* out = a op b elementwise (fp32), out may alias a or b. Elementwise and commutative, so
+ * the bits depend only on the operands. */
+void wrk_coll_reduce(wrk_coll_redop_t op, float *out, const float *a, const float *b, size_t n);
+
 /* "allreduce", "reduce_scatter", ... (metric names, logs). */
 const char *wrk_coll_op_name(wrk_coll_op_kind_t kind);
 
@@ -168,7 +175,8 @@ typedef struct wrk_coll_backend {
     void (*fini)(wrk_coll_t *c);
     int (*group_init)(wrk_coll_group_t *g, int timeout_ms); /* sets g->be */
     void (*group_fini)(wrk_coll_group_t *g);
-    int (*start)(wrk_coll_req_t *r);     /* r->g, r->a set; sets r->be */
+    const char *(*transport)(const wrk_coll_group_t *g); /* NULL: the backend's name */
+    int (*start)(wrk_coll_req_t *r);                     /* r->g, r->a set; sets r->be */
     int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
     int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
     void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */

@@ -25,15 +25,20 @@
  *   all run on this host (LOCAL_WORLD_SIZE == WORLD_SIZE) and whose user left UCX_TLS unset
  *   gets shared memory without CMA (pick_transports). UCX would otherwise move large
  *   messages by process_vm_readv, which on the paravirtualised CI machines collapses when
- *   both ranks copy at once. Copying through shared memory costs two copies per byte, so on
- *   one host a 2-rank allreduce tops out near 1/3 of single-threaded memcpy bandwidth.
+ *   both ranks copy at once.
+ * - Groups whose members all run on this host (up to WRK_SHM_MAX_MEMBERS) move the data of
+ *   allreduce, reduce_scatter, allgather and broadcast through a shared segment instead
+ *   (coll_shm.h): UCX's shared-memory transport copies every byte twice, into its FIFO and
+ *   out, while the segment lets each member reduce its block straight from the others'
+ *   staged pieces. Set up when the group is created (shm_setup); CHORUS_COLL_SHM=0 turns it
+ *   off. p2p and barrier stay on UCX.
  * - Fixed reduction order: in the ring each block is accumulated along the ring starting
  *   at a fixed member, then copied to the others; in recursive doubling both partners add
  *   the same two values (IEEE addition is commutative). Same size + same group => the same
  *   bits on every member, every run. */
 #include "coll.h"
 
-#include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +47,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "coll_shm.h"
 #include "err.h"
 #include "log.h"
 #include "util.h"
@@ -108,7 +114,7 @@ typedef struct ucx_op {
     wrk_coll_req_t *r;
     struct ucx_op *prev, *next; /* active list */
     int rc;                     /* 1 pending, 0 done, < 0 failed */
-    int is_pipe;
+    int is_pipe, is_shm;
     uint32_t seq;
     /* rounds */
     round_t *rounds;
@@ -118,6 +124,8 @@ typedef struct ucx_op {
     float *acc;
     /* pipe */
     pipe_t p;
+    /* same-host shared memory (coll_shm.h) */
+    wrk_shm_op_t shm;
     void *scratch;
     size_t scratch_cap;
 } ucx_op_t;
@@ -146,6 +154,7 @@ struct ucx_ctx {
     char host[HOST_ID_LEN];
     pid_t pid;
     uint64_t last_liveness_ms;
+    int shm_enabled; /* CHORUS_COLL_SHM is not "0" */
 };
 
 /* The one UCX -> Chorus error conversion. */
@@ -175,49 +184,6 @@ static int ucx_err(ucs_status_t st)
     default:
         CH_LOGE("coll", "ucx: %s", ucs_status_string(st));
         return CH_E_UCX;
-    }
-}
-
-// ----------------------------------------------------------------------------
-// reductions: out = a op b, elementwise; fixed order per element
-
-static float max_f32(float a, float b)
-{
-    if (isnan(a) || isnan(b))
-        return NAN;
-    if (a == b) /* +0 and -0: the same answer whichever comes first */
-        return signbit(a) ? b : a;
-    return a > b ? a : b;
-}
-
-/* 8 floats at a time with GCC/Clang vector extensions: the build's -O2 does not vectorize
- * this loop by itself. Loads go through memcpy (unaligned is fine), and both operands are
- * loaded before the store, so out may be a or b. Elementwise, so the bits do not depend on
- * the vector width. */
-typedef float v8f __attribute__((vector_size(32)));
-
-static void reduce_sum(float *out, const float *a, const float *b, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f x, y;
-        memcpy(&x, a + i, sizeof x);
-        memcpy(&y, b + i, sizeof y);
-        x += y;
-        memcpy(out + i, &x, sizeof x);
-    }
-    for (; i < n; i++)
-        out[i] = a[i] + b[i];
-}
-
-/* out = in op own, where out may alias either. */
-static void reduce(wrk_coll_redop_t op, float *out, const float *in, const float *own, size_t n)
-{
-    if (op == WRK_COLL_MAX) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = max_f32(in[i], own[i]);
-    } else {
-        reduce_sum(out, in, own, n);
     }
 }
 
@@ -467,7 +433,7 @@ static int rounds_advance(ucx_op_t *o)
         if (rs || rr)
             return 1;
         if (rd->reduce)
-            reduce(op, o->acc, rd->rbuf, o->acc, rd->rbytes / sizeof(float));
+            wrk_coll_reduce(op, o->acc, rd->rbuf, o->acc, rd->rbytes / sizeof(float));
         o->cur++;
         o->posted = 0;
     }
@@ -702,7 +668,7 @@ static int pipe_advance(ucx_op_t *o)
             if (rc)
                 break;
             if (out)
-                reduce(op, (float *)out, (const float *)dst, (const float *)own, len / 4);
+                wrk_coll_reduce(op, (float *)out, (const float *)dst, (const float *)own, len / 4);
             p->rdone++;
             moved = 1;
         }
@@ -794,6 +760,11 @@ static int build(ucx_ctx_t *u, ucx_op_t *o)
     p->sbuf = a->sendbuf, p->rbuf = a->recvbuf;
     p->speer = (me + 1) % n, p->rpeer = (me + n - 1) % n;
     p->has_send = p->has_recv = 1;
+    if (g->be && wrk_shm_supports(a)) {
+        o->is_shm = 1;
+        wrk_shm_op_init(g->be, &o->shm, a);
+        return 0;
+    }
 
     switch (a->kind) {
     case WRK_COLL_OP_SEND:
@@ -868,28 +839,34 @@ static void op_unlink(ucx_ctx_t *u, ucx_op_t *o)
     o->prev = o->next = NULL;
 }
 
-static void op_advance(ucx_ctx_t *u, ucx_op_t *o)
+/* 1 when the operation moved (finished, or copied through shared memory). */
+static int op_advance(ucx_ctx_t *u, ucx_op_t *o)
 {
     if (o->rc <= 0)
-        return;
-    int rc = o->is_pipe ? pipe_advance(o) : rounds_advance(o);
+        return 0;
+    int moved = 0;
+    int rc = o->is_shm    ? wrk_shm_op_advance(o->r->g->be, &o->shm, &moved)
+             : o->is_pipe ? pipe_advance(o)
+                          : rounds_advance(o);
     if (rc > 0 && atomic_load(&o->r->g->failed))
         rc = CH_E_ABORTED;
     if (rc <= 0) {
         o->rc = rc;
         op_unlink(u, o);
+        moved = 1;
     }
+    return moved;
 }
 
+/* How many operations moved. */
 static int advance_all(ucx_ctx_t *u)
 {
-    int finished = 0;
+    int moved = 0;
     for (ucx_op_t *o = u->active, *next; o; o = next) {
         next = o->next;
-        op_advance(u, o);
-        finished += o->rc <= 0;
+        moved += op_advance(u, o);
     }
-    return finished;
+    return moved;
 }
 
 /* A process that no longer runs: gone, or a zombie its parent has not reaped yet. */
@@ -1070,6 +1047,8 @@ static int ucx_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
         return -ENOMEM;
     u->c = c;
     u->pid = getpid();
+    const char *shm = getenv("CHORUS_COLL_SHM");
+    u->shm_enabled = !shm || strcmp(shm, "0") != 0;
     host_id(u->host, sizeof u->host);
     u->peers = calloc(c->world_size, sizeof *u->peers);
     if (!u->peers) {
@@ -1206,6 +1185,77 @@ static void ucx_abort(wrk_coll_t *c)
         u->peers[i].failed = 1;
 }
 
+static void ucx_group_fini(wrk_coll_group_t *g);
+
+/* Run one operation of g to completion inside the backend (group setup). */
+static int run_blocking(wrk_coll_group_t *g, const wrk_coll_args_t *a, int timeout_ms)
+{
+    wrk_coll_req_t r = {.g = g, .a = *a, .rc = 1};
+    int rc = ucx_start(&r);
+    if (rc < 0)
+        return rc;
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    while ((rc = ucx_test(&r)) > 0) {
+        if (ch_now_ms() >= deadline) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        if (!ucx_progress(g->c))
+            sched_yield();
+    }
+    ucx_req_fini(&r);
+    return rc;
+}
+
+/* Same-host shared memory for a group whose members all run on this host (coll_shm.h):
+ * member 0 creates the segment and broadcasts its reference, the others attach, and an
+ * allreduce tells everyone whether all of them did; if not, the group keeps to UCX
+ * messages. Every member of an all-local group takes part, whatever it can do, so the
+ * group's collective numbering stays the same everywhere. */
+static int shm_setup(wrk_coll_group_t *g, int timeout_ms)
+{
+    ucx_ctx_t *u = g->c->be;
+    if (g->n < 2 || g->n > WRK_SHM_MAX_MEMBERS)
+        return 0;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (i != g->me && !u->peers[g->ranks[i]].local)
+            return 0;
+    char ref[WRK_SHM_REF_MAX] = "";
+    wrk_shm_t *s = NULL;
+    int rc = 0;
+    if (g->me == 0 && u->shm_enabled && (rc = wrk_shm_create(g->n, &s, ref)) < 0)
+        CH_LOGW("coll", "rank %u: %s: no shared-memory segment: %s", g->c->rank, g->name,
+                ch_strerror(rc));
+    wrk_coll_args_t bc = {
+        .kind = WRK_COLL_OP_BROADCAST, .recvbuf = ref, .count = sizeof ref, .dt = WRK_COLL_U8};
+    CH_CHECK_GOTO(run_blocking(g, &bc, timeout_ms), rc, out);
+    ref[sizeof ref - 1] = 0;
+    if (g->me != 0 && u->shm_enabled && ref[0] && (rc = wrk_shm_attach(ref, g->n, g->me, &s)) < 0)
+        CH_LOGW("coll", "rank %u: %s: cannot map %s: %s", g->c->rank, g->name, ref,
+                ch_strerror(rc));
+    float missing = s ? 0.0f : 1.0f;
+    wrk_coll_args_t ar = {.kind = WRK_COLL_OP_ALLREDUCE,
+                          .sendbuf = &missing,
+                          .recvbuf = &missing,
+                          .count = 1,
+                          .dt = WRK_COLL_F32,
+                          .op = WRK_COLL_MAX};
+    CH_CHECK_GOTO(run_blocking(g, &ar, timeout_ms), rc, out);
+    if (missing == 0.0f) {
+        wrk_shm_seal(s);
+        g->be = s;
+        s = NULL;
+        CH_LOGD("coll", "rank %u: %s: %u members through shared memory", g->c->rank, g->name, g->n);
+    } else if (g->me == 0) {
+        CH_LOGI("coll", "%s: all %u members on this host, but %s; collectives go through UCX",
+                g->name, g->n,
+                u->shm_enabled ? "not all could map shared memory" : "CHORUS_COLL_SHM=0");
+    }
+out:
+    wrk_shm_destroy(s);
+    return rc;
+}
+
 static int ucx_group_init(wrk_coll_group_t *g, int timeout_ms)
 {
     ucx_ctx_t *u = g->c->be;
@@ -1227,17 +1277,27 @@ static int ucx_group_init(wrk_coll_group_t *g, int timeout_ms)
                 return rc;
         }
     u->groups[u->ngroups++] = g;
-    return 0;
+    int rc = shm_setup(g, timeout_ms);
+    if (rc < 0)
+        ucx_group_fini(g);
+    return rc;
 }
 
 static void ucx_group_fini(wrk_coll_group_t *g)
 {
     ucx_ctx_t *u = g->c->be;
+    wrk_shm_destroy(g->be);
+    g->be = NULL;
     for (size_t i = 0; i < u->ngroups; i++)
         if (u->groups[i] == g) {
             u->groups[i] = u->groups[--u->ngroups];
             break;
         }
+}
+
+static const char *ucx_transport(const wrk_coll_group_t *g)
+{
+    return g->be ? "shm" : "ucx";
 }
 
 static int ucx_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
@@ -1269,6 +1329,7 @@ const wrk_coll_backend_t wrk_coll_ucx_backend = {
     .fini = ucx_fini,
     .group_init = ucx_group_init,
     .group_fini = ucx_group_fini,
+    .transport = ucx_transport,
     .start = ucx_start,
     .progress = ucx_progress,
     .test = ucx_test,

@@ -140,6 +140,12 @@ static int rank_main(uint32_t rank, uint32_t n, const char *dir, int out_fd)
         rc = wrk_coll_create(&cfg, &c);
     if (rc == 0)
         rc = wrk_coll_group_layout(c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g);
+    if (rc == 0 && rank == 0) {
+        char tr[8] = {0};
+        snprintf(tr, sizeof tr, "%s", wrk_coll_group_transport(g));
+        if (write(out_fd, tr, sizeof tr) != sizeof tr)
+            rc = -EIO;
+    }
     if (rc == 0) {
         for (size_t i = 0; i < MAX_BYTES / sizeof(float); i++)
             send[i] = (float)((i + rank) % 7), recv[i] = 0;
@@ -173,8 +179,8 @@ static void set_rank_env(uint32_t rank, uint32_t n)
     setenv("LOCAL_WORLD_SIZE", v, 1);
 }
 
-/* secs[op][k] from n forked ranks. */
-static int run_chorus(uint32_t n, double secs[NOPS][NSIZES])
+/* secs[op][k] from n forked ranks; transport: how the group moved data. */
+static int run_chorus(uint32_t n, double secs[NOPS][NSIZES], char transport[8])
 {
     char dir[] = "/tmp/chorus-bench-coll-XXXXXX";
     if (!mkdtemp(dir))
@@ -192,7 +198,8 @@ static int run_chorus(uint32_t n, double secs[NOPS][NSIZES])
         }
     }
     close(fds[1]);
-    int rc = 0;
+    int rc = read(fds[0], transport, 8) == 8 ? 0 : -EIO;
+    transport[7] = 0;
     for (int op = 0; op < NOPS && rc == 0; op++)
         for (int k = 0; k < NSIZES && rc == 0; k++)
             if (read(fds[0], &secs[op][k], sizeof(double)) != sizeof(double))
@@ -299,7 +306,8 @@ int main(void)
     for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
         uint32_t n = ranks[ri];
         double secs[NOPS][NSIZES] = {{0}}, mpi[NSIZES] = {0};
-        int rc = run_chorus(n, secs);
+        char transport[8] = "";
+        int rc = run_chorus(n, secs, transport);
         if (rc < 0) {
             fprintf(stderr, "%u ranks: %s\n", n, ch_strerror(rc));
             status = 1;
@@ -308,7 +316,7 @@ int main(void)
         int have_mpi = run_mpi(n, mpi) == 0;
         if (!have_mpi)
             printf("(no MPI reference: mpirun or chorus-bench-mpi-ref missing or failed)\n");
-        printf("\n%u ranks, busbw GB/s%s\n%10s %12s %15s %12s%s\n", n,
+        printf("\n%u ranks through %s, busbw GB/s%s\n%10s %12s %15s %12s%s\n", n, transport,
                have_mpi ? " (mpi: MPI_Allreduce)" : "", "size", "allreduce", "reduce_scatter",
                "allgather", have_mpi ? "          mpi" : "");
         for (int k = 0; k < NSIZES; k++) {

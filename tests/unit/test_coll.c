@@ -375,6 +375,84 @@ Test(coll, every_op_8_ranks, .timeout = 120)
 }
 
 // ----------------------------------------------------------------------------
+// same-host shared memory: used when every member runs here, and the UCX path when not
+
+static int transport_is(rank_ctx_t *t)
+{
+    wrk_coll_group_t *g = NULL;
+    int rc = wrk_coll_group_layout(t->c, (ch_layout_t){1, 1, t->n}, WRK_COLL_GROUP_WORLD, &g);
+    if (rc < 0)
+        return fail(t, "group: %s", ch_strerror(rc));
+    if (strcmp(wrk_coll_group_transport(g), t->arg) != 0)
+        rc = fail(t, "transport %s, want %s", wrk_coll_group_transport(g), (const char *)t->arg);
+    wrk_coll_group_destroy(g);
+    return rc;
+}
+
+Test(coll, one_host_groups_use_shared_memory)
+{
+    expect_all_ok(3, transport_is, "shm");
+}
+
+/* CHORUS_COLL_SHM=0 (each Criterion test is its own process): UCX messages, same results. */
+Test(coll, every_op_3_ranks_ucx_messages, .timeout = 120)
+{
+    setenv("CHORUS_COLL_SHM", "0", 1);
+    expect_all_ok(3, transport_is, "ucx");
+    expect_all_ok(3, all_ops, NULL);
+}
+
+Test(coll, every_op_4_ranks_ucx_messages, .timeout = 120)
+{
+    setenv("CHORUS_COLL_SHM", "0", 1);
+    expect_all_ok(4, all_ops, NULL);
+}
+
+/* Several operations of one group in flight at once, of sizes that take one and many
+ * pipeline steps, waited in reverse order: each still gets its own result. */
+static int outstanding_rank(rank_ctx_t *t)
+{
+    static const size_t counts[] = {1, 300007, 1023, 70001};
+    enum { NC = sizeof counts / sizeof counts[0] };
+    uint32_t n = t->n, me = t->rank;
+    wrk_coll_group_t *g = NULL;
+    wrk_coll_req_t *req[NC + 1] = {NULL};
+    float *in[NC] = {NULL}, *out[NC] = {NULL};
+    size_t block = 50000;
+    float *mine = filled(me, block, me * block), *all = calloc(block * n, sizeof *all);
+    int rc = wrk_coll_group_layout(t->c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g);
+    for (int k = 0; k < NC && rc == 0; k++) {
+        in[k] = filled(me, counts[k], 0);
+        out[k] = calloc(counts[k], sizeof *out[k]);
+        rc = wrk_coll_allreduce(g, in[k], out[k], counts[k], WRK_COLL_F32, WRK_COLL_SUM, &req[k]);
+    }
+    if (rc == 0)
+        rc = wrk_coll_allgather(g, mine, all, block, WRK_COLL_F32, &req[NC]);
+    for (int k = NC; k >= 0 && rc == 0; k--)
+        rc = wrk_coll_wait(req[k], -1);
+    for (int k = 0; k < NC && rc == 0; k++)
+        rc = check(t, "outstanding allreduce", counts[k], out[k], 0, ref_sum, n);
+    if (rc == 0)
+        rc = check_gather(t, "outstanding allgather", block, all);
+    for (int k = 0; k < NC; k++) {
+        free(in[k]);
+        free(out[k]);
+    }
+    for (int k = 0; k <= NC; k++)
+        wrk_coll_req_free(req[k]);
+    free(mine);
+    free(all);
+    wrk_coll_group_destroy(g);
+    return rc;
+}
+
+Test(coll, outstanding_ops_of_one_group, .timeout = 60)
+{
+    expect_all_ok(2, outstanding_rank, NULL);
+    expect_all_ok(3, outstanding_rank, NULL);
+}
+
+// ----------------------------------------------------------------------------
 // determinism: non-integer data, two independent runs, every member
 
 typedef struct det_out {
