@@ -25,6 +25,8 @@
 #define PIECE_MIN    (16u << 10)
 #define SLOT_TARGET  (256u << 10)       /* stage bytes per member per slot */
 #define STREAM_BYTES ((size_t)4u << 20) /* operations this large write results past the cache */
+#define ZC_MIN_BYTES (1u << 20)         /* smaller ones are not worth the extra handshake */
+#define PEER_MAPS    8                  /* cached mappings of each member's buffers */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "counters in shared memory must be lock-free");
 
@@ -33,11 +35,40 @@ typedef struct seg_hdr {
     uint64_t piece_bytes, size;
 } seg_hdr_t;
 
+/* A buffer in registered memory, as another process finds it. serial 0: not registered. */
+typedef struct buf_ref {
+    int32_t fd, pad;
+    uint64_t serial, size, off;
+} buf_ref_t;
+
 typedef struct ctl {
-    _Alignas(LINE) _Atomic uint64_t posted;  /* steps whose pieces are in this member's slots */
-    _Alignas(LINE) _Atomic uint64_t reduced; /* steps whose result piece is in its slot */
-    _Alignas(LINE) _Atomic uint64_t done;    /* steps this member has finished reading */
+    _Alignas(LINE) _Atomic uint64_t posted;    /* steps whose pieces are in this member's slots */
+    _Alignas(LINE) _Atomic uint64_t reduced;   /* steps whose result piece is in its slot */
+    _Alignas(LINE) _Atomic uint64_t done;      /* steps this member has finished reading */
+    _Alignas(LINE) _Atomic uint64_t announced; /* announcements whose descriptor follows */
+    int32_t pid, pad;
+    buf_ref_t send, recv;
+    _Alignas(LINE) _Atomic uint64_t finished; /* zero-copy operations done with all buffers */
 } ctl_t;
+
+typedef struct reg_ent {
+    char *p;
+    size_t size;
+    int fd;
+    uint64_t serial;
+} reg_ent_t;
+
+struct wrk_shm_reg {
+    reg_ent_t *e;
+    size_t n, cap;
+    uint64_t serial;
+};
+
+typedef struct peer_map {
+    int fd;
+    uint64_t serial, size;
+    char *base;
+} peer_map_t;
 
 struct wrk_shm {
     uint32_t n, me;
@@ -46,9 +77,151 @@ struct wrk_shm {
     size_t size, piece_bytes, slot_bytes;
     ctl_t *ctl; /* n */
     char *data;
-    uint64_t assigned; /* steps numbered so far */
-    uint64_t head;     /* first step of the operation allowed to run */
+    uint64_t assigned;  /* steps numbered so far */
+    uint64_t tickets;   /* operations numbered so far */
+    uint64_t running;   /* ticket of the operation allowed to run */
+    uint64_t announces; /* announcing operations numbered so far */
+    wrk_shm_reg_t *reg; /* borrowed */
+    peer_map_t *maps;   /* n * PEER_MAPS */
+    uint32_t *map_next; /* n: round-robin eviction */
+    float *scratch;     /* piece_bytes: a zero-copy reduction's accumulator */
 };
+
+enum { PH_ANNOUNCE, PH_DECIDE, PH_ZC, PH_ZC_WAIT, PH_STEPS };
+
+// ----------------------------------------------------------------------------
+// registered memory
+
+static size_t page_round(size_t bytes)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return ((bytes ? bytes : 1) + pg - 1) / pg * pg;
+}
+
+/* A memfd of size bytes whose pages are reserved now: a memory limit shows up here, not as
+ * SIGBUS at the first touch. */
+static int memfd_sized(const char *name, size_t size, int *out)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = ftruncate(fd, (off_t)size) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)size);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    *out = fd;
+    return 0;
+}
+
+int wrk_shm_reg_create(wrk_shm_reg_t **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : -ENOMEM;
+}
+
+void wrk_shm_reg_destroy(wrk_shm_reg_t *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        munmap(r->e[i].p, r->e[i].size);
+        close(r->e[i].fd);
+    }
+    free(r->e);
+    free(r);
+}
+
+int wrk_shm_mem_alloc(wrk_shm_reg_t *r, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 16;
+        reg_ent_t *e = realloc(r->e, cap * sizeof *e);
+        if (!e)
+            return -ENOMEM;
+        r->e = e, r->cap = cap;
+    }
+    size_t size = page_round(bytes);
+    int fd = -1;
+    int rc = memfd_sized("chorus-buf", size, &fd);
+    if (rc < 0)
+        return rc;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    r->e[r->n++] = (reg_ent_t){.p = p, .size = size, .fd = fd, .serial = ++r->serial};
+    *out = p;
+    return 0;
+}
+
+int wrk_shm_mem_free(wrk_shm_reg_t *r, void *p)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->e[i].p == p) {
+            munmap(r->e[i].p, r->e[i].size);
+            close(r->e[i].fd);
+            r->e[i] = r->e[--r->n];
+            return 0;
+        }
+    return -ENOENT;
+}
+
+/* The registered allocation holding [p, p + bytes), or serial 0. */
+static buf_ref_t reg_find(const wrk_shm_reg_t *r, const void *p, size_t bytes)
+{
+    const char *c = p;
+    for (size_t i = 0; r && i < r->n; i++) {
+        const reg_ent_t *e = &r->e[i];
+        if (c >= e->p && c <= e->p + e->size && bytes <= (size_t)(e->p + e->size - c))
+            return (buf_ref_t){
+                .fd = e->fd, .serial = e->serial, .size = e->size, .off = (uint64_t)(c - e->p)};
+    }
+    return (buf_ref_t){0};
+}
+
+/* Member k's registered buffer ref, mapped here (cached per allocation). */
+static int map_peer(wrk_shm_t *s, uint32_t k, int32_t pid, const buf_ref_t *ref, size_t bytes,
+                    char **out)
+{
+    if (ref->off > ref->size || bytes > ref->size - ref->off)
+        return CH_E_FORMAT;
+    peer_map_t *m = &s->maps[(size_t)k * PEER_MAPS], *slot = NULL;
+    for (int i = 0; i < PEER_MAPS; i++) {
+        if (m[i].base && m[i].fd == ref->fd && m[i].serial == ref->serial &&
+            m[i].size == ref->size) {
+            *out = m[i].base + ref->off;
+            return 0;
+        }
+        if (m[i].base && m[i].fd == ref->fd) /* the descriptor was reused: stale */
+            slot = &m[i];
+    }
+    if (!slot)
+        slot = &m[s->map_next[k]++ % PEER_MAPS];
+    if (slot->base)
+        munmap(slot->base, slot->size);
+    slot->base = NULL;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, (int)ref->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st; /* a shorter file would fault (SIGBUS) past its end */
+    void *p = MAP_FAILED;
+    int rc = fstat(fd, &st) < 0 ? -errno : (uint64_t)st.st_size < ref->size ? CH_E_FORMAT : 0;
+    if (rc == 0 &&
+        (p = mmap(NULL, ref->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        rc = -errno;
+    close(fd);
+    if (rc < 0)
+        return rc;
+    *slot = (peer_map_t){.fd = ref->fd, .serial = ref->serial, .size = ref->size, .base = p};
+    *out = slot->base + ref->off;
+    return 0;
+}
 
 // ----------------------------------------------------------------------------
 // segment
@@ -66,77 +239,70 @@ static size_t data_offset(uint32_t n)
     return (end + 4095) & ~(size_t)4095;
 }
 
-/* The segment's geometry for n members; returns its size. */
-static size_t geometry(wrk_shm_t *s, uint32_t n)
+/* This process's side of a segment for member me of n: geometry, mapping cache, scratch. */
+static wrk_shm_t *state_new(uint32_t n, uint32_t me, wrk_shm_reg_t *reg)
 {
-    s->n = n;
+    wrk_shm_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->n = n, s->me = me, s->reg = reg, s->fd = -1;
     s->piece_bytes = piece_bytes_for(n);
     s->slot_bytes = ((size_t)n + 1) * s->piece_bytes; /* n stage pieces, one result piece */
-    return data_offset(n) + (size_t)n * SLOTS * s->slot_bytes;
+    s->size = data_offset(n) + (size_t)n * SLOTS * s->slot_bytes;
+    s->maps = calloc((size_t)n * PEER_MAPS, sizeof *s->maps);
+    s->map_next = calloc(n, sizeof *s->map_next);
+    s->scratch = aligned_alloc(64, s->piece_bytes);
+    if (!s->maps || !s->map_next || !s->scratch) {
+        free(s->scratch);
+        free(s->map_next);
+        free(s->maps);
+        free(s);
+        return NULL;
+    }
+    return s;
 }
 
-static int map_segment(wrk_shm_t *s, int fd, size_t size)
+static int map_segment(wrk_shm_t *s, int fd)
 {
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return -errno;
     s->map = m;
-    s->size = size;
     s->ctl = (ctl_t *)(s->map + LINE);
     s->data = s->map + data_offset(s->n);
     return 0;
 }
 
-int wrk_shm_create(uint32_t n, wrk_shm_t **out, char *ref)
+int wrk_shm_create(uint32_t n, wrk_shm_reg_t *reg, wrk_shm_t **out, char *ref)
 {
     *out = NULL;
     if (n < 2 || n > WRK_SHM_MAX_MEMBERS)
         return -EINVAL;
-    wrk_shm_t *s = calloc(1, sizeof *s);
+    wrk_shm_t *s = state_new(n, 0, reg);
     if (!s)
         return -ENOMEM;
-    size_t size = geometry(s, n);
     int rc = 0;
-    s->fd = memfd_create("chorus-coll", MFD_CLOEXEC);
-    if (s->fd < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    /* Reserve the pages now: a memory limit shows up here, not as SIGBUS mid-collective. */
-    if (ftruncate(s->fd, (off_t)size) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    int e = posix_fallocate(s->fd, 0, (off_t)size);
-    if (e) {
-        rc = -e;
-        goto fail;
-    }
-    CH_CHECK_GOTO(map_segment(s, s->fd, size), rc, fail);
+    CH_CHECK_GOTO(memfd_sized("chorus-coll", s->size, &s->fd), rc, fail);
+    CH_CHECK_GOTO(map_segment(s, s->fd), rc, fail);
     seg_hdr_t h = {
-        .magic = SEG_MAGIC, .n = n, .slots = SLOTS, .piece_bytes = s->piece_bytes, .size = size};
+        .magic = SEG_MAGIC, .n = n, .slots = SLOTS, .piece_bytes = s->piece_bytes, .size = s->size};
     memcpy(s->map, &h, sizeof h);
     snprintf(ref, WRK_SHM_REF_MAX, "/proc/%d/fd/%d", (int)getpid(), s->fd);
     *out = s;
     return 0;
 fail:
-    if (s->fd >= 0)
-        close(s->fd);
-    free(s);
+    wrk_shm_destroy(s);
     return rc;
 }
 
-int wrk_shm_attach(const char *ref, uint32_t n, uint32_t me, wrk_shm_t **out)
+int wrk_shm_attach(const char *ref, uint32_t n, uint32_t me, wrk_shm_reg_t *reg, wrk_shm_t **out)
 {
     *out = NULL;
     if (n < 2 || n > WRK_SHM_MAX_MEMBERS || me == 0 || me >= n)
         return -EINVAL;
-    wrk_shm_t *s = calloc(1, sizeof *s);
+    wrk_shm_t *s = state_new(n, me, reg);
     if (!s)
         return -ENOMEM;
-    s->me = me;
-    s->fd = -1;
-    size_t size = geometry(s, n);
     int rc = 0;
     int fd = open(ref, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
@@ -148,16 +314,15 @@ int wrk_shm_attach(const char *ref, uint32_t n, uint32_t me, wrk_shm_t **out)
         rc = -errno;
         goto fail;
     }
-    if ((size_t)st.st_size != size) {
+    if ((size_t)st.st_size != s->size) {
         rc = CH_E_FORMAT;
         goto fail;
     }
-    CH_CHECK_GOTO(map_segment(s, fd, size), rc, fail);
+    CH_CHECK_GOTO(map_segment(s, fd), rc, fail);
     seg_hdr_t h;
     memcpy(&h, s->map, sizeof h);
     if (h.magic != SEG_MAGIC || h.n != n || h.slots != SLOTS || h.piece_bytes != s->piece_bytes ||
-        h.size != size) {
-        munmap(s->map, s->size);
+        h.size != s->size) {
         rc = CH_E_FORMAT;
         goto fail;
     }
@@ -167,7 +332,7 @@ int wrk_shm_attach(const char *ref, uint32_t n, uint32_t me, wrk_shm_t **out)
 fail:
     if (fd >= 0)
         close(fd);
-    free(s);
+    wrk_shm_destroy(s);
     return rc;
 }
 
@@ -182,8 +347,15 @@ void wrk_shm_destroy(wrk_shm_t *s)
 {
     if (!s)
         return;
-    munmap(s->map, s->size);
+    for (size_t i = 0; i < (size_t)s->n * PEER_MAPS; i++)
+        if (s->maps[i].base)
+            munmap(s->maps[i].base, s->maps[i].size);
+    if (s->map)
+        munmap(s->map, s->size);
     wrk_shm_seal(s);
+    free(s->scratch);
+    free(s->map_next);
+    free(s->maps);
     free(s);
 }
 
@@ -218,6 +390,42 @@ static void copy_out(void *dst, const void *src, size_t bytes, int stream)
 #endif
     (void)stream;
     memcpy(dst, src, bytes);
+}
+
+/* Sum of nsrc float arrays in order ((s0 + s1) + s2) + ..., stored to every dst in one pass
+ * (dst d with streaming stores when bit d of stream is set). The same bits as
+ * wrk_coll_reduce in that order. 1 when it ran (x86-64, every dst 16-byte aligned), else 0. */
+static int sum_to_all(float *const *dst, uint32_t ndst, const float *const *src, uint32_t nsrc,
+                      size_t len, unsigned stream)
+{
+#if defined(__x86_64__)
+    for (uint32_t d = 0; d < ndst; d++)
+        if ((uintptr_t)dst[d] & 15)
+            return 0;
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        __m128 v = _mm_add_ps(_mm_loadu_ps(src[0] + i), _mm_loadu_ps(src[1] + i));
+        for (uint32_t k = 2; k < nsrc; k++)
+            v = _mm_add_ps(v, _mm_loadu_ps(src[k] + i));
+        for (uint32_t d = 0; d < ndst; d++) {
+            if (stream >> d & 1)
+                _mm_stream_ps(dst[d] + i, v);
+            else
+                _mm_store_ps(dst[d] + i, v);
+        }
+    }
+    for (; i < len; i++) {
+        float v = src[0][i] + src[1][i];
+        for (uint32_t k = 2; k < nsrc; k++)
+            v += src[k][i];
+        for (uint32_t d = 0; d < ndst; d++)
+            dst[d][i] = v;
+    }
+    return 1;
+#else
+    (void)dst, (void)ndst, (void)src, (void)nsrc, (void)len, (void)stream;
+    return 0;
+#endif
 }
 
 static void stream_fence(void)
@@ -346,15 +554,19 @@ static void do_reduce(const wrk_shm_t *s, const wrk_shm_op_t *op, uint64_t t)
     size_t off, len = piece_of(op, op->me, t, &off), e = op->esz;
     if (len == 0)
         return;
-    const float *own = (const float *)((const char *)op->a.sendbuf + off * e);
-    float *acc = (float *)result(s, op->me, t);
-    for (uint32_t k = 1; k < op->n; k++) {
-        const float *x = k == op->me ? own : (const float *)stage(s, k, t, op->me);
-        const float *prev = k > 1 ? acc : op->me == 0 ? own : (const float *)stage(s, 0, t, op->me);
-        wrk_coll_reduce(op->a.op, acc, prev, x, len);
-    }
-    size_t dst = op->a.kind == WRK_COLL_OP_ALLREDUCE ? off : off - (size_t)op->me * op->blk;
-    copy_out((char *)op->a.recvbuf + dst * e, acc, len * e, stream_of(op));
+    const float *x[WRK_SHM_MAX_MEMBERS];
+    for (uint32_t k = 0; k < op->n; k++)
+        x[k] = k == op->me ? (const float *)((const char *)op->a.sendbuf + off * e)
+                           : (const float *)stage(s, k, t, op->me);
+    int ar = op->a.kind == WRK_COLL_OP_ALLREDUCE; /* the others need the result too */
+    size_t at = ar ? off : off - (size_t)op->me * op->blk;
+    float *out[2] = {(float *)result(s, op->me, t), (float *)((char *)op->a.recvbuf + at * e)};
+    unsigned stream = stream_of(op) ? 2u : 0u;
+    if (op->a.op == WRK_COLL_SUM && sum_to_all(out + !ar, 1 + ar, x, op->n, len, stream >> !ar))
+        return;
+    for (uint32_t k = 1; k < op->n; k++)
+        wrk_coll_reduce(op->a.op, out[0], k > 1 ? out[0] : x[0], x[k], len);
+    copy_out(out[1], out[0], len * e, stream != 0);
 }
 
 /* Copy out what the others made of step t. */
@@ -396,6 +608,110 @@ int wrk_shm_supports(const wrk_coll_args_t *a)
     }
 }
 
+// ----------------------------------------------------------------------------
+// zero-copy: every member's buffers registered
+
+/* Bytes of the send and receive buffers of an operation. */
+static void buffer_bytes(const wrk_shm_op_t *op, size_t *send, size_t *recv)
+{
+    size_t b = op->a.count * op->esz;
+    *send = op->a.kind == WRK_COLL_OP_REDUCE_SCATTER ? b * op->n : b;
+    *recv = op->a.kind == WRK_COLL_OP_ALLGATHER ? b * op->n : b;
+}
+
+static void announce(wrk_shm_t *s, const wrk_shm_op_t *op)
+{
+    ctl_t *me = &s->ctl[s->me];
+    size_t sb, rb;
+    buffer_bytes(op, &sb, &rb);
+    me->pid = (int32_t)getpid();
+    me->send = reg_find(s->reg, op->a.sendbuf, sb);
+    me->recv = reg_find(s->reg, op->a.recvbuf, rb);
+    publish(&me->announced, op->announce);
+}
+
+/* Every member announced: zero-copy when all buffers are registered (every member reads
+ * the same descriptors, so all decide alike). Maps what this member will touch. */
+static int decide(wrk_shm_t *s, wrk_shm_op_t *op, int *zc)
+{
+    *zc = 0;
+    for (uint32_t k = 0; k < s->n; k++)
+        if (s->ctl[k].send.serial == 0 || s->ctl[k].recv.serial == 0)
+            return 0;
+    size_t sb, rb;
+    buffer_bytes(op, &sb, &rb);
+    for (uint32_t k = 0; k < s->n; k++) {
+        const ctl_t *c = &s->ctl[k];
+        int rc = 0;
+        if (k == s->me) {
+            op->peer_send[k] = op->a.sendbuf;
+            op->peer_recv[k] = op->a.recvbuf;
+        } else {
+            char *p = NULL;
+            rc = map_peer(s, k, c->pid, &c->send, sb, &p);
+            op->peer_send[k] = p;
+            if (rc == 0 && op->a.kind == WRK_COLL_OP_ALLREDUCE)
+                rc = map_peer(s, k, c->pid, &c->recv, rb, &op->peer_recv[k]);
+        }
+        if (rc < 0) {
+            CH_LOGE("coll", "member %u: cannot map member %u's buffer: %s", s->me, k,
+                    ch_strerror(rc));
+            return rc;
+        }
+    }
+    *zc = 1;
+    return 0;
+}
+
+/* This member's share, straight between the members' buffers: allreduce: its block,
+ * reduced in group order, into every member's receive buffer; reduce_scatter: its block into
+ * its own; allgather: the others' blocks into its own. */
+static void zero_copy(wrk_shm_t *s, const wrk_shm_op_t *op)
+{
+    size_t e = op->esz, count = op->a.count, first = 0, len = count;
+    int stream = stream_of(op);
+    if (op->a.kind == WRK_COLL_OP_ALLGATHER) {
+        for (uint32_t k = 0; k < s->n; k++) {
+            char *dst = (char *)op->a.recvbuf + (size_t)k * count * e;
+            if (dst != op->peer_send[k])
+                copy_out(dst, op->peer_send[k], count * e, stream);
+        }
+        return;
+    }
+    if (op->a.kind == WRK_COLL_OP_ALLREDUCE) {
+        first = (size_t)s->me * op->blk;
+        len = first >= count ? 0 : count - first < op->blk ? count - first : op->blk;
+    } else {
+        first = (size_t)s->me * count; /* reduce_scatter: this member's block of every send */
+    }
+    for (size_t c = 0; c < len; c += op->piece) {
+        size_t m = len - c < op->piece ? len - c : op->piece, off = (first + c) * e;
+        const float *src[WRK_SHM_MAX_MEMBERS];
+        float *dst[WRK_SHM_MAX_MEMBERS];
+        int rs = op->a.kind == WRK_COLL_OP_REDUCE_SCATTER;
+        for (uint32_t k = 0; k < s->n; k++) {
+            src[k] = (const float *)(op->peer_send[k] + off);
+            dst[k] =
+                rs ? (float *)((char *)op->a.recvbuf + c * e) : (float *)(op->peer_recv[k] + off);
+        }
+        if (op->a.op == WRK_COLL_SUM &&
+            sum_to_all(dst, rs ? 1 : s->n, src, s->n, m, stream ? ~0u : 0u))
+            continue;
+        for (uint32_t k = 1; k < s->n; k++) {
+            const float *prev = k > 1 ? s->scratch : (const float *)(op->peer_send[0] + off);
+            wrk_coll_reduce(op->a.op, s->scratch, prev, (const float *)(op->peer_send[k] + off), m);
+        }
+        if (op->a.kind == WRK_COLL_OP_REDUCE_SCATTER)
+            copy_out((char *)op->a.recvbuf + c * e, s->scratch, m * e, stream);
+        else
+            for (uint32_t k = 0; k < s->n; k++)
+                copy_out(op->peer_recv[k] + off, s->scratch, m * e, stream);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// operations
+
 void wrk_shm_op_init(wrk_shm_t *s, wrk_shm_op_t *op, const wrk_coll_args_t *a)
 {
     memset(op, 0, sizeof *op);
@@ -410,16 +726,20 @@ void wrk_shm_op_init(wrk_shm_t *s, wrk_shm_op_t *op, const wrk_coll_args_t *a)
         op->blk = (op->blk + align - 1) / align * align;
     }
     uint64_t steps = (op->blk + op->piece - 1) / op->piece;
+    op->ticket = s->tickets++;
     op->base = op->post = op->red = op->gath = s->assigned;
     op->end = op->base + (steps ? steps : 1);
     s->assigned = op->end;
+    op->phase = PH_STEPS;
+    if (a->kind != WRK_COLL_OP_BROADCAST && s->reg && a->count * op->esz >= ZC_MIN_BYTES) {
+        op->announce = ++s->announces;
+        op->phase = PH_ANNOUNCE;
+    }
 }
 
-int wrk_shm_op_advance(wrk_shm_t *s, wrk_shm_op_t *op, int *moved)
+/* The staged path: pipelined steps through this member's slots. 1 while steps remain. */
+static int run_steps(wrk_shm_t *s, wrk_shm_op_t *op, int *moved)
 {
-    *moved = 0;
-    if (s->head != op->base)
-        return 1; /* the group's previous operation is still running */
     ctl_t *me = &s->ctl[s->me];
     for (;;) {
         if (op->gath < op->red && gather_ready(s, op, op->gath)) {
@@ -436,9 +756,54 @@ int wrk_shm_op_advance(wrk_shm_t *s, wrk_shm_op_t *op, int *moved)
         }
         *moved = 1;
     }
-    if (op->gath < op->end)
-        return 1;
+    return op->gath < op->end;
+}
+
+int wrk_shm_op_advance(wrk_shm_t *s, wrk_shm_op_t *op, int *moved)
+{
+    *moved = 0;
+    if (s->running != op->ticket)
+        return 1; /* the group's previous operation is still running */
+    ctl_t *me = &s->ctl[s->me];
+    int zc = 0, rc;
+    switch (op->phase) {
+    case PH_ANNOUNCE:
+        announce(s, op);
+        op->phase = PH_DECIDE;
+        *moved = 1;
+        /* fall through */
+    case PH_DECIDE:
+        if (!all_past(s, offsetof(ctl_t, announced), op->announce - 1))
+            return 1;
+        if ((rc = decide(s, op, &zc)) < 0)
+            return rc;
+        op->phase = zc ? PH_ZC : PH_STEPS;
+        *moved = 1;
+        if (!zc)
+            goto steps;
+        /* fall through */
+    case PH_ZC:
+        zero_copy(s, op);
+        publish(&me->finished, op->announce);
+        op->phase = PH_ZC_WAIT;
+        *moved = 1;
+        /* fall through */
+    case PH_ZC_WAIT:
+        if (!all_past(s, offsetof(ctl_t, finished), op->announce - 1))
+            return 1;
+        /* the staged path's steps of this operation count as done everywhere */
+        op->post = op->red = op->gath = op->end;
+        publish(&me->posted, op->end);
+        publish(&me->reduced, op->end);
+        publish(&me->done, op->end);
+        break;
+    default:
+    steps:
+        if (run_steps(s, op, moved))
+            return 1;
+        break;
+    }
     stream_fence();
-    s->head = op->end;
+    s->running++;
     return 0;
 }

@@ -154,7 +154,8 @@ struct ucx_ctx {
     char host[HOST_ID_LEN];
     pid_t pid;
     uint64_t last_liveness_ms;
-    int shm_enabled; /* CHORUS_COLL_SHM is not "0" */
+    int shm_enabled;    /* CHORUS_COLL_SHM is not "0" */
+    wrk_shm_reg_t *reg; /* wrk_coll_mem_alloc's memory, for same-host zero-copy */
 };
 
 /* The one UCX -> Chorus error conversion. */
@@ -1055,6 +1056,7 @@ static int ucx_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
         rc = -ENOMEM;
         goto fail;
     }
+    CH_CHECK_GOTO(wrk_shm_reg_create(&u->reg), rc, fail);
     for (uint32_t i = 0; i < c->world_size; i++)
         u->peers[i].u = u, u->peers[i].rank = i;
     CH_CHECK_GOTO(ucx_err(ucp_config_read(NULL, NULL, &conf)), rc, fail);
@@ -1102,6 +1104,7 @@ fail:
         ucp_cleanup(u->ctx);
     if (conf)
         ucp_config_release(conf);
+    wrk_shm_reg_destroy(u->reg);
     free(u->peers);
     free(u);
     return rc;
@@ -1168,6 +1171,7 @@ static void ucx_fini(wrk_coll_t *c)
         free(k->p);
         free(k);
     }
+    wrk_shm_reg_destroy(u->reg); /* memory the caller did not free */
     free(u->groups);
     free(u->peers);
     free(u);
@@ -1223,14 +1227,15 @@ static int shm_setup(wrk_coll_group_t *g, int timeout_ms)
     char ref[WRK_SHM_REF_MAX] = "";
     wrk_shm_t *s = NULL;
     int rc = 0;
-    if (g->me == 0 && u->shm_enabled && (rc = wrk_shm_create(g->n, &s, ref)) < 0)
+    if (g->me == 0 && u->shm_enabled && (rc = wrk_shm_create(g->n, u->reg, &s, ref)) < 0)
         CH_LOGW("coll", "rank %u: %s: no shared-memory segment: %s", g->c->rank, g->name,
                 ch_strerror(rc));
     wrk_coll_args_t bc = {
         .kind = WRK_COLL_OP_BROADCAST, .recvbuf = ref, .count = sizeof ref, .dt = WRK_COLL_U8};
     CH_CHECK_GOTO(run_blocking(g, &bc, timeout_ms), rc, out);
     ref[sizeof ref - 1] = 0;
-    if (g->me != 0 && u->shm_enabled && ref[0] && (rc = wrk_shm_attach(ref, g->n, g->me, &s)) < 0)
+    if (g->me != 0 && u->shm_enabled && ref[0] &&
+        (rc = wrk_shm_attach(ref, g->n, g->me, u->reg, &s)) < 0)
         CH_LOGW("coll", "rank %u: %s: cannot map %s: %s", g->c->rank, g->name, ref,
                 ch_strerror(rc));
     float missing = s ? 0.0f : 1.0f;
@@ -1300,15 +1305,22 @@ static const char *ucx_transport(const wrk_coll_group_t *g)
     return g->be ? "shm" : "ucx";
 }
 
+/* Registered memory (coll_shm.h), which same-host groups read and write in place; plain
+ * memory when a memfd cannot be had. */
 static int ucx_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
 {
+    ucx_ctx_t *u = c->be;
+    if (wrk_shm_mem_alloc(u->reg, bytes, out) == 0)
+        return 0;
     *out = aligned_alloc(64, ((bytes ? bytes : 1) + 63) & ~(size_t)63);
     return *out ? 0 : -ENOMEM;
 }
 
 static void ucx_mem_free(wrk_coll_t *c, void *p)
 {
-    free(p);
+    ucx_ctx_t *u = c->be;
+    if (p && wrk_shm_mem_free(u->reg, p) < 0)
+        free(p);
 }
 
 static int ucx_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)

@@ -452,6 +452,76 @@ Test(coll, outstanding_ops_of_one_group, .timeout = 60)
     expect_all_ok(3, outstanding_rank, NULL);
 }
 
+/* Buffers from wrk_coll_mem_alloc: same-host members read and write each other's in place.
+ * arg: a rank whose buffers are plain malloc (the group then stages), or -1. Every size is
+ * above the zero-copy threshold; buffers are freed and allocated again between rounds, so a
+ * member's cached mapping of a peer's old buffer must not be used. */
+static int registered_rank(rank_ctx_t *t)
+{
+    uint32_t n = t->n, me = t->rank;
+    int plain = (int)(intptr_t)t->arg == (int)me;
+    size_t count = (1u << 20) + 7, block = count / n;
+    wrk_coll_group_t *g = NULL;
+    int rc = wrk_coll_group_layout(t->c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g);
+    for (int round = 0; round < 2 && rc == 0; round++) {
+        float *in = NULL, *out = NULL;
+        size_t bytes = count * sizeof(float);
+        if (plain) {
+            in = malloc(bytes), out = malloc(bytes);
+            rc = in && out ? 0 : -ENOMEM;
+        } else if ((rc = wrk_coll_mem_alloc(t->c, bytes, (void **)&in)) == 0) {
+            rc = wrk_coll_mem_alloc(t->c, bytes, (void **)&out);
+        }
+        float *src = filled(me, count, 0), *mine = filled(me, block, me * block);
+        if (rc == 0) {
+            memcpy(in, src, bytes);
+            rc = wrk_coll_allreduce(g, in, out, count, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        }
+        if (rc == 0)
+            rc = check(t, "registered allreduce", count, out, 0, ref_sum, n);
+        if (rc == 0)
+            rc = wrk_coll_allreduce(g, in, in, count, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+        if (rc == 0)
+            rc = check(t, "registered allreduce max in place", count, in, 0, ref_max, n);
+        if (rc == 0) {
+            memcpy(in, src, bytes);
+            rc = wrk_coll_reduce_scatter(g, in, in + me * block, block, WRK_COLL_F32, WRK_COLL_SUM,
+                                         NULL);
+        }
+        if (rc == 0)
+            rc = check(t, "registered reduce_scatter in place", block, in + me * block, me * block,
+                       ref_sum, n);
+        if (rc == 0) {
+            memcpy(in, mine, block * sizeof(float));
+            rc = wrk_coll_allgather(g, in, out, block, WRK_COLL_F32, NULL);
+        }
+        if (rc == 0)
+            rc = check_gather(t, "registered allgather", block, out);
+        free(mine);
+        free(src);
+        if (plain) {
+            free(in);
+            free(out);
+        } else {
+            wrk_coll_mem_free(t->c, in);
+            wrk_coll_mem_free(t->c, out);
+        }
+    }
+    wrk_coll_group_destroy(g);
+    return rc;
+}
+
+Test(coll, registered_buffers_in_place_across_members, .timeout = 60)
+{
+    expect_all_ok(2, registered_rank, (void *)(intptr_t)-1);
+    expect_all_ok(3, registered_rank, (void *)(intptr_t)-1);
+}
+
+Test(coll, registered_and_plain_buffers_mixed, .timeout = 60)
+{
+    expect_all_ok(3, registered_rank, (void *)(intptr_t)1);
+}
+
 // ----------------------------------------------------------------------------
 // determinism: non-integer data, two independent runs, every member
 
