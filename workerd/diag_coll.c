@@ -308,8 +308,9 @@ int wrk_diag_coll_run(wrk_rank_t *r)
     for (int k = 0; k < NK && rc == 0; k++) {
         if ((rc = diag_group(d, g[k])) < 0)
             break;
-        CH_LOGD("diag", "rank %u: %s group (%u members) checked", r->rank,
-                wrk_coll_group_name(g[k]), wrk_coll_group_size(g[k]));
+        CH_LOGI("diag", "rank %u: %s group (%u members, through %s) checked", r->rank,
+                wrk_coll_group_name(g[k]), wrk_coll_group_size(g[k]),
+                wrk_coll_group_transport(g[k]));
         rc = wrk_rank_progress(r, (uint64_t)k + 1, NK, 0, 0, 0, d->nmetrics ? d->mptr : NULL,
                                d->nmetrics);
     }
