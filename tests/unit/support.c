@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <string.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -43,4 +45,83 @@ int ts_rmrf(const char *dir)
     if (rc < 0) /* nftw itself failed */
         return -errno;
     return -rc;
+}
+
+// ----------------------------------------------------------------------------
+// in-process rendezvous table
+
+void ts_rdzv_table_init(ts_rdzv_table_t *t)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    t->head = NULL;
+}
+
+void ts_rdzv_table_fini(ts_rdzv_table_t *t)
+{
+    while (t->head) {
+        ts_kv_t *e = t->head;
+        t->head = e->next;
+        free(e->key);
+        free(e->val);
+        free(e);
+    }
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+}
+
+int ts_rdzv_table_set(void *ud, const char *key, const void *val, size_t len)
+{
+    ts_rdzv_table_t *t = ud;
+    ts_kv_t *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key)) || !(e->val = malloc(len ? len : 1))) {
+        if (e)
+            free(e->key);
+        free(e);
+        return -ENOMEM;
+    }
+    memcpy(e->val, val, len);
+    e->len = len;
+    pthread_mutex_lock(&t->mu);
+    e->next = t->head;
+    t->head = e;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}
+
+int ts_rdzv_table_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len)
+{
+    ts_rdzv_table_t *t = ud;
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L)
+        dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    int rc = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        ts_kv_t *e = t->head;
+        while (e && strcmp(e->key, key) != 0)
+            e = e->next;
+        if (e) {
+            *val = malloc(e->len ? e->len : 1);
+            if (!*val)
+                rc = -ENOMEM;
+            else
+                memcpy(*val, e->val, e->len), *len = e->len;
+            break;
+        }
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) != 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }

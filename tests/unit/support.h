@@ -2,6 +2,7 @@
 #ifndef TS_SUPPORT_H
 #define TS_SUPPORT_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 /* Make a fresh directory $CHORUS_TEST_TMP/<tag>.XXXXXX (base /tmp when the variable is unset
@@ -12,5 +13,26 @@ int ts_tmpdir(const char *tag, char *out, size_t n);
 /* rm -rf dir: remove the tree, not following symlinks or crossing mounts. 0 (also when dir
  * is already gone) or the negative errno of the first failure. */
 int ts_rmrf(const char *dir);
+
+/* An in-process rendezvous store (ch_rdzv_t set/get) for ranks run as threads of one test:
+ * a list under a mutex, get waits on a condition variable up to its timeout. */
+typedef struct ts_kv {
+    struct ts_kv *next;
+    char *key;
+    void *val;
+    size_t len;
+} ts_kv_t;
+
+typedef struct ts_rdzv_table {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ts_kv_t *head;
+} ts_rdzv_table_t;
+
+void ts_rdzv_table_init(ts_rdzv_table_t *t);
+void ts_rdzv_table_fini(ts_rdzv_table_t *t);
+int ts_rdzv_table_set(void *ud, const char *key, const void *val, size_t len);
+/* The newest value of key; -ETIMEDOUT after timeout_ms. Caller frees *val. */
+int ts_rdzv_table_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len);
 
 #endif

@@ -26,98 +26,6 @@
 #include "util.h"
 
 // ----------------------------------------------------------------------------
-// in-process rendezvous table
-
-typedef struct kv {
-    struct kv *next;
-    char *key;
-    void *val;
-    size_t len;
-} kv_t;
-
-typedef struct table {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    kv_t *head;
-} table_t;
-
-static void table_init(table_t *t)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    t->head = NULL;
-}
-
-static void table_fini(table_t *t)
-{
-    while (t->head) {
-        kv_t *e = t->head;
-        t->head = e->next;
-        free(e->key);
-        free(e->val);
-        free(e);
-    }
-    pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->mu);
-}
-
-static int table_set(void *ud, const char *key, const void *val, size_t len)
-{
-    table_t *t = ud;
-    kv_t *e = calloc(1, sizeof *e);
-    if (!e || !(e->key = strdup(key)) || !(e->val = malloc(len ? len : 1))) {
-        if (e)
-            free(e->key);
-        free(e);
-        return -ENOMEM;
-    }
-    memcpy(e->val, val, len);
-    e->len = len;
-    pthread_mutex_lock(&t->mu);
-    e->next = t->head;
-    t->head = e;
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    return 0;
-}
-
-static int table_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len)
-{
-    table_t *t = ud;
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L)
-        dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-    int rc = 0;
-    pthread_mutex_lock(&t->mu);
-    for (;;) {
-        kv_t *e = t->head;
-        while (e && strcmp(e->key, key) != 0)
-            e = e->next;
-        if (e) {
-            *val = malloc(e->len ? e->len : 1);
-            if (!*val)
-                rc = -ENOMEM;
-            else
-                memcpy(*val, e->val, e->len), *len = e->len;
-            break;
-        }
-        if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) != 0) {
-            rc = -ETIMEDOUT;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&t->mu);
-    return rc;
-}
-
-// ----------------------------------------------------------------------------
 // ranks as threads
 
 typedef struct rank_ctx rank_ctx_t;
@@ -125,7 +33,7 @@ typedef int (*rank_fn)(rank_ctx_t *t);
 
 struct rank_ctx {
     uint32_t rank, n;
-    table_t *table;
+    ts_rdzv_table_t *table;
     rank_fn fn;
     void *arg;
     int timeout_ms;
@@ -151,7 +59,7 @@ static void *rank_main(void *arg)
     wrk_coll_config_defaults(&cfg);
     cfg.rank = t->rank;
     cfg.world_size = t->n;
-    cfg.rdzv = (ch_rdzv_t){.ud = t->table, .set = table_set, .get = table_get};
+    cfg.rdzv = (ch_rdzv_t){.ud = t->table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
     cfg.timeout_ms = t->timeout_ms;
     t->rc = wrk_coll_create(&cfg, &t->c);
     if (t->rc < 0) {
@@ -168,8 +76,8 @@ static void *rank_main(void *arg)
 /* Run fn on n rank threads; ranks[i] gets the outcome of rank i. */
 static void run_ranks(uint32_t n, rank_fn fn, void *arg, int timeout_ms, rank_ctx_t *ranks)
 {
-    table_t table;
-    table_init(&table);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
     pthread_t th[16];
     cr_assert_leq(n, 16);
     for (uint32_t i = 0; i < n; i++) {
@@ -179,7 +87,7 @@ static void run_ranks(uint32_t n, rank_fn fn, void *arg, int timeout_ms, rank_ct
     }
     for (uint32_t i = 0; i < n; i++)
         pthread_join(th[i], NULL);
-    table_fini(&table);
+    ts_rdzv_table_fini(&table);
 }
 
 static void expect_all_ok(uint32_t n, rank_fn fn, void *arg)
@@ -834,11 +742,11 @@ Test(coll, layout_groups_tp1_dp2_pp3, .timeout = 60)
 
 Test(coll, bad_arguments)
 {
-    table_t table;
-    table_init(&table);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
-    cfg.rdzv = (ch_rdzv_t){.ud = &table, .set = table_set, .get = table_get};
+    cfg.rdzv = (ch_rdzv_t){.ud = &table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
     wrk_coll_t *c = NULL;
     cr_assert_eq(wrk_coll_create(&cfg, &c), 0);
     wrk_coll_group_t *g = NULL;
@@ -855,7 +763,7 @@ Test(coll, bad_arguments)
     cr_expect_eq(f, 1.0f);
     wrk_coll_group_destroy(g);
     wrk_coll_destroy(c);
-    table_fini(&table);
+    ts_rdzv_table_fini(&table);
 }
 
 // ----------------------------------------------------------------------------
@@ -889,8 +797,9 @@ static int file_get(void *ud, const char *key, int timeout_ms, void **val, size_
 
 enum { KILLED_RANK = 2, KILL_TIMEOUT_MS = 20000 };
 
-/* Exit status: 0 the failure surfaced well before the timeout; 2 wrong code; 3 too slow. */
-static int killed_peer_child(uint32_t rank, uint32_t n, const char *dir)
+/* Exit status: 0 the failure surfaced well before the timeout; 2 wrong code; 3 too slow.
+ * reg: the buffer comes from wrk_coll_mem_alloc (peers reduce in it in place). */
+static int killed_peer_child(uint32_t rank, uint32_t n, const char *dir, int reg)
 {
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
@@ -904,9 +813,18 @@ static int killed_peer_child(uint32_t rank, uint32_t n, const char *dir)
         wrk_coll_group_layout(c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g) < 0)
         return 4;
     size_t count = 4u << 20;
-    float *buf = calloc(count, sizeof *buf);
+    float *buf = NULL;
+    if (reg && wrk_coll_mem_alloc(c, count * sizeof *buf, (void **)&buf) < 0)
+        return 4;
+    if (!reg && !(buf = calloc(count, sizeof *buf)))
+        return 4;
     if (wrk_coll_allreduce(g, buf, buf, count, WRK_COLL_F32, WRK_COLL_SUM, NULL) < 0)
         return 5;
+    /* In place, a member's share of a zero-copy allreduce is one pass it can finish alone
+     * as soon as the others have announced their buffers: to die in the middle of the
+     * others' collective it dies before starting it. */
+    if (reg && rank == KILLED_RANK)
+        raise(SIGKILL);
     wrk_coll_req_t *req = NULL;
     if (wrk_coll_allreduce(g, buf, buf, count, WRK_COLL_F32, WRK_COLL_SUM, &req) < 0)
         return 5;
@@ -922,12 +840,15 @@ static int killed_peer_child(uint32_t rank, uint32_t n, const char *dir)
     fprintf(stderr, "rank %u: %s after %llu ms\n", rank, ch_strerror(rc), (unsigned long long)took);
     wrk_coll_req_free(req);
     wrk_coll_group_destroy(g);
+    if (reg)
+        wrk_coll_mem_free(c, buf);
+    else
+        free(buf);
     wrk_coll_destroy(c);
-    free(buf);
     return rc != CH_E_ABORTED ? 2 : took > KILL_TIMEOUT_MS / 4 ? 3 : 0;
 }
 
-Test(coll, killed_peer_process_fails_fast, .timeout = 60)
+static void killed_peer(int reg)
 {
     char dir[512];
     cr_assert_eq(ts_tmpdir("chorus-test-coll", dir, sizeof dir), 0);
@@ -937,7 +858,7 @@ Test(coll, killed_peer_process_fails_fast, .timeout = 60)
         pids[r] = fork();
         cr_assert_geq(pids[r], 0);
         if (pids[r] == 0)
-            _exit(killed_peer_child(r, N, dir));
+            _exit(killed_peer_child(r, N, dir, reg));
     }
     for (uint32_t r = 0; r < N; r++) {
         int st = 0;
@@ -948,6 +869,19 @@ Test(coll, killed_peer_process_fails_fast, .timeout = 60)
             cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: status %d", r, st);
     }
     cr_expect_eq(ts_rmrf(dir), 0);
+}
+
+Test(coll, killed_peer_process_fails_fast, .timeout = 60)
+{
+    killed_peer(0);
+}
+
+/* Registered buffers, which the members map from each other: a member that dies while the
+ * others are in a zero-copy allreduce fails them fast, and their mappings of its memory
+ * do not fault. */
+Test(coll, killed_peer_process_zero_copy_fails_fast, .timeout = 60)
+{
+    killed_peer(1);
 }
 
 // ----------------------------------------------------------------------------
@@ -970,8 +904,8 @@ static void *diag_main(void *arg)
 Test(coll, diag_checks_and_reports, .timeout = 60)
 {
     enum { N = 4 };
-    table_t table;
-    table_init(&table);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
     diag_rank_t d[N];
     pthread_t th[N];
     memset(d, 0, sizeof d);
@@ -986,7 +920,7 @@ Test(coll, diag_checks_and_reports, .timeout = 60)
         r->rank = i, r->world_size = N, r->local_rank = i, r->local_world_size = N;
         snprintf(r->job_id, sizeof r->job_id, "j-test");
         snprintf(r->device, sizeof r->device, "cpu");
-        r->rdzv = (ch_rdzv_t){.ud = &table, .set = table_set, .get = table_get};
+        r->rdzv = (ch_rdzv_t){.ud = &table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
         int sv[2];
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
         cr_assert_eq(ch_client_from_fd(sv[0], &r->link), 0);
@@ -1023,7 +957,7 @@ Test(coll, diag_checks_and_reports, .timeout = 60)
         ch_client_destroy(peer);
         ch_client_destroy(d[i].r.link);
     }
-    table_fini(&table);
+    ts_rdzv_table_fini(&table);
 }
 
 // ----------------------------------------------------------------------------
@@ -1089,7 +1023,7 @@ static void *nccl_rank_main(void *arg)
     cfg.rank = t->rank;
     cfg.world_size = t->n;
     cfg.device = (int)t->rank;
-    cfg.rdzv = (ch_rdzv_t){.ud = t->table, .set = table_set, .get = table_get};
+    cfg.rdzv = (ch_rdzv_t){.ud = t->table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
     cfg.timeout_ms = 60000;
     t->rc = wrk_coll_create(&cfg, &t->c);
     if (t->rc < 0) {
@@ -1105,10 +1039,10 @@ Test(coll, nccl_one_rank_per_gpu, .timeout = 120)
 {
     if (!wrk_coll_backend_available(WRK_COLL_NCCL))
         cr_skip("no GPU (or built without CUDA/NCCL)");
-    table_t table;
-    table_init(&table);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
     rank_ctx_t t = {.rank = 0, .n = 1, .table = &table};
     nccl_rank_main(&t);
     cr_expect_eq(t.rc, 0, "%s", t.msg);
-    table_fini(&table);
+    ts_rdzv_table_fini(&table);
 }
