@@ -135,6 +135,8 @@ void wrk_shm_reg_destroy(wrk_shm_reg_t *r)
 int wrk_shm_mem_alloc(wrk_shm_reg_t *r, size_t bytes, void **out)
 {
     *out = NULL;
+    if (bytes < ZC_MIN_BYTES)
+        return -ERANGE; /* never zero-copy: not worth a descriptor and a mapping */
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 16;
         reg_ent_t *e = realloc(r->e, cap * sizeof *e);

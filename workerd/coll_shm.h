@@ -67,6 +67,7 @@ typedef struct wrk_shm_op {
  * freeing one another member still maps keeps its pages until that member unmaps it. */
 int wrk_shm_reg_create(wrk_shm_reg_t **out);
 void wrk_shm_reg_destroy(wrk_shm_reg_t *r); /* frees what is still allocated */
+/* -ERANGE for sizes below the zero-copy threshold (the caller uses plain memory). */
 int wrk_shm_mem_alloc(wrk_shm_reg_t *r, size_t bytes, void **out);
 /* 0, or -ENOENT when p did not come from wrk_shm_mem_alloc. */
 int wrk_shm_mem_free(wrk_shm_reg_t *r, void *p);
