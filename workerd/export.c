@@ -68,7 +68,8 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
     if (rc < 0)
         goto out;
     const char *shard = ch_st_meta(f, "shard");
-    if (meta.world != 1 || !shard || strcmp(shard, "full") != 0) {
+    /* Data-parallel ranks hold whole replicas: rank 0's shard is the model. */
+    if (meta.layout.tp != 1 || meta.layout.pp != 1 || !shard || strcmp(shard, "full") != 0) {
         rc = ch_errf(err, errlen, CH_E_CONFIG,
                      "%s: a checkpoint of world size %u (tp=%u pp=%u dp=%u) has sliced shards; "
                      "joining them needs the parallel engine's export (coming)",

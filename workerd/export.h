@@ -5,8 +5,9 @@
  * tools and can start a job of any layout (train.init_from).
  *
  * The shards' metadata (layout, rank, per-tensor coverage) says how to join them; today
- * checkpoints of world size 1 are supported, larger ones are refused with a clear
- * message until the parallel engine writes sliced shards. */
+ * checkpoints whose shards are whole (tp = pp = 1: world size 1, or data-parallel
+ * replicas, of which rank 0's is taken) are supported; tensor or pipeline sliced ones are
+ * refused with a clear message until the parallel engine writes sliced shards. */
 #ifndef WRK_EXPORT_H
 #define WRK_EXPORT_H
 

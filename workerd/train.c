@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll.h"
 #include "corpus.h"
 #include "ckpt.h"
 #include "err.h"
@@ -20,7 +21,8 @@
 /* "eval": its own draw of sums, not the corpus's sequence of lines; with 90 x 90
  * possible sums the corpus holds them all, so this measures whether the model has
  * learned to answer them, not whether it generalises beyond them. */
-#define EVAL_SEED 0x6576616cull
+#define EVAL_SEED       0x6576616cull
+#define COLL_TIMEOUT_MS (10 * 60 * 1000) /* without fault.step_timeout_s */
 
 static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint64_t checksum)
 {
@@ -57,18 +59,49 @@ static void set_threads(const wrk_rank_t *r)
     kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */
 }
 
+/* Data parallel: the collectives context (host memory, UCX: the engine runs on the CPU)
+ * and this rank's DP group. */
+static int dp_setup(wrk_rank_t *r, wrk_coll_t **c, wrk_coll_group_t **g)
+{
+    const ch_jobspec_t *s = &r->spec;
+    wrk_coll_config_t cfg;
+    wrk_coll_config_defaults(&cfg);
+    cfg.backend = WRK_COLL_UCX;
+    cfg.rank = r->rank;
+    cfg.world_size = r->world_size;
+    cfg.rdzv = r->rdzv;
+    cfg.timeout_ms =
+        s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 1000) : COLL_TIMEOUT_MS;
+    int rc = wrk_coll_create(&cfg, c);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "collectives: %s", ch_strerror(rc));
+    rc = wrk_coll_group_layout(*c, ch_jobspec_layout(s), WRK_COLL_GROUP_DP, g);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "data-parallel group: %s", ch_strerror(rc));
+    return 0;
+}
+
 int wrk_train_run(wrk_rank_t *r)
 {
     char err[512] = "";
     wrk_trainer_t *t = NULL;
+    wrk_coll_t *c = NULL;
+    wrk_coll_group_t *dp = NULL;
     wrk_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
+    const ch_jobspec_t *s = &r->spec;
     int rc;
 
     set_threads(r);
+    if (s->parallel.dp > 1 && s->parallel.tp == 1 && s->parallel.pp == 1) {
+        if ((rc = dp_setup(r, &c, &dp)) < 0)
+            goto out;
+        opts.dp = dp;
+    }
     rc = wrk_trainer_create(&r->spec, &opts, &t, err, sizeof err);
-    if (rc < 0)
-        return wrk_rank_fail(r, rc, "%s", err);
-    const ch_jobspec_t *s = &r->spec;
+    if (rc < 0) {
+        rc = wrk_rank_fail(r, rc, "%s", err);
+        goto out;
+    }
     if (r->resume_step > 0) {
         rc = wrk_trainer_resume(t, r->resume_step, err, sizeof err);
         if (rc < 0) {
@@ -93,7 +126,8 @@ int wrk_train_run(wrk_rank_t *r)
             }
         }
     }
-    int builtin = wrk_data_is_builtin(wrk_trainer_data(t));
+    /* Data-parallel ranks hold the same model: one of them evaluates. */
+    int builtin = wrk_data_is_builtin(wrk_trainer_data(t)) && r->rank == 0;
     uint64_t total = wrk_trainer_total_steps(t);
     CH_LOGI("train",
             "job=%s gen=%" PRIu64 " rank=%u: %" PRIu64 " parameters, steps %" PRIu64 "..%" PRIu64
@@ -143,5 +177,7 @@ int wrk_train_run(wrk_rank_t *r)
     }
 out:
     wrk_trainer_destroy(t);
+    wrk_coll_group_destroy(dp);
+    wrk_coll_destroy(c);
     return rc;
 }

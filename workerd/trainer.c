@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "coll.h"
 #include "err.h"
 #include "kernels/matmul.h"
 #include "layout.h"
@@ -26,6 +27,8 @@ struct wrk_trainer {
     int32_t *inputs, *targets; /* one micro-batch, [B, T] */
     uint64_t next_step;
     double peak_flops;
+    wrk_coll_group_t *dp; /* borrowed; NULL when dp == 1 */
+    uint32_t dp_rank, rank;
 };
 
 double wrk_measure_peak_flops(int n, double seconds)
@@ -67,15 +70,25 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
     rc = ch_jobspec_validate(spec, 0, err, errlen);
     if (rc < 0)
         return rc;
-    if (spec->parallel.tp != 1 || spec->parallel.pp != 1 || spec->parallel.dp != 1)
+    if (spec->parallel.tp != 1 || spec->parallel.pp != 1)
         return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel: layout tp=%u pp=%u dp=%u: 3D parallel training needs the "
-                       "parallel engine (coming); use tp = pp = dp = 1",
+                       "parallel: layout tp=%u pp=%u dp=%u: tensor and pipeline parallel training "
+                       "need the 3D engine (coming); use tp = pp = 1 (dp may be larger)",
                        spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
+    wrk_coll_group_t *dp = opts ? opts->dp : NULL;
+    if (spec->parallel.dp > 1 && (!dp || wrk_coll_group_size(dp) != spec->parallel.dp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.dp = %u: the rank has no data-parallel group of that size",
+                       spec->parallel.dp);
     t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->spec = *spec;
+    if (spec->parallel.dp > 1) {
+        t->dp = dp;
+        t->dp_rank = wrk_coll_group_index(dp);
+        t->rank = wrk_coll_group_rank(dp, t->dp_rank); /* tp = pp = 1: the world rank */
+    }
     snprintf(t->job, sizeof t->job, "%s", opts && opts->job_id ? opts->job_id : spec->name);
     t->cfg.layers = spec->model.layers;
     t->cfg.heads = spec->model.heads;
@@ -200,8 +213,8 @@ static void fill_meta(const wrk_trainer_t *t, wrk_ckpt_meta_t *m)
     snprintf(m->job, sizeof m->job, "%s", t->job);
     m->step = t->next_step;
     m->layout = ch_jobspec_layout(&t->spec);
-    m->rank = 0;
-    m->world = 1;
+    m->rank = t->rank;
+    m->world = t->spec.parallel.dp;
     m->cfg = t->cfg;
     m->seed = t->spec.train.seed;
     m->data_seed = wrk_data_seed(t->data);
@@ -238,6 +251,42 @@ int wrk_trainer_checkpoint_due(const wrk_trainer_t *t)
     return s->checkpoint.every > 0 && t->next_step % (uint64_t)s->checkpoint.every == 0;
 }
 
+/* Every rank has written its shard: rank 0 writes the manifest naming all of them (world
+ * size 1: its own) and prunes; the others wait until it has, so a checkpoint a rank
+ * reports is committed. */
+static int commit(wrk_trainer_t *t, const wrk_ckpt_meta_t *meta, const wrk_ckpt_file_t *mine,
+                  char *err, size_t errlen)
+{
+    uint32_t n = t->spec.parallel.dp;
+    wrk_ckpt_file_t *files = calloc(n, sizeof *files);
+    if (!files)
+        return -ENOMEM;
+    int rc = 0;
+    files[t->dp_rank] = *mine;
+    if (t->dp &&
+        (rc = wrk_coll_allgather(t->dp, mine, files, sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
+        ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
+        goto out;
+    }
+    if (t->dp_rank == 0) {
+        rc = wrk_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
+        if (rc == 0 && wrk_ckpt_prune(t->spec.checkpoint.dir, t->job, t->spec.checkpoint.keep) < 0)
+            CH_LOGW("train", "job=%s pruning old checkpoints failed", t->job);
+    }
+    if (t->dp) {
+        /* rank 0's outcome travels with the barrier: a failed commit fails every rank */
+        float failed = rc < 0 ? 1.0f : 0.0f;
+        int brc = wrk_coll_allreduce(t->dp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+        if (rc == 0 && brc < 0)
+            rc = ch_errf(err, errlen, brc, "committing the checkpoint: %s", ch_strerror(brc));
+        else if (rc == 0 && failed != 0.0f)
+            rc = ch_errf(err, errlen, CH_E_STATE, "rank 0 could not commit the checkpoint");
+    }
+out:
+    free(files);
+    return rc;
+}
+
 int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
                            size_t errlen)
 {
@@ -247,17 +296,14 @@ int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     if (!dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
     fill_meta(t, &meta);
+    file.rank = t->rank;
     int rc =
         wrk_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
     if (rc < 0)
         return rc;
-    /* world size 1: this shard is the whole checkpoint, so commit it now */
-    rc = wrk_ckpt_write_manifest(dir, &meta, &file, 1, err, errlen);
+    rc = commit(t, &meta, &file, err, errlen);
     if (rc < 0)
         return rc;
-    rc = wrk_ckpt_prune(dir, t->job, t->spec.checkpoint.keep);
-    if (rc < 0)
-        CH_LOGW("train", "job=%s pruning old checkpoints: %s", t->job, ch_strerror(rc));
     if (bytes)
         *bytes = file.bytes;
     if (checksum)
@@ -283,7 +329,7 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
     double loss_sum = 0;
     for (uint32_t k = 0; k < micro; k++) {
         float loss = 0;
-        wrk_data_micro_batch(t->data, step, 0, k, micro, B, t->inputs, t->targets);
+        wrk_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
         int rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
         if (rc < 0)
             return rc;
@@ -291,6 +337,18 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
         if (rc < 0)
             return rc;
         loss_sum += loss;
+    }
+    if (t->dp) {
+        /* Each rank's gradients carry 1/(global tokens): their sum is the global mean. Every
+         * rank then clips and updates the same numbers in the same order. */
+        float l = (float)loss_sum;
+        int rc = wrk_coll_allreduce(t->dp, eng_model_grads(t->model), eng_model_grads(t->model),
+                                    eng_model_nparams(t->model), WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        if (rc == 0)
+            rc = wrk_coll_allreduce(t->dp, &l, &l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        if (rc < 0)
+            return rc;
+        loss_sum = l;
     }
     double norm = wrk_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
                                 t->optim.max_grad_norm);
@@ -305,12 +363,12 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
         dt = 1e-9;
     if (info) {
         info->step = step;
-        info->loss = loss_sum / micro;
+        info->loss = loss_sum / ((double)micro * s->parallel.dp);
         info->lr = lr;
         info->grad_norm = norm;
         info->seconds = dt;
         info->tokens_per_s = global_tokens / dt;
-        double flops = eng_model_flops(&t->cfg, B * micro * s->parallel.dp);
+        double flops = eng_model_flops(&t->cfg, B * micro); /* this rank's share */
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
     }
     return 0;

@@ -6,22 +6,27 @@
  * AdamW at lr(s). The loss reported for step s is the mean over the global batch,
  * computed before the update.
  *
- * For now only world size 1 (tp = pp = dp = 1) runs here; larger layouts need the
- * parallel engine and are refused with CH_E_CONFIG. */
+ * Data parallel (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data
+ * position dp_rank), the gradients are summed over the DP group (they already carry the
+ * global scale) and every rank applies the same update, so all hold the same parameters.
+ * Checkpoints: each rank writes its shard, DP rank 0 commits them all. Tensor and pipeline
+ * parallel layouts need the 3D engine and are refused with CH_E_CONFIG. */
 #ifndef WRK_TRAINER_H
 #define WRK_TRAINER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coll.h"
 #include "data.h"
 #include "jobspec.h"
 #include "model.h"
 #include "optim.h"
 
 typedef struct wrk_trainer_opts {
-    const char *job_id; /* checkpoint directory name under checkpoint.dir; NULL: job name */
-    double peak_flops;  /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
+    const char *job_id;   /* checkpoint directory name under checkpoint.dir; NULL: job name */
+    double peak_flops;    /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
+    wrk_coll_group_t *dp; /* dp > 1: this rank's DP group, borrowed for the trainer's life */
 } wrk_trainer_opts_t;
 
 typedef struct wrk_step_info {
@@ -52,8 +57,9 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info);
 /* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
  * and after the last step (when checkpoint.dir is set). */
 int wrk_trainer_checkpoint_due(const wrk_trainer_t *t);
-/* Write this rank's shard for the current step; with world size 1 also commit it
- * (manifest.json) and prune to checkpoint.keep. */
+/* Write this rank's shard for the current step and commit the step (manifest.json,
+ * written by DP rank 0 once every rank's shard is there; collective over the DP group),
+ * then prune to checkpoint.keep. */
 int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
                            size_t errlen);
 

@@ -105,6 +105,48 @@ Test(train, builtin_corpus_learns_checkpoints_and_exports)
               init, fresh, loss);
 }
 
+/* dp = 2 on two nodes: each rank trains on its half of the global batch, the job reports
+ * the global loss, one manifest commits both ranks' shards, and export takes it. */
+Test(train, data_parallel_job_across_two_nodes)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char job[PATH_MAX], text[2 * PATH_MAX], ckpt[PATH_MAX], path[PATH_MAX + 128], id[64];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0, "local up failed");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", c.dir);
+    snprintf(job, sizeof job, "%s/dp.ini", c.dir);
+    snprintf(text, sizeof text,
+             "[job]\nname = train-dp\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 2\n"
+             "[train]\nsteps = 30\n[checkpoint]\ndir = %s\nevery = 10\n",
+             ckpt);
+    cr_assert_eq(h_write_file(job, text), 0);
+    ch_json_t *js = run_ok(&c, job, id, sizeof id);
+    double loss = h_json_num(js, "loss");
+    fprintf(stderr, "train %s: dp=2, 30 steps, loss %.4f, %.0f tokens/s\n", id, loss,
+            h_json_num(js, "tokens_per_s"));
+    cr_assert_eq(h_json_num(js, "world_size"), 2.0);
+    cr_assert_eq(h_json_num(js, "step"), 30.0);
+    cr_assert(isfinite(loss) && loss < log(VOCAB) - 0.3,
+              "loss %g after 30 steps: no better than a uniform guess (%g)", loss, log(VOCAB));
+    cr_assert_eq(h_json_num(js, "last_checkpoint_step"), 30.0);
+    ch_json_free(js);
+    static const char *const files[] = {"manifest.json", "rank-00000.safetensors",
+                                        "rank-00001.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s/step-00000030/%s", ckpt, id, files[i]);
+        cr_expect(h_file_size(path) > 0, "%s is missing", path);
+    }
+    snprintf(path, sizeof path, "%s/%s", ckpt, id);
+    char model[PATH_MAX];
+    snprintf(model, sizeof model, "%s/dp.safetensors", c.dir);
+    cr_assert_eq(h_ctl(NULL, &o, "export", path, "--out", model, NULL), 0);
+    cr_expect_eq(o.status, 0, "export: exit %d: %s", o.status, o.err);
+    h_out_free(&o);
+    cr_expect(h_file_size(model) > 0, "export wrote nothing to %s", model);
+}
+
 /* The bytes of a valid llm.c token file of n tokens below VOCAB, at path. */
 static void write_tokens(const char *path, size_t n)
 {

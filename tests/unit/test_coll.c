@@ -55,13 +55,7 @@ static int fail(rank_ctx_t *t, const char *fmt, ...)
 static void *rank_main(void *arg)
 {
     rank_ctx_t *t = arg;
-    wrk_coll_config_t cfg;
-    wrk_coll_config_defaults(&cfg);
-    cfg.rank = t->rank;
-    cfg.world_size = t->n;
-    cfg.rdzv = (ch_rdzv_t){.ud = t->table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
-    cfg.timeout_ms = t->timeout_ms;
-    t->rc = wrk_coll_create(&cfg, &t->c);
+    t->rc = ts_coll_create(t->table, t->rank, t->n, t->timeout_ms, &t->c);
     if (t->rc < 0) {
         snprintf(t->msg, sizeof t->msg, "create: %s", ch_strerror(t->rc));
         return NULL;

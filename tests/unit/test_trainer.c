@@ -3,12 +3,14 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "coll.h"
 #include "corpus.h"
 #include "err.h"
 #include "safetensors.h"
@@ -185,16 +187,165 @@ Test(trainer, the_demo_job_learns_to_add)
     wrk_trainer_destroy(t);
 }
 
-Test(trainer, refuses_parallel_layouts_for_now)
+Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
 {
     ch_jobspec_t j;
     tiny_spec(&j);
-    j.parallel.dp = 2;
+    j.parallel.tp = 2;
+    j.model.heads = 2;
     wrk_trainer_t *t = NULL;
     char err[512] = "";
     cr_expect_eq(wrk_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
-    cr_expect(strstr(err, "3D parallel training needs the parallel engine") != NULL, "%s", err);
+    cr_expect(strstr(err, "tensor and pipeline parallel training need the 3D engine") != NULL, "%s",
+              err);
     cr_expect_null(t);
+    tiny_spec(&j);
+    j.parallel.dp = 2; /* and no group to run it with */
+    err[0] = 0;
+    cr_expect_eq(wrk_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect(strstr(err, "parallel.dp = 2: the rank has no data-parallel group") != NULL, "%s",
+              err);
+    cr_expect_null(t);
+}
+
+// ----------------------------------------------------------------------------
+// data parallel: ranks as threads, each with its own collectives context and DP group
+
+enum { DP_STEPS = 10, DP_MAX = 4 };
+
+typedef struct dp_rank {
+    uint32_t rank, n;
+    ts_rdzv_table_t *table;
+    const ch_jobspec_t *spec;
+    uint64_t resume;
+    double losses[DP_STEPS];
+    float *params; /* copy at the end, caller frees */
+    size_t nparams;
+    int rc;
+    char msg[512];
+} dp_rank_t;
+
+static void *dp_main(void *arg)
+{
+    dp_rank_t *d = arg;
+    wrk_coll_t *c = NULL;
+    wrk_coll_group_t *g = NULL;
+    wrk_trainer_t *t = NULL;
+    d->rc = ts_coll_create(d->table, d->rank, d->n, 60000, &c);
+    if (d->rc == 0)
+        d->rc = wrk_coll_group_layout(c, (ch_layout_t){1, 1, d->n}, WRK_COLL_GROUP_DP, &g);
+    wrk_trainer_opts_t opts = {.peak_flops = 1e9, .dp = g};
+    if (d->rc == 0)
+        d->rc = wrk_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
+    if (d->rc == 0 && d->resume)
+        d->rc = wrk_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
+    while (d->rc == 0 && wrk_trainer_next_step(t) < wrk_trainer_total_steps(t)) {
+        wrk_step_info_t info;
+        if ((d->rc = wrk_trainer_step(t, &info)) < 0)
+            break;
+        d->losses[info.step] = info.loss;
+        if (wrk_trainer_checkpoint_due(t))
+            d->rc = wrk_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
+    }
+    if (d->rc == 0) {
+        d->nparams = eng_model_nparams(wrk_trainer_model(t));
+        d->params = malloc(d->nparams * sizeof *d->params);
+        memcpy(d->params, eng_model_params(wrk_trainer_model(t)), d->nparams * sizeof(float));
+    }
+    wrk_trainer_destroy(t);
+    wrk_coll_group_destroy(g);
+    wrk_coll_destroy(c);
+    return NULL;
+}
+
+static void run_dp(const ch_jobspec_t *j, uint64_t resume, dp_rank_t *ranks)
+{
+    uint32_t n = j->parallel.dp;
+    cr_assert_leq(n, DP_MAX);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
+    pthread_t th[DP_MAX];
+    for (uint32_t i = 0; i < n; i++) {
+        ranks[i] = (dp_rank_t){.rank = i, .n = n, .table = &table, .spec = j, .resume = resume};
+        cr_assert_eq(pthread_create(&th[i], NULL, dp_main, &ranks[i]), 0);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    ts_rdzv_table_fini(&table);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(ranks[i].rc, 0, "rank %u: %s %s", i, ch_strerror(ranks[i].rc), ranks[i].msg);
+}
+
+static void dp_spec(ch_jobspec_t *j, uint32_t dp)
+{
+    tiny_spec(j);
+    j->train.steps = DP_STEPS;
+    j->parallel.dp = dp;
+    j->parallel.micro_batch_size = 4 / dp; /* the same global batch of 8 sequences */
+    j->checkpoint.every = 5;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
+    return sqrt(d / (s > 0 ? s : 1));
+}
+
+/* dp = 2 with micro-batches of 2 reads the same 8 sequences per step as dp = 1 with
+ * micro-batches of 4: the same training up to the order of the gradient sums. */
+Test(trainer, data_parallel_trains_like_one_rank_on_the_same_batch)
+{
+    ch_jobspec_t one, two;
+    dp_spec(&one, 1);
+    dp_spec(&two, 2);
+    snprintf(two.name, sizeof two.name, "tiny-dp");
+    dp_rank_t a[DP_MAX], b[DP_MAX];
+    run_dp(&two, 0, b);
+    wrk_trainer_t *t = make(&one);
+    run(t, a[0].losses);
+    size_t n = eng_model_nparams(wrk_trainer_model(t));
+    cr_assert_eq(b[0].nparams, n);
+    for (int s = 0; s < DP_STEPS; s++) {
+        cr_expect_eq(b[0].losses[s], b[1].losses[s], "step %d: the ranks report different losses",
+                     s);
+        cr_expect(fabs(b[0].losses[s] - a[0].losses[s]) <= 1e-5 * fabs(a[0].losses[s]),
+                  "step %d: loss %.9g with dp=2, %.9g with dp=1", s, b[0].losses[s],
+                  a[0].losses[s]);
+    }
+    cr_expect_eq(memcmp(b[0].params, b[1].params, n * sizeof(float)), 0,
+                 "the data-parallel ranks' parameters differ");
+    double d = rel_l2(b[0].params, eng_model_params(wrk_trainer_model(t)), n);
+    cr_expect_lt(d, 1e-5, "parameters after %d steps: relative L2 difference %g", DP_STEPS, d);
+    wrk_trainer_destroy(t);
+    free(b[0].params);
+    free(b[1].params);
+}
+
+Test(trainer, data_parallel_checkpoint_commits_every_shard_and_resumes_bit_identically)
+{
+    ch_jobspec_t j;
+    dp_spec(&j, 2);
+    dp_rank_t a[DP_MAX], b[DP_MAX];
+    run_dp(&j, 0, a);
+    char sdir[1024], err[512];
+    cr_assert_eq(wrk_ckpt_step_dir(dir, j.name, 5, sdir, sizeof sdir), 0);
+    for (uint32_t r = 0; r < 2; r++)
+        cr_expect_eq(wrk_ckpt_verify(sdir, r, err, sizeof err), 0, "rank %u: %s", r, err);
+    char manifest[1100];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", sdir);
+    cr_expect_eq(access(manifest, F_OK), 0);
+    run_dp(&j, 5, b);
+    for (uint32_t r = 0; r < 2; r++) {
+        for (int s = 5; s < DP_STEPS; s++)
+            cr_expect_eq(a[r].losses[s], b[r].losses[s], "rank %u step %d: %.9g vs %.9g", r, s,
+                         a[r].losses[s], b[r].losses[s]);
+        cr_expect_eq(memcmp(a[r].params, b[r].params, a[r].nparams * sizeof(float)), 0,
+                     "rank %u: parameters after resuming differ", r);
+        free(a[r].params);
+        free(b[r].params);
+    }
 }
 
 Test(trainer, init_from_a_hugging_face_file)
