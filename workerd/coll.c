@@ -311,6 +311,11 @@ const char *wrk_coll_group_name(const wrk_coll_group_t *g)
     return g->name;
 }
 
+wrk_coll_t *wrk_coll_group_context(const wrk_coll_group_t *g)
+{
+    return g->c;
+}
+
 const char *wrk_coll_group_transport(const wrk_coll_group_t *g)
 {
     return g->c->ops->transport ? g->c->ops->transport(g) : g->c->ops->name;

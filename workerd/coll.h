@@ -106,6 +106,7 @@ uint32_t wrk_coll_group_size(const wrk_coll_group_t *g);
 uint32_t wrk_coll_group_index(const wrk_coll_group_t *g);                /* the caller's index */
 uint32_t wrk_coll_group_rank(const wrk_coll_group_t *g, uint32_t index); /* world rank */
 const char *wrk_coll_group_name(const wrk_coll_group_t *g);
+wrk_coll_t *wrk_coll_group_context(const wrk_coll_group_t *g);
 /* How the group's collectives move data: "shm" (UCX backend, every member on this host,
  * through a shared segment), "ucx" (UCX messages) or "nccl". */
 const char *wrk_coll_group_transport(const wrk_coll_group_t *g);

@@ -101,6 +101,7 @@ struct eng_model {
 
     size_t nparams;
     float *params, *grads;
+    float *own_grads; /* grads unless the caller lent a buffer (eng_model_lend_grads) */
     eng_tensor_t *tensors;
     size_t ntensors;
     size_t wte, wpe, lnfw, lnfb; /* slab offsets */
@@ -301,7 +302,7 @@ int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng
     }
     build_table(m);
     m->params = alloc_floats(m->nparams);
-    m->grads = alloc_floats(m->nparams);
+    m->grads = m->own_grads = alloc_floats(m->nparams);
     m->acts = alloc_floats(carve(m, NULL));
     size_t budget_rows = LOGITS_BUDGET / cfg->padded_vocab;
     m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
@@ -327,7 +328,7 @@ void eng_model_destroy(eng_model_t *m)
     }
     free(m->logits);
     free(m->acts);
-    free(m->grads);
+    free(m->own_grads);
     free(m->params);
     free(m->targets);
     free(m->inputs);
@@ -353,6 +354,14 @@ size_t eng_model_nparams(const eng_model_t *m)
 float *eng_model_params(eng_model_t *m)
 {
     return m->params;
+}
+
+void eng_model_lend_grads(eng_model_t *m, float *buf)
+{
+    memcpy(buf, m->grads, m->nparams * sizeof(float));
+    m->grads = buf;
+    free(m->own_grads);
+    m->own_grads = NULL;
 }
 
 float *eng_model_grads(eng_model_t *m)

@@ -38,6 +38,9 @@ const eng_config_t *eng_model_config(const eng_model_t *m);
 size_t eng_model_nparams(const eng_model_t *m);
 float *eng_model_params(eng_model_t *m); /* the slab, nparams floats */
 float *eng_model_grads(eng_model_t *m);  /* same layout as params */
+/* Keep the gradients in buf (nparams floats, borrowed until the model is destroyed) from
+ * now on, e.g. memory the collectives reduce in place; the current ones are copied. */
+void eng_model_lend_grads(eng_model_t *m, float *buf);
 size_t eng_model_ntensors(const eng_model_t *m);
 const eng_tensor_t *eng_model_tensor(const eng_model_t *m, size_t i);
 const eng_tensor_t *eng_model_find(const eng_model_t *m, const char *name); /* NULL if none */

@@ -28,6 +28,7 @@ struct wrk_trainer {
     uint64_t next_step;
     double peak_flops;
     wrk_coll_group_t *dp; /* borrowed; NULL when dp == 1 */
+    float *dp_grads;      /* dp > 1: the model's gradients, in the collectives' memory */
     uint32_t dp_rank, rank;
 };
 
@@ -112,6 +113,14 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
     rc = wrk_optim_init(&t->optim, eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
+    if (t->dp) {
+        /* what same-host members of the DP group reduce in place (coll.h) */
+        rc = wrk_coll_mem_alloc(wrk_coll_group_context(t->dp),
+                                eng_model_nparams(t->model) * sizeof(float), (void **)&t->dp_grads);
+        if (rc < 0)
+            goto out;
+        eng_model_lend_grads(t->model, t->dp_grads);
+    }
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) {
@@ -137,6 +146,8 @@ void wrk_trainer_destroy(wrk_trainer_t *t)
     free(t->targets);
     wrk_optim_fini(&t->optim);
     eng_model_destroy(t->model);
+    if (t->dp_grads)
+        wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->dp_grads);
     wrk_data_close(t->data);
     free(t);
 }

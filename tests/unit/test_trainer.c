@@ -294,12 +294,14 @@ static double rel_l2(const float *a, const float *b, size_t n)
 }
 
 /* dp = 2 with micro-batches of 2 reads the same 8 sequences per step as dp = 1 with
- * micro-batches of 4: the same training up to the order of the gradient sums. */
-Test(trainer, data_parallel_trains_like_one_rank_on_the_same_batch)
+ * micro-batches of 4: the same training up to the order of the gradient sums. embd 128
+ * makes the gradients large enough (1.7 MB) to be reduced in place between the ranks. */
+static void dp_like_one_rank(uint32_t embd)
 {
     ch_jobspec_t one, two;
     dp_spec(&one, 1);
     dp_spec(&two, 2);
+    one.model.embd = two.model.embd = embd;
     snprintf(two.name, sizeof two.name, "tiny-dp");
     dp_rank_t a[DP_MAX], b[DP_MAX];
     run_dp(&two, 0, b);
@@ -321,6 +323,16 @@ Test(trainer, data_parallel_trains_like_one_rank_on_the_same_batch)
     wrk_trainer_destroy(t);
     free(b[0].params);
     free(b[1].params);
+}
+
+Test(trainer, data_parallel_trains_like_one_rank_on_the_same_batch)
+{
+    dp_like_one_rank(32);
+}
+
+Test(trainer, data_parallel_with_gradients_reduced_in_place)
+{
+    dp_like_one_rank(128);
 }
 
 Test(trainer, data_parallel_checkpoint_commits_every_shard_and_resumes_bit_identically)
