@@ -786,6 +786,7 @@ int wrk_shm_op_advance(wrk_shm_t *s, wrk_shm_op_t *op, int *moved)
         /* fall through */
     case PH_ZC:
         zero_copy(s, op);
+        stream_fence(); /* streaming stores into the others' buffers land before we say so */
         publish(&me->finished, op->announce);
         op->phase = PH_ZC_WAIT;
         *moved = 1;
