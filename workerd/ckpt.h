@@ -10,8 +10,8 @@
  * "step s" means s updates done: restoring it and running step s next reproduces the
  * uninterrupted run bit for bit. A step is committed once manifest.json exists in its
  * directory: rank 0 writes it once every rank's shard is written (the trainer gathers
- * their sizes and checksums over the data-parallel group). Only committed steps are resumed from; the last
- * `keep` committed steps are kept. */
+ * their sizes and checksums over the data-parallel group). Only committed steps are resumed from;
+ * the last `keep` committed steps are kept. */
 #ifndef WRK_CKPT_H
 #define WRK_CKPT_H
 
