@@ -517,6 +517,7 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         .local_world = s->local_world_size ? s->local_world_size : (uint32_t)s->n_ranks,
         .resume_step = s->resume_step,
         .device = a->cfg.device,
+        .threads = a->cfg.threads,
         .job_file = job_file,
         .run_dir = rdir,
         .log_path = logp,

@@ -18,6 +18,8 @@ typedef struct wrk_agent_cfg {
     int port;
     char name[256];            /* node name */
     uint32_t slots;            /* rank processes this node runs at once */
+    uint32_t threads;          /* compute threads per rank (CHORUS_THREADS); 0: the rank's
+                                * share of the node's cores */
     char rack[256];            /* placement label */
     char device[16];           /* "cpu" | "cuda" */
     const ch_key_t *key;       /* cluster key; borrowed for the agent's life */

@@ -30,6 +30,7 @@ typedef struct wrkd_cfg {
     char coordinator[CH_OPT_STRLEN];
     char name[CH_OPT_STRLEN];
     long slots;
+    long threads;
     char rack[CH_OPT_STRLEN];
     char key[CH_OPT_STRLEN];
     char run_dir[CH_OPT_STRLEN];
@@ -42,6 +43,8 @@ static const ch_opt_t options[] = {
      "coordinatord address HOST:PORT (required)"},
     {"name", CH_OPT_STR, offsetof(wrkd_cfg_t, name), NULL, "node name (default: the hostname)"},
     {"slots", CH_OPT_INT, offsetof(wrkd_cfg_t, slots), "1", "rank processes this node runs"},
+    {"threads", CH_OPT_INT, offsetof(wrkd_cfg_t, threads), "0",
+     "compute threads per rank; 0: the node's cores shared by the job's ranks on it"},
     {"rack", CH_OPT_STR, offsetof(wrkd_cfg_t, rack), "default", "rack label for placement"},
     {"key", CH_OPT_STR, offsetof(wrkd_cfg_t, key), "/etc/chorus/cluster.key",
      "cluster key file (mode 0600 or 0400)"},
@@ -171,6 +174,10 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
         CH_LOGE("workerd", "--name not given and gethostname failed");
         return CH_E_CONFIG;
     }
+    if (c->threads < 0 || c->threads > 1024) {
+        CH_LOGE("workerd", "--threads: expected 0..1024, got %ld", c->threads);
+        return CH_E_CONFIG;
+    }
     if (c->slots < 1 || c->slots > 4096) {
         CH_LOGE("workerd", "--slots: expected 1..4096, got %ld", c->slots);
         return CH_E_CONFIG;
@@ -202,6 +209,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
     ac->slots = (uint32_t)c->slots;
+    ac->threads = (uint32_t)c->threads;
     ac->key = &w->key;
     ac->registered_cb = on_registered;
     ac->ud = w;

@@ -118,6 +118,8 @@ static int env_build(const wrk_proc_spec_t *s, char ***out)
     CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_RESUME_STEP", s->resume_step), rc, out);
     CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_PARENT_PID", (uint64_t)getpid()), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_DEVICE", s->device ? s->device : "cpu"), rc, out);
+    if (s->threads > 0)
+        CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_THREADS", s->threads), rc, out);
     /* Each slot is one thread: the rank's BLAS and OpenMP must not fan out. */
     CH_CHECK_GOTO(env_add(env, &n, "OPENBLAS_NUM_THREADS", "1"), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "OMP_NUM_THREADS", "1"), rc, out);

@@ -233,6 +233,12 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
     r->world_size = (uint32_t)v[1];
     r->local_rank = (uint32_t)v[2];
     r->local_world_size = (uint32_t)v[3];
+    uint64_t th = 0;
+    if (getenv("CHORUS_THREADS") && env_u64("CHORUS_THREADS", 1024, &th) < 0) {
+        snprintf(err, errlen, "bad CHORUS_THREADS");
+        return CH_E_CONFIG;
+    }
+    r->threads = (uint32_t)th;
     if (r->rank >= r->world_size || r->local_rank >= r->local_world_size) {
         snprintf(err, errlen, "rank %u of %u, local %u of %u", r->rank, r->world_size,
                  r->local_rank, r->local_world_size);

@@ -19,6 +19,7 @@ typedef struct wrk_rank {
     char job_id[64];
     uint64_t generation;
     uint32_t rank, world_size, local_rank, local_world_size;
+    uint32_t threads;     /* CHORUS_THREADS: compute threads; 0: not set */
     uint64_t resume_step; /* 0: fresh start; else resume from this committed step */
     ch_jobspec_t spec;
     char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */

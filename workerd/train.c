@@ -52,8 +52,14 @@ static int evaluate(wrk_rank_t *r, wrk_trainer_t *t, uint64_t step, double *acc)
     return 0;
 }
 
+/* workerd --threads when given (a local cluster's nodes share one machine), else this
+ * rank's share of the node's cores. */
 static void set_threads(const wrk_rank_t *r)
 {
+    if (r->threads > 0) {
+        kn_blas_set_threads((int)r->threads);
+        return;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long per = cores / (long)(r->local_world_size ? r->local_world_size : 1);
     kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */

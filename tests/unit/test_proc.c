@@ -71,6 +71,7 @@ static wrk_proc_spec_t sh_spec(char *const *argv, const char *log)
         .local_world = 4,
         .resume_step = 200,
         .device = "cuda",
+        .threads = 3,
         .job_file = "/x/job.ini",
         .run_dir = "/x/rank-5/",
         .log_path = log,
@@ -110,7 +111,8 @@ Test(proc, rank_environment_and_log)
         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $CHORUS_JOB "
         "$CHORUS_GENERATION $CHORUS_RESUME_STEP $CHORUS_JOB_FILE $CHORUS_RUN_DIR "
         "$OPENBLAS_NUM_THREADS $OMP_NUM_THREADS $CHORUS_PARENT_PID "
-        "${NOTIFY_SOCKET-unset} $CHORUS_TEST_INHERITED $CHORUS_DEVICE\"; echo on-stderr >&2",
+        "${NOTIFY_SOCKET-unset} $CHORUS_TEST_INHERITED $CHORUS_DEVICE $CHORUS_THREADS\"; "
+        "echo on-stderr >&2",
         NULL};
     outcome_t o = spawn_and_wait(argv, log);
     unsetenv("NOTIFY_SOCKET");
@@ -121,7 +123,7 @@ Test(proc, rank_environment_and_log)
     size_t len = 0;
     cr_assert_eq(ch_file_read(log, 4096, &text, &len), 0);
     snprintf(expect, sizeof expect,
-             "5 8 1 4 job-42 3 200 /x/job.ini /x/rank-5/ 1 1 %d unset yes cuda\non-stderr\n",
+             "5 8 1 4 job-42 3 200 /x/job.ini /x/rank-5/ 1 1 %d unset yes cuda 3\non-stderr\n",
              (int)getpid());
     cr_expect_str_eq(text, expect);
     free(text);
