@@ -624,18 +624,7 @@ int ch_st_writer_finish(ch_st_writer_t *w, uint64_t *bytes, uint64_t *checksum, 
 
     ch_hash64_init(&h);
     CH_CHECK_GOTO(build_header(w, &hdr, &hlen), rc, out);
-    size_t tlen = strlen(w->path) + 32;
-    tmp = malloc(tlen);
-    if (!tmp) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    snprintf(tmp, tlen, "%s.tmp.%ld", w->path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
+    CH_CHECK_GOTO(ch_file_tmp_open(w->path, 0644, &fd, &tmp), rc, out);
     unsigned char len8[8];
     uint64_t hl = hlen;
     memcpy(len8, &hl, 8);
@@ -643,23 +632,10 @@ int ch_st_writer_finish(ch_st_writer_t *w, uint64_t *bytes, uint64_t *checksum, 
     CH_CHECK_GOTO(write_all(fd, hdr, hlen, &h), rc, out);
     for (size_t i = 0; i < w->n; i++)
         CH_CHECK_GOTO(write_all(fd, w->e[i].data, w->e[i].nbytes, &h), rc, out);
-    if (fsync(fd) < 0) {
-        rc = -errno;
+    rc = ch_file_tmp_commit(fd, tmp, w->path);
+    fd = -1, tmp = NULL; /* closed and freed either way */
+    if (rc < 0)
         goto out;
-    }
-    if (close(fd) < 0) {
-        fd = -1;
-        rc = -errno;
-        goto out;
-    }
-    fd = -1;
-    if (rename(tmp, w->path) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    free(tmp);
-    tmp = NULL;
-    CH_CHECK_GOTO(ch_fsync_dir_of(w->path), rc, out);
     if (bytes)
         *bytes = h.total;
     if (checksum)
@@ -668,10 +644,7 @@ out:
     if (rc < 0)
         ch_errf(err, errlen, rc, "%s: write failed: %s", w->path, ch_strerror(rc));
     if (fd >= 0)
-        close(fd);
-    if (tmp)
-        unlink(tmp);
-    free(tmp);
+        ch_file_tmp_abort(fd, tmp);
     free(hdr);
     ch_st_writer_destroy(w);
     return rc;

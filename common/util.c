@@ -152,53 +152,72 @@ int ch_fsync_dir_of(const char *path)
     return rc;
 }
 
-int ch_file_write_atomic(const char *path, const void *data, size_t len, int mode)
+int ch_file_tmp_open(const char *path, int mode, int *fd, char **tmp)
 {
-    int rc = 0, fd = -1;
-    char *tmp = NULL;
-    size_t plen = strlen(path);
+    size_t n = strlen(path) + 16;
+    char *t = malloc(n);
+    if (!t)
+        return -ENOMEM;
+    snprintf(t, n, "%s.tmp.XXXXXX", path);
+    int f = mkostemp(t, O_CLOEXEC);
+    if (f < 0) {
+        int rc = -errno;
+        free(t);
+        return rc;
+    }
+    if (fchmod(f, (mode_t)mode) < 0) {
+        int rc = -errno;
+        ch_file_tmp_abort(f, t);
+        return rc;
+    }
+    *fd = f;
+    *tmp = t;
+    return 0;
+}
 
-    tmp = malloc(plen + 16);
-    if (!tmp) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (fchmod(fd, (mode_t)mode) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    CH_CHECK_GOTO(ch_write_full(fd, data, len), rc, out);
-    if (fsync(fd) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (close(fd) < 0) {
-        fd = -1;
-        rc = -errno;
-        goto out;
-    }
-    fd = -1;
-    if (rename(tmp, path) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    free(tmp);
-    tmp = NULL;
-    rc = ch_fsync_dir_of(path);
-out:
+void ch_file_tmp_abort(int fd, char *tmp)
+{
     if (fd >= 0)
         close(fd);
-    if (tmp) {
+    if (tmp)
         unlink(tmp);
-        free(tmp);
+    free(tmp);
+}
+
+int ch_file_tmp_commit(int fd, char *tmp, const char *path)
+{
+    if (fsync(fd) < 0) {
+        int rc = -errno;
+        ch_file_tmp_abort(fd, tmp);
+        return rc;
     }
-    return rc;
+    if (close(fd) < 0) {
+        int rc = -errno;
+        ch_file_tmp_abort(-1, tmp);
+        return rc;
+    }
+    if (rename(tmp, path) < 0) {
+        int rc = -errno;
+        ch_file_tmp_abort(-1, tmp);
+        return rc;
+    }
+    free(tmp);
+    return ch_fsync_dir_of(path);
+}
+
+int ch_file_write_atomic(const char *path, const void *data, size_t len, int mode)
+{
+    int fd = -1;
+    char *tmp = NULL;
+    int rc = ch_file_tmp_open(path, mode, &fd, &tmp);
+    if (rc < 0)
+        return rc;
+    rc = ch_write_full(fd, data, len);
+    if (rc < 0) {
+        ch_file_tmp_abort(fd, tmp);
+        return rc;
+    }
+    return ch_file_tmp_commit(fd, tmp, path);
 }
 
 int ch_mkdirs(const char *path, int mode)

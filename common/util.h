@@ -14,6 +14,14 @@ uint64_t ch_wall_ms(void); /* CLOCK_REALTIME, milliseconds since the epoch */
 int ch_file_read(const char *path, size_t max, char **out, size_t *len);
 /* Write atomically: temp file in the same directory, fsync, rename, fsync the directory. */
 int ch_file_write_atomic(const char *path, const void *data, size_t len, int mode);
+/* The same in two halves, for writers that stream: ch_file_tmp_open makes a temporary file
+ * next to path with the given mode (*fd, *tmp: its name, malloc'd); ch_file_tmp_commit
+ * fsyncs, closes and renames it over path, then fsyncs the directory. Commit and
+ * ch_file_tmp_abort always close fd and free tmp, and remove the temporary unless it was
+ * renamed. */
+int ch_file_tmp_open(const char *path, int mode, int *fd, char **tmp);
+int ch_file_tmp_commit(int fd, char *tmp, const char *path);
+void ch_file_tmp_abort(int fd, char *tmp);
 /* write(2) all of data, retrying on EINTR and short writes. */
 int ch_write_full(int fd, const void *data, size_t len);
 /* fsync the directory holding path (after a rename into it). */
