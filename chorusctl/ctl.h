@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "chorus.pb-c.h"
-#include "client.h"
+#include "common/client.h"
 
 /* Exit statuses (sysexits.h values where one fits). Scripts rely on them. */
 enum {

@@ -11,7 +11,7 @@
 
 #include "ckpt.h"
 #include "ctl.h"
-#include "err.h"
+#include "common/err.h"
 #include "export.h"
 #include "json.h"
 

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "err.h"
-#include "jobspec.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/jobspec.h"
+#include "common/util.h"
 
 #define JOBFILE_MAX (1u << 20)
 

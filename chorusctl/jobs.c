@@ -9,7 +9,7 @@
 
 #include "ctl.h"
 #include "json.h"
-#include "msg.h"
+#include "common/msg.h"
 #include "table.h"
 
 // ----------------------------------------------------------------------------

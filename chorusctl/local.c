@@ -25,12 +25,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "ctl.h"
-#include "err.h"
+#include "common/err.h"
 #include "json.h"
-#include "msg.h"
-#include "util.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 #define START_TIMEOUT_MS 10000
 #define STOP_TIMEOUT_MS  5000

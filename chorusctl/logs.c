@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "err.h"
+#include "common/err.h"
 #include "json.h"
-#include "msg.h"
-#include "util.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 #define LOG_MAX (256u << 20)
 

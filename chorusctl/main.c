@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "ctl.h"
-#include "err.h"
+#include "common/err.h"
 #include "json.h"
 
 typedef struct cmd {

@@ -6,7 +6,7 @@
 
 #include "ctl.h"
 #include "json.h"
-#include "msg.h"
+#include "common/msg.h"
 #include "table.h"
 
 static void print_json(const Chorus__NodeList *nl)

@@ -46,9 +46,9 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "jobspec.h"
+#include "common/jobspec.h"
 #include "json.h"
-#include "layout.h"
+#include "common/layout.h"
 #include "model.h"
 #include "table.h"
 

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "ctl.h"
-#include "err.h"
-#include "msg.h"
+#include "common/err.h"
+#include "common/msg.h"
 
 void ctl_errf(const char *fmt, ...)
 {

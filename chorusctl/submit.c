@@ -15,11 +15,11 @@
 #include <unistd.h>
 
 #include "ctl.h"
-#include "err.h"
-#include "jobspec.h"
+#include "common/err.h"
+#include "common/jobspec.h"
 #include "json.h"
-#include "msg.h"
-#include "util.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 #define POLL_WAIT_MS  200
 #define POLL_WATCH_MS 250

@@ -1,6 +1,6 @@
 /* Cluster key files, handshake proofs and per-frame tags (auth.h), all on libsodium's
  * HMAC-SHA256. Secrets are compared with sodium_memcmp and wiped after use. */
-#include "auth.h"
+#include "common/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define LABEL_LEN 8 /* "chorus-s", "chorus-c", "chorus-k" */
 

@@ -1,7 +1,7 @@
 /* Blocking message link over POSIX sockets (client.h): the same frames and handshake
  * as conn.c, driven by poll() with deadlines instead of an event loop. The socket is
  * non-blocking; every wait is bounded by the caller's timeout. */
-#include "client.h"
+#include "common/client.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -15,11 +15,11 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "frame.h"
-#include "log.h"
-#include "msg.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 #define CLIENT_SEND_TIMEOUT_MS 30000
 

@@ -4,7 +4,7 @@
 #ifndef CH_CLIENT_H
 #define CH_CLIENT_H
 
-#include "auth.h"
+#include "common/auth.h"
 #include "chorus.pb-c.h"
 
 typedef struct ch_client ch_client_t;

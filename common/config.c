@@ -4,7 +4,7 @@
  * ch_config_load reads argv twice: a first pass checks the flags' syntax and finds --help
  * and --config without touching cfg; then defaults, file, environment and finally the
  * flags are applied in that order, so each layer overrides the one before. */
-#include "config.h"
+#include "common/config.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "err.h"
-#include "ini.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/ini.h"
+#include "common/util.h"
 
 #define CONFIG_FILE_MAX (1u << 20)
 

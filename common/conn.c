@@ -14,7 +14,7 @@
  * naming the peer and the reason, then uv_close on both handles. The memory is freed
  * only when every handle has closed and a pending getaddrinfo has returned, so a
  * callback may close its own link. */
-#include "conn.h"
+#include "common/conn.h"
 
 #include <netdb.h>
 #include <stdio.h>
@@ -23,10 +23,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "frame.h"
-#include "log.h"
-#include "msg.h"
+#include "common/err.h"
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/msg.h"
 
 #define CONN_RDBUF    (16u << 10)
 #define CONN_ROLE_MAX 32

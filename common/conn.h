@@ -13,7 +13,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "chorus.pb-c.h"
 
 typedef struct ch_conn ch_conn_t;

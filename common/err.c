@@ -1,10 +1,10 @@
-/* Error names and the one libuv -> Chorus conversion (err.h). */
-#include "err.h"
+/* Error names (err.h). The libuv -> Chorus conversion lives in uverr.c, with the network
+ * library, so this file links nothing but libc. */
+#include "common/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <uv.h>
 
 static const char *const ch_names[] = {
     [1] = "authentication failed",
@@ -25,10 +25,13 @@ static const char *const ch_names[] = {
     [16] = "not enough capacity",
 };
 
-/* libuv's own codes (not errno values): UV_EOF and the getaddrinfo family. */
+/* libuv's own codes (not errno values) on Linux: UV_EOF (-4095) and the getaddrinfo family
+ * (-3000 .. -3099). Named here without libuv so that the pure library stays pure;
+ * ch_err_from_uv (uverr.c) turns them into errno codes wherever libuv is used. */
+#define UV_EOF_CODE (-4095)
 static int is_uv_only(int rc)
 {
-    return rc == UV_EOF || (rc <= -3000 && rc > -3100);
+    return rc == UV_EOF_CODE || (rc <= -3000 && rc > -3100);
 }
 
 const char *ch_strerror(int rc)
@@ -40,8 +43,10 @@ const char *ch_strerror(int rc)
         if (i > 0 && i < (int)(sizeof ch_names / sizeof ch_names[0]) && ch_names[i])
             return ch_names[i];
     }
+    if (rc == UV_EOF_CODE)
+        return "end of file";
     if (is_uv_only(rc))
-        return uv_strerror(rc);
+        return "host name lookup failed";
     if (rc < 0 && rc > -4096) {
         /* strerrordesc_np is thread-safe and never formats into a shared buffer. */
         const char *s = strerrordesc_np(-rc);
@@ -49,23 +54,6 @@ const char *ch_strerror(int rc)
             return s;
     }
     return "unknown error";
-}
-
-int ch_err_from_uv(int uv_status)
-{
-    if (uv_status >= 0)
-        return 0;
-    if (uv_status == UV_EOF)
-        return -EPIPE;
-    if (uv_status == UV_EAI_NONAME || uv_status == UV_EAI_NODATA)
-        return -ENOENT;
-    if (uv_status == UV_EAI_MEMORY)
-        return -ENOMEM;
-    if (uv_status == UV_EAI_AGAIN)
-        return -EAGAIN;
-    if (is_uv_only(uv_status))
-        return -EHOSTUNREACH;
-    return uv_status; /* on Linux every other libuv code is a negated errno */
 }
 
 int ch_errf(char *err, size_t errlen, int rc, const char *fmt, ...)

@@ -4,12 +4,12 @@
  * buf[off .. len), and hands out whole frames in place. Every header is checked
  * against max before the buffer grows past it, so a peer announcing a huge frame
  * costs no more memory than the bytes it actually sent. */
-#include "frame.h"
+#include "common/frame.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 /* A buffer this large is released once it drains, so an idle link does not keep a
  * 16 MiB buffer alive after one big message. */

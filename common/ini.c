@@ -3,13 +3,13 @@
  * names the line. There are no inline comments (a value may contain '#'), no quoting and no
  * continuation lines: what the line says after '=' (trimmed) is the value, possibly empty.
  * Keys before the first section header are reported with section "". */
-#include "ini.h"
+#include "common/ini.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 static int is_space(char c)
 {

@@ -2,7 +2,7 @@
  * ch_jobspec_t and, for integers, its allowed range; that table drives parsing, --set
  * overrides, range validation and the canonical text, so a new field is one row here.
  * Rules that relate two fields (heads % tp, warmup <= steps, ...) are in validate(). */
-#include "jobspec.h"
+#include "common/jobspec.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "err.h"
-#include "ini.h"
-#include "tokens.h"
+#include "common/config.h"
+#include "common/err.h"
+#include "common/ini.h"
+#include "common/tokens.h"
 
 #define WORLD_MAX      (1u << 20)
 #define GEMM_SIZE_MAX  8192

@@ -4,7 +4,7 @@
  * hostile "[[[[..." cannot exhaust the stack; the node count bounds memory. Strings
  * must be valid UTF-8 without raw control characters; \uXXXX escapes (with surrogate
  * pairs) are decoded to UTF-8. */
-#include "json.h"
+#include "common/json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 ch_json_limits_t ch_json_default_limits(void)
 {

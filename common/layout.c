@@ -2,7 +2,7 @@
  *   rank = tp + TP * (dp + DP * pp)
  * so a TP group is a run of TP consecutive ranks (kept inside one node by placement), and a
  * pipeline stage is a block of TP*DP consecutive ranks. */
-#include "layout.h"
+#include "common/layout.h"
 
 ch_coord_t ch_layout_coord(ch_layout_t l, uint32_t rank)
 {

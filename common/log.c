@@ -1,6 +1,6 @@
 /* Logging (log.h). Each line is formatted into one stack buffer and written with a
  * single write(2) to stderr, so lines from threads and processes never interleave. */
-#include "log.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdarg.h>

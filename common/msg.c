@@ -1,12 +1,12 @@
 /* Envelope <-> frame (msg.h): the one place that packs and unpacks control-plane
  * protobufs, stamping sequence numbers and tags from the session. */
-#include "msg.h"
+#include "common/msg.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "frame.h"
+#include "common/err.h"
+#include "common/frame.h"
 
 int ch_msg_encode(ch_session_t *s, Chorus__Envelope *env, uint8_t **out, size_t *len)
 {

@@ -3,7 +3,7 @@
 #ifndef CH_MSG_H
 #define CH_MSG_H
 
-#include "auth.h"
+#include "common/auth.h"
 #include "chorus.pb-c.h"
 
 /* Pack env into a complete frame (header | payload | tag). Sets env->seq to the next

@@ -1,7 +1,7 @@
 /* Counter-based random numbers (common/rng.h). */
 #include <math.h>
 
-#include "rng.h"
+#include "common/rng.h"
 
 static uint64_t mix(uint64_t x)
 {

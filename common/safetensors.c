@@ -1,5 +1,5 @@
 /* safetensors reader (validating, mmap'd) and atomic streaming writer (safetensors.h). */
-#include "safetensors.h"
+#include "common/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "json.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"

@@ -1,13 +1,13 @@
 /* llm.c and raw uint16 token files (tokens.h). */
-#include "tokens.h"
+#include "common/tokens.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/util.h"
 
 struct ch_tokens {
     void *map;

@@ -1,5 +1,5 @@
 /* Clocks, whole-file I/O and small parsers shared by every binary (util.h). */
-#include "util.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 uint64_t ch_now_ns(void)
 {

@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "notify.h"
 #include "rpc.h"
 #include "scheduler.h"
-#include "util.h"
+#include "common/util.h"
 
 void coord_event(coord_t *c, const char *job, uint64_t gen, int64_t rank, const char *node,
                  const char *what)

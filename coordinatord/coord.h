@@ -10,8 +10,8 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "config.h"
+#include "common/auth.h"
+#include "common/config.h"
 #include "job.h"
 #include "kv.h"
 #include "metrics.h"

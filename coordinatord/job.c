@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "scheduler.h"
-#include "util.h"
+#include "common/util.h"
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
     "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "chorus.pb-c.h"
-#include "jobspec.h"
+#include "common/jobspec.h"
 #include "placement.h"
 
 typedef struct coord coord_t;

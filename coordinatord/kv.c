@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 /* ---------------------------------------------------------------------------------------
  * A small chained hash table over byte-string keys. Structs that live in one embed

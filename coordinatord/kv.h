@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdzv.h"
+#include "common/rdzv.h"
 
 typedef struct coord_kv coord_kv_t;
 

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 #define EXIT_CONFIG 78
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 // ---------------------------------------------------------------------------------------
 // Rendering

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
 
 static const char *const STATE_NAMES[COORD_NODE_NSTATES] = {"alive", "suspect", "dead", "draining"};
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 /* Rack index of every node (0..R-1 in order of first appearance); returns R. */
 static uint32_t rack_ids(const coord_place_node_t *nodes, size_t n, uint32_t *rack)

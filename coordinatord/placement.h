@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layout.h"
+#include "common/layout.h"
 
 typedef struct coord_place_node {
     const char *name;    /* borrowed; for the caller, not used by placement */

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
-#include "msg.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 typedef void (*rpc_fn)(coord_t *c, coord_link_t *l, const Chorus__Envelope *req);
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "placement.h"
 
 /* Nodes usable for placement: alive ones with their free slots (all slots when idle). */

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "jobspec.h"
+#include "common/jobspec.h"
 
 typedef struct coord coord_t;
 

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "rpc.h"
-#include "util.h"
+#include "common/util.h"
 
 // ---------------------------------------------------------------------------------------
 // Links

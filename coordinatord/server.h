@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "conn.h"
+#include "common/conn.h"
 
 typedef struct coord coord_t;
 typedef struct coord_node coord_node_t;

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "err.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
 
 struct coord_store {
     sqlite3 *db;

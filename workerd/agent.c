@@ -26,13 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "err.h"
-#include "log.h"
-#include "msg.h"
+#include "common/conn.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/msg.h"
 #include "proc.h"
-#include "rdzv.h"
-#include "util.h"
+#include "common/rdzv.h"
+#include "common/util.h"
 
 #define BACKOFF_MIN_MS       100
 #define BACKOFF_MAX_MS       1000

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "jobspec.h"
+#include "common/auth.h"
+#include "common/jobspec.h"
 
 typedef struct wrk_agent wrk_agent_t;
 

@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "json.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define MANIFEST "manifest.json"
 

@@ -18,10 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layout.h"
+#include "common/layout.h"
 #include "model.h"
 #include "optim.h"
-#include "safetensors.h"
+#include "common/safetensors.h"
 
 #define WRK_CKPT_FORMAT "chorus-ckpt-1"
 

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define DEFAULT_TIMEOUT_MS 60000
 /* Wait loop: progress calls in a row that moved nothing before the thread yields its core

@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layout.h"
-#include "rdzv.h"
+#include "common/layout.h"
+#include "common/rdzv.h"
 
 typedef struct wrk_coll wrk_coll_t;
 typedef struct wrk_coll_group wrk_coll_group_t;

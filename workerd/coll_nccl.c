@@ -22,9 +22,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "err.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
 
 typedef struct id_use {
     struct id_use *next;

@@ -15,8 +15,8 @@
 #include <emmintrin.h>
 #endif
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 #define SEG_MAGIC    0x48534843u /* "CHSH" */
 #define SLOTS        4

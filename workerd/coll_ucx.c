@@ -46,9 +46,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "log.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define PRECONNECT_MAX 64
 #define SCRATCH_POOL   8

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 
 // ----------------------------------------------------------------------------
 // rounds engine

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "corpus.h"
-#include "err.h"
-#include "tokens.h"
+#include "common/err.h"
+#include "common/tokens.h"
 
 #define DATA_DOMAIN 0x64617461ull /* "data": keeps offsets apart from other uses of seed */
 

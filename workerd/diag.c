@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "rank.h"
-#include "util.h"
+#include "common/util.h"
 
 #define DIAG_MAX_N  32768
 #define DIAG_TRIALS 2

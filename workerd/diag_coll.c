@@ -16,10 +16,10 @@
 #include <string.h>
 
 #include "coll.h"
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "rank.h"
-#include "util.h"
+#include "common/util.h"
 
 #define VAL_PERIOD         1009 /* val(j, i) depends on i only through i % VAL_PERIOD */
 #define MAX_METRICS        16

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "ckpt.h"
-#include "err.h"
-#include "safetensors.h"
+#include "common/err.h"
+#include "common/safetensors.h"
 
 static int is_model_tensor(const char *name)
 {

@@ -16,12 +16,12 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "auth.h"
-#include "config.h"
-#include "err.h"
-#include "log.h"
+#include "common/auth.h"
+#include "common/config.h"
+#include "common/err.h"
+#include "common/log.h"
 #include "rank.h"
-#include "util.h"
+#include "common/util.h"
 
 #define EXIT_CONFIG       78
 #define SHUTDOWN_GRACE_MS 5000

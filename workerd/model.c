@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
@@ -34,7 +34,7 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/xent.h"
-#include "rng.h"
+#include "common/rng.h"
 
 #define LOGITS_BUDGET ((size_t)64 << 20) /* floats held for logits: 256 MiB */
 #define INIT_STD      0.02f

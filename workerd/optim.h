@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jobspec.h"
+#include "common/jobspec.h"
 #include "model.h"
 
 // ----------------------------------------------------------------------------

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 extern char **environ;
 

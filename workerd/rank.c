@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "err.h"
-#include "log.h"
-#include "msg.h"
-#include "util.h"
+#include "common/auth.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 #define LINK_FD            3
 #define JOB_FILE_MAX       (1u << 20)

@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client.h"
-#include "jobspec.h"
-#include "rdzv.h"
+#include "common/client.h"
+#include "common/jobspec.h"
+#include "common/rdzv.h"
 
 typedef struct wrk_rank {
     char job_id[64];

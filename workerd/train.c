@@ -9,9 +9,9 @@
 #include "coll.h"
 #include "corpus.h"
 #include "ckpt.h"
-#include "err.h"
+#include "common/err.h"
 #include "kernels/matmul.h"
-#include "log.h"
+#include "common/log.h"
 #include "rank.h"
 #include "trainer.h"
 

@@ -9,12 +9,12 @@
 
 #include "ckpt.h"
 #include "coll.h"
-#include "err.h"
+#include "common/err.h"
 #include "kernels/matmul.h"
-#include "layout.h"
-#include "log.h"
-#include "safetensors.h"
-#include "util.h"
+#include "common/layout.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "common/util.h"
 
 struct wrk_trainer {
     ch_jobspec_t spec;

@@ -19,7 +19,7 @@
 
 #include "coll.h"
 #include "data.h"
-#include "jobspec.h"
+#include "common/jobspec.h"
 #include "model.h"
 #include "optim.h"
 

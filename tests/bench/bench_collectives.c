@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "coll.h"
-#include "err.h"
-#include "util.h"
+#include "common/err.h"
+#include "common/util.h"
 
 #define MIN_BYTES      (4u << 10)
 #define MAX_BYTES      (256u << 20)

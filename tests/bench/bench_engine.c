@@ -27,8 +27,8 @@
 #include "kernels/residual.h"
 #include "kernels/xent.h"
 #include "model.h"
-#include "rng.h"
-#include "util.h"
+#include "common/rng.h"
+#include "common/util.h"
 
 #define THREADS 2
 

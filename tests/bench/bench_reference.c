@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "safetensors.h"
+#include "common/err.h"
+#include "common/safetensors.h"
 #include "trainer.h"
 
 static int usage(void)

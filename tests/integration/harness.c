@@ -19,12 +19,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "err.h"
-#include "frame.h"
-#include "log.h"
-#include "msg.h"
-#include "util.h"
+#include "common/client.h"
+#include "common/err.h"
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 /* The cluster the running test started: kept here, not in the test's stack frame,
  * because .fini runs after a failed assertion has left that frame. */

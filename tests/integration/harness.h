@@ -14,9 +14,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "auth.h"
+#include "common/auth.h"
 #include "chorus.pb-c.h"
-#include "json.h"
+#include "common/json.h"
 
 #define H_HEARTBEAT_MS   100
 #define H_DEAD_AFTER_MS  1000

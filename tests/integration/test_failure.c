@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 #include "harness.h"
-#include "msg.h"
-#include "util.h"
+#include "common/msg.h"
+#include "common/util.h"
 
 TestSuite(failure, .fini = h_teardown, .timeout = 180);
 

@@ -9,11 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "err.h"
-#include "frame.h"
+#include "common/client.h"
+#include "common/err.h"
+#include "common/frame.h"
 #include "harness.h"
-#include "msg.h"
+#include "common/msg.h"
 
 TestSuite(security, .fini = h_teardown, .timeout = 60);
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "tokens.h"
+#include "common/tokens.h"
 
 TestSuite(train, .fini = h_teardown, .timeout = 120);
 

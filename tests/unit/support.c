@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "common/util.h"
 
 int ts_tmpdir(const char *tag, char *out, size_t n)
 {

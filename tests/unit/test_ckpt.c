@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "err.h"
+#include "common/err.h"
 #include "export.h"
-#include "safetensors.h"
+#include "common/safetensors.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 static char dir[512];
 

@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 #include "coll.h"
-#include "err.h"
-#include "msg.h"
+#include "common/err.h"
+#include "common/msg.h"
 #include "rank.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 // ----------------------------------------------------------------------------
 // ranks as threads

@@ -13,12 +13,12 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "client.h"
+#include "common/client.h"
 #include "coord.h"
-#include "err.h"
-#include "msg.h"
+#include "common/err.h"
+#include "common/msg.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 // ---------------------------------------------------------------------------------------
 // Harness: one coordinator per test, in its own thread.

@@ -8,9 +8,9 @@
 
 #include "corpus.h"
 #include "data.h"
-#include "err.h"
+#include "common/err.h"
 #include "support.h"
-#include "tokens.h"
+#include "common/tokens.h"
 
 #define T 16
 

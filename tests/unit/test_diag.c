@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "diag.h"
-#include "err.h"
+#include "common/err.h"
 
 typedef struct mats {
     size_t n;

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "json.h"
+#include "common/err.h"
+#include "common/json.h"
 
 static int parse(const char *s, ch_json_t **out)
 {

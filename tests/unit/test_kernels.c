@@ -18,7 +18,7 @@
 #include "kernels/residual.h"
 #include "kernels/vmath.h"
 #include "kernels/xent.h"
-#include "rng.h"
+#include "common/rng.h"
 
 #define FD_H 1e-5
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "err.h"
+#include "common/err.h"
 #include "kv.h"
 
 typedef struct answer {

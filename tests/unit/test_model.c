@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "model.h"
-#include "rng.h"
+#include "common/rng.h"
 
 static const eng_config_t tiny = {
     .layers = 2, .heads = 2, .embd = 8, .vocab = 11, .padded_vocab = 16, .seq_len = 5};

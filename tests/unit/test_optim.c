@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobspec.h"
+#include "common/jobspec.h"
 #include "model.h"
 #include "optim.h"
 

@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "err.h"
-#include "layout.h"
+#include "common/err.h"
+#include "common/layout.h"
 #include "placement.h"
 
 #define MAXR 512

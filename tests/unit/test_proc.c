@@ -11,7 +11,7 @@
 
 #include "proc.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 typedef struct outcome {
     int done, code, sig;

@@ -5,10 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "safetensors.h"
+#include "common/err.h"
+#include "common/safetensors.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 static char dir[512];
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "common/err.h"
 #include "store.h"
 #include "support.h"
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "common/err.h"
 #include "support.h"
-#include "tokens.h"
+#include "common/tokens.h"
 
 static char dir[512];
 

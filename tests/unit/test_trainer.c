@@ -12,11 +12,11 @@
 #include "ckpt.h"
 #include "coll.h"
 #include "corpus.h"
-#include "err.h"
-#include "safetensors.h"
+#include "common/err.h"
+#include "common/safetensors.h"
 #include "trainer.h"
 #include "support.h"
-#include "util.h"
+#include "common/util.h"
 
 static char dir[512];
 
