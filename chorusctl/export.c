@@ -9,10 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt.h"
+#include "workerd/engine/ckpt_file.h"
 #include "ctl.h"
 #include "common/err.h"
-#include "export.h"
+#include "workerd/engine/export.h"
 #include "json.h"
 
 /* A job directory holds step-* directories; a step directory holds the shards. */

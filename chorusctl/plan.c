@@ -49,7 +49,7 @@
 #include "common/jobspec.h"
 #include "json.h"
 #include "common/layout.h"
-#include "model.h"
+#include "common/plan.h"
 #include "table.h"
 
 #define LOGITS_FLOATS ((double)(64u << 20)) /* workerd/model.c's LOGITS_BUDGET */
@@ -100,9 +100,9 @@ static void plan_model(plan_t *p, const ch_jobspec_t *j)
     p->sequences = (double)j->parallel.dp * m * j->parallel.micro_batch_size;
     p->tokens = p->sequences * T;
     /* Model FLOPs are linear in the batch; the global batch may not fit a uint32. */
-    eng_config_t cfg = {j->model.layers, j->model.heads, j->model.embd,
+    ch_model_cfg_t cfg = {j->model.layers, j->model.heads, j->model.embd,
                         j->model.vocab,  p->Vp,          j->model.seq_len};
-    p->flops = eng_model_flops(&cfg, 1) * p->sequences;
+    p->flops = ch_plan_flops(&cfg, 1) * p->sequences;
     p->bubble = (pp - 1) / (m + pp - 1);
 }
 

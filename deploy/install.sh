@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Chorus and install it on this machine (Debian 12; run as root or with sudo):
-#   binaries -> $PREFIX/bin              coordinatord, workerd, chorusctl
+#   binaries -> $PREFIX/bin              coordinatord, workerd, chorus-rank (next to workerd), chorusctl
 #   units    -> /etc/systemd/system/     chorus-coordinatord.service, chorus-workerd.service
 #   configs  -> /etc/chorus/*.conf       only when absent: local edits are kept
 #   key      -> /etc/chorus/cluster.key  only when absent; copy the same file to every node
@@ -39,14 +39,15 @@ fi
 if [ "$do_build" = 1 ]; then
   [ "$do_deps" = 1 ] && deploy/install-deps.sh
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target coordinatord workerd chorusctl
+  cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target coordinatord workerd chorus-rank chorusctl
 fi
-for b in coordinatord workerd chorusctl; do
+for b in coordinatord workerd chorus-rank chorusctl; do
   [ -x "$build/bin/$b" ] || { echo "install: $build/bin/$b is missing (build first)" >&2; exit 1; }
 done
 
 install -d -m 0755 "$prefix/bin"
-install -m 0755 "$build/bin/coordinatord" "$build/bin/workerd" "$build/bin/chorusctl" "$prefix/bin/"
+install -m 0755 "$build/bin/coordinatord" "$build/bin/workerd" "$build/bin/chorus-rank" \
+  "$build/bin/chorusctl" "$prefix/bin/"
 echo "install: binaries in $prefix/bin"
 
 install -d -m 0755 /etc/chorus /etc/systemd/system

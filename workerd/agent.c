@@ -18,7 +18,7 @@
  *    rank gets -ENOTCONN at once and retries (rank.c). job_id and generation are forced
  *    to the rank's own, so a rank cannot touch another job's store.
  *  - A 100 ms cron expires relays the coordinator never answered and closes stale links. */
-#include "agent.h"
+#include "workerd/agent.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -30,7 +30,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/msg.h"
-#include "proc.h"
+#include "workerd/proc.h"
 #include "common/rdzv.h"
 #include "common/util.h"
 
@@ -68,6 +68,7 @@ typedef struct kv_relay {
 struct wrk_agent {
     uv_loop_t *loop;
     wrk_agent_cfg_t cfg;
+    char rank_exe[CH_PATH_LEN]; /* cfg.rank_exe, or the chorus-rank next to workerd */
     ch_conn_t *coord;
     int registered, ever_registered, stopping;
     uint32_t heartbeat_ms;
@@ -792,6 +793,11 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     a->cfg = *cfg;
     if (a->cfg.slots == 0)
         a->cfg.slots = 1;
+    if (a->cfg.rank_exe)
+        snprintf(a->rank_exe, sizeof a->rank_exe, "%s", a->cfg.rank_exe);
+    else
+        (void)wrk_proc_rank_exe(a->rank_exe, sizeof a->rank_exe); /* a spawn names it if missing */
+    a->cfg.rank_exe = a->rank_exe;
     a->backoff_ms = BACKOFF_MIN_MS;
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);

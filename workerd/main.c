@@ -1,7 +1,8 @@
 /* workerd: the node agent (DESIGN §1, §10, §11). Reads its config table, loads the
  * cluster key, runs the agent (agent.h) on a libuv loop, and talks to systemd
  * (Type=notify: READY=1 after the first registration, WATCHDOG=1 from a loop timer).
- * `workerd --rank` (first argument, not in --help) is a rank process instead (rank.c).
+ * Rank processes are the sibling binary chorus-rank (workerd/rank/); workerd itself links
+ * no compute or transport library, so it outlives every rank crash.
  *
  * Exit codes: 0 clean stop (SIGTERM/SIGINT), 1 runtime failure, 78 configuration error
  * (bad flag or value, missing or loosely permitted key). */
@@ -15,12 +16,12 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "agent.h"
+#include "workerd/agent.h"
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "rank.h"
+#include "workerd/proc.h"
 #include "common/util.h"
 
 #define EXIT_CONFIG       78
@@ -162,6 +163,12 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     }
     ch_log_set_level(lvl);
     setenv("CHORUS_LOG_LEVEL", c->log_level, 1); /* the ranks log at the same level */
+    char exe[CH_PATH_LEN];
+    if ((rc = wrk_proc_rank_exe(exe, sizeof exe)) < 0) {
+        CH_LOGE("workerd", "the rank binary %s: %s (install it next to workerd)", exe,
+                ch_strerror(rc));
+        return CH_E_CONFIG;
+    }
     if (!c->coordinator[0]) {
         CH_LOGE("workerd", "--coordinator HOST:PORT is required");
         return CH_E_CONFIG;
@@ -262,9 +269,6 @@ int main(int argc, char **argv)
     wrk_agent_cfg_t ac;
     char err[512] = "";
     int rc;
-
-    if (argc > 1 && strcmp(argv[1], "--rank") == 0)
-        return wrk_rank_main(argc, argv);
 
     signal(SIGPIPE, SIG_IGN);
     ch_log_init("workerd");

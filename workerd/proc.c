@@ -1,7 +1,7 @@
 /* Rank process spawning and reaping (see proc.h). libuv does the fork/exec, the
  * setsid (UV_PROCESS_DETACHED: new session, so the rank leads its own process group)
  * and the SIGCHLD reaping; this module builds the environment and the descriptors. */
-#include "proc.h"
+#include "workerd/proc.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -152,18 +152,34 @@ static void on_child_exit(uv_process_t *h, int64_t exit_status, int term_signal)
         p->cb(p, term_signal ? 0 : (int)exit_status, term_signal, p->ud);
 }
 
+int wrk_proc_rank_exe(char *path, size_t n)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len < 0)
+        return -errno;
+    self[len] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = 0;
+    int w = snprintf(path, n, "%s/%s", slash ? self : ".", WRK_RANK_EXE);
+    if (w < 0 || (size_t)w >= n)
+        return -ENAMETOOLONG;
+    return access(path, X_OK) == 0 ? 0 : -errno;
+}
+
 int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_cb cb, void *ud,
                    wrk_proc_t **out, int *link_fd)
 {
     int sv[2] = {-1, -1}, logfd = -1, rc;
     char **env = NULL;
     wrk_proc_t *p = NULL;
-    const char *exe = spec->exe ? spec->exe : "/proc/self/exe";
+    const char *exe = spec->exe;
     char ident[128];
-    /* The third word is only for ps/top: which rank this is. */
-    char *default_argv[] = {"workerd", "--rank", ident, NULL};
+    /* The second word is only for ps/top: which rank this is. */
+    char *default_argv[] = {WRK_RANK_EXE, ident, NULL};
 
-    if (!spec->log_path)
+    if (!spec->log_path || !exe)
         return -EINVAL;
     snprintf(ident, sizeof ident, "%s:g%" PRIu64 ":r%u", spec->job_id ? spec->job_id : "",
              spec->generation, spec->rank);

@@ -1,5 +1,5 @@
-/* Rank process supervision: spawn one rank process (workerd re-executed with --rank,
- * or any program, for tests) in its own process group and session, with the
+/* Rank process supervision: spawn one rank process (chorus-rank, the binary next to
+ * workerd, or any program, for tests) in its own process group and session, with the
  * torchrun-compatible environment, one end of a socketpair as fd 3 and stdout+stderr
  * appended to a log file; report its exit (code or signal) on the loop.
  *
@@ -10,14 +10,22 @@
 #ifndef WRK_PROC_H
 #define WRK_PROC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
 typedef struct wrk_proc wrk_proc_t;
 
+#define WRK_RANK_EXE "chorus-rank"
+
+/* The rank binary: WRK_RANK_EXE in the directory of the running executable. 0, or
+ * -ENOENT / -EACCES when it is missing or not executable (path is filled either way),
+ * -ENAMETOOLONG. */
+int wrk_proc_rank_exe(char *path, size_t n);
+
 typedef struct wrk_proc_spec {
-    const char *exe;      /* NULL: /proc/self/exe */
-    char *const *argv;    /* NULL: {"workerd", "--rank", "JOB:gGEN:rRANK", NULL} */
+    const char *exe;      /* the program (required): wrk_proc_rank_exe for a rank */
+    char *const *argv;    /* NULL: {"chorus-rank", "JOB:gGEN:rRANK", NULL} */
     const char *job_id;   /* CHORUS_JOB */
     uint64_t generation;  /* CHORUS_GENERATION */
     uint32_t rank;        /* RANK */

@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coll.h"
+#include "workerd/coll/coll.h"
 #include "common/err.h"
 #include "common/util.h"
 

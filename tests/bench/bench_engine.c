@@ -26,7 +26,7 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/xent.h"
-#include "model.h"
+#include "workerd/engine/model.h"
 #include "common/rng.h"
 #include "common/util.h"
 
@@ -138,7 +138,7 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
     }
     out->step_s = best;
     out->mean_s = total / bc->steps;
-    out->gflops = eng_model_flops(c, B) / out->step_s * 1e-9;
+    out->gflops = ch_plan_flops(c, B) / out->step_s * 1e-9;
     out->tokens_per_s = (double)N / out->step_s;
 out:
     free(tok), free(mom), free(vel);

@@ -16,7 +16,7 @@
 
 #include "common/err.h"
 #include "common/safetensors.h"
-#include "trainer.h"
+#include "workerd/engine/trainer.h"
 
 static int usage(void)
 {

@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coll.h"
 
 /* Make a fresh directory $CHORUS_TEST_TMP/<tag>.XXXXXX (base /tmp when the variable is unset
  * or empty; the base is created with mode 0755 if missing) and write its path to out (n
@@ -38,7 +37,9 @@ int ts_rdzv_table_set(void *ud, const char *key, const void *val, size_t len);
 /* The newest value of key; -ETIMEDOUT after timeout_ms. Caller frees *val. */
 int ts_rdzv_table_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len);
 
-/* A UCX collectives context for rank `rank` of n meeting through table. */
+/* A UCX collectives context for rank `rank` of n meeting through table (support_coll.c,
+ * linked only into the tests of rooms that use the collectives). */
+typedef struct wrk_coll wrk_coll_t;
 int ts_coll_create(ts_rdzv_table_t *table, uint32_t rank, uint32_t n, int timeout_ms,
                    wrk_coll_t **out);
 

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "workerd/engine/ckpt.h"
 #include "common/err.h"
-#include "export.h"
+#include "workerd/engine/export.h"
 #include "common/safetensors.h"
 #include "support.h"
 #include "common/util.h"

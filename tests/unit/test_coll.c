@@ -18,10 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coll.h"
+#include "workerd/coll/coll.h"
 #include "common/err.h"
-#include "common/msg.h"
-#include "rank.h"
 #include "support.h"
 #include "common/util.h"
 
@@ -876,82 +874,6 @@ Test(coll, killed_peer_process_fails_fast, .timeout = 60)
 Test(coll, killed_peer_process_zero_copy_fails_fast, .timeout = 60)
 {
     killed_peer(1);
-}
-
-// ----------------------------------------------------------------------------
-// wrk_diag_coll_run: a diag job on a 2x2 layout (TP 2, PP 2), ranks as threads with their
-// event link to a socketpair the test reads afterwards
-
-typedef struct diag_rank {
-    wrk_rank_t r;
-    int peer_fd; /* the workerd end of the link */
-    int rc;
-} diag_rank_t;
-
-static void *diag_main(void *arg)
-{
-    diag_rank_t *d = arg;
-    d->rc = wrk_diag_coll_run(&d->r);
-    return NULL;
-}
-
-Test(coll, diag_checks_and_reports, .timeout = 60)
-{
-    enum { N = 4 };
-    ts_rdzv_table_t table;
-    ts_rdzv_table_init(&table);
-    diag_rank_t d[N];
-    pthread_t th[N];
-    memset(d, 0, sizeof d);
-    for (uint32_t i = 0; i < N; i++) {
-        wrk_rank_t *r = &d[i].r;
-        ch_jobspec_defaults(&r->spec);
-        r->spec.kind = CH_JOB_DIAG;
-        r->spec.parallel.tp = 2, r->spec.parallel.pp = 2, r->spec.parallel.dp = 1;
-        r->spec.diag.collectives = 1;
-        r->spec.diag.bytes = 256 << 10;
-        r->spec.diag.rounds = 2;
-        r->rank = i, r->world_size = N, r->local_rank = i, r->local_world_size = N;
-        snprintf(r->job_id, sizeof r->job_id, "j-test");
-        snprintf(r->device, sizeof r->device, "cpu");
-        r->rdzv = (ch_rdzv_t){.ud = &table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
-        int sv[2];
-        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-        cr_assert_eq(ch_client_from_fd(sv[0], &r->link), 0);
-        d[i].peer_fd = sv[1];
-    }
-    for (uint32_t i = 0; i < N; i++)
-        cr_assert_eq(pthread_create(&th[i], NULL, diag_main, &d[i]), 0);
-    for (uint32_t i = 0; i < N; i++)
-        pthread_join(th[i], NULL);
-    for (uint32_t i = 0; i < N; i++) {
-        cr_expect_eq(d[i].rc, 0, "rank %u: %s (%s)", i, ch_strerror(d[i].rc), d[i].r.detail);
-        ch_client_t *peer = NULL;
-        cr_assert_eq(ch_client_from_fd(d[i].peer_fd, &peer), 0);
-        int busbw_tp = 0, algbw_world = 0, events = 0;
-        Chorus__Envelope *env = NULL;
-        while (ch_client_recv(peer, 0, &env) == 0) {
-            Chorus__RankEvent *ev = env->rank_event;
-            cr_assert_not_null(ev);
-            cr_expect_eq(ev->kind, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS);
-            events++;
-            for (size_t m = 0; m < ev->n_metrics; m++) {
-                const char *name = ev->metrics[m]->name;
-                double v = ev->metrics[m]->value;
-                cr_expect(v > 0, "%s = %g", name, v);
-                busbw_tp += strcmp(name, "busbw.tp.allreduce") == 0;
-                algbw_world += strcmp(name, "algbw.world.allgather") == 0;
-            }
-            ch_msg_free(env);
-        }
-        cr_expect_eq(events, 4, "rank %u: %d progress events (one per group)", i, events);
-        cr_expect_eq(busbw_tp, 1, "rank %u: busbw.tp.allreduce reported %d times", i, busbw_tp);
-        cr_expect_eq(algbw_world, 1, "rank %u: algbw.world.allgather reported %d times", i,
-                     algbw_world);
-        ch_client_destroy(peer);
-        ch_client_destroy(d[i].r.link);
-    }
-    ts_rdzv_table_fini(&table);
 }
 
 // ----------------------------------------------------------------------------

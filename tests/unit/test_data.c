@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "corpus.h"
-#include "data.h"
+#include "workerd/engine/corpus.h"
+#include "workerd/engine/data.h"
 #include "common/err.h"
 #include "support.h"
 #include "common/tokens.h"

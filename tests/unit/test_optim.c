@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "common/jobspec.h"
-#include "model.h"
-#include "optim.h"
+#include "workerd/engine/model.h"
+#include "workerd/engine/optim.h"
 
 static eng_model_t *tiny_model(void)
 {

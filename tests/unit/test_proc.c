@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "proc.h"
+#include "workerd/proc.h"
 #include "support.h"
 #include "common/util.h"
 

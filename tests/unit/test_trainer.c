@@ -9,12 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "coll.h"
-#include "corpus.h"
+#include "workerd/engine/ckpt.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/corpus.h"
 #include "common/err.h"
 #include "common/safetensors.h"
-#include "trainer.h"
+#include "workerd/engine/trainer.h"
 #include "support.h"
 #include "common/util.h"
 

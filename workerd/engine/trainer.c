@@ -1,5 +1,5 @@
 /* Training driver for one rank (trainer.h). */
-#include "trainer.h"
+#include "workerd/engine/trainer.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
-#include "coll.h"
+#include "workerd/engine/ckpt.h"
+#include "workerd/coll/coll.h"
 #include "common/err.h"
 #include "kernels/matmul.h"
 #include "common/layout.h"
@@ -379,7 +379,7 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
         info->grad_norm = norm;
         info->seconds = dt;
         info->tokens_per_s = global_tokens / dt;
-        double flops = eng_model_flops(&t->cfg, B * micro); /* this rank's share */
+        double flops = ch_plan_flops(&t->cfg, B * micro); /* this rank's share */
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
     }
     return 0;

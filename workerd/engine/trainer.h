@@ -17,11 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coll.h"
-#include "data.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/data.h"
 #include "common/jobspec.h"
-#include "model.h"
-#include "optim.h"
+#include "workerd/engine/model.h"
+#include "workerd/engine/optim.h"
 
 typedef struct wrk_trainer_opts {
     const char *job_id;   /* checkpoint directory name under checkpoint.dir; NULL: job name */

@@ -1,7 +1,7 @@
 /* The rank runtime (rank.h): rank-mode main, events to workerd, and the rendezvous
  * store relayed through workerd.
  *
- * Theory of operation. workerd spawns `workerd --rank` with one end of a socketpair
+ * Theory of operation. workerd spawns chorus-rank with one end of a socketpair
  * as fd 3 and the rank's identity in the environment (proc.c). The rank first arms
  * PR_SET_PDEATHSIG so it cannot outlive workerd, then reads its identity and job file,
  * reports RANK_STARTED, runs the job kind and reports RANK_DONE or RANK_FAILED before
@@ -11,7 +11,7 @@
  * coordinatord and routes the reply back by request id. While workerd has no
  * coordinator link it answers -ENOTCONN at once; the rank retries until its own
  * deadline, so a coordinator restart during init is survived. */
-#include "rank.h"
+#include "workerd/rank/rank.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -320,6 +320,7 @@ int wrk_rank_main(int argc, char **argv)
         return 1;
     signal(SIGPIPE, SIG_IGN);
     ch_log_init("rank");
+    CH_LOGI("rank", "chorus-rank %s", CHORUS_VERSION);
     if (ch_auth_global_init() < 0)
         return 1;
     if (!(r = calloc(1, sizeof *r))) {

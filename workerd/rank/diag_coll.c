@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
+#include "workerd/coll/coll.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "rank.h"
+#include "workerd/rank/rank.h"
 #include "common/util.h"
 
 #define VAL_PERIOD         1009 /* val(j, i) depends on i only through i % VAL_PERIOD */

@@ -1,12 +1,12 @@
 /* Built-in arithmetic corpus: generation, tokenizer and answer accuracy (corpus.h). */
-#include "corpus.h"
+#include "workerd/engine/corpus.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
+#include "workerd/engine/data.h"
 
 #define TOK_PLUS   10
 #define TOK_EQ     11

@@ -12,7 +12,7 @@
  * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
  * The GPU makes progress on its own: progress() has nothing to drive. */
-#include "coll.h"
+#include "workerd/coll/coll_impl.h"
 
 #include <sched.h>
 #include <stdio.h>

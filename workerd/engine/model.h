@@ -13,9 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct eng_config {
-    uint32_t layers, heads, embd, vocab, padded_vocab, seq_len;
-} eng_config_t;
+#include "common/plan.h"
+
+/* The model's shape (common/plan.h: the arithmetic over it lives there). */
+typedef ch_model_cfg_t eng_config_t;
 
 typedef struct eng_tensor {
     char name[64];     /* "h.3.attn.c_attn.weight" */
@@ -57,8 +58,5 @@ int eng_model_backward(eng_model_t *m, float grad_scale);
 void eng_model_zero_grad(eng_model_t *m);
 /* Logits [B,T,padded_vocab] of the last forward. */
 const float *eng_model_logits(const eng_model_t *m);
-
-/* Model FLOPs of one training iteration over B sequences (DESIGN §7 formula). */
-double eng_model_flops(const eng_config_t *cfg, uint32_t B);
 
 #endif

@@ -1,6 +1,6 @@
 /* GEMM self-check job kind (see diag.h). One BLAS thread per rank: a slot is a core,
  * and the GFLOP/s reported is per slot. Shapes: A, B, C are n x n, row-major. */
-#include "diag.h"
+#include "workerd/rank/diag.h"
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "rank.h"
+#include "workerd/rank/rank.h"
 #include "common/util.h"
 
 #define DIAG_MAX_N  32768

@@ -1,5 +1,5 @@
 /* Checkpoint -> Hugging Face GPT-2 safetensors (export.h). */
-#include "export.h"
+#include "workerd/engine/export.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "workerd/engine/ckpt_file.h"
 #include "common/err.h"
 #include "common/safetensors.h"
 
@@ -17,7 +17,7 @@ static int is_model_tensor(const char *name)
 }
 
 /* Names and shapes every GPT-2 of cfg has; a shard missing one is incomplete. */
-static int check_complete(const ch_st_file_t *f, const eng_config_t *cfg, char *err, size_t errlen)
+static int check_complete(const ch_st_file_t *f, const ch_model_cfg_t *cfg, char *err, size_t errlen)
 {
     static const char *const block[] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",

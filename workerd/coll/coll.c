@@ -1,7 +1,7 @@
 /* Backend-independent half of the collectives (coll.h): contexts, groups from the layout,
  * argument checks, requests, the wait loop with its timeout, and the abort state. The
  * backends (coll_ucx.c, coll_nccl.c) only move data. */
-#include "coll.h"
+#include "workerd/coll/coll_impl.h"
 
 #include <limits.h>
 #include <math.h>

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coll.h"
+#include "workerd/coll/coll_impl.h"
 
 #define WRK_SHM_MAX_MEMBERS 16
 #define WRK_SHM_REF_MAX     64 /* "/proc/<pid>/fd/<fd>" */

@@ -1,5 +1,5 @@
 /* Same-host shared-memory collectives: the segment and the step engine (coll_shm.h). */
-#include "coll_shm.h"
+#include "workerd/coll/coll_shm.h"
 
 #include <errno.h>
 #include <fcntl.h>

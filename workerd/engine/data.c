@@ -1,12 +1,12 @@
 /* Token source and deterministic sampling (data.h). */
-#include "data.h"
+#include "workerd/engine/data.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "corpus.h"
+#include "workerd/engine/corpus.h"
 #include "common/err.h"
 #include "common/tokens.h"
 

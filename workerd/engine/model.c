@@ -17,7 +17,7 @@
  * when a micro-batch fits, the backward reuses the forward's logits; when it does not,
  * the forward keeps only each row's log-sum-exp and the backward recomputes each chunk's
  * logits (one extra head matmul for all but the last chunk, bounded memory). */
-#include "model.h"
+#include "workerd/engine/model.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -397,12 +397,6 @@ const float *eng_model_logits(const eng_model_t *m)
 void eng_model_zero_grad(eng_model_t *m)
 {
     memset(m->grads, 0, m->nparams * sizeof(float));
-}
-
-double eng_model_flops(const eng_config_t *cfg, uint32_t B)
-{
-    double s = cfg->seq_len, l = cfg->layers, h = cfg->embd, V = cfg->padded_vocab;
-    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
 // ----------------------------------------------------------------------------

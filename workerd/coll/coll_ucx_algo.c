@@ -4,7 +4,7 @@
  * the choice between them. Fixed reduction order: in the ring each block is accumulated
  * along the ring starting at a fixed member, then copied to the others; in recursive
  * doubling both partners add the same two values. */
-#include "coll_ucx.h"
+#include "workerd/coll/coll_ucx.h"
 
 #include <errno.h>
 #include <stdlib.h>

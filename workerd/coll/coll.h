@@ -139,9 +139,8 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
 /* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
 void wrk_coll_req_free(wrk_coll_req_t *req);
 
-/* ---- Backend interface (coll.c <-> coll_ucx.c / coll_nccl.c only) ----
- * coll.c validates arguments, owns groups and requests, runs the wait loop and the abort
- * state; a backend moves data. */
+/* ---- Operation kinds (metrics, logs). The backend table and the structs behind the
+ * handles are private: coll_impl.h. */
 
 typedef enum {
     WRK_COLL_OP_SEND,
@@ -159,68 +158,5 @@ void wrk_coll_reduce(wrk_coll_redop_t op, float *out, const float *a, const floa
 
 /* "allreduce", "reduce_scatter", ... (metric names, logs). */
 const char *wrk_coll_op_name(wrk_coll_op_kind_t kind);
-
-typedef struct wrk_coll_args {
-    wrk_coll_op_kind_t kind;
-    const void *sendbuf;
-    void *recvbuf; /* SEND: NULL; RECV, BROADCAST: the buffer */
-    size_t count;  /* per-member block for REDUCE_SCATTER (recv) and ALLGATHER (send) */
-    wrk_coll_dtype_t dt;
-    wrk_coll_redop_t op;
-    uint32_t peer; /* SEND/RECV: peer index; BROADCAST: root index */
-} wrk_coll_args_t;
-
-typedef struct wrk_coll_backend {
-    const char *name;
-    int (*init)(wrk_coll_t *c, const wrk_coll_config_t *cfg); /* sets c->be */
-    void (*fini)(wrk_coll_t *c);
-    int (*group_init)(wrk_coll_group_t *g, int timeout_ms); /* sets g->be */
-    void (*group_fini)(wrk_coll_group_t *g);
-    const char *(*transport)(const wrk_coll_group_t *g); /* NULL: the backend's name */
-    int (*start)(wrk_coll_req_t *r);                     /* r->g, r->a set; sets r->be */
-    int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
-    int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
-    void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
-    void (*abort)(wrk_coll_t *c);        /* owning thread, once, after the context aborted */
-    int (*mem_alloc)(wrk_coll_t *c, size_t bytes, void **out);
-    void (*mem_free)(wrk_coll_t *c, void *p);
-    int (*mem_copy)(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend);
-    int (*available)(void);
-} wrk_coll_backend_t;
-
-struct wrk_coll {
-    const wrk_coll_backend_t *ops;
-    void *be;
-    uint32_t rank, world_size;
-    ch_rdzv_t rdzv;
-    int timeout_ms;
-    atomic_int aborted; /* 0 or the code every operation now fails with */
-    int abort_handled;  /* ops->abort ran (owning thread) */
-    int ngroups, nreqs; /* live objects, checked at destroy */
-};
-
-struct wrk_coll_group {
-    wrk_coll_t *c;
-    char name[32];
-    uint32_t id;
-    uint32_t n, me;                 /* size and the caller's index */
-    uint32_t *ranks;                /* n world ranks, owned */
-    uint32_t seq;                   /* collectives started so far (tags) */
-    uint32_t *p2p_sent, *p2p_recvd; /* per peer: p2p messages started (tags) */
-    atomic_int failed;              /* a member failed (backend sets it) */
-    void *be;
-};
-
-struct wrk_coll_req {
-    wrk_coll_group_t *g;
-    wrk_coll_args_t a;
-    int rc; /* 1 pending, 0 done, < 0 failed */
-    void *be;
-};
-
-extern const wrk_coll_backend_t wrk_coll_ucx_backend;
-#ifdef CHORUS_HAVE_CUDA
-extern const wrk_coll_backend_t wrk_coll_nccl_backend;
-#endif
 
 #endif

@@ -1,6 +1,6 @@
 /* The rank runtime: what a job kind sees inside one rank process.
  *
- * A rank process is workerd re-executed with --rank (DESIGN §1). It inherits a
+ * A rank process is chorus-rank, the binary next to workerd (DESIGN §1). It inherits a
  * socketpair to its workerd (plain session, same framing), reads its identity from the
  * torchrun-compatible environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
  * CHORUS_JOB, CHORUS_GENERATION) and the job file from CHORUS_JOB_FILE, then runs the
@@ -29,7 +29,7 @@ typedef struct wrk_rank {
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
 } wrk_rank_t;
 
-/* Rank-mode main (`workerd --rank`): called by workerd's main, returns the exit status. */
+/* chorus-rank's main (rank/main.c): returns the exit status. */
 int wrk_rank_main(int argc, char **argv);
 
 /* Record why the kind is failing (appended to the RANK_FAILED message after
@@ -46,8 +46,8 @@ int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
 
 /* Job kinds. Each returns 0 when the rank finished its work, else a negative code
  * (the runtime reports RANK_FAILED with ch_strerror and exits non-zero). */
-int wrk_diag_run(wrk_rank_t *r);      /* workerd/diag.c: GEMM self-check */
-int wrk_diag_coll_run(wrk_rank_t *r); /* workerd/diag_coll.c: collective checks */
-int wrk_train_run(wrk_rank_t *r);     /* workerd/train.c: the training engine */
+int wrk_diag_run(wrk_rank_t *r);      /* workerd/rank/diag.c: GEMM self-check */
+int wrk_diag_coll_run(wrk_rank_t *r); /* workerd/rank/diag_coll.c: collective checks */
+int wrk_train_run(wrk_rank_t *r);     /* workerd/rank/train.c: the training engine */
 
 #endif

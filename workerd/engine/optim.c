@@ -1,6 +1,6 @@
 /* AdamW, gradient clipping and the learning-rate schedule (optim.h). The update and
  * the sum of squares are the kernels in kernels/adamw.h. */
-#include "optim.h"
+#include "workerd/engine/optim.h"
 
 #include <errno.h>
 #include <math.h>

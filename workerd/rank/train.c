@@ -6,14 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coll.h"
-#include "corpus.h"
-#include "ckpt.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/corpus.h"
+#include "workerd/engine/ckpt.h"
 #include "common/err.h"
 #include "kernels/matmul.h"
 #include "common/log.h"
-#include "rank.h"
-#include "trainer.h"
+#include "workerd/rank/rank.h"
+#include "workerd/engine/trainer.h"
 
 #define EVAL_EVERY   50
 #define EVAL_PROMPTS 64

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "common/jobspec.h"
-#include "model.h"
+#include "workerd/engine/model.h"
 
 // ----------------------------------------------------------------------------
 // learning-rate schedule

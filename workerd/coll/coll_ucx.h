@@ -14,8 +14,8 @@
 
 #include <ucp/api/ucp.h>
 
-#include "coll.h"
-#include "coll_shm.h"
+#include "workerd/coll/coll_impl.h"
+#include "workerd/coll/coll_shm.h"
 
 #define WINDOW             4            /* segments in flight per direction */
 #define SEG_BYTES          (512u << 10) /* pipe segment */

@@ -37,7 +37,7 @@
  *   at a fixed member, then copied to the others; in recursive doubling both partners add
  *   the same two values (IEEE addition is commutative). Same size + same group => the same
  *   bits on every member, every run. */
-#include "coll_ucx.h"
+#include "workerd/coll/coll_ucx.h"
 
 #include <sched.h>
 #include <signal.h>

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "workerd/engine/model.h"
 
 #define WRK_CORPUS_VOCAB   13
 #define WRK_CORPUS_TOKENS  (1u << 20)        /* tokens generated for training */

@@ -1,0 +1,77 @@
+/* Inside the collectives (coll.h): the backend table and the structs behind the public
+ * handles, shared by coll.c (validation, groups, requests, the wait loop, the abort state)
+ * and the backends that move data (coll_ucx.c, coll_nccl.c). Nothing outside
+ * workerd/coll/ includes this header. */
+#ifndef WRK_COLL_IMPL_H
+#define WRK_COLL_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "workerd/coll/coll.h"
+
+typedef struct wrk_coll_args {
+    wrk_coll_op_kind_t kind;
+    const void *sendbuf;
+    void *recvbuf; /* SEND: NULL; RECV, BROADCAST: the buffer */
+    size_t count;  /* per-member block for REDUCE_SCATTER (recv) and ALLGATHER (send) */
+    wrk_coll_dtype_t dt;
+    wrk_coll_redop_t op;
+    uint32_t peer; /* SEND/RECV: peer index; BROADCAST: root index */
+} wrk_coll_args_t;
+
+typedef struct wrk_coll_backend {
+    const char *name;
+    int (*init)(wrk_coll_t *c, const wrk_coll_config_t *cfg); /* sets c->be */
+    void (*fini)(wrk_coll_t *c);
+    int (*group_init)(wrk_coll_group_t *g, int timeout_ms); /* sets g->be */
+    void (*group_fini)(wrk_coll_group_t *g);
+    const char *(*transport)(const wrk_coll_group_t *g); /* NULL: the backend's name */
+    int (*start)(wrk_coll_req_t *r);                     /* r->g, r->a set; sets r->be */
+    int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
+    int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
+    void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
+    void (*abort)(wrk_coll_t *c);        /* owning thread, once, after the context aborted */
+    int (*mem_alloc)(wrk_coll_t *c, size_t bytes, void **out);
+    void (*mem_free)(wrk_coll_t *c, void *p);
+    int (*mem_copy)(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend);
+    int (*available)(void);
+} wrk_coll_backend_t;
+
+struct wrk_coll {
+    const wrk_coll_backend_t *ops;
+    void *be;
+    uint32_t rank, world_size;
+    ch_rdzv_t rdzv;
+    int timeout_ms;
+    atomic_int aborted; /* 0 or the code every operation now fails with */
+    int abort_handled;  /* ops->abort ran (owning thread) */
+    int ngroups, nreqs; /* live objects, checked at destroy */
+};
+
+struct wrk_coll_group {
+    wrk_coll_t *c;
+    char name[32];
+    uint32_t id;
+    uint32_t n, me;                 /* size and the caller's index */
+    uint32_t *ranks;                /* n world ranks, owned */
+    uint32_t seq;                   /* collectives started so far (tags) */
+    uint32_t *p2p_sent, *p2p_recvd; /* per peer: p2p messages started (tags) */
+    atomic_int failed;              /* a member failed (backend sets it) */
+    void *be;
+};
+
+struct wrk_coll_req {
+    wrk_coll_group_t *g;
+    wrk_coll_args_t a;
+    int rc; /* 1 pending, 0 done, < 0 failed */
+    void *be;
+};
+
+extern const wrk_coll_backend_t wrk_coll_ucx_backend;
+#ifdef CHORUS_HAVE_CUDA
+extern const wrk_coll_backend_t wrk_coll_nccl_backend;
+#endif
+
+#endif
