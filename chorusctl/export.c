@@ -30,10 +30,10 @@ static int resolve_step_dir(const char *in, char *out, size_t outlen)
     snprintf(pbuf, sizeof pbuf, "%s", in);
     snprintf(bbuf, sizeof bbuf, "%s", in);
     const char *dir = dirname(pbuf), *job = basename(bbuf);
-    int rc = wrk_ckpt_latest(dir, job, &step);
+    int rc = eng_ckpt_latest(dir, job, &step);
     if (rc < 0)
         return rc;
-    return wrk_ckpt_step_dir(dir, job, step, out, outlen);
+    return eng_ckpt_step_dir(dir, job, step, out, outlen);
 }
 
 int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
@@ -62,7 +62,7 @@ int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
         ctl_errf("export: %s: no committed checkpoint here (%s)", src, ch_strerror(rc));
         return CTL_EXIT_FAILED;
     }
-    rc = wrk_export(step_dir, out, err, sizeof err);
+    rc = eng_export(step_dir, out, err, sizeof err);
     if (rc < 0) {
         ctl_errf("export: %s", err[0] ? err : ch_strerror(rc));
         return rc == CH_E_CONFIG ? CTL_EXIT_CONFIG : CTL_EXIT_FAILED;

@@ -3,15 +3,6 @@
 
 #include "common/rng.h"
 
-static uint64_t mix(uint64_t x)
-{
-    // SplitMix64: add the golden gamma, then the finaliser
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
 static uint64_t fnv1a64(const char *s)
 {
     uint64_t h = 0xCBF29CE484222325ULL;
@@ -24,12 +15,12 @@ static uint64_t fnv1a64(const char *s)
 
 uint64_t ch_rng_key(uint64_t seed, const char *name)
 {
-    return mix(seed ^ mix(fnv1a64(name)));
+    return ch_mix64(seed ^ ch_mix64(fnv1a64(name)));
 }
 
 static uint64_t word(uint64_t key, uint64_t counter)
 {
-    return mix(key ^ mix(counter));
+    return ch_mix64(key ^ ch_mix64(counter));
 }
 
 double ch_rng_uniform_key(uint64_t key, uint64_t index)

@@ -15,6 +15,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* SplitMix64, the project's one 64-bit mixer: its finaliser applied to z + the golden
+ * gamma, a bijection on 64-bit words. ch_mix64(0) is SplitMix64's first output of 0. */
+static inline uint64_t ch_mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The SplitMix64 generator: the next output of state *s (then advanced). */
+static inline uint64_t ch_mix64_next(uint64_t *s)
+{
+    uint64_t z = ch_mix64(*s);
+    *s += 0x9E3779B97F4A7C15ull;
+    return z;
+}
+
 /* The stream key for (seed, name); name is a NUL-terminated string. */
 uint64_t ch_rng_key(uint64_t seed, const char *name);
 /* Element `index` of stream `key`: N(0, 1) and U[0, 1). The uniform is the u2 the

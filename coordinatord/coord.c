@@ -15,7 +15,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "notify.h"
+#include "common/notify.h"
 #include "rpc.h"
 #include "scheduler.h"
 #include "common/util.h"
@@ -43,7 +43,7 @@ static void update_status(coord_t *c)
              jobs[COORD_JOB_QUEUED]);
     if (strcmp(status, c->status) != 0) {
         snprintf(c->status, sizeof(c->status), "%s", status);
-        coord_notify(status);
+        ch_notify(status);
     }
 }
 
@@ -90,7 +90,7 @@ void coord_kv_rearm(coord_t *c)
 static void on_watchdog(uv_timer_t *t)
 {
     (void)t;
-    coord_notify("WATCHDOG=1");
+    ch_notify("WATCHDOG=1");
 }
 
 int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key_t *key)
@@ -158,7 +158,7 @@ int coord_start(coord_t *c)
     uv_timer_start(&c->cron, on_cron, (uint64_t)period, (uint64_t)period);
     uv_prepare_start(&c->before_sleep, on_before_sleep);
     uint64_t usec = 0;
-    if (coord_notify_watchdog_usec(&usec)) {
+    if (ch_notify_watchdog_usec(&usec)) {
         uint64_t ms = usec / 2000 ? usec / 2000 : 1;
         uv_timer_start(&c->watchdog, on_watchdog, ms, ms);
         CH_LOGI("main", "systemd watchdog: pinging every %llu ms", (unsigned long long)ms);
@@ -166,7 +166,7 @@ int coord_start(coord_t *c)
     coord_changed(c);
     CH_LOGI("main", "coordinator up: %s, state %s, heartbeat %ld ms, dead after %ld ms",
             c->srv.addr, c->cfg.state_dir, c->cfg.heartbeat_ms, c->cfg.dead_after_ms);
-    coord_notify("READY=1");
+    ch_notify("READY=1");
     update_status(c);
 out:
     return rc;
@@ -177,7 +177,7 @@ void coord_stop(coord_t *c)
     if (c->stopping)
         return;
     c->stopping = 1;
-    coord_notify("STOPPING=1");
+    ch_notify("STOPPING=1");
     coord_server_stop(c);
     coord_metrics_stop(c);
     if (c->handles_open) {

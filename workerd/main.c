@@ -20,6 +20,7 @@
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/err.h"
+#include "common/notify.h"
 #include "common/log.h"
 #include "workerd/proc.h"
 #include "common/util.h"
@@ -67,48 +68,10 @@ typedef struct workerd {
     int ready_sent;
 } workerd_t;
 
-// ----------------------------------------------------------------------------
-// systemd notification protocol: one datagram to $NOTIFY_SOCKET ('@': abstract)
-
-static int sd_notify_msg(const char *msg)
-{
-    const char *path = getenv("NOTIFY_SOCKET");
-    struct sockaddr_un sa;
-    int fd, rc = 0;
-    if (!path || !*path)
-        return 0;
-    size_t len = strlen(path);
-    if ((path[0] != '/' && path[0] != '@') || len >= sizeof sa.sun_path)
-        return -EINVAL;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, len);
-    if (path[0] == '@')
-        sa.sun_path[0] = '\0';
-    if ((fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
-        return -errno;
-    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
-    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-/* WATCHDOG_USEC when it is meant for this process, else 0. */
-static uint64_t watchdog_usec(void)
-{
-    const char *us = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
-    if (!us || !*us)
-        return 0;
-    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid())
-        return 0;
-    return strtoull(us, NULL, 10);
-}
-
 static void on_watchdog(uv_timer_t *t)
 {
     (void)t;
-    sd_notify_msg("WATCHDOG=1");
+    ch_notify("WATCHDOG=1");
 }
 
 static void on_registered(void *ud, int first)
@@ -117,10 +80,10 @@ static void on_registered(void *ud, int first)
     char status[2 * CH_OPT_STRLEN + 64];
     snprintf(status, sizeof status, "STATUS=registered with %s as %s", w->cfg.coordinator,
              w->cfg.name);
-    sd_notify_msg(status);
+    ch_notify(status);
     if (first && !w->ready_sent) {
         w->ready_sent = 1;
-        sd_notify_msg("READY=1");
+        ch_notify("READY=1");
     }
 }
 
@@ -138,7 +101,7 @@ static void on_signal(uv_signal_t *s, int signum)
     workerd_t *w = s->data;
     CH_LOGI("workerd", "node=%s: signal %d: stopping, killing %u ranks", w->cfg.name, signum,
             wrk_agent_ranks_alive(w->agent));
-    sd_notify_msg("STOPPING=1");
+    ch_notify("STOPPING=1");
     wrk_agent_stop(w->agent);
     uv_close((uv_handle_t *)&w->sigterm, NULL);
     uv_close((uv_handle_t *)&w->sigint, NULL);
@@ -245,7 +208,8 @@ static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
     w->sigterm.data = w->sigint.data = w;
     uv_signal_start(&w->sigterm, on_signal, SIGTERM);
     uv_signal_start(&w->sigint, on_signal, SIGINT);
-    uint64_t wd = watchdog_usec();
+    uint64_t wd = 0;
+    (void)ch_notify_watchdog_usec(&wd);
     if (wd) {
         uint64_t period = wd / 2000 ? wd / 2000 : 1; /* half the timeout, in ms */
         uv_timer_start(&w->watchdog, on_watchdog, period, period);

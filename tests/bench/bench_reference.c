@@ -57,9 +57,9 @@ static int shape_from_file(const char *path, ch_jobspec_t *j)
     return 0;
 }
 
-static int write_weights(wrk_trainer_t *t, const char *out)
+static int write_weights(eng_trainer_t *t, const char *out)
 {
-    eng_model_t *m = wrk_trainer_model(t);
+    eng_model_t *m = eng_trainer_model(t);
     ch_st_writer_t *w = NULL;
     char err[512];
     int rc = ch_st_writer_create(out, &w);
@@ -84,22 +84,22 @@ static int run(const ch_jobspec_t *j, const char *init, const char *out, double 
                double *last)
 {
     char err[1024];
-    wrk_trainer_t *t = NULL;
-    wrk_trainer_opts_t opts = {.job_id = NULL, .peak_flops = 1e9};
-    int rc = wrk_trainer_create(j, &opts, &t, err, sizeof err);
+    eng_trainer_t *t = NULL;
+    eng_trainer_opts_t opts = {.job_id = NULL, .peak_flops = 1e9};
+    int rc = eng_trainer_create(j, &opts, &t, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "%s\n", err);
         return rc;
     }
-    if (init && (rc = wrk_trainer_init_from(t, init, err, sizeof err)) < 0) {
+    if (init && (rc = eng_trainer_init_from(t, init, err, sizeof err)) < 0) {
         fprintf(stderr, "%s\n", err);
         goto out;
     }
-    while (wrk_trainer_next_step(t) < wrk_trainer_total_steps(t)) {
-        wrk_step_info_t info;
-        rc = wrk_trainer_step(t, &info);
+    while (eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        rc = eng_trainer_step(t, &info);
         if (rc < 0) {
-            fprintf(stderr, "step %" PRIu64 ": %s\n", wrk_trainer_next_step(t), ch_strerror(rc));
+            fprintf(stderr, "step %" PRIu64 ": %s\n", eng_trainer_next_step(t), ch_strerror(rc));
             goto out;
         }
         if (init)
@@ -112,7 +112,7 @@ static int run(const ch_jobspec_t *j, const char *init, const char *out, double 
     if (out)
         rc = write_weights(t, out);
 out:
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
     return rc;
 }
 

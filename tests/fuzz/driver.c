@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/rng.h"
 #include "fuzz.h"
 
 #define INPUT_MAX   (256u << 10)
@@ -101,12 +102,9 @@ static int load_path(corpus_t *c, const char *path)
 // ----------------------------------------------------------------------------
 // mutations
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+static uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return ch_mix64_next(s);
 }
 
 static size_t below(uint64_t *s, size_t n)

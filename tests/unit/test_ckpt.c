@@ -37,7 +37,7 @@ static eng_model_t *model(uint64_t seed)
     return m;
 }
 
-static void meta_for(wrk_ckpt_meta_t *meta, uint64_t step)
+static void meta_for(eng_ckpt_meta_t *meta, uint64_t step)
 {
     memset(meta, 0, sizeof *meta);
     strcpy(meta->job, "j1");
@@ -50,10 +50,10 @@ static void meta_for(wrk_ckpt_meta_t *meta, uint64_t step)
 }
 
 /* A model and an optimizer state that look trained: random m, v and t. */
-static void trained(eng_model_t **m, wrk_optim_t *o, uint64_t seed)
+static void trained(eng_model_t **m, eng_optim_t *o, uint64_t seed)
 {
     *m = model(seed);
-    cr_assert_eq(wrk_optim_init(o, eng_model_nparams(*m)), 0);
+    cr_assert_eq(eng_optim_init(o, eng_model_nparams(*m)), 0);
     uint64_t x = seed * 2654435761u + 1;
     for (size_t i = 0; i < o->n; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -68,36 +68,36 @@ static void trained(eng_model_t **m, wrk_optim_t *o, uint64_t seed)
     memset(o->v + wte->offset + real, 0, (wte->numel - real) * sizeof(float));
 }
 
-static void save(eng_model_t *m, wrk_optim_t *o, uint64_t step, int commit)
+static void save(eng_model_t *m, eng_optim_t *o, uint64_t step, int commit)
 {
-    wrk_ckpt_meta_t meta;
-    wrk_ckpt_file_t file = {0, 0, 0};
+    eng_ckpt_meta_t meta;
+    eng_ckpt_file_t file = {0, 0, 0};
     char err[512];
     meta_for(&meta, step);
-    cr_assert_eq(wrk_ckpt_save(dir, &meta, m, o, &file.bytes, &file.checksum, err, sizeof err), 0,
+    cr_assert_eq(eng_ckpt_save(dir, &meta, m, o, &file.bytes, &file.checksum, err, sizeof err), 0,
                  "%s", err);
     cr_expect_gt(file.bytes, 3 * eng_model_nparams(m) * 3); /* params + m + v, roughly */
     if (commit)
-        cr_assert_eq(wrk_ckpt_write_manifest(dir, &meta, &file, 1, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(eng_ckpt_write_manifest(dir, &meta, &file, 1, err, sizeof err), 0, "%s", err);
 }
 
 Test(ckpt, restore_is_bit_exact)
 {
     eng_model_t *m;
-    wrk_optim_t o;
+    eng_optim_t o;
     trained(&m, &o, 3);
     save(m, &o, 5, 1);
 
     eng_model_t *m2 = model(99); /* different init: everything must come from the file */
-    wrk_optim_t o2;
-    cr_assert_eq(wrk_optim_init(&o2, eng_model_nparams(m2)), 0);
-    wrk_ckpt_meta_t expect;
+    eng_optim_t o2;
+    cr_assert_eq(eng_optim_init(&o2, eng_model_nparams(m2)), 0);
+    eng_ckpt_meta_t expect;
     meta_for(&expect, 0);
     char sdir[1024], err[512];
-    cr_assert_eq(wrk_ckpt_step_dir(dir, "j1", 5, sdir, sizeof sdir), 0);
+    cr_assert_eq(eng_ckpt_step_dir(dir, "j1", 5, sdir, sizeof sdir), 0);
     cr_expect(strstr(sdir, "/j1/step-00000005") != NULL);
     uint64_t step = 0;
-    cr_assert_eq(wrk_ckpt_restore(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_ckpt_restore(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
     cr_expect_eq(step, 5);
     cr_expect_eq(o2.t, 5);
     size_t n = eng_model_nparams(m);
@@ -120,8 +120,8 @@ Test(ckpt, restore_is_bit_exact)
     cr_expect_str_eq(ch_st_meta(f, "model.embd"), "16");
     ch_st_close(f);
 
-    wrk_optim_fini(&o);
-    wrk_optim_fini(&o2);
+    eng_optim_fini(&o);
+    eng_optim_fini(&o2);
     eng_model_destroy(m);
     eng_model_destroy(m2);
 }
@@ -129,23 +129,23 @@ Test(ckpt, restore_is_bit_exact)
 Test(ckpt, refuses_other_layouts_models_and_corruption)
 {
     eng_model_t *m;
-    wrk_optim_t o;
+    eng_optim_t o;
     trained(&m, &o, 4);
     save(m, &o, 7, 1);
     char sdir[1024], err[512];
     uint64_t step;
-    wrk_ckpt_step_dir(dir, "j1", 7, sdir, sizeof sdir);
+    eng_ckpt_step_dir(dir, "j1", 7, sdir, sizeof sdir);
 
-    wrk_ckpt_meta_t expect;
+    eng_ckpt_meta_t expect;
     meta_for(&expect, 0);
     expect.layout.dp = 2;
     expect.world = 2;
-    cr_expect_eq(wrk_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
+    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "layout") != NULL, "%s", err);
 
     meta_for(&expect, 0);
     expect.cfg.seq_len = 16;
-    cr_expect_eq(wrk_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
+    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "seq_len") != NULL, "%s", err);
 
     /* flip one byte of the data: the manifest's checksum catches it */
@@ -158,61 +158,61 @@ Test(ckpt, refuses_other_layouts_models_and_corruption)
     fputc(c ^ 0x40, fp);
     fclose(fp);
     meta_for(&expect, 0);
-    cr_expect_eq(wrk_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_FORMAT);
+    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_FORMAT);
     cr_expect(strstr(err, "checksum") != NULL, "%s", err);
 
     snprintf(sdir, sizeof sdir, "%s/j1/step-00000099", dir);
-    cr_expect_eq(wrk_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), -ENOENT);
-    wrk_optim_fini(&o);
+    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), -ENOENT);
+    eng_optim_fini(&o);
     eng_model_destroy(m);
 }
 
 static int exists(uint64_t step)
 {
     char sdir[1024];
-    wrk_ckpt_step_dir(dir, "j1", step, sdir, sizeof sdir);
+    eng_ckpt_step_dir(dir, "j1", step, sdir, sizeof sdir);
     return access(sdir, F_OK) == 0;
 }
 
 Test(ckpt, keeps_the_last_k_committed_steps)
 {
     eng_model_t *m;
-    wrk_optim_t o;
+    eng_optim_t o;
     trained(&m, &o, 5);
     uint64_t latest = 0;
-    cr_expect_eq(wrk_ckpt_latest(dir, "j1", &latest), CH_E_NOTFOUND);
+    cr_expect_eq(eng_ckpt_latest(dir, "j1", &latest), CH_E_NOTFOUND);
     save(m, &o, 5, 0); /* never committed (a crash between shard and commit) */
     for (uint64_t s = 10; s <= 40; s += 10) {
         save(m, &o, s, 1);
-        cr_assert_eq(wrk_ckpt_prune(dir, "j1", 2), 0);
+        cr_assert_eq(eng_ckpt_prune(dir, "j1", 2), 0);
     }
     save(m, &o, 50, 0); /* in flight: not committed yet, newer than what is kept */
-    cr_assert_eq(wrk_ckpt_prune(dir, "j1", 2), 0);
+    cr_assert_eq(eng_ckpt_prune(dir, "j1", 2), 0);
     cr_expect_not(exists(5));
     cr_expect_not(exists(10));
     cr_expect_not(exists(20));
     cr_expect(exists(30));
     cr_expect(exists(40));
     cr_expect(exists(50));
-    cr_assert_eq(wrk_ckpt_latest(dir, "j1", &latest), 0);
+    cr_assert_eq(eng_ckpt_latest(dir, "j1", &latest), 0);
     cr_expect_eq(latest, 40);
     /* keep <= 0 keeps everything */
-    cr_assert_eq(wrk_ckpt_prune(dir, "j1", 0), 0);
+    cr_assert_eq(eng_ckpt_prune(dir, "j1", 0), 0);
     cr_expect(exists(30));
-    wrk_optim_fini(&o);
+    eng_optim_fini(&o);
     eng_model_destroy(m);
 }
 
 Test(ckpt, export_writes_a_gpt2_file)
 {
     eng_model_t *m;
-    wrk_optim_t o;
+    eng_optim_t o;
     trained(&m, &o, 6);
     save(m, &o, 9, 1);
     char sdir[1024], out[1024], err[512];
-    wrk_ckpt_step_dir(dir, "j1", 9, sdir, sizeof sdir);
+    eng_ckpt_step_dir(dir, "j1", 9, sdir, sizeof sdir);
     snprintf(out, sizeof out, "%s/model.safetensors", dir);
-    cr_assert_eq(wrk_export(sdir, out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_export(sdir, out, err, sizeof err), 0, "%s", err);
 
     ch_st_file_t *f = NULL;
     cr_assert_eq(ch_st_open(out, &f, err, sizeof err), 0, "%s", err);
@@ -240,8 +240,8 @@ Test(ckpt, export_writes_a_gpt2_file)
     char empty[1024];
     snprintf(empty, sizeof empty, "%s/j1/step-00000001", dir);
     ch_mkdirs(empty, 0755);
-    cr_expect_lt(wrk_export(empty, out, err, sizeof err), 0);
+    cr_expect_lt(eng_export(empty, out, err, sizeof err), 0);
     cr_expect(strstr(err, "step-00000001") != NULL, "%s", err);
-    wrk_optim_fini(&o);
+    eng_optim_fini(&o);
     eng_model_destroy(m);
 }

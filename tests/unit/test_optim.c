@@ -24,8 +24,8 @@ Test(optim, adamw_first_step_by_hand)
      *   = 0.99 - 0.0999999980 = 0.8900000020;
      * a bias (no decay) 1.0, g = -2: 1 + 0.1 * 2 / 2.00000001 = 1.0999999995. */
     eng_model_t *m = tiny_model();
-    wrk_optim_t o;
-    cr_assert_eq(wrk_optim_init(&o, eng_model_nparams(m)), 0);
+    eng_optim_t o;
+    cr_assert_eq(eng_optim_init(&o, eng_model_nparams(m)), 0);
     const eng_tensor_t *w = eng_model_find(m, "h.0.attn.c_attn.weight");
     const eng_tensor_t *b = eng_model_find(m, "h.0.attn.c_attn.bias");
     cr_assert(w && b && w->decay && !b->decay);
@@ -36,22 +36,22 @@ Test(optim, adamw_first_step_by_hand)
     p[b->offset] = 1.0f;
     g[b->offset] = -2.0f;
     float untouched = p[w->offset + 1]; /* zero gradient, decayed only */
-    cr_assert_eq(wrk_optim_step(&o, m, 0.1), 0);
+    cr_assert_eq(eng_optim_step(&o, m, 0.1), 0);
     cr_expect_float_eq(p[w->offset], 0.8900000020f, 1e-7);
     cr_expect_float_eq(p[b->offset], 1.0999999995f, 1e-7);
     cr_expect_float_eq(p[w->offset + 1], untouched * 0.99f, 1e-9);
     cr_expect_float_eq(o.m[w->offset], 0.05f, 1e-9);
     cr_expect_float_eq(o.v[w->offset], 0.0125f, 1e-9);
     cr_expect_eq(o.t, 1);
-    wrk_optim_fini(&o);
+    eng_optim_fini(&o);
     eng_model_destroy(m);
 }
 
 Test(optim, adamw_three_steps_match_the_formula)
 {
     eng_model_t *m = tiny_model();
-    wrk_optim_t o;
-    cr_assert_eq(wrk_optim_init(&o, eng_model_nparams(m)), 0);
+    eng_optim_t o;
+    cr_assert_eq(eng_optim_init(&o, eng_model_nparams(m)), 0);
     float *p = eng_model_params(m), *g = eng_model_grads(m);
     size_t n = eng_model_nparams(m);
     float *p0 = malloc(n * sizeof *p0);
@@ -61,7 +61,7 @@ Test(optim, adamw_three_steps_match_the_formula)
     for (int s = 0; s < 3; s++) {
         for (size_t i = 0; i < n; i++)
             g[i] = (float)gs[s][i % 4];
-        cr_assert_eq(wrk_optim_step(&o, m, lrs[s]), 0);
+        cr_assert_eq(eng_optim_step(&o, m, lrs[s]), 0);
     }
     /* the textbook formula in double, per element */
     for (size_t k = 0; k < eng_model_ntensors(m); k++) {
@@ -82,7 +82,7 @@ Test(optim, adamw_three_steps_match_the_formula)
         }
     }
     free(p0);
-    wrk_optim_fini(&o);
+    eng_optim_fini(&o);
     eng_model_destroy(m);
 }
 
@@ -94,47 +94,47 @@ Test(optim, schedule_warmup_then_cosine)
     j.train.lr_min = -1;
     j.train.warmup = 10;
     j.train.steps = 110;
-    wrk_sched_t s = wrk_sched_from_spec(&j);
+    eng_lr_t s = eng_lr_from_spec(&j);
     cr_expect_float_eq(s.lr_min, 1e-4, 1e-15);
-    cr_expect_float_eq(wrk_sched_lr(&s, 0), 1e-4, 1e-15);  /* lr / warmup */
-    cr_expect_float_eq(wrk_sched_lr(&s, 4), 5e-4, 1e-15);  /* lr * 5 / 10 */
-    cr_expect_float_eq(wrk_sched_lr(&s, 9), 1e-3, 1e-15);  /* lr */
-    cr_expect_float_eq(wrk_sched_lr(&s, 10), 1e-3, 1e-15); /* cosine starts at lr */
+    cr_expect_float_eq(eng_lr_at(&s, 0), 1e-4, 1e-15);  /* lr / warmup */
+    cr_expect_float_eq(eng_lr_at(&s, 4), 5e-4, 1e-15);  /* lr * 5 / 10 */
+    cr_expect_float_eq(eng_lr_at(&s, 9), 1e-3, 1e-15);  /* lr */
+    cr_expect_float_eq(eng_lr_at(&s, 10), 1e-3, 1e-15); /* cosine starts at lr */
     /* half way through the cosine (10 + 99/2): lr_min + (lr - lr_min) / 2 */
     ch_jobspec_t j2 = j;
     j2.train.steps = 111; /* cosine span 100 steps: s = 60 is the midpoint */
-    wrk_sched_t s2 = wrk_sched_from_spec(&j2);
-    cr_expect_float_eq(wrk_sched_lr(&s2, 60), 5.5e-4, 1e-15);
-    cr_expect_float_eq(wrk_sched_lr(&s, 109), 1e-4, 1e-15); /* lr_min at the last step */
+    eng_lr_t s2 = eng_lr_from_spec(&j2);
+    cr_expect_float_eq(eng_lr_at(&s2, 60), 5.5e-4, 1e-15);
+    cr_expect_float_eq(eng_lr_at(&s, 109), 1e-4, 1e-15); /* lr_min at the last step */
     for (int64_t k = 11; k < 110; k++)
-        cr_expect_lt(wrk_sched_lr(&s, k), wrk_sched_lr(&s, k - 1));
+        cr_expect_lt(eng_lr_at(&s, k), eng_lr_at(&s, k - 1));
 
     j.train.warmup = 0;
     j.train.lr_min = 1e-3;
-    s = wrk_sched_from_spec(&j);
+    s = eng_lr_from_spec(&j);
     for (int64_t k = 0; k < 110; k += 13)
-        cr_expect_eq(wrk_sched_lr(&s, k), 1e-3);
+        cr_expect_eq(eng_lr_at(&s, k), 1e-3);
     j.train.lr_min = 0;
-    s = wrk_sched_from_spec(&j);
-    cr_expect_eq(wrk_sched_lr(&s, 0), 1e-3);
-    cr_expect_float_eq(wrk_sched_lr(&s, 109), 0.0, 1e-18);
+    s = eng_lr_from_spec(&j);
+    cr_expect_eq(eng_lr_at(&s, 0), 1e-3);
+    cr_expect_float_eq(eng_lr_at(&s, 109), 0.0, 1e-18);
 }
 
 Test(optim, clipping_like_clip_grad_norm)
 {
     float g[4] = {3, 4, 0, 0}; /* norm 5 */
-    double norm = wrk_grad_clip(g, 4, 1.0);
+    double norm = eng_grad_clip(g, 4, 1.0);
     cr_expect_float_eq(norm, 5.0, 1e-12);
     float coef = (float)(1.0 / (5.0 + 1e-6));
     cr_expect_eq(g[0], 3 * coef);
     cr_expect_eq(g[1], 4 * coef);
-    cr_expect_float_eq(wrk_grad_norm(g, 4), 1.0, 1e-6);
+    cr_expect_float_eq(eng_grad_norm(g, 4), 1.0, 1e-6);
     float small[3] = {0.1f, 0.2f, -0.2f}; /* norm 0.3: untouched */
-    norm = wrk_grad_clip(small, 3, 1.0);
+    norm = eng_grad_clip(small, 3, 1.0);
     cr_expect_float_eq(norm, 0.3, 1e-7);
     cr_expect_eq(small[0], 0.1f);
     cr_expect_eq(small[2], -0.2f);
     float exact[1] = {1.0f}; /* coef = 1 / (1 + 1e-6) < 1: torch clips even here */
-    wrk_grad_clip(exact, 1, 1.0);
+    eng_grad_clip(exact, 1, 1.0);
     cr_expect_lt(exact[0], 1.0f);
 }

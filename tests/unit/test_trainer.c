@@ -52,28 +52,28 @@ static void tiny_spec(ch_jobspec_t *j)
     j->checkpoint.keep = 2;
 }
 
-static wrk_trainer_t *make(const ch_jobspec_t *j)
+static eng_trainer_t *make(const ch_jobspec_t *j)
 {
-    wrk_trainer_t *t = NULL;
+    eng_trainer_t *t = NULL;
     char err[512];
-    wrk_trainer_opts_t opts = {.job_id = NULL, .peak_flops = 1e9};
-    cr_assert_eq(wrk_trainer_create(j, &opts, &t, err, sizeof err), 0, "%s", err);
+    eng_trainer_opts_t opts = {.job_id = NULL, .peak_flops = 1e9};
+    cr_assert_eq(eng_trainer_create(j, &opts, &t, err, sizeof err), 0, "%s", err);
     return t;
 }
 
 /* Run to the end, checkpointing when due; losses[s] for every step run. */
-static void run(wrk_trainer_t *t, double *losses)
+static void run(eng_trainer_t *t, double *losses)
 {
     char err[512];
-    while (wrk_trainer_next_step(t) < wrk_trainer_total_steps(t)) {
-        wrk_step_info_t info;
-        cr_assert_eq(wrk_trainer_step(t, &info), 0);
+    while (eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        cr_assert_eq(eng_trainer_step(t, &info), 0);
         cr_assert(isfinite(info.loss));
         cr_expect_gt(info.tokens_per_s, 0);
         cr_expect_gt(info.mfu, 0);
         losses[info.step] = info.loss;
-        if (wrk_trainer_checkpoint_due(t))
-            cr_assert_eq(wrk_trainer_checkpoint(t, NULL, NULL, err, sizeof err), 0, "%s", err);
+        if (eng_trainer_checkpoint_due(t))
+            cr_assert_eq(eng_trainer_checkpoint(t, NULL, NULL, err, sizeof err), 0, "%s", err);
     }
 }
 
@@ -82,36 +82,36 @@ Test(trainer, resume_is_bit_identical_to_the_uninterrupted_run)
     ch_jobspec_t j;
     tiny_spec(&j);
     double la[30] = {0}, lb[30] = {0};
-    wrk_trainer_t *a = make(&j);
+    eng_trainer_t *a = make(&j);
     run(a, la);
     cr_expect_lt(la[29], la[0]);
 
-    wrk_trainer_t *b = make(&j);
+    eng_trainer_t *b = make(&j);
     char err[512];
-    cr_assert_eq(wrk_trainer_resume(b, 20, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(wrk_trainer_next_step(b), 20);
+    cr_assert_eq(eng_trainer_resume(b, 20, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(eng_trainer_next_step(b), 20);
     run(b, lb);
     for (int s = 20; s < 30; s++)
         cr_expect_eq(la[s], lb[s], "loss of step %d: %.9g vs %.9g", s, la[s], lb[s]);
 
-    size_t n = eng_model_nparams(wrk_trainer_model(a));
-    cr_expect_eq(memcmp(eng_model_params(wrk_trainer_model(a)),
-                        eng_model_params(wrk_trainer_model(b)), n * sizeof(float)),
+    size_t n = eng_model_nparams(eng_trainer_model(a));
+    cr_expect_eq(memcmp(eng_model_params(eng_trainer_model(a)),
+                        eng_model_params(eng_trainer_model(b)), n * sizeof(float)),
                  0, "parameters differ");
-    cr_expect_eq(memcmp(wrk_trainer_optim(a)->m, wrk_trainer_optim(b)->m, n * sizeof(float)), 0,
+    cr_expect_eq(memcmp(eng_trainer_optim(a)->m, eng_trainer_optim(b)->m, n * sizeof(float)), 0,
                  "Adam m differs");
-    cr_expect_eq(memcmp(wrk_trainer_optim(a)->v, wrk_trainer_optim(b)->v, n * sizeof(float)), 0,
+    cr_expect_eq(memcmp(eng_trainer_optim(a)->v, eng_trainer_optim(b)->v, n * sizeof(float)), 0,
                  "Adam v differs");
-    cr_expect_eq(wrk_trainer_optim(a)->t, wrk_trainer_optim(b)->t);
-    wrk_trainer_destroy(a);
-    wrk_trainer_destroy(b);
+    cr_expect_eq(eng_trainer_optim(a)->t, eng_trainer_optim(b)->t);
+    eng_trainer_destroy(a);
+    eng_trainer_destroy(b);
 
     /* every 20 and the last step were written, and keep = 2 kept both */
     uint64_t latest = 0;
     char sdir[1024];
     snprintf(sdir, sizeof sdir, "%s/tiny/step-00000020/manifest.json", dir);
     cr_expect_eq(access(sdir, F_OK), 0);
-    cr_assert_eq(wrk_ckpt_latest(dir, "tiny", &latest), 0);
+    cr_assert_eq(eng_ckpt_latest(dir, "tiny", &latest), 0);
     cr_expect_eq(latest, 30);
 }
 
@@ -126,7 +126,7 @@ Test(trainer, learns_the_arithmetic_corpus)
     j.train.steps = 120;
     j.train.lr = 3e-3;
     j.train.warmup = 10;
-    wrk_trainer_t *t = make(&j);
+    eng_trainer_t *t = make(&j);
     double losses[120];
     run(t, losses);
     double first = losses[0], last = 0;
@@ -137,13 +137,13 @@ Test(trainer, learns_the_arithmetic_corpus)
     cr_expect_lt(last, 0.75 * first, "loss went from %.3f to %.3f", first, last);
     cr_expect_lt(last, log(13.0), "loss went from %.3f to %.3f", first, last);
     double acc = -1;
-    wrk_corpus_sample_t samples[2];
-    cr_assert_eq(wrk_corpus_eval(wrk_trainer_model(t), 8, 1, 32, &acc, samples, 2), 0);
+    eng_corpus_sample_t samples[2];
+    cr_assert_eq(eng_corpus_eval(eng_trainer_model(t), 8, 1, 32, &acc, samples, 2), 0);
     cr_expect(acc >= 0 && acc <= 1);
     cr_expect(strchr(samples[0].text, '=') != NULL, "%s", samples[0].text);
     cr_log_info("loss %.3f -> %.3f, answer accuracy %.2f (e.g. %s)", first, last, acc,
                 samples[0].text);
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
 }
 
 /* The source tree: CHORUS_SRC_DIR as ctest sets it, else where this file was compiled. */
@@ -171,20 +171,20 @@ Test(trainer, the_demo_job_learns_to_add)
     cr_assert_eq(ch_jobspec_parse(text, &j, err, sizeof err), 0, "%s: %s", path, err);
     free(text);
     cr_assert(strcmp(j.train.data, "builtin") == 0, "demo data: %s", j.train.data);
-    wrk_trainer_t *t = make(&j);
-    double *losses = calloc(wrk_trainer_total_steps(t), sizeof *losses);
+    eng_trainer_t *t = make(&j);
+    double *losses = calloc(eng_trainer_total_steps(t), sizeof *losses);
     cr_assert_not_null(losses);
     run(t, losses);
     double acc = -1;
-    wrk_corpus_sample_t samples[3];
-    cr_assert_eq(wrk_corpus_eval(wrk_trainer_model(t), j.parallel.micro_batch_size, 2, 256, &acc,
+    eng_corpus_sample_t samples[3];
+    cr_assert_eq(eng_corpus_eval(eng_trainer_model(t), j.parallel.micro_batch_size, 2, 256, &acc,
                                  samples, 3),
                  0);
     cr_expect_geq(acc, 0.9, "answer accuracy %.3f after %" PRIu64 " steps (e.g. %s %s %s)", acc,
-                  wrk_trainer_total_steps(t), samples[0].text, samples[1].text, samples[2].text);
+                  eng_trainer_total_steps(t), samples[0].text, samples[1].text, samples[2].text);
     cr_log_info("demo job: answer accuracy %.3f (e.g. %s)", acc, samples[0].text);
     free(losses);
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
 }
 
 Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
@@ -193,16 +193,16 @@ Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
     tiny_spec(&j);
     j.parallel.tp = 2;
     j.model.heads = 2;
-    wrk_trainer_t *t = NULL;
+    eng_trainer_t *t = NULL;
     char err[512] = "";
-    cr_expect_eq(wrk_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "tensor and pipeline parallel training need the 3D engine") != NULL, "%s",
               err);
     cr_expect_null(t);
     tiny_spec(&j);
     j.parallel.dp = 2; /* and no group to run it with */
     err[0] = 0;
-    cr_expect_eq(wrk_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "parallel.dp = 2: the rank has no data-parallel group") != NULL, "%s",
               err);
     cr_expect_null(t);
@@ -230,29 +230,29 @@ static void *dp_main(void *arg)
     dp_rank_t *d = arg;
     wrk_coll_t *c = NULL;
     wrk_coll_group_t *g = NULL;
-    wrk_trainer_t *t = NULL;
+    eng_trainer_t *t = NULL;
     d->rc = ts_coll_create(d->table, d->rank, d->n, 60000, &c);
     if (d->rc == 0)
         d->rc = wrk_coll_group_layout(c, (ch_layout_t){1, 1, d->n}, WRK_COLL_GROUP_DP, &g);
-    wrk_trainer_opts_t opts = {.peak_flops = 1e9, .dp = g};
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .dp = g};
     if (d->rc == 0)
-        d->rc = wrk_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
+        d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0 && d->resume)
-        d->rc = wrk_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
-    while (d->rc == 0 && wrk_trainer_next_step(t) < wrk_trainer_total_steps(t)) {
-        wrk_step_info_t info;
-        if ((d->rc = wrk_trainer_step(t, &info)) < 0)
+        d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
+    while (d->rc == 0 && eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        if ((d->rc = eng_trainer_step(t, &info)) < 0)
             break;
         d->losses[info.step] = info.loss;
-        if (wrk_trainer_checkpoint_due(t))
-            d->rc = wrk_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
+        if (eng_trainer_checkpoint_due(t))
+            d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
     }
     if (d->rc == 0) {
-        d->nparams = eng_model_nparams(wrk_trainer_model(t));
+        d->nparams = eng_model_nparams(eng_trainer_model(t));
         d->params = malloc(d->nparams * sizeof *d->params);
-        memcpy(d->params, eng_model_params(wrk_trainer_model(t)), d->nparams * sizeof(float));
+        memcpy(d->params, eng_model_params(eng_trainer_model(t)), d->nparams * sizeof(float));
     }
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
     wrk_coll_group_destroy(g);
     wrk_coll_destroy(c);
     return NULL;
@@ -305,9 +305,9 @@ static void dp_like_one_rank(uint32_t embd)
     snprintf(two.name, sizeof two.name, "tiny-dp");
     dp_rank_t a[DP_MAX], b[DP_MAX];
     run_dp(&two, 0, b);
-    wrk_trainer_t *t = make(&one);
+    eng_trainer_t *t = make(&one);
     run(t, a[0].losses);
-    size_t n = eng_model_nparams(wrk_trainer_model(t));
+    size_t n = eng_model_nparams(eng_trainer_model(t));
     cr_assert_eq(b[0].nparams, n);
     for (int s = 0; s < DP_STEPS; s++) {
         cr_expect_eq(b[0].losses[s], b[1].losses[s], "step %d: the ranks report different losses",
@@ -318,9 +318,9 @@ static void dp_like_one_rank(uint32_t embd)
     }
     cr_expect_eq(memcmp(b[0].params, b[1].params, n * sizeof(float)), 0,
                  "the data-parallel ranks' parameters differ");
-    double d = rel_l2(b[0].params, eng_model_params(wrk_trainer_model(t)), n);
+    double d = rel_l2(b[0].params, eng_model_params(eng_trainer_model(t)), n);
     cr_expect_lt(d, 1e-5, "parameters after %d steps: relative L2 difference %g", DP_STEPS, d);
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
     free(b[0].params);
     free(b[1].params);
 }
@@ -342,9 +342,9 @@ Test(trainer, data_parallel_checkpoint_commits_every_shard_and_resumes_bit_ident
     dp_rank_t a[DP_MAX], b[DP_MAX];
     run_dp(&j, 0, a);
     char sdir[1024], err[512];
-    cr_assert_eq(wrk_ckpt_step_dir(dir, j.name, 5, sdir, sizeof sdir), 0);
+    cr_assert_eq(eng_ckpt_step_dir(dir, j.name, 5, sdir, sizeof sdir), 0);
     for (uint32_t r = 0; r < 2; r++)
-        cr_expect_eq(wrk_ckpt_verify(sdir, r, err, sizeof err), 0, "rank %u: %s", r, err);
+        cr_expect_eq(eng_ckpt_verify(sdir, r, err, sizeof err), 0, "rank %u: %s", r, err);
     char manifest[1100];
     snprintf(manifest, sizeof manifest, "%s/manifest.json", sdir);
     cr_expect_eq(access(manifest, F_OK), 0);
@@ -364,8 +364,8 @@ Test(trainer, init_from_a_hugging_face_file)
 {
     ch_jobspec_t j;
     tiny_spec(&j);
-    wrk_trainer_t *src = make(&j);
-    eng_model_t *m = wrk_trainer_model(src);
+    eng_trainer_t *src = make(&j);
+    eng_model_t *m = eng_trainer_model(src);
     /* write the model as HF's GPT2LMHeadModel does: "transformer." names, plus extras */
     char path[700], err[512];
     snprintf(path, sizeof path, "%s/hf.safetensors", dir);
@@ -387,23 +387,23 @@ Test(trainer, init_from_a_hugging_face_file)
 
     ch_jobspec_t j2 = j;
     j2.train.seed = 12345; /* a different init, overwritten by the file */
-    wrk_trainer_t *dst = make(&j2);
+    eng_trainer_t *dst = make(&j2);
     size_t n = eng_model_nparams(m);
     cr_expect_neq(
-        memcmp(eng_model_params(m), eng_model_params(wrk_trainer_model(dst)), n * sizeof(float)),
+        memcmp(eng_model_params(m), eng_model_params(eng_trainer_model(dst)), n * sizeof(float)),
         0);
-    cr_assert_eq(wrk_trainer_init_from(dst, path, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_trainer_init_from(dst, path, err, sizeof err), 0, "%s", err);
     cr_expect_eq(
-        memcmp(eng_model_params(m), eng_model_params(wrk_trainer_model(dst)), n * sizeof(float)),
+        memcmp(eng_model_params(m), eng_model_params(eng_trainer_model(dst)), n * sizeof(float)),
         0);
-    wrk_trainer_destroy(dst);
+    eng_trainer_destroy(dst);
 
     /* a model of another width does not fit the file */
     ch_jobspec_t j3 = j;
     j3.model.embd = 64;
-    wrk_trainer_t *other = make(&j3);
-    cr_expect_eq(wrk_trainer_init_from(other, path, err, sizeof err), CH_E_FORMAT);
+    eng_trainer_t *other = make(&j3);
+    cr_expect_eq(eng_trainer_init_from(other, path, err, sizeof err), CH_E_FORMAT);
     cr_expect(strstr(err, "hf.safetensors") != NULL && strstr(err, "shape") != NULL, "%s", err);
-    wrk_trainer_destroy(other);
-    wrk_trainer_destroy(src);
+    eng_trainer_destroy(other);
+    eng_trainer_destroy(src);
 }

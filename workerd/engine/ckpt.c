@@ -42,8 +42,8 @@ static int add_tensor(ch_st_writer_t *w, const char *prefix, const eng_tensor_t 
 }
 
 
-int wrk_ckpt_save(const char *dir, const wrk_ckpt_meta_t *meta, eng_model_t *m,
-                  const wrk_optim_t *o, uint64_t *bytes, uint64_t *checksum, char *err,
+int eng_ckpt_save(const char *dir, const eng_ckpt_meta_t *meta, eng_model_t *m,
+                  const eng_optim_t *o, uint64_t *bytes, uint64_t *checksum, char *err,
                   size_t errlen)
 {
     char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
@@ -52,11 +52,11 @@ int wrk_ckpt_save(const char *dir, const wrk_ckpt_meta_t *meta, eng_model_t *m,
 
     if (o->n != eng_model_nparams(m))
         return ch_errf(err, errlen, -EINVAL, "checkpoint: optimizer state does not match model");
-    CH_CHECK_GOTO(wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir), rc, fail);
+    CH_CHECK_GOTO(eng_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir), rc, fail);
     CH_CHECK_GOTO(ch_mkdirs(sdir, 0755), rc, fail);
-    CH_CHECK_GOTO(wrk_ckpt_shard_path(sdir, meta->rank, path, sizeof path), rc, fail);
+    CH_CHECK_GOTO(eng_ckpt_shard_path(sdir, meta->rank, path, sizeof path), rc, fail);
     CH_CHECK_GOTO(ch_st_writer_create(path, &w), rc, fail);
-    CH_CHECK_GOTO(wrk_ckpt_put_meta(w, meta, o->t), rc, fail);
+    CH_CHECK_GOTO(eng_ckpt_put_meta(w, meta, o->t), rc, fail);
     const char *prefixes[3] = {"", "optim.m.", "optim.v."};
     const float *slabs[3] = {eng_model_params(m), o->m, o->v};
     for (int k = 0; k < 3; k++)
@@ -103,19 +103,19 @@ static int load_tensor(const ch_st_file_t *f, const char *prefix, const eng_tens
     return 0;
 }
 
-int wrk_ckpt_restore(const char *step_dir, const wrk_ckpt_meta_t *expect, eng_model_t *m,
-                     wrk_optim_t *o, uint64_t *step, char *err, size_t errlen)
+int eng_ckpt_restore(const char *step_dir, const eng_ckpt_meta_t *expect, eng_model_t *m,
+                     eng_optim_t *o, uint64_t *step, char *err, size_t errlen)
 {
     char path[CH_PATH_LEN + 32];
     ch_st_file_t *f = NULL;
-    wrk_ckpt_meta_t got;
+    eng_ckpt_meta_t got;
     int rc;
 
-    if ((rc = wrk_ckpt_shard_path(step_dir, expect->rank, path, sizeof path)) < 0)
+    if ((rc = eng_ckpt_shard_path(step_dir, expect->rank, path, sizeof path)) < 0)
         return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
-    CH_CHECK_GOTO(wrk_ckpt_verify(step_dir, expect->rank, err, errlen), rc, out);
+    CH_CHECK_GOTO(eng_ckpt_verify(step_dir, expect->rank, err, errlen), rc, out);
     CH_CHECK_GOTO(ch_st_open(path, &f, err, errlen), rc, out);
-    CH_CHECK_GOTO(wrk_ckpt_meta_of(f, &got, err, errlen), rc, out);
+    CH_CHECK_GOTO(eng_ckpt_meta_of(f, &got, err, errlen), rc, out);
     if (got.layout.tp != expect->layout.tp || got.layout.pp != expect->layout.pp ||
         got.layout.dp != expect->layout.dp || got.world != expect->world ||
         got.rank != expect->rank) {
@@ -139,7 +139,7 @@ int wrk_ckpt_restore(const char *step_dir, const wrk_ckpt_meta_t *expect, eng_mo
         goto out;
     }
     uint64_t t;
-    CH_CHECK_GOTO(wrk_ckpt_meta_u64(f, "optim.t", &t, err, errlen), rc, out);
+    CH_CHECK_GOTO(eng_ckpt_meta_u64(f, "optim.t", &t, err, errlen), rc, out);
     const char *prefixes[3] = {"", "optim.m.", "optim.v."};
     float *slabs[3] = {eng_model_params(m), o->m, o->v};
     for (int k = 0; k < 3; k++)

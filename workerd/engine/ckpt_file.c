@@ -25,14 +25,14 @@
 
 #define MANIFEST "manifest.json"
 
-int wrk_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen)
+int eng_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen)
 {
     int n = snprintf(out, outlen, "%s/%s/step-%08" PRIu64, dir, job, step);
     return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
 
 
-int wrk_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen)
+int eng_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen)
 {
     int n = snprintf(out, outlen, "%s/rank-%05" PRIu32 ".safetensors", step_dir, rank);
     return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
@@ -41,7 +41,7 @@ int wrk_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t o
 
 // save
 
-int wrk_ckpt_put_meta(ch_st_writer_t *w, const wrk_ckpt_meta_t *m, uint64_t optim_t)
+int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *m, uint64_t optim_t)
 {
     char v[32];
     int rc = 0;
@@ -51,7 +51,7 @@ int wrk_ckpt_put_meta(ch_st_writer_t *w, const wrk_ckpt_meta_t *m, uint64_t opti
         if (rc == 0)                                                                               \
             rc = ch_st_writer_meta(w, key, v);                                                     \
     } while (0)
-    rc = ch_st_writer_meta(w, "format", WRK_CKPT_FORMAT);
+    rc = ch_st_writer_meta(w, "format", ENG_CKPT_FORMAT);
     if (rc == 0)
         rc = ch_st_writer_meta(w, "job", m->job);
     if (rc == 0)
@@ -77,19 +77,19 @@ int wrk_ckpt_put_meta(ch_st_writer_t *w, const wrk_ckpt_meta_t *m, uint64_t opti
 }
 
 
-int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
-                            const wrk_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen)
+int eng_ckpt_write_manifest(const char *dir, const eng_ckpt_meta_t *meta,
+                            const eng_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen)
 {
     char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
     char *text = NULL;
     size_t len = 0;
-    int rc = wrk_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir);
+    int rc = eng_ckpt_step_dir(dir, meta->job, meta->step, sdir, sizeof sdir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "%s: checkpoint path too long", dir);
     snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
     ch_jw_t j;
     ch_jw_init(&j);
-    ch_jw_raw(&j, "{\n  \"format\": \"" WRK_CKPT_FORMAT "\",\n  \"job\": ");
+    ch_jw_raw(&j, "{\n  \"format\": \"" ENG_CKPT_FORMAT "\",\n  \"job\": ");
     ch_jw_str(&j, meta->job);
     ch_jw_printf(&j,
                  ",\n  \"step\": %" PRIu64 ",\n  \"layout\": {\"tp\": %" PRIu32 ", \"pp\": %" PRIu32
@@ -130,7 +130,7 @@ static int parse_step_name(const char *name, uint64_t *step)
 static int committed(const char *dir, const char *job, uint64_t step)
 {
     char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
-    if (wrk_ckpt_step_dir(dir, job, step, sdir, sizeof sdir) < 0)
+    if (eng_ckpt_step_dir(dir, job, step, sdir, sizeof sdir) < 0)
         return 0;
     snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
     return access(path, F_OK) == 0;
@@ -183,7 +183,7 @@ static int list_steps(const char *dir, const char *job, uint64_t **steps, size_t
 static int remove_step_dir(const char *dir, const char *job, uint64_t step)
 {
     char sdir[CH_PATH_LEN], path[CH_PATH_LEN + 300];
-    int rc = wrk_ckpt_step_dir(dir, job, step, sdir, sizeof sdir);
+    int rc = eng_ckpt_step_dir(dir, job, step, sdir, sizeof sdir);
     if (rc < 0)
         return rc;
     DIR *d = opendir(sdir);
@@ -205,7 +205,7 @@ static int remove_step_dir(const char *dir, const char *job, uint64_t step)
     return rc;
 }
 
-int wrk_ckpt_prune(const char *dir, const char *job, int64_t keep)
+int eng_ckpt_prune(const char *dir, const char *job, int64_t keep)
 {
     uint64_t *steps = NULL;
     size_t n = 0;
@@ -232,7 +232,7 @@ int wrk_ckpt_prune(const char *dir, const char *job, int64_t keep)
     return rc;
 }
 
-int wrk_ckpt_latest(const char *dir, const char *job, uint64_t *step)
+int eng_ckpt_latest(const char *dir, const char *job, uint64_t *step)
 {
     uint64_t *steps = NULL;
     size_t n = 0;
@@ -254,7 +254,7 @@ int wrk_ckpt_latest(const char *dir, const char *job, uint64_t *step)
 // ----------------------------------------------------------------------------
 // restore
 
-int wrk_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err, size_t errlen)
+int eng_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err, size_t errlen)
 {
     const char *v = ch_st_meta(f, key);
     char *end = NULL;
@@ -271,10 +271,10 @@ int wrk_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, cha
     return 0;
 }
 
-int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, size_t errlen)
+int eng_ckpt_meta_of(const ch_st_file_t *f, eng_ckpt_meta_t *meta, char *err, size_t errlen)
 {
     const char *fmt = ch_st_meta(f, "format"), *job = ch_st_meta(f, "job");
-    if (!fmt || strcmp(fmt, WRK_CKPT_FORMAT) != 0 || !job)
+    if (!fmt || strcmp(fmt, ENG_CKPT_FORMAT) != 0 || !job)
         return ch_errf(err, errlen, CH_E_FORMAT, "%s: not a Chorus checkpoint shard (format %s)",
                        ch_st_path(f), fmt ? fmt : "missing");
     memset(meta, 0, sizeof *meta);
@@ -302,7 +302,7 @@ int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, si
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         uint64_t v = 0;
-        int rc = wrk_ckpt_meta_u64(f, fields[i].key, &v, err, errlen);
+        int rc = eng_ckpt_meta_u64(f, fields[i].key, &v, err, errlen);
         if (rc < 0)
             return rc;
         if (v > fields[i].max)
@@ -316,14 +316,14 @@ int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, si
     return 0;
 }
 
-int wrk_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen)
+int eng_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen)
 {
     char mpath[CH_PATH_LEN + 32], path[CH_PATH_LEN + 32], jerr[160];
     char *text = NULL;
     size_t len = 0;
     ch_json_t *root = NULL;
     snprintf(mpath, sizeof mpath, "%s/" MANIFEST, step_dir);
-    int rc = wrk_ckpt_shard_path(step_dir, rank, path, sizeof path);
+    int rc = eng_ckpt_shard_path(step_dir, rank, path, sizeof path);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
     rc = ch_file_read(mpath, 1u << 24, &text, &len);

@@ -12,8 +12,8 @@
  * directory: rank 0 writes it once every rank's shard is written (the trainer gathers
  * their sizes and checksums over the data-parallel group). Only committed steps are resumed from;
  * the last `keep` committed steps are kept. */
-#ifndef WRK_CKPT_FILE_H
-#define WRK_CKPT_FILE_H
+#ifndef ENG_CKPT_FILE_H
+#define ENG_CKPT_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -22,9 +22,9 @@
 #include "common/plan.h"
 #include "common/safetensors.h"
 
-#define WRK_CKPT_FORMAT "chorus-ckpt-1"
+#define ENG_CKPT_FORMAT "chorus-ckpt-1"
 
-typedef struct wrk_ckpt_meta {
+typedef struct eng_ckpt_meta {
     char job[64];
     uint64_t step;
     ch_layout_t layout;
@@ -32,39 +32,39 @@ typedef struct wrk_ckpt_meta {
     ch_model_cfg_t cfg;
     uint64_t seed;      /* the job's seed (model init) */
     uint64_t data_seed; /* sampling seed; the data position is `step` */
-} wrk_ckpt_meta_t;
+} eng_ckpt_meta_t;
 
-typedef struct wrk_ckpt_file {
+typedef struct eng_ckpt_file {
     uint32_t rank;
     uint64_t bytes, checksum;
-} wrk_ckpt_file_t;
+} eng_ckpt_file_t;
 
 /* "DIR/JOB/step-00000020" into out. -ENAMETOOLONG when it does not fit. */
-int wrk_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen);
+int eng_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out, size_t outlen);
 
 /* Commit: manifest.json (job, step, layout, world, files with bytes and checksums). */
-int wrk_ckpt_write_manifest(const char *dir, const wrk_ckpt_meta_t *meta,
-                            const wrk_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen);
+int eng_ckpt_write_manifest(const char *dir, const eng_ckpt_meta_t *meta,
+                            const eng_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen);
 /* Keep the newest `keep` committed steps of job (keep <= 0: keep all): remove every
  * step directory older than the oldest kept, committed or not. */
-int wrk_ckpt_prune(const char *dir, const char *job, int64_t keep);
+int eng_ckpt_prune(const char *dir, const char *job, int64_t keep);
 /* Newest committed step of job: 0 and *step, or CH_E_NOTFOUND. */
-int wrk_ckpt_latest(const char *dir, const char *job, uint64_t *step);
+int eng_ckpt_latest(const char *dir, const char *job, uint64_t *step);
 
 /* When step_dir holds a manifest, check that rank's shard has the checksum it lists
  * (CH_E_FORMAT naming the file otherwise). 0 without a manifest. */
-int wrk_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen);
+int eng_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen);
 
 /* A shard's metadata (restore, export). CH_E_FORMAT when missing or malformed. */
-int wrk_ckpt_meta_of(const ch_st_file_t *f, wrk_ckpt_meta_t *meta, char *err, size_t errlen);
+int eng_ckpt_meta_of(const ch_st_file_t *f, eng_ckpt_meta_t *meta, char *err, size_t errlen);
 
 /* Metadata key of f as an unsigned number: CH_E_FORMAT naming the key when missing or not
  * a number. */
-int wrk_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err,
+int eng_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err,
                       size_t errlen);
 /* DIR/rank-<r, 5 digits>.safetensors into out. -ENAMETOOLONG when it does not fit. */
-int wrk_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen);
+int eng_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen);
 /* The shard metadata keys of meta (and the optimizer's step count) into w. */
-int wrk_ckpt_put_meta(ch_st_writer_t *w, const wrk_ckpt_meta_t *meta, uint64_t optim_t);
+int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *meta, uint64_t optim_t);
 
 #endif

@@ -30,10 +30,10 @@ static int tok_of(char c)
 static char char_of(int32_t t)
 {
     static const char alphabet[] = "0123456789+=\n";
-    return t >= 0 && t < WRK_CORPUS_VOCAB ? alphabet[t] : '?';
+    return t >= 0 && t < ENG_CORPUS_VOCAB ? alphabet[t] : '?';
 }
 
-int wrk_corpus_encode(const char *s, int32_t *out, size_t cap, size_t *n)
+int eng_corpus_encode(const char *s, int32_t *out, size_t cap, size_t *n)
 {
     size_t len = strlen(s);
     if (len > cap)
@@ -48,7 +48,7 @@ int wrk_corpus_encode(const char *s, int32_t *out, size_t cap, size_t *n)
     return 0;
 }
 
-void wrk_corpus_decode(const int32_t *tok, size_t n, char *out, size_t cap)
+void eng_corpus_decode(const int32_t *tok, size_t n, char *out, size_t cap)
 {
     if (cap == 0)
         return;
@@ -73,15 +73,15 @@ static int put_reversed(int v, char *out)
 /* One line "a+b=" + reversed(a+b) + "\n" from the random word x. */
 static int make_line(uint64_t x, char *buf, size_t cap, int *a, int *b)
 {
-    const uint64_t span = WRK_CORPUS_MAX_ARG - WRK_CORPUS_MIN_ARG + 1;
+    const uint64_t span = ENG_CORPUS_MAX_ARG - ENG_CORPUS_MIN_ARG + 1;
     char sum[16];
-    *a = WRK_CORPUS_MIN_ARG + (int)(x % span);
-    *b = WRK_CORPUS_MIN_ARG + (int)((x >> 32) % span);
+    *a = ENG_CORPUS_MIN_ARG + (int)(x % span);
+    *b = ENG_CORPUS_MIN_ARG + (int)((x >> 32) % span);
     put_reversed(*a + *b, sum);
     return snprintf(buf, cap, "%d+%d=%s\n", *a, *b, sum);
 }
 
-int wrk_corpus_generate(uint64_t seed, size_t ntokens, uint16_t **out)
+int eng_corpus_generate(uint64_t seed, size_t ntokens, uint16_t **out)
 {
     uint16_t *tok = malloc((ntokens ? ntokens : 1) * sizeof *tok);
     if (!tok)
@@ -90,7 +90,7 @@ int wrk_corpus_generate(uint64_t seed, size_t ntokens, uint16_t **out)
     for (uint64_t line = 0; n < ntokens; line++) {
         char buf[32];
         int a, b;
-        int len = make_line(wrk_mix64(seed ^ wrk_mix64(line)), buf, sizeof buf, &a, &b);
+        int len = make_line(ch_mix64(seed ^ ch_mix64(line)), buf, sizeof buf, &a, &b);
         for (int i = 0; i < len && n < ntokens; i++)
             tok[n++] = (uint16_t)tok_of(buf[i]);
     }
@@ -118,12 +118,12 @@ static void make_prompt(uint64_t seed, uint64_t idx, prompt_t *p)
     char text[32], line[32];
     int a, b;
     memset(p, 0, sizeof *p);
-    make_line(wrk_mix64(seed ^ wrk_mix64(idx)), line, sizeof line, &a, &b);
+    make_line(ch_mix64(seed ^ ch_mix64(idx)), line, sizeof line, &a, &b);
     snprintf(text, sizeof text, "\n%d+%d=", a, b);
     p->qstart = 1;
     p->answer = a + b;
     size_t n = 0;
-    wrk_corpus_encode(text, p->tok, sizeof p->tok / sizeof p->tok[0], &n);
+    eng_corpus_encode(text, p->tok, sizeof p->tok / sizeof p->tok[0], &n);
     p->len = n;
 }
 
@@ -174,18 +174,18 @@ static int generate_one(eng_model_t *m, prompt_t *ps, uint32_t nb, int32_t *inpu
 /* Right when the completion is the digits of the answer, least significant first, and
  * then a newline. The sample shows the question and the completion's digits in reading
  * order ("12+35=47"), then whatever non-digit stopped it short of a newline. */
-static int judge(const prompt_t *p, wrk_corpus_sample_t *s)
+static int judge(const prompt_t *p, eng_corpus_sample_t *s)
 {
     char want[16], got[16];
     put_reversed(p->answer, want);
     const int32_t *ans = p->tok + p->len - p->ngen;
     int last_digit = ans[p->ngen - 1] < 10;
     size_t nd = (size_t)p->ngen - !last_digit;
-    wrk_corpus_decode(ans, nd, got, sizeof got);
+    eng_corpus_decode(ans, nd, got, sizeof got);
     int ok = p->newline && strcmp(want, got) == 0;
     if (s) {
         char q[32];
-        wrk_corpus_decode(p->tok + p->qstart, p->len - p->qstart - (size_t)p->ngen, q, sizeof q);
+        eng_corpus_decode(p->tok + p->qstart, p->len - p->qstart - (size_t)p->ngen, q, sizeof q);
         size_t n = (size_t)snprintf(s->text, sizeof s->text, "%s", q);
         for (size_t i = nd; i > 0 && n + 1 < sizeof s->text; i--)
             s->text[n++] = got[i - 1];
@@ -197,12 +197,12 @@ static int judge(const prompt_t *p, wrk_corpus_sample_t *s)
     return ok;
 }
 
-int wrk_corpus_eval(eng_model_t *m, uint32_t max_B, uint64_t seed, uint32_t nprompts,
-                    double *accuracy, wrk_corpus_sample_t *samples, size_t nsamples)
+int eng_corpus_eval(eng_model_t *m, uint32_t max_B, uint64_t seed, uint32_t nprompts,
+                    double *accuracy, eng_corpus_sample_t *samples, size_t nsamples)
 {
     const eng_config_t *cfg = eng_model_config(m);
     /* longest prompt: "\n99+99=", then up to 3 fed tokens */
-    if (cfg->seq_len < PROMPT_MAX + MAX_ANSWER - 1 || cfg->vocab < WRK_CORPUS_VOCAB || max_B == 0 ||
+    if (cfg->seq_len < PROMPT_MAX + MAX_ANSWER - 1 || cfg->vocab < ENG_CORPUS_VOCAB || max_B == 0 ||
         nprompts == 0)
         return -EINVAL;
     int rc = 0;

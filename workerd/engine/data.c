@@ -12,7 +12,7 @@
 
 #define DATA_DOMAIN 0x64617461ull /* "data": keeps offsets apart from other uses of seed */
 
-struct wrk_data {
+struct eng_data {
     ch_tokens_t *file; /* token file, or NULL for the built-in corpus */
     uint16_t *owned;   /* the generated corpus */
     const uint16_t *tok;
@@ -21,34 +21,34 @@ struct wrk_data {
     uint64_t seed;
 };
 
-uint64_t wrk_data_hash(uint64_t seed, uint64_t step, uint64_t j)
+uint64_t eng_data_hash(uint64_t seed, uint64_t step, uint64_t j)
 {
-    return wrk_mix64(wrk_mix64(wrk_mix64(seed ^ DATA_DOMAIN) ^ step) ^ j);
+    return ch_mix64(ch_mix64(ch_mix64(seed ^ DATA_DOMAIN) ^ step) ^ j);
 }
 
-int wrk_data_open(const char *source, uint32_t vocab, uint32_t seq_len, uint64_t seed,
-                  wrk_data_t **out, char *err, size_t errlen)
+int eng_data_open(const char *source, uint32_t vocab, uint32_t seq_len, uint64_t seed,
+                  eng_data_t **out, char *err, size_t errlen)
 {
     int rc = 0;
     *out = NULL;
-    wrk_data_t *d = calloc(1, sizeof *d);
+    eng_data_t *d = calloc(1, sizeof *d);
     if (!d)
         return -ENOMEM;
     d->seq_len = seq_len;
     d->seed = seed;
     if (!source[0] || strcmp(source, "builtin") == 0) {
-        if (vocab < WRK_CORPUS_VOCAB) {
+        if (vocab < ENG_CORPUS_VOCAB) {
             snprintf(err, errlen,
                      "train.data builtin: the arithmetic corpus needs model.vocab >= %d, got %u",
-                     WRK_CORPUS_VOCAB, vocab);
+                     ENG_CORPUS_VOCAB, vocab);
             rc = CH_E_CONFIG;
             goto out;
         }
-        rc = wrk_corpus_generate(WRK_CORPUS_SEED, WRK_CORPUS_TOKENS, &d->owned);
+        rc = eng_corpus_generate(ENG_CORPUS_SEED, ENG_CORPUS_TOKENS, &d->owned);
         if (rc < 0)
             goto out;
         d->tok = d->owned;
-        d->n = WRK_CORPUS_TOKENS;
+        d->n = ENG_CORPUS_TOKENS;
     } else {
         rc = ch_tokens_open(source, vocab, &d->file, err, errlen);
         if (rc < 0)
@@ -65,11 +65,11 @@ int wrk_data_open(const char *source, uint32_t vocab, uint32_t seq_len, uint64_t
     *out = d;
     d = NULL;
 out:
-    wrk_data_close(d);
+    eng_data_close(d);
     return rc;
 }
 
-void wrk_data_close(wrk_data_t *d)
+void eng_data_close(eng_data_t *d)
 {
     if (!d)
         return;
@@ -78,41 +78,41 @@ void wrk_data_close(wrk_data_t *d)
     free(d);
 }
 
-int wrk_data_is_builtin(const wrk_data_t *d)
+int eng_data_is_builtin(const eng_data_t *d)
 {
     return d->file == NULL;
 }
 
-size_t wrk_data_ntokens(const wrk_data_t *d)
+size_t eng_data_ntokens(const eng_data_t *d)
 {
     return d->n;
 }
 
-uint64_t wrk_data_seed(const wrk_data_t *d)
+uint64_t eng_data_seed(const eng_data_t *d)
 {
     return d->seed;
 }
 
-uint64_t wrk_data_offset(const wrk_data_t *d, uint64_t step, uint64_t j)
+uint64_t eng_data_offset(const eng_data_t *d, uint64_t step, uint64_t j)
 {
-    return wrk_data_hash(d->seed, step, j) % (uint64_t)(d->n - d->seq_len);
+    return eng_data_hash(d->seed, step, j) % (uint64_t)(d->n - d->seq_len);
 }
 
-void wrk_data_sample(const wrk_data_t *d, uint64_t step, uint64_t j, int32_t *inputs,
+void eng_data_sample(const eng_data_t *d, uint64_t step, uint64_t j, int32_t *inputs,
                      int32_t *targets)
 {
-    const uint16_t *w = d->tok + wrk_data_offset(d, step, j);
+    const uint16_t *w = d->tok + eng_data_offset(d, step, j);
     for (uint32_t t = 0; t < d->seq_len; t++) {
         inputs[t] = w[t];
         targets[t] = w[t + 1];
     }
 }
 
-void wrk_data_micro_batch(const wrk_data_t *d, uint64_t step, uint32_t dp_rank, uint32_t micro,
+void eng_data_micro_batch(const eng_data_t *d, uint64_t step, uint32_t dp_rank, uint32_t micro,
                           uint32_t microbatches, uint32_t B, int32_t *inputs, int32_t *targets)
 {
     uint64_t first = ((uint64_t)dp_rank * microbatches + micro) * B;
     for (uint32_t b = 0; b < B; b++)
-        wrk_data_sample(d, step, first + b, inputs + (size_t)b * d->seq_len,
+        eng_data_sample(d, step, first + b, inputs + (size_t)b * d->seq_len,
                         targets + (size_t)b * d->seq_len);
 }

@@ -45,12 +45,12 @@ static int check_complete(const ch_st_file_t *f, const ch_model_cfg_t *cfg, char
     return 0;
 }
 
-int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen)
+int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen)
 {
     char path[4096], v[32];
     ch_st_file_t *f = NULL;
     ch_st_writer_t *w = NULL;
-    wrk_ckpt_meta_t meta;
+    eng_ckpt_meta_t meta;
     int rc;
 
     if (err && errlen)
@@ -58,13 +58,13 @@ int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
     if ((size_t)snprintf(path, sizeof path, "%s/rank-00000.safetensors", ckpt_step_dir) >=
         sizeof path)
         return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", ckpt_step_dir);
-    rc = wrk_ckpt_verify(ckpt_step_dir, 0, err, errlen);
+    rc = eng_ckpt_verify(ckpt_step_dir, 0, err, errlen);
     if (rc < 0)
         goto out;
     rc = ch_st_open(path, &f, err, errlen);
     if (rc < 0)
         goto out;
-    rc = wrk_ckpt_meta_of(f, &meta, err, errlen);
+    rc = eng_ckpt_meta_of(f, &meta, err, errlen);
     if (rc < 0)
         goto out;
     const char *shard = ch_st_meta(f, "shard");

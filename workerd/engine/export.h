@@ -8,12 +8,12 @@
  * checkpoints whose shards are whole (tp = pp = 1: world size 1, or data-parallel
  * replicas, of which rank 0's is taken) are supported; tensor or pipeline sliced ones are
  * refused with a clear message until the parallel engine writes sliced shards. */
-#ifndef WRK_EXPORT_H
-#define WRK_EXPORT_H
+#ifndef ENG_EXPORT_H
+#define ENG_EXPORT_H
 
 #include <stddef.h>
 
 /* ckpt_step_dir: DIR/JOB/step-XXXXXXXX. Writes out_file atomically. */
-int wrk_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen);
+int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen);
 
 #endif

@@ -9,13 +9,13 @@
 
 #include "kernels/adamw.h"
 
-wrk_sched_t wrk_sched_from_spec(const ch_jobspec_t *j)
+eng_lr_t eng_lr_from_spec(const ch_jobspec_t *j)
 {
-    wrk_sched_t s = {j->train.lr, ch_jobspec_lr_min(j), j->train.warmup, j->train.steps};
+    eng_lr_t s = {j->train.lr, ch_jobspec_lr_min(j), j->train.warmup, j->train.steps};
     return s;
 }
 
-double wrk_sched_lr(const wrk_sched_t *s, int64_t step)
+double eng_lr_at(const eng_lr_t *s, int64_t step)
 {
     if (step < s->warmup)
         return s->lr * (double)(step + 1) / (double)s->warmup;
@@ -28,13 +28,13 @@ double wrk_sched_lr(const wrk_sched_t *s, int64_t step)
     return s->lr_min + 0.5 * (1.0 + cos(M_PI * ratio)) * (s->lr - s->lr_min);
 }
 
-int wrk_optim_init(wrk_optim_t *o, size_t n)
+int eng_optim_init(eng_optim_t *o, size_t n)
 {
     memset(o, 0, sizeof *o);
     o->m = calloc(n ? n : 1, sizeof *o->m);
     o->v = calloc(n ? n : 1, sizeof *o->v);
     if (!o->m || !o->v) {
-        wrk_optim_fini(o);
+        eng_optim_fini(o);
         return -ENOMEM;
     }
     o->n = n;
@@ -46,21 +46,21 @@ int wrk_optim_init(wrk_optim_t *o, size_t n)
     return 0;
 }
 
-void wrk_optim_fini(wrk_optim_t *o)
+void eng_optim_fini(eng_optim_t *o)
 {
     free(o->m);
     free(o->v);
     memset(o, 0, sizeof *o);
 }
 
-double wrk_grad_norm(const float *grads, size_t n)
+double eng_grad_norm(const float *grads, size_t n)
 {
     return sqrt(kn_sumsq(grads, n));
 }
 
-double wrk_grad_clip(float *grads, size_t n, double max_norm)
+double eng_grad_clip(float *grads, size_t n, double max_norm)
 {
-    double norm = wrk_grad_norm(grads, n);
+    double norm = eng_grad_norm(grads, n);
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
         float c = (float)coef; /* torch multiplies by a float32 tensor */
@@ -70,7 +70,7 @@ double wrk_grad_clip(float *grads, size_t n, double max_norm)
     return norm;
 }
 
-int wrk_optim_step(wrk_optim_t *o, eng_model_t *m, double lr)
+int eng_optim_step(eng_optim_t *o, eng_model_t *m, double lr)
 {
     if (eng_model_nparams(m) != o->n)
         return -EINVAL;

@@ -16,14 +16,14 @@
 #include "common/safetensors.h"
 #include "common/util.h"
 
-struct wrk_trainer {
+struct eng_trainer {
     ch_jobspec_t spec;
     char job[64];
     eng_config_t cfg;
     eng_model_t *model;
-    wrk_optim_t optim;
-    wrk_data_t *data;
-    wrk_sched_t sched;
+    eng_optim_t optim;
+    eng_data_t *data;
+    eng_lr_t sched;
     int32_t *inputs, *targets; /* one micro-batch, [B, T] */
     uint64_t next_step;
     double peak_flops;
@@ -32,7 +32,7 @@ struct wrk_trainer {
     uint32_t dp_rank, rank;
 };
 
-double wrk_measure_peak_flops(int n, double seconds)
+double eng_measure_peak_flops(int n, double seconds)
 {
     float *a = calloc((size_t)n * n, sizeof *a), *b = calloc((size_t)n * n, sizeof *b);
     float *c = calloc((size_t)n * n, sizeof *c);
@@ -59,11 +59,11 @@ out:
     return best;
 }
 
-int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
-                       wrk_trainer_t **out, char *err, size_t errlen)
+int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
+                       eng_trainer_t **out, char *err, size_t errlen)
 {
     int rc = 0;
-    wrk_trainer_t *t = NULL;
+    eng_trainer_t *t = NULL;
     *out = NULL;
     if (spec->kind != CH_JOB_TRAIN)
         return ch_errf(err, errlen, CH_E_CONFIG, "job.kind: %s is not a training job",
@@ -97,10 +97,10 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
     t->cfg.vocab = spec->model.vocab;
     t->cfg.padded_vocab = ch_layout_padded_vocab(spec->model.vocab, spec->parallel.tp);
     t->cfg.seq_len = spec->model.seq_len;
-    t->sched = wrk_sched_from_spec(spec);
+    t->sched = eng_lr_from_spec(spec);
 
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
-    rc = wrk_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
+    rc = eng_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
                        errlen);
     if (rc < 0)
         goto out;
@@ -110,7 +110,7 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
         goto out;
     }
     t->cfg = *eng_model_config(t->model);
-    rc = wrk_optim_init(&t->optim, eng_model_nparams(t->model));
+    rc = eng_optim_init(&t->optim, eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
     if (t->dp) {
@@ -128,27 +128,27 @@ int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
         goto out;
     }
     t->peak_flops =
-        opts && opts->peak_flops > 0 ? opts->peak_flops : wrk_measure_peak_flops(256, 0.2);
+        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops(256, 0.2);
     *out = t;
     t = NULL;
 out:
     if (rc < 0 && err && errlen && !err[0])
         ch_errf(err, errlen, rc, "trainer: %s", ch_strerror(rc));
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
     return rc;
 }
 
-void wrk_trainer_destroy(wrk_trainer_t *t)
+void eng_trainer_destroy(eng_trainer_t *t)
 {
     if (!t)
         return;
     free(t->inputs);
     free(t->targets);
-    wrk_optim_fini(&t->optim);
+    eng_optim_fini(&t->optim);
     eng_model_destroy(t->model);
     if (t->dp_grads)
         wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->dp_grads);
-    wrk_data_close(t->data);
+    eng_data_close(t->data);
     free(t);
 }
 
@@ -174,7 +174,7 @@ static const ch_st_tensor_t *find_hf(const ch_st_file_t *f, const char *name)
     return ch_st_find(f, prefixed);
 }
 
-int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t errlen)
+int eng_trainer_init_from(eng_trainer_t *t, const char *path, char *err, size_t errlen)
 {
     ch_st_file_t *f = NULL;
     int rc = ch_st_open(path, &f, err, errlen);
@@ -218,7 +218,7 @@ out:
 // ----------------------------------------------------------------------------
 // checkpoints
 
-static void fill_meta(const wrk_trainer_t *t, wrk_ckpt_meta_t *m)
+static void fill_meta(const eng_trainer_t *t, eng_ckpt_meta_t *m)
 {
     memset(m, 0, sizeof *m);
     snprintf(m->job, sizeof m->job, "%s", t->job);
@@ -228,21 +228,21 @@ static void fill_meta(const wrk_trainer_t *t, wrk_ckpt_meta_t *m)
     m->world = t->spec.parallel.dp;
     m->cfg = t->cfg;
     m->seed = t->spec.train.seed;
-    m->data_seed = wrk_data_seed(t->data);
+    m->data_seed = eng_data_seed(t->data);
 }
 
-int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen)
+int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen)
 {
     char sdir[CH_PATH_LEN];
-    wrk_ckpt_meta_t expect;
+    eng_ckpt_meta_t expect;
     uint64_t got = 0;
     if (!t->spec.checkpoint.dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
-    int rc = wrk_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
+    int rc = eng_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
     fill_meta(t, &expect);
-    rc = wrk_ckpt_restore(sdir, &expect, t->model, &t->optim, &got, err, errlen);
+    rc = eng_ckpt_restore(sdir, &expect, t->model, &t->optim, &got, err, errlen);
     if (rc < 0)
         return rc;
     if (got != step || got > (uint64_t)t->spec.train.steps)
@@ -252,7 +252,7 @@ int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen
     return 0;
 }
 
-int wrk_trainer_checkpoint_due(const wrk_trainer_t *t)
+int eng_trainer_checkpoint_due(const eng_trainer_t *t)
 {
     const ch_jobspec_t *s = &t->spec;
     if (!s->checkpoint.dir[0] || t->next_step == 0)
@@ -265,11 +265,11 @@ int wrk_trainer_checkpoint_due(const wrk_trainer_t *t)
 /* Every rank has written its shard: rank 0 writes the manifest naming all of them (world
  * size 1: its own) and prunes; the others wait until it has, so a checkpoint a rank
  * reports is committed. */
-static int commit(wrk_trainer_t *t, const wrk_ckpt_meta_t *meta, const wrk_ckpt_file_t *mine,
+static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_file_t *mine,
                   char *err, size_t errlen)
 {
     uint32_t n = t->spec.parallel.dp;
-    wrk_ckpt_file_t *files = calloc(n, sizeof *files);
+    eng_ckpt_file_t *files = calloc(n, sizeof *files);
     if (!files)
         return -ENOMEM;
     int rc = 0;
@@ -280,8 +280,8 @@ static int commit(wrk_trainer_t *t, const wrk_ckpt_meta_t *meta, const wrk_ckpt_
         goto out;
     }
     if (t->dp_rank == 0) {
-        rc = wrk_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
-        if (rc == 0 && wrk_ckpt_prune(t->spec.checkpoint.dir, t->job, t->spec.checkpoint.keep) < 0)
+        rc = eng_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
+        if (rc == 0 && eng_ckpt_prune(t->spec.checkpoint.dir, t->job, t->spec.checkpoint.keep) < 0)
             CH_LOGW("train", "job=%s pruning old checkpoints failed", t->job);
     }
     if (t->dp) {
@@ -298,18 +298,18 @@ out:
     return rc;
 }
 
-int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
+int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
                            size_t errlen)
 {
-    wrk_ckpt_meta_t meta;
-    wrk_ckpt_file_t file = {0, 0, 0};
+    eng_ckpt_meta_t meta;
+    eng_ckpt_file_t file = {0, 0, 0};
     const char *dir = t->spec.checkpoint.dir;
     if (!dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
     fill_meta(t, &meta);
     file.rank = t->rank;
     int rc =
-        wrk_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
+        eng_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
     if (rc < 0)
         return rc;
     rc = commit(t, &meta, &file, err, errlen);
@@ -325,7 +325,7 @@ int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum
 // ----------------------------------------------------------------------------
 // one step
 
-int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
+int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
     uint64_t step = t->next_step;
@@ -340,7 +340,7 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
     double loss_sum = 0;
     for (uint32_t k = 0; k < micro; k++) {
         float loss = 0;
-        wrk_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
+        eng_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
         int rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
         if (rc < 0)
             return rc;
@@ -361,10 +361,10 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
             return rc;
         loss_sum = l;
     }
-    double norm = wrk_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
+    double norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
                                 t->optim.max_grad_norm);
-    double lr = wrk_sched_lr(&t->sched, (int64_t)step);
-    int rc = wrk_optim_step(&t->optim, t->model, lr);
+    double lr = eng_lr_at(&t->sched, (int64_t)step);
+    int rc = eng_optim_step(&t->optim, t->model, lr);
     if (rc < 0)
         return rc;
     t->next_step = step + 1;
@@ -385,37 +385,37 @@ int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info)
     return 0;
 }
 
-uint64_t wrk_trainer_next_step(const wrk_trainer_t *t)
+uint64_t eng_trainer_next_step(const eng_trainer_t *t)
 {
     return t->next_step;
 }
 
-uint64_t wrk_trainer_total_steps(const wrk_trainer_t *t)
+uint64_t eng_trainer_total_steps(const eng_trainer_t *t)
 {
     return (uint64_t)t->spec.train.steps;
 }
 
-const char *wrk_trainer_job(const wrk_trainer_t *t)
+const char *eng_trainer_job(const eng_trainer_t *t)
 {
     return t->job;
 }
 
-double wrk_trainer_peak_flops(const wrk_trainer_t *t)
+double eng_trainer_peak_flops(const eng_trainer_t *t)
 {
     return t->peak_flops;
 }
 
-eng_model_t *wrk_trainer_model(wrk_trainer_t *t)
+eng_model_t *eng_trainer_model(eng_trainer_t *t)
 {
     return t->model;
 }
 
-wrk_optim_t *wrk_trainer_optim(wrk_trainer_t *t)
+eng_optim_t *eng_trainer_optim(eng_trainer_t *t)
 {
     return &t->optim;
 }
 
-const wrk_data_t *wrk_trainer_data(const wrk_trainer_t *t)
+const eng_data_t *eng_trainer_data(const eng_trainer_t *t)
 {
     return t->data;
 }

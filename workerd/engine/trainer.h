@@ -11,8 +11,8 @@
  * global scale) and every rank applies the same update, so all hold the same parameters.
  * Checkpoints: each rank writes its shard, DP rank 0 commits them all. Tensor and pipeline
  * parallel layouts need the 3D engine and are refused with CH_E_CONFIG. */
-#ifndef WRK_TRAINER_H
-#define WRK_TRAINER_H
+#ifndef ENG_TRAINER_H
+#define ENG_TRAINER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,56 +23,56 @@
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 
-typedef struct wrk_trainer_opts {
+typedef struct eng_trainer_opts {
     const char *job_id;   /* checkpoint directory name under checkpoint.dir; NULL: job name */
     double peak_flops;    /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
     wrk_coll_group_t *dp; /* dp > 1: this rank's DP group, borrowed for the trainer's life */
-} wrk_trainer_opts_t;
+} eng_trainer_opts_t;
 
-typedef struct wrk_step_info {
+typedef struct eng_step_info {
     uint64_t step;        /* the step just run (0-based) */
     double loss;          /* mean over the global batch, before the update */
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
-} wrk_step_info_t;
+} eng_step_info_t;
 
-typedef struct wrk_trainer wrk_trainer_t;
+typedef struct eng_trainer eng_trainer_t;
 
 /* Build model (initialised from spec->train.seed), data and optimizer. Does not load
  * init_from or resume: call those next. spec is copied. */
-int wrk_trainer_create(const ch_jobspec_t *spec, const wrk_trainer_opts_t *opts,
-                       wrk_trainer_t **out, char *err, size_t errlen);
-void wrk_trainer_destroy(wrk_trainer_t *t);
+int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
+                       eng_trainer_t **out, char *err, size_t errlen);
+void eng_trainer_destroy(eng_trainer_t *t);
 
 /* Load the weights of a Hugging Face GPT-2 safetensors file (names with or without a
  * "transformer." prefix; F32, F16 or BF16; extra tensors such as attn.bias or
  * lm_head.weight are ignored). Every model tensor must be present with its shape. */
-int wrk_trainer_init_from(wrk_trainer_t *t, const char *path, char *err, size_t errlen);
+int eng_trainer_init_from(eng_trainer_t *t, const char *path, char *err, size_t errlen);
 /* Restore the committed checkpoint of `step` from checkpoint.dir/<job>/; the next
  * step run is `step`. */
-int wrk_trainer_resume(wrk_trainer_t *t, uint64_t step, char *err, size_t errlen);
+int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen);
 
 /* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
-int wrk_trainer_step(wrk_trainer_t *t, wrk_step_info_t *info);
+int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info);
 /* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
  * and after the last step (when checkpoint.dir is set). */
-int wrk_trainer_checkpoint_due(const wrk_trainer_t *t);
+int eng_trainer_checkpoint_due(const eng_trainer_t *t);
 /* Write this rank's shard for the current step and commit the step (manifest.json,
  * written by DP rank 0 once every rank's shard is there; collective over the DP group),
  * then prune to checkpoint.keep. */
-int wrk_trainer_checkpoint(wrk_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
+int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
                            size_t errlen);
 
-uint64_t wrk_trainer_next_step(const wrk_trainer_t *t);
-uint64_t wrk_trainer_total_steps(const wrk_trainer_t *t);
-const char *wrk_trainer_job(const wrk_trainer_t *t);
-double wrk_trainer_peak_flops(const wrk_trainer_t *t);
-eng_model_t *wrk_trainer_model(wrk_trainer_t *t);
-wrk_optim_t *wrk_trainer_optim(wrk_trainer_t *t);
-const wrk_data_t *wrk_trainer_data(const wrk_trainer_t *t);
+uint64_t eng_trainer_next_step(const eng_trainer_t *t);
+uint64_t eng_trainer_total_steps(const eng_trainer_t *t);
+const char *eng_trainer_job(const eng_trainer_t *t);
+double eng_trainer_peak_flops(const eng_trainer_t *t);
+eng_model_t *eng_trainer_model(eng_trainer_t *t);
+eng_optim_t *eng_trainer_optim(eng_trainer_t *t);
+const eng_data_t *eng_trainer_data(const eng_trainer_t *t);
 
 /* FLOP/s of an SGEMM of size n on this thread configuration, measured for about
  * `seconds`. */
-double wrk_measure_peak_flops(int n, double seconds);
+double eng_measure_peak_flops(int n, double seconds);
 
 #endif

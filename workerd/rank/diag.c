@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/rng.h"
 #include "common/log.h"
 #include "workerd/rank/rank.h"
 #include "common/util.h"
@@ -16,19 +17,10 @@
 #define DIAG_MAX_N  32768
 #define DIAG_TRIALS 2
 
-/* splitmix64: tiny, seedable, good enough for test data. */
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [0, 1) with 24 bits, exact in float. */
 static double unit24(uint64_t *s)
 {
-    return (double)(mix64(s) >> 40) * (1.0 / 16777216.0);
+    return (double)(ch_mix64_next(s) >> 40) * (1.0 / 16777216.0);
 }
 
 void wrk_diag_fill(float *m, size_t count, uint64_t seed)
@@ -62,7 +54,7 @@ int wrk_diag_check(const float *A, const float *B, const float *C, size_t n, uin
     for (int t = 0; t < trials; t++) {
         for (size_t j = 0; j < n; j++) {
             double mag = 0.5 + 0.5 * unit24(&s);
-            x[j] = (mix64(&s) & 1) ? mag : -mag;
+            x[j] = (ch_mix64_next(&s) & 1) ? mag : -mag;
         }
         matvec(B, x, bx, n);
         matvec(A, bx, abx, n);

@@ -1,4 +1,4 @@
-/* The training job kind (rank.h: wrk_train_run): drives a wrk_trainer and reports to
+/* The training job kind (rank.h: wrk_train_run): drives a eng_trainer and reports to
  * workerd: RANK_PROGRESS every step, RANK_CHECKPOINT after every checkpoint, and on the
  * built-in corpus a few sampled answers and their accuracy every EVAL_EVERY steps. */
 #include <inttypes.h>
@@ -35,10 +35,10 @@ static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint6
 }
 
 /* Sampled answers and accuracy on the arithmetic corpus; fills *acc. */
-static int evaluate(wrk_rank_t *r, wrk_trainer_t *t, uint64_t step, double *acc)
+static int evaluate(wrk_rank_t *r, eng_trainer_t *t, uint64_t step, double *acc)
 {
-    wrk_corpus_sample_t shown[EVAL_SHOWN];
-    int rc = wrk_corpus_eval(wrk_trainer_model(t), r->spec.parallel.micro_batch_size, EVAL_SEED,
+    eng_corpus_sample_t shown[EVAL_SHOWN];
+    int rc = eng_corpus_eval(eng_trainer_model(t), r->spec.parallel.micro_batch_size, EVAL_SEED,
                              EVAL_PROMPTS, acc, shown, EVAL_SHOWN);
     if (rc < 0)
         return rc;
@@ -90,10 +90,10 @@ static int dp_setup(wrk_rank_t *r, wrk_coll_t **c, wrk_coll_group_t **g)
 int wrk_train_run(wrk_rank_t *r)
 {
     char err[512] = "";
-    wrk_trainer_t *t = NULL;
+    eng_trainer_t *t = NULL;
     wrk_coll_t *c = NULL;
     wrk_coll_group_t *dp = NULL;
-    wrk_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
+    eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
     const ch_jobspec_t *s = &r->spec;
     int rc;
 
@@ -103,13 +103,13 @@ int wrk_train_run(wrk_rank_t *r)
             goto out;
         opts.dp = dp;
     }
-    rc = wrk_trainer_create(&r->spec, &opts, &t, err, sizeof err);
+    rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
     if (rc < 0) {
         rc = wrk_rank_fail(r, rc, "%s", err);
         goto out;
     }
     if (r->resume_step > 0) {
-        rc = wrk_trainer_resume(t, r->resume_step, err, sizeof err);
+        rc = eng_trainer_resume(t, r->resume_step, err, sizeof err);
         if (rc < 0) {
             rc = wrk_rank_fail(r, rc, "resume from step %" PRIu64 ": %s", r->resume_step, err);
             goto out;
@@ -118,14 +118,14 @@ int wrk_train_run(wrk_rank_t *r)
                 r->generation, r->rank, r->resume_step);
     } else {
         uint64_t old;
-        if (s->checkpoint.dir[0] && wrk_ckpt_latest(s->checkpoint.dir, r->job_id, &old) == 0)
+        if (s->checkpoint.dir[0] && eng_ckpt_latest(s->checkpoint.dir, r->job_id, &old) == 0)
             CH_LOGW("train",
                     "job=%s gen=%" PRIu64 " rank=%u: %s/%s holds step %" PRIu64
                     " from an earlier run; starting fresh as told (resume is the coordinator's "
                     "decision)",
                     r->job_id, r->generation, r->rank, s->checkpoint.dir, r->job_id, old);
         if (s->train.init_from[0]) {
-            rc = wrk_trainer_init_from(t, s->train.init_from, err, sizeof err);
+            rc = eng_trainer_init_from(t, s->train.init_from, err, sizeof err);
             if (rc < 0) {
                 rc = wrk_rank_fail(r, rc, "train.init_from: %s", err);
                 goto out;
@@ -133,19 +133,19 @@ int wrk_train_run(wrk_rank_t *r)
         }
     }
     /* Data-parallel ranks hold the same model: one of them evaluates. */
-    int builtin = wrk_data_is_builtin(wrk_trainer_data(t)) && r->rank == 0;
-    uint64_t total = wrk_trainer_total_steps(t);
+    int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
+    uint64_t total = eng_trainer_total_steps(t);
     CH_LOGI("train",
             "job=%s gen=%" PRIu64 " rank=%u: %" PRIu64 " parameters, steps %" PRIu64 "..%" PRIu64
             ", peak %.1f GFLOP/s",
-            r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(wrk_trainer_model(t)),
-            wrk_trainer_next_step(t), total, wrk_trainer_peak_flops(t) * 1e-9);
+            r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
+            eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
-    while (wrk_trainer_next_step(t) < total) {
-        wrk_step_info_t info;
-        rc = wrk_trainer_step(t, &info);
+    while (eng_trainer_next_step(t) < total) {
+        eng_step_info_t info;
+        rc = eng_trainer_step(t, &info);
         if (rc < 0) {
-            rc = wrk_rank_fail(r, rc, "step %" PRIu64, wrk_trainer_next_step(t));
+            rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
         Chorus__Metric m[3] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
@@ -167,9 +167,9 @@ int wrk_train_run(wrk_rank_t *r)
             rc = wrk_rank_fail(r, rc, "reporting progress to workerd");
             goto out;
         }
-        if (wrk_trainer_checkpoint_due(t)) {
+        if (eng_trainer_checkpoint_due(t)) {
             uint64_t bytes = 0, sum = 0;
-            rc = wrk_trainer_checkpoint(t, &bytes, &sum, err, sizeof err);
+            rc = eng_trainer_checkpoint(t, &bytes, &sum, err, sizeof err);
             if (rc < 0) {
                 rc = wrk_rank_fail(r, rc, "checkpoint at step %" PRIu64 ": %s", done, err);
                 goto out;
@@ -182,7 +182,7 @@ int wrk_train_run(wrk_rank_t *r)
         }
     }
 out:
-    wrk_trainer_destroy(t);
+    eng_trainer_destroy(t);
     wrk_coll_group_destroy(dp);
     wrk_coll_destroy(c);
     return rc;
