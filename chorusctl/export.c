@@ -9,11 +9,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "workerd/engine/ckpt_file.h"
-#include "ctl.h"
 #include "common/err.h"
-#include "workerd/engine/export.h"
+#include "ctl.h"
 #include "json.h"
+#include "workerd/engine/ckpt_file.h"
+#include "workerd/engine/export.h"
 
 /* A job directory holds step-* directories; a step directory holds the shards. */
 static int resolve_step_dir(const char *in, char *out, size_t outlen)

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
 #include "common/err.h"
 #include "common/jobspec.h"
 #include "common/util.h"
+#include "ctl.h"
 
 #define JOBFILE_MAX (1u << 20)
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/msg.h"
 #include "ctl.h"
 #include "json.h"
-#include "common/msg.h"
 #include "table.h"
 
 // ----------------------------------------------------------------------------

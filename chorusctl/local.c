@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "common/auth.h"
-#include "ctl.h"
 #include "common/err.h"
-#include "json.h"
 #include "common/msg.h"
 #include "common/util.h"
+#include "ctl.h"
+#include "json.h"
 
 #define START_TIMEOUT_MS 10000
 #define STOP_TIMEOUT_MS  5000

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
 #include "common/err.h"
-#include "json.h"
 #include "common/msg.h"
 #include "common/util.h"
+#include "ctl.h"
+#include "json.h"
 
 #define LOG_MAX (256u << 20)
 

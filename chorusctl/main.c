@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "common/auth.h"
-#include "ctl.h"
 #include "common/err.h"
+#include "ctl.h"
 #include "json.h"
 
 typedef struct cmd {

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/msg.h"
 #include "ctl.h"
 #include "json.h"
-#include "common/msg.h"
 #include "table.h"
 
 static void print_json(const Chorus__NodeList *nl)

@@ -45,11 +45,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
 #include "common/jobspec.h"
-#include "json.h"
 #include "common/layout.h"
 #include "common/plan.h"
+#include "ctl.h"
+#include "json.h"
 #include "table.h"
 
 #define LOGITS_FLOATS ((double)(64u << 20)) /* workerd/model.c's LOGITS_BUDGET */
@@ -101,7 +101,7 @@ static void plan_model(plan_t *p, const ch_jobspec_t *j)
     p->tokens = p->sequences * T;
     /* Model FLOPs are linear in the batch; the global batch may not fit a uint32. */
     ch_model_cfg_t cfg = {j->model.layers, j->model.heads, j->model.embd,
-                        j->model.vocab,  p->Vp,          j->model.seq_len};
+                          j->model.vocab,  p->Vp,          j->model.seq_len};
     p->flops = ch_plan_flops(&cfg, 1) * p->sequences;
     p->bubble = (pp - 1) / (m + pp - 1);
 }

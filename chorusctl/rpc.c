@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/auth.h"
-#include "ctl.h"
 #include "common/err.h"
 #include "common/msg.h"
+#include "ctl.h"
 
 void ctl_errf(const char *fmt, ...)
 {

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
 #include "common/err.h"
 #include "common/jobspec.h"
-#include "json.h"
 #include "common/msg.h"
 #include "common/util.h"
+#include "ctl.h"
+#include "json.h"
 
 #define POLL_WAIT_MS  200
 #define POLL_WATCH_MS 250

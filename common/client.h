@@ -4,8 +4,8 @@
 #ifndef CH_CLIENT_H
 #define CH_CLIENT_H
 
-#include "common/auth.h"
 #include "chorus.pb-c.h"
+#include "common/auth.h"
 
 typedef struct ch_client ch_client_t;
 

@@ -13,8 +13,8 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "common/auth.h"
 #include "chorus.pb-c.h"
+#include "common/auth.h"
 
 typedef struct ch_conn ch_conn_t;
 

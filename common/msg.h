@@ -3,8 +3,8 @@
 #ifndef CH_MSG_H
 #define CH_MSG_H
 
-#include "common/auth.h"
 #include "chorus.pb-c.h"
+#include "common/auth.h"
 
 /* Pack env into a complete frame (header | payload | tag). Sets env->seq to the next
  * send sequence of s. *out is malloc'd; the caller frees it. */

@@ -16,9 +16,9 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/notify.h"
+#include "common/util.h"
 #include "rpc.h"
 #include "scheduler.h"
-#include "common/util.h"
 
 void coord_event(coord_t *c, const char *job, uint64_t gen, int64_t rank, const char *node,
                  const char *what)

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "scheduler.h"
 #include "common/util.h"
+#include "coord.h"
+#include "scheduler.h"
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
     "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};

@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "coord.h"
 
 #define EXIT_CONFIG 78
 

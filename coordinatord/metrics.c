@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "coord.h"
 
 // ---------------------------------------------------------------------------------------
 // Rendering

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "coord.h"
 
 static const char *const STATE_NAMES[COORD_NODE_NSTATES] = {"alive", "suspect", "dead", "draining"};
 

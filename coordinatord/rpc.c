@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/util.h"
+#include "coord.h"
 
 typedef void (*rpc_fn)(coord_t *c, coord_link_t *l, const Chorus__Envelope *req);
 

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "coord.h"
 #include "placement.h"
 
 /* Nodes usable for placement: alive ones with their free slots (all slots when idle). */

@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coord.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "rpc.h"
 #include "common/util.h"
+#include "coord.h"
+#include "rpc.h"
 
 // ---------------------------------------------------------------------------------------
 // Links

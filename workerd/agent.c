@@ -30,9 +30,9 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/msg.h"
-#include "workerd/proc.h"
 #include "common/rdzv.h"
 #include "common/util.h"
+#include "workerd/proc.h"
 
 #define BACKOFF_MIN_MS       100
 #define BACKOFF_MAX_MS       1000

@@ -16,14 +16,14 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "workerd/agent.h"
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/err.h"
-#include "common/notify.h"
 #include "common/log.h"
-#include "workerd/proc.h"
+#include "common/notify.h"
 #include "common/util.h"
+#include "workerd/agent.h"
+#include "workerd/proc.h"
 
 #define EXIT_CONFIG       78
 #define SHUTDOWN_GRACE_MS 5000

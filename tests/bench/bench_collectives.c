@@ -30,9 +30,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "workerd/coll/coll.h"
 #include "common/err.h"
 #include "common/util.h"
+#include "workerd/coll/coll.h"
 
 #define MIN_BYTES      (4u << 10)
 #define MAX_BYTES      (256u << 20)

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
+#include "common/util.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
@@ -27,8 +29,6 @@
 #include "kernels/residual.h"
 #include "kernels/xent.h"
 #include "workerd/engine/model.h"
-#include "common/rng.h"
-#include "common/util.h"
 
 #define THREADS 2
 

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "common/auth.h"
 #include "chorus.pb-c.h"
+#include "common/auth.h"
 #include "common/json.h"
 
 #define H_HEARTBEAT_MS   100

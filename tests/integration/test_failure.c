@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "harness.h"
 #include "common/msg.h"
 #include "common/util.h"
+#include "harness.h"
 
 TestSuite(failure, .fini = h_teardown, .timeout = 180);
 

@@ -12,8 +12,8 @@
 #include "common/client.h"
 #include "common/err.h"
 #include "common/frame.h"
-#include "harness.h"
 #include "common/msg.h"
+#include "harness.h"
 
 TestSuite(security, .fini = h_teardown, .timeout = 60);
 

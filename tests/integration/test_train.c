@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
 #include "common/tokens.h"
+#include "harness.h"
 
 TestSuite(train, .fini = h_teardown, .timeout = 120);
 

@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 /* Make a fresh directory $CHORUS_TEST_TMP/<tag>.XXXXXX (base /tmp when the variable is unset
  * or empty; the base is created with mode 0755 if missing) and write its path to out (n
  * bytes). 0 or a negative errno. The caller removes it with ts_rmrf. */

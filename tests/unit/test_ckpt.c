@@ -6,12 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "workerd/engine/ckpt.h"
 #include "common/err.h"
-#include "workerd/engine/export.h"
 #include "common/safetensors.h"
-#include "support.h"
 #include "common/util.h"
+#include "support.h"
+#include "workerd/engine/ckpt.h"
+#include "workerd/engine/export.h"
 
 static char dir[512];
 

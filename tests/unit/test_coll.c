@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "workerd/coll/coll.h"
 #include "common/err.h"
-#include "support.h"
 #include "common/util.h"
+#include "support.h"
+#include "workerd/coll/coll.h"
 
 // ----------------------------------------------------------------------------
 // ranks as threads

@@ -14,11 +14,11 @@
 #include <arpa/inet.h>
 
 #include "common/client.h"
-#include "coord.h"
 #include "common/err.h"
 #include "common/msg.h"
-#include "support.h"
 #include "common/util.h"
+#include "coord.h"
+#include "support.h"
 
 // ---------------------------------------------------------------------------------------
 // Harness: one coordinator per test, in its own thread.

@@ -6,11 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/err.h"
+#include "common/tokens.h"
+#include "support.h"
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/data.h"
-#include "common/err.h"
-#include "support.h"
-#include "common/tokens.h"
 
 #define T 16
 

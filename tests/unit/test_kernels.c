@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
@@ -18,7 +19,6 @@
 #include "kernels/residual.h"
 #include "kernels/vmath.h"
 #include "kernels/xent.h"
-#include "common/rng.h"
 
 #define FD_H 1e-5
 

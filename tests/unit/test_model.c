@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/engine/model.h"
 #include "common/rng.h"
+#include "workerd/engine/model.h"
 
 static const eng_config_t tiny = {
     .layers = 2, .heads = 2, .embd = 8, .vocab = 11, .padded_vocab = 16, .seq_len = 5};

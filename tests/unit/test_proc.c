@@ -9,9 +9,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "workerd/proc.h"
-#include "support.h"
 #include "common/util.h"
+#include "support.h"
+#include "workerd/proc.h"
 
 typedef struct outcome {
     int done, code, sig;

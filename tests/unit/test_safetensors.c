@@ -7,8 +7,8 @@
 
 #include "common/err.h"
 #include "common/safetensors.h"
-#include "support.h"
 #include "common/util.h"
+#include "support.h"
 
 static char dir[512];
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "support.h"
 #include "common/tokens.h"
+#include "support.h"
 
 static char dir[512];
 

@@ -9,14 +9,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "workerd/engine/ckpt.h"
-#include "workerd/coll/coll.h"
-#include "workerd/engine/corpus.h"
 #include "common/err.h"
 #include "common/safetensors.h"
-#include "workerd/engine/trainer.h"
-#include "support.h"
 #include "common/util.h"
+#include "support.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/ckpt.h"
+#include "workerd/engine/corpus.h"
+#include "workerd/engine/trainer.h"
 
 static char dir[512];
 

@@ -41,7 +41,6 @@ static int add_tensor(ch_st_writer_t *w, const char *prefix, const eng_tensor_t 
     return ch_st_writer_add(w, name, CH_ST_F32, t->ndim, shape, slab + t->offset);
 }
 
-
 int eng_ckpt_save(const char *dir, const eng_ckpt_meta_t *meta, eng_model_t *m,
                   const eng_optim_t *o, uint64_t *bytes, uint64_t *checksum, char *err,
                   size_t errlen)
@@ -69,7 +68,6 @@ fail:
     return ch_errf(err, errlen, rc, "%s/%s/step-%08" PRIu64 ": checkpoint: %s", dir, meta->job,
                    meta->step, ch_strerror(rc));
 }
-
 
 static int load_tensor(const ch_st_file_t *f, const char *prefix, const eng_tensor_t *t,
                        float *slab, char *err, size_t errlen)

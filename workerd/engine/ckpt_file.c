@@ -31,13 +31,11 @@ int eng_ckpt_step_dir(const char *dir, const char *job, uint64_t step, char *out
     return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
 
-
 int eng_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t outlen)
 {
     int n = snprintf(out, outlen, "%s/rank-%05" PRIu32 ".safetensors", step_dir, rank);
     return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
-
 
 // save
 
@@ -75,7 +73,6 @@ int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *m, uint64_t opti
 #undef META_U
     return rc;
 }
-
 
 int eng_ckpt_write_manifest(const char *dir, const eng_ckpt_meta_t *meta,
                             const eng_ckpt_file_t *files, size_t nfiles, char *err, size_t errlen)
@@ -254,7 +251,8 @@ int eng_ckpt_latest(const char *dir, const char *job, uint64_t *step)
 // ----------------------------------------------------------------------------
 // restore
 
-int eng_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err, size_t errlen)
+int eng_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, char *err,
+                      size_t errlen)
 {
     const char *v = ch_st_meta(f, key);
     char *end = NULL;
@@ -361,4 +359,3 @@ out:
     ch_json_free(root);
     return rc;
 }
-

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/engine/corpus.h"
 #include "common/err.h"
 #include "common/tokens.h"
+#include "workerd/engine/corpus.h"
 
 #define DATA_DOMAIN 0x64617461ull /* "data": keeps offsets apart from other uses of seed */
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/engine/ckpt_file.h"
 #include "common/err.h"
 #include "common/safetensors.h"
+#include "workerd/engine/ckpt_file.h"
 
 static int is_model_tensor(const char *name)
 {
@@ -17,7 +17,8 @@ static int is_model_tensor(const char *name)
 }
 
 /* Names and shapes every GPT-2 of cfg has; a shard missing one is incomplete. */
-static int check_complete(const ch_st_file_t *f, const ch_model_cfg_t *cfg, char *err, size_t errlen)
+static int check_complete(const ch_st_file_t *f, const ch_model_cfg_t *cfg, char *err,
+                          size_t errlen)
 {
     static const char *const block[] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",

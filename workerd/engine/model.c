@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/rng.h"
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
@@ -34,7 +35,6 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/xent.h"
-#include "common/rng.h"
 
 #define LOGITS_BUDGET ((size_t)64 << 20) /* floats held for logits: 256 MiB */
 #define INIT_STD      0.02f

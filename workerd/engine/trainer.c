@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/engine/ckpt.h"
-#include "workerd/coll/coll.h"
 #include "common/err.h"
-#include "kernels/matmul.h"
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "common/util.h"
+#include "kernels/matmul.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/ckpt.h"
 
 struct eng_trainer {
     ch_jobspec_t spec;

@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/jobspec.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/data.h"
-#include "common/jobspec.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 

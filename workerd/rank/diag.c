@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/rng.h"
 #include "common/log.h"
-#include "workerd/rank/rank.h"
+#include "common/rng.h"
 #include "common/util.h"
+#include "workerd/rank/rank.h"
 
 #define DIAG_MAX_N  32768
 #define DIAG_TRIALS 2

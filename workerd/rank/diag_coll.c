@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/coll/coll.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "workerd/rank/rank.h"
 #include "common/util.h"
+#include "workerd/coll/coll.h"
+#include "workerd/rank/rank.h"
 
 #define VAL_PERIOD         1009 /* val(j, i) depends on i only through i % VAL_PERIOD */
 #define MAX_METRICS        16

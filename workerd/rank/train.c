@@ -6,14 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "workerd/coll/coll.h"
-#include "workerd/engine/corpus.h"
-#include "workerd/engine/ckpt.h"
 #include "common/err.h"
-#include "kernels/matmul.h"
 #include "common/log.h"
-#include "workerd/rank/rank.h"
+#include "kernels/matmul.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/ckpt.h"
+#include "workerd/engine/corpus.h"
 #include "workerd/engine/trainer.h"
+#include "workerd/rank/rank.h"
 
 #define EVAL_EVERY   50
 #define EVAL_PROMPTS 64
