@@ -48,6 +48,8 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     if (rc < 0) {
         CH_LOGW("node", "peer %s: %s", coord_link_peer(l), err);
         coord_link_error(l, req->request_id, rc, "%s", err);
+        if (rc == -EADDRINUSE)
+            coord_link_close(l);
         return;
     }
     Chorus__RegisterAck ack = CHORUS__REGISTER_ACK__INIT;
