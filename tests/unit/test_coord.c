@@ -700,6 +700,67 @@ Test(coord, rendezvous_through_worker_links)
     coord_down();
 }
 
+/* Issue 11 class 4: only the nodes running a job's ranks touch its rendezvous keys. */
+Test(coord, rendezvous_belongs_to_the_jobs_nodes)
+{
+    worker_t a, b, x, *ws[3] = {&a, &b, &x};
+    char id[32];
+    Chorus__Envelope *resp = NULL;
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    wk_connect(&x, "intruder", 2, "", NULL, 0); /* registered, but runs nothing of id */
+    pump(ws, 3, 50);
+
+    Chorus__KvSet s = CHORUS__KV_SET__INIT;
+    Chorus__Envelope sreq = CHORUS__ENVELOPE__INIT;
+    s.job_id = id;
+    s.generation = 1;
+    s.key = "ucx/0";
+    s.value.data = (uint8_t *)"evil";
+    s.value.len = 4;
+    sreq.body_case = CHORUS__ENVELOPE__BODY_KV_SET;
+    sreq.kv_set = &s;
+    cr_assert_eq(ch_client_call(x.cl, &sreq, 2000, &resp), -EPERM, "an outsider set a key");
+    ch_msg_free(resp);
+    Chorus__KvGet g = CHORUS__KV_GET__INIT;
+    Chorus__Envelope greq = CHORUS__ENVELOPE__INIT;
+    g.job_id = id;
+    g.generation = 1;
+    g.key = "ucx/0";
+    g.timeout_ms = 0;
+    greq.body_case = CHORUS__ENVELOPE__BODY_KV_GET;
+    greq.kv_get = &g;
+    cr_assert_eq(ch_client_call(x.cl, &greq, 2000, &resp), -EPERM, "an outsider read a key");
+    ch_msg_free(resp);
+    /* The job's own nodes still can. */
+    s.value.data = (uint8_t *)"good";
+    cr_assert_eq(ch_client_call(a.cl, &sreq, 2000, &resp), 0);
+    ch_msg_free(resp);
+    cr_assert_eq(ch_client_call(b.cl, &greq, 2000, &resp), 0);
+    cr_assert_eq(resp->kv_reply->code, 0);
+    cr_assert_eq(memcmp(resp->kv_reply->value.data, "good", 4), 0);
+    ch_msg_free(resp);
+    /* Keys are capped per generation (16 per rank + 64). */
+    char key[32];
+    int rc = 0, i = 0;
+    for (; i < 200 && rc == 0; i++) {
+        snprintf(key, sizeof key, "k/%d", i);
+        s.key = key;
+        rc = ch_client_call(a.cl, &sreq, 2000, &resp);
+        ch_msg_free(resp);
+        resp = NULL;
+    }
+    cr_assert_eq(rc, -ENOSPC, "200 keys for 4 ranks: %s", ch_strerror(rc));
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    wk_close(&x);
+    coord_down();
+}
+
 /* Register on an open client; the reply envelope (caller frees). */
 static Chorus__Envelope *wk_register(ch_client_t *cl, const char *name, uint32_t slots)
 {
