@@ -5,42 +5,7 @@
  * the ZeRO-3 shard), a memory estimate per rank, model FLOPs and tokens per step, and the
  * 1F1B pipeline bubble. Runs locally; talks to no coordinator.
  *
- * Theory of operation: a rank's share of the model (DESIGN §5, §7). C = embd,
- * T = seq_len, B = micro_batch_size, N = B*T, NH = heads, V = vocab, Vp = padded vocab.
- *   One block, whole:   12C² + 13C (ln_1 2C; c_attn C·3C + 3C; attn.c_proj C·C + C;
- *                       ln_2 2C; c_fc C·4C + 4C; mlp.c_proj 4C·C + C).
- *   One block, TP rank: column-parallel c_attn and c_fc (weights and biases) and the
- *                       row-parallel c_proj weights are split 1/tp; LayerNorms and the
- *                       row-parallel biases are replicated: 12C²/tp + 7C/tp + 6C.
- *   Outside blocks:     wte split over tp along the padded vocab (Vp·C/tp) on stage 0 and
- *                       again on the last stage for the tied LM head (one copy when
- *                       pp = 1); wpe (T·C) on stage 0 and ln_f (2C) on the last stage,
- *                       replicated over tp.
- *   ZeRO-3:             each block's TP slice is one flat buffer split into dp padded
- *                       shards (ch_layout_shard_len); tensors outside blocks are held
- *                       whole by every dp rank of their stage.
- * The whole-model count is Hugging Face's (V rows of wte, no separate LM head):
- * 124,439,808 for GPT-2 124M. Per-rank counts are what a rank stores, so they include
- * its padded wte rows.
- *
- * Memory per rank, fp32 (4 bytes a float):
- *   state       owned parameters × 4 floats: master weights, Adam m and v, gradients
- *   gathered    per-use: 2 blocks (the one in use and the next, prefetched); per-step:
- *               every block of the stage; either way plus one block's unsharded gradient
- *               waiting for its reduce-scatter
- *   activations what workerd/model.c keeps for backward, per micro-batch:
- *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
- *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and
- *                             fch_gelu 4 split over tp; LayerNorm mean and rstd; attention
- *                             probabilities of this rank's heads)
- *                 stage 0     + N·C (embedding output)
- *                 last stage  + N·C + 4N (ln_f output, mean, rstd; log-sum-exp, losses)
- *               times the micro-batches 1F1B keeps in flight on stage s,
- *               min(pp - s, microbatches); plus backward scratch used once,
- *               2·N·C + 4·N·C/tp + T·T, and on the last stage the logits buffer,
- *               min(N·Vp/tp, 64 Mi floats) (the model's chunking budget).
- * Not counted: communication buffers, the CUDA context, allocator slack. */
-#include <math.h>
+ * The arithmetic is common/plan.h's (ch_plan_stage); this file only prints it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,101 +17,12 @@
 #include "json.h"
 #include "table.h"
 
-#define LOGITS_FLOATS ((double)(64u << 20)) /* workerd/model.c's LOGITS_BUDGET */
-#define EXACT_MAX     9007199254740992.0    /* 2^53: counts below it are exact in a double */
-#define F32           4.0                   /* bytes */
-
-/* Counts are doubles: no overflow for any valid file, exact below EXACT_MAX. */
+/* One plan per stage (every stage carries the whole-model figures too). */
 typedef struct plan {
     const ch_jobspec_t *spec;
     ch_layout_t l;
-    uint32_t world, Vp;
-    double params_total;  /* Hugging Face count: V rows of wte */
-    double params_padded; /* with the padded wte rows */
-    double block;         /* one block, whole */
-    double block_tp;      /* one block, one TP rank */
-    double block_shard;   /* one block, one TP rank, one ZeRO-3 shard */
-    double sequences, tokens, flops, bubble;
+    ch_plan_t *st; /* l.pp entries */
 } plan_t;
-
-typedef struct stage {
-    uint32_t index, first, count; /* blocks [first, first + count) */
-    int embeddings, head;         /* holds wte + wpe / ln_f + the tied LM head */
-    double params;                /* one rank's TP slice of the stage */
-    double owned;                 /* after ZeRO-3 */
-    double state_bytes, gathered_bytes;
-    double act_mb_bytes;  /* kept for backward, one micro-batch */
-    double scratch_bytes; /* backward scratch and logits, once */
-    uint32_t in_flight;   /* micro-batches 1F1B keeps */
-    double act_bytes, total_bytes;
-} stage_t;
-
-static void plan_model(plan_t *p, const ch_jobspec_t *j)
-{
-    const double C = j->model.embd, T = j->model.seq_len, L = j->model.layers;
-    const double tp = j->parallel.tp, pp = j->parallel.pp, m = j->parallel.microbatches;
-
-    p->spec = j;
-    p->l = ch_jobspec_layout(j);
-    p->world = ch_layout_world(p->l);
-    p->Vp = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
-    p->block = 12 * C * C + 13 * C;
-    p->block_tp = 12 * C * C / tp + 7 * C / tp + 6 * C;
-    p->block_shard = p->block_tp < EXACT_MAX
-                         ? (double)ch_layout_shard_len((size_t)p->block_tp, j->parallel.dp)
-                         : ceil(p->block_tp / j->parallel.dp);
-    p->params_total = L * p->block + (double)j->model.vocab * C + T * C + 2 * C;
-    p->params_padded = L * p->block + (double)p->Vp * C + T * C + 2 * C;
-    p->sequences = (double)j->parallel.dp * m * j->parallel.micro_batch_size;
-    p->tokens = p->sequences * T;
-    /* Model FLOPs are linear in the batch; the global batch may not fit a uint32. */
-    ch_model_cfg_t cfg = {j->model.layers, j->model.heads, j->model.embd,
-                          j->model.vocab,  p->Vp,          j->model.seq_len};
-    p->flops = ch_plan_flops(&cfg, 1) * p->sequences;
-    p->bubble = (pp - 1) / (m + pp - 1);
-}
-
-static void plan_stage(const plan_t *p, uint32_t s, stage_t *st)
-{
-    const ch_jobspec_t *j = p->spec;
-    const double C = j->model.embd, T = j->model.seq_len, B = j->parallel.micro_batch_size;
-    const double N = B * T, NH = j->model.heads, tp = p->l.tp;
-    const double wte = (double)p->Vp * C / tp;
-    const uint32_t pp = p->l.pp, m = j->parallel.microbatches;
-
-    memset(st, 0, sizeof *st);
-    st->index = s;
-    ch_layout_stage_blocks(j->model.layers, pp, s, &st->first, &st->count);
-    st->embeddings = s == 0;
-    st->head = s == pp - 1;
-    const double nb = st->count;
-    double outside = 0;
-    if (st->embeddings)
-        outside += wte + T * C;
-    if (st->head)
-        outside += 2 * C + (st->embeddings ? 0 : wte);
-    st->params = nb * p->block_tp + outside;
-    st->owned = nb * p->block_shard + outside;
-
-    st->state_bytes = 4 * F32 * st->owned;
-    double gathered = j->parallel.reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    st->gathered_bytes = F32 * (gathered + 1) * p->block_tp;
-
-    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
-    double kept = nb * per_block;
-    if (st->embeddings)
-        kept += N * C;
-    if (st->head)
-        kept += N * C + 4 * N;
-    double scratch = 2 * N * C + 4 * N * C / tp + T * T;
-    if (st->head)
-        scratch += fmin(N * p->Vp / tp, LOGITS_FLOATS);
-    st->in_flight = pp - s < m ? pp - s : m;
-    st->act_mb_bytes = F32 * kept;
-    st->scratch_bytes = F32 * scratch;
-    st->act_bytes = st->act_mb_bytes * st->in_flight + st->scratch_bytes;
-    st->total_bytes = st->state_bytes + st->gathered_bytes + st->act_bytes;
-}
 
 // ----------------------------------------------------------------------------
 // output
@@ -188,7 +64,7 @@ static void fmt_range(char *buf, size_t n, uint32_t first, uint32_t count)
         snprintf(buf, n, "%u-%u", first, first + count - 1);
 }
 
-static const char *stage_holds(const stage_t *st)
+static const char *stage_holds(const ch_plan_t *st)
 {
     if (st->embeddings && st->head)
         return "embeddings, ln_f + LM head";
@@ -202,30 +78,31 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
 {
     const ch_jobspec_t *j = p->spec;
     const uint32_t per_stage = p->l.tp * p->l.dp;
+    const ch_plan_t *w = &p->st[0]; /* the whole-model figures */
     char a[48], b[48], c[48], d[48];
     ctl_table_t t;
 
     printf("plan for job '%s' (%s), kind %s\n", j->name, file, ch_job_kind_name(j->kind));
-    printf("model       %u layers, %u heads, embd %u, vocab %u (padded to %u for tp %u), "
+    printf("model       %u layers, %u heads, embd %u, vocab %u (padded to %.0f for tp %u), "
            "seq_len %u\n",
-           j->model.layers, j->model.heads, j->model.embd, j->model.vocab, p->Vp, p->l.tp,
+           j->model.layers, j->model.heads, j->model.embd, j->model.vocab, w->padded_vocab, p->l.tp,
            j->model.seq_len);
-    printf("layout      world size %u = tp %u x pp %u x dp %u; reshard %s\n", p->world, p->l.tp,
+    printf("layout      world size %u = tp %u x pp %u x dp %u; reshard %s\n", w->world, p->l.tp,
            p->l.pp, p->l.dp, reshard_name(j->parallel.reshard));
-    fmt_count(a, sizeof a, p->sequences);
-    fmt_count(b, sizeof b, p->tokens);
+    fmt_count(a, sizeof a, w->sequences);
+    fmt_count(b, sizeof b, w->tokens);
     printf("batch       %s sequences/step = dp %u x microbatches %u x micro_batch_size %u; %s "
            "tokens/step\n",
            a, p->l.dp, j->parallel.microbatches, j->parallel.micro_batch_size, b);
-    fmt_count(a, sizeof a, p->params_total);
-    fmt_count(b, sizeof b, p->params_padded);
+    fmt_count(a, sizeof a, w->params_total);
+    fmt_count(b, sizeof b, w->params_padded);
     printf("parameters  %s (LM head tied to wte; %s with padded vocab rows)\n", a, b);
-    ctl_fmt_si(a, sizeof a, p->flops);
-    ctl_fmt_si(b, sizeof b, p->flops / p->tokens);
+    ctl_fmt_si(a, sizeof a, w->flops);
+    ctl_fmt_si(b, sizeof b, w->flops / w->tokens);
     printf("compute     %s model FLOPs per step, %s per token\n", a, b);
     printf("pipeline    1F1B over %u stage%s: bubble %.1f%% = (pp-1)/(microbatches+pp-1) = "
            "%u/%u\n",
-           p->l.pp, p->l.pp == 1 ? "" : "s", 100.0 * p->bubble, p->l.pp - 1,
+           p->l.pp, p->l.pp == 1 ? "" : "s", 100.0 * w->bubble, p->l.pp - 1,
            j->parallel.microbatches + p->l.pp - 1);
     printf("\n");
 
@@ -235,12 +112,11 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
     for (size_t i = 0; i < 10; i++)
         ctl_table_cell(&t, "%s", head[i]);
     for (uint32_t s = 0; s < p->l.pp; s++) {
-        stage_t st;
-        plan_stage(p, s, &st);
+        const ch_plan_t st = p->st[s];
         ctl_table_cell(&t, "%u", s);
         fmt_range(a, sizeof a, s * per_stage, per_stage);
         ctl_table_cell(&t, "%s", a);
-        fmt_range(a, sizeof a, st.first, st.count);
+        fmt_range(a, sizeof a, st.first_block, st.blocks);
         ctl_table_cell(&t, "%s", a);
         ctl_table_cell(&t, "%s", stage_holds(&st));
         fmt_count(a, sizeof a, st.params);
@@ -273,6 +149,7 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
 {
     const ch_jobspec_t *j = p->spec;
     const uint32_t per_stage = p->l.tp * p->l.dp;
+    const ch_plan_t *w = &p->st[0]; /* the whole-model figures */
     ctl_json_t js;
 
     ctl_json_init(&js, stdout);
@@ -286,10 +163,10 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     ctl_json_kuint(&js, "heads", j->model.heads);
     ctl_json_kuint(&js, "embd", j->model.embd);
     ctl_json_kuint(&js, "vocab", j->model.vocab);
-    ctl_json_kuint(&js, "padded_vocab", p->Vp);
+    ctl_json_kuint(&js, "padded_vocab", (uint64_t)w->padded_vocab);
     ctl_json_kuint(&js, "seq_len", j->model.seq_len);
     ctl_json_obj_end(&js);
-    ctl_json_kuint(&js, "world_size", p->world);
+    ctl_json_kuint(&js, "world_size", w->world);
     ctl_json_key(&js, "layout");
     ctl_json_obj_begin(&js);
     ctl_json_kuint(&js, "tp", p->l.tp);
@@ -299,27 +176,26 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     ctl_json_kstr(&js, "reshard", reshard_name(j->parallel.reshard));
     ctl_json_kuint(&js, "microbatches", j->parallel.microbatches);
     ctl_json_kuint(&js, "micro_batch_size", j->parallel.micro_batch_size);
-    ctl_json_kuint(&js, "sequences_per_step", (uint64_t)p->sequences);
-    ctl_json_kuint(&js, "tokens_per_step", (uint64_t)p->tokens);
-    ctl_json_kdouble(&js, "flops_per_step", p->flops);
-    ctl_json_kuint(&js, "params_total", (uint64_t)p->params_total);
-    ctl_json_kuint(&js, "params_total_padded", (uint64_t)p->params_padded);
-    ctl_json_kuint(&js, "params_per_block", (uint64_t)p->block);
-    ctl_json_kuint(&js, "params_per_block_rank", (uint64_t)p->block_tp);
-    ctl_json_kuint(&js, "params_per_block_shard", (uint64_t)p->block_shard);
-    ctl_json_kdouble(&js, "bubble_fraction", p->bubble);
+    ctl_json_kuint(&js, "sequences_per_step", (uint64_t)w->sequences);
+    ctl_json_kuint(&js, "tokens_per_step", (uint64_t)w->tokens);
+    ctl_json_kdouble(&js, "flops_per_step", w->flops);
+    ctl_json_kuint(&js, "params_total", (uint64_t)w->params_total);
+    ctl_json_kuint(&js, "params_total_padded", (uint64_t)w->params_padded);
+    ctl_json_kuint(&js, "params_per_block", (uint64_t)w->block);
+    ctl_json_kuint(&js, "params_per_block_rank", (uint64_t)w->block_tp);
+    ctl_json_kuint(&js, "params_per_block_shard", (uint64_t)w->block_shard);
+    ctl_json_kdouble(&js, "bubble_fraction", w->bubble);
     ctl_json_key(&js, "stages");
     ctl_json_arr_begin(&js);
     for (uint32_t s = 0; s < p->l.pp; s++) {
-        stage_t st;
-        plan_stage(p, s, &st);
+        const ch_plan_t st = p->st[s];
         ctl_json_obj_begin(&js);
         ctl_json_kuint(&js, "stage", s);
         ctl_json_kuint(&js, "first_rank", (uint64_t)s * per_stage);
         ctl_json_kuint(&js, "last_rank", (uint64_t)s * per_stage + per_stage - 1);
-        ctl_json_kuint(&js, "first_block", st.first);
-        ctl_json_kuint(&js, "last_block", st.first + st.count - 1);
-        ctl_json_kuint(&js, "blocks", st.count);
+        ctl_json_kuint(&js, "first_block", st.first_block);
+        ctl_json_kuint(&js, "last_block", st.first_block + st.blocks - 1);
+        ctl_json_kuint(&js, "blocks", st.blocks);
         ctl_json_key(&js, "embeddings");
         ctl_json_bool(&js, st.embeddings);
         ctl_json_key(&js, "lm_head");
@@ -359,7 +235,7 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
     char warning[192];
     int nsets = 0, st = CTL_EXIT_USAGE;
     ch_jobspec_t spec;
-    plan_t p;
+    plan_t p = {.st = NULL};
 
     if (!sets) {
         ctl_errf("out of memory");
@@ -384,18 +260,27 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
     if (st != CTL_EXIT_OK)
         goto out;
 
-    plan_model(&p, &spec);
+    p.spec = &spec;
+    p.l = ch_jobspec_layout(&spec);
+    p.st = calloc(p.l.pp, sizeof *p.st);
+    if (!p.st) {
+        ctl_errf("out of memory");
+        st = CTL_EXIT_FAILED;
+        goto out;
+    }
+    const ch_model_cfg_t m = ch_plan_model_of(&spec);
     double peak = 0;
     uint32_t peak_stage = 0;
-    for (uint32_t s = 0; s < p.l.pp; s++) {
-        stage_t sp;
-        plan_stage(&p, s, &sp);
-        if (sp.total_bytes > peak) {
-            peak = sp.total_bytes;
+    int rc = 0;
+    for (uint32_t s = 0; s < p.l.pp && rc == 0; s++) {
+        rc = ch_plan_stage(&m, p.l, spec.parallel.micro_batch_size, spec.parallel.microbatches,
+                           spec.parallel.reshard, s, &p.st[s]);
+        if (p.st[s].total_bytes > peak) {
+            peak = p.st[s].total_bytes;
             peak_stage = s;
         }
     }
-    if (p.params_padded >= EXACT_MAX || peak >= EXACT_MAX) {
+    if (rc < 0) {
         ctl_errf("%s: model: too large to plan (over 2^53 parameters or bytes per rank)", file);
         st = CTL_EXIT_CONFIG;
         goto out;
@@ -405,7 +290,7 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         snprintf(warning, sizeof warning,
                  "parallel.microbatches %u < pp %u: the pipeline is never full (bubble %.0f%%); "
                  "use at least pp micro-batches, ideally several times pp",
-                 spec.parallel.microbatches, spec.parallel.pp, 100.0 * p.bubble);
+                 spec.parallel.microbatches, spec.parallel.pp, 100.0 * p.st[0].bubble);
         warn = warning;
     }
     if (ctl->json)
@@ -414,6 +299,7 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         print_text(&p, file, peak, peak_stage, warn);
     st = CTL_EXIT_OK;
 out:
+    free(p.st);
     free(sets);
     return st;
 }

@@ -1,8 +1,127 @@
-/* The plan arithmetic (plan.h). */
+/* The plan arithmetic (plan.h has the theory of operation). */
 #include "common/plan.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common/err.h"
+
+#define F32 4.0 /* bytes */
+
+/* ch_layout_padded_vocab without its uint32 wrap: vocab 2^32 - 1 pads past 2^32. */
+static double padded_vocab(uint32_t vocab, uint32_t tp)
+{
+    double align = (vocab >= 8192 ? 128.0 : 8.0) * tp;
+    return ceil(vocab / align) * align;
+}
+
+static double flops_per_seq(double s, double l, double h, double V)
+{
+    return 72.0 * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
 
 double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B)
 {
-    double s = cfg->seq_len, l = cfg->layers, h = cfg->embd, V = cfg->padded_vocab;
-    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+    return (double)B * flops_per_seq(cfg->seq_len, cfg->layers, cfg->embd, cfg->padded_vocab);
+}
+
+ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
+{
+    ch_model_cfg_t m = {j->model.layers, j->model.heads, j->model.embd,
+                        j->model.vocab,  j->model.vocab, j->model.seq_len};
+    if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
+        m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
+    return m;
+}
+
+/* The whole-model figures: they do not depend on the stage. */
+static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                       uint32_t microbatches, ch_plan_t *p)
+{
+    const double C = m->embd, T = m->seq_len, L = m->layers;
+    const double tp = l.tp, pp = l.pp, mb = microbatches;
+
+    p->world = l.tp * l.pp * l.dp;
+    p->padded_vocab = padded_vocab(m->vocab, l.tp);
+    p->block = 12 * C * C + 13 * C;
+    p->block_tp = 12 * C * C / tp + 7 * C / tp + 6 * C;
+    p->block_shard = p->block_tp < CH_PLAN_EXACT_MAX
+                         ? (double)ch_layout_shard_len((size_t)p->block_tp, l.dp)
+                         : ceil(p->block_tp / l.dp);
+    p->params_total = L * p->block + (double)m->vocab * C + T * C + 2 * C;
+    p->params_padded = L * p->block + p->padded_vocab * C + T * C + 2 * C;
+    p->sequences = (double)l.dp * mb * micro_batch;
+    p->tokens = p->sequences * T;
+    /* Linear in the batch; the global batch may not fit a uint32. */
+    p->flops = flops_per_seq(T, L, C, p->padded_vocab) * p->sequences;
+    p->bubble = (pp - 1) / (mb + pp - 1);
+}
+
+static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                       uint32_t microbatches, ch_reshard_t reshard, uint32_t s, ch_plan_t *p)
+{
+    const double C = m->embd, T = m->seq_len, B = micro_batch;
+    const double N = B * T, NH = m->heads, tp = l.tp;
+    const double wte = p->padded_vocab * C / tp;
+
+    p->stage = s;
+    ch_layout_stage_blocks(m->layers, l.pp, s, &p->first_block, &p->blocks);
+    p->embeddings = s == 0;
+    p->head = s == l.pp - 1;
+    const double nb = p->blocks;
+    double outside = 0;
+    if (p->embeddings)
+        outside += wte + T * C;
+    if (p->head)
+        outside += 2 * C + (p->embeddings ? 0 : wte);
+    p->params = nb * p->block_tp + outside;
+    p->owned = nb * p->block_shard + outside;
+
+    p->state_bytes = 4 * F32 * p->owned;
+    double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
+    p->gathered_bytes = F32 * (gathered + 1) * p->block_tp;
+
+    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
+    double kept = nb * per_block;
+    if (p->embeddings)
+        kept += N * C;
+    if (p->head)
+        kept += N * C + 4 * N;
+    double scratch = 2 * N * C + 4 * N * C / tp + T * T;
+    if (p->head)
+        scratch += fmin(N * p->padded_vocab / tp, CH_PLAN_LOGITS_FLOATS);
+    p->in_flight = l.pp - s < microbatches ? l.pp - s : microbatches;
+    p->act_mb_bytes = F32 * kept;
+    p->scratch_bytes = F32 * scratch;
+    p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
+    p->total_bytes = p->state_bytes + p->gathered_bytes + p->act_bytes;
+}
+
+int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                  uint32_t microbatches, ch_reshard_t reshard, uint32_t stage, ch_plan_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m || !m->layers || !m->heads || !m->embd || !m->vocab || !m->seq_len || !l.tp || !l.pp ||
+        !l.dp || !micro_batch || !microbatches || stage >= l.pp)
+        return -EINVAL;
+    plan_model(m, l, micro_batch, microbatches, out);
+    plan_stage(m, l, micro_batch, microbatches, reshard, stage, out);
+    if (out->params_padded >= CH_PLAN_EXACT_MAX || out->total_bytes >= CH_PLAN_EXACT_MAX)
+        return CH_E_TOOBIG;
+    return 0;
+}
+
+int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                 uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out)
+{
+    int rc = ch_plan_stage(m, l, micro_batch, microbatches, reshard, 0, out);
+    for (uint32_t s = 1; s < l.pp && rc != -EINVAL; s++) {
+        ch_plan_t p;
+        int r = ch_plan_stage(m, l, micro_batch, microbatches, reshard, s, &p);
+        if (p.total_bytes > out->total_bytes) {
+            *out = p;
+            rc = r;
+        }
+    }
+    return rc;
 }

@@ -1,18 +1,106 @@
 /* The plan arithmetic (DESIGN §5, §7): what a model and a layout cost, as pure functions
- * that `chorusctl plan`, the planner, the trainer, ZeRO-3 and checkpoints share.
- * C = embd, T = seq_len, L = layers, V = vocab, Vp = padded vocab. */
+ * that `chorusctl plan`, the planner, the trainer, ZeRO-3, checkpoints and admission at
+ * the coordinator share. C = embd, T = seq_len, L = layers, V = vocab, Vp = padded vocab,
+ * B = micro_batch_size, N = B*T, NH = heads.
+ *
+ * Theory of operation: a rank's share of the model.
+ *   One block, whole:   12C² + 13C (ln_1 2C; c_attn C·3C + 3C; attn.c_proj C·C + C;
+ *                       ln_2 2C; c_fc C·4C + 4C; mlp.c_proj 4C·C + C).
+ *   One block, TP rank: column-parallel c_attn and c_fc (weights and biases) and the
+ *                       row-parallel c_proj weights are split 1/tp; LayerNorms and the
+ *                       row-parallel biases are replicated: 12C²/tp + 7C/tp + 6C.
+ *   Outside blocks:     wte split over tp along the padded vocab (Vp·C/tp) on stage 0 and
+ *                       again on the last stage for the tied LM head (one copy when
+ *                       pp = 1); wpe (T·C) on stage 0 and ln_f (2C) on the last stage,
+ *                       replicated over tp.
+ *   ZeRO-3:             each block's TP slice is one flat buffer split into dp padded
+ *                       shards (ch_layout_shard_len); tensors outside blocks are held
+ *                       whole by every dp rank of their stage.
+ * The whole-model count is Hugging Face's (V rows of wte, no separate LM head):
+ * 124,439,808 for GPT-2 124M. Per-rank counts are what a rank stores, so they include
+ * its padded wte rows.
+ *
+ * Memory per rank, fp32 (4 bytes a float):
+ *   state       owned parameters × 4 floats: master weights, Adam m and v, gradients
+ *   gathered    per-use: 2 blocks (the one in use and the next, prefetched); per-step:
+ *               every block of the stage; either way plus one block's unsharded gradient
+ *               waiting for its reduce-scatter
+ *   activations what the engine's model keeps for backward, per micro-batch:
+ *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
+ *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and
+ *                             fch_gelu 4 split over tp; LayerNorm mean and rstd; attention
+ *                             probabilities of this rank's heads)
+ *                 stage 0     + N·C (embedding output)
+ *                 last stage  + N·C + 4N (ln_f output, mean, rstd; log-sum-exp, losses)
+ *               times the micro-batches 1F1B keeps in flight on stage s,
+ *               min(pp - s, microbatches); plus backward scratch used once,
+ *               2·N·C + 4·N·C/tp + T·T, and on the last stage the logits buffer,
+ *               min(N·Vp/tp, CH_PLAN_LOGITS_FLOATS) (the model's chunking budget).
+ * Not counted: communication buffers, the CUDA context, allocator slack.
+ *
+ * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
+ * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */
 #ifndef CH_PLAN_H
 #define CH_PLAN_H
 
 #include <stdint.h>
+
+#include "common/jobspec.h"
+#include "common/layout.h"
 
 /* A GPT-2 model's shape. padded_vocab is vocab rounded up (ch_layout_padded_vocab). */
 typedef struct ch_model_cfg {
     uint32_t layers, heads, embd, vocab, padded_vocab, seq_len;
 } ch_model_cfg_t;
 
+/* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
+#define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))
+/* Counts below this are exact in a double. */
+#define CH_PLAN_EXACT_MAX 9007199254740992.0
+
+/* What one pipeline stage of a layout costs each of its ranks, with the whole-model
+ * figures alongside. Every count is a number of parameters (floats); bytes are fp32. */
+typedef struct ch_plan {
+    /* the whole model and step */
+    uint32_t world;
+    double padded_vocab;  /* vocab rounded up for tp (64-bit safe) */
+    double params_total;  /* Hugging Face count: V rows of wte */
+    double params_padded; /* with the padded wte rows */
+    double block;         /* one block, whole */
+    double block_tp;      /* one block, one TP rank */
+    double block_shard;   /* one block, one TP rank, one ZeRO-3 shard */
+    double sequences;     /* per step: dp × microbatches × micro_batch_size */
+    double tokens;        /* per step */
+    double flops;         /* model FLOPs per step (ch_plan_flops over the global batch) */
+    double bubble;        /* 1F1B: (pp - 1) / (microbatches + pp - 1) */
+    /* stage `stage`, one of its ranks */
+    uint32_t stage, first_block, blocks; /* blocks [first_block, first_block + blocks) */
+    int embeddings, head;                /* holds wte + wpe / ln_f + the tied LM head */
+    double params;                       /* the rank's TP slice of the stage */
+    double owned;                        /* after the ZeRO-3 shard */
+    double state_bytes, gathered_bytes;
+    double act_mb_bytes;  /* kept for backward, one micro-batch */
+    uint32_t in_flight;   /* micro-batches 1F1B keeps: min(pp - s, microbatches) */
+    double scratch_bytes; /* backward scratch and logits, once */
+    double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
+    double total_bytes;   /* state + gathered + activations */
+} ch_plan_t;
+
 /* Model FLOPs of one training iteration over B sequences of seq_len tokens, without
  * recomputation: 72·B·s·l·h²·(1 + s/(6h) + Vp/(12·l·h)) (Narayanan et al. 2021). */
 double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B);
+
+/* Fill out for stage `stage` of model m (m->padded_vocab is ignored: it is computed for
+ * l.tp without overflow) laid out as l, with micro_batch sequences per micro-batch and
+ * microbatches per step. -EINVAL for a zero dimension or stage >= l.pp; CH_E_TOOBIG
+ * (out still filled) when a count or byte figure reaches CH_PLAN_EXACT_MAX. */
+int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                  uint32_t microbatches, ch_reshard_t reshard, uint32_t stage, ch_plan_t *out);
+/* The stage whose ranks need the most memory: its plan in out (first such stage on a
+ * tie). Errors as ch_plan_stage. */
+int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                 uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
+/* The model and parallel sections of a job file. */
+ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
 
 #endif

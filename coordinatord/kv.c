@@ -108,6 +108,11 @@ typedef struct waiter {
 typedef struct ns {
     hent_t h; /* key: job '\0' gen (8 bytes) */
     htab_t entries;
+    int open;       /* coord_kv_open_gen ran: members and caps are set */
+    void **members; /* sorted; who may touch the keys */
+    size_t n_members;
+    size_t max_keys, max_bytes, max_waiters;
+    size_t bytes, waiters; /* values held, gets parked */
 } ns_t;
 
 struct entry {
@@ -211,6 +216,13 @@ static size_t ns_key(const char *job, uint64_t gen, uint8_t *buf, size_t cap)
     return n + 9;
 }
 
+static void ns_default_caps(ns_t *ns)
+{
+    ns->max_keys = COORD_KV_KEYS_DEFAULT;
+    ns->max_bytes = COORD_KV_BYTES_DEFAULT;
+    ns->max_waiters = COORD_KV_WAITERS_DEFAULT;
+}
+
 static ns_t *ns_get(coord_kv_t *kv, const char *job, uint64_t gen, int create)
 {
     uint8_t key[CH_RDZV_KEY_MAX + 16];
@@ -222,6 +234,7 @@ static ns_t *ns_get(coord_kv_t *kv, const char *job, uint64_t gen, int create)
     ns = calloc(1, sizeof(*ns));
     if (!ns)
         return NULL;
+    ns_default_caps(ns);
     if (hent_init(&ns->h, key, klen, h) < 0 || tab_insert(&kv->spaces, &ns->h) < 0) {
         free(ns->h.key);
         free(ns);
@@ -235,7 +248,7 @@ static entry_t *entry_get(coord_kv_t *kv, ns_t *ns, const char *key, int create)
     size_t klen = strlen(key);
     uint64_t h = fnv1a((const uint8_t *)key, klen);
     entry_t *e = (entry_t *)tab_find(&ns->entries, (const uint8_t *)key, klen, h);
-    if (e || !create)
+    if (e || !create || ns->entries.n >= ns->max_keys)
         return e;
     e = calloc(1, sizeof(*e));
     if (!e)
@@ -254,6 +267,7 @@ static void entry_free(coord_kv_t *kv, entry_t *e)
 {
     if (e->has)
         kv->nkeys--;
+    e->ns->bytes -= e->len;
     free(e->val);
     free(e->h.key);
     free(e);
@@ -275,6 +289,7 @@ static void waiter_drop(coord_kv_t *kv, waiter_t *w)
     entry_t *e = w->e;
     waiter_unlink(e, w);
     heap_remove(kv, w);
+    e->ns->waiters--;
     free(w);
     if (!e->has && !e->waiters) {
         tab_remove(&e->ns->entries, &e->h);
@@ -298,17 +313,25 @@ int coord_kv_set(coord_kv_t *kv, const char *job, uint64_t gen, const char *key,
         return rc;
     if (len > CH_RDZV_VALUE_MAX)
         return CH_E_TOOBIG;
+    ns_t *ns = ns_get(kv, job, gen, 1);
+    if (!ns)
+        return -ENOMEM;
+    entry_t *e = entry_get(kv, ns, key, 1);
+    if (!e)
+        return ns->entries.n >= ns->max_keys ? -ENOSPC : -ENOMEM;
+    if (ns->bytes - e->len + len > ns->max_bytes) {
+        if (!e->has && !e->waiters) {
+            tab_remove(&ns->entries, &e->h);
+            entry_free(kv, e);
+        }
+        return -ENOSPC;
+    }
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy)
-        return -ENOMEM;
+        return -ENOMEM; /* a placeholder just made stays, empty: harmless, freed with the gen */
     if (len)
         memcpy(copy, val, len);
-    ns_t *ns = ns_get(kv, job, gen, 1);
-    entry_t *e = ns ? entry_get(kv, ns, key, 1) : NULL;
-    if (!e) {
-        free(copy);
-        return -ENOMEM;
-    }
+    ns->bytes = ns->bytes - e->len + len;
     free(e->val);
     e->val = copy;
     e->len = len;
@@ -332,6 +355,13 @@ int coord_kv_get(coord_kv_t *kv, const char *job, uint64_t gen, const char *key,
         return rc;
     ns_t *ns = ns_get(kv, job, gen, timeout_ms > 0);
     entry_t *e = ns ? entry_get(kv, ns, key, timeout_ms > 0) : NULL;
+    if (timeout_ms > 0 && ns && (!e || (!e->has && ns->waiters >= ns->max_waiters))) {
+        if (e && !e->waiters) {
+            tab_remove(&ns->entries, &e->h);
+            entry_free(kv, e);
+        }
+        return ns->waiters >= ns->max_waiters || ns->entries.n >= ns->max_keys ? -ENOSPC : -ENOMEM;
+    }
     if (e && e->has) {
         kv->reply(kv->ud, waiter, request_id, 0, e->val, e->len);
         return 0;
@@ -361,6 +391,7 @@ int coord_kv_get(coord_kv_t *kv, const char *job, uint64_t gen, const char *key,
     if (e->waiters)
         e->waiters->prev = w;
     e->waiters = w;
+    ns->waiters++;
     return 0;
 }
 
@@ -400,6 +431,7 @@ static void ns_free(coord_kv_t *kv, ns_t *ns, int code)
         }
     }
     free(ns->entries.b);
+    free(ns->members);
     free(ns->h.key);
     free(ns);
 }
@@ -411,6 +443,48 @@ void coord_kv_drop_gen(coord_kv_t *kv, const char *job, uint64_t gen)
         return;
     tab_remove(&kv->spaces, &ns->h);
     ns_free(kv, ns, CH_E_ABORTED);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+int coord_kv_open_gen(coord_kv_t *kv, const char *job, uint64_t gen, void *const *members, size_t n,
+                      size_t max_keys, size_t max_bytes, size_t max_waiters)
+{
+    ns_t *ns = ns_get(kv, job, gen, 1);
+    void **m = malloc((n ? n : 1) * sizeof(*m));
+    if (!ns || !m) {
+        free(m);
+        return -ENOMEM;
+    }
+    if (n)
+        memcpy(m, members, n * sizeof(*m));
+    qsort(m, n, sizeof(*m), cmp_ptr);
+    free(ns->members);
+    ns->members = m;
+    ns->n_members = n;
+    ns->max_keys = max_keys;
+    ns->max_bytes = max_bytes;
+    ns->max_waiters = max_waiters;
+    ns->open = 1;
+    return 0;
+}
+
+int coord_kv_gen_is_open(coord_kv_t *kv, const char *job, uint64_t gen)
+{
+    ns_t *ns = ns_get(kv, job, gen, 0);
+    return ns && ns->open;
+}
+
+int coord_kv_allowed(coord_kv_t *kv, const char *job, uint64_t gen, const void *who)
+{
+    ns_t *ns = ns_get(kv, job, gen, 0);
+    if (!ns || !ns->open)
+        return 0;
+    return bsearch(&who, ns->members, ns->n_members, sizeof(*ns->members), cmp_ptr) != NULL;
 }
 
 void coord_kv_drop_waiter(coord_kv_t *kv, void *waiter)

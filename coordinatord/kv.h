@@ -20,6 +20,11 @@
 
 typedef struct coord_kv coord_kv_t;
 
+/* Caps of a generation that was not opened with its own (tests, or a job of one rank). */
+#define COORD_KV_KEYS_DEFAULT    4096
+#define COORD_KV_BYTES_DEFAULT   (16u << 20)
+#define COORD_KV_WAITERS_DEFAULT 16384
+
 /* Answer one parked or immediate get: code 0 with the value (borrowed for the call), or
  * -ETIMEDOUT / CH_E_ABORTED with no value. Must not call back into the store. */
 typedef void (*coord_kv_reply_fn)(void *ud, void *waiter, uint64_t request_id, int code,
@@ -29,12 +34,23 @@ int coord_kv_create(coord_kv_reply_fn reply, void *ud, coord_kv_t **out);
 /* Frees everything; parked waiters are forgotten without an answer. */
 void coord_kv_destroy(coord_kv_t *kv);
 
+/* Who may use a generation's keys (members: opaque principals, e.g. the nodes running
+ * its ranks; copied) and how much it may hold: keys (placeholders of parked gets
+ * included), bytes of values, parked gets. Before its first use; again to replace. */
+int coord_kv_open_gen(coord_kv_t *kv, const char *job, uint64_t gen, void *const *members, size_t n,
+                      size_t max_keys, size_t max_bytes, size_t max_waiters);
+int coord_kv_gen_is_open(coord_kv_t *kv, const char *job, uint64_t gen);
+/* 1 when the generation was opened and who is one of its members. */
+int coord_kv_allowed(coord_kv_t *kv, const char *job, uint64_t gen, const void *who);
+
 /* Store (overwrite) key; answers every waiter parked on it. CH_E_TOOBIG for a value over
- * CH_RDZV_VALUE_MAX or a key over CH_RDZV_KEY_MAX; -EINVAL for an empty key. */
+ * CH_RDZV_VALUE_MAX or a key over CH_RDZV_KEY_MAX; -EINVAL for an empty key; -ENOSPC
+ * past the generation's caps on keys or bytes. */
 int coord_kv_set(coord_kv_t *kv, const char *job, uint64_t gen, const char *key, const uint8_t *val,
                  size_t len);
 /* Answer at once when key exists (reply called before this returns); else park the
- * waiter until now_ms + timeout_ms (timeout 0: answer -ETIMEDOUT at once). */
+ * waiter until now_ms + timeout_ms (timeout 0: answer -ETIMEDOUT at once). -ENOSPC past
+ * the generation's caps on keys or parked gets. */
 int coord_kv_get(coord_kv_t *kv, const char *job, uint64_t gen, const char *key,
                  uint32_t timeout_ms, uint64_t now_ms, void *waiter, uint64_t request_id);
 /* Answer -ETIMEDOUT to every waiter whose deadline is <= now_ms. */

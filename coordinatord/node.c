@@ -91,42 +91,76 @@ static void set_state(coord_t *c, coord_node_t *n, coord_node_state_t to, const 
     coord_changed(c);
 }
 
+/* Printable ASCII only (lo..0x7e): names and racks go into log lines, tables and JSON. */
+static int printable(const char *s, char lo)
+{
+    for (; *s; s++)
+        if (*s < lo || *s > 0x7e)
+            return 0;
+    return 1;
+}
+
 int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *reg,
                         coord_node_t **out, char *err, size_t errlen)
 {
     const char *name = reg->name ? reg->name : "";
+    const char *rack = reg->rack ? reg->rack : "";
+    const char *device = reg->device && *reg->device ? reg->device : "cpu";
     size_t len = strlen(name);
 
     *out = NULL;
     if (len == 0 || len >= sizeof(((coord_node_t *)0)->name) || strchr(name, ':') ||
-        strchr(name, ',')) {
-        snprintf(err, errlen, "register: bad node name \"%.64s\" (1..63 characters, no ':' or ',')",
-                 name);
+        strchr(name, ',') || !printable(name, 0x21)) {
+        snprintf(err, errlen,
+                 "register: bad node name (1..63 printable characters, no space, ':' or ',')");
         return CH_E_CONFIG;
     }
-    if (reg->slots == 0 || reg->slots > 65536) {
-        snprintf(err, errlen, "register: node %s: slots %u out of range 1..65536", name,
-                 reg->slots);
+    if (strlen(rack) >= sizeof(((coord_node_t *)0)->rack) || !printable(rack, 0x20)) {
+        snprintf(err, errlen, "register: node %s: bad rack (0..63 printable characters)", name);
         return CH_E_CONFIG;
     }
-    coord_node_t *n = coord_node_get(c, name);
+    if (strlen(device) >= sizeof(((coord_node_t *)0)->device) || !printable(device, 0x21)) {
+        snprintf(err, errlen, "register: node %s: bad device (cpu or cuda)", name);
+        return CH_E_CONFIG;
+    }
+    if (reg->slots == 0 || reg->slots > COORD_NODE_SLOTS_MAX) {
+        snprintf(err, errlen, "register: node %s: slots %u out of range 1..%u", name, reg->slots,
+                 COORD_NODE_SLOTS_MAX);
+        return CH_E_CONFIG;
+    }
+    if (reg->n_running > COORD_NODE_RUNNING_MAX(reg->slots)) {
+        snprintf(err, errlen,
+                 "register: node %s: %zu running ranks reported for %u slots (at most %u)", name,
+                 reg->n_running, reg->slots, COORD_NODE_RUNNING_MAX(reg->slots));
+        return CH_E_CONFIG;
+    }
+    /* One link is one node: a second identity on a registered link is refused (its
+     * node would be left pointing at the link once it closes). */
+    if (link->node && strcmp(link->node->name, name) != 0) {
+        snprintf(err, errlen, "register: this link is node %s; it cannot also be %s",
+                 link->node->name, name);
+        return CH_E_STATE;
+    }
+    coord_node_t *n = coord_node_find(c, name);
+    /* A live node's name is not taken over: the new link waits (workerd retries) until
+     * the old one is gone — closed, or cut when the node is declared dead. */
+    if (n && n->link && n->link != link) {
+        snprintf(err, errlen,
+                 "register: node name %s is in use by a live link (%s); a restarted node gets "
+                 "it back once that link is gone",
+                 name, coord_link_peer(n->link));
+        return -EADDRINUSE;
+    }
+    if (!n)
+        n = coord_node_get(c, name);
     if (!n) {
         snprintf(err, errlen, "register: out of memory");
         return -ENOMEM;
     }
-    if (n->link && n->link != link) {
-        /* Same name from a new connection: the old link is stale (workerd restarted or
-         * the network flapped). Detach it first so its close does not mark us suspect. */
-        coord_link_t *old = n->link;
-        CH_LOGI("node", "node=%s re-registered from %s, closing its old link %s", name,
-                coord_link_peer(link), coord_link_peer(old));
-        old->node = NULL;
-        coord_link_close(old);
-    }
     n->link = link;
     link->node = n;
-    snprintf(n->rack, sizeof(n->rack), "%s", reg->rack ? reg->rack : "");
-    snprintf(n->device, sizeof(n->device), "%s", reg->device && *reg->device ? reg->device : "cpu");
+    snprintf(n->rack, sizeof(n->rack), "%s", rack);
+    snprintf(n->device, sizeof(n->device), "%s", device);
     n->slots = reg->slots;
     n->last_hb_ms = ch_now_ms();
     n->last_hb_wall = ch_wall_ms();

@@ -24,6 +24,11 @@ typedef enum {
     COORD_NODE_NSTATES,
 } coord_node_state_t;
 
+/* Register's bounds: slots per node, and running ranks it may report (a generation being
+ * killed may overlap the next one, never more). */
+#define COORD_NODE_SLOTS_MAX          65536u
+#define COORD_NODE_RUNNING_MAX(slots) ((slots)*2u < 4096u ? (slots)*2u : 4096u)
+
 typedef struct coord_node {
     char name[64], rack[64], device[16];
     uint32_t slots;
@@ -48,8 +53,10 @@ coord_node_t *coord_node_get(coord_t *c, const char *name);
 /* Slots free for scheduling (0 unless alive). */
 uint32_t coord_node_free(const coord_node_t *n);
 
-/* A Register arrived on link: validate, bind the node to the link (closing a previous
- * link), mark it alive. CH_E_CONFIG with err set for a bad message. */
+/* A Register arrived on link: validate, bind the node to the link, mark it alive.
+ * CH_E_CONFIG with err set for a bad message (name or rack not printable, bounds);
+ * CH_E_STATE when the link is already another node; -EADDRINUSE when the name belongs
+ * to a node whose link is still open (the caller closes the new link: workerd retries). */
 int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *reg,
                         coord_node_t **out, char *err, size_t errlen);
 void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb);

@@ -48,6 +48,8 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     if (rc < 0) {
         CH_LOGW("node", "peer %s: %s", coord_link_peer(l), err);
         coord_link_error(l, req->request_id, rc, "%s", err);
+        if (rc == -EADDRINUSE)
+            coord_link_close(l);
         return;
     }
     Chorus__RegisterAck ack = CHORUS__REGISTER_ACK__INIT;
@@ -69,7 +71,26 @@ static void h_rank_event(coord_t *c, coord_link_t *l, const Chorus__Envelope *re
     coord_job_rank_event(c, l->node, req->rank_event);
 }
 
-/* Rendezvous requests are valid only for the current generation of an active job. */
+/* A generation's rendezvous keys belong to the nodes running its ranks, and hold at most
+ * what its ranks need: a few keys each (UCX addresses, NCCL ids) of <= 64 KiB. Opened
+ * from the placement on the generation's first request: O(world log world), once. */
+static int kv_open(coord_t *c, const coord_job_t *j)
+{
+    size_t n = 0, w = j->ranks ? j->world : 0;
+    void **nodes = malloc((w ? w : 1) * sizeof(*nodes));
+    if (!nodes)
+        return -ENOMEM;
+    for (size_t i = 0; i < w; i++)
+        if (j->ranks[i].node)
+            nodes[n++] = j->ranks[i].node;
+    int rc = coord_kv_open_gen(c->kv, j->id, j->generation, nodes, n, 16 * (size_t)w + 64,
+                               ((size_t)w + 16) * CH_RDZV_VALUE_MAX, 64 * (size_t)w + 1024);
+    free(nodes);
+    return rc;
+}
+
+/* Rendezvous requests are valid only for the current generation of an active job, and
+ * only from the nodes running its ranks. */
 static int kv_check(coord_t *c, coord_link_t *l, const Chorus__Envelope *req, const char *job_id,
                     uint64_t gen)
 {
@@ -84,6 +105,20 @@ static int kv_check(coord_t *c, coord_link_t *l, const Chorus__Envelope *req, co
                          "generation %" PRIu64 ")",
                          job_id, gen, coord_job_state_name(j->state), j->generation);
         return CH_E_STATE;
+    }
+    if (!coord_kv_gen_is_open(c->kv, j->id, gen) && kv_open(c, j) < 0) {
+        coord_link_error(l, req->request_id, -ENOMEM, "rendezvous: out of memory");
+        return -ENOMEM;
+    }
+    if (!coord_kv_allowed(c->kv, j->id, gen, l->node)) {
+        CH_LOGW("kv",
+                "job=%s gen=%" PRIu64 " node=%s: rendezvous refused: it runs no rank of "
+                "the job",
+                j->id, gen, l->node->name);
+        coord_link_error(l, req->request_id, -EPERM,
+                         "rendezvous: node %s runs no rank of job %s generation %" PRIu64,
+                         l->node->name, j->id, gen);
+        return -EPERM;
     }
     return 0;
 }

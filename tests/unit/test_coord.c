@@ -700,17 +700,84 @@ Test(coord, rendezvous_through_worker_links)
     coord_down();
 }
 
-Test(coord, reregistering_replaces_the_old_link)
+/* Issue 11 class 4: only the nodes running a job's ranks touch its rendezvous keys. */
+Test(coord, rendezvous_belongs_to_the_jobs_nodes)
 {
-    worker_t a, a2, *ws[2] = {&a, &a2};
+    worker_t a, b, x, *ws[3] = {&a, &b, &x};
+    char id[32];
+    Chorus__Envelope *resp = NULL;
     coord_up();
     wk_connect(&a, "n1", 2, "", NULL, 0);
-    wk_connect(&a2, "n1", 4, "", NULL, 0);
-    Chorus__Envelope *in = NULL;
-    int rc = 0;
-    for (int i = 0; i < 100 && (rc = ch_client_recv(a.cl, 20, &in)) == -ETIMEDOUT; i++)
-        pump(ws + 1, 1, 1);
-    cr_assert_eq(rc, -EPIPE, "the old link is closed (%s)", ch_strerror(rc));
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    wk_connect(&x, "intruder", 2, "", NULL, 0); /* registered, but runs nothing of id */
+    pump(ws, 3, 50);
+
+    Chorus__KvSet s = CHORUS__KV_SET__INIT;
+    Chorus__Envelope sreq = CHORUS__ENVELOPE__INIT;
+    s.job_id = id;
+    s.generation = 1;
+    s.key = "ucx/0";
+    s.value.data = (uint8_t *)"evil";
+    s.value.len = 4;
+    sreq.body_case = CHORUS__ENVELOPE__BODY_KV_SET;
+    sreq.kv_set = &s;
+    cr_assert_eq(ch_client_call(x.cl, &sreq, 2000, &resp), -EPERM, "an outsider set a key");
+    ch_msg_free(resp);
+    Chorus__KvGet g = CHORUS__KV_GET__INIT;
+    Chorus__Envelope greq = CHORUS__ENVELOPE__INIT;
+    g.job_id = id;
+    g.generation = 1;
+    g.key = "ucx/0";
+    g.timeout_ms = 0;
+    greq.body_case = CHORUS__ENVELOPE__BODY_KV_GET;
+    greq.kv_get = &g;
+    cr_assert_eq(ch_client_call(x.cl, &greq, 2000, &resp), -EPERM, "an outsider read a key");
+    ch_msg_free(resp);
+    /* The job's own nodes still can. */
+    s.value.data = (uint8_t *)"good";
+    cr_assert_eq(ch_client_call(a.cl, &sreq, 2000, &resp), 0);
+    ch_msg_free(resp);
+    cr_assert_eq(ch_client_call(b.cl, &greq, 2000, &resp), 0);
+    cr_assert_eq(resp->kv_reply->code, 0);
+    cr_assert_eq(memcmp(resp->kv_reply->value.data, "good", 4), 0);
+    ch_msg_free(resp);
+    /* Keys are capped per generation (16 per rank + 64). */
+    char key[32];
+    int rc = 0, i = 0;
+    for (; i < 200 && rc == 0; i++) {
+        snprintf(key, sizeof key, "k/%d", i);
+        s.key = key;
+        rc = ch_client_call(a.cl, &sreq, 2000, &resp);
+        ch_msg_free(resp);
+        resp = NULL;
+    }
+    cr_assert_eq(rc, -ENOSPC, "200 keys for 4 ranks: %s", ch_strerror(rc));
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    wk_close(&x);
+    coord_down();
+}
+
+/* Register on an open client; the reply envelope (caller frees). */
+static Chorus__Envelope *wk_register(ch_client_t *cl, const char *name, uint32_t slots)
+{
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    reg.name = (char *)name;
+    reg.slots = slots;
+    reg.rack = "";
+    reg.device = "cpu";
+    env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    ch_client_call(cl, &env, 2000, &resp);
+    return resp;
+}
+
+static void expect_nodes(const char *name, const char *state, uint32_t slots)
+{
     ch_client_t *ctl = ctl_open();
     Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
@@ -718,12 +785,133 @@ Test(coord, reregistering_replaces_the_old_link)
     req.list_nodes = &ln;
     cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
     cr_assert_eq(resp->node_list->n_nodes, 1);
-    cr_assert_str_eq(resp->node_list->nodes[0]->state, "alive");
-    cr_assert_eq(resp->node_list->nodes[0]->slots, 4);
+    cr_assert_str_eq(resp->node_list->nodes[0]->name, name);
+    cr_assert_str_eq(resp->node_list->nodes[0]->state, state);
+    cr_assert_eq(resp->node_list->nodes[0]->slots, slots);
     ch_msg_free(resp);
     ch_client_destroy(ctl);
+}
+
+/* Issue 11 class 2: a new link may not take the name of a node whose link is open; the
+ * refused link is closed (workerd retries) and gets the name once the old link is gone. */
+Test(coord, live_name_is_not_taken_over)
+{
+    worker_t a, *ws[1] = {&a};
+    ch_client_t *cl = NULL;
+    Chorus__Envelope *in = NULL;
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
+    Chorus__Envelope *resp = wk_register(cl, "n1", 4);
+    cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "takeover accepted");
+    cr_assert(strstr(resp->error->message, "in use"), "%s", resp->error->message);
+    ch_msg_free(resp);
+    int rc = 0;
+    for (int i = 0; i < 100 && (rc = ch_client_recv(cl, 20, &in)) == -ETIMEDOUT; i++)
+        pump(ws, 1, 1);
+    cr_assert_eq(rc, -EPIPE, "the refused link is closed (%s)", ch_strerror(rc));
+    ch_client_destroy(cl);
+    pump(ws, 1, 100);
+    expect_nodes("n1", "alive", 2); /* the real node kept its name and its link */
+    cr_assert_eq(ch_client_recv(a.cl, 1, &in), -ETIMEDOUT, "the real node's link was cut");
+
+    /* The node restarts: its old link closes, and the new one gets the name back. */
     wk_close(&a);
-    wk_close(&a2);
+    cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
+    resp = NULL;
+    for (int i = 0; i < 100; i++) {
+        resp = wk_register(cl, "n1", 4);
+        if (resp && resp->body_case == CHORUS__ENVELOPE__BODY_REGISTER_ACK)
+            break;
+        ch_msg_free(resp);
+        resp = NULL;
+        ch_client_destroy(cl);
+        usleep(20000);
+        cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
+    }
+    cr_assert(resp, "the restarted node never got its name back");
+    ch_msg_free(resp);
+    expect_nodes("n1", "alive", 4);
+    ch_client_destroy(cl);
+    coord_down();
+}
+
+/* Issue 11 class 1: one link is one node. A second name on a registered link is refused,
+ * and closing the link leaves no node pointing at it (coordinatord used to abort in
+ * uv_shutdown a few seconds later). */
+Test(coord, one_link_is_one_node)
+{
+    worker_t a;
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    Chorus__Envelope *resp = wk_register(a.cl, "n2", 2);
+    cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "second identity accepted");
+    cr_assert_eq(resp->error->code, CH_E_STATE);
+    ch_msg_free(resp);
+    resp = wk_register(a.cl, "n1", 2); /* the same name again is fine */
+    cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_REGISTER_ACK);
+    ch_msg_free(resp);
+    wk_close(&a);
+    /* Past the dead-after time the coordinator walks its nodes and links again. */
+    worker_t b, *wb[1] = {&b};
+    wk_connect(&b, "n3", 1, "", NULL, 0);
+    pump(wb, 1, 1300);
+    ch_client_t *ctl = ctl_open();
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0, "the coordinator died");
+    cr_assert_eq(resp->node_list->n_nodes, 2); /* n1 and n3; n2 never existed */
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&b);
+    coord_down();
+}
+
+/* Issue 11 class 9 and 4: names and racks with control characters, and a Register
+ * listing far more running ranks than the node has slots, are refused. */
+Test(coord, register_refuses_bad_names_and_huge_lists)
+{
+    coord_up();
+    ch_client_t *cl = NULL;
+    cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
+    const char *names[] = {"evil\nnode", "a\x1b[31m", "sp ace"};
+    for (int i = 0; i < 3; i++) {
+        Chorus__Envelope *resp = wk_register(cl, names[i], 1);
+        cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "name %d accepted", i);
+        cr_assert_eq(resp->error->code, CH_E_CONFIG);
+        ch_msg_free(resp);
+    }
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    reg.name = "n1";
+    reg.slots = 1;
+    reg.rack = "r\r1";
+    env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    cr_assert_eq(ch_client_call(cl, &env, 2000, &resp), CH_E_CONFIG);
+    ch_msg_free(resp);
+    /* 10,000 running ranks from a 1-slot node. */
+    size_t n = 10000;
+    Chorus__RankRef *refs = calloc(n, sizeof *refs);
+    Chorus__RankRef **pr = calloc(n, sizeof *pr);
+    cr_assert(refs && pr);
+    for (size_t i = 0; i < n; i++) {
+        chorus__rank_ref__init(&refs[i]);
+        refs[i].job_id = "j999";
+        refs[i].rank = (uint32_t)i;
+        pr[i] = &refs[i];
+    }
+    reg.rack = "";
+    reg.running = pr;
+    reg.n_running = n;
+    cr_assert_eq(ch_client_call(cl, &env, 2000, &resp), CH_E_CONFIG);
+    cr_assert(strstr(resp->error->message, "running"), "%s", resp->error->message);
+    ch_msg_free(resp);
+    free(pr);
+    free(refs);
+    ch_client_destroy(cl);
     coord_down();
 }
 

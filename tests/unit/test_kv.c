@@ -203,7 +203,12 @@ Test(kv, ten_thousand_ranks_stay_fast)
     coord_kv_t *kv;
     int w;
     char key[32];
+    void *member = &w;
     cr_assert_eq(coord_kv_create(on_reply, &s, &kv), 0);
+    /* Caps as the coordinator opens a 10,000-rank generation with (rpc.c). */
+    cr_assert_eq(
+        coord_kv_open_gen(kv, "j1", 1, &member, 1, 16 * N + 64, (N + 16) * 65536ul, 64 * N + 1024),
+        0);
     double t0 = secs();
     for (int r = 0; r < N; r++) {
         snprintf(key, sizeof(key), "ucx-addr/%d", (r + 1) % N);
@@ -224,5 +229,62 @@ Test(kv, ten_thousand_ranks_stay_fast)
     cr_assert_lt(dt, 2.0, "30,000 operations took %.3f s", dt);
     coord_kv_drop_gen(kv, "j1", 1);
     cr_assert_eq(coord_kv_keys(kv), 0);
+    coord_kv_destroy(kv);
+}
+
+/* Issue 11 class 4: a generation's store belongs to its members and is capped in keys,
+ * bytes and parked gets. */
+Test(kv, members_and_caps)
+{
+    sink_t s = {0};
+    coord_kv_t *kv;
+    int n1, n2, stranger, link;
+    void *members[] = {&n2, &n1, &n1};
+    cr_assert_eq(coord_kv_create(on_reply, &s, &kv), 0);
+    cr_assert_not(coord_kv_gen_is_open(kv, "j1", 1));
+    cr_assert_not(coord_kv_allowed(kv, "j1", 1, &n1), "an unopened generation has no members");
+    cr_assert_eq(coord_kv_open_gen(kv, "j1", 1, members, 3, 4, 100, 2), 0);
+    cr_assert(coord_kv_gen_is_open(kv, "j1", 1));
+    cr_assert(coord_kv_allowed(kv, "j1", 1, &n1));
+    cr_assert(coord_kv_allowed(kv, "j1", 1, &n2));
+    cr_assert_not(coord_kv_allowed(kv, "j1", 1, &stranger));
+    cr_assert_not(coord_kv_allowed(kv, "j1", 2, &n1), "members are per generation");
+
+    /* Bytes: 60 + 40 fit 100; 41 more do not; overwriting within the cap does. */
+    static uint8_t v[64];
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "a", v, 60), 0);
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "b", v, 40), 0);
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "c", v, 1), -ENOSPC);
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "a", v, 10), 0);
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "c", v, 50), 0);
+    /* Keys: a, b, c and one more (a parked get's placeholder counts). */
+    cr_assert_eq(coord_kv_get(kv, "j1", 1, "d", 1000, 0, &link, 1), 0);
+    cr_assert_eq(coord_kv_set(kv, "j1", 1, "e", v, 0), -ENOSPC);
+    cr_assert_eq(coord_kv_get(kv, "j1", 1, "f", 1000, 0, &link, 2), -ENOSPC);
+    /* Parked gets: 2 at most. */
+    cr_assert_eq(coord_kv_get(kv, "j1", 1, "d", 1000, 0, &link, 3), 0);
+    cr_assert_eq(coord_kv_get(kv, "j1", 1, "d", 1000, 0, &link, 4), -ENOSPC);
+    cr_assert_eq(coord_kv_waiters(kv), 2);
+    /* Dropping the generation frees it all. */
+    coord_kv_drop_gen(kv, "j1", 1);
+    cr_assert_eq(coord_kv_keys(kv), 0);
+    cr_assert_eq(coord_kv_waiters(kv), 0);
+    cr_assert_not(coord_kv_gen_is_open(kv, "j1", 1));
+    coord_kv_destroy(kv);
+}
+
+Test(kv, unopened_generations_have_default_caps)
+{
+    sink_t s = {0};
+    coord_kv_t *kv;
+    char key[32];
+    cr_assert_eq(coord_kv_create(on_reply, &s, &kv), 0);
+    int rc = 0, i = 0;
+    for (; i < COORD_KV_KEYS_DEFAULT + 10 && rc == 0; i++) {
+        snprintf(key, sizeof key, "k/%d", i);
+        rc = coord_kv_set(kv, "j1", 1, key, B("x"), 1);
+    }
+    cr_assert_eq(rc, -ENOSPC);
+    cr_assert_eq(i, COORD_KV_KEYS_DEFAULT + 1);
     coord_kv_destroy(kv);
 }

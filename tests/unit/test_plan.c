@@ -1,0 +1,166 @@
+/* The plan arithmetic (common/plan.h): parameter counts, memory per rank, bubble, tokens
+ * and FLOPs. The per-rank figures are the ones `chorusctl plan` printed before the
+ * arithmetic moved here, so the move changed no number. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "common/err.h"
+#include "common/plan.h"
+
+/* GPT-2 124M (Hugging Face's "gpt2"). */
+static ch_model_cfg_t gpt2(uint32_t seq_len)
+{
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len};
+    return m;
+}
+
+static ch_layout_t lay(uint32_t tp, uint32_t pp, uint32_t dp)
+{
+    ch_layout_t l = {tp, pp, dp};
+    return l;
+}
+
+/* Expected figures of one stage: blocks, params, owned, state, gathered, activations per
+ * micro-batch, in flight, scratch, total (bytes). */
+typedef struct want {
+    uint32_t first, blocks;
+    double params, owned, state, gathered, act_mb;
+    uint32_t in_flight;
+    double scratch, total;
+} want_t;
+
+static void check_stage(const ch_plan_t *p, const want_t *w)
+{
+    cr_assert_eq(p->first_block, w->first);
+    cr_assert_eq(p->blocks, w->blocks);
+    cr_assert_eq(p->params, w->params, "stage %u params %.0f", p->stage, p->params);
+    cr_assert_eq(p->owned, w->owned, "stage %u owned %.0f", p->stage, p->owned);
+    cr_assert_eq(p->state_bytes, w->state);
+    cr_assert_eq(p->gathered_bytes, w->gathered);
+    cr_assert_eq(p->act_mb_bytes, w->act_mb);
+    cr_assert_eq(p->in_flight, w->in_flight);
+    cr_assert_eq(p->scratch_bytes, w->scratch);
+    cr_assert_eq(floor(p->total_bytes), w->total, "stage %u total %.0f", p->stage, p->total_bytes);
+    cr_assert_eq(p->total_bytes, p->state_bytes + p->gathered_bytes + p->act_bytes);
+}
+
+Test(plan, gpt2_124m_on_one_rank)
+{
+    ch_model_cfg_t m = gpt2(1024);
+    ch_plan_t p;
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
+    cr_assert_eq(p.params_total, 124439808.0);
+    cr_assert_eq(p.padded_vocab, 50304.0);
+    cr_assert_eq(p.params_padded, 124475904.0);
+    cr_assert_eq(p.block, 12.0 * 768 * 768 + 13 * 768);
+    cr_assert_eq(p.world, 1);
+    cr_assert_eq(p.tokens, 8.0 * 1024);
+    cr_assert_eq(p.bubble, 0.0);
+    cr_assert(p.embeddings && p.head);
+    /* One rank holds and owns everything, padded wte rows included. */
+    cr_assert_eq(p.params, 124475904.0);
+    cr_assert_eq(p.owned, 124475904.0);
+    cr_assert_eq(p.state_bytes, 16.0 * 124475904);
+    double B = 8, s = 1024, l = 12, h = 768, V = 50304;
+    double flops = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    cr_assert_float_eq(p.flops, flops, flops * 1e-12);
+    cr_assert_float_eq(ch_plan_flops(&m, 8), flops, flops * 1e-12);
+}
+
+Test(plan, tp2_pp2_dp2_per_use)
+{
+    ch_model_cfg_t m = gpt2(1024);
+    const want_t w[2] = {
+        {0, 6, 41429760, 30791040, 492656640, 42554880, 2743861248, 1, 104857600, 3383930368},
+        {6, 6, 40644864, 30006144, 480098304, 42554880, 2743992320, 1, 373293056, 3639938560},
+    };
+    for (uint32_t s = 0; s < 2; s++) {
+        ch_plan_t p;
+        cr_assert_eq(ch_plan_stage(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, s, &p), 0);
+        cr_assert_eq(p.padded_vocab, 50432.0);
+        cr_assert_eq(p.bubble, 0.5);
+        cr_assert_eq(p.world, 8);
+        cr_assert_float_eq(p.flops, 14012330803200.0, 1e3);
+        check_stage(&p, &w[s]);
+    }
+    ch_plan_t peak;
+    cr_assert_eq(ch_plan_peak(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, &peak), 0);
+    cr_assert_eq(peak.stage, 1);
+    cr_assert_eq(peak.total_bytes, 3639938560.0);
+}
+
+Test(plan, tp4_pp3_dp8_in_flight)
+{
+    ch_model_cfg_t m = gpt2(1024);
+    const want_t w[3] = {
+        {0, 4, 17620224, 11406240, 182499840, 21305088, 283246592, 3, 23068672, 1076613376},
+        {4, 4, 7101696, 887712, 14203392, 21305088, 276955136, 2, 23068672, 612487424},
+        {8, 4, 16835328, 10621344, 169941504, 21305088, 283279360, 1, 126877696, 601403648},
+    };
+    for (uint32_t s = 0; s < 3; s++) {
+        ch_plan_t p;
+        cr_assert_eq(ch_plan_stage(&m, lay(4, 3, 8), 2, 6, CH_RESHARD_PER_USE, s, &p), 0);
+        cr_assert_eq(p.sequences, 96.0);
+        cr_assert_eq(p.tokens, 98304.0);
+        cr_assert_eq(p.bubble, 0.25); /* (3 - 1) / (6 + 3 - 1) */
+        cr_assert_eq(p.flops, 84189948936192.0);
+        check_stage(&p, &w[s]);
+    }
+}
+
+Test(plan, tp3_pp12_dp7_first_middle_last)
+{
+    ch_model_cfg_t m = gpt2(512);
+    const want_t w0 = {0,        1,         15636736, 13608997, 217743952,
+                       18925568, 146866176, 12,       42991616, 2042055248};
+    const want_t w5 = {5,        1,         2365696, 337957,   5407312,
+                       18925568, 134283264, 7,       42991616, 1007307344};
+    const want_t w11 = {11,       1,         15245056, 13217317,  211477072,
+                        18925568, 146931712, 1,        311427072, 688761424};
+    ch_plan_t p;
+    cr_assert_eq(ch_plan_stage(&m, lay(3, 12, 7), 8, 16, CH_RESHARD_PER_USE, 0, &p), 0);
+    check_stage(&p, &w0);
+    cr_assert_float_eq(p.bubble, 11.0 / 27, 1e-15);
+    cr_assert_eq(ch_plan_stage(&m, lay(3, 12, 7), 8, 16, CH_RESHARD_PER_USE, 5, &p), 0);
+    check_stage(&p, &w5);
+    cr_assert_eq(ch_plan_stage(&m, lay(3, 12, 7), 8, 16, CH_RESHARD_PER_USE, 11, &p), 0);
+    check_stage(&p, &w11);
+}
+
+Test(plan, per_step_keeps_the_stage_gathered)
+{
+    ch_model_cfg_t m = gpt2(1024);
+    ch_plan_t use, step;
+    cr_assert_eq(ch_plan_stage(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, 0, &use), 0);
+    cr_assert_eq(ch_plan_stage(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_STEP, 0, &step), 0);
+    /* 6 blocks + one gradient instead of 2 + one. */
+    cr_assert_eq(step.gathered_bytes, 4.0 * 7 * use.block_tp);
+    cr_assert_eq(use.gathered_bytes, 4.0 * 3 * use.block_tp);
+    cr_assert_eq(step.state_bytes, use.state_bytes);
+}
+
+Test(plan, absurd_models_do_not_overflow)
+{
+    ch_plan_t p;
+    /* vocab 2^32 - 1 pads past 2^32: no wrap. */
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64};
+    cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
+    cr_assert_eq(p.padded_vocab, 4294967296.0);
+    cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
+    /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024};
+    cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
+    cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
+    cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);
+}
+
+Test(plan, bad_input)
+{
+    ch_model_cfg_t m = gpt2(1024);
+    ch_plan_t p;
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 2, 1), 8, 1, CH_RESHARD_PER_USE, 2, &p), -EINVAL);
+    cr_assert_eq(ch_plan_stage(&m, lay(0, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), -EINVAL);
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 0, 1, CH_RESHARD_PER_USE, 0, &p), -EINVAL);
+    m.layers = 0;
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), -EINVAL);
+}
