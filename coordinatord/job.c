@@ -14,8 +14,9 @@
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
     "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};
-static const char *const RANK_STATES[] = {"pending", "unknown", "running", "done",
-                                          "exited",  "failed",  "lost"};
+/* failing shows as failed: the rank has failed, only its exit is still to come. */
+static const char *const RANK_STATES[COORD_RANK_NSTATES] = {
+    "new", "pending", "unknown", "running", "done", "failed", "exited", "failed", "lost"};
 
 /* Progress is stored at most this often (the step is informational; state changes are
  * always stored at once). */
@@ -35,6 +36,48 @@ static int state_parse(const char *name, coord_job_state_t *out)
         }
     }
     return CH_E_FORMAT;
+}
+
+const char *coord_rank_state_name(coord_rank_state_t s)
+{
+    return s < COORD_RANK_NSTATES ? RANK_STATES[s] : "?";
+}
+
+int coord_rank_holds(coord_rank_state_t s)
+{
+    return s >= COORD_RANK_PENDING && s <= COORD_RANK_FAILING;
+}
+
+static int rank_started(coord_rank_state_t s)
+{
+    return s == COORD_RANK_RUNNING || s == COORD_RANK_DONE;
+}
+
+void coord_rank_set_state(coord_t *c, coord_job_t *j, uint32_t rank, coord_rank_state_t to,
+                          const char *why)
+{
+    coord_rank_t *r = &j->ranks[rank];
+    coord_rank_state_t from = r->state;
+    if (from == to)
+        return;
+    r->state = to;
+    int held = coord_rank_holds(from), holds = coord_rank_holds(to);
+    if (holds && !held) {
+        r->node->used++;
+    } else if (held && !holds) {
+        if (r->node->used > 0)
+            r->node->used--;
+        coord_changed(c); /* a slot came free */
+    }
+    if (rank_started(to) &&
+        (from == COORD_RANK_NEW || from == COORD_RANK_PENDING || from == COORD_RANK_UNKNOWN))
+        j->n_started++;
+    ch_log(to == COORD_RANK_FAILED || to == COORD_RANK_LOST || to == COORD_RANK_FAILING
+               ? CH_LOG_INFO
+               : CH_LOG_DEBUG,
+           "job", "job=%s gen=%" PRIu64 " rank=%u node=%s state %s->%s%s%s", j->id, j->generation,
+           rank, r->node->name, coord_rank_state_name(from), coord_rank_state_name(to),
+           why ? ": " : "", why ? why : "");
 }
 
 int coord_job_is_active(const coord_job_t *j)
@@ -119,15 +162,6 @@ static void set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const ch
     coord_changed(c);
 }
 
-static void release(coord_rank_t *r)
-{
-    if (r->holds) {
-        r->holds = 0;
-        if (r->node->used > 0)
-            r->node->used--;
-    }
-}
-
 /* KillRanks to every node where a rank of j still holds a slot. */
 static void kill_all(coord_t *c, coord_job_t *j, const char *reason)
 {
@@ -142,7 +176,7 @@ static void kill_all(coord_t *c, coord_job_t *j, const char *reason)
     env.kill_ranks = &kr;
     for (uint32_t r = 0; j->ranks && r < j->world; r++) {
         coord_node_t *n = j->ranks[r].node;
-        if (!j->ranks[r].holds || n->mark == stamp)
+        if (!coord_rank_holds(j->ranks[r].state) || n->mark == stamp)
             continue;
         n->mark = stamp;
         int rc = coord_node_send(n, &env);
@@ -195,7 +229,7 @@ int coord_job_kill_rank(coord_t *c, coord_job_t *j, uint32_t rank, char *err, si
         return -EINVAL;
     }
     coord_rank_t *r = &j->ranks[rank];
-    if (!r->holds || r->exited) {
+    if (!coord_rank_holds(r->state)) {
         snprintf(err, errlen, "job %s rank %u is not running", j->id, rank);
         return CH_E_STATE;
     }
@@ -385,7 +419,7 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     for (uint32_t r = 0; r < j->world; r++) {
         ranks[r].node = nodes[pl[r].node];
         ranks[r].local_rank = pl[r].local_rank;
-        ranks[r].state = COORD_RANK_PENDING;
+        ranks[r].state = COORD_RANK_NEW;
         ranks[r].ckpt_step = -1;
     }
     text = placement_text(ranks, j->world);
@@ -415,10 +449,8 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     j->n_started = j->n_finished = 0;
     j->ckpt_pending = -1;
     j->ckpt_count = 0;
-    for (uint32_t r = 0; r < j->world; r++) {
-        ranks[r].holds = 1;
-        ranks[r].node->used++;
-    }
+    for (uint32_t r = 0; r < j->world; r++)
+        coord_rank_set_state(c, j, r, COORD_RANK_PENDING, NULL);
     char what[96];
     snprintf(what, sizeof(what), "state %s->starting (world %u on %zu nodes)",
              coord_job_state_name(saved.state), j->world, n_nodes);
@@ -432,14 +464,12 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
 // ---------------------------------------------------------------------------------------
 // Rank events
 
-static void mark_started(coord_t *c, coord_job_t *j, coord_rank_t *r)
+static void mark_started(coord_t *c, coord_job_t *j, uint32_t rank)
 {
-    if (r->state == COORD_RANK_PENDING || r->state == COORD_RANK_UNKNOWN)
-        r->state = COORD_RANK_RUNNING;
-    if (r->started)
+    coord_rank_t *r = &j->ranks[rank];
+    if (r->state != COORD_RANK_PENDING && r->state != COORD_RANK_UNKNOWN)
         return;
-    r->started = 1;
-    j->n_started++;
+    coord_rank_set_state(c, j, rank, COORD_RANK_RUNNING, NULL);
     if (j->n_started == j->world && j->grace_deadline) {
         CH_LOGI("job", "job=%s gen=%" PRIu64 " re-adopted all %u ranks", j->id, j->generation,
                 j->world);
@@ -524,21 +554,19 @@ static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__R
 {
     coord_rank_t *r = &j->ranks[rank];
     char reason[256];
-    if (r->exited)
+    if (!coord_rank_holds(r->state))
         return;
-    r->exited = 1;
     r->exit_code = ev->exit_code;
     r->signal = ev->signal;
-    release(r);
-    coord_changed(c);
     int clean = ev->signal == 0 && ev->exit_code == 0;
-    if (r->state != COORD_RANK_FAILED)
-        r->state = clean && r->done ? COORD_RANK_EXITED : COORD_RANK_FAILED;
+    int done = r->state == COORD_RANK_DONE;
+    coord_rank_set_state(c, j, rank, clean && done ? COORD_RANK_EXITED : COORD_RANK_FAILED,
+                         "exited");
     CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s exited (code %d, signal %d)", j->id,
             j->generation, rank, r->node->name, ev->exit_code, ev->signal);
     if (!coord_job_is_active(j))
         return;
-    if (clean && r->done) {
+    if (clean && done) {
         if (++j->n_finished == j->world)
             set_state(c, j, COORD_JOB_COMPLETED, NULL);
         return;
@@ -582,19 +610,19 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
     case CHORUS__RANK_EVENT_KIND__RANK_STARTED:
         CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s started", j->id, j->generation,
                 ev->rank, from->name);
-        mark_started(c, j, r);
+        mark_started(c, j, ev->rank);
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_PROGRESS:
-        mark_started(c, j, r);
+        mark_started(c, j, ev->rank);
         on_progress(c, j, ev->rank, ev);
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT:
         on_checkpoint(c, j, r, ev);
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_DONE:
-        mark_started(c, j, r);
-        r->done = 1;
-        r->state = COORD_RANK_DONE;
+        mark_started(c, j, ev->rank);
+        if (r->state == COORD_RANK_RUNNING)
+            coord_rank_set_state(c, j, ev->rank, COORD_RANK_DONE, NULL);
         if (ev->step)
             r->step = ev->step;
         copy_metrics(j, r, ev->rank, ev);
@@ -606,7 +634,8 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_FAILED: {
         char reason[400];
-        r->state = COORD_RANK_FAILED;
+        if (coord_rank_holds(r->state))
+            coord_rank_set_state(c, j, ev->rank, COORD_RANK_FAILING, "reported a failure");
         snprintf(reason, sizeof(reason), "rank %u on node %s failed: %s", ev->rank, from->name,
                  ev->message && *ev->message ? ev->message : "no reason given");
         CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u node=%s %s", j->id, j->generation, ev->rank,
@@ -632,10 +661,9 @@ void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
         int hit = 0;
         for (uint32_t r = 0; j->ranks && r < j->world; r++) {
             coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !rk->holds)
+            if (rk->node != n || !coord_rank_holds(rk->state))
                 continue;
-            release(rk);
-            rk->state = COORD_RANK_LOST;
+            coord_rank_set_state(c, j, r, COORD_RANK_LOST, reason);
             hit = 1;
         }
         if (hit && coord_job_is_active(j))
@@ -666,13 +694,14 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *con
         const Chorus__RankRef *ref = running[i];
         coord_job_t *j = find_id(c, ref->job_id);
         if (j && j->ranks && ref->generation == j->generation && ref->rank < j->world &&
-            j->ranks[ref->rank].node == n && j->ranks[ref->rank].holds && coord_job_is_active(j)) {
+            j->ranks[ref->rank].node == n && coord_rank_holds(j->ranks[ref->rank].state) &&
+            coord_job_is_active(j)) {
             coord_rank_t *r = &j->ranks[ref->rank];
             r->seen = stamp;
             if (r->state == COORD_RANK_UNKNOWN)
                 CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s re-adopted (pid %d)", j->id,
                         j->generation, ref->rank, n->name, ref->pid);
-            mark_started(c, j, r);
+            mark_started(c, j, ref->rank);
             continue;
         }
         if (i == 0 || strcmp(ref->job_id, running[i - 1]->job_id) != 0 ||
@@ -685,10 +714,9 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *con
         int64_t lost = -1;
         for (uint32_t r = 0; j->ranks && r < j->world; r++) {
             coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !rk->holds || rk->seen == stamp)
+            if (rk->node != n || !coord_rank_holds(rk->state) || rk->seen == stamp)
                 continue;
-            release(rk);
-            rk->state = COORD_RANK_LOST;
+            coord_rank_set_state(c, j, r, COORD_RANK_LOST, "not re-reported by its node");
             if (lost < 0)
                 lost = r;
         }
@@ -768,7 +796,7 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
         chorus__rank_info__init(&ri[r]);
         ri[r].rank = (uint32_t)r;
         ri[r].node = (char *)rk->node->name;
-        ri[r].state = (char *)RANK_STATES[rk->state];
+        ri[r].state = (char *)coord_rank_state_name(rk->state);
         ri[r].step = rk->step;
         ri[r].exit_code = rk->exit_code;
         ri[r].signal = rk->signal;
@@ -825,14 +853,9 @@ static int load_placement(coord_t *c, coord_job_t *j, const char *text)
         if (*p == ',')
             p++;
         rk->ckpt_step = -1;
-        if (coord_job_is_active(j)) {
-            rk->state = COORD_RANK_UNKNOWN;
-            rk->holds = 1;
-            rk->node->used++;
-        } else {
-            rk->state = COORD_RANK_EXITED;
-            rk->exited = 1;
-        }
+        /* calloc: new. An ended job's ranks are gone; an active job's may still run. */
+        coord_rank_set_state(
+            c, j, r, coord_job_is_active(j) ? COORD_RANK_UNKNOWN : COORD_RANK_EXITED, "reloaded");
     }
     return 0;
 }

@@ -33,14 +33,27 @@ typedef enum {
     COORD_JOB_NSTATES,
 } coord_job_state_t;
 
+/* A rank's life at the coordinator, held once (coord_rank_t.state) and changed only by
+ * coord_rank_set_state:
+ *
+ *   new -> pending (StartRanks sent) -> running -> done -> exited
+ *   (reloaded) unknown -> running (re-adopted)        \-> failing -> failed
+ *   any state holding a slot -> lost (node dead, or back without it)
+ *
+ * pending, unknown, running, done and failing hold a slot on the rank's node; exited,
+ * failed and lost do not (the process is known to be gone). "started" means the rank
+ * reached running once (done counts). */
 typedef enum {
-    COORD_RANK_PENDING = 0, /* StartRanks sent */
-    COORD_RANK_UNKNOWN,     /* reloaded after a restart, not yet re-reported */
+    COORD_RANK_NEW = 0, /* placed, nothing sent yet */
+    COORD_RANK_PENDING, /* StartRanks sent */
+    COORD_RANK_UNKNOWN, /* reloaded after a restart, not yet re-reported */
     COORD_RANK_RUNNING,
-    COORD_RANK_DONE,
-    COORD_RANK_EXITED,
-    COORD_RANK_FAILED,
-    COORD_RANK_LOST,
+    COORD_RANK_DONE,    /* reported its work done; its exit follows */
+    COORD_RANK_FAILING, /* reported a failure; its exit follows */
+    COORD_RANK_EXITED,  /* exited cleanly after done */
+    COORD_RANK_FAILED,  /* exited in any other way */
+    COORD_RANK_LOST,    /* its node died, or came back without it */
+    COORD_RANK_NSTATES,
 } coord_rank_state_t;
 
 /* Named figures kept per rank: a diag job of a 3-D layout reports gflops and algbw/busbw
@@ -55,8 +68,7 @@ typedef struct coord_metric {
 typedef struct coord_rank {
     coord_node_t *node;
     uint32_t local_rank;
-    coord_rank_state_t state;
-    int started, done, exited, holds; /* holds: a slot on node is counted as used */
+    coord_rank_state_t state; /* coord_rank_set_state only */
     uint64_t step;
     int32_t exit_code, signal;
     int64_t ckpt_step;
@@ -94,6 +106,13 @@ typedef struct coord_jobs {
 } coord_jobs_t;
 
 const char *coord_job_state_name(coord_job_state_t s);
+const char *coord_rank_state_name(coord_rank_state_t s);
+/* Whether a rank in state s holds a slot on its node (its process may still run). */
+int coord_rank_holds(coord_rank_state_t s);
+/* The one place a rank changes state: keeps the node's used slots and the job's started
+ * count in step, logs "job=j1 gen=2 rank=3 node=n1 state running->failed: why". */
+void coord_rank_set_state(coord_t *c, coord_job_t *j, uint32_t rank, coord_rank_state_t to,
+                          const char *why);
 int coord_job_is_active(const coord_job_t *j); /* starting, running or recovering */
 /* By id ("j3"), else the most recent job with that name. */
 coord_job_t *coord_job_find(coord_t *c, const char *id_or_name);
