@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common/plan.h"
+#include "workerd/engine/backend.h"
 
 /* The model's shape (common/plan.h: the arithmetic over it lives there). */
 typedef ch_model_cfg_t eng_config_t;
@@ -31,11 +32,24 @@ typedef struct eng_tensor {
 typedef struct eng_model eng_model_t;
 
 /* Allocate parameters, gradients and activations for micro-batches of up to max_B
- * sequences of cfg->seq_len tokens, and initialise the parameters from seed. */
+ * sequences of cfg->seq_len tokens, and initialise the parameters from seed, on the CPU
+ * backend. Caller owns *out (eng_model_destroy). */
 int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out);
+
+typedef struct eng_model_opts {
+    /* Kernels and memory (borrowed for the model's life): every kernel the model runs and
+     * every buffer of parameters, gradients and activations go through it. NULL: the CPU
+     * backend. */
+    const eng_backend_t *backend;
+} eng_model_opts_t;
+
+/* eng_model_create with options (opts NULL: the defaults, as eng_model_create). */
+int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts, uint32_t max_B,
+                          uint64_t seed, eng_model_t **out);
 void eng_model_destroy(eng_model_t *m);
 
 const eng_config_t *eng_model_config(const eng_model_t *m);
+const eng_backend_t *eng_model_backend(const eng_model_t *m);
 size_t eng_model_nparams(const eng_model_t *m);
 float *eng_model_params(eng_model_t *m); /* the slab, nparams floats */
 float *eng_model_grads(eng_model_t *m);  /* same layout as params */
