@@ -58,21 +58,22 @@ typedef struct block_tensor_spec {
     uint32_t ndim;
     uint32_t rows, cols; /* shape in units of C (cols unused when ndim == 1) */
     enum init_kind init;
+    eng_split_t split;
 } block_tensor_spec_t;
 
 static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
-    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE},
-    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO},
-    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL},
-    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO},
-    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID},
-    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO},
-    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE},
-    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO},
-    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL},
-    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO},
-    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID},
-    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO},
+    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
+    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL, ENG_SPLIT_COLUMN},
+    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
+    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID, ENG_SPLIT_ROW},
+    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
+    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL, ENG_SPLIT_COLUMN},
+    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
+    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID, ENG_SPLIT_ROW},
+    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
 };
 
 /* Activations of one block for N = B*T positions. */
@@ -133,7 +134,7 @@ static float *G(eng_model_t *m, uint32_t l, int i)
 // parameter table and initialisation
 
 static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1,
-                       size_t numel, int block)
+                       size_t numel, int block, eng_split_t split)
 {
     eng_tensor_t *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -144,6 +145,7 @@ static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t
     t->numel = numel;
     t->decay = ndim == 2;
     t->block = block;
+    t->split = split;
     m->nparams += numel;
 }
 
@@ -153,9 +155,9 @@ static void build_table(eng_model_t *m)
     uint32_t C = c->embd;
     char name[64];
     m->wte = m->nparams;
-    add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1);
+    add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1, ENG_SPLIT_VOCAB);
     m->wpe = m->nparams;
-    add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1);
+    add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1, ENG_SPLIT_NONE);
     for (uint32_t l = 0; l < c->layers; l++) {
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
@@ -163,13 +165,13 @@ static void build_table(eng_model_t *m)
             size_t numel = s->ndim == 2 ? (size_t)d0 * d1 : d0;
             snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
             m->block_off[(size_t)l * NBLOCK_TENSORS + i] = m->nparams;
-            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l);
+            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l, s->split);
         }
     }
     m->lnfw = m->nparams;
-    add_tensor(m, "ln_f.weight", 1, C, 0, C, -1);
+    add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE);
     m->lnfb = m->nparams;
-    add_tensor(m, "ln_f.bias", 1, C, 0, C, -1);
+    add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE);
 }
 
 /* Each element is a function of (seed, name, index in the Hugging Face tensor) only. */
