@@ -491,3 +491,34 @@ Test(model, flops_formula)
     /* about 6 * params * tokens plus attention: 124M params, 8K tokens */
     cr_assert(ch_plan_flops(&gpt2, 8) > 6.0 * 124e6 * 8192);
 }
+
+/* Megatron's split of every tensor: QKV and MLP-up column parallel (weights and biases),
+ * attention-out and MLP-down row parallel (weights; their biases added once after the
+ * all-reduce are whole), wte vocab parallel, LayerNorms and wpe replicated. */
+Test(model, every_tensor_has_its_tensor_parallel_split)
+{
+    eng_model_t *m = make(&tiny, TB, 1);
+    static const struct {
+        const char *suffix;
+        eng_split_t split;
+    } block[] = {
+        {"ln_1.weight", ENG_SPLIT_NONE},          {"ln_1.bias", ENG_SPLIT_NONE},
+        {"attn.c_attn.weight", ENG_SPLIT_COLUMN}, {"attn.c_attn.bias", ENG_SPLIT_COLUMN},
+        {"attn.c_proj.weight", ENG_SPLIT_ROW},    {"attn.c_proj.bias", ENG_SPLIT_NONE},
+        {"ln_2.weight", ENG_SPLIT_NONE},          {"ln_2.bias", ENG_SPLIT_NONE},
+        {"mlp.c_fc.weight", ENG_SPLIT_COLUMN},    {"mlp.c_fc.bias", ENG_SPLIT_COLUMN},
+        {"mlp.c_proj.weight", ENG_SPLIT_ROW},     {"mlp.c_proj.bias", ENG_SPLIT_NONE},
+    };
+    for (uint32_t l = 0; l < tiny.layers; l++) {
+        for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
+            const eng_tensor_t *t = find(m, "h.%u.%s", l, block[i].suffix);
+            cr_expect_eq(t->split, block[i].split, "%s: split %d, expected %d", t->name, t->split,
+                         block[i].split);
+        }
+    }
+    cr_expect_eq(find(m, "wte.weight")->split, ENG_SPLIT_VOCAB);
+    cr_expect_eq(find(m, "wpe.weight")->split, ENG_SPLIT_NONE);
+    cr_expect_eq(find(m, "ln_f.weight")->split, ENG_SPLIT_NONE);
+    cr_expect_eq(find(m, "ln_f.bias")->split, ENG_SPLIT_NONE);
+    eng_model_destroy(m);
+}

@@ -28,13 +28,6 @@
 
 #include "common/err.h"
 #include "common/rng.h"
-#include "kernels/attention.h"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/matmul.h"
-#include "kernels/residual.h"
-#include "kernels/xent.h"
 
 #define LOGITS_BUDGET ((size_t)64 << 20) /* floats held for logits: 256 MiB */
 #define INIT_STD      0.02f
@@ -65,21 +58,22 @@ typedef struct block_tensor_spec {
     uint32_t ndim;
     uint32_t rows, cols; /* shape in units of C (cols unused when ndim == 1) */
     enum init_kind init;
+    eng_split_t split;
 } block_tensor_spec_t;
 
 static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
-    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE},
-    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO},
-    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL},
-    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO},
-    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID},
-    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO},
-    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE},
-    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO},
-    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL},
-    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO},
-    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID},
-    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO},
+    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
+    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL, ENG_SPLIT_COLUMN},
+    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
+    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID, ENG_SPLIT_ROW},
+    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
+    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL, ENG_SPLIT_COLUMN},
+    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
+    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID, ENG_SPLIT_ROW},
+    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
 };
 
 /* Activations of one block for N = B*T positions. */
@@ -96,6 +90,7 @@ typedef struct block_acts {
 
 struct eng_model {
     eng_config_t cfg;
+    const eng_backend_t *be; /* kernels and memory (borrowed) */
     uint32_t max_B;
     uint64_t seed;
 
@@ -139,7 +134,7 @@ static float *G(eng_model_t *m, uint32_t l, int i)
 // parameter table and initialisation
 
 static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1,
-                       size_t numel, int block)
+                       size_t numel, int block, eng_split_t split)
 {
     eng_tensor_t *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -150,6 +145,7 @@ static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t
     t->numel = numel;
     t->decay = ndim == 2;
     t->block = block;
+    t->split = split;
     m->nparams += numel;
 }
 
@@ -159,9 +155,9 @@ static void build_table(eng_model_t *m)
     uint32_t C = c->embd;
     char name[64];
     m->wte = m->nparams;
-    add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1);
+    add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1, ENG_SPLIT_VOCAB);
     m->wpe = m->nparams;
-    add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1);
+    add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1, ENG_SPLIT_NONE);
     for (uint32_t l = 0; l < c->layers; l++) {
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
@@ -169,13 +165,13 @@ static void build_table(eng_model_t *m)
             size_t numel = s->ndim == 2 ? (size_t)d0 * d1 : d0;
             snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
             m->block_off[(size_t)l * NBLOCK_TENSORS + i] = m->nparams;
-            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l);
+            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l, s->split);
         }
     }
     m->lnfw = m->nparams;
-    add_tensor(m, "ln_f.weight", 1, C, 0, C, -1);
+    add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE);
     m->lnfb = m->nparams;
-    add_tensor(m, "ln_f.bias", 1, C, 0, C, -1);
+    add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE);
 }
 
 /* Each element is a function of (seed, name, index in the Hugging Face tensor) only. */
@@ -267,16 +263,22 @@ static size_t carve(eng_model_t *m, float *base)
     return off;
 }
 
-static float *alloc_floats(size_t n)
+static float *alloc_floats(const eng_model_t *m, size_t n)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0) {
+    if (m->be->alloc(m->be, n * sizeof(float), &p) < 0) {
         return NULL;
     }
     return p;
 }
 
 int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out)
+{
+    return eng_model_create_opts(cfg, NULL, max_B, seed, out);
+}
+
+int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts, uint32_t max_B,
+                          uint64_t seed, eng_model_t **out)
 {
     *out = NULL;
     int rc = check_config(cfg, max_B);
@@ -288,6 +290,7 @@ int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng
         return -ENOMEM;
     }
     m->cfg = *cfg;
+    m->be = opts && opts->backend ? opts->backend : eng_backend_cpu();
     m->max_B = max_B;
     m->seed = seed;
     size_t L = cfg->layers, N = (size_t)max_B * cfg->seq_len;
@@ -301,19 +304,19 @@ int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng
         goto fail;
     }
     build_table(m);
-    m->params = alloc_floats(m->nparams);
-    m->grads = m->own_grads = alloc_floats(m->nparams);
-    m->acts = alloc_floats(carve(m, NULL));
+    m->params = alloc_floats(m, m->nparams);
+    m->grads = m->own_grads = alloc_floats(m, m->nparams);
+    m->acts = alloc_floats(m, carve(m, NULL));
     size_t budget_rows = LOGITS_BUDGET / cfg->padded_vocab;
     m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
     m->logits_cap = m->logits_budget_rows;
-    m->logits = alloc_floats(m->logits_cap * cfg->padded_vocab);
+    m->logits = alloc_floats(m, m->logits_cap * cfg->padded_vocab);
     if (!m->params || !m->grads || !m->acts || !m->logits) {
         goto fail;
     }
     carve(m, m->acts);
     init_params(m);
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    m->be->memset(m->be, m->grads, 0, m->nparams * sizeof(float));
     *out = m;
     return 0;
 fail:
@@ -326,10 +329,10 @@ void eng_model_destroy(eng_model_t *m)
     if (m == NULL) {
         return;
     }
-    free(m->logits);
-    free(m->acts);
-    free(m->own_grads);
-    free(m->params);
+    m->be->free(m->be, m->logits);
+    m->be->free(m->be, m->acts);
+    m->be->free(m->be, m->own_grads);
+    m->be->free(m->be, m->params);
     free(m->targets);
     free(m->inputs);
     free(m->blk);
@@ -346,6 +349,11 @@ const eng_config_t *eng_model_config(const eng_model_t *m)
     return &m->cfg;
 }
 
+const eng_backend_t *eng_model_backend(const eng_model_t *m)
+{
+    return m->be;
+}
+
 size_t eng_model_nparams(const eng_model_t *m)
 {
     return m->nparams;
@@ -358,9 +366,9 @@ float *eng_model_params(eng_model_t *m)
 
 void eng_model_lend_grads(eng_model_t *m, float *buf)
 {
-    memcpy(buf, m->grads, m->nparams * sizeof(float));
+    m->be->copy(m->be, buf, m->grads, m->nparams * sizeof(float), ENG_COPY_D2D);
     m->grads = buf;
-    free(m->own_grads);
+    m->be->free(m->be, m->own_grads);
     m->own_grads = NULL;
 }
 
@@ -396,7 +404,7 @@ const float *eng_model_logits(const eng_model_t *m)
 
 void eng_model_zero_grad(eng_model_t *m)
 {
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    m->be->memset(m->be, m->grads, 0, m->nparams * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -406,16 +414,18 @@ static void block_forward(eng_model_t *m, uint32_t l, const float *x, int B, int
 {
     block_acts_t *a = &m->blk[l];
     int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, N = B * T;
-    kn_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
-    kn_matmul_fwd(a->qkv, a->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * C);
-    kn_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
-    kn_matmul_fwd(a->res2, a->atty, P(m, l, ATTPROJW), P(m, l, ATTPROJB), N, C, C);
-    kn_residual_fwd(a->res2, a->res2, x, (size_t)N * C);
-    kn_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, LN2W), P(m, l, LN2B), N, C);
-    kn_matmul_fwd(a->fch, a->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * C);
-    kn_gelu_fwd(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    kn_matmul_fwd(a->res3, a->fch_gelu, P(m, l, FCPROJW), P(m, l, FCPROJB), N, 4 * C, C);
-    kn_residual_fwd(a->res3, a->res3, a->res2, (size_t)N * C);
+    m->be->layernorm_fwd(m->be, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B),
+                         N, C);
+    m->be->matmul_fwd(m->be, a->qkv, a->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * C);
+    m->be->attention_fwd(m->be, a->atty, a->att, a->qkv, B, T, C, NH);
+    m->be->matmul_fwd(m->be, a->res2, a->atty, P(m, l, ATTPROJW), P(m, l, ATTPROJB), N, C, C);
+    m->be->residual_fwd(m->be, a->res2, a->res2, x, (size_t)N * C);
+    m->be->layernorm_fwd(m->be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, LN2W),
+                         P(m, l, LN2B), N, C);
+    m->be->matmul_fwd(m->be, a->fch, a->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * C);
+    m->be->gelu_fwd(m->be, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    m->be->matmul_fwd(m->be, a->res3, a->fch_gelu, P(m, l, FCPROJW), P(m, l, FCPROJB), N, 4 * C, C);
+    m->be->residual_fwd(m->be, a->res3, a->res3, a->res2, (size_t)N * C);
 }
 
 /* dres: in, gradient of the block's output; out, gradient of its input x. */
@@ -425,19 +435,21 @@ static void block_backward(eng_model_t *m, uint32_t l, const float *x, float *dr
     int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, N = B * T;
     float *dbig = m->dbig, *dsmall = m->dsmall;
     // MLP branch: res3 = res2 + gelu(ln2(res2) @ Wfc + bfc) @ Wproj + bproj
-    kn_matmul_bwd(dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, a->fch_gelu, P(m, l, FCPROJW), N,
-                  4 * C, C);
-    kn_gelu_bwd(dbig, a->fch, dbig, (size_t)N * 4 * C);
-    kn_matmul_bwd(dsmall, G(m, l, FCW), G(m, l, FCB), dbig, a->ln2, P(m, l, FCW), N, C, 4 * C);
-    kn_layernorm_bwd(dres, G(m, l, LN2W), G(m, l, LN2B), dsmall, a->res2, P(m, l, LN2W),
-                     a->ln2_mean, a->ln2_rstd, N, C);
+    m->be->matmul_bwd(m->be, dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, a->fch_gelu,
+                      P(m, l, FCPROJW), N, 4 * C, C);
+    m->be->gelu_bwd(m->be, dbig, a->fch, dbig, (size_t)N * 4 * C);
+    m->be->matmul_bwd(m->be, dsmall, G(m, l, FCW), G(m, l, FCB), dbig, a->ln2, P(m, l, FCW), N, C,
+                      4 * C);
+    m->be->layernorm_bwd(m->be, dres, G(m, l, LN2W), G(m, l, LN2B), dsmall, a->res2, P(m, l, LN2W),
+                         a->ln2_mean, a->ln2_rstd, N, C);
     // attention branch: res2 = x + attn(ln1(x)) @ Wproj + bproj
-    kn_matmul_bwd(dsmall, G(m, l, ATTPROJW), G(m, l, ATTPROJB), dres, a->atty, P(m, l, ATTPROJW), N,
-                  C, C);
-    kn_attention_bwd(dbig, m->datt, dsmall, a->qkv, a->att, B, T, C, NH);
-    kn_matmul_bwd(dsmall, G(m, l, QKVW), G(m, l, QKVB), dbig, a->ln1, P(m, l, QKVW), N, C, 3 * C);
-    kn_layernorm_bwd(dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, x, P(m, l, LN1W), a->ln1_mean,
-                     a->ln1_rstd, N, C);
+    m->be->matmul_bwd(m->be, dsmall, G(m, l, ATTPROJW), G(m, l, ATTPROJB), dres, a->atty,
+                      P(m, l, ATTPROJW), N, C, C);
+    m->be->attention_bwd(m->be, dbig, m->datt, dsmall, a->qkv, a->att, B, T, C, NH);
+    m->be->matmul_bwd(m->be, dsmall, G(m, l, QKVW), G(m, l, QKVB), dbig, a->ln1, P(m, l, QKVW), N,
+                      C, 3 * C);
+    m->be->layernorm_bwd(m->be, dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, x, P(m, l, LN1W),
+                         a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 static const float *block_input(const eng_model_t *m, uint32_t l)
@@ -473,11 +485,11 @@ int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targ
     }
     if (targets == NULL && m->logits_cap < N) {
         // generation/eval wants every row's logits: grow once to the full size
-        float *bigger = alloc_floats(N * c->padded_vocab);
+        float *bigger = alloc_floats(m, N * c->padded_vocab);
         if (bigger == NULL) {
             return -ENOMEM;
         }
-        free(m->logits);
+        m->be->free(m->be, m->logits);
         m->logits = bigger;
         m->logits_cap = N;
     }
@@ -485,17 +497,17 @@ int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targ
     m->logits_valid = 0;
     memcpy(m->inputs, inputs, N * sizeof *inputs);
 
-    kn_encoder_fwd(m->encoded, m->inputs, m->params + m->wte, m->params + m->wpe, (int)B, (int)T,
-                   C);
+    m->be->encoder_fwd(m->be, m->encoded, m->inputs, m->params + m->wte, m->params + m->wpe, (int)B,
+                       (int)T, C);
     for (uint32_t l = 0; l < c->layers; l++) {
         block_forward(m, l, block_input(m, l), (int)B, (int)T);
     }
-    kn_layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, c->layers),
-                     m->params + m->lnfw, m->params + m->lnfb, (int)N, C);
+    m->be->layernorm_fwd(m->be, m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, c->layers),
+                         m->params + m->lnfw, m->params + m->lnfb, (int)N, C);
 
     const float *wte = m->params + m->wte;
     if (targets == NULL) {
-        kn_lmhead_fwd(m->logits, NULL, NULL, m->lnf, wte, NULL, (int)N, C, V, Vp);
+        m->be->lmhead_fwd(m->be, m->logits, NULL, NULL, m->lnf, wte, NULL, (int)N, C, V, Vp);
         m->logits_valid = 1;
         return 0;
     }
@@ -503,8 +515,8 @@ int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targ
     size_t rows = m->logits_budget_rows;
     for (size_t r = 0; r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
-        kn_lmhead_fwd(m->logits, m->lse + r, m->losses + r, m->lnf + r * C, wte, m->targets + r,
-                      (int)n, C, V, Vp);
+        m->be->lmhead_fwd(m->be, m->logits, m->lse + r, m->losses + r, m->lnf + r * C, wte,
+                          m->targets + r, (int)n, C, V, Vp);
     }
     double sum = 0.0;
     for (size_t i = 0; i < N; i++) {
@@ -536,10 +548,11 @@ int eng_model_backward(eng_model_t *m, float grad_scale)
     for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
         if (!first) {
-            kn_lmhead_fwd(m->logits, NULL, NULL, m->lnf + r * C, wte, NULL, (int)n, C, V, Vp);
+            m->be->lmhead_fwd(m->be, m->logits, NULL, NULL, m->lnf + r * C, wte, NULL, (int)n, C, V,
+                              Vp);
         }
-        kn_lmhead_bwd(m->dsmall + r * C, gwte, m->logits, m->lse + r, m->lnf + r * C, wte,
-                      m->targets + r, grad_scale, (int)n, C, V, Vp);
+        m->be->lmhead_bwd(m->be, m->dsmall + r * C, gwte, m->logits, m->lse + r, m->lnf + r * C,
+                          wte, m->targets + r, grad_scale, (int)n, C, V, Vp);
         if (r == 0) {
             break;
         }
@@ -547,13 +560,13 @@ int eng_model_backward(eng_model_t *m, float grad_scale)
     m->logits_valid = 0;
     m->have_targets = 0;
 
-    memset(m->dres, 0, N * C * sizeof(float));
-    kn_layernorm_bwd(m->dres, m->grads + m->lnfw, m->grads + m->lnfb, m->dsmall,
-                     block_input(m, c->layers), m->params + m->lnfw, m->lnf_mean, m->lnf_rstd,
-                     (int)N, C);
+    m->be->memset(m->be, m->dres, 0, N * C * sizeof(float));
+    m->be->layernorm_bwd(m->be, m->dres, m->grads + m->lnfw, m->grads + m->lnfb, m->dsmall,
+                         block_input(m, c->layers), m->params + m->lnfw, m->lnf_mean, m->lnf_rstd,
+                         (int)N, C);
     for (uint32_t l = c->layers; l-- > 0;) {
         block_backward(m, l, block_input(m, l), m->dres, B, T);
     }
-    kn_encoder_bwd(m->grads + m->wte, m->grads + m->wpe, m->dres, m->inputs, B, T, C);
+    m->be->encoder_bwd(m->be, m->grads + m->wte, m->grads + m->wpe, m->dres, m->inputs, B, T, C);
     return 0;
 }

@@ -74,14 +74,15 @@ int eng_optim_step(eng_optim_t *o, eng_model_t *m, double lr)
 {
     if (eng_model_nparams(m) != o->n)
         return -EINVAL;
+    const eng_backend_t *be = eng_model_backend(m);
     float *p = eng_model_params(m);
     const float *g = eng_model_grads(m);
     o->t++;
     for (size_t i = 0; i < eng_model_ntensors(m); i++) {
         const eng_tensor_t *t = eng_model_tensor(m, i);
         size_t off = t->offset;
-        kn_adamw(p + off, g + off, o->m + off, o->v + off, t->numel, lr, o->beta1, o->beta2, o->eps,
-                 t->decay ? o->weight_decay : 0.0, o->t);
+        be->adamw(be, p + off, g + off, o->m + off, o->v + off, t->numel, lr, o->beta1, o->beta2,
+                  o->eps, t->decay ? o->weight_decay : 0.0, o->t);
     }
     return 0;
 }

@@ -1,0 +1,91 @@
+/* The engine's backend (ENGINE.md): the kernels the model runs and the memory it runs them
+ * on, as one table of function pointers chosen at run time. The model allocates its
+ * parameters, gradients and activations and calls every kernel through the table it was
+ * created with, so a CUDA backend is another table (kernels/cuda/ launchers with the stream
+ * held in ud), never a second model.
+ *
+ * Memory from alloc is the backend's ("device" memory): ordinary host memory for the CPU
+ * backend (host_memory = 1), GPU memory for CUDA. Whoever holds a pointer into it reads and
+ * writes it on the host only when host_memory is set; otherwise through copy.
+ *
+ * Kernels take the table first (so a backend finds its stream or counters in ud, no
+ * globals) and then exactly the arguments of the kn_* op of the same name: shapes, units
+ * and accumulate-or-overwrite contracts are in kernels/<family>.h. B = batch, T = time,
+ * C = channels, N = rows (B*T), OC = output channels, NH = heads, V = vocab, Vp = padded
+ * vocab. Kernels cannot fail; a backend whose launches can reports the error at its next
+ * copy. */
+#ifndef ENG_BACKEND_H
+#define ENG_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    ENG_COPY_H2D, /* host memory -> backend memory */
+    ENG_COPY_D2H, /* backend memory -> host memory */
+    ENG_COPY_D2D, /* within backend memory (regions must not overlap) */
+} eng_copy_dir_t;
+
+typedef struct eng_backend eng_backend_t;
+
+struct eng_backend {
+    const char *name; /* "cpu" */
+    int host_memory;  /* 1: alloc's memory is host memory the caller may touch directly */
+    void *ud;         /* the backend's own state (stream, counters); NULL for the CPU */
+
+    // ------------------------------------------------------------------------
+    // memory (bytes, not elements)
+
+    /* *out: bytes of backend memory aligned to 64 bytes, contents undefined (bytes 0 gives
+     * a valid, freeable pointer). 0 or -ENOMEM. The caller owns it: free. */
+    int (*alloc)(const eng_backend_t *be, size_t bytes, void **out);
+    void (*free)(const eng_backend_t *be, void *p); /* NULL is fine */
+    int (*copy)(const eng_backend_t *be, void *dst, const void *src, size_t bytes,
+                eng_copy_dir_t dir);
+    /* every byte of p[0..bytes) = value */
+    int (*memset)(const eng_backend_t *be, void *p, int value, size_t bytes);
+
+    // ------------------------------------------------------------------------
+    // kernels (kernels/<family>.h)
+
+    void (*encoder_fwd)(const eng_backend_t *be, float *out, const int32_t *inp, const float *wte,
+                        const float *wpe, int B, int T, int C);
+    void (*encoder_bwd)(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                        const int32_t *inp, int B, int T, int C);
+    void (*layernorm_fwd)(const eng_backend_t *be, float *out, float *mean, float *rstd,
+                          const float *inp, const float *weight, const float *bias, int N, int C);
+    void (*layernorm_bwd)(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          const float *mean, const float *rstd, int N, int C);
+    void (*matmul_fwd)(const eng_backend_t *be, float *out, const float *inp, const float *weight,
+                       const float *bias, int N, int C, int OC);
+    void (*matmul_bwd)(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int N, int C,
+                       int OC);
+    void (*attention_fwd)(const eng_backend_t *be, float *out, float *att, const float *qkv, int B,
+                          int T, int C, int NH);
+    /* scratch: T*T floats of backend memory */
+    void (*attention_bwd)(const eng_backend_t *be, float *dqkv, float *scratch, const float *dout,
+                          const float *qkv, const float *att, int B, int T, int C, int NH);
+    void (*gelu_fwd)(const eng_backend_t *be, float *out, const float *inp, size_t n);
+    void (*gelu_bwd)(const eng_backend_t *be, float *dinp, const float *inp, const float *dout,
+                     size_t n);
+    void (*residual_fwd)(const eng_backend_t *be, float *out, const float *a, const float *b,
+                         size_t n);
+    /* LM head + softmax cross-entropy (kernels/xent.h) */
+    void (*lmhead_fwd)(const eng_backend_t *be, float *logits, float *lse, float *losses,
+                       const float *x, const float *wte, const int32_t *targets, int N, int C,
+                       int V, int Vp);
+    void (*lmhead_bwd)(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                       const float *lse, const float *x, const float *wte, const int32_t *targets,
+                       float scale, int N, int C, int V, int Vp);
+    /* optimizer (kernels/adamw.h) */
+    void (*adamw)(const eng_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+                  double lr, double beta1, double beta2, double eps, double wd, uint64_t t);
+};
+
+/* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static
+ * table: never freed. */
+const eng_backend_t *eng_backend_cpu(void);
+
+#endif

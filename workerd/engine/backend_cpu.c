@@ -1,0 +1,181 @@
+/* The CPU backend (backend.h): host memory and the fast kernels of kernels/cpu. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "kernels/xent.h"
+#include "workerd/engine/backend.h"
+
+// ----------------------------------------------------------------------------
+// memory
+
+static int cpu_alloc(const eng_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    *out = NULL;
+    return posix_memalign(out, 64, bytes ? bytes : 1) == 0 ? 0 : -ENOMEM;
+}
+
+static void cpu_free(const eng_backend_t *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static int cpu_copy(const eng_backend_t *be, void *dst, const void *src, size_t bytes,
+                    eng_copy_dir_t dir)
+{
+    (void)be, (void)dir;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_memset(const eng_backend_t *be, void *p, int value, size_t bytes)
+{
+    (void)be;
+    memset(p, value, bytes);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// kernels: the table's argument first, then kn_*'s
+
+static void cpu_encoder_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
+                            const float *wte, const float *wpe, int B, int T, int C)
+{
+    (void)be;
+    kn_encoder_fwd(out, inp, wte, wpe, B, T, C);
+}
+
+static void cpu_encoder_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                            const int32_t *inp, int B, int T, int C)
+{
+    (void)be;
+    kn_encoder_bwd(dwte, dwpe, dout, inp, B, T, C);
+}
+
+static void cpu_layernorm_fwd(const eng_backend_t *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C)
+{
+    (void)be;
+    kn_layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+static void cpu_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C)
+{
+    (void)be;
+    kn_layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+static void cpu_matmul_fwd(const eng_backend_t *be, float *out, const float *inp,
+                           const float *weight, const float *bias, int N, int C, int OC)
+{
+    (void)be;
+    kn_matmul_fwd(out, inp, weight, bias, N, C, OC);
+}
+
+static void cpu_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight, int N, int C,
+                           int OC)
+{
+    (void)be;
+    kn_matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+static void cpu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH)
+{
+    (void)be;
+    kn_attention_fwd(out, att, qkv, B, T, C, NH);
+}
+
+static void cpu_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch,
+                              const float *dout, const float *qkv, const float *att, int B, int T,
+                              int C, int NH)
+{
+    (void)be;
+    kn_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+}
+
+static void cpu_gelu_fwd(const eng_backend_t *be, float *out, const float *inp, size_t n)
+{
+    (void)be;
+    kn_gelu_fwd(out, inp, n);
+}
+
+static void cpu_gelu_bwd(const eng_backend_t *be, float *dinp, const float *inp, const float *dout,
+                         size_t n)
+{
+    (void)be;
+    kn_gelu_bwd(dinp, inp, dout, n);
+}
+
+static void cpu_residual_fwd(const eng_backend_t *be, float *out, const float *a, const float *b,
+                             size_t n)
+{
+    (void)be;
+    kn_residual_fwd(out, a, b, n);
+}
+
+static void cpu_lmhead_fwd(const eng_backend_t *be, float *logits, float *lse, float *losses,
+                           const float *x, const float *wte, const int32_t *targets, int N, int C,
+                           int V, int Vp)
+{
+    (void)be;
+    kn_lmhead_fwd(logits, lse, losses, x, wte, targets, N, C, V, Vp);
+}
+
+static void cpu_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                           const float *lse, const float *x, const float *wte,
+                           const int32_t *targets, float scale, int N, int C, int V, int Vp)
+{
+    (void)be;
+    kn_lmhead_bwd(dx, dwte, logits, lse, x, wte, targets, scale, N, C, V, Vp);
+}
+
+static void cpu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
+                      size_t n, double lr, double beta1, double beta2, double eps, double wd,
+                      uint64_t t)
+{
+    (void)be;
+    kn_adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t);
+}
+
+static const eng_backend_t cpu_backend = {
+    .name = "cpu",
+    .host_memory = 1,
+    .ud = NULL,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset = cpu_memset,
+    .encoder_fwd = cpu_encoder_fwd,
+    .encoder_bwd = cpu_encoder_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .residual_fwd = cpu_residual_fwd,
+    .lmhead_fwd = cpu_lmhead_fwd,
+    .lmhead_bwd = cpu_lmhead_bwd,
+    .adamw = cpu_adamw,
+};
+
+const eng_backend_t *eng_backend_cpu(void)
+{
+    return &cpu_backend;
+}
