@@ -1,25 +1,29 @@
-/* A small streaming JSON writer for chorusctl --json: one document, written as the
- * values arrive, two-space indented. Strings are escaped per RFC 8259 (control
- * characters as \u00XX, bytes >= 0x80 passed through as UTF-8); a double that is NaN
- * or infinite is written as null, since JSON has no spelling for it. */
+/* chorusctl --json: one JSON document, built as the values arrive and written by jansson
+ * (common/json.h's document builder) when it is finished: two-space indented, or on one
+ * line for streams (watch --json prints one document per update). Strings must be UTF-8;
+ * a double that is NaN or infinite is written as null, since JSON has no spelling for it.
+ * Errors are sticky; ctl_json_finish reports them once. */
 #ifndef CTL_JSON_H
 #define CTL_JSON_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#define CTL_JSON_MAX_DEPTH 32
+struct ch_jb;
 
 typedef struct ctl_json {
     FILE *f;
-    int depth;
-    int count[CTL_JSON_MAX_DEPTH]; /* values written so far at each open level */
-    int after_key;                 /* a key was written; its value comes next */
+    struct ch_jb *b; /* NULL when it could not be made: every call is then a no-op */
+    int style;       /* CH_JB_PRETTY or CH_JB_LINE */
 } ctl_json_t;
 
+/* An indented document for f. */
 void ctl_json_init(ctl_json_t *j, FILE *f);
-/* Ends the document with a newline. */
-void ctl_json_finish(ctl_json_t *j);
+/* A one-line document for f (a line of a stream). */
+void ctl_json_init_line(ctl_json_t *j, FILE *f);
+/* Write the document and a newline, flush, release. 0, or a negative code having printed
+ * "chorusctl: JSON output: reason" (nothing is written then). */
+int ctl_json_finish(ctl_json_t *j);
 
 void ctl_json_obj_begin(ctl_json_t *j);
 void ctl_json_obj_end(ctl_json_t *j);

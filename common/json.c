@@ -1,12 +1,17 @@
-/* Strict JSON parser and string builder (json.h).
+/* JSON through jansson (json.h).
  *
- * Recursive descent over a bounded buffer. Depth is limited before recursing, so a
- * hostile "[[[[..." cannot exhaust the stack; the node count bounds memory. Strings
- * must be valid UTF-8 without raw control characters; \uXXXX escapes (with surrogate
- * pairs) are decoded to UTF-8. */
+ * Theory of operation: ch_json_parse checks the size, then pre-scans the text once
+ * (scan_limits) to refuse over-deep nesting and too many values with the offset where
+ * the limit is crossed, before jansson parses it recursively; jansson then does the
+ * grammar, UTF-8, escapes, duplicate keys and integer range, and its error position
+ * becomes our offset. The jansson tree is copied into ch_json_t nodes (the tree the
+ * readers of this header walk) and released. The document builder keeps a stack of
+ * open jansson containers and dumps the root at the end. */
 #include "common/json.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +19,9 @@
 #include <string.h>
 
 #include "common/err.h"
+
+/* json_int_t must be 64 bits for "integers exact" to hold. */
+_Static_assert(sizeof(json_int_t) == sizeof(int64_t), "jansson without 64-bit json_int_t");
 
 ch_json_limits_t ch_json_default_limits(void)
 {
@@ -24,469 +32,194 @@ ch_json_limits_t ch_json_default_limits(void)
 // ----------------------------------------------------------------------------
 // parser
 
-typedef struct parser {
-    const char *s;
-    size_t len, pos;
-    ch_json_limits_t lim;
-    size_t nodes;
-    char *err;
-    size_t errlen;
-    int rc;
-} parser_t;
-
-__attribute__((format(printf, 3, 4))) static int fail(parser_t *p, int rc, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int rc,
+                                                      const char *fmt, ...)
 {
-    if (p->rc == 0) {
-        p->rc = rc;
-        if (p->err && p->errlen) {
-            int n = snprintf(p->err, p->errlen, "offset %zu: ", p->pos);
-            if (n >= 0 && (size_t)n < p->errlen) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-                va_end(ap);
-            }
-        }
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
     }
-    return p->rc;
-}
-
-static void skip_ws(parser_t *p)
-{
-    while (p->pos < p->len) {
-        char c = p->s[p->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-            break;
-        p->pos++;
-    }
-}
-
-static ch_json_t *new_node(parser_t *p, ch_json_type_t type)
-{
-    if (++p->nodes > p->lim.max_nodes) {
-        fail(p, CH_E_TOOBIG, "more than %zu values", p->lim.max_nodes);
-        return NULL;
-    }
-    ch_json_t *n = calloc(1, sizeof *n);
-    if (!n) {
-        fail(p, -ENOMEM, "out of memory");
-        return NULL;
-    }
-    n->type = type;
-    return n;
-}
-
-static int add_kid(parser_t *p, ch_json_t *parent, ch_json_t *kid, size_t *cap)
-{
-    if (parent->nkids == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 4;
-        ch_json_t **k = realloc(parent->kids, ncap * sizeof *k);
-        if (!k)
-            return fail(p, -ENOMEM, "out of memory");
-        parent->kids = k;
-        *cap = ncap;
-    }
-    parent->kids[parent->nkids++] = kid;
-    return 0;
-}
-
-static int hex4(parser_t *p, unsigned *out)
-{
-    if (p->len - p->pos < 4)
-        return fail(p, CH_E_FORMAT, "truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p->s[p->pos++];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return fail(p, CH_E_FORMAT, "bad hex digit in \\u escape");
-    }
-    *out = v;
-    return 0;
-}
-
-static size_t put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80)
-        return 1;
-    if ((c & 0xE0) == 0xC0) {
-        len = 2, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-        len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-/* Parses a string at p->pos (at the opening quote) into a malloc'd buffer. */
-static int parse_string(parser_t *p, char **out, size_t *outlen)
-{
-    p->pos++; /* opening quote */
-    /* Decoded output is never longer than the source. Find the end first to size it. */
-    size_t start = p->pos, end = start;
-    while (end < p->len && p->s[end] != '"') {
-        if (p->s[end] == '\\')
-            end++;
-        end++;
-    }
-    if (end >= p->len)
-        return fail(p, CH_E_FORMAT, "unterminated string");
-    char *buf = malloc(end - start + 1);
-    if (!buf)
-        return fail(p, -ENOMEM, "out of memory");
-    size_t n = 0;
-    while (p->pos < end) {
-        unsigned char c = (unsigned char)p->s[p->pos];
-        if (c < 0x20) {
-            free(buf);
-            return fail(p, CH_E_FORMAT, "control character in string");
-        }
-        if (c != '\\') {
-            size_t l = utf8_len((const unsigned char *)p->s + p->pos, end - p->pos);
-            if (!l) {
-                free(buf);
-                return fail(p, CH_E_FORMAT, "invalid UTF-8 in string");
-            }
-            memcpy(buf + n, p->s + p->pos, l);
-            n += l;
-            p->pos += l;
-            continue;
-        }
-        p->pos++;
-        char e = p->s[p->pos++];
-        switch (e) {
-        case '"':
-            buf[n++] = '"';
-            break;
-        case '\\':
-            buf[n++] = '\\';
-            break;
-        case '/':
-            buf[n++] = '/';
-            break;
-        case 'b':
-            buf[n++] = '\b';
-            break;
-        case 'f':
-            buf[n++] = '\f';
-            break;
-        case 'n':
-            buf[n++] = '\n';
-            break;
-        case 'r':
-            buf[n++] = '\r';
-            break;
-        case 't':
-            buf[n++] = '\t';
-            break;
-        case 'u': {
-            unsigned cp, lo;
-            if (hex4(p, &cp) < 0) {
-                free(buf);
-                return p->rc;
-            }
-            if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                free(buf);
-                return fail(p, CH_E_FORMAT, "lone low surrogate in \\u escape");
-            }
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (p->pos + 2 > end || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u') {
-                    free(buf);
-                    return fail(p, CH_E_FORMAT, "high surrogate without low surrogate");
-                }
-                p->pos += 2;
-                if (hex4(p, &lo) < 0) {
-                    free(buf);
-                    return p->rc;
-                }
-                if (lo < 0xDC00 || lo > 0xDFFF) {
-                    free(buf);
-                    return fail(p, CH_E_FORMAT, "bad low surrogate in \\u escape");
-                }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            /* A 6-byte escape yields at most 3 bytes, a 12-byte pair 4: fits. */
-            n += put_utf8(buf + n, cp);
-            break;
-        }
-        default:
-            free(buf);
-            return fail(p, CH_E_FORMAT, "bad escape '\\%c'", e >= 0x20 && e < 0x7f ? e : '?');
-        }
-    }
-    if (p->pos != end) { /* an escape ran into the closing quote */
-        free(buf);
-        return fail(p, CH_E_FORMAT, "unterminated string");
-    }
-    p->pos = end + 1;
-    buf[n] = '\0';
-    *out = buf;
-    *outlen = n;
-    return 0;
-}
-
-static int parse_number(parser_t *p, ch_json_t *node)
-{
-    size_t start = p->pos;
-    const char *s = p->s;
-#define AT(i) ((i) < p->len ? s[i] : '\0')
-    size_t i = start;
-    if (AT(i) == '-')
-        i++;
-    if (AT(i) == '0') {
-        i++;
-    } else if (AT(i) >= '1' && AT(i) <= '9') {
-        while (AT(i) >= '0' && AT(i) <= '9')
-            i++;
-    } else {
-        return fail(p, CH_E_FORMAT, "bad number");
-    }
-    if (AT(i) == '.') {
-        i++;
-        if (!(AT(i) >= '0' && AT(i) <= '9'))
-            return fail(p, CH_E_FORMAT, "bad number: digit expected after '.'");
-        while (AT(i) >= '0' && AT(i) <= '9')
-            i++;
-    }
-    if (AT(i) == 'e' || AT(i) == 'E') {
-        i++;
-        if (AT(i) == '+' || AT(i) == '-')
-            i++;
-        if (!(AT(i) >= '0' && AT(i) <= '9'))
-            return fail(p, CH_E_FORMAT, "bad number: digit expected in exponent");
-        while (AT(i) >= '0' && AT(i) <= '9')
-            i++;
-    }
-#undef AT
-    size_t n = i - start;
-    node->str = malloc(n + 1);
-    if (!node->str)
-        return fail(p, -ENOMEM, "out of memory");
-    memcpy(node->str, s + start, n);
-    node->str[n] = '\0';
-    node->len = n;
-    node->number = strtod(node->str, NULL);
-    if (!isfinite(node->number))
-        return fail(p, CH_E_FORMAT, "number out of range");
-    p->pos = i;
-    return 0;
-}
-
-static int literal(parser_t *p, const char *word)
-{
-    size_t n = strlen(word);
-    if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
-        return fail(p, CH_E_FORMAT, "unexpected character");
-    p->pos += n;
-    return 0;
-}
-
-/* Keys compare as C strings: a key with an embedded \u0000 clashes with its prefix,
- * which errs on the strict side. */
-static int cmp_keys(const void *a, const void *b)
-{
-    const ch_json_t *x = *(const ch_json_t *const *)a, *y = *(const ch_json_t *const *)b;
-    return strcmp(x->key, y->key);
-}
-
-/* O(n log n), so a header with many tensors stays cheap. */
-static int check_duplicates(parser_t *p, ch_json_t *obj)
-{
-    if (obj->nkids < 2)
-        return 0;
-    ch_json_t **sorted = malloc(obj->nkids * sizeof *sorted);
-    if (!sorted)
-        return fail(p, -ENOMEM, "out of memory");
-    memcpy(sorted, obj->kids, obj->nkids * sizeof *sorted);
-    qsort(sorted, obj->nkids, sizeof *sorted, cmp_keys);
-    int rc = 0;
-    for (size_t i = 1; i < obj->nkids; i++) {
-        if (cmp_keys(&sorted[i - 1], &sorted[i]) == 0) {
-            rc = fail(p, CH_E_FORMAT, "duplicate key \"%.64s\"", sorted[i]->key);
-            break;
-        }
-    }
-    free(sorted);
     return rc;
 }
 
-static int parse_value(parser_t *p, size_t depth, ch_json_t **out);
+/* jansson recurses once per level and stops at its own JSON_PARSER_MAX_DEPTH (2048);
+ * the scan keeps one bit per level up to there. */
+#define SCAN_DEPTH 2048
 
-static int parse_container(parser_t *p, size_t depth, ch_json_t *node)
+/* One pass over text: nesting depth and the number of values (keys are not values).
+ * Exact for well-formed text; for malformed text it only has to stay in bounds, since
+ * jansson refuses it next. */
+static int scan_limits(const char *s, size_t len, const ch_json_limits_t *lim, char *err,
+                       size_t errlen)
 {
-    int is_obj = node->type == CH_JSON_OBJECT;
-    char close = is_obj ? '}' : ']';
-    size_t cap = 0;
-    p->pos++;
-    skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == close) {
-        p->pos++;
-        return 0;
-    }
-    for (;;) {
-        char *key = NULL;
-        size_t keylen;
-        skip_ws(p);
-        if (is_obj) {
-            if (p->pos >= p->len || p->s[p->pos] != '"')
-                return fail(p, CH_E_FORMAT, "object key (string) expected");
-            if (parse_string(p, &key, &keylen) < 0)
-                return p->rc;
-            skip_ws(p);
-            if (p->pos >= p->len || p->s[p->pos] != ':') {
-                free(key);
-                return fail(p, CH_E_FORMAT, "':' expected after object key");
-            }
-            p->pos++;
-        }
-        ch_json_t *kid = NULL;
-        if (parse_value(p, depth + 1, &kid) < 0) {
-            free(key);
-            return p->rc;
-        }
-        kid->key = key;
-        if (add_kid(p, node, kid, &cap) < 0) {
-            ch_json_free(kid);
-            return p->rc;
-        }
-        skip_ws(p);
-        if (p->pos >= p->len)
-            return fail(p, CH_E_FORMAT, "unexpected end of input in %s",
-                        is_obj ? "object" : "array");
-        char c = p->s[p->pos++];
-        if (c == close)
+    unsigned char is_obj[SCAN_DEPTH / 8] = {0};
+    size_t depth = 0, nodes = 0, max_depth = lim->max_depth;
+    int expect_key = 0; /* just after '{' or ',' inside an object */
+
+    if (max_depth > SCAN_DEPTH - 1)
+        max_depth = SCAN_DEPTH - 1;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int value = 0;
+        switch (c) {
+        case '{':
+        case '[':
+            if (depth >= max_depth)
+                return fail(err, errlen, CH_E_FORMAT, "offset %zu: nesting deeper than %zu", i,
+                            max_depth);
+            depth++;
+            if (c == '{')
+                is_obj[depth / 8] |= (unsigned char)(1u << (depth % 8));
+            else
+                is_obj[depth / 8] &= (unsigned char)~(1u << (depth % 8));
+            expect_key = c == '{';
+            value = 1;
             break;
-        if (c != ',')
-            return fail(p, CH_E_FORMAT, "',' or '%c' expected", close);
+        case '}':
+        case ']':
+            if (depth)
+                depth--;
+            expect_key = 0;
+            break;
+        case ',':
+            expect_key = depth && (is_obj[depth / 8] >> (depth % 8) & 1);
+            break;
+        case '"':
+            value = !expect_key;
+            expect_key = 0;
+            for (i++; i < len && s[i] != '"'; i++)
+                if (s[i] == '\\')
+                    i++;
+            break;
+        default:
+            if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+                value = 1;
+                while (i + 1 < len && s[i + 1] && strchr("0123456789+-.eEtrufalsn", s[i + 1]))
+                    i++;
+            }
+        }
+        if (value && ++nodes > lim->max_nodes)
+            return fail(err, errlen, CH_E_TOOBIG, "offset %zu: more than %zu values", i,
+                        lim->max_nodes);
     }
     return 0;
 }
 
-static int parse_value(parser_t *p, size_t depth, ch_json_t **out)
+static ch_json_t *convert(const json_t *v);
+
+static int convert_kids(const json_t *v, ch_json_t *n)
 {
-    *out = NULL;
-    skip_ws(p);
-    if (p->pos >= p->len)
-        return fail(p, CH_E_FORMAT, "unexpected end of input");
-    char c = p->s[p->pos];
-    ch_json_t *node = NULL;
-    int rc = 0;
-    switch (c) {
-    case '{':
-    case '[':
-        if (depth >= p->lim.max_depth)
-            return fail(p, CH_E_FORMAT, "nesting deeper than %zu", p->lim.max_depth);
-        node = new_node(p, c == '{' ? CH_JSON_OBJECT : CH_JSON_ARRAY);
-        if (!node)
-            return p->rc;
-        rc = parse_container(p, depth, node);
-        if (rc == 0 && node->type == CH_JSON_OBJECT)
-            rc = check_duplicates(p, node);
-        break;
-    case '"':
-        node = new_node(p, CH_JSON_STRING);
-        if (!node)
-            return p->rc;
-        rc = parse_string(p, &node->str, &node->len);
-        break;
-    case 't':
-    case 'f':
-        node = new_node(p, CH_JSON_BOOL);
-        if (!node)
-            return p->rc;
-        node->boolean = c == 't';
-        rc = literal(p, c == 't' ? "true" : "false");
-        break;
-    case 'n':
-        node = new_node(p, CH_JSON_NULL);
-        if (!node)
-            return p->rc;
-        rc = literal(p, "null");
-        break;
-    default:
-        if (c == '-' || (c >= '0' && c <= '9')) {
-            node = new_node(p, CH_JSON_NUMBER);
-            if (!node)
-                return p->rc;
-            rc = parse_number(p, node);
-        } else {
-            return fail(p, CH_E_FORMAT, "unexpected character");
+    size_t count = json_is_object(v) ? json_object_size(v) : json_array_size(v);
+    if (count == 0)
+        return 0;
+    if (!(n->kids = calloc(count, sizeof *n->kids)))
+        return -ENOMEM;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < count; i++) {
+            if (!(n->kids[i] = convert(json_array_get(v, i))))
+                return -ENOMEM;
+            n->nkids++;
         }
+        return 0;
     }
-    if (rc < 0) {
-        ch_json_free(node);
-        return rc;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        ch_json_t *k = convert(val);
+        if (!k)
+            return -ENOMEM;
+        n->kids[n->nkids++] = k;
+        if (!(k->key = strdup(key)))
+            return -ENOMEM;
     }
-    *out = node;
     return 0;
+}
+
+/* A copy of v as ch_json_t; NULL when out of memory. Depth was bounded by the scan. */
+static ch_json_t *convert(const json_t *v)
+{
+    ch_json_t *n = calloc(1, sizeof *n);
+    char num[32];
+    int rc = 0;
+    if (!n)
+        return NULL;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+    case JSON_ARRAY:
+        n->type = json_is_object(v) ? CH_JSON_OBJECT : CH_JSON_ARRAY;
+        rc = convert_kids(v, n);
+        break;
+    case JSON_STRING:
+        n->type = CH_JSON_STRING;
+        n->len = json_string_length(v);
+        if ((n->str = malloc(n->len + 1))) {
+            memcpy(n->str, json_string_value(v), n->len);
+            n->str[n->len] = '\0';
+        } else {
+            rc = -ENOMEM;
+        }
+        break;
+    case JSON_INTEGER:
+        n->type = CH_JSON_NUMBER;
+        n->is_int = 1;
+        n->integer = json_integer_value(v);
+        n->number = (double)n->integer;
+        snprintf(num, sizeof num, "%" PRId64, n->integer);
+        rc = (n->str = strdup(num)) ? 0 : -ENOMEM;
+        break;
+    case JSON_REAL:
+        n->type = CH_JSON_NUMBER;
+        n->number = json_real_value(v);
+        snprintf(num, sizeof num, "%.17g", n->number);
+        rc = (n->str = strdup(num)) ? 0 : -ENOMEM;
+        break;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        n->type = CH_JSON_BOOL;
+        n->boolean = json_is_true(v);
+        break;
+    case JSON_NULL:
+        n->type = CH_JSON_NULL;
+        break;
+    }
+    if (n->str)
+        n->len = n->type == CH_JSON_NUMBER ? strlen(n->str) : n->len;
+    if (rc < 0) {
+        ch_json_free(n);
+        return NULL;
+    }
+    return n;
 }
 
 int ch_json_parse(const char *text, size_t len, const ch_json_limits_t *limits, ch_json_t **out,
                   char *err, size_t errlen)
 {
-    parser_t p = {.s = text, .len = len, .err = err, .errlen = errlen};
-    p.lim = limits ? *limits : ch_json_default_limits();
+    ch_json_limits_t lim = limits ? *limits : ch_json_default_limits();
+    json_error_t jerr;
+
     *out = NULL;
     if (err && errlen)
         err[0] = '\0';
-    if (len > p.lim.max_bytes)
-        return fail(&p, CH_E_TOOBIG, "document of %zu bytes is over the limit of %zu", len,
-                    p.lim.max_bytes);
-    ch_json_t *root = NULL;
-    if (parse_value(&p, 0, &root) < 0)
-        return p.rc;
-    skip_ws(&p);
-    if (p.pos != p.len) {
-        ch_json_free(root);
-        return fail(&p, CH_E_FORMAT, "trailing characters after the value");
+    if (len > lim.max_bytes)
+        return fail(err, errlen, CH_E_TOOBIG,
+                    "offset %zu: document of %zu bytes is over the limit of %zu", lim.max_bytes,
+                    len, lim.max_bytes);
+    int rc = scan_limits(text, len, &lim, err, errlen);
+    if (rc < 0)
+        return rc;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            return fail(err, errlen, -ENOMEM, "offset %d: out of memory", jerr.position);
+        return fail(err, errlen, CH_E_FORMAT, "offset %d: %s", jerr.position, jerr.text);
     }
-    *out = root;
+    *out = convert(root);
+    json_decref(root);
+    if (!*out)
+        return fail(err, errlen, -ENOMEM, "offset 0: out of memory");
     return 0;
 }
 
@@ -520,19 +253,176 @@ const char *ch_json_get_str(const ch_json_t *obj, const char *key)
 
 int ch_json_u64(const ch_json_t *num, uint64_t *out)
 {
-    if (!num || num->type != CH_JSON_NUMBER || num->len == 0)
+    if (!num || num->type != CH_JSON_NUMBER || !num->is_int || num->integer < 0)
         return CH_E_FORMAT;
-    uint64_t v = 0;
-    for (size_t i = 0; i < num->len; i++) {
-        char c = num->str[i];
-        if (c < '0' || c > '9')
-            return CH_E_FORMAT;
-        unsigned d = (unsigned)(c - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return CH_E_FORMAT;
-        v = v * 10 + d;
+    *out = (uint64_t)num->integer;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// document builder
+
+struct ch_jb {
+    json_t *root;
+    json_t *stack[CH_JB_MAX_DEPTH]; /* open containers, borrowed from root */
+    int depth;
+    char *key; /* pending object key */
+    int err;
+};
+
+int ch_jb_create(ch_jb_t **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : -ENOMEM;
+}
+
+void ch_jb_destroy(ch_jb_t *b)
+{
+    if (!b)
+        return;
+    json_decref(b->root);
+    free(b->key);
+    free(b);
+}
+
+/* Place v (a new reference, may be NULL after a failed allocation) where the document
+ * is: the root, the next array element, or the member under the pending key. */
+static json_t *place(ch_jb_t *b, json_t *v)
+{
+    if (!v) {
+        b->err = b->err ? b->err : -ENOMEM;
+        return NULL;
     }
-    *out = v;
+    if (b->err) {
+        json_decref(v);
+        return NULL;
+    }
+    json_t *top = b->depth ? b->stack[b->depth - 1] : NULL;
+    int rc = 0;
+    if (!top) {
+        if (b->root)
+            rc = -EINVAL; /* a second root */
+        else
+            b->root = json_incref(v);
+    } else if (json_is_array(top)) {
+        rc = json_array_append(top, v) ? -ENOMEM : 0;
+    } else if (!b->key) {
+        rc = -EINVAL; /* an object member without a key */
+    } else {
+        rc = json_object_set(top, b->key, v) ? -ENOMEM : 0;
+        free(b->key);
+        b->key = NULL;
+    }
+    json_decref(v); /* the document holds it now (or nobody does) */
+    if (rc < 0) {
+        b->err = rc;
+        return NULL;
+    }
+    return v;
+}
+
+static void open_level(ch_jb_t *b, json_t *v)
+{
+    if (b->depth == CH_JB_MAX_DEPTH) {
+        json_decref(v);
+        b->err = b->err ? b->err : CH_E_TOOBIG;
+        return;
+    }
+    if (place(b, v))
+        b->stack[b->depth++] = v;
+}
+
+static void close_level(ch_jb_t *b, int object)
+{
+    if (b->err)
+        return;
+    if (!b->depth || json_is_object(b->stack[b->depth - 1]) != object || b->key)
+        b->err = -EINVAL;
+    else
+        b->depth--;
+}
+
+void ch_jb_obj_begin(ch_jb_t *b)
+{
+    open_level(b, json_object());
+}
+
+void ch_jb_obj_end(ch_jb_t *b)
+{
+    close_level(b, 1);
+}
+
+void ch_jb_arr_begin(ch_jb_t *b)
+{
+    open_level(b, json_array());
+}
+
+void ch_jb_arr_end(ch_jb_t *b)
+{
+    close_level(b, 0);
+}
+
+void ch_jb_key(ch_jb_t *b, const char *key)
+{
+    if (b->err)
+        return;
+    free(b->key);
+    if (!(b->key = strdup(key)))
+        b->err = -ENOMEM;
+}
+
+void ch_jb_str(ch_jb_t *b, const char *s)
+{
+    if (!s) {
+        ch_jb_null(b);
+        return;
+    }
+    json_t *v = json_string(s);
+    if (!v && !b->err)
+        b->err = CH_E_FORMAT; /* json_string refuses invalid UTF-8 */
+    place(b, v);
+}
+
+void ch_jb_int(ch_jb_t *b, int64_t v)
+{
+    place(b, json_integer((json_int_t)v));
+}
+
+void ch_jb_uint(ch_jb_t *b, uint64_t v)
+{
+    place(b, v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v));
+}
+
+void ch_jb_double(ch_jb_t *b, double v)
+{
+    place(b, isfinite(v) ? json_real(v) : json_null());
+}
+
+void ch_jb_bool(ch_jb_t *b, int v)
+{
+    place(b, json_boolean(v));
+}
+
+void ch_jb_null(ch_jb_t *b)
+{
+    place(b, json_null());
+}
+
+int ch_jb_finish(ch_jb_t *b, int style, char **out, size_t *len)
+{
+    *out = NULL;
+    if (b->err)
+        return b->err;
+    if (!b->root || b->depth || b->key)
+        return -EINVAL;
+    size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) |
+                   (style == CH_JB_LINE ? JSON_COMPACT : JSON_INDENT(2));
+    char *text = json_dumps(b->root, flags);
+    if (!text)
+        return -ENOMEM;
+    *out = text;
+    if (len)
+        *len = strlen(text);
     return 0;
 }
 

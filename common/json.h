@@ -1,10 +1,14 @@
-/* A small strict JSON (RFC 8259) parser into a tree, and a string builder for writers.
+/* Strict JSON (RFC 8259) through jansson: a parser into a plain tree, a document
+ * builder for writers (chorusctl --json), and a string builder for hand-shaped files.
  *
- * Used for safetensors headers, checkpoint manifests and anything else Chorus reads
- * that a peer or a file could have made hostile: input is bounded (size, nesting depth,
- * node count), duplicate object keys are refused, and every failure is CH_E_FORMAT with
- * a reason that names the byte offset. Numbers keep their source text as well as a
- * double, so 64-bit integers (file offsets) can be read exactly. */
+ * This is the only module that includes jansson.h. Used for safetensors headers,
+ * checkpoint manifests and anything else Chorus reads that a peer or a file could have
+ * made hostile: the size is checked before parsing, nesting depth and value count are
+ * checked by a linear pre-scan before jansson recurses, duplicate object keys are refused
+ * (JSON_REJECT_DUPLICATES), strings may not hold \u0000, and every failure is
+ * CH_E_FORMAT or CH_E_TOOBIG with a reason that names the byte offset. An integer
+ * written without fraction or exponent is kept exactly as a 64-bit signed integer
+ * (jansson's json_int_t); one outside int64_t is refused rather than rounded. */
 #ifndef CH_JSON_H
 #define CH_JSON_H
 
@@ -23,11 +27,14 @@ typedef enum {
 typedef struct ch_json ch_json_t;
 struct ch_json {
     ch_json_type_t type;
-    char *key;        /* member name when this node is an object member, else NULL */
-    int boolean;      /* CH_JSON_BOOL */
-    double number;    /* CH_JSON_NUMBER */
-    char *str;        /* CH_JSON_STRING (UTF-8, NUL-terminated) and CH_JSON_NUMBER (its text) */
-    size_t len;       /* length of str (a string may hold \u0000) */
+    char *key;     /* member name when this node is an object member, else NULL */
+    int boolean;   /* CH_JSON_BOOL */
+    double number; /* CH_JSON_NUMBER */
+    int is_int;    /* CH_JSON_NUMBER written as an integer: integer holds it exactly */
+    int64_t integer;
+    char *str;        /* CH_JSON_STRING (UTF-8, NUL-terminated) and CH_JSON_NUMBER (canonical
+                         text: the integer, or the double as %.17g) */
+    size_t len;       /* length of str */
     ch_json_t **kids; /* CH_JSON_ARRAY elements / CH_JSON_OBJECT members, in source order */
     size_t nkids;
 };
@@ -51,11 +58,43 @@ void ch_json_free(ch_json_t *j);
 /* Lookups; NULL when absent or not of the asked shape. Returned nodes are borrowed. */
 const ch_json_t *ch_json_get(const ch_json_t *obj, const char *key);
 const char *ch_json_get_str(const ch_json_t *obj, const char *key);
-/* A number node holding an exact non-negative integer (no fraction, exponent or sign)
- * that fits in 64 bits: 0 and *out, else CH_E_FORMAT. */
+/* A number node written as a non-negative integer (no fraction or exponent): 0 and
+ * *out, else CH_E_FORMAT. The parser refuses integers above INT64_MAX. */
 int ch_json_u64(const ch_json_t *num, uint64_t *out);
 
-/* ---- writing ----
+/* ---- building a document ----
+ * Values are added in document order, as a streaming writer would emit them; the tree is
+ * jansson's and the text is jansson's dump. Errors (out of memory, a value where none
+ * can go, nesting over CH_JB_MAX_DEPTH) are sticky and returned by ch_jb_finish. Object
+ * members keep their order; a repeated key replaces the earlier value. A double that is
+ * NaN or infinite becomes null (JSON has no spelling for it); a uint64 above INT64_MAX,
+ * which json_int_t cannot hold, becomes a double. */
+#define CH_JB_MAX_DEPTH 64
+
+typedef struct ch_jb ch_jb_t;
+
+int ch_jb_create(ch_jb_t **out);
+void ch_jb_destroy(ch_jb_t *b);
+void ch_jb_obj_begin(ch_jb_t *b);
+void ch_jb_obj_end(ch_jb_t *b);
+void ch_jb_arr_begin(ch_jb_t *b);
+void ch_jb_arr_end(ch_jb_t *b);
+/* Inside an object: the next value's key (copied). */
+void ch_jb_key(ch_jb_t *b, const char *key);
+void ch_jb_str(ch_jb_t *b, const char *s); /* NULL adds null; invalid UTF-8 is an error */
+void ch_jb_int(ch_jb_t *b, int64_t v);
+void ch_jb_uint(ch_jb_t *b, uint64_t v);
+void ch_jb_double(ch_jb_t *b, double v);
+void ch_jb_bool(ch_jb_t *b, int v);
+void ch_jb_null(ch_jb_t *b);
+
+enum { CH_JB_PRETTY = 0, CH_JB_LINE = 1 };
+/* The finished document as text: CH_JB_PRETTY indents two spaces per level, CH_JB_LINE
+ * is one line. Every container must be closed. 0 and *out (malloc'd, NUL-terminated,
+ * caller frees; *len its length, may be NULL), or the sticky error. Leaves b as it was. */
+int ch_jb_finish(ch_jb_t *b, int style, char **out, size_t *len);
+
+/* ---- writing by hand ----
  * A growing string. Errors are sticky: after a failed append, further appends do nothing
  * and ch_jw_finish returns the error. */
 typedef struct ch_jw {

@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libucx-dev ucx-utils
       libcriterion-dev libsqlite3-dev libopenblas-dev libsodium-dev libsystemd-dev
-      openmpi-bin libopenmpi-dev python3)
+      openmpi-bin libopenmpi-dev python3
+      libjansson-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,11 +1,13 @@
-/* Fuzz target: the JSON parser and writer (common/json.h).
+/* Fuzz target: the JSON parser (jansson behind the limit scan), the document builder
+ * and the string builder (common/json.h).
  *
  * An accepted document must give a well-formed tree: object members named and unique,
- * array elements unnamed, strings NUL-terminated at their length, numbers finite, depth
- * and node count within the limits, lookups by key finding each member, and
- * ch_json_u64 agreeing with strtoull on plain digit strings. The tree written back out
- * (ch_jw_str for keys and for strings without NUL bytes, \u escapes for the rest) must
- * parse to an equal tree. Parsing again under tight limits must either fail or agree. */
+ * array elements unnamed, strings NUL-terminated at their length with no NUL inside,
+ * numbers finite, integers exact (their text reads back as the same int64), depth and
+ * node count within the limits, lookups by key finding each member, and ch_json_u64
+ * accepting exactly the non-negative integers. The tree written back out, once with
+ * ch_jw (by hand) and once with ch_jb (jansson's dump), must parse to an equal tree.
+ * Parsing again under tight limits must either fail or agree. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,18 +29,20 @@ static void check_tree(const ch_json_t *j, size_t depth, size_t *nodes, const ch
         FUZZ_ASSERT(strlen(j->str) == j->len);
         FUZZ_ASSERT(j->number - j->number == 0); /* finite */
         uint64_t v = 0;
-        int plain = j->str[0] != '-' && strspn(j->str, "0123456789") == j->len;
-        errno = 0;
-        unsigned long long ref = strtoull(j->str, NULL, 10);
-        int fits = plain && errno != ERANGE;
         int rc = ch_json_u64(j, &v);
-        FUZZ_ASSERT((rc == 0) == fits);
+        FUZZ_ASSERT((rc == 0) == (j->is_int && j->integer >= 0));
+        if (j->is_int) {
+            errno = 0;
+            long long ref = strtoll(j->str, NULL, 10);
+            FUZZ_ASSERT(errno == 0 && ref == j->integer);
+        }
         if (rc == 0)
-            FUZZ_ASSERT(v == ref);
+            FUZZ_ASSERT(v == (uint64_t)j->integer);
         break;
     }
     case CH_JSON_STRING:
         FUZZ_ASSERT(j->str != NULL && j->str[j->len] == '\0' && j->nkids == 0);
+        FUZZ_ASSERT(strlen(j->str) == j->len); /* \u0000 is refused */
         break;
     case CH_JSON_ARRAY:
     case CH_JSON_OBJECT:
@@ -57,22 +61,6 @@ static void check_tree(const ch_json_t *j, size_t depth, size_t *nodes, const ch
     }
 }
 
-/* s[0..len) as a JSON string that may hold NUL bytes. */
-static void put_bytes(ch_jw_t *w, const char *s, size_t len)
-{
-    ch_jw_raw(w, "\"");
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            ch_jw_printf(w, "\\%c", c);
-        else if (c < 0x20)
-            ch_jw_printf(w, "\\u%04x", c);
-        else
-            ch_jw_printf(w, "%c", c);
-    }
-    ch_jw_raw(w, "\"");
-}
-
 static void write_tree(ch_jw_t *w, const ch_json_t *j)
 {
     switch (j->type) {
@@ -83,13 +71,11 @@ static void write_tree(ch_jw_t *w, const ch_json_t *j)
         ch_jw_raw(w, j->boolean ? "true" : "false");
         return;
     case CH_JSON_NUMBER:
-        ch_jw_raw(w, j->str);
+        /* A double whose %.17g looks like an integer stays a double. */
+        ch_jw_printf(w, "%s%s", j->str, j->is_int || strpbrk(j->str, ".eE") ? "" : ".0");
         return;
     case CH_JSON_STRING:
-        if (strlen(j->str) == j->len)
-            ch_jw_str(w, j->str);
-        else
-            put_bytes(w, j->str, j->len);
+        ch_jw_str(w, j->str);
         return;
     case CH_JSON_ARRAY:
     case CH_JSON_OBJECT:
@@ -108,6 +94,43 @@ static void write_tree(ch_jw_t *w, const ch_json_t *j)
     }
 }
 
+static void build_tree(ch_jb_t *b, const ch_json_t *j)
+{
+    switch (j->type) {
+    case CH_JSON_NULL:
+        ch_jb_null(b);
+        return;
+    case CH_JSON_BOOL:
+        ch_jb_bool(b, j->boolean);
+        return;
+    case CH_JSON_NUMBER:
+        if (j->is_int)
+            ch_jb_int(b, j->integer);
+        else
+            ch_jb_double(b, j->number);
+        return;
+    case CH_JSON_STRING:
+        ch_jb_str(b, j->str);
+        return;
+    case CH_JSON_ARRAY:
+    case CH_JSON_OBJECT:
+        if (j->type == CH_JSON_ARRAY)
+            ch_jb_arr_begin(b);
+        else
+            ch_jb_obj_begin(b);
+        for (size_t i = 0; i < j->nkids; i++) {
+            if (j->kids[i]->key)
+                ch_jb_key(b, j->kids[i]->key);
+            build_tree(b, j->kids[i]);
+        }
+        if (j->type == CH_JSON_ARRAY)
+            ch_jb_arr_end(b);
+        else
+            ch_jb_obj_end(b);
+        return;
+    }
+}
+
 /* Equal as data; keys compare as C strings (that is what lookups see). */
 static int same(const ch_json_t *a, const ch_json_t *b)
 {
@@ -119,7 +142,8 @@ static int same(const ch_json_t *a, const ch_json_t *b)
     case CH_JSON_BOOL:
         return a->boolean == b->boolean;
     case CH_JSON_NUMBER:
-        return strcmp(a->str, b->str) == 0 && a->number == b->number;
+        return strcmp(a->str, b->str) == 0 && a->number == b->number && a->is_int == b->is_int &&
+               a->integer == b->integer;
     case CH_JSON_STRING:
         return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
     default:
@@ -156,6 +180,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ch_json_parse(out, outlen, &lim, &again, err, sizeof err) != 0)
         fuzz_fail(__FILE__, __LINE__, err);
     FUZZ_ASSERT(same(root, again));
+
+    /* The same tree through the document builder (jansson's dump). */
+    ch_jb_t *b = NULL;
+    char *dumped = NULL;
+    size_t dlen = 0;
+    FUZZ_ASSERT(ch_jb_create(&b) == 0);
+    build_tree(b, root);
+    rc = ch_jb_finish(b, CH_JB_LINE, &dumped, &dlen);
+    ch_jb_destroy(b);
+    if (rc == 0) {
+        ch_json_t *rebuilt = NULL;
+        if (ch_json_parse(dumped, dlen, &lim, &rebuilt, err, sizeof err) != 0)
+            fuzz_fail(__FILE__, __LINE__, err);
+        FUZZ_ASSERT(same(root, rebuilt));
+        ch_json_free(rebuilt);
+        free(dumped);
+    } else {
+        FUZZ_ASSERT(rc == CH_E_TOOBIG); /* deeper than CH_JB_MAX_DEPTH */
+    }
 
     ch_json_limits_t small = {size, 4, 32};
     rc = ch_json_parse(text, size, &small, &tight, err, sizeof err);

@@ -1,5 +1,8 @@
-/* common/json: strict parsing, limits, hostile input, string escaping. */
+/* common/json: strict parsing through jansson, limits, hostile input, the document
+ * builder, string escaping. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +30,7 @@ Test(json, parses_a_document_into_a_tree)
     ch_json_t *j = NULL;
     cr_assert_eq(
         parse(" {\"a\": [1, -2.5e3, true, false, null], \"s\": \"x\\ty\\u00e9\\ud83d\\ude00\","
-              " \"big\": 18446744073709551615, \"o\": {}} ",
+              " \"big\": 9223372036854775807, \"o\": {}} ",
               &j),
         0);
     cr_assert_eq(j->type, CH_JSON_OBJECT);
@@ -43,20 +46,40 @@ Test(json, parses_a_document_into_a_tree)
     cr_expect_str_eq(ch_json_get_str(j, "s"), "x\ty\xc3\xa9\xf0\x9f\x98\x80");
     uint64_t big = 0;
     cr_expect_eq(ch_json_u64(ch_json_get(j, "big"), &big), 0);
-    cr_expect_eq(big, UINT64_MAX);
+    cr_expect_eq(big, (uint64_t)INT64_MAX); /* exact, not rounded through a double */
+    cr_expect(ch_json_get(j, "big")->is_int);
+    cr_expect_not(a->kids[1]->is_int);
     cr_expect_eq(ch_json_u64(a->kids[1], &big), CH_E_FORMAT); /* not a non-negative integer */
     cr_expect_null(ch_json_get(j, "missing"));
     cr_expect_eq(ch_json_get(j, "o")->nkids, 0);
     ch_json_free(j);
 }
 
-Test(json, u64_overflow_is_refused)
+Test(json, integers_outside_int64_are_refused_not_rounded)
 {
     ch_json_t *j = NULL;
     uint64_t v;
-    cr_assert_eq(parse("18446744073709551616", &j), 0);
-    cr_expect_eq(ch_json_u64(j, &v), CH_E_FORMAT);
+    expect_bad("9223372036854775808");
+    expect_bad("[18446744073709551616]");
+    cr_assert_eq(parse("-9223372036854775808", &j), 0);
+    cr_expect(j->is_int && j->integer == INT64_MIN);
+    cr_expect_eq(ch_json_u64(j, &v), CH_E_FORMAT); /* negative */
     ch_json_free(j);
+    cr_assert_eq(parse("1e3", &j), 0);
+    cr_expect_eq(ch_json_u64(j, &v), CH_E_FORMAT); /* written with an exponent */
+    ch_json_free(j);
+}
+
+Test(json, errors_name_the_offset_of_the_fault)
+{
+    ch_json_t *j = NULL;
+    char err[160];
+    const char *dup = "{\"a\":1,\n \"a\":2}";
+    cr_assert_eq(ch_json_parse(dup, strlen(dup), NULL, &j, err, sizeof err), CH_E_FORMAT);
+    cr_expect(strstr(err, "duplicate") != NULL, "%s", err);
+    unsigned long off = 0;
+    cr_assert_eq(sscanf(err, "offset %lu", &off), 1, "%s", err);
+    cr_expect(off >= 8 && off <= strlen(dup), "offset %lu for %s", off, err);
 }
 
 Test(json, rejects_malformed_input)
@@ -92,6 +115,8 @@ Test(json, rejects_malformed_input)
         "{\"a\":1,\"a\":2}",
         "[1e999]",
         "NaN",
+        "\"a\\u0000b\"",
+        "{\"a\":1,\"b\":{\"c\":2,\"c\":3}}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_bad(bad[i]);
@@ -186,4 +211,84 @@ Test(json, writer_escapes_and_round_trips)
     cr_expect_eq(ch_json_get(j, "n")->number, 42.0);
     ch_json_free(j);
     free(text);
+}
+
+Test(json, builder_writes_what_the_parser_reads_back)
+{
+    ch_jb_t *b = NULL;
+    cr_assert_eq(ch_jb_create(&b), 0);
+    ch_jb_obj_begin(b);
+    ch_jb_key(b, "s");
+    ch_jb_str(b, "q\"\\\n\x01\xc3\xa9");
+    ch_jb_key(b, "i");
+    ch_jb_int(b, INT64_MIN);
+    ch_jb_key(b, "u");
+    ch_jb_uint(b, (uint64_t)INT64_MAX);
+    ch_jb_key(b, "d");
+    ch_jb_double(b, 0.1);
+    ch_jb_key(b, "nan");
+    ch_jb_double(b, NAN);
+    ch_jb_key(b, "a");
+    ch_jb_arr_begin(b);
+    ch_jb_bool(b, 1);
+    ch_jb_null(b);
+    ch_jb_str(b, NULL);
+    ch_jb_arr_end(b);
+    ch_jb_key(b, "empty");
+    ch_jb_obj_begin(b);
+    ch_jb_obj_end(b);
+    ch_jb_obj_end(b);
+
+    char *pretty = NULL, *line = NULL;
+    size_t len = 0;
+    cr_assert_eq(ch_jb_finish(b, CH_JB_PRETTY, &pretty, &len), 0);
+    cr_expect_eq(strlen(pretty), len);
+    cr_expect(strstr(pretty, "\n  \"s\": ") != NULL, "two-space indent:\n%s", pretty);
+    cr_expect(strstr(pretty, "\"empty\": {}") != NULL, "%s", pretty);
+    cr_assert_eq(ch_jb_finish(b, CH_JB_LINE, &line, NULL), 0);
+    cr_expect_null(strchr(line, '\n'), "one line: %s", line);
+    ch_jb_destroy(b);
+
+    ch_json_t *j = NULL;
+    cr_assert_eq(parse(pretty, &j), 0, "%s", pretty);
+    cr_expect_eq(j->kids[0]->key[0], 's', "members keep their order");
+    cr_expect_str_eq(ch_json_get_str(j, "s"), "q\"\\\n\x01\xc3\xa9");
+    cr_expect_eq(ch_json_get(j, "i")->integer, INT64_MIN);
+    cr_expect_eq(ch_json_get(j, "u")->integer, INT64_MAX);
+    cr_expect_eq(ch_json_get(j, "d")->number, 0.1, "doubles read back exactly");
+    cr_expect_eq(ch_json_get(j, "nan")->type, CH_JSON_NULL);
+    cr_expect_eq(ch_json_get(j, "a")->nkids, 3);
+    ch_json_free(j);
+    free(pretty);
+    free(line);
+}
+
+Test(json, builder_refuses_a_malformed_document)
+{
+    ch_jb_t *b = NULL;
+    char *out = NULL;
+    cr_assert_eq(ch_jb_create(&b), 0);
+    ch_jb_obj_begin(b);
+    ch_jb_int(b, 1); /* member without a key */
+    ch_jb_obj_end(b);
+    cr_expect_lt(ch_jb_finish(b, CH_JB_LINE, &out, NULL), 0);
+    cr_expect_null(out);
+    ch_jb_destroy(b);
+
+    cr_assert_eq(ch_jb_create(&b), 0);
+    ch_jb_arr_begin(b); /* never closed */
+    cr_expect_lt(ch_jb_finish(b, CH_JB_LINE, &out, NULL), 0);
+    ch_jb_destroy(b);
+
+    cr_assert_eq(ch_jb_create(&b), 0);
+    ch_jb_str(b, "\xff"); /* not UTF-8 */
+    cr_expect_eq(ch_jb_finish(b, CH_JB_LINE, &out, NULL), CH_E_FORMAT);
+    ch_jb_destroy(b);
+
+    cr_assert_eq(ch_jb_create(&b), 0);
+    ch_jb_uint(b, UINT64_MAX); /* json_int_t cannot: a double */
+    cr_assert_eq(ch_jb_finish(b, CH_JB_LINE, &out, NULL), 0);
+    cr_expect(strchr(out, 'e') != NULL || strchr(out, '.') != NULL, "%s", out);
+    free(out);
+    ch_jb_destroy(b);
 }
