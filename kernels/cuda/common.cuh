@@ -1,0 +1,77 @@
+/* Internals shared by the files of kernels/cuda (never included outside this folder): the
+ * context's layout, the one CUDA/cuBLAS -> error-code conversion, column-major GEMM helpers
+ * and warp/block reductions. */
+#ifndef KN_CUDA_COMMON_CUH
+#define KN_CUDA_COMMON_CUH
+
+#include <errno.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda.h"
+
+struct kn_cuda {
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *workspace; /* cuBLAS / cuBLASLt workspace, KN_CU_WORKSPACE bytes */
+    float *ones;     /* ones_cap ones, for column sums as a GEMV */
+    size_t ones_cap;
+    int tf32;
+    char err[160]; /* last cuBLAS failure */
+};
+
+#define KN_CU_WORKSPACE ((size_t)32 << 20)
+
+/* The one conversion of a CUDA runtime status (kernels/cuda.h's codes). */
+int kn_cu_err(cudaError_t e);
+/* The one conversion of a cuBLAS status; records what failed in ctx. */
+int kn_cu_blas_err(kn_cuda_t *ctx, cublasStatus_t s, const char *what);
+/* After a launch: the launch's own status (not clearing it: kn_cuda_error_text does). */
+static inline int kn_cu_launched(void)
+{
+    return kn_cu_err(cudaPeekAtLastError());
+}
+
+/* Column-major C = alpha op(A) op(B) + beta C over `batch` matrices at the given strides
+ * (elements), on ctx's stream setting, fp32 or TF32 per ctx. */
+int kn_cu_gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
+               int m, int n, int k, float alpha, const float *A, int lda, long long sA,
+               const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+               int batch);
+/* y[m] += A[m,n] (column-major, lda) @ ones[n]: the column sums of a row-major [n,m] matrix. */
+int kn_cu_colsum_acc(kn_cuda_t *ctx, cudaStream_t stream, float *y, const float *A, int m, int n,
+                     int lda);
+
+static inline unsigned kn_cu_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return b > 0x7fffffffu ? 0x7fffffffu : (unsigned)b;
+}
+
+__device__ __forceinline__ float kn_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ double kn_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float kn_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+#endif

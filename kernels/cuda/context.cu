@@ -1,0 +1,177 @@
+/* The cuBLAS context, the error conversions and the GEMM helpers (kernels/cuda.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/common.cuh"
+
+// ----------------------------------------------------------------------------
+// errors
+
+int kn_cu_err(cudaError_t e)
+{
+    if (e == cudaSuccess) {
+        return 0;
+    }
+    if (e == cudaErrorMemoryAllocation) {
+        return -ENOMEM;
+    }
+    if (e == cudaErrorInvalidValue || e == cudaErrorInvalidConfiguration) {
+        return -EINVAL;
+    }
+    return KN_E_CUDA;
+}
+
+int kn_cu_blas_err(kn_cuda_t *ctx, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        return 0;
+    }
+    snprintf(ctx->err, sizeof ctx->err, "%s: %s", what, cublasGetStatusString(s));
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+        return -ENOMEM;
+    }
+    if (s == CUBLAS_STATUS_INVALID_VALUE) {
+        return -EINVAL;
+    }
+    return KN_E_CUDA;
+}
+
+extern "C" const char *kn_cuda_error_text(void)
+{
+    return cudaGetErrorString(cudaGetLastError());
+}
+
+extern "C" const char *kn_cuda_ctx_error(const kn_cuda_t *ctx)
+{
+    return ctx->err;
+}
+
+// ----------------------------------------------------------------------------
+// context
+
+extern "C" int kn_cuda_create(kn_cuda_t **out, int tf32)
+{
+    *out = NULL;
+    kn_cuda_t *ctx = (kn_cuda_t *)calloc(1, sizeof *ctx);
+    if (ctx == NULL) {
+        return -ENOMEM;
+    }
+    ctx->tf32 = tf32 != 0;
+    int rc = kn_cu_blas_err(ctx, cublasCreate(&ctx->blas), "cublasCreate");
+    if (rc == 0) {
+        rc = kn_cu_blas_err(ctx, cublasLtCreate(&ctx->lt), "cublasLtCreate");
+    }
+    if (rc == 0) {
+        rc = kn_cu_err(cudaMalloc(&ctx->workspace, KN_CU_WORKSPACE));
+    }
+    if (rc == 0) {
+        rc = kn_cu_blas_err(ctx, cublasSetWorkspace(ctx->blas, ctx->workspace, KN_CU_WORKSPACE),
+                            "cublasSetWorkspace");
+    }
+    if (rc < 0) {
+        kn_cuda_destroy(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+extern "C" void kn_cuda_destroy(kn_cuda_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    if (ctx->lt != NULL) {
+        cublasLtDestroy(ctx->lt);
+    }
+    if (ctx->blas != NULL) {
+        cublasDestroy(ctx->blas);
+    }
+    cudaFree(ctx->ones);
+    cudaFree(ctx->workspace);
+    free(ctx);
+}
+
+extern "C" void kn_cuda_set_tf32(kn_cuda_t *ctx, int tf32)
+{
+    ctx->tf32 = tf32 != 0;
+}
+
+// ----------------------------------------------------------------------------
+// GEMM helpers
+
+int kn_cu_gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
+               int m, int n, int k, float alpha, const float *A, int lda, long long sA,
+               const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+               int batch)
+{
+    cublasComputeType_t compute = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    int rc = kn_cu_blas_err(ctx, cublasSetStream(ctx->blas, stream), "cublasSetStream");
+    if (rc < 0) {
+        return rc;
+    }
+    if (batch == 1) {
+        return kn_cu_blas_err(ctx,
+                              cublasGemmEx(ctx->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda,
+                                           B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, compute,
+                                           CUBLAS_GEMM_DEFAULT),
+                              "cublasGemmEx");
+    }
+    return kn_cu_blas_err(ctx,
+                          cublasGemmStridedBatchedEx(ctx->blas, ta, tb, m, n, k, &alpha, A,
+                                                     CUDA_R_32F, lda, sA, B, CUDA_R_32F, ldb, sB,
+                                                     &beta, C, CUDA_R_32F, ldc, sC, batch, compute,
+                                                     CUBLAS_GEMM_DEFAULT),
+                          "cublasGemmStridedBatchedEx");
+}
+
+static __global__ void fill_kernel(float *x, float v, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] = v;
+    }
+}
+
+/* Grows ctx->ones to n. Freeing the old vector waits for the device, so this happens only
+ * while the largest row count is still being found (the first steps). */
+static int ones_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
+{
+    if (n <= ctx->ones_cap) {
+        return 0;
+    }
+    int rc = kn_cu_err(cudaFree(ctx->ones));
+    ctx->ones = NULL;
+    ctx->ones_cap = 0;
+    if (rc == 0) {
+        rc = kn_cu_err(cudaMalloc(&ctx->ones, n * sizeof(float)));
+    }
+    if (rc < 0) {
+        ctx->ones = NULL;
+        return rc;
+    }
+    fill_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(ctx->ones, 1.0f, n);
+    rc = kn_cu_launched();
+    if (rc == 0) {
+        ctx->ones_cap = n;
+    }
+    return rc;
+}
+
+int kn_cu_colsum_acc(kn_cuda_t *ctx, cudaStream_t stream, float *y, const float *A, int m, int n,
+                     int lda)
+{
+    // GEMV in plain fp32 (cuBLAS has no TF32 GEMV), deterministic (no atomics by default)
+    int rc = ones_reserve(ctx, stream, (size_t)n);
+    if (rc == 0) {
+        rc = kn_cu_blas_err(ctx, cublasSetStream(ctx->blas, stream), "cublasSetStream");
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    const float one = 1.0f;
+    return kn_cu_blas_err(
+        ctx, cublasSgemv(ctx->blas, CUBLAS_OP_N, m, n, &one, A, lda, ctx->ones, 1, &one, y, 1),
+        "cublasSgemv");
+}

@@ -1,0 +1,131 @@
+/* Token + position embedding (kernels/encoder.h).
+ *
+ * The backward is deterministic and bit-identical to the CPU reference, which adds each
+ * position's gradient into its rows in position order. dwpe: one thread per (t, c) sums over
+ * b in order. dwte: positions are sorted by token with CUB's stable radix sort (values are
+ * the positions, so each token's positions stay in increasing order); the first entry of
+ * each token's run then walks the run for its channel, adding in that order. */
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/common.cuh"
+
+static __global__ void encoder_fwd_kernel(float *out, const int32_t *inp, const float *wte,
+                                          const float *wpe, int T, int C, size_t total)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) {
+        return;
+    }
+    size_t bt = i / C;
+    int c = (int)(i % C);
+    int t = (int)(bt % T);
+    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+}
+
+extern "C" int kn_cuda_encoder_fwd(float *out, const int32_t *inp, const float *wte,
+                                   const float *wpe, int B, int T, int C, kn_stream_t stream)
+{
+    if (B <= 0 || T <= 0 || C <= 0) {
+        return -EINVAL;
+    }
+    size_t total = (size_t)B * T * C;
+    encoder_fwd_kernel<<<kn_cu_blocks(total, 256), 256, 0, stream>>>(out, inp, wte, wpe, T, C,
+                                                                     total);
+    return kn_cu_launched();
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+static __global__ void dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) {
+        return;
+    }
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++) {
+        acc += dout[(size_t)b * T * C + i];
+    }
+    dwpe[i] = acc;
+}
+
+static __global__ void iota_kernel(int32_t *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] = i;
+    }
+}
+
+/* grid (runs of N sorted entries, channel blocks): the first entry of each token's run adds
+ * the run's rows, in position order, into its dwte row. */
+static __global__ void dwte_kernel(float *dwte, const float *dout, const int32_t *tok,
+                                   const int32_t *pos, int N, int C)
+{
+    int i = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C || (i > 0 && tok[i - 1] == tok[i])) {
+        return;
+    }
+    int32_t v = tok[i];
+    float acc = dwte[(size_t)v * C + c];
+    for (int j = i; j < N && tok[j] == v; j++) {
+        acc += dout[(size_t)pos[j] * C + c];
+    }
+    dwte[(size_t)v * C + c] = acc;
+}
+
+/* scratch layout: tok_sorted [N] | pos [N] | pos_sorted [N] | CUB temp; 256-byte aligned */
+static size_t align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static size_t cub_temp_bytes(int N)
+{
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(NULL, bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                    (const int32_t *)NULL, (int32_t *)NULL, N);
+    return bytes;
+}
+
+extern "C" size_t kn_cuda_encoder_bwd_scratch_bytes(int B, int T)
+{
+    int N = B * T;
+    return 3 * align256((size_t)N * sizeof(int32_t)) + align256(cub_temp_bytes(N));
+}
+
+extern "C" int kn_cuda_encoder_bwd(float *dwte, float *dwpe, void *scratch, const float *dout,
+                                   const int32_t *inp, int B, int T, int C, kn_stream_t stream)
+{
+    if (B <= 0 || T <= 0 || C <= 0) {
+        return -EINVAL;
+    }
+    int N = B * T;
+    size_t slot = align256((size_t)N * sizeof(int32_t));
+    char *s = (char *)scratch;
+    int32_t *tok_sorted = (int32_t *)s;
+    int32_t *pos = (int32_t *)(s + slot);
+    int32_t *pos_sorted = (int32_t *)(s + 2 * slot);
+    void *temp = s + 3 * slot;
+    size_t temp_bytes = align256(cub_temp_bytes(N));
+
+    dwpe_kernel<<<kn_cu_blocks((size_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    int rc = kn_cu_launched();
+    if (rc < 0) {
+        return rc;
+    }
+    iota_kernel<<<kn_cu_blocks((size_t)N, 256), 256, 0, stream>>>(pos, N);
+    if ((rc = kn_cu_launched()) < 0) {
+        return rc;
+    }
+    rc = kn_cu_err(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, inp, tok_sorted, pos,
+                                                   pos_sorted, N, 0, 32, stream));
+    if (rc < 0) {
+        return rc;
+    }
+    dim3 grid((unsigned)N, (unsigned)((C + 127) / 128));
+    dwte_kernel<<<grid, 128, 0, stream>>>(dwte, dout, tok_sorted, pos_sorted, N, C);
+    return kn_cu_launched();
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The one prepared device check (issue 13): build the GPU targets, run every GPU test and the
+# GPU kernel benchmark, print the RESULT lines. Everything runs under `timeout` against one
+# deadline, so the script ends within CHECK_BUDGET seconds (default 450, under 8 minutes).
+#
+#   tests/gpu/check.sh                 build in build-gpu/ and run (the device machine)
+#   tests/gpu/check.sh --pack DIR      build here, then copy the three programs and the shared
+#                                      libraries they need (not CUDA's own) into DIR, for a
+#                                      machine without this project's -dev packages
+#   tests/gpu/check.sh --bundle DIR    run the programs from such a DIR instead of building
+#
+# Exit status: 0 all passed; 1 a build, test or benchmark failed; 2 no GPU visible; 3 out of
+# time. Output also goes to $OUT/gpu-check.log when OUT is set.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${CHORUS_GPU_BUILD:-$ROOT/build-gpu}
+BUDGET=${CHECK_BUDGET:-450}
+JOBS=${JOBS:-$(nproc)}
+MODE=build
+DIR=
+case "${1:-}" in
+--pack) MODE=pack DIR=${2:?--pack needs a directory} ;;
+--bundle) MODE=bundle DIR=${2:?--bundle needs a directory} ;;
+"") ;;
+*) echo "usage: $0 [--pack DIR | --bundle DIR]" >&2; exit 1 ;;
+esac
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    exec > >(tee "$OUT/gpu-check.log") 2>&1
+fi
+
+STATUS=0
+RESULTS=$(mktemp)
+trap 'rm -f "$RESULTS"' EXIT
+
+say() { echo "== check.sh [${SECONDS}s] $*"; }
+die() { say "FAIL: $2"; exit "$1"; }
+
+# run SECONDS_MAX CMD...: under timeout, capped by what is left of the budget (30 s kept for
+# the summary); a timeout counts as a failure and is named.
+run() {
+    local cap=$1 left
+    shift
+    left=$((BUDGET - SECONDS - 30))
+    [ "$left" -gt 10 ] || die 3 "out of time before: $*"
+    [ "$cap" -lt "$left" ] || cap=$left
+    timeout -k 10 "$cap" "$@"
+    local rc=$?
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        say "TIMEOUT after ${cap}s: $*"
+    fi
+    return $rc
+}
+
+build() {
+    say "configure ($BUILD, CUDA on, warnings as errors)"
+    run 180 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHORUS_WERROR=ON \
+        -DCHORUS_CUDA=ON -DCHORUS_NATIVE=OFF >"$BUILD.configure.log" 2>&1 || {
+        tail -n 30 "$BUILD.configure.log"
+        die 1 "configure failed (missing -dev packages? see --pack/--bundle)"
+    }
+    grep -q "GPU backend (CUDA + NCCL): ON" "$BUILD.configure.log" ||
+        die 1 "CUDA toolkit, NCCL or nvcc not found: the GPU targets are not built"
+    say "build test_kernels_cuda test_coll chorus-bench-kernels-cuda (-j$JOBS)"
+    run 300 cmake --build "$BUILD" -j "$JOBS" --target test_kernels_cuda test_coll \
+        chorus-bench-kernels-cuda >"$BUILD.build.log" 2>&1 || {
+        grep -E "error|Error" "$BUILD.build.log" | head -n 30
+        die 1 "build failed"
+    }
+    BIN_TESTS=$BUILD/tests
+    BIN_BENCH=$BUILD/bin
+}
+
+# Directories holding CUDA's and NCCL's shared libraries on this machine (toolkit, distro,
+# or the Python wheels' nvidia/*/lib), for the loader.
+cuda_lib_path() {
+    local d p=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+        /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 \
+        $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null |
+            xargs -n1 -I{} sh -c 'ls -d {}/nvidia/*/lib 2>/dev/null'); do
+        [ -d "$d" ] && p="$p:$d"
+    done
+    echo "${p#:}"
+}
+
+pack() {
+    build
+    say "pack into $DIR"
+    mkdir -p "$DIR/bin" "$DIR/lib"
+    cp "$BIN_TESTS/test_kernels_cuda" "$BIN_TESTS/test_coll" "$BIN_BENCH/chorus-bench-kernels-cuda" \
+        "$DIR/bin/"
+    # every shared library they load except the C library's and CUDA/NCCL's (the device
+    # machine has its own, matching its driver)
+    ldd "$DIR"/bin/* | awk '/=> \//{print $3}' | sort -u |
+        grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
+        while read -r lib; do cp -L "$lib" "$DIR/lib/"; done
+    du -sh "$DIR"
+    say "packed; on the device: tests/gpu/check.sh --bundle $DIR"
+    exit 0
+}
+
+gpu_visible() {
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        say "nvidia-smi not found"
+        return 1
+    fi
+    local list
+    list=$(run 30 nvidia-smi -L 2>&1) || { echo "$list"; return 1; }
+    echo "$list"
+    echo "$list" | grep -q '^GPU '
+}
+
+# ----------------------------------------------------------------------------
+
+say "start: budget ${BUDGET}s, mode $MODE"
+case $MODE in
+pack) pack ;;
+build) build ;;
+bundle)
+    [ -x "$DIR/bin/test_kernels_cuda" ] || die 1 "no bundle at $DIR (make one with --pack)"
+    BIN_TESTS=$DIR/bin
+    BIN_BENCH=$DIR/bin
+    export LD_LIBRARY_PATH="$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    ;;
+esac
+CUDA_PATHS=$(cuda_lib_path)
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDA_PATHS"
+
+say "GPU"
+gpu_visible || die 2 "no GPU visible on this machine: nothing to check (the build above is all that ran)"
+
+# A Criterion program that must pass with nothing skipped: a skip here means the GPU went
+# unseen by the test, which is a failure of the check.
+criterion_run() {
+    local name=$1 cap=$2 log
+    shift 2
+    log=$(mktemp)
+    say "test $name"
+    run "$cap" "$@" --jobs 1 --verbose >"$log" 2>&1
+    local rc=$?
+    grep -E "^\[(----|FAIL|SKIP|====)\]|Skipp|Synthesis" "$log" | tail -n 40
+    if [ $rc -ne 0 ]; then
+        tail -n 20 "$log"
+        say "FAILED: $name (exit $rc)"
+        STATUS=1
+    elif grep -q "^\[SKIP\]" "$log"; then
+        say "FAILED: $name skipped tests on a GPU machine"
+        STATUS=1
+    fi
+    rm -f "$log"
+}
+
+criterion_run "CUDA kernels vs CPU" 150 "$BIN_TESTS/test_kernels_cuda"
+criterion_run "NCCL collectives, one rank per GPU" 120 "$BIN_TESTS/test_coll" \
+    --filter 'coll/nccl_one_rank_per_gpu'
+
+say "benchmark chorus-bench-kernels-cuda"
+run 150 "$BIN_BENCH/chorus-bench-kernels-cuda" | tee "$RESULTS"
+rc=$?
+if [ $rc -ne 0 ]; then
+    say "FAILED: benchmark (exit $rc)"
+    STATUS=1
+fi
+
+say "summary (status $STATUS)"
+grep '^RESULT ' "$RESULTS" || true
+exit $STATUS

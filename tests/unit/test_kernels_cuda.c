@@ -1,0 +1,535 @@
+/* CUDA kernels (kernels/cuda.h) against the CPU kernels on the same inputs, forward and
+ * backward. Each test says its tolerance: |got - want| <= rtol |want| + atol max|want|.
+ * Exact (bit-identical) where the GPU kernel repeats the CPU operation order: encoder,
+ * residual, AdamW (against the fast CPU kernel), the fused classifier against the split one.
+ * GEMMs run in full fp32 unless a test turns TF32 on.
+ *
+ * Without a visible GPU every test that needs one skips with a message; the argument
+ * checks, which touch no device, run everywhere. */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cuda.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "kernels/xent.h"
+
+_Static_assert(KN_E_CUDA == CH_E_CUDA, "kernels/cuda.h's CUDA error code is common/err.h's");
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static void need_gpu(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cr_skip_test("no CUDA device visible (cudaGetDeviceCount: %s, %d devices): CUDA kernel "
+                     "test skipped",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "ok", n);
+    }
+}
+
+static kn_cuda_t *ctx_new(int tf32)
+{
+    kn_cuda_t *ctx = NULL;
+    cr_assert_eq(kn_cuda_create(&ctx, tf32), 0, "kn_cuda_create");
+    return ctx;
+}
+
+static float *randn(size_t n, const char *name, float std)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    cr_assert_not_null(x);
+    ch_rng_fill_normal(x, n, 4321, name, 0, std);
+    return x;
+}
+
+static float *zeros(size_t n)
+{
+    float *x = calloc(n ? n : 1, sizeof *x);
+    cr_assert_not_null(x);
+    return x;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *d = NULL;
+    cr_assert_eq(cudaMalloc(&d, bytes ? bytes : 4), cudaSuccess, "cudaMalloc %zu", bytes);
+    return d;
+}
+
+/* a device copy of host[0..bytes) */
+static void *up(const void *host, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    cr_assert_eq(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return d;
+}
+
+static float *upf(const float *host, size_t n)
+{
+    return up(host, n * sizeof(float));
+}
+
+/* wait for the launched work, then a host copy of the device floats */
+static float *down(const float *dev, size_t n)
+{
+    cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess, "kernel failed: %s", kn_cuda_error_text());
+    float *h = zeros(n);
+    cr_assert_eq(cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+}
+
+static void assert_close(const char *what, const float *got, const float *want, size_t n,
+                         double rtol, double atol)
+{
+    double maxabs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        maxabs = fmax(maxabs, fabs(want[i]));
+    }
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        cr_assert(err <= rtol * fabs(want[i]) + atol * maxabs + 1e-30,
+                  "%s[%zu]: got %.9g want %.9g (max |want| %.3g)", what, i, got[i], want[i],
+                  maxabs);
+    }
+}
+
+static void assert_same(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0, "%s[%zu]: got %.9g want %.9g",
+                  what, i, got[i], want[i]);
+    }
+}
+
+/* device result vs host expectation, freeing the download */
+static void check_dev(const char *what, const float *dev, const float *want, size_t n, double rtol,
+                      double atol)
+{
+    float *got = down(dev, n);
+    if (rtol == 0.0 && atol == 0.0) {
+        assert_same(what, got, want, n);
+    } else {
+        assert_close(what, got, want, n, rtol, atol);
+    }
+    free(got);
+}
+
+// ----------------------------------------------------------------------------
+// arguments: no device needed
+
+Test(cuda_args, bad_shapes_are_einval_before_any_launch)
+{
+    cr_assert_eq(kn_cuda_flash_attention_fwd(NULL, NULL, NULL, 1, 8, 2 * 256, 2, NULL), -EINVAL,
+                 "head size above KN_CUDA_FLASH_MAX_HS");
+    cr_assert_eq(kn_cuda_flash_attention_fwd(NULL, NULL, NULL, 1, 8, 30, 4, NULL), -EINVAL,
+                 "C not a multiple of NH");
+    cr_assert_eq(kn_cuda_layernorm_fwd(NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, NULL), -EINVAL);
+    cr_assert_eq(kn_cuda_encoder_fwd(NULL, NULL, NULL, NULL, 1, 0, 8, NULL), -EINVAL);
+    cr_assert_eq(kn_cuda_gelu_fwd(NULL, NULL, 0, NULL), 0, "empty is a no-op");
+    cr_assert_eq(kn_cuda_adamw(NULL, NULL, NULL, NULL, 4, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0, NULL),
+                 -EINVAL, "step 0");
+}
+
+// ----------------------------------------------------------------------------
+// encoder: bit-identical to the reference, forward and backward
+
+Test(cuda_encoder, fwd_bwd_bit_identical)
+{
+    need_gpu();
+    int B = 3, T = 17, C = 45, V = 11, N = B * T;
+    int32_t inp[3 * 17];
+    for (int i = 0; i < N; i++) {
+        inp[i] = (i * 7 + i / 5) % V; /* repeats, within and across rows */
+    }
+    inp[4] = inp[5] = inp[6] = 3;
+    float *wte = randn((size_t)V * C, "wte", 1), *wpe = randn((size_t)T * C, "wpe", 1);
+    float *dout = randn((size_t)N * C, "dout", 1);
+    float *dwte = randn((size_t)V * C, "dwte0", 1), *dwpe = randn((size_t)T * C, "dwpe0", 1);
+    float *out = zeros((size_t)N * C);
+
+    int32_t *d_inp = up(inp, sizeof inp);
+    float *d_wte = upf(wte, (size_t)V * C), *d_wpe = upf(wpe, (size_t)T * C);
+    float *d_out = dev_alloc((size_t)N * C * sizeof(float));
+    float *d_dout = upf(dout, (size_t)N * C);
+    float *d_dwte = upf(dwte, (size_t)V * C), *d_dwpe = upf(dwpe, (size_t)T * C);
+    void *scratch = dev_alloc(kn_cuda_encoder_bwd_scratch_bytes(B, T));
+
+    cr_assert_eq(kn_cuda_encoder_fwd(d_out, d_inp, d_wte, d_wpe, B, T, C, NULL), 0);
+    kn_encoder_fwd_ref(out, inp, wte, wpe, B, T, C);
+    check_dev("encoder out", d_out, out, (size_t)N * C, 0, 0);
+
+    cr_assert_eq(kn_cuda_encoder_bwd(d_dwte, d_dwpe, scratch, d_dout, d_inp, B, T, C, NULL), 0);
+    kn_encoder_bwd_ref(dwte, dwpe, dout, inp, B, T, C);
+    check_dev("dwte", d_dwte, dwte, (size_t)V * C, 0, 0);
+    check_dev("dwpe", d_dwpe, dwpe, (size_t)T * C, 0, 0);
+
+    cudaFree(scratch), cudaFree(d_dwpe), cudaFree(d_dwte), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_wpe), cudaFree(d_wte), cudaFree(d_inp);
+    free(out), free(dwpe), free(dwte), free(dout), free(wpe), free(wte);
+}
+
+// ----------------------------------------------------------------------------
+// layernorm: forward 1e-5, backward (accumulating onto nonzero gradients) 1e-4
+
+Test(cuda_layernorm, fwd_bwd_match_reference)
+{
+    need_gpu();
+    int N = 1100, C = 77; /* more rows than KN_CUDA_LN_PARTIALS: partials take several rows */
+    size_t NC = (size_t)N * C;
+    float *x = randn(NC, "x", 2), *w = randn(C, "w", 1), *b = randn(C, "b", 1);
+    float *out = zeros(NC), *mean = zeros(N), *rstd = zeros(N);
+    float *dout = randn(NC, "dout", 1), *dx = randn(NC, "dx0", 1);
+    float *dw = randn(C, "dw0", 1), *db = randn(C, "db0", 1);
+
+    float *d_x = upf(x, NC), *d_w = upf(w, C), *d_b = upf(b, C), *d_out = upf(out, NC);
+    float *d_mean = upf(mean, N), *d_rstd = upf(rstd, N), *d_dout = upf(dout, NC);
+    float *d_dx = upf(dx, NC), *d_dw = upf(dw, C), *d_db = upf(db, C);
+    float *scratch = dev_alloc(KN_CUDA_LN_BWD_SCRATCH(C) * sizeof(float));
+
+    cr_assert_eq(kn_cuda_layernorm_fwd(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, NULL), 0);
+    kn_layernorm_fwd_ref(out, mean, rstd, x, w, b, N, C);
+    check_dev("ln out", d_out, out, NC, 1e-5, 1e-5);
+    check_dev("ln mean", d_mean, mean, N, 1e-5, 1e-5);
+    check_dev("ln rstd", d_rstd, rstd, N, 1e-5, 1e-5);
+
+    // the backward reads the CPU's mean/rstd so only the backward is compared
+    cr_assert_eq(cudaMemcpy(d_mean, mean, N * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(d_rstd, rstd, N * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    cr_assert_eq(kn_cuda_layernorm_bwd(d_dx, d_dw, d_db, scratch, d_dout, d_x, d_w, d_mean, d_rstd,
+                                       N, C, NULL),
+                 0);
+    kn_layernorm_bwd_ref(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    check_dev("ln dinp", d_dx, dx, NC, 1e-4, 1e-5);
+    check_dev("ln dweight", d_dw, dw, C, 1e-4, 1e-5);
+    check_dev("ln dbias", d_db, db, C, 1e-4, 1e-5);
+
+    cudaFree(scratch), cudaFree(d_db), cudaFree(d_dw), cudaFree(d_dx), cudaFree(d_dout);
+    cudaFree(d_rstd), cudaFree(d_mean), cudaFree(d_out), cudaFree(d_b), cudaFree(d_w);
+    cudaFree(d_x);
+    free(db), free(dw), free(dx), free(dout), free(rstd), free(mean), free(out), free(b), free(w);
+    free(x);
+}
+
+// ----------------------------------------------------------------------------
+// matmul: fp32 1e-5 (forward) / 1e-4 (backward); TF32 5e-3 of the largest entry
+
+static void matmul_case(int N, int C, int OC, int with_bias, int tf32)
+{
+    kn_cuda_t *ctx = ctx_new(tf32);
+    double rtol = tf32 ? 0.0 : 1e-5, atol = tf32 ? 5e-3 : 1e-5;
+    size_t nI = (size_t)N * C, nW = (size_t)C * OC, nO = (size_t)N * OC;
+    float *x = randn(nI, "x", 1), *w = randn(nW, "w", 0.1f), *b = randn(OC, "b", 1);
+    float *out = zeros(nO), *dout = randn(nO, "dout", 1), *dx = zeros(nI);
+    float *dw = randn(nW, "dw0", 1), *db = randn(OC, "db0", 1);
+    float *bias = with_bias ? b : NULL;
+
+    float *d_x = upf(x, nI), *d_w = upf(w, nW), *d_b = upf(b, OC), *d_out = upf(out, nO);
+    float *d_dout = upf(dout, nO), *d_dx = upf(dx, nI), *d_dw = upf(dw, nW), *d_db = upf(db, OC);
+
+    cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out, d_x, d_w, with_bias ? d_b : NULL, N, C, OC, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    kn_matmul_fwd_ref(out, x, w, bias, N, C, OC);
+    check_dev("matmul out", d_out, out, nO, rtol, atol);
+
+    cr_assert_eq(kn_cuda_matmul_bwd(ctx, d_dx, d_dw, with_bias ? d_db : NULL, d_dout, d_x, d_w, N,
+                                    C, OC, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    kn_matmul_bwd_ref(dx, dw, with_bias ? db : NULL, dout, x, w, N, C, OC);
+    check_dev("matmul dinp", d_dx, dx, nI, rtol * 10, atol);
+    check_dev("matmul dweight", d_dw, dw, nW, rtol * 10, atol);
+    check_dev("matmul dbias", d_db, db, OC, rtol * 10, atol);
+
+    cudaFree(d_db), cudaFree(d_dw), cudaFree(d_dx), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_b), cudaFree(d_w), cudaFree(d_x);
+    free(db), free(dw), free(dx), free(dout), free(out), free(b), free(w), free(x);
+    kn_cuda_destroy(ctx);
+}
+
+Test(cuda_matmul, fp32_bias_aligned)
+{
+    need_gpu();
+    matmul_case(64, 96, 192, 1, 0);
+}
+
+Test(cuda_matmul, fp32_odd_shapes_with_and_without_bias)
+{
+    need_gpu();
+    matmul_case(37, 29, 53, 1, 0);
+    matmul_case(37, 29, 53, 0, 0);
+}
+
+Test(cuda_matmul, tf32)
+{
+    need_gpu();
+    matmul_case(256, 128, 384, 1, 1);
+}
+
+// ----------------------------------------------------------------------------
+// attention: materialised and fused against the reference; forward 1e-5, backward 1e-4
+
+typedef struct att_case {
+    int B, T, C, NH;
+    float *qkv, *dout;     /* host inputs */
+    float *out, *att;      /* reference forward */
+    float *dqkv;           /* reference backward */
+    float *d_qkv, *d_dout; /* device inputs */
+} att_case_t;
+
+static void att_setup(att_case_t *a, int B, int T, int C, int NH)
+{
+    memset(a, 0, sizeof *a);
+    a->B = B, a->T = T, a->C = C, a->NH = NH;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    a->qkv = randn(nqkv, "qkv", 1);
+    a->dout = randn(nout, "dout", 1);
+    a->out = zeros(nout);
+    a->att = zeros((size_t)B * NH * T * T);
+    a->dqkv = zeros(nqkv);
+    kn_attention_fwd_ref(a->out, a->att, a->qkv, B, T, C, NH);
+    kn_attention_bwd_ref(a->dqkv, a->dout, a->qkv, a->att, B, T, C, NH);
+    a->d_qkv = upf(a->qkv, nqkv);
+    a->d_dout = upf(a->dout, nout);
+}
+
+static void att_free(att_case_t *a)
+{
+    cudaFree(a->d_dout), cudaFree(a->d_qkv);
+    free(a->dqkv), free(a->att), free(a->out), free(a->dout), free(a->qkv);
+}
+
+static void att_materialised(int B, int T, int C, int NH)
+{
+    att_case_t a;
+    att_setup(&a, B, T, C, NH);
+    kn_cuda_t *ctx = ctx_new(0);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *d_out = dev_alloc(nout * sizeof(float)), *d_att = dev_alloc(natt * sizeof(float));
+    float *d_dqkv = dev_alloc(nqkv * sizeof(float));
+    float *scratch = dev_alloc(KN_CUDA_ATT_BWD_SCRATCH(T, NH) * sizeof(float));
+
+    cr_assert_eq(kn_cuda_attention_fwd(ctx, d_out, d_att, a.d_qkv, B, T, C, NH, NULL), 0, "%s",
+                 kn_cuda_ctx_error(ctx));
+    check_dev("attention out", d_out, a.out, nout, 1e-5, 1e-5);
+    check_dev("attention att", d_att, a.att, natt, 1e-5, 1e-5);
+    cr_assert_eq(
+        kn_cuda_attention_bwd(ctx, d_dqkv, scratch, a.d_dout, a.d_qkv, d_att, B, T, C, NH, NULL), 0,
+        "%s", kn_cuda_ctx_error(ctx));
+    check_dev("attention dqkv", d_dqkv, a.dqkv, nqkv, 1e-4, 1e-5);
+
+    cudaFree(scratch), cudaFree(d_dqkv), cudaFree(d_att), cudaFree(d_out);
+    kn_cuda_destroy(ctx);
+    att_free(&a);
+}
+
+static void att_flash(int B, int T, int C, int NH)
+{
+    att_case_t a;
+    att_setup(&a, B, T, C, NH);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    int hs = C / NH;
+    // lse of the scaled scores, from the reference's inputs, in double
+    float *lse = zeros(nlse);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float *q = a.qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double mx = -INFINITY, s[1024];
+                cr_assert(T <= 1024);
+                for (int j = 0; j <= t; j++) {
+                    const float *k = a.qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0.0;
+                    for (int i = 0; i < hs; i++) {
+                        d += (double)q[i] * k[i];
+                    }
+                    s[j] = d / sqrt((double)hs);
+                    mx = fmax(mx, s[j]);
+                }
+                double sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    sum += exp(s[j] - mx);
+                }
+                lse[((size_t)b * NH + h) * T + t] = (float)(mx + log(sum));
+            }
+        }
+    }
+    float *d_out = dev_alloc(nout * sizeof(float)), *d_lse = dev_alloc(nlse * sizeof(float));
+    float *d_dqkv = dev_alloc(nqkv * sizeof(float));
+    float *scratch = dev_alloc(KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH) * sizeof(float));
+
+    cr_assert_eq(kn_cuda_flash_attention_fwd(d_out, d_lse, a.d_qkv, B, T, C, NH, NULL), 0);
+    check_dev("flash out", d_out, a.out, nout, 1e-5, 1e-5);
+    check_dev("flash lse", d_lse, lse, nlse, 1e-5, 1e-6);
+    cr_assert_eq(kn_cuda_flash_attention_bwd(d_dqkv, scratch, a.d_dout, a.d_qkv, d_out, d_lse, B, T,
+                                             C, NH, NULL),
+                 0);
+    check_dev("flash dqkv", d_dqkv, a.dqkv, nqkv, 1e-4, 1e-5);
+
+    cudaFree(scratch), cudaFree(d_dqkv), cudaFree(d_lse), cudaFree(d_out);
+    free(lse);
+    att_free(&a);
+}
+
+Test(cuda_attention, materialised_matches_reference)
+{
+    need_gpu();
+    att_materialised(2, 37, 32, 4);
+    att_materialised(1, 130, 128, 2);
+}
+
+Test(cuda_attention, fused_matches_reference_each_head_size)
+{
+    need_gpu();
+    att_flash(2, 37, 32, 4);   /* hs 8: the 32-wide path, T not a tile multiple */
+    att_flash(1, 130, 128, 2); /* hs 64 */
+    att_flash(2, 45, 192, 2);  /* hs 96: the 128-wide path */
+}
+
+// ----------------------------------------------------------------------------
+// gelu (1e-5 of the value, 1e-6 of the largest), residual (exact)
+
+Test(cuda_elementwise, gelu_and_residual)
+{
+    need_gpu();
+    size_t n = 100003;
+    float *x = randn(n, "x", 3), *dout = randn(n, "dout", 1), *y = zeros(n), *dx = zeros(n);
+    x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f;
+    float *d_x = upf(x, n), *d_dout = upf(dout, n), *d_y = dev_alloc(n * sizeof(float));
+    float *d_dx = dev_alloc(n * sizeof(float));
+
+    cr_assert_eq(kn_cuda_gelu_fwd(d_y, d_x, n, NULL), 0);
+    kn_gelu_fwd_ref(y, x, n);
+    check_dev("gelu", d_y, y, n, 1e-5, 1e-6);
+    cr_assert_eq(kn_cuda_gelu_bwd(d_dx, d_x, d_dout, n, NULL), 0);
+    kn_gelu_bwd_ref(dx, x, dout, n);
+    check_dev("gelu dinp", d_dx, dx, n, 1e-5, 1e-6);
+
+    cr_assert_eq(kn_cuda_residual_fwd(d_y, d_x, d_dout, n, NULL), 0);
+    kn_residual_fwd_ref(y, x, dout, n);
+    check_dev("residual", d_y, y, n, 0, 0);
+    cr_assert_eq(kn_cuda_residual_fwd(d_x, d_x, d_dout, n, NULL), 0); /* in place */
+    check_dev("residual in place", d_x, y, n, 0, 0);
+
+    cudaFree(d_dx), cudaFree(d_y), cudaFree(d_dout), cudaFree(d_x);
+    free(dx), free(y), free(dout), free(x);
+}
+
+// ----------------------------------------------------------------------------
+// LM head + cross-entropy: 1e-5 (forward) / 1e-4 (backward); fused == split, bit for bit
+
+Test(cuda_xent, split_and_fused_match_reference)
+{
+    need_gpu();
+    kn_cuda_t *ctx = ctx_new(0);
+    int N = 13, C = 24, V = 50, Vp = 64;
+    float scale = 1.0f / N;
+    int32_t targets[13];
+    for (int n = 0; n < N; n++) {
+        targets[n] = (n * 17 + 3) % V;
+    }
+    targets[0] = V - 1;
+    float *x = randn((size_t)N * C, "x", 1), *wte = randn((size_t)Vp * C, "wte", 1);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) {
+        wte[i] = 0.0f; /* padded rows are zero, as in the model */
+    }
+    float *logits = zeros((size_t)N * Vp), *lse = zeros(N), *losses = zeros(N);
+    float *dx = zeros((size_t)N * C), *dwte = randn((size_t)Vp * C, "dwte0", 1);
+
+    int32_t *d_t = up(targets, sizeof targets);
+    float *d_x = upf(x, (size_t)N * C), *d_wte = upf(wte, (size_t)Vp * C);
+    float *d_logits = dev_alloc((size_t)N * Vp * sizeof(float)), *d_lse = dev_alloc(N * 4);
+    float *d_losses = dev_alloc(N * 4), *d_dx = dev_alloc((size_t)N * C * 4);
+    float *d_dwte = upf(dwte, (size_t)Vp * C);
+
+    cr_assert_eq(
+        kn_cuda_lmhead_fwd(ctx, d_logits, d_lse, d_losses, d_x, d_wte, d_t, N, C, V, Vp, NULL), 0,
+        "%s", kn_cuda_ctx_error(ctx));
+    kn_lmhead_fwd_ref(logits, lse, losses, x, wte, targets, N, C, V, Vp);
+    check_dev("logits", d_logits, logits, (size_t)N * Vp, 1e-5, 1e-5);
+    check_dev("lse", d_lse, lse, N, 1e-5, 1e-6);
+    check_dev("losses", d_losses, losses, N, 1e-5, 1e-6);
+
+    cr_assert_eq(kn_cuda_lmhead_bwd(ctx, d_dx, d_dwte, d_logits, d_lse, d_x, d_wte, d_t, scale, N,
+                                    C, V, Vp, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    float *split_dx = down(d_dx, (size_t)N * C), *split_dwte = down(d_dwte, (size_t)Vp * C);
+    float *split_dlogits = down(d_logits, (size_t)N * Vp);
+    kn_lmhead_bwd_ref(dx, dwte, logits, lse, x, wte, targets, scale, N, C, V, Vp);
+    assert_close("dx", split_dx, dx, (size_t)N * C, 1e-4, 1e-5);
+    assert_close("dwte", split_dwte, dwte, (size_t)Vp * C, 1e-4, 1e-5);
+
+    // the fused classifier, from the same starting dwte, gives the same bits
+    float *dwte0 = randn((size_t)Vp * C, "dwte0", 1);
+    cr_assert_eq(cudaMemcpy(d_dwte, dwte0, (size_t)Vp * C * 4, cudaMemcpyHostToDevice),
+                 cudaSuccess);
+    float *split_lse = down(d_lse, N), *split_losses = down(d_losses, N);
+    cr_assert_eq(kn_cuda_lmhead_fused(ctx, d_dx, d_dwte, d_logits, d_lse, d_losses, d_x, d_wte, d_t,
+                                      scale, N, C, V, Vp, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    check_dev("fused lse", d_lse, split_lse, N, 0, 0);
+    check_dev("fused losses", d_losses, split_losses, N, 0, 0);
+    check_dev("fused dlogits", d_logits, split_dlogits, (size_t)N * Vp, 0, 0);
+    check_dev("fused dx", d_dx, split_dx, (size_t)N * C, 0, 0);
+    check_dev("fused dwte", d_dwte, split_dwte, (size_t)Vp * C, 0, 0);
+
+    cudaFree(d_dwte), cudaFree(d_dx), cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_logits);
+    cudaFree(d_wte), cudaFree(d_x), cudaFree(d_t);
+    free(split_losses), free(split_lse), free(dwte0), free(split_dlogits), free(split_dwte);
+    free(split_dx), free(dwte), free(dx), free(losses), free(lse), free(logits), free(wte), free(x);
+    kn_cuda_destroy(ctx);
+}
+
+// ----------------------------------------------------------------------------
+// AdamW: bit-identical to the fast CPU kernel over three steps; sum of squares 1e-12
+
+Test(cuda_optim, adamw_bit_identical_to_cpu)
+{
+    need_gpu();
+    size_t n = 4099;
+    float *p = randn(n, "p", 1), *g = randn(n, "g", 1), *m = zeros(n), *v = zeros(n);
+    float *d_p = upf(p, n), *d_g = upf(g, n), *d_m = upf(m, n), *d_v = upf(v, n);
+    for (uint64_t t = 1; t <= 3; t++) {
+        cr_assert_eq(kn_cuda_adamw(d_p, d_g, d_m, d_v, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, NULL), 0);
+        kn_adamw(p, g, m, v, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t);
+    }
+    check_dev("adamw p", d_p, p, n, 0, 0);
+    check_dev("adamw m", d_m, m, n, 0, 0);
+    check_dev("adamw v", d_v, v, n, 0, 0);
+    cudaFree(d_v), cudaFree(d_m), cudaFree(d_g), cudaFree(d_p);
+    free(v), free(m), free(g), free(p);
+}
+
+Test(cuda_optim, sumsq_matches_reference)
+{
+    need_gpu();
+    size_t n = ((size_t)1 << 20) + 7;
+    float *x = randn(n, "x", 1);
+    float *d_x = upf(x, n);
+    double *d_out = dev_alloc(sizeof(double));
+    double *scratch = dev_alloc(KN_CUDA_SUMSQ_PARTIALS * sizeof(double));
+    double want = kn_sumsq_ref(x, n), got = 0.0, got2 = 0.0;
+
+    cr_assert_eq(kn_cuda_sumsq(d_out, scratch, d_x, n, 0, NULL), 0);
+    cr_assert_eq(cudaMemcpy(&got, d_out, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+    cr_assert(fabs(got - want) <= 1e-12 * want, "sumsq %.17g want %.17g", got, want);
+    cr_assert_eq(kn_cuda_sumsq(d_out, scratch, d_x, 5, 1, NULL), 0); /* accumulate */
+    cr_assert_eq(cudaMemcpy(&got2, d_out, sizeof got2, cudaMemcpyDeviceToHost), cudaSuccess);
+    double want2 = got + kn_sumsq_ref(x, 5);
+    cr_assert(fabs(got2 - want2) <= 1e-12 * want2, "accumulated %.17g want %.17g", got2, want2);
+
+    cudaFree(scratch), cudaFree(d_out), cudaFree(d_x);
+    free(x);
+}
