@@ -36,7 +36,9 @@ int ctl_jobfile_load(const char *file, char *const *sets, int nsets, ch_jobspec_
         return CTL_EXIT_CONFIG;
     }
     ch_jobspec_defaults(spec);
-    rc = ch_jobspec_parse(text, spec, err, sizeof err);
+    rc = ch_jobspec_check_text(text, len, err, sizeof err);
+    if (rc == 0)
+        rc = ch_jobspec_parse(text, spec, err, sizeof err);
     free(text);
     for (int i = 0; rc == 0 && i < nsets; i++)
         rc = ch_jobspec_set(spec, sets[i], err, sizeof err);

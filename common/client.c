@@ -22,6 +22,7 @@
 #include "common/util.h"
 
 #define CLIENT_SEND_TIMEOUT_MS 30000
+#define CLIENT_LINK_ERROR_MS   500 /* reading why a refused link was closed */
 
 struct ch_client {
     int fd;
@@ -361,6 +362,28 @@ int ch_client_recv(ch_client_t *c, int timeout_ms, Chorus__Envelope **out)
     return recv_env(c, &c->sess, deadline_of(timeout_ms), out);
 }
 
+/* The server may refuse a link before reading a request (a control-socket user it does
+ * not allow): it sends Error{request id 0} and closes, so our send can fail with EPIPE
+ * and the reason waits in our receive buffer. Read it rather than report "Broken pipe". */
+static int link_error(ch_client_t *c, Chorus__Envelope **resp)
+{
+    int broken = c->broken;
+    c->broken = 0;
+    for (;;) {
+        Chorus__Envelope *in = NULL;
+        if (recv_env(c, &c->sess, deadline_of(CLIENT_LINK_ERROR_MS), &in) < 0)
+            break;
+        if (in->body_case == CHORUS__ENVELOPE__BODY_ERROR && in->request_id == 0) {
+            c->broken = 1;
+            *resp = in;
+            return in->error->code < 0 ? in->error->code : -EIO;
+        }
+        ch_msg_free(in);
+    }
+    c->broken = broken;
+    return 0;
+}
+
 int ch_client_call(ch_client_t *c, Chorus__Envelope *req, int timeout_ms, Chorus__Envelope **resp)
 {
     if (!c || !req || !resp)
@@ -369,6 +392,10 @@ int ch_client_call(ch_client_t *c, Chorus__Envelope *req, int timeout_ms, Chorus
     uint64_t deadline = deadline_of(timeout_ms);
     req->request_id = ++c->next_request_id;
     int rc = ch_client_send(c, req);
+    if (rc == -EPIPE) {
+        int why = link_error(c, resp);
+        return why < 0 ? why : rc;
+    }
     if (rc < 0)
         return rc;
     for (;;) {
@@ -376,7 +403,9 @@ int ch_client_call(ch_client_t *c, Chorus__Envelope *req, int timeout_ms, Chorus
         rc = recv_env(c, &c->sess, deadline, &in);
         if (rc < 0)
             return rc;
-        if (in->request_id != req->request_id) {
+        /* Request id 0: an Error about the link itself, the answer to every call. */
+        int link_err = in->request_id == 0 && in->body_case == CHORUS__ENVELOPE__BODY_ERROR;
+        if (in->request_id != req->request_id && !link_err) {
             ch_msg_free(in);
             continue;
         }

@@ -27,8 +27,16 @@
 #include "common/frame.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/util.h"
 
-#define CONN_RDBUF    (16u << 10)
+#define CONN_RDBUF (16u << 10)
+/* Backpressure: a peer that sends requests but does not read the replies stops being
+ * read once CONN_WQ_HIGH bytes wait in our write queue, and is read again below
+ * CONN_WQ_LOW; a link whose queue still grows past CONN_WQ_MAX (messages we send on our
+ * own, to a peer that never reads) is cut. */
+#define CONN_WQ_HIGH  (256u << 10)
+#define CONN_WQ_LOW   (64u << 10)
+#define CONN_WQ_MAX   (64u << 20)
 #define CONN_ROLE_MAX 32
 #define CONN_PEER_MAX 80
 
@@ -60,6 +68,7 @@ struct ch_conn {
     int handles_closing;
     int handles_closed; /* of the two handles */
     int nwrites;        /* writes queued and not yet completed */
+    int paused;         /* reading stopped: the peer does not read our replies */
     int draining;       /* local close waiting for queued writes */
     uv_shutdown_t shutdown_req;
     int notify_close; /* 0 when a constructor failed: no close_cb */
@@ -72,7 +81,10 @@ struct ch_conn {
     uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN];
     ch_session_t sess;
     ch_frame_reader_t rd;
+    uint32_t max_frame; /* once ready; before, a server takes handshake frames only */
     uint32_t hs_timeout_ms;
+    ch_ratelimit_t *unauth_log;
+    int is_server;
 
     ch_conn_cbs_t cbs;
     void *ud;
@@ -89,6 +101,9 @@ typedef struct write_req {
 
 static void conn_close_with(ch_conn_t *c, int reason);
 static void on_timer(uv_timer_t *t);
+static void conn_drain_frames(ch_conn_t *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* ---------------------------------------------------------------- lifetime */
 
@@ -134,7 +149,18 @@ static void conn_fail(ch_conn_t *c, int reason, const char *what)
 {
     if (c->state == ST_CLOSING)
         return;
-    CH_LOGW("net", "peer %s: %s: %s; closing link", c->peer, what, ch_strerror(reason));
+    uint32_t quiet = 0;
+    if (c->is_server && c->state != ST_READY && c->unauth_log &&
+        !ch_ratelimit_ok(c->unauth_log, ch_now_ms(), &quiet)) {
+        CH_LOGD("net", "peer %s: %s: %s; closing link", c->peer, what, ch_strerror(reason));
+    } else if (quiet) {
+        CH_LOGW("net",
+                "peer %s: %s: %s; closing link (%u more unauthenticated peers cut, not "
+                "logged)",
+                c->peer, what, ch_strerror(reason), quiet);
+    } else {
+        CH_LOGW("net", "peer %s: %s: %s; closing link", c->peer, what, ch_strerror(reason));
+    }
     conn_close_with(c, reason);
 }
 
@@ -182,7 +208,15 @@ static int conn_new(uv_loop_t *loop, const ch_conn_opts_t *opts, const ch_conn_c
     if (c->keyed)
         c->key = *opts->key;
     c->hs_timeout_ms = opts->handshake_timeout_ms ? opts->handshake_timeout_ms : 3000;
-    ch_frame_reader_init(&c->rd, opts->max_frame ? opts->max_frame : CH_FRAME_MAX_DEFAULT);
+    c->max_frame = opts->max_frame ? opts->max_frame : CH_FRAME_MAX_DEFAULT;
+    c->is_server = opts->is_server;
+    c->unauth_log = opts->unauth_log;
+    /* A client may get the server's first messages in the same read as AuthResult, so
+     * only the server, which speaks second, holds its peer to handshake-sized frames. */
+    ch_frame_reader_init(&c->rd,
+                         c->keyed && c->is_server && c->max_frame > CH_CONN_HANDSHAKE_FRAME_MAX
+                             ? CH_CONN_HANDSHAKE_FRAME_MAX
+                             : c->max_frame);
     if (!opts->is_server && opts->role)
         snprintf(c->role, sizeof c->role, "%s", opts->role);
     snprintf(c->peer, sizeof c->peer, "?");
@@ -217,8 +251,21 @@ static void on_write(uv_write_t *req, int status)
     free(w->buf);
     free(w);
     c->nwrites--;
-    if (status < 0 && status != UV_ECANCELED)
+    if (status < 0 && status != UV_ECANCELED) {
         conn_fail(c, ch_err_from_uv(status), "write failed");
+        return;
+    }
+    if (c->paused && c->state == ST_READY &&
+        uv_stream_get_write_queue_size(&c->u.stream) <= CONN_WQ_LOW) {
+        /* The peer reads again: first the frames we held back, then the socket. */
+        c->paused = 0;
+        conn_drain_frames(c);
+        if (!c->paused && c->state == ST_READY) {
+            int rc = uv_read_start(&c->u.stream, on_alloc, on_read);
+            if (rc < 0)
+                conn_fail(c, ch_err_from_uv(rc), "read restart failed");
+        }
+    }
 }
 
 /* Queue an already packed frame; takes ownership of buf. */
@@ -231,6 +278,12 @@ static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
     }
     w->conn = c;
     w->buf = buf;
+    if (uv_stream_get_write_queue_size(&c->u.stream) + len > CONN_WQ_MAX) {
+        free(buf);
+        free(w);
+        conn_fail(c, -ENOBUFS, "peer does not read (write queue over 64 MiB)");
+        return -ENOBUFS;
+    }
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
     int rc = uv_write(&w->req, &c->u.stream, &b, 1, on_write);
     if (rc == 0)
@@ -269,6 +322,7 @@ int ch_conn_send(ch_conn_t *c, Chorus__Envelope *env)
 static void conn_set_ready(ch_conn_t *c)
 {
     c->state = ST_READY;
+    c->rd.max = c->max_frame;
     uv_timer_stop(&c->timer);
     CH_LOGD("net", "peer %s: link ready%s%s", c->peer, c->role[0] ? " role=" : "", c->role);
     if (!c->ready_notified) {
@@ -440,10 +494,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_fail(c, rc, "oversized frame header");
         return;
     }
+    conn_drain_frames(c);
+    if (c->paused)
+        uv_read_stop(&c->u.stream);
+}
+
+/* Handle the whole frames buffered, until the link closes or pauses: a peer whose
+ * replies pile up unread is not read further (its requests wait in the kernel). */
+static void conn_drain_frames(ch_conn_t *c)
+{
     const uint8_t *payload, *tag;
     size_t len;
-    while (c->state != ST_CLOSING) {
-        rc = ch_frame_reader_next(&c->rd, &payload, &len, &tag);
+    while (c->state != ST_CLOSING && !c->paused) {
+        int rc = ch_frame_reader_next(&c->rd, &payload, &len, &tag);
         if (rc == 0)
             break;
         const char *what = "oversized frame header";
@@ -453,6 +516,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             conn_fail(c, rc, what);
             break;
         }
+        if (c->state == ST_READY && uv_stream_get_write_queue_size(&c->u.stream) > CONN_WQ_HIGH)
+            c->paused = 1;
     }
 }
 

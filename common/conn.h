@@ -2,6 +2,9 @@
  * Knows nothing of the application: it runs the handshake (auth.h), then delivers
  * each decoded Envelope to msg_cb and sends Envelopes given to ch_conn_send.
  *
+ * Before authentication a server accepts frames of CH_CONN_HANDSHAKE_FRAME_MAX bytes
+ * only; the link's max_frame applies once it is ready.
+ *
  * Failure policy: a bad frame (oversized, undecodable, bad tag, replayed seq), a
  * handshake that fails or does not finish within handshake_timeout_ms, or a read
  * error closes the link with one log line naming the peer and the reason; close_cb
@@ -15,6 +18,7 @@
 
 #include "chorus.pb-c.h"
 #include "common/auth.h"
+#include "common/log.h"
 
 typedef struct ch_conn ch_conn_t;
 
@@ -34,7 +38,14 @@ typedef struct ch_conn_opts {
     const char *role;              /* sent in AuthHello by clients ("worker", "ctl") */
     uint32_t max_frame;            /* 0: CH_FRAME_MAX_DEFAULT */
     uint32_t handshake_timeout_ms; /* 0: 3000 */
+    /* Server side: the line logged when a peer fails before authenticating goes through
+     * this budget (borrowed; outlives the link). NULL: no limit. */
+    ch_ratelimit_t *unauth_log;
 } ch_conn_opts_t;
+
+/* Largest frame a server accepts before the peer has authenticated: the handshake's
+ * frames are under 200 bytes, so an unauthenticated peer costs a few KiB at most. */
+#define CH_CONN_HANDSHAKE_FRAME_MAX 1024u
 
 /* Accept a pending connection on a listening stream (TCP or pipe). */
 int ch_conn_accept(uv_loop_t *loop, uv_stream_t *server, const ch_conn_opts_t *opts,

@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "common/ini.h"
+#include "common/plan.h"
 #include "common/tokens.h"
 
 #define WORLD_MAX      (1u << 20)
@@ -442,6 +443,64 @@ fail:
     return CH_E_CONFIG;
 }
 
+/* The plan's memory per rank (common/plan.h) against CH_JOBSPEC_RANK_BYTES_MAX, naming
+ * the field that weighs most: a model that cannot fit any rank is refused at submit, not
+ * when its ranks fail to allocate. */
+static int check_memory(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    if (j->kind != CH_JOB_TRAIN)
+        return 0;
+    ch_model_cfg_t m = ch_plan_model_of(j);
+    ch_plan_t p;
+    int rc = ch_plan_peak(&m, ch_jobspec_layout(j), j->parallel.micro_batch_size,
+                          j->parallel.microbatches, j->parallel.reshard, &p);
+    if (rc == -EINVAL)
+        return 0; /* a zero field, already named by validate_fields */
+    if (rc == 0 && p.total_bytes <= CH_JOBSPEC_RANK_BYTES_MAX)
+        return 0;
+    /* What dominates the peak stage: what grows with its blocks (state, gathered blocks,
+     * activations), its wte slice, or the attention scores (seq_len squared). */
+    double attn = 4.0 * j->parallel.micro_batch_size * (j->model.heads / j->parallel.tp) *
+                  (double)j->model.seq_len * j->model.seq_len * p.blocks * p.in_flight;
+    double layers =
+        16.0 * p.blocks * p.block_shard + p.gathered_bytes + p.act_mb_bytes * p.in_flight - attn;
+    double vocab = 16.0 * p.padded_vocab * j->model.embd / j->parallel.tp;
+    const char *field = "model.layers";
+    if (vocab >= layers && vocab >= attn)
+        field = "model.vocab";
+    else if (attn >= layers && attn >= vocab)
+        field = "model.seq_len";
+    snprintf(err, errlen,
+             "%s: the model needs %.3g GiB per rank (stage %u of layers %" PRIu32 ", embd %" PRIu32
+             ", vocab %" PRIu32 ", seq_len %" PRIu32 "), over the %.0f GiB a rank may use",
+             field, p.total_bytes / 1073741824.0, p.stage, j->model.layers, j->model.embd,
+             j->model.vocab, j->model.seq_len, CH_JOBSPEC_RANK_BYTES_MAX / 1073741824.0);
+    return CH_E_CONFIG;
+}
+
+int ch_jobspec_check_text(const char *text, size_t len, char *err, size_t errlen)
+{
+    int section = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch == 0) {
+            snprintf(err, errlen, "not a job file: NUL byte at offset %zu", i);
+            return CH_E_CONFIG;
+        }
+        if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f) {
+            snprintf(err, errlen, "not a job file: binary byte 0x%02x at offset %zu", ch, i);
+            return CH_E_CONFIG;
+        }
+        if (ch == '[' && (i == 0 || text[i - 1] == '\n'))
+            section = 1;
+    }
+    if (!section) {
+        snprintf(err, errlen, "not a job file: no [section] (an empty file is not a job)");
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
 /* Rules that relate fields, or that the table cannot express. */
 static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
 {
@@ -494,7 +553,7 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
                  j->checkpoint.every);
         return CH_E_CONFIG;
     }
-    return 0;
+    return check_memory(j, err, errlen);
 }
 
 /* The whole token file is checked (format, size, every token < vocab) so a bad file is

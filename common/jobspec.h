@@ -48,12 +48,19 @@ typedef struct ch_jobspec {
     } diag;
 } ch_jobspec_t;
 
+/* Memory a rank may need (common/plan.h's estimate) before a model is refused. */
+#define CH_JOBSPEC_RANK_BYTES_MAX (1024.0 * 1073741824.0) /* 1 TiB */
+
 void ch_jobspec_defaults(ch_jobspec_t *j);
+/* A job file's raw bytes before parsing: refuses a NUL byte, binary bytes (controls other
+ * than tab, CR, LF) and text with no [section] (an empty file), naming the offset. */
+int ch_jobspec_check_text(const char *text, size_t len, char *err, size_t errlen);
 /* Parse text over the defaults. CH_E_CONFIG with "line N: [section] key: reason". */
 int ch_jobspec_parse(const char *text, ch_jobspec_t *j, char *err, size_t errlen);
 /* Apply one "section.key=value" override (chorusctl submit --set). */
 int ch_jobspec_set(ch_jobspec_t *j, const char *assignment, char *err, size_t errlen);
-/* Check values and their relations. check_files: also that train.data / init_from
+/* Check values and their relations, and that the model fits a rank
+ * (CH_JOBSPEC_RANK_BYTES_MAX, train jobs). check_files: also that train.data / init_from
  * exist and are readable. CH_E_CONFIG with "section.key: reason". */
 int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_t errlen);
 /* Canonical INI text; malloc'd, caller frees. */

@@ -136,3 +136,20 @@ void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
 out:
     errno = saved_errno;
 }
+
+int ch_ratelimit_ok(ch_ratelimit_t *rl, uint64_t now_ms, uint32_t *suppressed)
+{
+    *suppressed = 0;
+    if (now_ms - rl->window_start_ms >= rl->window_ms || now_ms < rl->window_start_ms) {
+        rl->window_start_ms = now_ms;
+        rl->n = 0;
+    }
+    if (rl->n >= rl->burst) {
+        rl->suppressed++;
+        return 0;
+    }
+    rl->n++;
+    *suppressed = rl->suppressed;
+    rl->suppressed = 0;
+    return 1;
+}

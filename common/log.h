@@ -5,6 +5,8 @@
 #ifndef CH_LOG_H
 #define CH_LOG_H
 
+#include <stdint.h>
+
 typedef enum { CH_LOG_ERROR = 0, CH_LOG_WARN, CH_LOG_INFO, CH_LOG_DEBUG } ch_log_level_t;
 
 /* name is the program name printed in every line ("coordinatord"). Reads
@@ -20,6 +22,19 @@ void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
 #define CH_LOGW(sub, ...) ch_log(CH_LOG_WARN, sub, __VA_ARGS__)
 #define CH_LOGI(sub, ...) ch_log(CH_LOG_INFO, sub, __VA_ARGS__)
 #define CH_LOGD(sub, ...) ch_log(CH_LOG_DEBUG, sub, __VA_ARGS__)
+
+/* A budget of lines per window, for events a peer can repeat at will (a flood of
+ * connections that never authenticate). Owned by whoever logs; zero-initialise, then
+ * set burst and window_ms. */
+typedef struct ch_ratelimit {
+    uint32_t burst, window_ms; /* at most burst lines per window_ms */
+    uint64_t window_start_ms;
+    uint32_t n, suppressed;
+} ch_ratelimit_t;
+
+/* 1 when one more line may be logged at now_ms; *suppressed then holds how many were
+ * refused since the last allowed line (say so in that line). 0 when over budget. */
+int ch_ratelimit_ok(ch_ratelimit_t *rl, uint64_t now_ms, uint32_t *suppressed);
 
 /* Check macro that names its cleanup label at the call site (STYLE §3). */
 #define CH_CHECK_GOTO(expr, rc, label)                                                             \

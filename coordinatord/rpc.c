@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/jobspec.h"
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/util.h"
@@ -212,7 +213,10 @@ out:
 static void h_submit(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
     char id[32], err[512];
-    int rc = coord_job_submit(c, req->submit->job_ini, id, sizeof(id), err, sizeof(err));
+    const char *ini = req->submit->job_ini ? req->submit->job_ini : "";
+    int rc = ch_jobspec_check_text(ini, strlen(ini), err, sizeof(err));
+    if (rc == 0)
+        rc = coord_job_submit(c, ini, id, sizeof(id), err, sizeof(err));
     if (rc < 0) {
         CH_LOGI("job", "submit from %s refused: %s", coord_link_peer(l), err);
         coord_link_error(l, req->request_id, rc, "%s", err);

@@ -161,7 +161,10 @@ static void on_connection(uv_stream_t *server, int status)
     }
     l->c = c;
     l->is_unix = is_unix;
-    ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key, .is_server = 1};
+    ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key,
+                           .is_server = 1,
+                           .max_frame = COORD_FRAME_IN_MAX,
+                           .unauth_log = &c->srv.unauth_log};
     ch_conn_cbs_t cbs = {.ready_cb = on_ready, .msg_cb = on_msg, .close_cb = on_close};
     ch_conn_t *conn = NULL;
     int rc = ch_conn_accept(c->loop, server, &opts, &cbs, l, &conn);
@@ -280,6 +283,8 @@ out:
 
 int coord_server_start(coord_t *c)
 {
+    c->srv.unauth_log.burst = COORD_UNAUTH_LOG_BURST;
+    c->srv.unauth_log.window_ms = COORD_UNAUTH_LOG_WINDOW_MS;
     int rc = listen_tcp(c);
     if (rc == 0 && c->cfg.ctl_socket[0])
         rc = listen_unix(c);

@@ -25,7 +25,15 @@ typedef struct coord_link {
     struct coord_link *prev, *next;
 } coord_link_t;
 
+/* What the coordinator reads is small (Register, RankEvent, KvSet <= 64 KiB, Submit):
+ * a peer's frame over 1 MiB closes its link before anything is allocated for it. */
+#define COORD_FRAME_IN_MAX (1u << 20)
+/* Peers that fail before authenticating: at most this many WARN lines per window. */
+#define COORD_UNAUTH_LOG_BURST     10
+#define COORD_UNAUTH_LOG_WINDOW_MS 10000
+
 typedef struct coord_server {
+    ch_ratelimit_t unauth_log;
     uv_tcp_t tcp;
     uv_pipe_t pipe;
     int tcp_open, pipe_open;

@@ -377,3 +377,50 @@ Test(jobspec, format_roundtrip)
     j.train.lr = 1.7976931348623157e308;
     roundtrip(&j);
 }
+
+/* Issue 11 class 9: bytes that are not a job file are refused before parsing. */
+Test(jobspec, check_text_refuses_nul_binary_and_empty)
+{
+    char err[256] = "";
+    const char ok[] = "# a job\n[job]\r\nname = a\tb\n";
+    cr_assert_eq(ch_jobspec_check_text(ok, sizeof ok - 1, err, sizeof err), 0, "%s", err);
+    const char nul[] = "[job]\nname = a\0b\n";
+    cr_assert_eq(ch_jobspec_check_text(nul, sizeof nul - 1, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strstr(err, "NUL byte at offset 14"), "%s", err);
+    const char bin[] = "[job]\n\x1b[2J";
+    cr_assert_eq(ch_jobspec_check_text(bin, sizeof bin - 1, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strstr(err, "binary"), "%s", err);
+    cr_assert_eq(ch_jobspec_check_text("", 0, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strstr(err, "no [section]"), "%s", err);
+    cr_assert_eq(ch_jobspec_check_text("\n# nothing\n", 11, err, sizeof err), CH_E_CONFIG);
+}
+
+/* Issue 11 class 9: a model no rank could hold is refused at validation, naming the
+ * field that makes it so, with no overflow on the way (vocab 2^32 - 1 pads past 2^32). */
+Test(jobspec, absurd_models_are_refused_naming_the_field)
+{
+    ch_jobspec_t j;
+    char err[512] = "";
+    ch_jobspec_defaults(&j);
+    j.model.layers = 1000000000;
+    cr_assert_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strncmp(err, "model.layers:", 13) == 0, "%s", err);
+    ch_jobspec_defaults(&j);
+    j.model.vocab = UINT32_MAX;
+    cr_assert_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strncmp(err, "model.vocab:", 12) == 0, "%s", err);
+    ch_jobspec_defaults(&j);
+    j.model.seq_len = 1u << 20;
+    j.parallel.micro_batch_size = 64;
+    cr_assert_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    cr_assert(strncmp(err, "model.seq_len:", 14) == 0, "%s", err);
+    /* GPT-2 124M at 8 x 1024 is fine. */
+    ch_jobspec_defaults(&j);
+    j.model.layers = 12;
+    j.model.heads = 12;
+    j.model.embd = 768;
+    j.model.vocab = 50257;
+    j.model.seq_len = 1024;
+    j.parallel.micro_batch_size = 8;
+    cr_assert_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
+}
