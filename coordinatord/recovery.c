@@ -87,6 +87,36 @@ static void every_cause(const coord_job_t *j, char *out, size_t len)
 // ---------------------------------------------------------------------------------------
 // Failure
 
+/* A rank's own failure is often the symptom: the survivors of a dead node see their
+ * collectives abort before the node is declared dead. When the node's loss arrives while
+ * the restart it caused is still pending, it is the cause on record. */
+static void upgrade_cause(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
+                          const char *node, const char *reason)
+{
+    coord_restart_t *h = current(j);
+    int node_level = cause == COORD_CAUSE_NODE_LOST || cause == COORD_CAUSE_WORKER_RESTART;
+    int rank_level =
+        h && (h->cause == COORD_CAUSE_RANK_FAILED || h->cause == COORD_CAUSE_RANK_EXIT);
+    if (!node_level || !rank_level || h->resumed_from >= 0 || h->failed_gen != j->generation) {
+        CH_LOGD("recovery", "job=%s gen=%" PRIu64 " already recovering; also: %s", j->id,
+                j->generation, reason);
+        return;
+    }
+    char was[sizeof(h->reason)];
+    snprintf(was, sizeof(was), "%s", h->reason);
+    if (c->restarts_by_cause[h->cause] > 0 && j->restarts > 0) {
+        c->restarts_by_cause[h->cause]--;
+        c->restarts_by_cause[cause]++;
+    }
+    CH_LOGI("recovery", "job=%s gen=%" PRIu64 " cause %s -> %s: %s", j->id, j->generation,
+            coord_cause_name(h->cause), coord_cause_name(cause), reason);
+    h->cause = cause;
+    h->rank = rank;
+    snprintf(h->node, sizeof(h->node), "%s", node ? node : "");
+    snprintf(h->reason, sizeof(h->reason), "%s (first seen: %.120s)", reason, was);
+    store_restart(c, j, j->n_history - 1);
+}
+
 void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
                             const char *node, const char *reason)
 {
@@ -95,8 +125,7 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     if (!coord_job_is_active(j))
         return;
     if (j->state == COORD_JOB_RECOVERING) {
-        CH_LOGD("recovery", "job=%s gen=%" PRIu64 " already recovering; also: %s", j->id,
-                j->generation, reason);
+        upgrade_cause(c, j, cause, rank, node, reason);
         return;
     }
     j->grace_deadline = 0;
