@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "common/msg.h"
+#include "common/safetensors.h"
 #include "common/util.h"
 #include "harness.h"
 
@@ -126,15 +127,32 @@ static inline pid_t rt_rank_pid(const h_cluster_t *c, int node, const char *id, 
     return pid;
 }
 
-/* 1 when the two files hold the same bytes. */
-static inline int rt_same_file(const char *a, const char *b)
+/* Whether two exported models hold the same tensors, bit for bit (names, dtypes, shapes
+ * and bytes; the metadata names the job, so it differs). 1 same; 0 different, with the
+ * first difference in why. */
+static inline int rt_same_weights(const char *a, const char *b, char *why, size_t n)
 {
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    int same = ch_file_read(a, 1u << 30, &x, &nx) == 0 && ch_file_read(b, 1u << 30, &y, &ny) == 0 &&
-               nx == ny && nx > 0 && memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
+    ch_st_file_t *x = NULL, *y = NULL;
+    int same = 0;
+    if (ch_st_open(a, &x, why, n) < 0 || ch_st_open(b, &y, why, n) < 0)
+        goto out;
+    if (ch_st_count(x) != ch_st_count(y)) {
+        snprintf(why, n, "%zu tensors against %zu", ch_st_count(x), ch_st_count(y));
+        goto out;
+    }
+    for (size_t i = 0; i < ch_st_count(x); i++) {
+        const ch_st_tensor_t *t = ch_st_at(x, i), *u = ch_st_find(y, t->name);
+        if (!u || u->dtype != t->dtype || u->numel != t->numel ||
+            u->end - u->begin != t->end - t->begin ||
+            memcmp(t->data, u->data, t->end - t->begin) != 0) {
+            snprintf(why, n, "tensor %s differs", t->name);
+            goto out;
+        }
+    }
+    same = 1;
+out:
+    ch_st_close(x);
+    ch_st_close(y);
     return same;
 }
 
