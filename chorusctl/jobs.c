@@ -90,6 +90,35 @@ static void rank_json(ctl_json_t *j, const Chorus__RankInfo *r)
     ctl_json_obj_end(j);
 }
 
+/* One restart: what failed, where, and what it cost (DESIGN §9). */
+static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
+{
+    ctl_json_obj_begin(j);
+    ctl_json_kuint(j, "time_ms", h->time_ms);
+    ctl_json_kstr(j, "cause", h->cause);
+    ctl_json_key(j, "rank");
+    if (h->rank >= 0)
+        ctl_json_int(j, h->rank);
+    else
+        ctl_json_null(j);
+    ctl_json_kstr(j, "node", h->node);
+    ctl_json_kstr(j, "reason", h->reason);
+    ctl_json_kuint(j, "failed_generation", h->failed_generation);
+    ctl_json_kuint(j, "failed_step", h->failed_step);
+    ctl_json_key(j, "resumed_from");
+    if (h->resumed_from >= 0)
+        ctl_json_int(j, h->resumed_from);
+    else
+        ctl_json_null(j);
+    ctl_json_kuint(j, "steps_lost", h->steps_lost);
+    ctl_json_key(j, "recover_s");
+    if (h->recover_s >= 0)
+        ctl_json_double(j, h->recover_s);
+    else
+        ctl_json_null(j);
+    ctl_json_obj_end(j);
+}
+
 void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
 {
     ctl_json_obj_begin(j);
@@ -128,6 +157,11 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_arr_begin(j);
     for (size_t i = 0; i < ji->n_ranks; i++)
         rank_json(j, ji->ranks[i]);
+    ctl_json_arr_end(j);
+    ctl_json_key(j, "history");
+    ctl_json_arr_begin(j);
+    for (size_t i = 0; i < ji->n_history; i++)
+        restart_json(j, ji->history[i]);
     ctl_json_arr_end(j);
     ctl_json_obj_end(j);
 }
@@ -221,6 +255,20 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     if (ji->mfu > 0 && isfinite(ji->mfu))
         printf("MFU          %.2f%%\n", 100.0 * ji->mfu);
     printf("submitted    %s\nstarted      %s\nfinished     %s (ran %s)\n", sub, start, fin, run);
+    for (size_t i = 0; i < ji->n_history; i++) {
+        const Chorus__RestartInfo *h = ji->history[i];
+        char when[32], took[32] = "-";
+        fmt_wall(when, sizeof when, h->time_ms);
+        if (h->recover_s >= 0)
+            snprintf(took, sizeof took, "%.2f s", h->recover_s);
+        printf("%s %s gen %" PRIu64 " step %" PRIu64 ": %s: %s",
+               i ? "            " : "restarts    ", when, h->failed_generation, h->failed_step,
+               h->cause, h->reason);
+        if (h->resumed_from >= 0)
+            printf(" -> resumed from %" PRId64 " (%" PRIu64 " steps lost, recovered in %s)",
+                   h->resumed_from, h->steps_lost, took);
+        printf("\n");
+    }
     if (ji->n_ranks > 0) {
         printf("\n");
         print_ranks(ji);

@@ -23,6 +23,10 @@
 #define WORLD_MAX      (1u << 20)
 #define GEMM_SIZE_MAX  8192
 #define DIAG_BYTES_MAX (1ll << 30)
+/* A job's restart history is kept whole: bound it. 0 disables restarts. */
+#define MAX_RESTARTS 1000
+/* Seconds; 0 disables the hang check. A week. */
+#define STEP_TIMEOUT_MAX (7ll * 24 * 3600)
 
 typedef enum { F_STR, F_U32, F_I64, F_U64, F_DBL, F_BOOL, F_KIND, F_RESHARD } ftype_t;
 
@@ -63,8 +67,8 @@ static const field_t fields[] = {
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
-    JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, LLONG_MAX),
-    JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, LLONG_MAX),
+    JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, MAX_RESTARTS),
+    JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, STEP_TIMEOUT_MAX),
     JF("diag", "rounds", F_I64, diag.rounds, 1, LLONG_MAX),
     JF("diag", "gemm_size", F_I64, diag.gemm_size, 1, GEMM_SIZE_MAX),
     JF("diag", "collectives", F_BOOL, diag.collectives, 0, 0),

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/notify.h"
 #include "common/util.h"
+#include "recovery.h"
 #include "rpc.h"
 #include "scheduler.h"
 
@@ -120,6 +121,7 @@ int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key
     }
     CH_CHECK_GOTO(coord_nodes_load(c), rc, fail);
     CH_CHECK_GOTO(coord_jobs_load(c), rc, fail);
+    CH_CHECK_GOTO(coord_recovery_load(c), rc, fail);
     return 0;
 fail:
     coord_fini(c);

@@ -53,7 +53,9 @@ struct coord {
     uint64_t stamp; /* increasing counter for de-duplicating walks */
 
     uint64_t heartbeats_total, recoveries_total;
-    char status[128]; /* last STATUS= sent to systemd */
+    uint64_t restarts_by_cause[COORD_CAUSE_NCAUSES];
+    double recover_s_last; /* the last restart: failure -> first completed step */
+    char status[128];      /* last STATUS= sent to systemd */
 };
 
 /* Open the store under cfg->state_dir and reload nodes and jobs. key is copied. */

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord.h"
+#include "recovery.h"
 #include "scheduler.h"
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
@@ -72,6 +73,8 @@ void coord_rank_set_state(coord_t *c, coord_job_t *j, uint32_t rank, coord_rank_
     if (rank_started(to) &&
         (from == COORD_RANK_NEW || from == COORD_RANK_PENDING || from == COORD_RANK_UNKNOWN))
         j->n_started++;
+    if (to == COORD_RANK_PENDING || from == COORD_RANK_UNKNOWN)
+        r->progress_ms = ch_now_ms(); /* step_timeout counts from here */
     ch_log(to == COORD_RANK_FAILED || to == COORD_RANK_LOST || to == COORD_RANK_FAILING
                ? CH_LOG_INFO
                : CH_LOG_DEBUG,
@@ -120,7 +123,7 @@ coord_job_t *coord_job_find(coord_t *c, const char *id_or_name)
 // ---------------------------------------------------------------------------------------
 // Storing and state changes
 
-static int store_job(coord_t *c, coord_job_t *j)
+int coord_job_store(coord_t *c, coord_job_t *j)
 {
     coord_job_rec_t rec = {
         .seq = j->seq,
@@ -143,8 +146,7 @@ static int store_job(coord_t *c, coord_job_t *j)
     return coord_store_job_update(c->store, &rec);
 }
 
-/* The one place a job changes state after submission: log, store, event. */
-static void set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const char *reason)
+void coord_job_set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const char *reason)
 {
     char what[640];
     coord_job_state_t from = j->state;
@@ -157,13 +159,12 @@ static void set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const ch
              coord_job_state_name(to), reason ? ": " : "", reason ? reason : "");
     ch_log(to == COORD_JOB_FAILED ? CH_LOG_WARN : CH_LOG_INFO, "job", "job=%s gen=%" PRIu64 " %s",
            j->id, j->generation, what);
-    store_job(c, j); /* a failure is logged by the store; memory stays authoritative */
+    coord_job_store(c, j); /* a failure is logged by the store; memory stays authoritative */
     coord_event(c, j->id, j->generation, -1, NULL, what);
     coord_changed(c);
 }
 
-/* KillRanks to every node where a rank of j still holds a slot. */
-static void kill_all(coord_t *c, coord_job_t *j, const char *reason)
+void coord_job_kill_gen(coord_t *c, coord_job_t *j, const char *reason)
 {
     Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
@@ -197,9 +198,9 @@ void coord_job_fail(coord_t *c, coord_job_t *j, const char *reason)
     if (!coord_job_is_active(j))
         return;
     j->grace_deadline = 0;
-    kill_all(c, j, reason);
+    coord_job_kill_gen(c, j, reason);
     end_generation(c, j);
-    set_state(c, j, COORD_JOB_FAILED, reason);
+    coord_job_set_state(c, j, COORD_JOB_FAILED, reason);
 }
 
 int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen)
@@ -209,11 +210,11 @@ int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen)
         return CH_E_STATE;
     }
     if (coord_job_is_active(j)) {
-        kill_all(c, j, "cancelled");
+        coord_job_kill_gen(c, j, "cancelled");
         end_generation(c, j);
     }
     j->grace_deadline = 0;
-    set_state(c, j, COORD_JOB_CANCELLED, "cancelled by user");
+    coord_job_set_state(c, j, COORD_JOB_CANCELLED, "cancelled by user");
     return 0;
 }
 
@@ -272,6 +273,7 @@ static void job_free(coord_job_t *j)
 {
     if (!j)
         return;
+    free(j->history);
     free(j->ranks);
     free(j->placement);
     free(j->ini);
@@ -433,10 +435,11 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     coord_job_t saved = *j;
     j->generation++;
     j->state = COORD_JOB_STARTING;
+    j->reason[0] = 0;
     j->placement = text;
     if (!j->started_ms)
         j->started_ms = ch_wall_ms();
-    int rc = store_job(c, j);
+    int rc = coord_job_store(c, j);
     if (rc < 0) {
         *j = saved;
         free(text);
@@ -456,6 +459,8 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
              coord_job_state_name(saved.state), j->world, n_nodes);
     CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
     coord_event(c, j->id, j->generation, -1, NULL, what);
+    if (saved.state == COORD_JOB_RECOVERING)
+        coord_recovery_started(c, j);
     send_start(c, j, pl, nodes, n_nodes);
     coord_changed(c);
     return 0;
@@ -476,7 +481,7 @@ static void mark_started(coord_t *c, coord_job_t *j, uint32_t rank)
         j->grace_deadline = 0;
     }
     if (j->n_started == j->world && j->state == COORD_JOB_STARTING)
-        set_state(c, j, COORD_JOB_RUNNING, NULL);
+        coord_job_set_state(c, j, COORD_JOB_RUNNING, NULL);
 }
 
 static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
@@ -505,7 +510,10 @@ static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
 static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
 {
     coord_rank_t *r = &j->ranks[rank];
+    if (j->state == COORD_JOB_RECOVERING)
+        return; /* the failed generation's last words */
     r->step = ev->step;
+    r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
@@ -518,17 +526,19 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
         uint64_t now = ch_now_ms();
         if (now - j->progress_stored_ms >= PROGRESS_STORE_MS) {
             j->progress_stored_ms = now;
-            store_job(c, j);
+            coord_job_store(c, j);
         }
     }
     CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " loss=%.4f", j->id,
             j->generation, rank, ev->step, ev->loss);
+    coord_recovery_progress(c, j);
 }
 
 /* A checkpoint step is committed once every rank of the generation reported it. */
 static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
 {
     int64_t s = (int64_t)ev->step;
+    r->progress_ms = ch_now_ms(); /* writing it was work too */
     if (s <= r->ckpt_step)
         return;
     r->ckpt_step = s;
@@ -545,7 +555,7 @@ static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Cho
         j->last_ckpt_step = j->ckpt_pending;
         snprintf(what, sizeof(what), "checkpoint step %" PRId64 " committed", j->last_ckpt_step);
         CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
-        store_job(c, j);
+        coord_job_store(c, j);
         coord_event(c, j->id, j->generation, -1, NULL, what);
     }
 }
@@ -566,9 +576,9 @@ static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__R
             j->generation, rank, r->node->name, ev->exit_code, ev->signal);
     if (!coord_job_is_active(j))
         return;
-    if (clean && done) {
+    if (clean && done && j->state != COORD_JOB_RECOVERING) {
         if (++j->n_finished == j->world)
-            set_state(c, j, COORD_JOB_COMPLETED, NULL);
+            coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
         return;
     }
     if (ev->signal)
@@ -580,12 +590,45 @@ static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__R
     else
         snprintf(reason, sizeof(reason), "rank %u on node %s exited before finishing its work",
                  rank, r->node->name);
-    coord_job_fail(c, j, reason);
+    coord_recovery_failure(c, j, COORD_CAUSE_RANK_EXIT, rank, r->node->name, reason);
+}
+
+/* Tell the worker it may forget a rank's final report (it keeps it until then). */
+static void ack_exit(coord_node_t *n, const char *job, uint64_t gen, uint32_t rank)
+{
+    Chorus__RankExitAck ack = CHORUS__RANK_EXIT_ACK__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ack.job_id = (char *)job;
+    ack.generation = gen;
+    ack.rank = rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK;
+    env.rank_exit_ack = &ack;
+    coord_node_send(n, &env);
+}
+
+/* A rank of an older generation spoke: it should not be alive. */
+static void kill_stale(coord_node_t *n, const char *job, uint64_t gen, uint32_t rank)
+{
+    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    kr.job_id = (char *)job;
+    kr.generation = gen;
+    kr.reason = "a rank of an older generation";
+    kr.n_ranks = 1;
+    kr.ranks = &rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
+    env.kill_ranks = &kr;
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s stale rank alive: killing it", job, gen,
+            rank, n->name);
+    coord_node_send(n, &env);
 }
 
 void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev)
 {
     coord_job_t *j = find_id(c, ev->job_id);
+    int exited = ev->kind == CHORUS__RANK_EVENT_KIND__RANK_EXITED;
+    if (exited) /* acknowledged once seen, whatever becomes of it: it is never sent again */
+        ack_exit(from, ev->job_id, ev->generation, ev->rank);
     if (!j || !j->ranks) {
         CH_LOGD("job", "job=%s node=%s event for an unknown job dropped", ev->job_id, from->name);
         return;
@@ -595,6 +638,8 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
                 "job=%s gen=%" PRIu64 " rank=%u node=%s stale event dropped (current gen %" PRIu64
                 ")",
                 j->id, ev->generation, ev->rank, from->name, j->generation);
+        if (ev->generation < j->generation && !exited)
+            kill_stale(from, j->id, ev->generation, ev->rank);
         return;
     }
     if (ev->rank >= j->world || j->ranks[ev->rank].node != from) {
@@ -636,11 +681,21 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         char reason[400];
         if (coord_rank_holds(r->state))
             coord_rank_set_state(c, j, ev->rank, COORD_RANK_FAILING, "reported a failure");
+        const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
+        if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
+            /* A collective timed out: the rank it waited for is the culprit. */
+            const coord_rank_t *p = &j->ranks[ev->timeout_peer];
+            snprintf(reason, sizeof(reason),
+                     "collective timeout in group %s: rank %u on node %s waited for rank %u on "
+                     "node %s (%s)",
+                     ev->timeout_group, ev->rank, from->name, ev->timeout_peer, p->node->name, msg);
+            coord_recovery_failure(c, j, COORD_CAUSE_COLLECTIVE, ev->timeout_peer, p->node->name,
+                                   reason);
+            break;
+        }
         snprintf(reason, sizeof(reason), "rank %u on node %s failed: %s", ev->rank, from->name,
-                 ev->message && *ev->message ? ev->message : "no reason given");
-        CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u node=%s %s", j->id, j->generation, ev->rank,
-                from->name, reason);
-        coord_job_fail(c, j, reason);
+                 msg);
+        coord_recovery_failure(c, j, COORD_CAUSE_RANK_FAILED, ev->rank, from->name, reason);
         break;
     }
     default:
@@ -658,16 +713,17 @@ void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
     snprintf(reason, sizeof(reason), "node %s dead: %s", n->name, why);
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
-        int hit = 0;
+        int64_t hit = -1;
         for (uint32_t r = 0; j->ranks && r < j->world; r++) {
             coord_rank_t *rk = &j->ranks[r];
             if (rk->node != n || !coord_rank_holds(rk->state))
                 continue;
             coord_rank_set_state(c, j, r, COORD_RANK_LOST, reason);
-            hit = 1;
+            if (hit < 0)
+                hit = r;
         }
-        if (hit && coord_job_is_active(j))
-            coord_job_fail(c, j, reason);
+        if (hit >= 0)
+            coord_recovery_failure(c, j, COORD_CAUSE_NODE_LOST, hit, n->name, reason);
     }
 }
 
@@ -685,19 +741,61 @@ static void kill_unknown(coord_node_t *n, const Chorus__RankRef *ref)
     coord_node_send(n, &env);
 }
 
-void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *const *running,
-                               size_t n_running)
+/* A rank n reported as running or finished at registration: 1 when it is a current rank
+ * of an active job placed there (and still holding its slot). */
+static coord_job_t *placed_here(coord_t *c, coord_node_t *n, const Chorus__RankRef *ref)
+{
+    coord_job_t *j = find_id(c, ref->job_id);
+    if (j && j->ranks && ref->generation == j->generation && ref->rank < j->world &&
+        j->ranks[ref->rank].node == n && coord_rank_holds(j->ranks[ref->rank].state) &&
+        coord_job_is_active(j))
+        return j;
+    return NULL;
+}
+
+/* A rank that finished while we could not hear it (a coordinator restart, a lost link):
+ * apply its final report as if it had arrived then. */
+static void apply_finished(coord_t *c, coord_node_t *n, const Chorus__RankRef *ref)
+{
+    coord_job_t *j = placed_here(c, n, ref);
+    ack_exit(n, ref->job_id, ref->generation, ref->rank);
+    if (!j)
+        return;
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.job_id = ref->job_id;
+    ev.generation = ref->generation;
+    ev.rank = ref->rank;
+    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s final report resent (%s, code %d)",
+            j->id, j->generation, ref->rank, n->name, ref->done ? "done" : "not done",
+            ref->exit_code);
+    if (ref->done) {
+        mark_started(c, j, ref->rank);
+        if (j->ranks[ref->rank].state == COORD_RANK_RUNNING)
+            coord_rank_set_state(c, j, ref->rank, COORD_RANK_DONE, "final report resent");
+    }
+    ev.exit_code = ref->exit_code;
+    ev.signal = ref->signal;
+    on_exited(c, j, ref->rank, &ev);
+}
+
+void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Register *reg)
 {
     uint64_t stamp = ++c->stamp;
+    size_t n_running = reg->n_running;
+    Chorus__RankRef *const *running = reg->running;
 
     for (size_t i = 0; i < n_running; i++) {
         const Chorus__RankRef *ref = running[i];
-        coord_job_t *j = find_id(c, ref->job_id);
-        if (j && j->ranks && ref->generation == j->generation && ref->rank < j->world &&
-            j->ranks[ref->rank].node == n && coord_rank_holds(j->ranks[ref->rank].state) &&
-            coord_job_is_active(j)) {
+        coord_job_t *j = placed_here(c, n, ref);
+        if (j) {
             coord_rank_t *r = &j->ranks[ref->rank];
             r->seen = stamp;
+            if (j->state == COORD_JOB_RECOVERING) {
+                /* Its generation failed while this node was out of reach: it goes now,
+                 * and holds its slot until its exit is reported. */
+                kill_stale(n, j->id, j->generation, ref->rank);
+                continue;
+            }
             if (r->state == COORD_RANK_UNKNOWN)
                 CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s re-adopted (pid %d)", j->id,
                         j->generation, ref->rank, n->name, ref->pid);
@@ -708,6 +806,8 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *con
             ref->generation != running[i - 1]->generation)
             kill_unknown(n, ref);
     }
+    for (size_t i = 0; i < reg->n_finished; i++)
+        apply_finished(c, n, reg->finished[i]);
     /* Ranks placed on n that it did not report are gone. */
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
@@ -722,15 +822,18 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *con
         }
         if (lost >= 0 && coord_job_is_active(j)) {
             char reason[256];
-            if (j->grace_deadline)
+            coord_cause_t cause = COORD_CAUSE_WORKER_RESTART;
+            if (j->grace_deadline) {
+                cause = COORD_CAUSE_COORD_RESTART;
                 snprintf(reason, sizeof(reason),
                          "ranks lost while the coordinator was down (rank %" PRId64
                          " not re-reported by node %s)",
                          lost, n->name);
-            else
+            } else {
                 snprintf(reason, sizeof(reason),
                          "rank %" PRId64 " lost: node %s re-registered without it", lost, n->name);
-            coord_job_fail(c, j, reason);
+            }
+            coord_recovery_failure(c, j, cause, lost, n->name, reason);
         }
     }
 }
@@ -739,11 +842,28 @@ void coord_job_check(coord_t *c, uint64_t now_ms)
 {
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
-        if (!j->grace_deadline || now_ms < j->grace_deadline)
-            continue;
-        j->grace_deadline = 0;
-        if (coord_job_is_active(j) && j->n_started < j->world)
-            coord_job_fail(c, j, "ranks lost while the coordinator was down");
+        if (j->grace_deadline && now_ms >= j->grace_deadline) {
+            j->grace_deadline = 0;
+            /* Nodes that did not come back within the grace: their ranks are gone. */
+            int64_t lost = -1;
+            for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+                if (j->ranks[r].state != COORD_RANK_UNKNOWN)
+                    continue;
+                coord_rank_set_state(c, j, r, COORD_RANK_LOST, "not re-reported within the grace");
+                if (lost < 0)
+                    lost = r;
+            }
+            if (lost >= 0 && coord_job_is_active(j)) {
+                char reason[160];
+                snprintf(reason, sizeof(reason),
+                         "ranks lost while the coordinator was down (rank %" PRId64
+                         " on node %s not re-reported)",
+                         lost, j->ranks[lost].node->name);
+                coord_recovery_failure(c, j, COORD_CAUSE_COORD_RESTART, lost,
+                                       j->ranks[lost].node->name, reason);
+            }
+        }
+        coord_recovery_check(c, j, now_ms);
     }
 }
 
@@ -776,6 +896,32 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     if (!with_ranks)
         return 0;
     ji->job_ini = j->ini;
+    if (j->n_history) {
+        /* One block: [RestartInfo* x H][RestartInfo x H]. */
+        size_t h = j->n_history;
+        uint8_t *hb = malloc(h * (sizeof(void *) + sizeof(Chorus__RestartInfo)));
+        if (!hb)
+            return -ENOMEM;
+        Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
+        Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
+        for (size_t i = 0; i < h; i++) {
+            const coord_restart_t *e = &j->history[i];
+            chorus__restart_info__init(&hi[i]);
+            hi[i].time_ms = e->time_ms;
+            hi[i].cause = (char *)coord_cause_name(e->cause);
+            hi[i].rank = e->rank;
+            hi[i].node = (char *)e->node;
+            hi[i].reason = (char *)e->reason;
+            hi[i].failed_generation = e->failed_gen;
+            hi[i].failed_step = e->failed_step;
+            hi[i].resumed_from = e->resumed_from;
+            hi[i].steps_lost = e->steps_lost;
+            hi[i].recover_s = e->recover_s;
+            hp[i] = &hi[i];
+        }
+        ji->n_history = h;
+        ji->history = hp;
+    }
     if (!j->ranks)
         return 0;
 
@@ -785,8 +931,10 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
         m += j->ranks[r].n_metrics;
     uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo)) +
                             m * (sizeof(void *) + sizeof(Chorus__Metric)));
-    if (!block)
+    if (!block) {
+        coord_job_info_clear(ji);
         return -ENOMEM;
+    }
     Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
     Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
     Chorus__Metric **mp = (Chorus__Metric **)(ri + w);
@@ -820,6 +968,9 @@ void coord_job_info_clear(Chorus__JobInfo *ji)
     free(ji->ranks); /* the whole block */
     ji->ranks = NULL;
     ji->n_ranks = 0;
+    free(ji->history); /* its block */
+    ji->history = NULL;
+    ji->n_history = 0;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -65,6 +65,30 @@ typedef struct coord_metric {
     double value;
 } coord_metric_t;
 
+/* Why a generation ended (DESIGN §9); names as in status and metrics. */
+typedef enum {
+    COORD_CAUSE_RANK_EXIT = 0,  /* a rank exited or was killed */
+    COORD_CAUSE_RANK_FAILED,    /* a rank reported an error */
+    COORD_CAUSE_COLLECTIVE,     /* a rank's collective wait timed out (names the peer) */
+    COORD_CAUSE_HANG,           /* no progress for fault.step_timeout */
+    COORD_CAUSE_NODE_LOST,      /* its node stopped heartbeating */
+    COORD_CAUSE_WORKER_RESTART, /* its workerd came back without it */
+    COORD_CAUSE_COORD_RESTART,  /* not re-reported after a coordinator restart */
+    COORD_CAUSE_NCAUSES,
+} coord_cause_t;
+
+typedef struct coord_restart {
+    uint64_t time_ms; /* wall clock of the detection */
+    coord_cause_t cause;
+    int64_t rank; /* -1: none */
+    char node[64];
+    char reason[256];
+    uint64_t failed_gen, failed_step;
+    int64_t resumed_from; /* -1: not restarted (yet) */
+    uint64_t steps_lost;
+    double recover_s; /* -1: not yet */
+} coord_restart_t;
+
 typedef struct coord_rank {
     coord_node_t *node;
     uint32_t local_rank;
@@ -72,7 +96,8 @@ typedef struct coord_rank {
     uint64_t step;
     int32_t exit_code, signal;
     int64_t ckpt_step;
-    uint64_t seen; /* stamp of the last Register that reported it */
+    uint64_t seen;        /* stamp of the last Register that reported it */
+    uint64_t progress_ms; /* monotonic: StartRanks, re-adoption or its last step */
     coord_metric_t metrics[COORD_RANK_METRICS];
     size_t n_metrics;
 } coord_rank_t;
@@ -97,7 +122,9 @@ typedef struct coord_job {
     char *placement;     /* stored form of ranks' nodes: "node:local_rank,..." */
     uint64_t progress_stored_ms;
     uint32_t n_started, n_finished;
-    uint64_t grace_deadline; /* monotonic; 0: not waiting for re-adoption */
+    uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
+    coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */
+    uint32_t n_history;
 } coord_job_t;
 
 typedef struct coord_jobs {
@@ -128,16 +155,22 @@ int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen);
 /* Fault drill: SIGKILL one running rank through its workerd. The rank's exit then takes
  * the ordinary failure path. */
 int coord_job_kill_rank(coord_t *c, coord_job_t *j, uint32_t rank, char *err, size_t errlen);
-/* The failure path: job failed with reason, its ranks killed everywhere. */
+/* The end of the failure path (recovery.h decides when): job failed with reason, its
+ * ranks killed everywhere. */
 void coord_job_fail(coord_t *c, coord_job_t *j, const char *reason);
+/* The one place a job changes state after submission: log, store, event. */
+void coord_job_set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const char *reason);
+/* KillRanks (for j's current generation) to every node where a rank of j holds a slot. */
+void coord_job_kill_gen(coord_t *c, coord_job_t *j, const char *reason);
+/* Store j's row (state, progress, placement, ...). */
+int coord_job_store(coord_t *c, coord_job_t *j);
 
 void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev);
 /* Node declared dead: free its slots, fail the jobs that had ranks on it. */
 void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why);
 /* Node (re-)registered reporting the ranks it still runs: re-adopt known ones, kill
  * unknown ones, count the missing ones as lost. */
-void coord_job_node_registered(coord_t *c, coord_node_t *n, Chorus__RankRef *const *running,
-                               size_t n_running);
+void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Register *reg);
 /* Periodic: re-adoption deadlines after a restart. */
 void coord_job_check(coord_t *c, uint64_t now_ms);
 

@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "coord.h"
+#include "recovery.h"
 
 // ---------------------------------------------------------------------------------------
 // Rendering
@@ -103,6 +104,16 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
         "# HELP chorus_recoveries_total Job recoveries started.\n"
         "# TYPE chorus_recoveries_total counter\nchorus_recoveries_total %llu\n",
         (unsigned long long)c->recoveries_total);
+    put(&b, "# HELP chorus_restarts_total Job restarts by the cause of the failure.\n"
+            "# TYPE chorus_restarts_total counter\n");
+    for (int k = 0; k < COORD_CAUSE_NCAUSES; k++)
+        put(&b, "chorus_restarts_total{cause=\"%s\"} %llu\n", coord_cause_name(k),
+            (unsigned long long)c->restarts_by_cause[k]);
+    put(&b,
+        "# HELP chorus_time_to_recover_seconds The last restart: failure to the first completed "
+        "step after it.\n# TYPE chorus_time_to_recover_seconds gauge\n"
+        "chorus_time_to_recover_seconds %.3f\n",
+        c->recover_s_last);
     put(&b,
         "# HELP chorus_kv_keys Rendezvous keys held.\n# TYPE chorus_kv_keys gauge\n"
         "chorus_kv_keys %zu\n",

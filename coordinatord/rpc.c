@@ -59,7 +59,7 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER_ACK;
     env.register_ack = &ack;
     reply(l, req, &env);
-    coord_job_node_registered(c, n, reg->running, reg->n_running);
+    coord_job_node_registered(c, n, reg);
 }
 
 static void h_heartbeat(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)

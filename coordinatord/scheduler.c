@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "coord.h"
 #include "placement.h"
+#include "recovery.h"
 
 /* Nodes usable for placement: alive ones with their free slots (all slots when idle). */
 static size_t gather(coord_t *c, int idle, coord_place_node_t *pn, coord_node_t **nodes)
@@ -77,7 +78,42 @@ out:
     return rc;
 }
 
-/* Try to start the queue's head; 1 when started, 0 when it must wait, < 0 on error. */
+/* Why j cannot start now, for its reason field. */
+static void wait_reason(coord_t *c, const coord_job_t *j, const coord_place_node_t *pn, size_t k,
+                        char *why, size_t len)
+{
+    uint64_t free_slots = 0, alive = 0;
+    for (size_t i = 0; i < k; i++)
+        free_slots += pn[i].free_slots;
+    for (size_t i = 0; i < c->nodes.n; i++)
+        if (c->nodes.v[i]->state == COORD_NODE_ALIVE)
+            alive += c->nodes.v[i]->slots;
+    const char *what = j->state == COORD_JOB_RECOVERING ? "restart waits" : "waits";
+    if (j->spec.parallel.tp > 1)
+        snprintf(why, len,
+                 "%s for slots: needs %u (tensor-parallel groups of %u on one node), %llu free "
+                 "of %llu on alive nodes",
+                 what, j->world, j->spec.parallel.tp, (unsigned long long)free_slots,
+                 (unsigned long long)alive);
+    else
+        snprintf(why, len, "%s for slots: needs %u, %llu free of %llu on alive nodes", what,
+                 j->world, (unsigned long long)free_slots, (unsigned long long)alive);
+}
+
+/* Whether j could fit the alive nodes were they idle: a job that cannot must not hold up
+ * the queue behind it (its nodes died after admission). */
+static int fits_when_idle(coord_t *c, const coord_job_t *j)
+{
+    uint64_t groups = 0;
+    uint32_t tp = j->spec.parallel.tp ? j->spec.parallel.tp : 1;
+    for (size_t i = 0; i < c->nodes.n; i++)
+        if (c->nodes.v[i]->state == COORD_NODE_ALIVE)
+            groups += c->nodes.v[i]->slots / tp;
+    return groups * tp >= j->world;
+}
+
+/* Try to start j (queued, or recovering with its old ranks gone); 1 when started, 0 when
+ * it must wait (its reason says why), < 0 on error. */
 static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_node_t **nodes)
 {
     coord_place_rank_t *pl = calloc(j->world, sizeof(*pl));
@@ -87,7 +123,9 @@ static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_
     size_t k = gather(c, 0, pn, nodes);
     rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
     if (rc == CH_E_CAPACITY) {
-        CH_LOGD("sched", "job=%s waits: %u slots needed", j->id, j->world);
+        char why[256];
+        wait_reason(c, j, pn, k, why, sizeof(why));
+        coord_recovery_waiting(c, j, why);
         rc = 0;
         goto out;
     }
@@ -112,15 +150,32 @@ void coord_sched_run(coord_t *c)
     nodes = calloc(c->nodes.n, sizeof(*nodes));
     if (!pn || !nodes)
         goto out;
+    /* Restarts first: their jobs held the slots before anything queued now. */
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        coord_job_t *j = c->jobs.v[i];
+        if (j->state != COORD_JOB_RECOVERING || !coord_recovery_ready(c, j))
+            continue;
+        int rc = start_head(c, j, pn, nodes);
+        if (rc < 0)
+            CH_LOGE("sched", "job=%s cannot restart: %s", j->id, ch_strerror(rc));
+    }
+    int blocked = 0;
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
         if (j->state != COORD_JOB_QUEUED)
             continue;
+        if (blocked) {
+            coord_recovery_waiting(c, j, "waits behind an earlier job (first in, first out)");
+            continue;
+        }
         int rc = start_head(c, j, pn, nodes);
         if (rc < 0)
             CH_LOGE("sched", "job=%s cannot start: %s", j->id, ch_strerror(rc));
-        if (rc <= 0)
-            break; /* FIFO: the head waits, so does everyone behind it */
+        /* FIFO: the head waits, so does everyone behind it; unless the head cannot fit
+         * the alive nodes at all (nodes died since its admission), which would block the
+         * queue for good. */
+        if (rc <= 0 && fits_when_idle(c, j))
+            blocked = 1;
     }
 out:
     free(nodes);

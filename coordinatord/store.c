@@ -28,7 +28,13 @@ static const char SCHEMA[] =
     "  finished_ms INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS events ("
     "  id INTEGER PRIMARY KEY AUTOINCREMENT, t_ms INTEGER NOT NULL, job TEXT, gen INTEGER,"
-    "  rank INTEGER, node TEXT, what TEXT NOT NULL);";
+    "  rank INTEGER, node TEXT, what TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS restarts ("
+    "  job_seq INTEGER NOT NULL, idx INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
+    "  cause TEXT NOT NULL, rank INTEGER NOT NULL, node TEXT NOT NULL, reason TEXT NOT NULL,"
+    "  failed_gen INTEGER NOT NULL, failed_step INTEGER NOT NULL,"
+    "  resumed_from INTEGER NOT NULL, steps_lost INTEGER NOT NULL, recover_s REAL NOT NULL,"
+    "  PRIMARY KEY (job_seq, idx));";
 
 /* The one place SQLite result codes become Chorus codes (with one log line naming what
  * failed and SQLite's message). */
@@ -293,6 +299,68 @@ int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
         }
     }
     rc = sql_err(s->db, rc, "load jobs");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void bind_restart(sqlite3_stmt *st, const void *p)
+{
+    const coord_restart_rec_t *r = p;
+    sqlite3_bind_int64(st, 1, r->job_seq);
+    sqlite3_bind_int64(st, 2, r->idx);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)r->time_ms);
+    text(st, 4, r->cause);
+    sqlite3_bind_int64(st, 5, r->rank);
+    text(st, 6, r->node);
+    text(st, 7, r->reason);
+    sqlite3_bind_int64(st, 8, (sqlite3_int64)r->failed_gen);
+    sqlite3_bind_int64(st, 9, (sqlite3_int64)r->failed_step);
+    sqlite3_bind_int64(st, 10, r->resumed_from);
+    sqlite3_bind_int64(st, 11, (sqlite3_int64)r->steps_lost);
+    sqlite3_bind_double(st, 12, r->recover_s);
+}
+
+int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r)
+{
+    return run(s,
+               "INSERT OR REPLACE INTO restarts (job_seq, idx, time_ms, cause, rank, node, reason,"
+               " failed_gen, failed_step, resumed_from, steps_lost, recover_s)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+               "store restart", bind_restart, r);
+}
+
+int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void *ud)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT job_seq, idx, time_ms, cause, rank, node, reason,"
+                                " failed_gen, failed_step, resumed_from, steps_lost, recover_s"
+                                " FROM restarts ORDER BY job_seq, idx",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "load restarts");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        coord_restart_rec_t r = {
+            .job_seq = sqlite3_column_int64(st, 0),
+            .idx = (uint32_t)sqlite3_column_int64(st, 1),
+            .time_ms = (uint64_t)sqlite3_column_int64(st, 2),
+            .cause = col(st, 3),
+            .rank = sqlite3_column_int64(st, 4),
+            .node = col(st, 5),
+            .reason = col(st, 6),
+            .failed_gen = (uint64_t)sqlite3_column_int64(st, 7),
+            .failed_step = (uint64_t)sqlite3_column_int64(st, 8),
+            .resumed_from = sqlite3_column_int64(st, 9),
+            .steps_lost = (uint64_t)sqlite3_column_int64(st, 10),
+            .recover_s = sqlite3_column_double(st, 11),
+        };
+        int crc = cb(ud, &r);
+        if (crc < 0) {
+            sqlite3_finalize(st);
+            return crc;
+        }
+    }
+    rc = sql_err(s->db, rc, "load restarts");
     sqlite3_finalize(st);
     return rc;
 }

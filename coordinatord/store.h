@@ -31,6 +31,19 @@ typedef struct coord_job_rec {
     uint64_t submitted_ms, started_ms, finished_ms; /* wall clock; 0: not yet */
 } coord_job_rec_t;
 
+/* One restart of a job (its history, DESIGN §9): what failed and what the restart cost. */
+typedef struct coord_restart_rec {
+    int64_t job_seq;
+    uint32_t idx;     /* 0, 1, ... per job */
+    uint64_t time_ms; /* wall clock of the detection */
+    const char *cause, *node, *reason;
+    int64_t rank; /* the failed (or culprit) rank; -1: none */
+    uint64_t failed_gen, failed_step;
+    int64_t resumed_from; /* step the next generation resumed from; -1: not restarted (yet) */
+    uint64_t steps_lost;
+    double recover_s; /* detection -> first completed step of the next generation; -1: not yet */
+} coord_restart_rec_t;
+
 /* Open (creating dir/state.db and the schema when missing). */
 int coord_store_open(const char *dir, coord_store_t **out);
 /* Open a database file by path (":memory:" works); for tests and tools. */
@@ -54,5 +67,10 @@ typedef int (*coord_store_node_cb)(void *ud, const coord_node_rec_t *n);
 typedef int (*coord_store_job_cb)(void *ud, const coord_job_rec_t *j);
 int coord_store_load_nodes(coord_store_t *s, coord_store_node_cb cb, void *ud);
 int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud);
+/* Insert or replace one restart by (job_seq, idx). */
+int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r);
+typedef int (*coord_store_restart_cb)(void *ud, const coord_restart_rec_t *r);
+/* Every restart, ordered by job and index. */
+int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void *ud);
 
 #endif

@@ -13,6 +13,9 @@
  *    something the rank left holds the socket open, the link is closed after a grace.
  *  - Events: forwarded while registered; otherwise queued (bounded, oldest progress
  *    reports dropped first) and flushed after the next RegisterAck.
+ *  - Final reports: a rank's exit (with whether it reported RANK_DONE) is kept until the
+ *    coordinator acknowledges it (RankExitAck) and listed in every Register until then,
+ *    so a rank that finished just before a coordinator crash is not taken for lost.
  *  - Rendezvous: a rank's KvSet/KvGet goes to the coordinator under a fresh request id;
  *    the reply is routed back under the rank's own id. Without a coordinator link the
  *    rank gets -ENOTCONN at once and retries (rank.c). job_id and generation are forced
@@ -41,6 +44,7 @@
 #define KV_EXPIRE_MARGIN_MS  10000
 #define EVENT_QUEUE_MAX      4096
 #define HEARTBEAT_DEFAULT_MS 1000
+#define FINISHED_MAX         4096 /* final reports awaiting acknowledgement */
 
 typedef struct rank_ent {
     struct rank_ent *next;
@@ -52,10 +56,20 @@ typedef struct rank_ent {
     ch_conn_t *link;  /* NULL once closed */
     int pid;
     int exited, exit_code, signal;
+    int done;                /* it reported RANK_DONE */
     uint64_t exited_ms;      /* when the process was reaped */
     uint64_t link_closed_ms; /* when its link closed */
     int orphan_killed;       /* killed for having lost its link */
 } rank_ent_t;
+
+/* A finished rank's final report, kept until the coordinator acknowledges it. */
+typedef struct fin_ent {
+    struct fin_ent *next;
+    char job_id[64];
+    uint64_t gen;
+    uint32_t rank;
+    int done, exit_code, signal;
+} fin_ent_t;
 
 typedef struct kv_relay {
     struct kv_relay *next;
@@ -75,6 +89,8 @@ struct wrk_agent {
     uint32_t backoff_ms;
     uv_timer_t reconnect, heartbeat, cron;
     rank_ent_t *ranks;
+    fin_ent_t *finished; /* newest first */
+    size_t n_finished;
     kv_relay_t *relays;
     uint64_t next_request_id;
     Chorus__RankEvent **queue; /* ring of owned copies */
@@ -378,12 +394,55 @@ static rank_ent_t *find_rank(wrk_agent_t *a, const char *job, uint64_t gen, uint
     return NULL;
 }
 
+/* Keep ent's final report until the coordinator acknowledges it. */
+static void fin_keep(wrk_agent_t *a, const rank_ent_t *ent)
+{
+    fin_ent_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        CH_LOGE("agent", "out of memory: final report of rank %u not kept", ent->rank);
+        return;
+    }
+    snprintf(f->job_id, sizeof f->job_id, "%s", ent->job_id);
+    f->gen = ent->gen;
+    f->rank = ent->rank;
+    f->done = ent->done;
+    f->exit_code = ent->exit_code;
+    f->signal = ent->signal;
+    f->next = a->finished;
+    a->finished = f;
+    if (++a->n_finished > FINISHED_MAX) { /* drop the oldest */
+        fin_ent_t **pp = &a->finished;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        CH_LOGW("agent", "job=%s rank=%u: final report dropped unacknowledged", (*pp)->job_id,
+                (*pp)->rank);
+        free(*pp);
+        *pp = NULL;
+        a->n_finished--;
+    }
+}
+
+static void fin_ack(wrk_agent_t *a, const Chorus__RankExitAck *ack)
+{
+    for (fin_ent_t **pp = &a->finished; *pp; pp = &(*pp)->next) {
+        fin_ent_t *f = *pp;
+        if (f->gen == ack->generation && f->rank == ack->rank &&
+            strcmp(f->job_id, ack->job_id ? ack->job_id : "") == 0) {
+            *pp = f->next;
+            free(f);
+            a->n_finished--;
+            return;
+        }
+    }
+}
+
 /* Both the process and its link are gone: report the exit and forget the rank. */
 static void ent_finish(rank_ent_t *ent)
 {
     wrk_agent_t *a = ent->a;
     if (ent->proc || ent->link)
         return;
+    fin_keep(a, ent);
     CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u pid=%d exited code=%d signal=%d", ent->job_id,
             ent->gen, ent->rank, ent->pid, ent->exit_code, ent->signal);
     send_rank_event(a, ent->job_id, ent->gen, ent->rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED,
@@ -423,6 +482,8 @@ static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         ev->job_id = ent->job_id;
         ev->generation = ent->gen;
         ev->rank = ent->rank;
+        if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_DONE)
+            ent->done = 1;
         if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_FAILED)
             CH_LOGW("agent", "job=%s gen=%" PRIu64 " rank=%u failed: %s", ent->job_id, ent->gen,
                     ent->rank, ev->message);
@@ -622,12 +683,28 @@ static void send_register(wrk_agent_t *a)
     Chorus__Register reg = CHORUS__REGISTER__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     uint32_t n = alive_count(a), i = 0;
+    size_t nf = a->n_finished, k = 0;
     Chorus__RankRef *refs = calloc(n ? n : 1, sizeof *refs);
     Chorus__RankRef **pr = calloc(n ? n : 1, sizeof *pr);
-    if (!refs || !pr) {
+    Chorus__RankRef *frefs = calloc(nf ? nf : 1, sizeof *frefs);
+    Chorus__RankRef **fpr = calloc(nf ? nf : 1, sizeof *fpr);
+    if (!refs || !pr || !frefs || !fpr) {
         CH_LOGE("agent", "out of memory building Register");
         goto out;
     }
+    for (const fin_ent_t *f = a->finished; f && k < nf; f = f->next, k++) {
+        Chorus__RankRef init = CHORUS__RANK_REF__INIT;
+        frefs[k] = init;
+        frefs[k].job_id = (char *)f->job_id;
+        frefs[k].generation = f->gen;
+        frefs[k].rank = f->rank;
+        frefs[k].done = f->done;
+        frefs[k].exit_code = f->exit_code;
+        frefs[k].signal = f->signal;
+        fpr[k] = &frefs[k];
+    }
+    reg.n_finished = k;
+    reg.finished = fpr;
     for (rank_ent_t *e = a->ranks; e && i < n; e = e->next) {
         if (e->exited)
             continue;
@@ -652,6 +729,8 @@ static void send_register(wrk_agent_t *a)
         CH_LOGI("agent", "node=%s: registering with %s:%d (%u slots, rack %s, %u ranks running)",
                 a->cfg.name, a->cfg.host, a->cfg.port, a->cfg.slots, a->cfg.rack, i);
 out:
+    free(fpr);
+    free(frefs);
     free(pr);
     free(refs);
 }
@@ -688,6 +767,9 @@ static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         return;
     case CHORUS__ENVELOPE__BODY_START_RANKS:
         on_start_ranks(a, env->start_ranks);
+        return;
+    case CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK:
+        fin_ack(a, env->rank_exit_ack);
         return;
     case CHORUS__ENVELOPE__BODY_KILL_RANKS:
         CH_LOGI("agent", "job=%s: kill ranks of gen <= %" PRIu64 " (%s)", env->kill_ranks->job_id,
@@ -842,6 +924,11 @@ void wrk_agent_destroy(wrk_agent_t *a)
         rank_ent_t *e = a->ranks;
         a->ranks = e->next;
         free(e);
+    }
+    while (a->finished) {
+        fin_ent_t *f = a->finished;
+        a->finished = f->next;
+        free(f);
     }
     relays_fail(a, NULL, 0);
     while (a->q_len) {

@@ -395,8 +395,13 @@ int h_worker_restart(h_cluster_t *c, int i)
     snprintf(run, sizeof run, "%s/%s", c->dir, name);
     snprintf(log, sizeof log, "%s/%s.log", c->dir, name);
     snprintf(pidf, sizeof pidf, "%s/%s.pid", c->dir, name);
-    char *argv[] = {exe,   "--coordinator", c->addr, "--name", name,   "--slots",
-                    slots, "--run-dir",     run,     "--key",  c->key, NULL};
+    /* The share of cores local up gives each slot: a restarted node computes as before. */
+    char threads[24];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (c->nodes * c->slots);
+    snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
+    char *argv[] = {exe,       "--coordinator", c->addr,     "--name", name,
+                    "--slots", slots,           "--run-dir", run,      "--key",
+                    c->key,    "--threads",     threads,     NULL};
     return spawn(argv, log, pidf);
 }
 
@@ -488,6 +493,23 @@ int h_job_query(const h_cluster_t *c, const char *job, Chorus__Envelope **reply)
         ch_msg_free(*reply);
         *reply = NULL;
     }
+    return rc;
+}
+
+int h_submit_raw(const h_cluster_t *c, const char *ini, char *id, size_t n)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *reply = NULL;
+    Chorus__Submit s = CHORUS__SUBMIT__INIT;
+    s.job_ini = (char *)ini;
+    req.body_case = CHORUS__ENVELOPE__BODY_SUBMIT;
+    req.submit = &s;
+    int rc = call_unix(c, &req, &reply);
+    if (rc == 0 && reply->body_case != CHORUS__ENVELOPE__BODY_SUBMIT_REPLY)
+        rc = CH_E_FORMAT;
+    if (rc == 0)
+        snprintf(id, n, "%s", reply->submit_reply->job_id);
+    if (reply)
+        ch_msg_free(reply);
     return rc;
 }
 

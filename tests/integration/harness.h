@@ -91,6 +91,10 @@ int h_alive_count(const h_cluster_t *c);
  * (it is the reply envelope; info points into it). */
 int h_job_query(const h_cluster_t *c, const char *job, Chorus__Envelope **reply);
 
+/* Submit a job file's text straight to the coordinator, without chorusctl's checks of
+ * the files it names (which a rank then meets as it is). The job id into id. */
+int h_submit_raw(const h_cluster_t *c, const char *ini, char *id, size_t n);
+
 /* Files. */
 int h_write_file(const char *path, const char *text);
 /* Size of a file now (0 if missing): remember it before provoking a log line. */

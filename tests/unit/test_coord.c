@@ -129,8 +129,9 @@ typedef struct worker {
     int n;
 } worker_t;
 
-static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char *rack,
-                       Chorus__RankRef **running, size_t n_running)
+static void wk_register(worker_t *w, const char *name, uint32_t slots, const char *rack,
+                        Chorus__RankRef **running, size_t n_running, Chorus__RankRef **finished,
+                        size_t n_finished)
 {
     memset(w, 0, sizeof(*w));
     snprintf(w->name, sizeof(w->name), "%s", name);
@@ -143,6 +144,8 @@ static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char
     reg.device = "cpu";
     reg.running = running;
     reg.n_running = n_running;
+    reg.finished = finished;
+    reg.n_finished = n_finished;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
     env.register_ = &reg;
     cr_assert_eq(ch_client_call(w->cl, &env, 2000, &resp), 0);
@@ -150,6 +153,19 @@ static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char
     cr_assert_eq(resp->register_ack->heartbeat_ms, 50);
     ch_msg_free(resp);
     w->last_hb = ch_now_ms();
+}
+
+static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char *rack,
+                       Chorus__RankRef **running, size_t n_running)
+{
+    wk_register(w, name, slots, rack, running, n_running, NULL, 0);
+}
+
+/* A worker whose ranks exited while it could not tell the coordinator. */
+static void wk_connect_finished(worker_t *w, const char *name, uint32_t slots,
+                                Chorus__RankRef **finished, size_t n_finished)
+{
+    wk_register(w, name, slots, "", NULL, 0, finished, n_finished);
 }
 
 static void wk_close(worker_t *w)
@@ -225,6 +241,23 @@ static void wk_event(worker_t *w, const char *job, uint64_t gen, uint32_t rank, 
 // ---------------------------------------------------------------------------------------
 // Control client
 
+/* An event that carries a step (progress, checkpoint). */
+static void wk_step(worker_t *w, const char *job, uint64_t gen, uint32_t rank, int kind,
+                    uint64_t step)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev.job_id = (char *)job;
+    ev.generation = gen;
+    ev.rank = rank;
+    ev.kind = kind;
+    ev.step = step;
+    ev.total_steps = 100;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
 static ch_client_t *ctl_open(void)
 {
     ch_client_t *c = NULL;
@@ -276,8 +309,9 @@ static Chorus__Envelope *wait_state(ch_client_t *ctl, worker_t **ws, int n, cons
     }
 }
 
-static const char *JOB_2x1x2 =
-    "[job]\nname = t1\nkind = diag\n[parallel]\ntp = 2\npp = 1\ndp = 2\n";
+/* No restarts: the failure path ends the job at once. */
+static const char *JOB_2x1x2 = "[job]\nname = t1\nkind = diag\n[parallel]\ntp = 2\npp = 1\ndp = 2\n"
+                               "[fault]\nmax_restarts = 0\n";
 
 /* Submit the 4-rank job on n1+n2 and bring every rank to started. */
 static void start_4_ranks(ch_client_t *ctl, worker_t **ws, char *id)
@@ -923,7 +957,8 @@ Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
     wk_connect(&a, "n1", 2, "", NULL, 0);
     wk_connect(&b, "n2", 2, "", NULL, 0);
     ch_client_t *ctl = ctl_open();
-    const char *two = "[job]\nname = two\nkind = diag\n[parallel]\ndp = 2\n";
+    const char *two =
+        "[job]\nname = two\nkind = diag\n[parallel]\ndp = 2\n[fault]\nmax_restarts = 0\n";
     cr_assert_eq(ctl_submit(ctl, two, j1, 32, msg, sizeof(msg)), 0, "%s", msg);
     cr_assert_eq(ctl_submit(ctl, two, j2, 32, msg, sizeof(msg)), 0, "%s", msg);
     /* Each job packs on one node. */
@@ -1022,5 +1057,124 @@ Test(coord, control_socket_refuses_other_users)
     cr_assert_eq(resp->job_list->n_jobs, 0);
     ch_msg_free(resp);
     ch_client_destroy(ctl);
+    coord_down();
+}
+
+Test(coord, failed_rank_restarts_from_the_committed_checkpoint_until_max_restarts)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32], msg[256];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *job = "[job]\nname = r\nkind = diag\n[parallel]\ndp = 2\n"
+                      "[fault]\nmax_restarts = 1\nstep_timeout = 60\n";
+    cr_assert_eq(ctl_submit(ctl, job, id, sizeof(id), msg, sizeof(msg)), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "gen 1 packs on n1");
+    cr_assert_eq(e->start_ranks->resume_step, 0);
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++) {
+        wk_event(&a, id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        wk_step(&a, id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 5);
+    }
+    wk_step(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS, 7);
+    e = wait_state(ctl, ws, 2, id, "running", 2000);
+    ch_msg_free(e);
+
+    /* Rank 1 dies: recovering; gen 1 is killed; no restart while rank 0 still runs. */
+    wk_event(&a, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = wait_state(ctl, ws, 2, id, "recovering", 2000);
+    cr_assert_eq(e->job_info->restarts, 1);
+    cr_assert_eq(e->job_info->n_history, 1);
+    cr_assert_str_eq(e->job_info->history[0]->cause, "rank_exit");
+    cr_assert_eq(e->job_info->history[0]->rank, 1);
+    cr_assert_eq(e->job_info->history[0]->resumed_from, -1);
+    ch_msg_free(e);
+    Chorus__Envelope *k = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k);
+    cr_assert_eq(k->kill_ranks->generation, 1);
+    ch_msg_free(k);
+    cr_assert_null(take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 200));
+    cr_assert_null(take(ws, 2, &b, CHORUS__ENVELOPE__BODY_START_RANKS, 1));
+
+    /* Its exit confirmed, gen 2 resumes from the committed step 5. */
+    wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "gen 2 starts on the free slots");
+    cr_assert_eq(e->start_ranks->generation, 2);
+    cr_assert_eq(e->start_ranks->resume_step, 5);
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++)
+        wk_event(&a, id, 2, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    wk_step(&a, id, 2, 0, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS, 6);
+    e = wait_state(ctl, ws, 2, id, "running", 2000);
+    cr_assert_eq(e->job_info->generation, 2);
+    cr_assert_eq(e->job_info->history[0]->resumed_from, 5);
+    cr_assert_eq(e->job_info->history[0]->steps_lost, 2);
+    cr_assert(e->job_info->history[0]->recover_s >= 0);
+    ch_msg_free(e);
+
+    /* A rank of gen 1 that still talks is killed. */
+    wk_step(&a, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS, 8);
+    k = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k);
+    cr_assert_eq(k->kill_ranks->generation, 1);
+    cr_assert_eq(k->kill_ranks->n_ranks, 1);
+    cr_assert_eq(k->kill_ranks->ranks[0], 1);
+    ch_msg_free(k);
+
+    /* Restarts exhausted: n1 dies and the job fails naming both causes. */
+    a.silent = 1;
+    e = wait_state(ctl, ws, 2, id, "failed", 4000);
+    cr_assert(strstr(e->job_info->reason, "rank_exit") && strstr(e->job_info->reason, "node_lost"),
+              "%s", e->job_info->reason);
+    cr_assert_eq(e->job_info->n_history, 2);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, final_reports_resent_at_registration_complete_the_job)
+{
+    worker_t a, *ws[1] = {&a};
+    char id[32], msg[256];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *job = "[job]\nname = f\nkind = diag\n[parallel]\ndp = 2\n";
+    cr_assert_eq(ctl_submit(ctl, job, id, sizeof(id), msg, sizeof(msg)), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e);
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++)
+        wk_event(&a, id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    e = wait_state(ctl, ws, 1, id, "running", 2000);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+
+    /* Both ranks finished while the coordinator was down: the worker reports them. */
+    coord_up();
+    Chorus__RankRef f0 = CHORUS__RANK_REF__INIT, f1 = CHORUS__RANK_REF__INIT;
+    Chorus__RankRef *fin[2] = {&f0, &f1};
+    f0.job_id = f1.job_id = id;
+    f0.generation = f1.generation = 1;
+    f1.rank = 1;
+    f0.done = f1.done = 1;
+    wk_connect_finished(&a, "n1", 2, fin, 2);
+    ctl = ctl_open();
+    e = wait_state(ctl, ws, 1, id, "completed", 2000);
+    cr_assert_str_eq(e->job_info->state, "completed", "%s", e->job_info->reason);
+    ch_msg_free(e);
+    e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK, 2000);
+    cr_assert_not_null(e, "the final reports are acknowledged");
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
     coord_down();
 }

@@ -533,6 +533,31 @@ int wrk_coll_test(wrk_coll_req_t *req, int *done)
     return rc < 0 ? rc : 0;
 }
 
+/* Remember the first timeout and whom it waited for: the peer of a send/recv, the root
+ * of a broadcast, else the ring predecessor, whose data reaches this member first. */
+static void note_timeout(const wrk_coll_req_t *req)
+{
+    wrk_coll_t *c = req->g->c;
+    const wrk_coll_group_t *g = req->g;
+    if (c->timeout_group[0])
+        return;
+    uint32_t idx = (g->me + g->n - 1) % g->n;
+    if (req->a.kind == WRK_COLL_OP_SEND || req->a.kind == WRK_COLL_OP_RECV ||
+        (req->a.kind == WRK_COLL_OP_BROADCAST && req->a.peer != g->me))
+        idx = req->a.peer;
+    snprintf(c->timeout_group, sizeof(c->timeout_group), "%s", g->name);
+    c->timeout_peer = g->ranks[idx];
+}
+
+int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer)
+{
+    if (!c || !c->timeout_group[0])
+        return 0;
+    *group = c->timeout_group;
+    *peer = c->timeout_peer;
+    return 1;
+}
+
 int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
 {
     wrk_coll_t *c = req->g->c;
@@ -549,6 +574,7 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
         if ((iter % 64 == 0 || idle >= IDLE_SPINS_BEFORE_YIELD) && ch_now_ms() >= deadline) {
             CH_LOGW("coll", "rank %u: %s %s timed out after %d ms; aborting", c->rank, req->g->name,
                     wrk_coll_op_name(req->a.kind), timeout_ms);
+            note_timeout(req);
             wrk_coll_abort(c);
             check_aborted(c);
             req->rc = -ETIMEDOUT;

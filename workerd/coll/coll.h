@@ -136,6 +136,10 @@ int wrk_coll_test(wrk_coll_req_t *req, int *done);
 /* Block until req completes, fails, or timeout_ms elapses (-ETIMEDOUT; the context is then
  * aborted, see above). timeout_ms < 0: the context's default. */
 int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
+/* 1 when a wait of this context timed out: the group's name and the world rank waited for
+ * (the peer of a send/recv, the root of a broadcast, else the ring predecessor: exact for
+ * groups of two), both borrowed from c. */
+int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer);
 /* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
 void wrk_coll_req_free(wrk_coll_req_t *req);
 

@@ -45,9 +45,11 @@ struct wrk_coll {
     uint32_t rank, world_size;
     ch_rdzv_t rdzv;
     int timeout_ms;
-    atomic_int aborted; /* 0 or the code every operation now fails with */
-    int abort_handled;  /* ops->abort ran (owning thread) */
-    int ngroups, nreqs; /* live objects, checked at destroy */
+    atomic_int aborted;     /* 0 or the code every operation now fails with */
+    int abort_handled;      /* ops->abort ran (owning thread) */
+    int ngroups, nreqs;     /* live objects, checked at destroy */
+    char timeout_group[32]; /* the first wait that timed out: its group ("" if none) */
+    uint32_t timeout_peer;  /* and the world rank it waited for */
 };
 
 struct wrk_coll_group {

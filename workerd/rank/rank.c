@@ -367,7 +367,14 @@ report:
             snprintf(msg, sizeof msg, "%s", ch_strerror(rc));
         CH_LOGE("rank", "job=%s gen=%" PRIu64 " rank=%u: failed: %s", r->job_id, r->generation,
                 r->rank, msg);
-        report_kind(r, CHORUS__RANK_EVENT_KIND__RANK_FAILED, msg);
+        Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+        ev.kind = CHORUS__RANK_EVENT_KIND__RANK_FAILED;
+        ev.message = msg;
+        if (r->timeout_group[0]) { /* name the culprit, not only this victim */
+            ev.timeout_group = r->timeout_group;
+            ev.timeout_peer = r->timeout_peer;
+        }
+        wrk_rank_report(r, &ev);
     }
 out:
     if (r && r->link)

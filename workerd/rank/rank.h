@@ -27,6 +27,8 @@ typedef struct wrk_rank {
     ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
     char device[16];           /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
+    char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
+    uint32_t timeout_peer;     /* waiting for this world rank */
 } wrk_rank_t;
 
 /* chorus-rank's main (rank/main.c): returns the exit status. */

@@ -145,6 +145,15 @@ int wrk_train_run(wrk_rank_t *r)
         eng_step_info_t info;
         rc = eng_trainer_step(t, &info);
         if (rc < 0) {
+            const char *g;
+            uint32_t peer;
+            if (wrk_coll_timed_out(c, &g, &peer)) {
+                snprintf(r->timeout_group, sizeof r->timeout_group, "%s", g);
+                r->timeout_peer = peer;
+                rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s collective waited for rank %u",
+                                   eng_trainer_next_step(t), g, peer);
+                goto out;
+            }
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }

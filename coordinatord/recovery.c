@@ -1,0 +1,301 @@
+/* Recovery: failure causes, restart decisions, restart history, hang detection; see
+ * recovery.h. job.c owns the job and rank state machines; this file decides what a
+ * failure does to them and keeps the record of it. */
+#include "recovery.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "coord.h"
+
+static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
+    "rank_exit", "rank_failed",     "collective_timeout", "hang",
+    "node_lost", "workerd_restart", "coordinator_restart"};
+
+const char *coord_cause_name(coord_cause_t cause)
+{
+    return cause < COORD_CAUSE_NCAUSES ? CAUSES[cause] : "?";
+}
+
+static coord_cause_t cause_parse(const char *name)
+{
+    for (int k = 0; k < COORD_CAUSE_NCAUSES; k++)
+        if (strcmp(name, CAUSES[k]) == 0)
+            return (coord_cause_t)k;
+    return COORD_CAUSE_RANK_FAILED;
+}
+
+// ---------------------------------------------------------------------------------------
+// History
+
+static void store_restart(coord_t *c, const coord_job_t *j, uint32_t idx)
+{
+    const coord_restart_t *h = &j->history[idx];
+    coord_restart_rec_t rec = {
+        .job_seq = j->seq,
+        .idx = idx,
+        .time_ms = h->time_ms,
+        .cause = coord_cause_name(h->cause),
+        .node = h->node,
+        .reason = h->reason,
+        .rank = h->rank,
+        .failed_gen = h->failed_gen,
+        .failed_step = h->failed_step,
+        .resumed_from = h->resumed_from,
+        .steps_lost = h->steps_lost,
+        .recover_s = h->recover_s,
+    };
+    coord_store_restart_put(c->store, &rec); /* a failure is logged by the store */
+}
+
+static coord_restart_t *history_add(coord_job_t *j)
+{
+    coord_restart_t *v = realloc(j->history, (j->n_history + 1) * sizeof(*v));
+    if (!v)
+        return NULL;
+    j->history = v;
+    coord_restart_t *h = &v[j->n_history++];
+    memset(h, 0, sizeof(*h));
+    h->rank = -1;
+    h->resumed_from = -1;
+    h->recover_s = -1;
+    return h;
+}
+
+/* The entry of the restart under way: the last one, while its resume is pending or its
+ * first step has not completed. */
+static coord_restart_t *current(coord_job_t *j)
+{
+    return j->n_history ? &j->history[j->n_history - 1] : NULL;
+}
+
+/* "gave up after 2 restarts (fault.max_restarts = 2): rank_exit: ...; hang: ...". */
+static void every_cause(const coord_job_t *j, char *out, size_t len)
+{
+    size_t n = (size_t)snprintf(out, len, "gave up after %u restarts (fault.max_restarts = %lld): ",
+                                j->restarts, (long long)j->spec.fault.max_restarts);
+    for (uint32_t i = 0; i < j->n_history && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%s: %s", i ? "; " : "",
+                              coord_cause_name(j->history[i].cause), j->history[i].reason);
+}
+
+// ---------------------------------------------------------------------------------------
+// Failure
+
+/* A rank's own failure is often the symptom: the survivors of a dead node see their
+ * collectives abort before the node is declared dead. When the node's loss arrives while
+ * the restart it caused is still pending, it is the cause on record. */
+static void upgrade_cause(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
+                          const char *node, const char *reason)
+{
+    coord_restart_t *h = current(j);
+    int node_level = cause == COORD_CAUSE_NODE_LOST || cause == COORD_CAUSE_WORKER_RESTART;
+    int rank_level =
+        h && (h->cause == COORD_CAUSE_RANK_FAILED || h->cause == COORD_CAUSE_RANK_EXIT);
+    if (!node_level || !rank_level || h->resumed_from >= 0 || h->failed_gen != j->generation) {
+        CH_LOGD("recovery", "job=%s gen=%" PRIu64 " already recovering; also: %s", j->id,
+                j->generation, reason);
+        return;
+    }
+    char was[sizeof(h->reason)];
+    snprintf(was, sizeof(was), "%s", h->reason);
+    if (c->restarts_by_cause[h->cause] > 0 && j->restarts > 0) {
+        c->restarts_by_cause[h->cause]--;
+        c->restarts_by_cause[cause]++;
+    }
+    CH_LOGI("recovery", "job=%s gen=%" PRIu64 " cause %s -> %s: %s", j->id, j->generation,
+            coord_cause_name(h->cause), coord_cause_name(cause), reason);
+    h->cause = cause;
+    h->rank = rank;
+    snprintf(h->node, sizeof(h->node), "%s", node ? node : "");
+    snprintf(h->reason, sizeof(h->reason), "%s (first seen: %.120s)", reason, was);
+    store_restart(c, j, j->n_history - 1);
+}
+
+void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
+                            const char *node, const char *reason)
+{
+    char why[sizeof(j->reason)];
+
+    if (!coord_job_is_active(j))
+        return;
+    if (j->state == COORD_JOB_RECOVERING) {
+        upgrade_cause(c, j, cause, rank, node, reason);
+        return;
+    }
+    j->grace_deadline = 0;
+    coord_restart_t *h = history_add(j);
+    if (!h) {
+        coord_job_fail(c, j, reason);
+        return;
+    }
+    h->time_ms = ch_wall_ms();
+    h->cause = cause;
+    h->rank = rank;
+    snprintf(h->node, sizeof(h->node), "%s", node ? node : "");
+    snprintf(h->reason, sizeof(h->reason), "%s", reason);
+    h->failed_gen = j->generation;
+    h->failed_step = j->step;
+    store_restart(c, j, j->n_history - 1);
+    CH_LOGW("recovery", "job=%s gen=%" PRIu64 " rank=%" PRId64 " node=%s failure (%s): %s", j->id,
+            j->generation, rank, node ? node : "-", coord_cause_name(cause), reason);
+
+    if (j->spec.fault.max_restarts < 0 || j->restarts >= (uint64_t)j->spec.fault.max_restarts) {
+        if (j->n_history == 1)
+            snprintf(why, sizeof(why), "%s", reason);
+        else
+            every_cause(j, why, sizeof(why));
+        coord_job_fail(c, j, why);
+        return;
+    }
+    j->restarts++;
+    c->recoveries_total++;
+    c->restarts_by_cause[cause]++;
+    snprintf(why, sizeof(why), "restart %u of %lld after %s: %s", j->restarts,
+             (long long)j->spec.fault.max_restarts, coord_cause_name(cause), reason);
+    /* Journal first, then kill: a coordinator that crashes in between finds the job
+     * recovering and its ranks lost, and carries on the same way. */
+    coord_job_set_state(c, j, COORD_JOB_RECOVERING, why);
+    coord_job_kill_gen(c, j, why);
+    coord_kv_drop_gen(c->kv, j->id, j->generation);
+}
+
+// ---------------------------------------------------------------------------------------
+// Restart
+
+void coord_recovery_waiting(coord_t *c, coord_job_t *j, const char *why)
+{
+    (void)c;
+    if (strcmp(j->reason, why) == 0)
+        return;
+    /* Kept in memory only: a restarted coordinator works it out again. */
+    snprintf(j->reason, sizeof(j->reason), "%s", why);
+    ch_log(j->state == COORD_JOB_RECOVERING ? CH_LOG_INFO : CH_LOG_DEBUG, "recovery",
+           "job=%s gen=%" PRIu64 " %s: %s", j->id, j->generation, coord_job_state_name(j->state),
+           why);
+}
+
+int coord_recovery_ready(coord_t *c, coord_job_t *j)
+{
+    uint32_t left = 0;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+        coord_rank_t *rk = &j->ranks[r];
+        if (!coord_rank_holds(rk->state))
+            continue;
+        if (rk->node->state == COORD_NODE_DEAD)
+            coord_rank_set_state(c, j, r, COORD_RANK_LOST, "its node is dead");
+        else
+            left++;
+    }
+    if (left == 0)
+        return 1;
+    char why[160];
+    snprintf(why, sizeof(why), "restart %u: waiting for %u ranks of generation %" PRIu64 " to exit",
+             j->restarts, left, j->generation);
+    coord_recovery_waiting(c, j, why);
+    return 0;
+}
+
+void coord_recovery_started(coord_t *c, coord_job_t *j)
+{
+    coord_restart_t *h = current(j);
+    if (!h || h->resumed_from >= 0)
+        return;
+    h->resumed_from = j->last_ckpt_step > 0 ? j->last_ckpt_step : 0;
+    h->steps_lost =
+        h->failed_step > (uint64_t)h->resumed_from ? h->failed_step - (uint64_t)h->resumed_from : 0;
+    j->step = (uint64_t)h->resumed_from;
+    store_restart(c, j, j->n_history - 1);
+    CH_LOGI("recovery",
+            "job=%s gen=%" PRIu64 " restart %u: resuming from step %" PRId64 " (%" PRIu64
+            " steps lost)",
+            j->id, j->generation, j->restarts, h->resumed_from, h->steps_lost);
+}
+
+void coord_recovery_progress(coord_t *c, coord_job_t *j)
+{
+    coord_restart_t *h = current(j);
+    if (!h || h->resumed_from < 0 || h->recover_s >= 0)
+        return;
+    uint64_t now = ch_wall_ms();
+    h->recover_s = now > h->time_ms ? (double)(now - h->time_ms) / 1000.0 : 0.0;
+    store_restart(c, j, j->n_history - 1);
+    c->recover_s_last = h->recover_s;
+    CH_LOGI("recovery", "job=%s gen=%" PRIu64 " recovered: first step %.3f s after the failure",
+            j->id, j->generation, h->recover_s);
+}
+
+// ---------------------------------------------------------------------------------------
+// Hangs
+
+void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
+{
+    if ((j->state != COORD_JOB_STARTING && j->state != COORD_JOB_RUNNING) || !j->ranks ||
+        j->spec.fault.step_timeout_s <= 0)
+        return;
+    uint64_t limit = (uint64_t)j->spec.fault.step_timeout_s * 1000;
+    int64_t worst = -1;
+    for (uint32_t r = 0; r < j->world; r++) {
+        const coord_rank_t *rk = &j->ranks[r];
+        if (rk->state != COORD_RANK_PENDING && rk->state != COORD_RANK_RUNNING)
+            continue;
+        if (now_ms < rk->progress_ms || now_ms - rk->progress_ms <= limit)
+            continue;
+        /* The culprit is the one furthest behind: the others wait for it. */
+        if (worst < 0 || rk->step < j->ranks[worst].step ||
+            (rk->step == j->ranks[worst].step && rk->progress_ms < j->ranks[worst].progress_ms))
+            worst = r;
+    }
+    if (worst < 0)
+        return;
+    const coord_rank_t *rk = &j->ranks[worst];
+    char reason[256];
+    if (rk->state == COORD_RANK_PENDING || rk->step == 0)
+        snprintf(reason, sizeof(reason),
+                 "rank %" PRId64 " on node %s did not complete its first step within "
+                 "fault.step_timeout = %lld s",
+                 worst, rk->node->name, (long long)j->spec.fault.step_timeout_s);
+    else
+        snprintf(reason, sizeof(reason),
+                 "rank %" PRId64 " on node %s made no progress after step %" PRIu64
+                 " for fault.step_timeout = %lld s",
+                 worst, rk->node->name, rk->step, (long long)j->spec.fault.step_timeout_s);
+    coord_recovery_failure(c, j, COORD_CAUSE_HANG, worst, rk->node->name, reason);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reload
+
+static int load_one(void *ud, const coord_restart_rec_t *rec)
+{
+    coord_t *c = ud;
+    char id[32];
+    snprintf(id, sizeof(id), "j%" PRId64, rec->job_seq);
+    coord_job_t *j = coord_job_find(c, id);
+    if (!j || strcmp(j->id, id) != 0)
+        return 0; /* a job no longer known: nothing to attach it to */
+    coord_restart_t *h = history_add(j);
+    if (!h)
+        return -ENOMEM;
+    h->time_ms = rec->time_ms;
+    h->cause = cause_parse(rec->cause);
+    h->rank = rec->rank;
+    snprintf(h->node, sizeof(h->node), "%s", rec->node);
+    snprintf(h->reason, sizeof(h->reason), "%s", rec->reason);
+    h->failed_gen = rec->failed_gen;
+    h->failed_step = rec->failed_step;
+    h->resumed_from = rec->resumed_from;
+    h->steps_lost = rec->steps_lost;
+    h->recover_s = rec->recover_s;
+    return 0;
+}
+
+int coord_recovery_load(coord_t *c)
+{
+    return coord_store_load_restarts(c->store, load_one, c);
+}

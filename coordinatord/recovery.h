@@ -1,0 +1,47 @@
+/* Recovery (DESIGN §9): what happens to a job when one of its ranks fails.
+ *
+ * Every failure of an active job enters through coord_recovery_failure, with its cause:
+ *
+ *   running|starting --failure--> recovering --old ranks gone, slots found--> starting (gen+1)
+ *                        \--restarts == fault.max_restarts--> failed (naming every cause)
+ *
+ * While recovering, the failed generation's ranks are killed on every node and the job
+ * waits until each is confirmed gone (its exit reported, its node declared dead, or its
+ * node re-registered without it); then the scheduler places generation + 1 on alive nodes
+ * with free slots (idle nodes serve as spares, a node that came back is used again) and
+ * the ranks resume from the last committed checkpoint (step 0 when there is none). When
+ * slots are missing the job stays recovering with the reason. Each restart is one entry
+ * of the job's history (stored): time, cause, rank and node, the step resumed from, the
+ * steps lost, and the seconds from detection to the first completed step after it. */
+#ifndef COORD_RECOVERY_H
+#define COORD_RECOVERY_H
+
+#include <stdint.h>
+
+#include "job.h"
+
+typedef struct coord coord_t;
+
+const char *coord_cause_name(coord_cause_t cause);
+
+/* The one job-failure entry point. rank: the failed or culprit rank (-1: none); node may
+ * be NULL. A failure while the job already recovers (its old ranks dying) is ignored. */
+void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
+                            const char *node, const char *reason);
+/* For the scheduler: 1 when recovering job j may start its next generation (every rank
+ * of the failed one is gone). Ranks left on nodes that are dead are declared lost here. */
+int coord_recovery_ready(coord_t *c, coord_job_t *j);
+/* j (queued or recovering) cannot start now: record why it waits (its reason). */
+void coord_recovery_waiting(coord_t *c, coord_job_t *j, const char *why);
+/* j's next generation was started (coord_job_start): the restart's resume step. */
+void coord_recovery_started(coord_t *c, coord_job_t *j);
+/* A step of j's current generation completed: the restart's recovery time. */
+void coord_recovery_progress(coord_t *c, coord_job_t *j);
+/* Periodic: ranks without progress for fault.step_timeout (the time before the first
+ * step included) are a hang. */
+void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms);
+
+/* Reload the stored histories into the loaded jobs. */
+int coord_recovery_load(coord_t *c);
+
+#endif
