@@ -477,6 +477,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     coord_rank_t *r = &j->ranks[rank];
     r->step = ev->step;
     copy_metrics(j, r, rank, ev);
+    coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
     if (ev->total_steps)
