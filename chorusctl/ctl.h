@@ -38,6 +38,8 @@ typedef struct ctl {
 void ctl_errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parse a decimal integer in [min, max]; -EINVAL otherwise. */
 int ctl_parse_long(const char *s, long min, long max, long *out);
+/* Sleep ms milliseconds (resumed after signals). */
+void ctl_pause_ms(unsigned ms);
 /* What ctl talks to, for messages: the socket path or HOST:PORT. */
 const char *ctl_target(const ctl_t *ctl);
 
@@ -62,7 +64,7 @@ int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_status(ctl_t *ctl, int argc, char **argv);
-int ctl_cmd_watch(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_watch(ctl_t *ctl, int argc, char **argv); /* watch.c */
 int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);

@@ -2,7 +2,8 @@
  *
  *   DIR/cluster.key         cluster key (made once, mode 0600)
  *   DIR/ctl.sock            coordinatord's control socket
- *   DIR/state/              coordinatord's state (SQLite; coordinatord.addr = HOST:PORT)
+ *   DIR/state/              coordinatord's state (SQLite; coordinatord.addr = HOST:PORT;
+ *                           coordinatord.metrics.addr = the status page and /metrics)
  *   DIR/coordinatord.{log,pid}
  *   DIR/node<i>/            workerd node<i>'s run dir (job files, rank logs)
  *   DIR/node<i>.{log,pid}
@@ -40,6 +41,7 @@
 typedef struct local {
     char dir[PATH_MAX];
     long nodes, slots, heartbeat_ms, dead_after_ms;
+    const char *metrics; /* coordinatord --metrics: the status page and /metrics */
 } local_t;
 
 static void pause_ms(unsigned ms)
@@ -402,6 +404,8 @@ static int start_coordinator(const local_t *L, const char *exe, pid_t *pid)
     argv[a++] = state;
     argv[a++] = "--key";
     argv[a++] = key;
+    argv[a++] = "--metrics";
+    argv[a++] = (char *)L->metrics;
     if (L->heartbeat_ms > 0) {
         snprintf(hb, sizeof hb, "%ld", L->heartbeat_ms);
         argv[a++] = "--heartbeat-ms";
@@ -435,6 +439,15 @@ static int start_worker(const local_t *L, const char *exe, const char *addr, lon
 
 static void print_up(const ctl_t *ctl, const local_t *L, const char *addr, double secs)
 {
+    char page[128] = "", path[PATH_MAX + 64];
+    FILE *f = NULL;
+    snprintf(path, sizeof path, "%s/state/coordinatord.metrics.addr", L->dir);
+    if ((f = fopen(path, "r"))) {
+        if (!fgets(page, sizeof page, f))
+            page[0] = '\0';
+        page[strcspn(page, "\r\n")] = '\0';
+        fclose(f);
+    }
     if (ctl->json) {
         ctl_json_t j;
         char sock[PATH_MAX + 16];
@@ -444,6 +457,7 @@ static void print_up(const ctl_t *ctl, const local_t *L, const char *addr, doubl
         ctl_json_kstr(&j, "dir", L->dir);
         ctl_json_kstr(&j, "socket", sock);
         ctl_json_kstr(&j, "coordinator", addr);
+        ctl_json_kstr(&j, "status_page", page[0] ? page : NULL);
         ctl_json_kint(&j, "nodes", L->nodes);
         ctl_json_kint(&j, "slots", L->slots);
         ctl_json_kdouble(&j, "seconds", secs);
@@ -453,6 +467,8 @@ static void print_up(const ctl_t *ctl, const local_t *L, const char *addr, doubl
     }
     printf("local cluster up: %ld nodes x %ld slots alive in %.2f s\n", L->nodes, L->slots, secs);
     printf("coordinator %s, control socket %s/ctl.sock\n", addr, L->dir);
+    if (page[0])
+        printf("status page http://%s/\n", page);
     printf("  export CHORUS_SOCKET=%s/ctl.sock\n", L->dir);
 }
 
@@ -489,7 +505,10 @@ static int local_up(const ctl_t *ctl, local_t *L)
     }
     /* A stale address from an earlier run must not be mistaken for this one's. */
     if (pathf(path, "%s/state", L->dir) < 0 || ch_mkdirs(path, 0700) < 0 ||
-        pathf(path, "%s/state/coordinatord.addr", L->dir) < 0)
+        pathf(path, "%s/state/coordinatord.metrics.addr", L->dir) < 0)
+        return CTL_EXIT_FAILED;
+    unlink(path);
+    if (pathf(path, "%s/state/coordinatord.addr", L->dir) < 0)
         return CTL_EXIT_FAILED;
     unlink(path);
 
@@ -544,7 +563,7 @@ fail:
 
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
 {
-    local_t L = {.nodes = 2, .slots = 2};
+    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0"};
     const char *dir = NULL;
     int up;
 
@@ -566,6 +585,8 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
             num = &L.heartbeat_ms;
         } else if (strcmp(argv[i], "--dead-after-ms") == 0 && v) {
             num = &L.dead_after_ms;
+        } else if (strcmp(argv[i], "--metrics") == 0 && v) {
+            L.metrics = v;
         } else {
             ctl_errf("local: unexpected '%s'", argv[i]);
             goto usage;
@@ -585,6 +606,6 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
     return up ? local_up(ctl, &L) : local_down(ctl, &L);
 usage:
     ctl_errf("usage: chorusctl local up|down --dir DIR [--nodes N] [--slots S] "
-             "[--heartbeat-ms N] [--dead-after-ms N]");
+             "[--heartbeat-ms N] [--dead-after-ms N] [--metrics HOST:PORT]");
     return CTL_EXIT_USAGE;
 }

@@ -25,13 +25,18 @@ static const cmd_t commands[] = {
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
      "check and submit a job file; print its id"},
     {"status", ctl_cmd_status, "JOB", "show a job and its ranks"},
-    {"watch", ctl_cmd_watch, "JOB", "follow a job live until it ends"},
+    {"watch", ctl_cmd_watch, "JOB",
+     "follow a job until it ends: a progress bar on a terminal, a line per change otherwise, a "
+     "JSON object per line with --json; exits 0 when it completed, 1 when it failed or was "
+     "cancelled"},
     {"cancel", ctl_cmd_cancel, "JOB", "cancel a job"},
     {"kill-rank", ctl_cmd_kill_rank, "JOB RANK", "kill one rank process (fault drill)"},
     {"logs", ctl_cmd_logs, "JOB [--rank R] [--dir DIR]", "print rank logs of a local cluster"},
     {"local", ctl_cmd_local,
-     "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N]",
-     "run a whole cluster on this machine (control socket DIR/ctl.sock)"},
+     "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N] "
+     "[--metrics HOST:PORT]",
+     "run a whole cluster on this machine (control socket DIR/ctl.sock; status page and "
+     "metrics on 127.0.0.1, an ephemeral port, unless --metrics says otherwise)"},
     {"export", ctl_cmd_export, "CKPT_DIR --out FILE",
      "write a committed checkpoint (a step dir, or a job's dir: newest step) as one GPT-2 "
      "safetensors file"},

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/auth.h"
 #include "common/err.h"
@@ -30,6 +31,13 @@ int ctl_parse_long(const char *s, long min, long max, long *out)
         return -EINVAL;
     *out = v;
     return 0;
+}
+
+void ctl_pause_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
 }
 
 const char *ctl_target(const ctl_t *ctl)

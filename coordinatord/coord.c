@@ -64,6 +64,7 @@ static void on_cron(uv_timer_t *t)
     uint64_t now = ch_now_ms();
     coord_node_check(c, now);
     coord_job_check(c, now);
+    coord_series_tick(c, now);
     update_status(c);
 }
 
@@ -150,10 +151,10 @@ int coord_start(coord_t *c)
     c->handles_open = 1;
 
     CH_CHECK_GOTO(coord_server_start(c), rc, out);
-    CH_CHECK_GOTO(coord_metrics_start(c), rc, out);
+    CH_CHECK_GOTO(coord_http_start(c), rc, out);
     CH_CHECK_GOTO(write_addr(c, "coordinatord.addr", c->srv.addr), rc, out);
-    if (c->metrics.open)
-        CH_CHECK_GOTO(write_addr(c, "coordinatord.metrics.addr", c->metrics.addr), rc, out);
+    if (c->http.open)
+        CH_CHECK_GOTO(write_addr(c, "coordinatord.metrics.addr", c->http.addr), rc, out);
 
     long period = c->cfg.heartbeat_ms / 4;
     period = period < 10 ? 10 : period > 250 ? 250 : period;
@@ -181,7 +182,7 @@ void coord_stop(coord_t *c)
     c->stopping = 1;
     ch_notify("STOPPING=1");
     coord_server_stop(c);
-    coord_metrics_stop(c);
+    coord_http_stop(c);
     if (c->handles_open) {
         uv_close((uv_handle_t *)&c->cron, NULL);
         uv_close((uv_handle_t *)&c->kv_timer, NULL);
@@ -193,6 +194,7 @@ void coord_stop(coord_t *c)
 
 void coord_fini(coord_t *c)
 {
+    coord_series_fini(c);
     coord_jobs_fini(c);
     coord_nodes_fini(c);
     coord_kv_destroy(c->kv);

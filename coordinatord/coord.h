@@ -14,8 +14,9 @@
 #include "common/config.h"
 #include "job.h"
 #include "kv.h"
-#include "metrics.h"
+#include "http.h"
 #include "node.h"
+#include "series.h"
 #include "server.h"
 #include "store.h"
 
@@ -43,7 +44,8 @@ struct coord {
     coord_nodes_t nodes;
     coord_jobs_t jobs;
     coord_server_t srv;
-    coord_metrics_t metrics;
+    coord_http_t http;         /* cfg.metrics: /metrics and the status page */
+    coord_series_set_t series; /* the status page's per-job series (series.h) */
 
     uv_timer_t cron, kv_timer, watchdog;
     uv_prepare_t before_sleep;

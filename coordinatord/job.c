@@ -515,6 +515,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     r->step = ev->step;
     r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
+    coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
     if (ev->total_steps)

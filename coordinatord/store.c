@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -35,6 +36,11 @@ static const char SCHEMA[] =
     "  failed_gen INTEGER NOT NULL, failed_step INTEGER NOT NULL,"
     "  resumed_from INTEGER NOT NULL, steps_lost INTEGER NOT NULL, recover_s REAL NOT NULL,"
     "  PRIMARY KEY (job_seq, idx));";
+
+/* The status page's series (series.h), one blob per job. */
+static const char SERIES_SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS series ("
+    "  job_seq INTEGER PRIMARY KEY, updated_ms INTEGER NOT NULL, data BLOB NOT NULL);";
 
 /* The one place SQLite result codes become Chorus codes (with one log line naming what
  * failed and SQLite's message). */
@@ -84,6 +90,7 @@ int coord_store_open_path(const char *path, coord_store_t **out)
     CH_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL", "journal_mode"), rc, fail);
     CH_CHECK_GOTO(exec(s, "PRAGMA synchronous=FULL", "synchronous"), rc, fail);
     CH_CHECK_GOTO(exec(s, SCHEMA, "schema"), rc, fail);
+    CH_CHECK_GOTO(exec(s, SERIES_SCHEMA, "series schema"), rc, fail);
     *out = s;
     return 0;
 fail:
@@ -361,6 +368,52 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
         }
     }
     rc = sql_err(s->db, rc, "load restarts");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// status-page series
+
+int coord_store_series_put(coord_store_t *s, int64_t job_seq, const void *blob, size_t len)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(
+        s->db, "INSERT OR REPLACE INTO series (job_seq, updated_ms, data) VALUES (?1, ?2, ?3)", -1,
+        &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "store series");
+    sqlite3_bind_int64(st, 1, job_seq);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)ch_wall_ms());
+    sqlite3_bind_blob64(st, 3, blob, len, SQLITE_STATIC);
+    rc = sql_err(s->db, sqlite3_step(st), "store series");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int coord_store_series_get(coord_store_t *s, int64_t job_seq, void **blob, size_t *len)
+{
+    sqlite3_stmt *st = NULL;
+    *blob = NULL;
+    *len = 0;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT data FROM series WHERE job_seq = ?1", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "load series");
+    sqlite3_bind_int64(st, 1, job_seq);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        int n = sqlite3_column_bytes(st, 0);
+        const void *p = sqlite3_column_blob(st, 0);
+        if (n > 0 && p && (*blob = malloc((size_t)n))) {
+            memcpy(*blob, p, (size_t)n);
+            *len = (size_t)n;
+            rc = 0;
+        } else {
+            rc = n > 0 ? -ENOMEM : CH_E_NOTFOUND;
+        }
+    } else {
+        rc = rc == SQLITE_DONE ? CH_E_NOTFOUND : sql_err(s->db, rc, "load series");
+    }
     sqlite3_finalize(st);
     return rc;
 }

@@ -5,10 +5,12 @@
  * function here. Calls block the caller (the loop thread) for one commit each: simple
  * ordering ("journal, then send") matters more here than the few ms per write.
  *
- * Records use plain strings for states so the database reads well in the sqlite3 shell. */
+ * Records use plain strings for states so the database reads well in the sqlite3 shell.
+ * The status page's series (series.h) are one opaque blob per job in table series. */
 #ifndef COORD_STORE_H
 #define COORD_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct coord_store coord_store_t;
@@ -72,5 +74,10 @@ int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r);
 typedef int (*coord_store_restart_cb)(void *ud, const coord_restart_rec_t *r);
 /* Every restart, ordered by job and index. */
 int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void *ud);
+
+/* ---- status-page series (series.h): one blob per job, replaced whole ---- */
+int coord_store_series_put(coord_store_t *s, int64_t job_seq, const void *blob, size_t len);
+/* 0 and *blob (malloc'd, caller frees) with *len; CH_E_NOTFOUND when the job has none. */
+int coord_store_series_get(coord_store_t *s, int64_t job_seq, void **blob, size_t *len);
 
 #endif

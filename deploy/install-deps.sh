@@ -7,7 +7,7 @@ pkgs=(build-essential cmake pkg-config git
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libucx-dev ucx-utils
       libcriterion-dev libsqlite3-dev libopenblas-dev libsodium-dev libsystemd-dev
       openmpi-bin libopenmpi-dev python3
-      libjansson-dev)
+      libjansson-dev chromium)
 
 missing=()
 for p in "${pkgs[@]}"; do

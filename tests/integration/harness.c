@@ -377,13 +377,30 @@ int h_coord_restart(h_cluster_t *c)
     snprintf(pidf, sizeof pidf, "%s/coordinatord.pid", c->dir);
     snprintf(hb, sizeof hb, "%d", H_HEARTBEAT_MS);
     snprintf(dead, sizeof dead, "%d", H_DEAD_AFTER_MS);
-    char *argv[] = {exe,   "--listen", c->addr, "--ctl-socket",   c->sock, "--state-dir",
-                    state, "--key",    c->key,  "--heartbeat-ms", hb,      "--dead-after-ms",
-                    dead,  NULL};
+    char metrics[] = "127.0.0.1:0";
+    char *argv[] = {exe,     "--listen",       c->addr, "--ctl-socket",
+                    c->sock, "--state-dir",    state,   "--key",
+                    c->key,  "--heartbeat-ms", hb,      "--dead-after-ms",
+                    dead,    "--metrics",      metrics, NULL};
     int rc = spawn(argv, log, pidf);
     if (rc < 0)
         return rc;
     return h_wait_until(coord_answers, c, 10000, 20) > 0 ? 0 : -ETIMEDOUT;
+}
+
+int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/state/coordinatord.metrics.addr", c->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -errno;
+    int ok = fgets(addr, (int)n, f) != NULL;
+    fclose(f);
+    if (!ok)
+        return -ENOENT;
+    addr[strcspn(addr, "\r\n")] = '\0';
+    return 0;
 }
 
 int h_worker_restart(h_cluster_t *c, int i)

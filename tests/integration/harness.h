@@ -74,8 +74,11 @@ pid_t h_pid(const h_cluster_t *c, const char *who);
 int h_gone(pid_t pid);
 /* Send sig and wait (bounded) until the process is gone. */
 int h_kill_wait(pid_t pid, int sig, int timeout_ms);
-/* Start coordinatord again on the same state dir, flags and port (after a crash). */
+/* Start coordinatord again on the same state dir, flags and port (after a crash); its
+ * metrics address gets a new ephemeral port (h_metrics_addr). */
 int h_coord_restart(h_cluster_t *c);
+/* The coordinator's metrics and status-page address (HOST:PORT) as it published it. */
+int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n);
 /* Start workerd node<i> again with local up's flags (after it was killed). */
 int h_worker_restart(h_cluster_t *c, int i);
 

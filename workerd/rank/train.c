@@ -157,13 +157,16 @@ int wrk_train_run(wrk_rank_t *r)
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
-        Chorus__Metric m[3] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[3] = {&m[0], &m[1], &m[2]};
+        Chorus__Metric m[4] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+                               CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[4] = {&m[0], &m[1], &m[2], &m[3]};
         size_t nm = 0;
         m[nm].name = "lr";
         m[nm++].value = info.lr;
         m[nm].name = "grad_norm";
         m[nm++].value = info.grad_norm;
+        m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
+        m[nm++].value = info.seconds * 1e3;
         uint64_t done = info.step + 1;
         double acc;
         if (builtin && (done % EVAL_EVERY == 0 || done == total) &&
