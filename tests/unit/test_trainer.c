@@ -16,6 +16,7 @@
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/corpus.h"
+#include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
 
 static char dir[512];
@@ -229,12 +230,12 @@ static void *dp_main(void *arg)
 {
     dp_rank_t *d = arg;
     wrk_coll_t *c = NULL;
-    wrk_coll_group_t *g = NULL;
+    eng_groups_t *g = NULL;
     eng_trainer_t *t = NULL;
     d->rc = ts_coll_create(d->table, d->rank, d->n, 60000, &c);
     if (d->rc == 0)
-        d->rc = wrk_coll_group_layout(c, (ch_layout_t){1, 1, d->n}, WRK_COLL_GROUP_DP, &g);
-    eng_trainer_opts_t opts = {.peak_flops = 1e9, .dp = g};
+        d->rc = eng_groups_create(c, (ch_layout_t){1, 1, d->n}, d->rank, &g);
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g};
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0 && d->resume)
@@ -253,7 +254,7 @@ static void *dp_main(void *arg)
         memcpy(d->params, eng_model_params(eng_trainer_model(t)), d->nparams * sizeof(float));
     }
     eng_trainer_destroy(t);
-    wrk_coll_group_destroy(g);
+    eng_groups_destroy(g);
     wrk_coll_destroy(c);
     return NULL;
 }

@@ -1,22 +1,19 @@
-/* GPT-2 for one rank (model.h, DESIGN §7).
+/* GPT-2 for one rank (model.h, DESIGN §7): the tensor table, memory, activations per
+ * micro-batch and the whole-model passes; the passes over each part are model_stage.c.
  *
  * Theory of operation. Parameters live in one slab in Hugging Face order: wte, wpe,
  * then for each block the twelve h.{l}.* tensors (so a block's parameters are one
- * contiguous range, the unit a ZeRO-3 shard splits), then ln_f. Gradients use the same
- * layout. Activations for max_B sequences of seq_len tokens are allocated once; a
- * forward over B x T (B <= max_B, T <= seq_len) uses a prefix of each buffer.
+ * contiguous range, the unit a ZeRO-3 shard splits), then ln_f. A model object may hold
+ * one pipeline stage: its table is the subset of those rows it holds, in the same order
+ * (a last stage without the embedding keeps wte for its tied LM head). Gradients use the
+ * same layout. Each held block reads its parameters and accumulates its gradients at a
+ * base pointer, its slab range unless eng_model_set_block_params/grads moved it.
  *
- * Forward and backward are written per transformer block (block_forward,
- * block_backward) so a pipeline stage can run any range of blocks on one micro-batch.
- * A block's backward takes the gradient of its output in dres and leaves the gradient of
- * its input there (the residual stream's gradient flows through one buffer); the
- * intermediate gradients share two scratch buffers, [N,4C] and [N,C].
- *
- * The LM head is tied to wte and fused with the loss (kernels/xent.h). Its logits are
- * held for at most `logits_rows` rows at a time (a budget of LOGITS_BUDGET floats):
- * when a micro-batch fits, the backward reuses the forward's logits; when it does not,
- * the forward keeps only each row's log-sum-exp and the backward recomputes each chunk's
- * logits (one extra head matmul for all but the last chunk, bounded memory). */
+ * Activations belong to an eng_acts_t per micro-batch (B <= max_B sequences of up to
+ * seq_len tokens, one backend allocation); a forward over B x T uses a prefix of each of
+ * its buffers. What only one backward at a time needs (the gradient scratch and the
+ * logits buffer) belongs to the model. eng_model_forward/backward run on an acts the
+ * model makes on first use. */
 #include "workerd/engine/model.h"
 
 #include <errno.h>
@@ -27,29 +24,16 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/layout.h"
+#include "common/log.h"
 #include "common/rng.h"
+#include "workerd/engine/model_impl.h"
 
 #define LOGITS_BUDGET ((size_t)64 << 20) /* floats held for logits: 256 MiB */
 #define INIT_STD      0.02f
 
 // ----------------------------------------------------------------------------
 // tensors of one block, in slab order
-
-enum {
-    LN1W,
-    LN1B,
-    QKVW,
-    QKVB,
-    ATTPROJW,
-    ATTPROJB,
-    LN2W,
-    LN2B,
-    FCW,
-    FCB,
-    FCPROJW,
-    FCPROJB,
-    NBLOCK_TENSORS
-};
 
 enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESID };
 
@@ -76,66 +60,13 @@ static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
     [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
 };
 
-/* Activations of one block for N = B*T positions. */
-typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
-    float *qkv;                       /* [N,3C] */
-    float *att;                       /* [B,NH,T,T] softmax probabilities */
-    float *atty;                      /* [N,C] attention output before c_proj */
-    float *res2;                      /* [N,C] x + attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
-    float *fch, *fch_gelu;            /* [N,4C] */
-    float *res3;                      /* [N,C] block output */
-} block_acts_t;
-
-struct eng_model {
-    eng_config_t cfg;
-    const eng_backend_t *be; /* kernels and memory (borrowed) */
-    uint32_t max_B;
-    uint64_t seed;
-
-    size_t nparams;
-    float *params, *grads;
-    float *own_grads; /* grads unless the caller lent a buffer (eng_model_lend_grads) */
-    eng_tensor_t *tensors;
-    size_t ntensors;
-    size_t wte, wpe, lnfw, lnfb; /* slab offsets */
-    size_t *block_off;           /* [L][NBLOCK_TENSORS] slab offsets */
-
-    float *acts;       /* one allocation holding everything below */
-    float *encoded;    /* [N,C] */
-    block_acts_t *blk; /* [L] */
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *lse, *losses;         /* [N] */
-    float *dres, *dsmall, *dbig; /* backward: [N,C], [N,C], [N,4C] */
-    float *datt;                 /* backward attention scratch [T,T] */
-    int32_t *inputs, *targets;   /* copies of the last forward's [N] */
-
-    float *logits;             /* [logits_cap, Vp] */
-    size_t logits_cap;         /* rows the logits buffer holds */
-    size_t logits_budget_rows; /* rows allowed for chunked training forwards */
-
-    uint32_t B, T;    /* shape of the last forward */
-    int have_targets; /* last forward had targets (backward allowed) */
-    int logits_valid; /* logits buffer holds all B*T rows of the last forward */
-};
-
-static float *P(eng_model_t *m, uint32_t l, int i)
-{
-    return m->params + m->block_off[(size_t)l * NBLOCK_TENSORS + i];
-}
-
-static float *G(eng_model_t *m, uint32_t l, int i)
-{
-    return m->grads + m->block_off[(size_t)l * NBLOCK_TENSORS + i];
-}
-
 // ----------------------------------------------------------------------------
 // parameter table and initialisation
 
 static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1,
-                       size_t numel, int block, eng_split_t split)
+                       size_t numel, int block, eng_split_t split, enum init_kind init)
 {
+    m->init[m->ntensors] = (uint8_t)init;
     eng_tensor_t *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = ndim;
@@ -152,55 +83,83 @@ static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t
 static void build_table(eng_model_t *m)
 {
     const eng_config_t *c = &m->cfg;
+    const eng_model_part_t *p = &m->part;
     uint32_t C = c->embd;
     char name[64];
-    m->wte = m->nparams;
-    add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1, ENG_SPLIT_VOCAB);
-    m->wpe = m->nparams;
-    add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1, ENG_SPLIT_NONE);
-    for (uint32_t l = 0; l < c->layers; l++) {
+    m->wte = m->wpe = m->lnfw = m->lnfb = SIZE_MAX;
+    if (p->embedding || p->head) {
+        m->wte = m->nparams;
+        add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1,
+                   ENG_SPLIT_VOCAB, INIT_NORMAL);
+    }
+    if (p->embedding) {
+        m->wpe = m->nparams;
+        add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1, ENG_SPLIT_NONE,
+                   INIT_NORMAL);
+    }
+    for (uint32_t l = p->first; l < p->last; l++) {
+        size_t base = m->nparams;
+        m->blk_slab[l - p->first] = base;
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
             uint32_t d0 = s->rows * C, d1 = s->cols * C;
             size_t numel = s->ndim == 2 ? (size_t)d0 * d1 : d0;
             snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
-            m->block_off[(size_t)l * NBLOCK_TENSORS + i] = m->nparams;
-            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l, s->split);
+            m->blk_off[i] = m->nparams - base;
+            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l, s->split, s->init);
         }
+        m->blk_numel = m->nparams - base;
     }
-    m->lnfw = m->nparams;
-    add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE);
-    m->lnfb = m->nparams;
-    add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE);
+    if (p->head) {
+        m->lnfw = m->nparams;
+        add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE, INIT_ONE);
+        m->lnfb = m->nparams;
+        add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE, INIT_ZERO);
+    }
 }
 
-/* Each element is a function of (seed, name, index in the Hugging Face tensor) only. */
-static void init_params(eng_model_t *m)
+/* Each element is a function of (seed, name, index in the Hugging Face tensor) only. On a
+ * backend without host memory each tensor is made on the host and copied in. */
+static int init_params(eng_model_t *m)
 {
-    const eng_config_t *c = &m->cfg;
-    float resid_std = INIT_STD / sqrtf(2.0f * (float)c->layers);
-    memset(m->params, 0, m->nparams * sizeof(float)); /* biases, padded wte rows */
-    for (size_t i = 0; i < m->ntensors; i++) {
+    const eng_backend_t *be = m->be;
+    float resid_std = INIT_STD / sqrtf(2.0f * (float)m->cfg.layers);
+    float *host = NULL;
+    size_t cap = 0;
+    /* biases, padded wte rows */
+    int rc = be->memset(be, m->params, 0, m->nparams * sizeof(float));
+    for (size_t i = 0; rc == 0 && i < m->ntensors; i++) {
         const eng_tensor_t *t = &m->tensors[i];
-        float *p = m->params + t->offset;
         size_t real = t->ndim == 2 ? (size_t)t->shape[0] * t->shape[1] : t->shape[0];
-        enum init_kind kind = INIT_NORMAL; /* wte, wpe */
-        if (t->block >= 0) {
-            kind = block_specs[(i - 2) % NBLOCK_TENSORS].init; /* table order: wte, wpe, blocks */
-        } else if (t->offset == m->lnfw) {
-            kind = INIT_ONE;
-        } else if (t->offset == m->lnfb) {
-            kind = INIT_ZERO;
+        enum init_kind kind = (enum init_kind)m->init[i];
+        float *p = m->params + t->offset;
+        if (kind == INIT_ZERO) {
+            continue;
         }
+        if (!be->host_memory && real > cap) {
+            free(host);
+            cap = real;
+            host = malloc(cap * sizeof *host);
+            if (host == NULL) {
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        float *dst = be->host_memory ? p : host;
         if (kind == INIT_ONE) {
             for (size_t j = 0; j < real; j++) {
-                p[j] = 1.0f;
+                dst[j] = 1.0f;
             }
-        } else if (kind == INIT_NORMAL || kind == INIT_RESID) {
-            ch_rng_fill_normal(p, real, m->seed, t->name, 0,
+        } else {
+            ch_rng_fill_normal(dst, real, m->seed, t->name, 0,
                                kind == INIT_RESID ? resid_std : INIT_STD);
         }
+        if (!be->host_memory) {
+            rc = be->copy(be, p, host, real * sizeof(float), ENG_COPY_H2D);
+        }
     }
+    free(host);
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -221,55 +180,41 @@ static int check_config(const eng_config_t *c, uint32_t max_B)
     return 0;
 }
 
-/* Carve the activation buffers out of one allocation; with base NULL only count. */
-static size_t carve(eng_model_t *m, float *base)
+/* The part of the model opts ask for: stage `stage` of `pp` (DESIGN §5). */
+static int part_of(const eng_config_t *c, const eng_model_opts_t *opts, eng_model_part_t *p)
 {
-    const eng_config_t *c = &m->cfg;
-    size_t N = (size_t)m->max_B * c->seq_len, C = c->embd, T = c->seq_len;
-    size_t off = 0;
-#define TAKE(ptr, n)                                                                               \
-    do {                                                                                           \
-        if (base != NULL)                                                                          \
-            (ptr) = base + off;                                                                    \
-        off += ((size_t)(n) + 15) & ~(size_t)15;                                                   \
-    } while (0)
-    TAKE(m->encoded, N * C);
-    for (uint32_t l = 0; l < c->layers; l++) {
-        block_acts_t *a = &m->blk[l];
-        TAKE(a->ln1, N * C);
-        TAKE(a->ln1_mean, N);
-        TAKE(a->ln1_rstd, N);
-        TAKE(a->qkv, N * 3 * C);
-        TAKE(a->att, (size_t)m->max_B * c->heads * T * T);
-        TAKE(a->atty, N * C);
-        TAKE(a->res2, N * C);
-        TAKE(a->ln2, N * C);
-        TAKE(a->ln2_mean, N);
-        TAKE(a->ln2_rstd, N);
-        TAKE(a->fch, N * 4 * C);
-        TAKE(a->fch_gelu, N * 4 * C);
-        TAKE(a->res3, N * C);
+    uint32_t pp = opts && opts->pp > 1 ? opts->pp : 1, s = opts ? opts->stage : 0, count = 0;
+    if (s >= pp || pp > c->layers) {
+        return -EINVAL;
     }
-    TAKE(m->lnf, N * C);
-    TAKE(m->lnf_mean, N);
-    TAKE(m->lnf_rstd, N);
-    TAKE(m->lse, N);
-    TAKE(m->losses, N);
-    TAKE(m->dres, N * C);
-    TAKE(m->dsmall, N * C);
-    TAKE(m->dbig, N * 4 * C);
-    TAKE(m->datt, T * T);
-#undef TAKE
-    return off;
+    ch_layout_stage_blocks(c->layers, pp, s, &p->first, &count);
+    p->last = p->first + count;
+    p->embedding = s == 0;
+    p->head = s == pp - 1;
+    return 0;
 }
 
-static float *alloc_floats(const eng_model_t *m, size_t n)
+static int alloc_floats(const eng_model_t *m, size_t n, float **out)
 {
     void *p = NULL;
-    if (m->be->alloc(m->be, n * sizeof(float), &p) < 0) {
-        return NULL;
+    int rc = m->be->alloc(m->be, n * sizeof(float), &p);
+    *out = p;
+    return rc;
+}
+
+/* The backward scratch: dres, dsmall [N,C], dbig [N,4C], datt [T,T]. */
+static int alloc_scratch(eng_model_t *m)
+{
+    size_t N = (size_t)m->max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
+    size_t NC = (N * C + 15) & ~(size_t)15;
+    int rc = alloc_floats(m, 2 * NC + 4 * NC + T * T, &m->scratch);
+    if (rc == 0) {
+        m->dres = m->scratch;
+        m->dsmall = m->dres + NC;
+        m->dbig = m->dsmall + NC;
+        m->datt = m->dbig + 4 * NC;
     }
-    return p;
+    return rc;
 }
 
 int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out)
@@ -280,8 +225,12 @@ int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng
 int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts, uint32_t max_B,
                           uint64_t seed, eng_model_t **out)
 {
+    eng_model_part_t part;
     *out = NULL;
     int rc = check_config(cfg, max_B);
+    if (rc == 0) {
+        rc = part_of(cfg, opts, &part);
+    }
     if (rc < 0) {
         return rc;
     }
@@ -291,32 +240,37 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     }
     m->cfg = *cfg;
     m->be = opts && opts->backend ? opts->backend : eng_backend_cpu();
+    m->part = part;
     m->max_B = max_B;
     m->seed = seed;
-    size_t L = cfg->layers, N = (size_t)max_B * cfg->seq_len;
+    size_t nblocks = part.last - part.first, N = (size_t)max_B * cfg->seq_len;
+    size_t ntensors = 2 + nblocks * NBLOCK_TENSORS + 2;
     rc = -ENOMEM;
-    m->tensors = calloc(2 + L * NBLOCK_TENSORS + 2, sizeof *m->tensors);
-    m->block_off = calloc(L * NBLOCK_TENSORS, sizeof *m->block_off);
-    m->blk = calloc(L, sizeof *m->blk);
-    m->inputs = malloc(N * sizeof *m->inputs);
-    m->targets = malloc(N * sizeof *m->targets);
-    if (!m->tensors || !m->block_off || !m->blk || !m->inputs || !m->targets) {
+    m->tensors = calloc(ntensors, sizeof *m->tensors);
+    m->init = calloc(ntensors, sizeof *m->init);
+    m->blk_slab = calloc(nblocks, sizeof *m->blk_slab);
+    m->blk_params = calloc(nblocks, sizeof *m->blk_params);
+    m->blk_grads = calloc(nblocks, sizeof *m->blk_grads);
+    if (!m->tensors || !m->init || !m->blk_slab || !m->blk_params || !m->blk_grads) {
         goto fail;
     }
     build_table(m);
-    m->params = alloc_floats(m, m->nparams);
-    m->grads = m->own_grads = alloc_floats(m, m->nparams);
-    m->acts = alloc_floats(m, carve(m, NULL));
-    size_t budget_rows = LOGITS_BUDGET / cfg->padded_vocab;
-    m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
-    m->logits_cap = m->logits_budget_rows;
-    m->logits = alloc_floats(m, m->logits_cap * cfg->padded_vocab);
-    if (!m->params || !m->grads || !m->acts || !m->logits) {
-        goto fail;
+    CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->params), rc, fail);
+    CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->own_grads), rc, fail);
+    m->grads = m->own_grads;
+    CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
+    if (part.head) {
+        size_t budget_rows = LOGITS_BUDGET / cfg->padded_vocab;
+        m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
+        m->logits_cap = m->logits_budget_rows;
+        CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * cfg->padded_vocab, &m->logits), rc, fail);
     }
-    carve(m, m->acts);
-    init_params(m);
-    m->be->memset(m->be, m->grads, 0, m->nparams * sizeof(float));
+    for (size_t i = 0; i < nblocks; i++) {
+        m->blk_params[i] = m->params + m->blk_slab[i];
+        m->blk_grads[i] = m->grads + m->blk_slab[i];
+    }
+    CH_CHECK_GOTO(init_params(m), rc, fail);
+    CH_CHECK_GOTO(m->be->memset(m->be, m->grads, 0, m->nparams * sizeof(float)), rc, fail);
     *out = m;
     return 0;
 fail:
@@ -329,14 +283,15 @@ void eng_model_destroy(eng_model_t *m)
     if (m == NULL) {
         return;
     }
+    eng_acts_destroy(m->acts);
     m->be->free(m->be, m->logits);
-    m->be->free(m->be, m->acts);
+    m->be->free(m->be, m->scratch);
     m->be->free(m->be, m->own_grads);
     m->be->free(m->be, m->params);
-    free(m->targets);
-    free(m->inputs);
-    free(m->blk);
-    free(m->block_off);
+    free(m->blk_grads);
+    free(m->blk_params);
+    free(m->blk_slab);
+    free(m->init);
     free(m->tensors);
     free(m);
 }
@@ -354,6 +309,11 @@ const eng_backend_t *eng_model_backend(const eng_model_t *m)
     return m->be;
 }
 
+eng_model_part_t eng_model_part(const eng_model_t *m)
+{
+    return m->part;
+}
+
 size_t eng_model_nparams(const eng_model_t *m)
 {
     return m->nparams;
@@ -364,17 +324,22 @@ float *eng_model_params(eng_model_t *m)
     return m->params;
 }
 
-void eng_model_lend_grads(eng_model_t *m, float *buf)
-{
-    m->be->copy(m->be, buf, m->grads, m->nparams * sizeof(float), ENG_COPY_D2D);
-    m->grads = buf;
-    m->be->free(m->be, m->own_grads);
-    m->own_grads = NULL;
-}
-
 float *eng_model_grads(eng_model_t *m)
 {
     return m->grads;
+}
+
+void eng_model_lend_grads(eng_model_t *m, float *buf)
+{
+    m->be->copy(m->be, buf, m->grads, m->nparams * sizeof(float), ENG_COPY_D2D);
+    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
+        if (m->blk_grads[i] == m->grads + m->blk_slab[i]) {
+            m->blk_grads[i] = buf + m->blk_slab[i];
+        }
+    }
+    m->grads = buf;
+    m->be->free(m->be, m->own_grads);
+    m->own_grads = NULL;
 }
 
 size_t eng_model_ntensors(const eng_model_t *m)
@@ -399,7 +364,7 @@ const eng_tensor_t *eng_model_find(const eng_model_t *m, const char *name)
 
 const float *eng_model_logits(const eng_model_t *m)
 {
-    return m->logits_valid ? m->logits : NULL;
+    return m->logits_all ? m->logits : NULL;
 }
 
 void eng_model_zero_grad(eng_model_t *m)
@@ -408,165 +373,222 @@ void eng_model_zero_grad(eng_model_t *m)
 }
 
 // ----------------------------------------------------------------------------
-// one transformer block: x [N,C] -> blk[l].res3 [N,C]
+// a parameter base per block
 
-static void block_forward(eng_model_t *m, uint32_t l, const float *x, int B, int T)
+static int held(const eng_model_t *m, uint32_t l)
 {
-    block_acts_t *a = &m->blk[l];
-    int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, N = B * T;
-    m->be->layernorm_fwd(m->be, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B),
-                         N, C);
-    m->be->matmul_fwd(m->be, a->qkv, a->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * C);
-    m->be->attention_fwd(m->be, a->atty, a->att, a->qkv, B, T, C, NH);
-    m->be->matmul_fwd(m->be, a->res2, a->atty, P(m, l, ATTPROJW), P(m, l, ATTPROJB), N, C, C);
-    m->be->residual_fwd(m->be, a->res2, a->res2, x, (size_t)N * C);
-    m->be->layernorm_fwd(m->be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, LN2W),
-                         P(m, l, LN2B), N, C);
-    m->be->matmul_fwd(m->be, a->fch, a->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * C);
-    m->be->gelu_fwd(m->be, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    m->be->matmul_fwd(m->be, a->res3, a->fch_gelu, P(m, l, FCPROJW), P(m, l, FCPROJB), N, 4 * C, C);
-    m->be->residual_fwd(m->be, a->res3, a->res3, a->res2, (size_t)N * C);
+    return l >= m->part.first && l < m->part.last;
 }
 
-/* dres: in, gradient of the block's output; out, gradient of its input x. */
-static void block_backward(eng_model_t *m, uint32_t l, const float *x, float *dres, int B, int T)
+int eng_model_block_params(eng_model_t *m, uint32_t l, float **ptr, size_t *count)
 {
-    block_acts_t *a = &m->blk[l];
-    int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, N = B * T;
-    float *dbig = m->dbig, *dsmall = m->dsmall;
-    // MLP branch: res3 = res2 + gelu(ln2(res2) @ Wfc + bfc) @ Wproj + bproj
-    m->be->matmul_bwd(m->be, dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, a->fch_gelu,
-                      P(m, l, FCPROJW), N, 4 * C, C);
-    m->be->gelu_bwd(m->be, dbig, a->fch, dbig, (size_t)N * 4 * C);
-    m->be->matmul_bwd(m->be, dsmall, G(m, l, FCW), G(m, l, FCB), dbig, a->ln2, P(m, l, FCW), N, C,
-                      4 * C);
-    m->be->layernorm_bwd(m->be, dres, G(m, l, LN2W), G(m, l, LN2B), dsmall, a->res2, P(m, l, LN2W),
-                         a->ln2_mean, a->ln2_rstd, N, C);
-    // attention branch: res2 = x + attn(ln1(x)) @ Wproj + bproj
-    m->be->matmul_bwd(m->be, dsmall, G(m, l, ATTPROJW), G(m, l, ATTPROJB), dres, a->atty,
-                      P(m, l, ATTPROJW), N, C, C);
-    m->be->attention_bwd(m->be, dbig, m->datt, dsmall, a->qkv, a->att, B, T, C, NH);
-    m->be->matmul_bwd(m->be, dsmall, G(m, l, QKVW), G(m, l, QKVB), dbig, a->ln1, P(m, l, QKVW), N,
-                      C, 3 * C);
-    m->be->layernorm_bwd(m->be, dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, x, P(m, l, LN1W),
-                         a->ln1_mean, a->ln1_rstd, N, C);
+    if (!held(m, l)) {
+        return -EINVAL;
+    }
+    *ptr = m->blk_params[l - m->part.first];
+    *count = m->blk_numel;
+    return 0;
 }
 
-static const float *block_input(const eng_model_t *m, uint32_t l)
+int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params)
 {
-    return l == 0 ? m->encoded : m->blk[l - 1].res3;
+    if (!held(m, l)) {
+        return -EINVAL;
+    }
+    uint32_t i = l - m->part.first;
+    m->blk_params[i] = params != NULL ? params : m->params + m->blk_slab[i];
+    return 0;
+}
+
+int eng_model_block_grads(eng_model_t *m, uint32_t l, float **ptr, size_t *count)
+{
+    if (!held(m, l)) {
+        return -EINVAL;
+    }
+    *ptr = m->blk_grads[l - m->part.first];
+    *count = m->blk_numel;
+    return 0;
+}
+
+int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads)
+{
+    if (!held(m, l)) {
+        return -EINVAL;
+    }
+    uint32_t i = l - m->part.first;
+    m->blk_grads[i] = grads != NULL ? grads : m->grads + m->blk_slab[i];
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
-// forward / backward
+// activations per micro-batch
 
-static int check_tokens(const int32_t *tok, size_t n, uint32_t vocab)
+/* Carve a's buffers out of one allocation; with base NULL only count (bytes). */
+static size_t carve(eng_acts_t *a, char *base)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (tok[i] < 0 || (uint32_t)tok[i] >= vocab) {
-            return -EINVAL;
+    const eng_model_t *m = a->m;
+    const eng_config_t *c = &m->cfg;
+    size_t N = (size_t)a->max_B * c->seq_len, C = c->embd, T = c->seq_len;
+    size_t off = 0;
+    /* n elements of 4 bytes, each buffer 64-byte aligned */
+#define TAKE(ptr, n)                                                                               \
+    do {                                                                                           \
+        if (base != NULL)                                                                          \
+            (ptr) = (void *)(base + off);                                                          \
+        off += ((size_t)(n)*4 + 63) & ~(size_t)63;                                                 \
+    } while (0)
+    if (m->part.embedding) {
+        TAKE(a->inputs, N);
+        TAKE(a->encoded, N * C);
+    }
+    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
+        block_acts_t *b = &a->blk[i];
+        TAKE(b->ln1, N * C);
+        TAKE(b->ln1_mean, N);
+        TAKE(b->ln1_rstd, N);
+        TAKE(b->qkv, N * 3 * C);
+        TAKE(b->att, (size_t)a->max_B * c->heads * T * T);
+        TAKE(b->atty, N * C);
+        TAKE(b->res2, N * C);
+        TAKE(b->ln2, N * C);
+        TAKE(b->ln2_mean, N);
+        TAKE(b->ln2_rstd, N);
+        TAKE(b->fch, N * 4 * C);
+        TAKE(b->fch_gelu, N * 4 * C);
+        TAKE(b->res3, N * C);
+    }
+    if (m->part.head) {
+        TAKE(a->targets, N);
+        TAKE(a->lnf, N * C);
+        TAKE(a->lnf_mean, N);
+        TAKE(a->lnf_rstd, N);
+        TAKE(a->lse, N);
+        TAKE(a->losses, N);
+    }
+#undef TAKE
+    return off;
+}
+
+int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
+{
+    *out = NULL;
+    if (B == 0 || B > m->max_B) {
+        return -EINVAL;
+    }
+    eng_acts_t *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        return -ENOMEM;
+    }
+    int rc = -ENOMEM;
+    a->m = m;
+    a->max_B = B;
+    a->blk = calloc(m->part.last - m->part.first, sizeof *a->blk);
+    if (a->blk == NULL) {
+        goto fail;
+    }
+    if (m->part.head) {
+        a->losses_host = malloc((size_t)B * m->cfg.seq_len * sizeof *a->losses_host);
+        if (a->losses_host == NULL) {
+            goto fail;
         }
     }
+    CH_CHECK_GOTO(m->be->alloc(m->be, carve(a, NULL), &a->mem), rc, fail);
+    carve(a, a->mem);
+    *out = a;
     return 0;
+fail:
+    eng_acts_destroy(a);
+    return rc;
+}
+
+void eng_acts_destroy(eng_acts_t *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    if (a->m->logits_of == a) {
+        a->m->logits_of = NULL;
+    }
+    a->m->be->free(a->m->be, a->mem);
+    free(a->losses_host);
+    free(a->blk);
+    free(a);
+}
+
+void eng_acts_reset(eng_acts_t *a)
+{
+    a->embed_live = 0;
+    a->head_live = 0;
+    for (uint32_t i = 0; i < a->m->part.last - a->m->part.first; i++) {
+        a->blk[i].live = 0;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the whole model: embedding -> blocks -> head on one acts
+
+static int whole(const eng_model_t *m)
+{
+    return m->part.embedding && m->part.head && m->part.first == 0 && m->part.last == m->cfg.layers;
+}
+
+int eng_model_forward_acts(eng_model_t *m, eng_acts_t *a, const int32_t *inputs,
+                           const int32_t *targets, uint32_t B, uint32_t T, float *loss)
+{
+    const eng_config_t *c = &m->cfg;
+    size_t N = (size_t)B * T;
+    if (!whole(m) || a->m != m || inputs == NULL || B == 0 || T == 0 || B > a->max_B ||
+        T > c->seq_len) {
+        return -EINVAL;
+    }
+    /* refuse bad tokens before computing anything */
+    if (eng_model_check_tokens(inputs, N, c->vocab) < 0 ||
+        (targets != NULL && eng_model_check_tokens(targets, N, c->vocab) < 0)) {
+        return -EINVAL;
+    }
+    eng_acts_reset(a);
+    float *out = a->blk[c->layers - 1].res3;
+    int rc = eng_model_embed_forward(m, a, inputs, B, T, a->encoded);
+    if (rc == 0) {
+        rc = eng_model_blocks_forward(m, a, 0, c->layers, a->encoded, out, B, T);
+    }
+    if (rc == 0) {
+        rc = eng_model_head_forward(m, a, out, targets, B, T, loss);
+    }
+    return rc;
+}
+
+int eng_model_backward_acts(eng_model_t *m, eng_acts_t *a, float grad_scale)
+{
+    if (!whole(m) || a->m != m) {
+        return -EINVAL;
+    }
+    int rc = eng_model_head_backward(m, a, grad_scale, m->dres);
+    if (rc == 0) {
+        rc = eng_model_blocks_backward(m, a, 0, m->cfg.layers, m->dres, m->dres);
+    }
+    if (rc == 0) {
+        rc = eng_model_embed_backward(m, a, m->dres);
+    }
+    return rc;
 }
 
 int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targets, uint32_t B,
                       uint32_t T, float *loss)
 {
-    const eng_config_t *c = &m->cfg;
-    if (B == 0 || T == 0 || B > m->max_B || T > c->seq_len || inputs == NULL) {
+    if (!whole(m)) {
         return -EINVAL;
     }
-    size_t N = (size_t)B * T;
-    int C = (int)c->embd, V = (int)c->vocab, Vp = (int)c->padded_vocab;
-    if (check_tokens(inputs, N, c->vocab) < 0 ||
-        (targets != NULL && check_tokens(targets, N, c->vocab) < 0)) {
-        return -EINVAL;
-    }
-    if (targets == NULL && m->logits_cap < N) {
-        // generation/eval wants every row's logits: grow once to the full size
-        float *bigger = alloc_floats(m, N * c->padded_vocab);
-        if (bigger == NULL) {
-            return -ENOMEM;
+    if (m->acts == NULL) {
+        int rc = eng_acts_create(m, m->max_B, &m->acts);
+        if (rc < 0) {
+            return rc;
         }
-        m->be->free(m->be, m->logits);
-        m->logits = bigger;
-        m->logits_cap = N;
     }
-    m->have_targets = 0;
-    m->logits_valid = 0;
-    memcpy(m->inputs, inputs, N * sizeof *inputs);
-
-    m->be->encoder_fwd(m->be, m->encoded, m->inputs, m->params + m->wte, m->params + m->wpe, (int)B,
-                       (int)T, C);
-    for (uint32_t l = 0; l < c->layers; l++) {
-        block_forward(m, l, block_input(m, l), (int)B, (int)T);
-    }
-    m->be->layernorm_fwd(m->be, m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, c->layers),
-                         m->params + m->lnfw, m->params + m->lnfb, (int)N, C);
-
-    const float *wte = m->params + m->wte;
-    if (targets == NULL) {
-        m->be->lmhead_fwd(m->be, m->logits, NULL, NULL, m->lnf, wte, NULL, (int)N, C, V, Vp);
-        m->logits_valid = 1;
-        return 0;
-    }
-    memcpy(m->targets, targets, N * sizeof *targets);
-    size_t rows = m->logits_budget_rows;
-    for (size_t r = 0; r < N; r += rows) {
-        size_t n = N - r < rows ? N - r : rows;
-        m->be->lmhead_fwd(m->be, m->logits, m->lse + r, m->losses + r, m->lnf + r * C, wte,
-                          m->targets + r, (int)n, C, V, Vp);
-    }
-    double sum = 0.0;
-    for (size_t i = 0; i < N; i++) {
-        sum += m->losses[i];
-    }
-    if (loss != NULL) {
-        *loss = (float)(sum / (double)N);
-    }
-    m->B = B;
-    m->T = T;
-    m->have_targets = 1;
-    m->logits_valid = N <= rows;
-    return 0;
+    return eng_model_forward_acts(m, m->acts, inputs, targets, B, T, loss);
 }
 
 int eng_model_backward(eng_model_t *m, float grad_scale)
 {
-    if (!m->have_targets) {
-        return CH_E_STATE;
-    }
-    const eng_config_t *c = &m->cfg;
-    int B = (int)m->B, T = (int)m->T, C = (int)c->embd, V = (int)c->vocab;
-    int Vp = (int)c->padded_vocab;
-    size_t N = (size_t)B * T, rows = m->logits_budget_rows;
-    const float *wte = m->params + m->wte;
-    float *gwte = m->grads + m->wte;
-
-    // LM head, last chunk first: its logits are still in the buffer
-    for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
-        size_t n = N - r < rows ? N - r : rows;
-        if (!first) {
-            m->be->lmhead_fwd(m->be, m->logits, NULL, NULL, m->lnf + r * C, wte, NULL, (int)n, C, V,
-                              Vp);
-        }
-        m->be->lmhead_bwd(m->be, m->dsmall + r * C, gwte, m->logits, m->lse + r, m->lnf + r * C,
-                          wte, m->targets + r, grad_scale, (int)n, C, V, Vp);
-        if (r == 0) {
-            break;
-        }
-    }
-    m->logits_valid = 0;
-    m->have_targets = 0;
-
-    m->be->memset(m->be, m->dres, 0, N * C * sizeof(float));
-    m->be->layernorm_bwd(m->be, m->dres, m->grads + m->lnfw, m->grads + m->lnfb, m->dsmall,
-                         block_input(m, c->layers), m->params + m->lnfw, m->lnf_mean, m->lnf_rstd,
-                         (int)N, C);
-    for (uint32_t l = c->layers; l-- > 0;) {
-        block_backward(m, l, block_input(m, l), m->dres, B, T);
-    }
-    m->be->encoder_bwd(m->be, m->grads + m->wte, m->grads + m->wpe, m->dres, m->inputs, B, T, C);
-    return 0;
+    return m->acts != NULL ? eng_model_backward_acts(m, m->acts, grad_scale) : CH_E_STATE;
 }

@@ -1,12 +1,27 @@
 /* GPT-2 model for one rank (DESIGN §7): parameters in one slab with named views,
  * forward and backward. B = batch (sequences), T = time (tokens), C = channels,
- * V = vocab, Vp = padded vocab, L = layers, NH = heads.
+ * V = vocab, Vp = padded vocab, L = layers, NH = heads, N = B*T.
  *
  * Tensor names, shapes and layouts are Hugging Face GPT-2's (wte.weight [V,C],
  * h.{i}.attn.c_attn.weight [C,3C] used as x @ W, ...). Padded vocab rows of wte are
  * zero and never receive gradient; their logits are excluded from the loss.
  * Initialisation is counter-based, keyed by (seed, tensor name, element index), so any
- * rank can create exactly its slice and the model is identical for every layout. */
+ * rank can create exactly its slice and the model is identical for every layout.
+ *
+ * The seams the 3D engine builds on (ENGINE.md):
+ * - a backend (backend.h) through which the model allocates and runs every kernel;
+ * - a model object may hold one pipeline stage (DESIGN §5): a contiguous range of blocks,
+ *   plus the embedding on the first stage and ln_f + the tied LM head on the last;
+ * - activations live in an eng_acts_t per micro-batch, several of which may be in flight;
+ * - each block's parameters (and gradients) are one contiguous range with a base pointer
+ *   that can be pointed at another buffer (ZeRO-3's gathered block);
+ * - the stage API runs the embedding, a range of blocks, or the head on explicit [B,T,C]
+ *   input, output and gradient buffers, which is what a pipeline stage sends and receives;
+ * - every tensor carries its tensor-parallel split kind.
+ *
+ * Memory: parameters, gradients, logits, activations, and the [B,T,C] buffers of the stage
+ * API are the backend's memory (host memory for the CPU backend); token ids, targets and
+ * losses handed in or out are host memory. One thread drives a model and its acts. */
 #ifndef ENG_MODEL_H
 #define ENG_MODEL_H
 
@@ -54,47 +69,132 @@ typedef struct eng_tensor {
 } eng_tensor_t;
 
 typedef struct eng_model eng_model_t;
-
-/* Allocate parameters, gradients and activations for micro-batches of up to max_B
- * sequences of cfg->seq_len tokens, and initialise the parameters from seed, on the CPU
- * backend. Caller owns *out (eng_model_destroy). */
-int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out);
+typedef struct eng_acts eng_acts_t;
 
 typedef struct eng_model_opts {
     /* Kernels and memory (borrowed for the model's life): every kernel the model runs and
      * every buffer of parameters, gradients and activations go through it. NULL: the CPU
      * backend. */
     const eng_backend_t *backend;
+    /* Hold only pipeline stage `stage` of `pp` (DESIGN §5): its blocks
+     * (ch_layout_stage_blocks), the embedding (wte, wpe) on stage 0, ln_f and the LM head
+     * (tied: a copy of wte) on stage pp - 1. pp 0 or 1: the whole model. */
+    uint32_t pp, stage;
 } eng_model_opts_t;
 
-/* eng_model_create with options (opts NULL: the defaults, as eng_model_create). */
+/* What a model object holds: blocks [first, last), the embedding, the head. */
+typedef struct eng_model_part {
+    uint32_t first, last;
+    int embedding, head;
+} eng_model_part_t;
+
+/* Allocate parameters and gradients for micro-batches of up to max_B sequences of
+ * cfg->seq_len tokens and initialise the parameters from seed, on the CPU backend, the
+ * whole model. Caller owns *out (eng_model_destroy). 0, -EINVAL (config), -ENOMEM. */
+int eng_model_create(const eng_config_t *cfg, uint32_t max_B, uint64_t seed, eng_model_t **out);
+/* The same with options (opts NULL: as eng_model_create). A stage's tensors are
+ * initialised exactly as the whole model's tensors of the same names. */
 int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts, uint32_t max_B,
                           uint64_t seed, eng_model_t **out);
+/* Destroy the acts created for m first. */
 void eng_model_destroy(eng_model_t *m);
 
 const eng_config_t *eng_model_config(const eng_model_t *m);
 const eng_backend_t *eng_model_backend(const eng_model_t *m);
+eng_model_part_t eng_model_part(const eng_model_t *m);
 size_t eng_model_nparams(const eng_model_t *m);
 float *eng_model_params(eng_model_t *m); /* the slab, nparams floats */
 float *eng_model_grads(eng_model_t *m);  /* same layout as params */
 /* Keep the gradients in buf (nparams floats, borrowed until the model is destroyed) from
- * now on, e.g. memory the collectives reduce in place; the current ones are copied. */
+ * now on, e.g. memory the collectives reduce in place; the current ones are copied. Blocks
+ * whose gradient base was in the old slab move with it. */
 void eng_model_lend_grads(eng_model_t *m, float *buf);
+/* The table: the tensors this object holds, in slab order (wte, wpe, h.{first}.* ...
+ * h.{last-1}.*, ln_f.*). */
 size_t eng_model_ntensors(const eng_model_t *m);
 const eng_tensor_t *eng_model_tensor(const eng_model_t *m, size_t i);
 const eng_tensor_t *eng_model_find(const eng_model_t *m, const char *name); /* NULL if none */
 
-/* Forward pass over inputs [B,T] (token ids < vocab). With targets [B,T], *loss is
- * the mean cross-entropy over the B*T tokens; with targets NULL, only logits are made
- * (eng_model_logits). T <= seq_len, B <= max_B. */
+// ----------------------------------------------------------------------------
+// a parameter base per block (ZeRO-3)
+
+/* Block l's parameters are *count contiguous floats at *ptr, its twelve tensors in table
+ * order (ln_1.weight first; tensor t at *ptr + t->offset - (offset of h.l.ln_1.weight)).
+ * By default *ptr is the block's range of the slab. -EINVAL when m does not hold block l. */
+int eng_model_block_params(eng_model_t *m, uint32_t l, float **ptr, size_t *count);
+/* From now on block l reads its parameters from params (count floats, same layout,
+ * borrowed until set again or the model is destroyed); NULL: back to its slab range. The
+ * slab's range is then neither read nor written by the model. */
+int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params);
+/* The same for block l's gradients: backward accumulates them at the base. */
+int eng_model_block_grads(eng_model_t *m, uint32_t l, float **ptr, size_t *count);
+int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads);
+
+// ----------------------------------------------------------------------------
+// activations per micro-batch
+
+/* Activations for one micro-batch of up to B (<= the model's max_B) sequences on the
+ * part m holds: what a forward saves for its backward. Borrows m (destroy the acts
+ * first). Any number may be alive and in flight at once (1F1B keeps up to
+ * min(pp - s, m) on stage s): a forward fills one, its backward consumes it. */
+int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out);
+void eng_acts_destroy(eng_acts_t *a);
+/* Forget a forward in flight (e.g. one run for evaluation only). */
+void eng_acts_reset(eng_acts_t *a);
+
+// ----------------------------------------------------------------------------
+// the whole model (m holds every part)
+
+/* Forward pass over inputs [B,T] (token ids < vocab) into acts a. With targets [B,T],
+ * *loss is the mean cross-entropy over the B*T tokens; with targets NULL, only logits are
+ * made (eng_model_logits). T <= seq_len, B <= the acts' B. */
+int eng_model_forward_acts(eng_model_t *m, eng_acts_t *a, const int32_t *inputs,
+                           const int32_t *targets, uint32_t B, uint32_t T, float *loss);
+/* Backward of a's forward (which had targets): ADDS into the gradients the gradient of
+ * (sum of the B*T token losses) * grad_scale. For a global batch of N tokens split into
+ * micro-batches, pass grad_scale = 1/N. CH_E_STATE when a holds no such forward. */
+int eng_model_backward_acts(eng_model_t *m, eng_acts_t *a, float grad_scale);
+/* The same on the model's own acts (for max_B, made on first use). */
 int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targets, uint32_t B,
                       uint32_t T, float *loss);
-/* Backward of the last forward (which had targets): ADDS into the gradients the
- * gradient of (sum of the B*T token losses) * grad_scale. For a global batch of N
- * tokens split into micro-batches, pass grad_scale = 1/N. */
 int eng_model_backward(eng_model_t *m, float grad_scale);
 void eng_model_zero_grad(eng_model_t *m);
-/* Logits [B,T,padded_vocab] of the last forward. */
+/* Logits [B,T,padded_vocab] of the last head forward when all its rows are held (always
+ * without targets; with targets when B*T fits the logits budget), until the next head
+ * forward or backward; else NULL. */
 const float *eng_model_logits(const eng_model_t *m);
+
+// ----------------------------------------------------------------------------
+// the stage API: one part at a time on explicit buffers (model_stage.c)
+//
+// A pipeline stage runs [embedding] -> blocks [first, last) -> [head] on micro-batch a,
+// receiving its input x from the previous stage and sending y; backward receives dy and
+// sends dx. x, y, dx, dy, out, dout are [B,T,C] floats of backend memory. The forward
+// calls of one micro-batch must agree on B and T; each backward needs its forward on
+// the same acts (CH_E_STATE otherwise) and consumes it.
+
+/* out = wte[inputs] + wpe[0..T) (stage 0). inputs [B,T] (host) are kept in a. */
+int eng_model_embed_forward(eng_model_t *m, eng_acts_t *a, const int32_t *inputs, uint32_t B,
+                            uint32_t T, float *out);
+/* dout: gradient of out; ACCUMULATES into the wte and wpe gradients. */
+int eng_model_embed_backward(eng_model_t *m, eng_acts_t *a, const float *dout);
+/* Blocks [first, last) (held by m, first < last) on x, output into y. x is borrowed until
+ * the backward of block `first` on a returns (it is that block's saved input); y must not
+ * overlap x and is free once written (send it, or pass it as x of the next range). */
+int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                             const float *x, float *y, uint32_t B, uint32_t T);
+/* dy: gradient of the blocks' output y; dx: written with the gradient of x (dx may equal
+ * dy, else they must not overlap; neither may overlap x, which this still reads).
+ * ACCUMULATES the blocks' parameter gradients. */
+int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                              const float *dy, float *dx);
+/* ln_f, the LM head tied to wte and the cross-entropy on x (last stage). targets [B,T]
+ * (host) give *loss (mean over B*T); targets NULL only make logits (eng_model_logits). x is
+ * borrowed until eng_model_head_backward on a returns. */
+int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const int32_t *targets,
+                           uint32_t B, uint32_t T, float *loss);
+/* dx: written with the gradient of (sum of the token losses) * grad_scale w.r.t. x;
+ * ACCUMULATES the ln_f and wte gradients. */
+int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, float *dx);
 
 #endif

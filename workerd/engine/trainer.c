@@ -27,8 +27,9 @@ struct eng_trainer {
     int32_t *inputs, *targets; /* one micro-batch, [B, T] */
     uint64_t next_step;
     double peak_flops;
-    wrk_coll_group_t *dp; /* borrowed; NULL when dp == 1 */
-    float *dp_grads;      /* dp > 1: the model's gradients, in the collectives' memory */
+    const eng_groups_t *groups; /* borrowed; NULL for a world of one */
+    wrk_coll_group_t *dp;       /* groups->dp: NULL when dp == 1 */
+    float *dp_grads;            /* dp > 1: the model's gradients, in the collectives' memory */
     uint32_t dp_rank, rank;
 };
 
@@ -76,8 +77,15 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        "parallel: layout tp=%u pp=%u dp=%u: tensor and pipeline parallel training "
                        "need the 3D engine (coming); use tp = pp = 1 (dp may be larger)",
                        spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
-    wrk_coll_group_t *dp = opts ? opts->dp : NULL;
-    if (spec->parallel.dp > 1 && (!dp || wrk_coll_group_size(dp) != spec->parallel.dp))
+    const eng_groups_t *groups = opts ? opts->groups : NULL;
+    ch_layout_t l = ch_jobspec_layout(spec);
+    if (groups &&
+        (groups->layout.tp != l.tp || groups->layout.pp != l.pp || groups->layout.dp != l.dp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel: the rank's groups were built for tp=%u pp=%u dp=%u, the job "
+                       "has tp=%u pp=%u dp=%u",
+                       groups->layout.tp, groups->layout.pp, groups->layout.dp, l.tp, l.pp, l.dp);
+    if (spec->parallel.dp > 1 && (!groups || !groups->dp))
         return ch_errf(err, errlen, CH_E_CONFIG,
                        "parallel.dp = %u: the rank has no data-parallel group of that size",
                        spec->parallel.dp);
@@ -85,10 +93,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (!t)
         return -ENOMEM;
     t->spec = *spec;
-    if (spec->parallel.dp > 1) {
-        t->dp = dp;
-        t->dp_rank = wrk_coll_group_index(dp);
-        t->rank = wrk_coll_group_rank(dp, t->dp_rank); /* tp = pp = 1: the world rank */
+    if (groups) {
+        t->groups = groups;
+        t->dp = groups->dp;
+        t->dp_rank = groups->coord.dp;
+        t->rank = groups->rank;
     }
     snprintf(t->job, sizeof t->job, "%s", opts && opts->job_id ? opts->job_id : spec->name);
     t->cfg.layers = spec->model.layers;
@@ -225,7 +234,7 @@ static void fill_meta(const eng_trainer_t *t, eng_ckpt_meta_t *m)
     m->step = t->next_step;
     m->layout = ch_jobspec_layout(&t->spec);
     m->rank = t->rank;
-    m->world = t->spec.parallel.dp;
+    m->world = ch_layout_world(m->layout); /* every rank of the job, tp * pp * dp */
     m->cfg = t->cfg;
     m->seed = t->spec.train.seed;
     m->data_seed = eng_data_seed(t->data);

@@ -6,11 +6,13 @@
  * AdamW at lr(s). The loss reported for step s is the mean over the global batch,
  * computed before the update.
  *
- * Data parallel (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data
- * position dp_rank), the gradients are summed over the DP group (they already carry the
- * global scale) and every rank applies the same update, so all hold the same parameters.
- * Checkpoints: each rank writes its shard, DP rank 0 commits them all. Tensor and pipeline
- * parallel layouts need the 3D engine and are refused with CH_E_CONFIG. */
+ * The rank's process groups (groups.h) come in built, once, from the layout. Data parallel
+ * (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data position
+ * coord.dp), the gradients are summed over the DP group (they already carry the global
+ * scale) and every rank applies the same update, so all hold the same parameters.
+ * Checkpoints: each rank writes its shard (its metadata's world is tp * pp * dp), DP rank 0
+ * commits them all. Tensor and pipeline parallel layouts need the 3D engine and are
+ * refused with CH_E_CONFIG. */
 #ifndef ENG_TRAINER_H
 #define ENG_TRAINER_H
 
@@ -20,13 +22,16 @@
 #include "common/jobspec.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/data.h"
+#include "workerd/engine/groups.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 
 typedef struct eng_trainer_opts {
-    const char *job_id;   /* checkpoint directory name under checkpoint.dir; NULL: job name */
-    double peak_flops;    /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
-    wrk_coll_group_t *dp; /* dp > 1: this rank's DP group, borrowed for the trainer's life */
+    const char *job_id; /* checkpoint directory name under checkpoint.dir; NULL: job name */
+    double peak_flops;  /* FLOP/s that MFU is relative to; 0: measure an SGEMM briefly */
+    /* this rank's groups under the job's layout, borrowed for the trainer's life; NULL: a
+     * world of one rank */
+    const eng_groups_t *groups;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {

@@ -12,6 +12,7 @@
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/corpus.h"
+#include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/rank.h"
 
@@ -65,9 +66,9 @@ static void set_threads(const wrk_rank_t *r)
     kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */
 }
 
-/* Data parallel: the collectives context (host memory, UCX: the engine runs on the CPU)
- * and this rank's DP group. */
-static int dp_setup(wrk_rank_t *r, wrk_coll_t **c, wrk_coll_group_t **g)
+/* More than one rank: the collectives context (host memory, UCX: the engine runs on the
+ * CPU) and this rank's groups under the job's layout. */
+static int groups_setup(wrk_rank_t *r, wrk_coll_t **c, eng_groups_t **g)
 {
     const ch_jobspec_t *s = &r->spec;
     wrk_coll_config_t cfg;
@@ -81,9 +82,9 @@ static int dp_setup(wrk_rank_t *r, wrk_coll_t **c, wrk_coll_group_t **g)
     int rc = wrk_coll_create(&cfg, c);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "collectives: %s", ch_strerror(rc));
-    rc = wrk_coll_group_layout(*c, ch_jobspec_layout(s), WRK_COLL_GROUP_DP, g);
+    rc = eng_groups_create(*c, ch_jobspec_layout(s), r->rank, g);
     if (rc < 0)
-        return wrk_rank_fail(r, rc, "data-parallel group: %s", ch_strerror(rc));
+        return wrk_rank_fail(r, rc, "process groups: %s", ch_strerror(rc));
     return 0;
 }
 
@@ -92,16 +93,16 @@ int wrk_train_run(wrk_rank_t *r)
     char err[512] = "";
     eng_trainer_t *t = NULL;
     wrk_coll_t *c = NULL;
-    wrk_coll_group_t *dp = NULL;
+    eng_groups_t *groups = NULL;
     eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
     const ch_jobspec_t *s = &r->spec;
     int rc;
 
     set_threads(r);
-    if (s->parallel.dp > 1 && s->parallel.tp == 1 && s->parallel.pp == 1) {
-        if ((rc = dp_setup(r, &c, &dp)) < 0)
+    if (ch_layout_world(ch_jobspec_layout(s)) > 1) {
+        if ((rc = groups_setup(r, &c, &groups)) < 0)
             goto out;
-        opts.dp = dp;
+        opts.groups = groups;
     }
     rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
     if (rc < 0) {
@@ -195,7 +196,7 @@ int wrk_train_run(wrk_rank_t *r)
     }
 out:
     eng_trainer_destroy(t);
-    wrk_coll_group_destroy(dp);
+    eng_groups_destroy(groups);
     wrk_coll_destroy(c);
     return rc;
 }

@@ -1,0 +1,109 @@
+/* The model's insides, shared by model.c (table, memory, whole-model passes) and
+ * model_stage.c (the per-part passes). Private to workerd/engine/model*.c. */
+#ifndef ENG_MODEL_IMPL_H
+#define ENG_MODEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "workerd/engine/model.h"
+
+/* Tensors of one block, in slab order. */
+enum {
+    LN1W,
+    LN1B,
+    QKVW,
+    QKVB,
+    ATTPROJW,
+    ATTPROJB,
+    LN2W,
+    LN2B,
+    FCW,
+    FCB,
+    FCPROJW,
+    FCPROJB,
+    NBLOCK_TENSORS
+};
+
+/* Activations of one block for N = B*T positions. */
+typedef struct block_acts {
+    const float *x;                   /* [N,C] the block's input (borrowed), for the backward */
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N,3C] */
+    float *att;                       /* [B,NH,T,T] softmax probabilities */
+    float *atty;                      /* [N,C] attention output before c_proj */
+    float *res2;                      /* [N,C] x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *fch, *fch_gelu;            /* [N,4C] */
+    float *res3;                      /* [N,C] block output, when the caller gives no buffer */
+    int live;                         /* forwarded, backward pending */
+} block_acts_t;
+
+struct eng_acts {
+    eng_model_t *m; /* borrowed */
+    uint32_t max_B;
+    uint32_t B, T; /* shape of the forward in flight */
+    void *mem;     /* one backend allocation holding every buffer below */
+    /* embedding */
+    int32_t *inputs; /* [N] token ids (backend memory) */
+    float *encoded;  /* [N,C] the whole-model path's embedding output */
+    int embed_live;
+    /* blocks first..last-1 of the model */
+    block_acts_t *blk;
+    /* head */
+    int32_t *targets;                 /* [N] */
+    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C], [N], [N] */
+    float *lse, *losses;              /* [N] */
+    float *losses_host;               /* [N] host copy for the sum */
+    const float *head_x;              /* [N,C] the head's input (borrowed) */
+    int head_live;
+};
+
+struct eng_model {
+    eng_config_t cfg;
+    const eng_backend_t *be; /* kernels and memory (borrowed) */
+    eng_model_part_t part;
+    uint32_t max_B;
+    uint64_t seed;
+
+    size_t nparams;
+    float *params, *grads;
+    float *own_grads; /* grads unless the caller lent a buffer (eng_model_lend_grads) */
+    eng_tensor_t *tensors;
+    uint8_t *init; /* [ntensors] enum init_kind */
+    size_t ntensors;
+    size_t wte, wpe, lnfw, lnfb;     /* slab offsets; SIZE_MAX when not held */
+    size_t blk_off[NBLOCK_TENSORS];  /* offset of each tensor within a block's range */
+    size_t blk_numel;                /* parameters of one block */
+    size_t *blk_slab;                /* [nblocks] slab offset of each held block */
+    float **blk_params, **blk_grads; /* [nblocks] each held block's bases */
+
+    /* backward scratch (one backward at a time): [N,C], [N,C], [N,4C], [T,T] */
+    float *dres, *dsmall, *dbig, *datt;
+    float *scratch; /* the allocation holding them */
+
+    float *logits;               /* [logits_cap, Vp] (head only) */
+    size_t logits_cap;           /* rows the logits buffer holds */
+    size_t logits_budget_rows;   /* rows allowed for chunked training forwards */
+    const eng_acts_t *logits_of; /* acts whose last chunk of logits the buffer holds */
+    int logits_all;              /* the buffer holds every row of the last head forward */
+
+    eng_acts_t *acts; /* eng_model_forward's own, made on first use */
+};
+
+static inline float *P(const eng_model_t *m, uint32_t l, int i)
+{
+    return m->blk_params[l - m->part.first] + m->blk_off[i];
+}
+
+static inline float *G(const eng_model_t *m, uint32_t l, int i)
+{
+    return m->blk_grads[l - m->part.first] + m->blk_off[i];
+}
+
+/* 0 when (B, T) fits a and agrees with the forward already in flight on it; records it. */
+int eng_model_check_shape(eng_acts_t *a, uint32_t B, uint32_t T);
+/* 0 when every token is in [0, vocab). */
+int eng_model_check_tokens(const int32_t *tok, size_t n, uint32_t vocab);
+
+#endif
