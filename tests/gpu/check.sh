@@ -54,8 +54,8 @@ run() {
 
 build() {
     say "configure ($BUILD, CUDA on, warnings as errors)"
-    run 180 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHORUS_WERROR=ON \
-        -DCHORUS_CUDA=ON -DCHORUS_NATIVE=OFF >"$BUILD.configure.log" 2>&1 || {
+    run 180 cmake -S "$ROOT" -B "$BUILD" -DCHORUS_WERROR=ON -DCHORUS_CUDA=ON \
+        >"$BUILD.configure.log" 2>&1 || {
         tail -n 30 "$BUILD.configure.log"
         die 1 "configure failed (missing -dev packages? see --pack/--bundle)"
     }
