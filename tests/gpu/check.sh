@@ -54,8 +54,8 @@ run() {
 
 build() {
     say "configure ($BUILD, CUDA on, warnings as errors)"
-    run 180 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHORUS_WERROR=ON \
-        -DCHORUS_CUDA=ON -DCHORUS_NATIVE=OFF >"$BUILD.configure.log" 2>&1 || {
+    run 180 cmake -S "$ROOT" -B "$BUILD" -DCHORUS_WERROR=ON -DCHORUS_CUDA=ON \
+        >"$BUILD.configure.log" 2>&1 || {
         tail -n 30 "$BUILD.configure.log"
         die 1 "configure failed (missing -dev packages? see --pack/--bundle)"
     }
@@ -78,7 +78,7 @@ cuda_lib_path() {
     for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
         /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 \
         $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null |
-            xargs -n1 -I{} sh -c 'ls -d {}/nvidia/*/lib 2>/dev/null'); do
+            xargs -I{} sh -c 'ls -d {}/nvidia/*/lib 2>/dev/null'); do
         [ -d "$d" ] && p="$p:$d"
     done
     echo "${p#:}"
