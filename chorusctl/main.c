@@ -21,6 +21,9 @@ typedef struct cmd {
 static const cmd_t commands[] = {
     {"keygen", ctl_cmd_keygen, "FILE", "write a new random cluster key (mode 0600)"},
     {"nodes", ctl_cmd_nodes, "", "list nodes"},
+    {"node", ctl_cmd_node, "forget NAME",
+     "forget a node that is gone (no link, no ranks of an active job); dead nodes are also "
+     "forgotten after coordinatord's forget-dead-after-ms"},
     {"jobs", ctl_cmd_jobs, "", "list jobs"},
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
      "check and submit a job file; print its id"},

@@ -1,5 +1,6 @@
 /* chorusctl nodes: the coordinator's node registry as a table or a JSON array of
- * {name, state, slots, free_slots, rack, last_heartbeat_ms}. */
+ * {name, state, slots, free_slots, rack, last_heartbeat_ms}. chorusctl node forget NAME:
+ * drop a node that is gone. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -77,5 +78,36 @@ int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv)
     else
         print_table(resp->node_list);
     ch_msg_free(resp);
+    return CTL_EXIT_OK;
+}
+
+int ctl_cmd_node(ctl_t *ctl, int argc, char **argv)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__ForgetNode f = CHORUS__FORGET_NODE__INIT;
+
+    if (argc != 2 || strcmp(argv[0], "forget") != 0) {
+        ctl_errf("usage: chorusctl node forget NAME");
+        return CTL_EXIT_USAGE;
+    }
+    f.name = argv[1];
+    req.body_case = CHORUS__ENVELOPE__BODY_FORGET_NODE;
+    req.forget_node = &f;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[1], &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    ch_msg_free(resp);
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_obj_begin(&j);
+        ctl_json_kstr(&j, "name", argv[1]);
+        ctl_json_key(&j, "forgotten");
+        ctl_json_bool(&j, 1);
+        ctl_json_obj_end(&j);
+        ctl_json_finish(&j);
+    } else {
+        printf("%s: forgotten\n", argv[1]);
+    }
     return CTL_EXIT_OK;
 }

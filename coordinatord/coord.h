@@ -29,6 +29,7 @@ typedef struct coord_cfg {
     char ctl_group[CH_OPT_STRLEN];
     char log_level[CH_OPT_STRLEN];
     long heartbeat_ms, dead_after_ms, grace_ms;
+    long forget_dead_after_ms; /* 0: never */
 } coord_cfg_t;
 
 struct coord {

@@ -36,6 +36,8 @@ static const ch_opt_t OPTIONS[] = {
     OPT("heartbeat-ms", CH_OPT_INT, heartbeat_ms, "1000", "heartbeat interval asked of workers"),
     OPT("dead-after-ms", CH_OPT_INT, dead_after_ms, "5000",
         "a node without heartbeat for this long is dead"),
+    OPT("forget-dead-after-ms", CH_OPT_INT, forget_dead_after_ms, "86400000",
+        "a node dead this long, with no ranks of an active job, is forgotten (0: never)"),
     OPT("ctl-group", CH_OPT_STR, ctl_group, NULL,
         "group whose members may use the control socket (besides root and the daemon's user)"),
     OPT("grace-ms", CH_OPT_INT, grace_ms, "3000",
@@ -76,6 +78,11 @@ static int check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
     if (cfg->dead_after_ms <= cfg->heartbeat_ms) {
         snprintf(err, errlen, "dead-after-ms: %ld must exceed heartbeat-ms %ld", cfg->dead_after_ms,
                  cfg->heartbeat_ms);
+        return CH_E_CONFIG;
+    }
+    if (cfg->forget_dead_after_ms < 0) {
+        snprintf(err, errlen, "forget-dead-after-ms: %ld must not be negative",
+                 cfg->forget_dead_after_ms);
         return CH_E_CONFIG;
     }
     if (cfg->grace_ms < 0) {

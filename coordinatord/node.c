@@ -40,6 +40,7 @@ static coord_node_t *add(coord_t *c, const char *name)
         return NULL;
     snprintf(n->name, sizeof(n->name), "%s", name);
     n->state = COORD_NODE_DEAD;
+    n->dead_since_ms = ch_now_ms();
     c->nodes.v[c->nodes.n++] = n;
     return n;
 }
@@ -86,8 +87,10 @@ static void set_state(coord_t *c, coord_node_t *n, coord_node_state_t to, const 
         CH_LOGI("node", "node=%s %s", n->name, what);
     store_node(c, n);
     coord_event(c, NULL, 0, -1, n->name, what);
-    if (to == COORD_NODE_DEAD)
+    if (to == COORD_NODE_DEAD) {
+        n->dead_since_ms = ch_now_ms();
         coord_job_node_dead(c, n, why);
+    }
     coord_changed(c);
 }
 
@@ -193,8 +196,103 @@ void coord_node_link_closed(coord_t *c, coord_node_t *n)
         set_state(c, n, COORD_NODE_SUSPECT, "connection closed");
 }
 
+// ---------------------------------------------------------------------------------------
+// Forgetting nodes
+
+/* Mark every node a job's placement points at: active_stamp for active jobs, else
+ * done_stamp (unless already marked active). O(ranks of all jobs). */
+static void mark_referenced(coord_t *c, uint64_t active_stamp, uint64_t done_stamp)
+{
+    for (size_t i = 0; i < c->jobs.n; i++) {
+        const coord_job_t *j = c->jobs.v[i];
+        int active = coord_job_is_active(j);
+        for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+            coord_node_t *n = j->ranks[r].node;
+            if (!n)
+                continue;
+            if (active)
+                n->mark = active_stamp;
+            else if (n->mark != active_stamp)
+                n->mark = done_stamp;
+        }
+    }
+}
+
+/* Take nodes.v[i] off the registry and the store; keep its memory while a finished
+ * job's placement points at it. */
+static int drop(coord_t *c, size_t i, int referenced, const char *why)
+{
+    coord_node_t *n = c->nodes.v[i];
+    if (referenced && c->nodes.n_gone == c->nodes.cap_gone) {
+        size_t cap = c->nodes.cap_gone ? c->nodes.cap_gone * 2 : 16;
+        coord_node_t **v = realloc(c->nodes.gone, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        c->nodes.gone = v;
+        c->nodes.cap_gone = cap;
+    }
+    CH_LOGI("node", "node=%s forgotten (%s)", n->name, why);
+    coord_store_node_delete(c->store, n->name); /* failure already logged by the store */
+    coord_event(c, NULL, 0, -1, n->name, "forgotten");
+    memmove(&c->nodes.v[i], &c->nodes.v[i + 1], (c->nodes.n - i - 1) * sizeof(*c->nodes.v));
+    c->nodes.n--;
+    if (referenced)
+        c->nodes.gone[c->nodes.n_gone++] = n;
+    else
+        free(n);
+    coord_changed(c);
+    return 0;
+}
+
+int coord_node_forget(coord_t *c, const char *name, char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < c->nodes.n && strcmp(c->nodes.v[i]->name, name) != 0)
+        i++;
+    if (i == c->nodes.n)
+        return ch_errf(err, errlen, CH_E_NOTFOUND, "no node \"%.64s\"", name);
+    coord_node_t *n = c->nodes.v[i];
+    if (n->link)
+        return ch_errf(err, errlen, CH_E_STATE, "node %s is connected (%s); stop its workerd first",
+                       n->name, coord_node_state_name(n->state));
+    uint64_t active = ++c->stamp, done = ++c->stamp;
+    mark_referenced(c, active, done);
+    if (n->mark == active || n->used > 0)
+        return ch_errf(err, errlen, CH_E_STATE,
+                       "node %s holds ranks of an active job; cancel it or wait for it to end",
+                       n->name);
+    int rc = drop(c, i, n->mark == done, "chorusctl node forget");
+    return rc < 0 ? ch_errf(err, errlen, rc, "out of memory") : 0;
+}
+
+/* Dead nodes past forget_dead_after_ms go, unless an active job still has ranks there. */
+static void expire(coord_t *c, uint64_t now_ms)
+{
+    uint64_t after = (uint64_t)c->cfg.forget_dead_after_ms;
+    size_t due = 0;
+    if (after == 0 || now_ms < c->nodes.next_expiry_ms)
+        return;
+    c->nodes.next_expiry_ms = now_ms + 1000;
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        const coord_node_t *n = c->nodes.v[i];
+        due += n->state == COORD_NODE_DEAD && !n->link && now_ms - n->dead_since_ms >= after;
+    }
+    if (due == 0)
+        return;
+    uint64_t active = ++c->stamp, done = ++c->stamp;
+    mark_referenced(c, active, done);
+    for (size_t i = 0; i < c->nodes.n;) {
+        coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_DEAD && !n->link && n->used == 0 && n->mark != active &&
+            now_ms - n->dead_since_ms >= after && drop(c, i, n->mark == done, "dead too long") == 0)
+            continue;
+        i++;
+    }
+}
+
 void coord_node_check(coord_t *c, uint64_t now_ms)
 {
+    expire(c, now_ms);
     for (size_t i = 0; i < c->nodes.n; i++) {
         coord_node_t *n = c->nodes.v[i];
         if (n->state == COORD_NODE_DEAD)
@@ -233,6 +331,7 @@ static int load_one(void *ud, const coord_node_rec_t *rec)
     snprintf(n->device, sizeof(n->device), "%s", rec->device);
     n->slots = rec->slots;
     n->state = COORD_NODE_DEAD; /* unknown until it registers again */
+    n->dead_since_ms = ch_now_ms();
     return 0;
 }
 
@@ -248,6 +347,9 @@ void coord_nodes_fini(coord_t *c)
 {
     for (size_t i = 0; i < c->nodes.n; i++)
         free(c->nodes.v[i]);
+    for (size_t i = 0; i < c->nodes.n_gone; i++)
+        free(c->nodes.gone[i]);
+    free(c->nodes.gone);
     free(c->nodes.v);
     memset(&c->nodes, 0, sizeof(c->nodes));
 }

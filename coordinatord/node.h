@@ -34,15 +34,21 @@ typedef struct coord_node {
     uint32_t slots;
     uint32_t used; /* slots held by placed ranks that have not exited */
     coord_node_state_t state;
-    uint64_t last_hb_ms;   /* monotonic */
-    uint64_t last_hb_wall; /* wall clock, for display */
-    coord_link_t *link;    /* NULL while disconnected; owned by the server */
-    uint64_t mark;         /* scratch for de-duplicating walks (job.c) */
+    uint64_t last_hb_ms;    /* monotonic */
+    uint64_t last_hb_wall;  /* wall clock, for display */
+    coord_link_t *link;     /* NULL while disconnected; owned by the server */
+    uint64_t mark;          /* scratch for de-duplicating walks (job.c, node.c) */
+    uint64_t dead_since_ms; /* monotonic; while dead */
 } coord_node_t;
 
 typedef struct coord_nodes {
     coord_node_t **v;
     size_t n, cap;
+    /* Forgotten nodes that finished jobs' placements still point at: off the list and
+     * the store, freed with the registry. */
+    coord_node_t **gone;
+    size_t n_gone, cap_gone;
+    uint64_t next_expiry_ms; /* the expiry walk runs at most once a second */
 } coord_nodes_t;
 
 const char *coord_node_state_name(coord_node_state_t s);
@@ -62,8 +68,12 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
 void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb);
 /* The node's link closed (not a replacement): suspect at once. */
 void coord_node_link_closed(coord_t *c, coord_node_t *n);
-/* Periodic liveness check: dead after dead_after_ms without a heartbeat. */
+/* Periodic liveness check: dead after dead_after_ms without a heartbeat; forgotten after
+ * forget_dead_after_ms dead (when no active job has ranks on it). */
 void coord_node_check(coord_t *c, uint64_t now_ms);
+/* `chorusctl node forget NAME`: drop a node that has no link and no ranks of an active
+ * job from the registry and the store. CH_E_NOTFOUND or CH_E_STATE with err set. */
+int coord_node_forget(coord_t *c, const char *name, char *err, size_t errlen);
 /* Send to the node's link; -EPIPE when it has none. */
 int coord_node_send(coord_node_t *n, Chorus__Envelope *env);
 

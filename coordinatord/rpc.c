@@ -307,6 +307,17 @@ static void h_kill_rank(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         reply_ok(l, req);
 }
 
+static void h_forget_node(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    char err[256];
+    const char *name = req->forget_node->name ? req->forget_node->name : "";
+    int rc = coord_node_forget(c, name, err, sizeof(err));
+    if (rc < 0)
+        coord_link_error(l, req->request_id, rc, "%s", err);
+    else
+        reply_ok(l, req);
+}
+
 // ---------------------------------------------------------------------------------------
 // The table
 
@@ -325,6 +336,7 @@ static const rpc_t RPCS[] = {
     {CHORUS__ENVELOPE__BODY_LIST_JOBS, C, 0, h_list_jobs},
     {CHORUS__ENVELOPE__BODY_CANCEL, C, 0, h_cancel},
     {CHORUS__ENVELOPE__BODY_KILL_RANK, C, 0, h_kill_rank},
+    {CHORUS__ENVELOPE__BODY_FORGET_NODE, C, 0, h_forget_node},
 };
 
 #undef W

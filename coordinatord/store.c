@@ -149,6 +149,16 @@ static void bind_node(sqlite3_stmt *st, const void *p)
     sqlite3_bind_int64(st, 6, (sqlite3_int64)n->updated_ms);
 }
 
+static void bind_name(sqlite3_stmt *st, const void *p)
+{
+    text(st, 1, p);
+}
+
+int coord_store_node_delete(coord_store_t *s, const char *name)
+{
+    return run(s, "DELETE FROM nodes WHERE name = ?1", "forget node", bind_name, name);
+}
+
 int coord_store_node_put(coord_store_t *s, const coord_node_rec_t *n)
 {
     return run(s,

@@ -54,6 +54,8 @@ void coord_store_close(coord_store_t *s);
 
 /* Insert or replace a node row by name. */
 int coord_store_node_put(coord_store_t *s, const coord_node_rec_t *n);
+/* Delete a node row (a forgotten node). */
+int coord_store_node_delete(coord_store_t *s, const char *name);
 /* Insert a new job; rec->seq is ignored and the new sequence number is returned in *seq.
  * Sequence numbers only increase, also across reopen (AUTOINCREMENT). */
 int coord_store_job_insert(coord_store_t *s, const coord_job_rec_t *rec, int64_t *seq);

@@ -242,3 +242,23 @@ Test(hardening, submit_refuses_non_job_files_and_absurd_models)
     cr_assert(!h_has(o.out, "\"big\""), "an absurd job was queued: %s", o.out);
     h_out_free(&o);
 }
+
+/* Class 9: `chorusctl node forget NAME` refuses a connected node and an unknown one, with
+ * the coordinator's reason (the forgetting itself: tests/unit/test_coord.c). */
+Test(hardening, node_forget_from_the_cli)
+{
+    up();
+    h_out_t o;
+    cr_assert_eq(h_ctl(&C, &o, "node", "forget", "node1", NULL), 0);
+    cr_assert_eq(o.status, 1, "exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.err, "connected"), "%s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&C, &o, "node", "forget", "nope", NULL), 0);
+    cr_assert_eq(o.status, 1);
+    cr_assert(h_has(o.err, "no node"), "%s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&C, &o, "node", "forget", NULL), 0);
+    cr_assert_eq(o.status, 2);
+    h_out_free(&o);
+    expect_nodes_answer();
+}

@@ -795,6 +795,83 @@ Test(coord, rendezvous_belongs_to_the_jobs_nodes)
     coord_down();
 }
 
+static int ctl_forget(ch_client_t *ctl, const char *name)
+{
+    Chorus__ForgetNode f = CHORUS__FORGET_NODE__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    f.name = (char *)name;
+    req.body_case = CHORUS__ENVELOPE__BODY_FORGET_NODE;
+    req.forget_node = &f;
+    int rc = ch_client_call(ctl, &req, 2000, &resp);
+    ch_msg_free(resp);
+    return rc;
+}
+
+static size_t ctl_node_count(ch_client_t *ctl, const char *name, int *found)
+{
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    size_t n = resp->node_list->n_nodes;
+    *found = 0;
+    for (size_t i = 0; i < n; i++)
+        *found |= strcmp(resp->node_list->nodes[i]->name, name) == 0;
+    ch_msg_free(resp);
+    return n;
+}
+
+/* Issue 11 class 9: dead nodes expire after forget_dead_after_ms (3,000 fake names used
+ * to stay listed for good), and `node forget` drops a gone node at once. */
+Test(coord, dead_nodes_are_forgotten)
+{
+    worker_t a, fake, *ws[1] = {&a};
+    int found = 0;
+    H.cfg.forget_dead_after_ms = 200;
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&fake, "fake", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    cr_assert_eq(ctl_forget(ctl, "n1"), CH_E_STATE, "a connected node was forgotten");
+    cr_assert_eq(ctl_forget(ctl, "nope"), CH_E_NOTFOUND);
+    wk_close(&fake);
+    /* dead after 1 s without heartbeats, forgotten 200 ms later */
+    for (int i = 0; i < 60 && ctl_node_count(ctl, "fake", &found) && found; i++)
+        pump(ws, 1, 50);
+    cr_assert_not(found, "the dead node is still listed");
+    cr_assert_eq(ctl_node_count(ctl, "n1", &found), 1);
+    cr_assert(found, "the live node was forgotten");
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+}
+
+Test(coord, node_forget_drops_a_gone_node)
+{
+    worker_t a, gone, *ws[1] = {&a};
+    int found = 0;
+    H.cfg.forget_dead_after_ms = 0; /* never on its own */
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&gone, "gone", 2, "", NULL, 0);
+    wk_close(&gone);
+    ch_client_t *ctl = ctl_open();
+    pump(ws, 1, 1500);
+    cr_assert_eq(ctl_node_count(ctl, "gone", &found), 2);
+    cr_assert(found, "expired although forget-dead-after-ms is 0");
+    cr_assert_eq(ctl_forget(ctl, "gone"), 0);
+    cr_assert_eq(ctl_node_count(ctl, "gone", &found), 1);
+    cr_assert_not(found);
+    /* The name is free again. */
+    wk_connect(&gone, "gone", 1, "", NULL, 0);
+    cr_assert_eq(ctl_node_count(ctl, "gone", &found), 2);
+    ch_client_destroy(ctl);
+    wk_close(&gone);
+    wk_close(&a);
+    coord_down();
+}
+
 /* Register on an open client; the reply envelope (caller frees). */
 static Chorus__Envelope *raw_register(ch_client_t *cl, const char *name, uint32_t slots)
 {
