@@ -332,8 +332,8 @@ int ch_st_open(const char *path, ch_st_file_t **out, char *err, size_t errlen)
     uint64_t hlen = load64(base);
     if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
         rc = ch_errf(err, errlen, CH_E_FORMAT,
-                     "%s: header length %llu does not fit in the file (%zu bytes, limit %u)", path,
-                     (unsigned long long)hlen, f->size, ST_MAX_HEADER);
+                     "%s: the header length does not fit in the file (%zu bytes, limit %u)", path,
+                     f->size, ST_MAX_HEADER);
         goto out;
     }
     if (hlen < 2 || base[8] != '{') {

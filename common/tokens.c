@@ -50,27 +50,27 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
         memcpy(hdr, t->map, sizeof hdr);
         if (hdr[1] != CH_TOKENS_VERSION) {
             rc = ch_errf(err, errlen, CH_E_FORMAT,
-                         "%s: llm.c token file version %d is not supported (expected %d)", path,
-                         hdr[1], CH_TOKENS_VERSION);
+                         "%s: llm.c token file version is not supported (expected %d)", path,
+                         CH_TOKENS_VERSION);
             goto out;
         }
         if (hdr[2] <= 0) {
-            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: header token count %d is not positive",
-                         path, hdr[2]);
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: header token count is not positive", path);
             goto out;
         }
         size_t want = (size_t)hdr[2] * 2;
         size_t have = t->size - CH_TOKENS_HEADER;
         if (have < want) {
             rc = ch_errf(err, errlen, CH_E_FORMAT,
-                         "%s: truncated: header says %d tokens (%zu bytes) but %zu bytes follow it",
-                         path, hdr[2], want, have);
+                         "%s: truncated: the header announces more tokens than the %zu bytes "
+                         "that follow it",
+                         path, have);
             goto out;
         }
         if (have > want) {
             rc = ch_errf(err, errlen, CH_E_FORMAT,
-                         "%s: %zu trailing bytes after the %d tokens the header announces", path,
-                         have - want, hdr[2]);
+                         "%s: %zu trailing bytes after the tokens the header announces", path,
+                         have - want);
             goto out;
         }
         t->format = CH_TOKENS_LLMC;
@@ -79,9 +79,9 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
     } else {
         if (t->size % 2) {
             rc = ch_errf(err, errlen, CH_E_FORMAT,
-                         "%s: not an llm.c token file (magic %d) and its size %zu is odd, so not a "
-                         "raw uint16 array either",
-                         path, magic, t->size);
+                         "%s: not an llm.c token file and its size %zu is odd, so not a raw "
+                         "uint16 array either",
+                         path, t->size);
             goto out;
         }
         t->format = CH_TOKENS_RAW;
@@ -93,9 +93,9 @@ int ch_tokens_open(const char *path, uint32_t vocab, ch_tokens_t **out, char *er
         for (size_t i = 0; i < t->n; i++) {
             if (t->tok[i] >= vocab) {
                 rc = ch_errf(err, errlen, CH_E_FORMAT,
-                             "%s: token %u at index %zu (byte offset %zu) is not below the model "
-                             "vocab %u",
-                             path, t->tok[i], i, data_off + 2 * i, vocab);
+                             "%s: the token at index %zu (byte offset %zu) is not below the "
+                             "model vocab %u",
+                             path, i, data_off + 2 * i, vocab);
                 goto out;
             }
         }

@@ -86,7 +86,8 @@ Test(tokens, wrong_version_is_refused)
     write_llmc(path, CH_TOKENS_MAGIC, 2, 100, 100);
     ch_tokens_t *t = NULL;
     cr_expect_eq(ch_tokens_open(path, 0, &t, err, sizeof err), CH_E_FORMAT);
-    cr_expect(strstr(err, "version 2") != NULL, "%s", err);
+    cr_expect(strstr(err, "version") != NULL, "%s", err);
+    cr_expect(strstr(err, "version 2") == NULL, "the file's own bytes are not quoted: %s", err);
     cr_expect(strstr(err, "v2.bin") != NULL, "%s", err);
     cr_expect_null(t);
 }
@@ -140,8 +141,33 @@ Test(tokens, token_beyond_vocab_names_file_and_offset)
     ch_tokens_t *t = NULL;
     cr_expect_eq(ch_tokens_open(path, 32, &t, err, sizeof err), CH_E_FORMAT);
     cr_expect(strstr(err, "big.bin") != NULL, "%s", err);
-    cr_expect(strstr(err, "token 40 at index 37") != NULL, "%s", err);
+    cr_expect(strstr(err, "token at index 37") != NULL, "%s", err);
     cr_expect(strstr(err, "byte offset 1098") != NULL, "%s", err); /* 1024 + 2 * 37 */
     cr_assert_eq(ch_tokens_open(path, 41, &t, err, sizeof err), 0);
     ch_tokens_close(t);
+}
+
+/* Issue 11 class 5: a refusal never quotes the file's bytes, so a job cannot read a file
+ * through its failure reason (the first bytes of /etc/passwd as a "magic", a secret's
+ * bytes as "tokens"). */
+Test(tokens, refusals_do_not_quote_contents)
+{
+    char path[600], err[512];
+    ch_tokens_t *t = NULL;
+    snprintf(path, sizeof path, "%s/passwd", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs("root:x:0:0\n", f); /* 11 bytes: odd, not llm.c */
+    fclose(f);
+    cr_expect_eq(ch_tokens_open(path, 32, &t, err, sizeof err), CH_E_FORMAT);
+    cr_expect(strstr(err, "1953460082") == NULL, "magic quoted: %s", err); /* "root" */
+    snprintf(path, sizeof path, "%s/secret", dir);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs("SECRET!!", f);
+    fclose(f);
+    cr_expect_eq(ch_tokens_open(path, 32, &t, err, sizeof err), CH_E_FORMAT);
+    cr_expect(strstr(err, "index 0") != NULL, "%s", err);
+    cr_expect(strstr(err, "17747") == NULL, "token quoted: %s", err); /* "SE" */
+    cr_expect_null(t);
 }
