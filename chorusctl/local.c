@@ -388,7 +388,7 @@ static int start_coordinator(const local_t *L, const char *exe, pid_t *pid)
 {
     char listen[] = "127.0.0.1:0", sock[PATH_MAX], state[PATH_MAX], key[PATH_MAX], log[PATH_MAX],
          pidf[PATH_MAX], hb[32], dead[32];
-    char *argv[16];
+    char *argv[20];
     int a = 0;
 
     if (pathf(sock, "%s/ctl.sock", L->dir) < 0 || pathf(state, "%s/state", L->dir) < 0 ||
@@ -406,6 +406,8 @@ static int start_coordinator(const local_t *L, const char *exe, pid_t *pid)
     argv[a++] = key;
     argv[a++] = "--metrics";
     argv[a++] = (char *)L->metrics;
+    /* A local cluster runs as you, whoever you are: root's jobs run as root here. */
+    argv[a++] = "--allow-root-jobs";
     if (L->heartbeat_ms > 0) {
         snprintf(hb, sizeof hb, "%ld", L->heartbeat_ms);
         argv[a++] = "--heartbeat-ms";

@@ -46,6 +46,10 @@ typedef struct field {
 static const field_t fields[] = {
     JF("job", "name", F_STR, name, 0, 0),
     JF("job", "kind", F_KIND, kind, 0, 0),
+    JF("job", "owner_uid", F_I64, owner.uid, -1, UINT32_MAX - 1),
+    JF("job", "owner_gid", F_I64, owner.gid, -1, UINT32_MAX - 1),
+    JF("job", "run_uid", F_I64, run_as.uid, -1, UINT32_MAX - 1),
+    JF("job", "run_gid", F_I64, run_as.gid, -1, UINT32_MAX - 1),
     JF("model", "layers", F_U32, model.layers, 1, UINT32_MAX),
     JF("model", "heads", F_U32, model.heads, 1, UINT32_MAX),
     JF("model", "embd", F_U32, model.embd, 1, UINT32_MAX),
@@ -82,6 +86,7 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     memset(j, 0, sizeof(*j)); /* also zeroes padding and string tails: specs compare with memcmp */
     strcpy(j->name, "job");
     j->kind = CH_JOB_TRAIN;
+    j->owner.uid = j->owner.gid = j->run_as.uid = j->run_as.gid = -1;
     j->model.layers = 4;
     j->model.heads = 4;
     j->model.embd = 128;

@@ -18,6 +18,11 @@ typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
 typedef struct ch_jobspec {
     char name[64];
     ch_job_kind_t kind;
+    /* Who submitted the job and whom its ranks run as; -1: unset. The coordinator writes
+     * these from the submitter's credentials, whatever the client sent (DESIGN §10). */
+    struct {
+        int64_t uid, gid;
+    } owner, run_as;
     struct {
         uint32_t layers, heads, embd, vocab, seq_len;
     } model;

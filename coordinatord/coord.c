@@ -114,6 +114,11 @@ int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key
         c->ctl_gid = res->gr_gid;
         c->have_ctl_gid = 1;
     }
+    if (coord_users_init(&c->users, cfg->run_as_user, cfg->admin_group, cfg->allow_root_jobs) < 0) {
+        CH_LOGE("main", "run-as-user \"%s\" or admin-group \"%s\": no such user or group",
+                cfg->run_as_user, cfg->admin_group);
+        return CH_E_CONFIG;
+    }
     CH_CHECK_GOTO(coord_kv_create(coord_rpc_kv_reply, c, &c->kv), rc, fail);
     rc = coord_store_open(cfg->state_dir, &c->store);
     if (rc < 0) {

@@ -19,6 +19,7 @@
 #include "series.h"
 #include "server.h"
 #include "store.h"
+#include "users.h"
 
 typedef struct coord_cfg {
     char listen[CH_OPT_STRLEN];     /* "HOST:PORT"; port 0: ephemeral */
@@ -29,7 +30,10 @@ typedef struct coord_cfg {
     char ctl_group[CH_OPT_STRLEN];
     char log_level[CH_OPT_STRLEN];
     long heartbeat_ms, dead_after_ms, grace_ms;
-    long forget_dead_after_ms; /* 0: never */
+    long forget_dead_after_ms;       /* 0: never */
+    char run_as_user[CH_OPT_STRLEN]; /* root's jobs run as this user */
+    char admin_group[CH_OPT_STRLEN]; /* may act on every job */
+    int allow_root_jobs;
 } coord_cfg_t;
 
 struct coord {
@@ -47,6 +51,7 @@ struct coord {
     coord_server_t srv;
     coord_http_t http;         /* cfg.metrics: /metrics and the status page */
     coord_series_set_t series; /* the status page's per-job series (series.h) */
+    coord_users_t users;
 
     uv_timer_t cron, kv_timer, watchdog;
     uv_prepare_t before_sleep;

@@ -210,13 +210,42 @@ out:
     free(ni);
 }
 
+/* The job text with its owner and run-as identity written in from the link's
+ * credentials (whatever the client put there); *out malloc'd. A text that does not parse
+ * goes on unchanged, for coord_job_submit to refuse with its own message. */
+static int stamp_owner(coord_t *c, const coord_link_t *l, const char *ini, char **out, char *err,
+                       size_t errlen)
+{
+    ch_jobspec_t *spec = malloc(sizeof(*spec));
+    int rc = spec ? 0 : -ENOMEM;
+    *out = NULL;
+    if (rc == 0 && ch_jobspec_parse(ini, spec, err, errlen) < 0) {
+        *out = strdup(ini);
+        rc = *out ? 0 : -ENOMEM;
+        goto done;
+    }
+    if (rc == 0)
+        rc = coord_users_stamp(&c->users, &l->cred, spec, err, errlen);
+    if (rc == 0)
+        rc = ch_jobspec_format(spec, out);
+done:
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    free(spec);
+    return rc;
+}
+
 static void h_submit(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
     char id[32], err[512];
+    char *stamped = NULL;
     const char *ini = req->submit->job_ini ? req->submit->job_ini : "";
     int rc = ch_jobspec_check_text(ini, strlen(ini), err, sizeof(err));
     if (rc == 0)
-        rc = coord_job_submit(c, ini, id, sizeof(id), err, sizeof(err));
+        rc = stamp_owner(c, l, ini, &stamped, err, sizeof(err));
+    if (rc == 0)
+        rc = coord_job_submit(c, stamped, id, sizeof(id), err, sizeof(err));
+    free(stamped);
     if (rc < 0) {
         CH_LOGI("job", "submit from %s refused: %s", coord_link_peer(l), err);
         coord_link_error(l, req->request_id, rc, "%s", err);
@@ -287,7 +316,9 @@ static void h_cancel(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     coord_job_t *j = find_or_reply(c, l, req, req->cancel->job_id);
     if (!j)
         return;
-    int rc = coord_job_cancel(c, j, err, sizeof(err));
+    int rc = coord_users_may_act(&l->cred, &j->spec, j->id, err, sizeof(err));
+    if (rc == 0)
+        rc = coord_job_cancel(c, j, err, sizeof(err));
     if (rc < 0)
         coord_link_error(l, req->request_id, rc, "%s", err);
     else
@@ -300,7 +331,9 @@ static void h_kill_rank(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
     coord_job_t *j = find_or_reply(c, l, req, req->kill_rank->job_id);
     if (!j)
         return;
-    int rc = coord_job_kill_rank(c, j, req->kill_rank->rank, err, sizeof(err));
+    int rc = coord_users_may_act(&l->cred, &j->spec, j->id, err, sizeof(err));
+    if (rc == 0)
+        rc = coord_job_kill_rank(c, j, req->kill_rank->rank, err, sizeof(err));
     if (rc < 0)
         coord_link_error(l, req->request_id, rc, "%s", err);
     else

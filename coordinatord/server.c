@@ -106,6 +106,7 @@ static void on_ready(ch_conn_t *conn, void *ud)
             return;
         }
         l->role = COORD_ROLE_CTL;
+        l->cred = coord_users_cred(&c->users, 1, uid, gid);
         return;
     }
     const char *role = ch_conn_role(conn);
@@ -113,6 +114,7 @@ static void on_ready(ch_conn_t *conn, void *ud)
         l->role = COORD_ROLE_WORKER;
     } else if (strcmp(role, "ctl") == 0) {
         l->role = COORD_ROLE_CTL;
+        l->cred = coord_users_cred(&c->users, 0, 0, 0);
     } else {
         CH_LOGW("net", "peer %s: unknown role \"%s\"; closing", ch_conn_peer(conn), role);
         coord_link_error(l, 0, -EPERM, "unknown role \"%s\" (expected worker or ctl)", role);

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "common/conn.h"
+#include "users.h"
 
 typedef struct coord coord_t;
 typedef struct coord_node coord_node_t;
@@ -22,6 +23,7 @@ typedef struct coord_link {
     int is_unix;
     unsigned role;      /* COORD_ROLE_*; 0 until the handshake is done */
     coord_node_t *node; /* set by Register */
+    coord_cred_t cred;  /* control links: who is asking */
     struct coord_link *prev, *next;
 } coord_link_t;
 

@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/jobspec.h"
 #include "common/log.h"
+#include "common/util.h"
 
 extern char **environ;
 
@@ -168,6 +171,55 @@ int wrk_proc_rank_exe(char *path, size_t n)
     return access(path, X_OK) == 0 ? 0 : -errno;
 }
 
+/* Whom the rank runs as: the job file's run_uid/run_gid, -1 when unset (as workerd). */
+static int run_identity(const char *job_file, int64_t *uid, int64_t *gid)
+{
+    char *text = NULL, err[256];
+    size_t len = 0;
+    ch_jobspec_t *spec = malloc(sizeof *spec);
+    *uid = *gid = -1;
+    if (!spec)
+        return -ENOMEM;
+    int rc = ch_file_read(job_file, 1u << 20, &text, &len);
+    if (rc == 0)
+        rc = ch_jobspec_parse(text, spec, err, sizeof err);
+    if (rc == 0) {
+        *uid = spec->run_as.uid;
+        *gid = spec->run_as.gid;
+    }
+    free(text);
+    free(spec);
+    return rc;
+}
+
+/* Switch the child to the job's user when it is not workerd's own; its run dir is made
+ * here and given to it, since the job's directory belongs to workerd. */
+static int set_identity(const wrk_proc_spec_t *spec, uv_process_options_t *o)
+{
+    int64_t uid = -1, gid = -1;
+    if (!spec->job_file)
+        return 0;
+    int rc = run_identity(spec->job_file, &uid, &gid);
+    if (rc == -ENOENT)
+        return 0; /* no job file (tests): the program needs none */
+    if (rc < 0 || uid < 0 || (uid_t)uid == geteuid())
+        return rc;
+    if (geteuid() != 0)
+        return -EPERM;
+    if (gid < 0)
+        return -EINVAL;
+    if (spec->run_dir) {
+        if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        if (chown(spec->run_dir, (uid_t)uid, (gid_t)gid) < 0)
+            return -errno;
+    }
+    o->flags |= UV_PROCESS_SETUID | UV_PROCESS_SETGID; /* libuv drops supplementary groups */
+    o->uid = (uv_uid_t)uid;
+    o->gid = (uv_gid_t)gid;
+    return 0;
+}
+
 int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_cb cb, void *ud,
                    wrk_proc_t **out, int *link_fd)
 {
@@ -214,6 +266,7 @@ int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_c
     o.flags = UV_PROCESS_DETACHED; /* setsid: own session and process group */
     o.stdio_count = 4;
     o.stdio = stdio;
+    CH_CHECK_GOTO(set_identity(spec, &o), rc, out);
 
     p->handle.data = p;
     p->cb = cb;

@@ -6,7 +6,12 @@
  * The rank dies with workerd: it sets PR_SET_PDEATHSIG itself (rank.c) and checks
  * CHORUS_PARENT_PID against getppid() to close the race with a parent that died
  * before the prctl. A kill goes to the whole process group, so helpers a rank started
- * die with it. */
+ * die with it.
+ *
+ * A rank runs as its job's user: [job] run_uid / run_gid of job_file (the coordinator
+ * writes them from the submitter's credentials). workerd as root switches to them (and
+ * drops supplementary groups) and hands the rank its run_dir; a workerd that is not root
+ * runs only ranks of its own uid (-EPERM otherwise). */
 #ifndef WRK_PROC_H
 #define WRK_PROC_H
 

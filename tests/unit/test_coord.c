@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <grp.h>
 
 #include "common/client.h"
 #include "common/err.h"
@@ -105,6 +106,7 @@ static void setup(void)
     H.cfg.heartbeat_ms = 50;
     H.cfg.dead_after_ms = 1000;
     H.cfg.grace_ms = 400;
+    snprintf(H.cfg.run_as_user, sizeof(H.cfg.run_as_user), "nobody"); /* coordinatord's default */
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -1251,6 +1253,75 @@ Test(coord, final_reports_resent_at_registration_complete_the_job)
     e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK, 2000);
     cr_assert_not_null(e, "the final reports are acknowledged");
     ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+}
+
+static int ctl_cancel(ch_client_t *ctl, const char *job)
+{
+    Chorus__Cancel can = CHORUS__CANCEL__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    can.job_id = (char *)job;
+    req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
+    req.cancel = &can;
+    int rc = ch_client_call(ctl, &req, 2000, &resp);
+    ch_msg_free(resp);
+    return rc;
+}
+
+/* Issue 11 class 5: a job belongs to its submitter (SO_PEERCRED, whatever the job text
+ * claims) and runs as them; root's jobs run as the service user; a user cancels only their
+ * own jobs, root any. */
+Test(coord, jobs_belong_to_their_submitter)
+{
+    if (getuid() != 0)
+        cr_skip_test("needs root to act as another user");
+    struct group *gr = getgrgid(65534);
+    if (!gr)
+        cr_skip_test("no group 65534");
+    snprintf(H.cfg.ctl_group, sizeof(H.cfg.ctl_group), "%s", gr->gr_name);
+    worker_t a, *ws[1] = {&a};
+    char ja[32], msg[256] = "";
+    coord_up();
+    wk_connect(&a, "n1", 4, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *root_job = "[job]\nname = roots\nkind = diag\n";
+    cr_assert_eq(ctl_submit(ctl, root_job, ja, sizeof ja, msg, sizeof msg), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e);
+    cr_assert(strstr(e->start_ranks->job_ini, "owner_uid = 0\n"), "%s", e->start_ranks->job_ini);
+    cr_assert(strstr(e->start_ranks->job_ini, "run_uid = 65534\n"), "root's job runs as nobody");
+    ch_msg_free(e);
+
+    chmod(H.dir, 0755);
+    chmod(H.sock, 0666);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ch_client_t *c = NULL;
+        char id[32], m[256];
+        if (setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(2);
+        if (ch_client_connect_unix(H.sock, 2000, &c) < 0)
+            _exit(3);
+        const char *spoof = "[job]\nname = spoof\nkind = diag\nowner_uid = 0\nrun_uid = 0\n";
+        if (ctl_submit(c, spoof, id, sizeof id, m, sizeof m) < 0)
+            _exit(4);
+        if (ctl_cancel(c, ja) != -EACCES)
+            _exit(5); /* root's job */
+        _exit(0);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e);
+    cr_assert(strstr(e->start_ranks->job_ini, "name = spoof"));
+    cr_assert(strstr(e->start_ranks->job_ini, "owner_uid = 65534\n"), "the claim was kept");
+    cr_assert(strstr(e->start_ranks->job_ini, "run_uid = 65534\n"), "the claim was kept");
+    ch_msg_free(e);
+    cr_assert_eq(ctl_cancel(ctl, "spoof"), 0, "root may cancel any job");
+    cr_assert_eq(ctl_cancel(ctl, ja), 0);
     ch_client_destroy(ctl);
     wk_close(&a);
     coord_down();

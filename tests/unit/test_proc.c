@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -245,4 +246,42 @@ Test(proc, spawn_failure_leaves_nothing)
     cr_expect_eq(wrk_proc_spawn(&loop, &s, on_exit_cb, &o, &p, &fd), -ENOENT);
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&loop), 0);
+}
+
+/* Issue 11 class 5: a rank runs as its job's user ([job] run_uid / run_gid), in a run
+ * dir it owns, with no supplementary groups of workerd's. */
+Test(proc, rank_runs_as_the_jobs_user)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to switch users");
+    char log[600], job[600], rdir[600];
+    snprintf(log, sizeof log, "%s/rank-7.log", tmpdir);
+    snprintf(job, sizeof job, "%s/job.ini", tmpdir);
+    snprintf(rdir, sizeof rdir, "%s/rank-7", tmpdir);
+    cr_assert_eq(chmod(tmpdir, 0755), 0); /* as workerd's run dir: others may traverse it */
+    cr_assert_eq(ch_file_write_atomic(job, "[job]\nrun_uid = 65534\nrun_gid = 65534\n", 37, 0644),
+                 0);
+    char *argv[] = {"sh", "-c", "echo id=$(id -u):$(id -g):$(id -G); touch \"$CHORUS_RUN_DIR/ok\"",
+                    NULL};
+    uv_loop_t loop;
+    outcome_t o = {0, -1, -1};
+    wrk_proc_t *p = NULL;
+    int fd = -1;
+    cr_assert_eq(uv_loop_init(&loop), 0);
+    wrk_proc_spec_t s = sh_spec(argv, log);
+    s.job_file = job;
+    s.run_dir = rdir;
+    cr_assert_eq(wrk_proc_spawn(&loop, &s, on_exit_cb, &o, &p, &fd), 0);
+    run_until(&loop, &o.done, 10000);
+    cr_assert(o.done);
+    wrk_proc_close(p);
+    close(fd);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cr_assert_eq(uv_loop_close(&loop), 0);
+    cr_assert_eq(o.code, 0, "the rank could not write its run dir");
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(ch_file_read(log, 1 << 16, &text, &len), 0);
+    cr_assert(strstr(text, "id=65534:65534:65534\n"), "%s", text);
+    free(text);
 }
