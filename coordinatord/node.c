@@ -137,6 +137,12 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
                  reg->n_running, reg->slots, COORD_NODE_RUNNING_MAX(reg->slots));
         return CH_E_CONFIG;
     }
+    if (reg->n_finished > COORD_NODE_RUNNING_MAX(reg->slots)) {
+        snprintf(err, errlen,
+                 "register: node %s: %zu finished ranks reported for %u slots (at most %u)", name,
+                 reg->n_finished, reg->slots, COORD_NODE_RUNNING_MAX(reg->slots));
+        return CH_E_CONFIG;
+    }
     /* One link is one node: a second identity on a registered link is refused (its
      * node would be left pointing at the link once it closes). */
     if (link->node && strcmp(link->node->name, name) != 0) {

@@ -25,7 +25,8 @@ typedef enum {
 } coord_node_state_t;
 
 /* Register's bounds: slots per node, and running ranks it may report (a generation being
- * killed may overlap the next one, never more). */
+ * killed may overlap the next one, never more); the same for finished ranks whose final
+ * report awaits its acknowledgement. */
 #define COORD_NODE_SLOTS_MAX          65536u
 #define COORD_NODE_RUNNING_MAX(slots) ((slots)*2u < 4096u ? (slots)*2u : 4096u)
 
