@@ -1178,3 +1178,43 @@ Test(coord, final_reports_resent_at_registration_complete_the_job)
     wk_close(&a);
     coord_down();
 }
+
+Test(coord, collective_timeout_names_the_peer_as_the_culprit)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    worker_t *w0 = owner(e->job_info, 0, ws, 2), *w3 = owner(e->job_info, 3, ws, 2);
+    ch_msg_free(e);
+
+    /* Rank 0 waited for rank 3 in its DP group and gave up. */
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev.job_id = id;
+    ev.generation = 1;
+    ev.rank = 0;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_FAILED;
+    ev.message = "timed out";
+    ev.timeout_group = "dp";
+    ev.timeout_peer = 3;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w0->cl, &env), 0);
+    e = wait_state(ctl, ws, 2, id, "failed", 2000); /* max_restarts = 0 */
+    cr_assert_eq(e->job_info->n_history, 1);
+    cr_assert_str_eq(e->job_info->history[0]->cause, "collective_timeout");
+    cr_assert_eq(e->job_info->history[0]->rank, 3);
+    cr_assert_str_eq(e->job_info->history[0]->node, w3->name);
+    cr_assert(strstr(e->job_info->reason, "group dp") && strstr(e->job_info->reason, "rank 3"),
+              "%s", e->job_info->reason);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
