@@ -795,6 +795,7 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Regist
                 /* Its generation failed while this node was out of reach: it goes now,
                  * and holds its slot until its exit is reported. */
                 kill_stale(n, j->id, j->generation, ref->rank);
+                mark_started(c, j, ref->rank); /* known alive: not lost at the grace's end */
                 continue;
             }
             if (r->state == COORD_RANK_UNKNOWN)
@@ -845,6 +846,7 @@ void coord_job_check(coord_t *c, uint64_t now_ms)
         coord_job_t *j = c->jobs.v[i];
         if (j->grace_deadline && now_ms >= j->grace_deadline) {
             j->grace_deadline = 0;
+            coord_changed(c); /* a recovering job may restart now */
             /* Nodes that did not come back within the grace: their ranks are gone. */
             int64_t lost = -1;
             for (uint32_t r = 0; j->ranks && r < j->world; r++) {

@@ -1,8 +1,8 @@
 /* Jobs (DESIGN §4): the job table and its state machine.
  *
  *   queued -> starting -> running -> completed | failed | cancelled
- *   (running -> recovering -> starting is the recovery path of a later issue: every
- *    failure goes through coord_job_fail, the one function a recovery step replaces.)
+ *   starting | running -> recovering -> starting (generation + 1): every failure enters
+ *   recovery.h's coord_recovery_failure, which restarts the job or ends it (coord_job_fail).
  *
  * A rank holds a slot on its node from placement until it is reported exited, its node
  * is declared dead, or its node re-registers without it; so slots are reused only once

@@ -183,6 +183,14 @@ void coord_recovery_waiting(coord_t *c, coord_job_t *j, const char *why)
 int coord_recovery_ready(coord_t *c, coord_job_t *j)
 {
     uint32_t left = 0;
+    if (j->grace_deadline) {
+        /* Reloaded after a coordinator restart: every node counts as dead until it
+         * registers again, so the old ranks are not known gone before the grace ends. */
+        coord_recovery_waiting(c, j,
+                               "restart waits for the nodes to re-register after a "
+                               "coordinator restart");
+        return 0;
+    }
     for (uint32_t r = 0; j->ranks && r < j->world; r++) {
         coord_rank_t *rk = &j->ranks[r];
         if (!coord_rank_holds(rk->state))

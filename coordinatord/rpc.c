@@ -100,7 +100,8 @@ static int kv_check(coord_t *c, coord_link_t *l, const Chorus__Envelope *req, co
         coord_link_error(l, req->request_id, CH_E_NOTFOUND, "rendezvous: no job %s", job_id);
         return CH_E_NOTFOUND;
     }
-    if (gen != j->generation || !coord_job_is_active(j)) {
+    /* A recovering job's generation has ended: its store is gone and stays gone. */
+    if (gen != j->generation || !coord_job_is_active(j) || j->state == COORD_JOB_RECOVERING) {
         coord_link_error(l, req->request_id, CH_E_STATE,
                          "rendezvous: job %s generation %" PRIu64 " is not current (%s, "
                          "generation %" PRIu64 ")",

@@ -1326,3 +1326,94 @@ Test(coord, jobs_belong_to_their_submitter)
     wk_close(&a);
     coord_down();
 }
+
+Test(coord, collective_timeout_names_the_peer_as_the_culprit)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    worker_t *w0 = owner(e->job_info, 0, ws, 2), *w3 = owner(e->job_info, 3, ws, 2);
+    ch_msg_free(e);
+
+    /* Rank 0 waited for rank 3 in its DP group and gave up. */
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev.job_id = id;
+    ev.generation = 1;
+    ev.rank = 0;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_FAILED;
+    ev.message = "timed out";
+    ev.timeout_group = "dp";
+    ev.timeout_peer = 3;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w0->cl, &env), 0);
+    e = wait_state(ctl, ws, 2, id, "failed", 2000); /* max_restarts = 0 */
+    cr_assert_eq(e->job_info->n_history, 1);
+    cr_assert_str_eq(e->job_info->history[0]->cause, "collective_timeout");
+    cr_assert_eq(e->job_info->history[0]->rank, 3);
+    cr_assert_str_eq(e->job_info->history[0]->node, w3->name);
+    cr_assert(strstr(e->job_info->reason, "group dp") && strstr(e->job_info->reason, "rank 3"),
+              "%s", e->job_info->reason);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, coordinator_restart_while_recovering_kills_the_old_ranks_before_restarting)
+{
+    worker_t a, *ws[1] = {&a};
+    char id[32], msg[256];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *job = "[job]\nname = rr\nkind = diag\n[parallel]\ndp = 2\n"
+                      "[fault]\nmax_restarts = 2\n";
+    cr_assert_eq(ctl_submit(ctl, job, id, sizeof(id), msg, sizeof(msg)), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e);
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++)
+        wk_event(&a, id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    wk_event(&a, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = wait_state(ctl, ws, 1, id, "recovering", 2000);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+
+    /* Back up: n1 still runs rank 0 of the failed generation. It is killed, and the
+     * restart waits for its exit (and for the grace) before generation 2 starts. */
+    coord_up();
+    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT;
+    Chorus__RankRef *refs[1] = {&r0};
+    r0.job_id = id;
+    r0.generation = 1;
+    wk_connect(&a, "n1", 2, "", refs, 1);
+    ctl = ctl_open();
+    Chorus__Envelope *k = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k, "the old rank is killed");
+    cr_assert_eq(k->kill_ranks->generation, 1);
+    ch_msg_free(k);
+    cr_assert_null(take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, (int)H.cfg.grace_ms + 200),
+                   "no restart while the old rank runs");
+    wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "generation 2 starts once the old rank is gone");
+    cr_assert_eq(e->start_ranks->generation, 2);
+    ch_msg_free(e);
+    e = ctl_job(ctl, id);
+    cr_assert_eq(e->job_info->restarts, 1);
+    cr_assert_eq(e->job_info->n_history, 1);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+}

@@ -1,0 +1,230 @@
+/* chorus-bench-recovery: what a failure costs a training job (issue 10, DESIGN §9, §12).
+ *
+ * A local cluster (the integration harness: heartbeat 100 ms, dead after 1 s) runs one
+ * long data-parallel job of the demo model (dp = 2 on two nodes, a third node idle as a
+ * spare, checkpoint every 10 steps) per failure kind, and injects TRIALS failures into it
+ * one after another, each once the job runs again and has gone a few steps further:
+ *
+ *   rank_kill        kill -9 of a rank process
+ *   workerd_restart  kill -9 of a workerd, restarted at once (as systemd would)
+ *   node_lost        kill -9 of a workerd, left dead (restarted once declared dead, so
+ *                    the next trial has a spare again)
+ *   hang             SIGSTOP of a rank, caught by fault.step_timeout = 2 s
+ *   coordinator      kill -9 of coordinatord, restarted (the job is re-adopted, no restart)
+ *
+ * Per kind: detection latency (kill -> the coordinator records the failure; for node_lost
+ * -> the node is declared dead), kill -> first completed step of the next generation, and
+ * steps lost; median and max over the trials, as RESULT lines against the goals of issue
+ * 10 (rank death < 100 ms; node death < dead-after + 200 ms; hang < step_timeout + 1 s;
+ * next step < 3 s; steps lost <= checkpoint.every). No arguments; a few minutes. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/json.h"
+#include "harness.h"
+#include "recovery_util.h"
+
+#define TRIALS       5
+#define EVERY        10
+#define STEP_TIMEOUT 2 /* s, the hang trials */
+
+typedef struct figures {
+    double detect[TRIALS], next_step[TRIALS], lost[TRIALS];
+    int n;
+} figures_t;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void result(const char *kind, const char *what, const char *unit, double *v, int n,
+                   const char *ref, double ref_value)
+{
+    if (n == 0)
+        return;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, max = v[n - 1];
+    printf("RESULT name=recovery.%s.%s.median value=%.1f unit=%s ref=%s ref_value=%.1f "
+           "ratio=%.3f\n",
+           kind, what, median, unit, ref, ref_value, ref_value ? median / ref_value : 0.0);
+    printf("RESULT name=recovery.%s.%s.max value=%.1f unit=%s ref=%s ref_value=%.1f ratio=%.3f\n",
+           kind, what, max, unit, ref, ref_value, ref_value ? max / ref_value : 0.0);
+    fflush(stdout);
+}
+
+/* The last restart of job id: detection time, recovery time, steps lost. 0 or -1. */
+static int last_restart(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
+                        double *recover_s, double *lost)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    if (!js)
+        return -1;
+    const ch_json_t *hist = ch_json_get(js, "history");
+    int rc = -1;
+    if (hist && hist->nkids >= want) {
+        const ch_json_t *h = h_json_at(hist, want - 1);
+        *time_ms = h_json_num(h, "time_ms");
+        *recover_s = h_json_num(h, "recover_s");
+        *lost = h_json_num(h, "steps_lost");
+        rc = *recover_s >= 0 ? 0 : -1;
+    }
+    ch_json_free(js);
+    return rc;
+}
+
+/* The node (1-based) running rank r of job id. */
+static int node_of(const h_cluster_t *c, const char *id, int r)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    if (!js)
+        return -1;
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    int node = ranks && ranks->nkids > (size_t)r
+                   ? atoi(h_json_str(h_json_at(ranks, (size_t)r), "node") + strlen("node"))
+                   : -1;
+    ch_json_free(js);
+    return node;
+}
+
+typedef struct node_dead {
+    const h_cluster_t *c;
+    const char *name;
+    const char *want;
+} node_dead_t;
+
+static int node_is(void *ud)
+{
+    node_dead_t *d = ud;
+    char st[32];
+    return h_node_state(d->c, d->name, st, sizeof st) == 0 && strcmp(st, d->want) == 0;
+}
+
+/* One kind: a cluster, one long job, TRIALS failures. */
+static int run_kind(const char *kind, figures_t *f)
+{
+    h_cluster_t c;
+    char id[64], text[2048], name[32];
+    rt_job_t w;
+    int rc = -1;
+    int hang = strcmp(kind, "hang") == 0, coord = strcmp(kind, "coordinator") == 0;
+
+    memset(f, 0, sizeof *f);
+    if (h_cluster_up(&c, 3, 1) < 0) {
+        fprintf(stderr, "%s: local up failed\n", kind);
+        return -1;
+    }
+    char fault[64];
+    snprintf(fault, sizeof fault, "max_restarts = %d\nstep_timeout = %d\n", 2 * TRIALS,
+             hang ? STEP_TIMEOUT : 60);
+    if (rt_job_text(&c, text, sizeof text, kind, 2, 100000, EVERY, fault) < 0 ||
+        rt_submit(&c, "bench.ini", text, id, sizeof id) < 0)
+        goto out;
+    for (int t = 0; t < TRIALS; t++) {
+        uint64_t gen = (uint64_t)t + 1 - (coord ? (uint64_t)t : 0);
+        if (!rt_wait(&w, &c, id, "running", 0, gen, 60000) ||
+            !rt_wait(&w, &c, id, "running", w.step + 15, gen, 60000)) {
+            fprintf(stderr, "%s trial %d: job %s (%s)\n", kind, t, w.state, w.reason);
+            goto out;
+        }
+        uint64_t step0 = w.step;
+        int r = t % 2, node = node_of(&c, id, r);
+        snprintf(name, sizeof name, "node%d", node);
+        double t0 = (double)ch_wall_ms();
+        uint64_t m0 = ch_now_ms();
+        if (strcmp(kind, "rank_kill") == 0 || hang) {
+            pid_t pid = rt_rank_pid(&c, node, id, w.gen, (uint32_t)r);
+            if (pid <= 0 || kill(pid, hang ? SIGSTOP : SIGKILL) < 0)
+                goto out;
+        } else if (coord) {
+            if (h_kill_wait(h_pid(&c, "coordinatord"), SIGKILL, 2000) < 0 ||
+                h_coord_restart(&c) < 0)
+                goto out;
+            /* No failure: the ranks go on and are re-adopted. Time to the next step seen. */
+            if (!rt_wait(&w, &c, id, "running", step0 + 1, gen, 30000))
+                goto out;
+            f->detect[f->n] = -1;
+            f->next_step[f->n] = (double)(ch_now_ms() - m0);
+            f->lost[f->n++] = 0;
+            continue;
+        } else {
+            if (h_kill_wait(h_pid(&c, name), SIGKILL, 2000) < 0)
+                goto out;
+            if (strcmp(kind, "workerd_restart") == 0 && h_worker_restart(&c, node) < 0)
+                goto out;
+        }
+        double node_ms = -1;
+        if (strcmp(kind, "node_lost") == 0) {
+            node_dead_t d = {&c, name, "dead"};
+            if (h_wait_until(node_is, &d, 10000, 2) <= 0)
+                goto out;
+            node_ms = (double)(ch_now_ms() - m0);
+        }
+        double when = 0, took = 0, lost = 0;
+        uint64_t end = ch_now_ms() + 60000;
+        while (last_restart(&c, id, (size_t)t + 1, &when, &took, &lost) < 0) {
+            if (ch_now_ms() > end)
+                goto out;
+            usleep(20000);
+        }
+        f->detect[f->n] = node_ms >= 0 ? node_ms : when - t0;
+        f->next_step[f->n] = when + took * 1000 - t0;
+        f->lost[f->n++] = lost;
+        fprintf(stderr, "%s trial %d: detect %.0f ms, next step %.0f ms, %g steps lost\n", kind, t,
+                f->detect[f->n - 1], f->next_step[f->n - 1], lost);
+        if (strcmp(kind, "node_lost") == 0) {
+            /* Bring it back as the next trial's spare. */
+            node_dead_t d = {&c, name, "alive"};
+            if (h_worker_restart(&c, node) < 0 || h_wait_until(node_is, &d, 10000, 10) <= 0)
+                goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        fprintf(stderr, "%s: stopped after %d trials (cluster in %s)\n", kind, f->n, c.dir);
+    h_cluster_down(&c);
+    return rc;
+}
+
+int main(void)
+{
+    char exe[PATH_MAX], dir[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        snprintf(dir, sizeof dir, "%s", exe);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        setenv("CHORUS_BIN_DIR", dir, 0);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    static const struct {
+        const char *kind;
+        const char *detect_ref;
+        double detect_goal;
+    } kinds[] = {
+        {"rank_kill", "goal", 100},
+        {"workerd_restart", "dead_after", H_DEAD_AFTER_MS},
+        {"node_lost", "dead_after_plus_200ms", H_DEAD_AFTER_MS + 200},
+        {"hang", "step_timeout_plus_1s", STEP_TIMEOUT * 1000 + 1000},
+        {"coordinator", "none", 0},
+    };
+    int failed = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        figures_t f;
+        if (run_kind(kinds[k].kind, &f) < 0)
+            failed = 1;
+        if (kinds[k].detect_goal > 0)
+            result(kinds[k].kind, "detect", "ms", f.detect, f.n, kinds[k].detect_ref,
+                   kinds[k].detect_goal);
+        result(kinds[k].kind, "kill_to_next_step", "ms", f.next_step, f.n, "goal", 3000);
+        result(kinds[k].kind, "steps_lost", "steps", f.lost, f.n, "checkpoint_every", EVERY);
+    }
+    return failed;
+}
