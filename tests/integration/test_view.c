@@ -302,6 +302,7 @@ Test(view, job_page_draws_every_step_and_the_layout_and_survives_a_restart)
     cr_expect_eq(path_vertices(page, "loss-path"), 30, "loss path: one point per step");
     cr_expect_eq(path_vertices(page, "tps-path"), 30);
     cr_expect(h_has(page, "data-world=\"2\"") && count(page, "class=\"rank ") == 2, "grid");
+    cr_expect_eq(count(page, "class=\"rank exited\""), 2, "a completed job's ranks have exited");
     cr_expect(h_has(page, "id=\"heatmap\" width"), "no heat map");
     cr_expect(h_has(page, "no restarts"), "restart history");
     cr_expect_null(strstr(page, "<script"), "the page runs no script");
