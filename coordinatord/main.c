@@ -32,7 +32,8 @@ static const ch_opt_t OPTIONS[] = {
     OPT("key", CH_OPT_STR, key, "/etc/chorus/cluster.key",
         "cluster key file (mode 0600 or 0400; chorusctl keygen)"),
     OPT("metrics", CH_OPT_STR, metrics, NULL,
-        "HOST:PORT serving Prometheus text on GET /metrics (\"\" disables)"),
+        "HOST:PORT serving the read-only status page (/, /jobs/ID) and Prometheus text "
+        "(/metrics) (\"\" disables)"),
     OPT("heartbeat-ms", CH_OPT_INT, heartbeat_ms, "1000", "heartbeat interval asked of workers"),
     OPT("dead-after-ms", CH_OPT_INT, dead_after_ms, "5000",
         "a node without heartbeat for this long is dead"),

@@ -42,7 +42,8 @@ static const char STYLE[] =
     "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}"
     "th{background:#f0f0f0}.num{text-align:right;font-variant-numeric:tabular-nums}"
     ".alive,.running,.completed,.done,.exited{color:#17803d}.suspect,.starting,.queued,"
-    ".recovering,.pending,.unknown{color:#a86b00}.dead,.failed,.cancelled,.lost{color:#c0262d}"
+    ".recovering,.new,.pending,.unknown,.failing{color:#a86b00}"
+    ".dead,.failed,.cancelled,.lost{color:#c0262d}"
     ".bar{width:320px;height:14px;background:#e4e4e4;display:inline-block;vertical-align:middle}"
     ".bar>span{display:block;height:100%;background:#3b82f6}"
     ".grid{display:inline-block;margin:0 1em 1em 0}.grid td.rank{text-align:center;min-width:4em}"
@@ -96,13 +97,6 @@ static void bar(coord_buf_t *b, double frac)
 {
     coord_buf_printf(b, "<span class=\"bar\"><span style=\"width:%.1f%%\"></span></span> %.0f%%",
                      100.0 * frac, 100.0 * frac);
-}
-
-static const char *rank_state_name(coord_rank_state_t s)
-{
-    static const char *const names[] = {"pending", "unknown", "running", "done",
-                                        "exited",  "failed",  "lost"};
-    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -209,8 +203,8 @@ static double field(const coord_point_t *p, int f)
 }
 
 /* A line chart of field f over steps: one path vertex per point with a finite value. */
-static void chart(coord_buf_t *b, const char *id, const char *title, const coord_point_t *pts,
-                  size_t n, int f)
+static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const char *title,
+                  const coord_point_t *pts, size_t n, int f)
 {
     double vmin = INFINITY, vmax = -INFINITY;
     uint64_t smin = UINT64_MAX, smax = 0;
@@ -265,7 +259,22 @@ static void chart(coord_buf_t *b, const char *id, const char *title, const coord
         coord_buf_printf(b, "%s%.1f %.1f", pen ? " L" : (i ? " M" : "M"), x, y);
         pen = 1;
     }
-    coord_buf_puts(b, "\"/></svg>\n");
+    coord_buf_puts(b, "\"/>");
+    /* A dashed line where each restart resumed: the curve after it is the new run's. */
+    coord_restart_view_t hist[16];
+    size_t nh = coord_job_restart_history(j, hist, 16);
+    for (size_t k = 0; k < nh; k++) {
+        if (hist[k].from_step < 0 || (uint64_t)hist[k].from_step < smin ||
+            (uint64_t)hist[k].from_step > smax)
+            continue;
+        double x = CH_L + pw * (double)((uint64_t)hist[k].from_step - smin) / sspan;
+        coord_buf_printf(b,
+                         "<path class=\"restart\" d=\"M%.1f %d V%d\" stroke=\"#a86b00\" "
+                         "stroke-dasharray=\"4 3\"><title>generation %" PRIu64
+                         " resumed from step %" PRId64 "</title></path>",
+                         x, CH_T, CH_H - CH_B, hist[k].generation, hist[k].from_step);
+    }
+    coord_buf_puts(b, "</svg>\n");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -296,7 +305,7 @@ static void layout_grid(const coord_job_t *j, coord_buf_t *b)
                 ch_coord_t at = {.tp = t, .dp = d, .pp = p};
                 uint32_t r = ch_layout_rank(l, at);
                 const coord_rank_t *rk = j->ranks ? &j->ranks[r] : NULL;
-                const char *st = rk ? rank_state_name(rk->state) : "unplaced";
+                const char *st = rk ? coord_rank_state_name(rk->state) : "unplaced";
                 coord_buf_printf(b, "<td class=\"rank %s\" data-rank=\"%u\">rank %u<br>", st, r, r);
                 coord_buf_html(b, rk && rk->node ? rk->node->name : "-");
                 coord_buf_printf(b, "<br><small>%s</small>", st);
@@ -468,8 +477,8 @@ int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
                      ch_job_kind_name(j->spec.kind));
     summary(j, n ? &pts[n - 1] : NULL, b);
     if (j->spec.kind == CH_JOB_TRAIN) {
-        chart(b, "loss", "Loss", pts, n, F_LOSS);
-        chart(b, "tps", "Tokens/s", pts, n, F_TPS);
+        chart(b, j, "loss", "Loss", pts, n, F_LOSS);
+        chart(b, j, "tps", "Tokens/s", pts, n, F_TPS);
     }
     layout_grid(j, b);
     heat_map(s, b);

@@ -302,6 +302,7 @@ Test(view, job_page_draws_every_step_and_the_layout_and_survives_a_restart)
     cr_expect_eq(path_vertices(page, "loss-path"), 30, "loss path: one point per step");
     cr_expect_eq(path_vertices(page, "tps-path"), 30);
     cr_expect(h_has(page, "data-world=\"2\"") && count(page, "class=\"rank ") == 2, "grid");
+    cr_expect_eq(count(page, "class=\"rank exited\""), 2, "a completed job's ranks have exited");
     cr_expect(h_has(page, "id=\"heatmap\" width"), "no heat map");
     cr_expect(h_has(page, "no restarts"), "restart history");
     cr_expect_null(strstr(page, "<script"), "the page runs no script");
@@ -338,6 +339,32 @@ Test(view, bad_requests_get_404_405_413)
     cr_expect_eq(http(addr, big, NULL), 413, "oversized head");
     cr_expect_eq(get(addr, "/metrics", &body), 200);
     cr_expect(h_has(body, "chorus_nodes{state=\"alive\"} 1"), "%s", body);
+
+    /* Every metric the Grafana dashboard queries is one /metrics declares. */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/deploy/grafana-dashboard.json", getenv("CHORUS_SRC_DIR"));
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char dash[1 << 16];
+    size_t n = fread(dash, 1, sizeof dash - 1, f);
+    fclose(f);
+    dash[n] = '\0';
+    ch_json_t *d = NULL;
+    char err[160];
+    cr_assert_eq(ch_json_parse(dash, n, NULL, &d, err, sizeof err), 0, "dashboard: %s", err);
+    ch_json_free(d);
+    size_t names = 0;
+    for (const char *p = strstr(dash, "chorus_"); p; p = strstr(p + 1, "chorus_")) {
+        char name[64], help[96];
+        if (p > dash && (p[-1] == '_' || p[-1] == '-'))
+            continue; /* part of another word (a uid) */
+        snprintf(name, sizeof name, "%.*s", (int)strspn(p, "abcdefghijklmnopqrstuvwxyz_"), p);
+        snprintf(help, sizeof help, "# TYPE %s ", name);
+        cr_expect(strstr(body, help) != NULL, "the dashboard queries %s, which /metrics lacks",
+                  name);
+        names++;
+    }
+    cr_expect_geq(names, 10, "only %zu metric names in the dashboard", names);
     free(body);
 }
 
