@@ -18,8 +18,9 @@ The default is what PyTorch does untold: its own thread choice (intra-op threads
 cores, OpenBLAS = all CPUs), mkldnn on, AdamW's default, eager.
 
 --sweep: from the default, one option at a time (a, b, c, d in turn) the faster value is
-kept; a variant whose warm-up step takes over 3x the best step so far is not timed further
-(it cannot win; its warm-up time is printed). --variants L1,L2,...: only those. Prints, per variant,
+kept; a variant whose (last) warm-up step takes over 3x the fastest warm-up step so far is
+not timed further (it cannot win; its warm-up time is printed). Warm-up is compared with
+warm-up: a first step is slower than the ones after it. --variants L1,L2,...: only those. Prints, per variant,
   variant=<label> step_s=<fastest> tokens_per_s=<v>
 then `default=<label> tokens_per_s=<v>` and `best=<label> tokens_per_s=<v>`."""
 import argparse
@@ -108,6 +109,7 @@ def label(v):
 
 
 untimed = set()  # labels of the variants cut off after their warm-up
+warmups = []  # each variant's last warm-up step, seconds
 
 
 def run(model, x, y, v, steps, blas, cutoff):
@@ -142,8 +144,10 @@ def run(model, x, y, v, steps, blas, cutoff):
               f"{' (warm-up)' if s < warm else ''}", flush=True)
         if s >= warm:
             best = min(best, dt)
-        elif s == warm - 1 and dt > cutoff:
-            print(f"  {label(v)}: warm-up step over {cutoff:.3f} s (3x the best so far), "
+        elif s == warm - 1:
+            warmups.append(dt)
+        if s == warm - 1 and dt > cutoff:
+            print(f"  {label(v)}: warm-up step over {cutoff:.3f} s (3x the fastest warm-up), "
                   "not timed", flush=True)
             untimed.add(label(v))
             best = dt
@@ -176,7 +180,7 @@ def main():
     def measure(v):
         key = label(v)
         if key not in seen:
-            cutoff = 3 * min(seen.values(), default=float("inf"))
+            cutoff = 3 * min(warmups, default=float("inf"))
             seen[key] = run(model, x, y, v, a.steps, blas, cutoff)
             tps = a.batch * a.seq / seen[key]
             note = " (warm-up step, not timed)" if key in untimed else ""
