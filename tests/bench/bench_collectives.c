@@ -12,14 +12,24 @@
  * touched), best of 5, counted as bytes copied per second (64 MiB / time: the read and the
  * write of a byte count once, as a collective's bytes do), measured before and again after
  * the runs of each rank count; the higher figure is the reference. RESULT lines give each 64 MiB
- * busbw, that reference and their ratio; for allreduce also MPI_Allreduce's busbw.
+ * busbw, that reference and their ratio; for allreduce also against MPI_Allreduce's busbw,
+ * at its best and at its default (below).
  * Ranks get the environment workerd gives a one-node job (WORLD_SIZE == LOCAL_WORLD_SIZE);
  * UCX_TLS, when set, still wins.
+ *
+ * The MPI reference is Open MPI at its best: chorus-bench-mpi-ref sweeps the tuned
+ * component's allreduce algorithms (its own choice and the six it can be forced to) under
+ * each mpirun setting of mpi_settings (single-copy mechanism CMA or none; for ranks <= cores
+ * also Open MPI's mode for shared cores, yield when idle and no binding, which it takes by
+ * itself when ranks > cores), each time the fastest of 3 batches. Per size the fastest
+ * algorithm and setting is the reference (mpi-best, the winner named); Open MPI's default
+ * (its own algorithm choice, plain mpirun) is reported beside it as mpi-default.
  *
  * Buffers come from wrk_coll_mem_alloc, as nccl-tests' come from cudaMalloc: the memory an
  * engine hands the collectives (the UCX backend registers it, so same-host members reduce
  * in place). One more line measures the 64 MiB allreduce on plain malloc buffers, which
- * same-host groups have to stage through their shared segment. */
+ * same-host groups have to stage through their shared segment; MPI's buffers are malloc'd.
+ * An optional argument runs one rank count only (2 or 4). */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -38,6 +48,8 @@
 #define MAX_BYTES      (256u << 20)
 #define NSIZES         9 /* 4 KiB * 4^k */
 #define HEADLINE_BYTES (64u << 20)
+/* how the memcpy reference is measured (memcpy_gbs), in its RESULT lines */
+#define MEMCPY_REF "memcpy(1_thread,64MiB,best_of_5,higher_of_before_after)"
 
 enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, NOPS };
 static const char *const op_names[NOPS] = {"allreduce", "reduce_scatter", "allgather"};
@@ -301,39 +313,111 @@ static double memcpy_gbs(void)
     return best;
 }
 
-/* MPI_Allreduce seconds per size via chorus-bench-mpi-ref next to this binary; 0 if missing. */
-static int run_mpi(uint32_t n, double secs[NSIZES])
+#define NALGS 7
+static const char *const alg_names[NALGS] = {
+    "default", "basic_linear",   "nonoverlapping", "recursive_doubling",
+    "ring",    "segmented_ring", "rabenseifner",
+};
+
+/* One mpirun each; every one also sweeps the algorithms (chorus-bench-mpi-ref). */
+typedef struct mpi_setting {
+    const char *name; /* single-copy mechanism [+ shared-cores mode] */
+    const char *opts; /* mpirun options */
+    int shared;       /* Open MPI's shared-cores mode: only when ranks <= cores */
+} mpi_setting_t;
+
+#define SHARED_CORES "--mca mpi_yield_when_idle 1 --bind-to none"
+static const mpi_setting_t mpi_settings[] = {
+    {"cma", "", 0}, /* Open MPI's default mechanism here ("best available") */
+    {"no_single_copy", "--mca btl_vader_single_copy_mechanism none", 0},
+    {"cma+yield", SHARED_CORES, 1},
+    {"no_single_copy+yield", "--mca btl_vader_single_copy_mechanism none " SHARED_CORES, 1},
+};
+#define NSETTINGS (sizeof mpi_settings / sizeof mpi_settings[0])
+
+/* Seconds per size (0: not measured). best: over every algorithm and setting, won by
+ * best_by; dflt: Open MPI's default (algorithm 0 under the first setting); all: every
+ * algorithm and setting at the headline size. */
+typedef struct mpi_ref {
+    double best[NSIZES], dflt[NSIZES], all[NSETTINGS][NALGS];
+    char best_by[NSIZES][48];
+    int runs;
+} mpi_ref_t;
+
+/* Path of chorus-bench-mpi-ref next to this binary, or -ENOENT. */
+static int mpi_ref_path(char *ref, size_t len)
 {
-    char self[PATH_MAX], ref[PATH_MAX + 32], cmd[2 * PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0)
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
         return -ENOENT;
-    self[len] = 0;
+    self[n] = 0;
     char *slash = strrchr(self, '/');
     if (slash)
         *slash = 0;
-    snprintf(ref, sizeof ref, "%s/chorus-bench-mpi-ref", self);
+    snprintf(ref, len, "%s/chorus-bench-mpi-ref", self);
     if (access(ref, X_OK) != 0 || system("command -v mpirun >/dev/null 2>&1") != 0)
         return -ENOENT;
+    return 0;
+}
+
+/* One mpirun of chorus-bench-mpi-ref with setting si, folded into m. */
+static int run_mpi_setting(const char *ref, uint32_t n, size_t si, mpi_ref_t *m)
+{
+    const mpi_setting_t *st = &mpi_settings[si];
+    char cmd[2 * PATH_MAX], line[256];
     snprintf(cmd, sizeof cmd,
-             "timeout 600 mpirun --allow-run-as-root --oversubscribe -np %u %s 2>/dev/null", n,
-             ref);
+             "timeout 600 mpirun --allow-run-as-root --oversubscribe -np %u "
+             "--mca coll_tuned_use_dynamic_rules 1 %s %s 2>/dev/null",
+             n, st->opts, ref);
     FILE *f = popen(cmd, "r");
     if (!f)
         return -errno;
-    char line[256];
     int got = 0;
     while (fgets(line, sizeof line, f)) {
+        int alg;
         size_t bytes;
         double t;
-        if (sscanf(line, "size=%zu time_s=%lf", &bytes, &t) != 2)
+        if (sscanf(line, "alg=%d size=%zu time_s=%lf", &alg, &bytes, &t) != 3 || alg < 0 ||
+            alg >= NALGS || t <= 0)
             continue;
-        for (int k = 0; k < NSIZES; k++)
-            if (size_at(k) == bytes)
-                secs[k] = t, got++;
+        for (int k = 0; k < NSIZES; k++) {
+            if (size_at(k) != bytes)
+                continue;
+            got++;
+            if (si == 0 && alg == 0)
+                m->dflt[k] = t;
+            if (bytes == HEADLINE_BYTES)
+                m->all[si][alg] = t;
+            if (m->best[k] == 0 || t < m->best[k]) {
+                m->best[k] = t;
+                snprintf(m->best_by[k], sizeof m->best_by[k], "%s+%s", alg_names[alg], st->name);
+            }
+        }
     }
-    int st = pclose(f);
-    return got == NSIZES && st == 0 ? 0 : -EIO;
+    int status = pclose(f);
+    return got > 0 && status == 0 ? 0 : -EIO;
+}
+
+/* Every setting that applies to n ranks on this machine; 0 if at least one ran. */
+static int run_mpi(uint32_t n, mpi_ref_t *m)
+{
+    char ref[PATH_MAX + 32];
+    memset(m, 0, sizeof *m);
+    if (mpi_ref_path(ref, sizeof ref) < 0)
+        return -ENOENT;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (size_t si = 0; si < NSETTINGS; si++) {
+        if (mpi_settings[si].shared && (long)n > cores)
+            continue;
+        uint64_t t0 = ch_now_ms();
+        int rc = run_mpi_setting(ref, n, si, m);
+        printf("(mpi reference, %u ranks, %s: %s, %.1f s)\n", n, mpi_settings[si].name,
+               rc == 0 ? "ok" : ch_strerror(rc), (double)(ch_now_ms() - t0) / 1e3);
+        fflush(stdout);
+        m->runs += rc == 0;
+    }
+    return m->runs > 0 ? 0 : -EIO;
 }
 
 // ----------------------------------------------------------------------------
@@ -352,15 +436,71 @@ static void size_name(size_t bytes, char *buf, size_t len)
         snprintf(buf, len, "%zuKiB", bytes >> 10);
 }
 
-int main(void)
+static void print_bw(double bw)
+{
+    if (bw > 0)
+        printf(" %12.3f", bw);
+    else
+        printf(" %12s", "-");
+}
+
+/* The Chorus figure v against both MPI references at the headline size. */
+static void result_mpi(const char *name, uint32_t n, double v, const mpi_ref_t *m, int kh)
+{
+    char best[64];
+    snprintf(best, sizeof best, "mpi-best(%s)", m->best_by[kh]);
+    const char *what[2] = {best, "mpi-default"};
+    double t[2] = {m->best[kh], m->dflt[kh]};
+    for (int i = 0; i < 2; i++) {
+        if (t[i] <= 0) {
+            printf("%s: no %s figure at 64 MiB\n", name, i == 0 ? "mpi-best" : what[i]);
+            continue;
+        }
+        double ref = busbw(OP_ALLREDUCE, n, HEADLINE_BYTES, t[i]);
+        printf("RESULT name=%s value=%.3f unit=GB/s ref=%s ref_value=%.3f ratio=%.3f\n", name, v,
+               what[i], ref, v / ref);
+    }
+}
+
+/* Every MPI algorithm and setting at the headline size, for the record. */
+static void print_mpi_headline(uint32_t n, const mpi_ref_t *m)
+{
+    printf("MPI_Allreduce 64 MiB busbw GB/s, %u ranks, per algorithm (rows) and setting:\n%20s", n,
+           "");
+    for (size_t si = 0; si < NSETTINGS; si++)
+        printf(" %21s", mpi_settings[si].name);
+    printf("\n");
+    for (int a = 0; a < NALGS; a++) {
+        printf("%20s", alg_names[a]);
+        for (size_t si = 0; si < NSETTINGS; si++) {
+            double t = m->all[si][a];
+            if (t > 0)
+                printf(" %21.3f", busbw(OP_ALLREDUCE, n, HEADLINE_BYTES, t));
+            else
+                printf(" %21s", "-");
+        }
+        printf("\n");
+    }
+    printf("(-: not run for this rank count, or dropped: a call over 5 s at this size or a "
+           "smaller one)\n");
+}
+
+/* Optional argument: one rank count only (default: 2 and 4). */
+int main(int argc, char **argv)
 {
     static const uint32_t ranks[] = {2, 4};
+    uint32_t only = argc > 1 ? (uint32_t)atoi(argv[1]) : 0;
     double mem = memcpy_gbs();
-    printf("memcpy bandwidth (64 MiB, best of 5): %.2f GB/s\n", mem);
+    printf("memcpy bandwidth (1 thread, 64 MiB buffer to another, pages touched, best of 5): "
+           "%.2f GB/s\n",
+           mem);
     int status = 0;
     for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++) {
         uint32_t n = ranks[ri];
-        double secs[NOPS][NSIZES] = {{0}}, mpi[NSIZES] = {0};
+        if (only && n != only)
+            continue;
+        double secs[NOPS][NSIZES] = {{0}};
+        mpi_ref_t mpi;
         char transport[8] = "";
         double ratio = 0, plain_ratio = 0;
         int rc = run_chorus(n, 0, secs, &ratio, transport);
@@ -369,41 +509,50 @@ int main(void)
             status = 1;
             continue;
         }
-        int have_mpi = run_mpi(n, mpi) == 0;
+        int have_mpi = run_mpi(n, &mpi) == 0;
         /* The reference again after the runs; the higher one counts (the conservative side). */
         double again = memcpy_gbs();
         if (again > mem)
             mem = again;
-        printf("memcpy bandwidth again: %.2f GB/s; the reference for %u ranks: %.2f GB/s\n", again,
-               n, mem);
+        printf("memcpy bandwidth again: %.2f GB/s; the reference for %u ranks (the higher): "
+               "%.2f GB/s\n",
+               again, n, mem);
         if (!have_mpi)
             printf("(no MPI reference: mpirun or chorus-bench-mpi-ref missing or failed)\n");
-        printf("\n%u ranks through %s, busbw GB/s%s\n%10s %12s %15s %12s%s\n", n, transport,
-               have_mpi ? " (mpi: MPI_Allreduce)" : "", "size", "allreduce", "reduce_scatter",
-               "allgather", have_mpi ? "          mpi" : "");
+        printf("\n%u ranks through %s, busbw GB/s%s\n%10s %12s %15s %12s", n, transport,
+               have_mpi ? " (MPI_Allreduce: mpi-best = fastest algorithm and setting, "
+                          "mpi-default = plain mpirun)"
+                        : "",
+               "size", "allreduce", "reduce_scatter", "allgather");
+        if (have_mpi)
+            printf(" %12s %12s  %s", "mpi-default", "mpi-best", "mpi-best setting");
+        printf("\n");
         for (int k = 0; k < NSIZES; k++) {
             char name[32];
             size_name(size_at(k), name, sizeof name);
             printf("%10s %12.3f %15.3f %12.3f", name, busbw(0, n, size_at(k), secs[0][k]),
                    busbw(1, n, size_at(k), secs[1][k]), busbw(2, n, size_at(k), secs[2][k]));
-            if (have_mpi)
-                printf(" %12.3f", busbw(OP_ALLREDUCE, n, size_at(k), mpi[k]));
+            if (have_mpi) {
+                print_bw(mpi.dflt[k] > 0 ? busbw(OP_ALLREDUCE, n, size_at(k), mpi.dflt[k]) : 0);
+                print_bw(mpi.best[k] > 0 ? busbw(OP_ALLREDUCE, n, size_at(k), mpi.best[k]) : 0);
+                printf("  %s", mpi.best_by[k]);
+            }
             printf("\n");
         }
+        if (have_mpi)
+            print_mpi_headline(n, &mpi);
         int kh = 0;
         while (size_at(kh) != HEADLINE_BYTES)
             kh++;
+        char name[64];
         for (int op = 0; op < NOPS; op++) {
             double v = busbw(op, n, HEADLINE_BYTES, secs[op][kh]);
-            if (op == OP_ALLREDUCE && have_mpi) {
-                double ref = busbw(op, n, HEADLINE_BYTES, mpi[kh]);
-                printf("RESULT name=%s_busbw_%ur_64MiB value=%.3f unit=GB/s ref=mpi_allreduce "
-                       "ref_value=%.3f ratio=%.3f\n",
-                       op_names[op], n, v, ref, v / ref);
-            }
-            printf("RESULT name=%s_busbw_%ur_64MiB value=%.3f unit=GB/s ref=memcpy "
-                   "ref_value=%.3f ratio=%.3f\n",
-                   op_names[op], n, v, mem, v / mem);
+            snprintf(name, sizeof name, "%s_busbw_%ur_64MiB", op_names[op], n);
+            if (op == OP_ALLREDUCE && have_mpi)
+                result_mpi(name, n, v, &mpi, kh);
+            printf("RESULT name=%s value=%.3f unit=GB/s ref=" MEMCPY_REF
+                   " ref_value=%.3f ratio=%.3f\n",
+                   name, v, mem, v / mem);
         }
         printf("RESULT name=allreduce_busbw_%ur_64MiB_paired ref=memcpy ratio=%.3f "
                "(median of %d rounds of memcpy then allreduce)\n",
@@ -411,9 +560,12 @@ int main(void)
         double plain[NOPS][NSIZES] = {{0}};
         if (run_chorus(n, 1, plain, &plain_ratio, transport) == 0) {
             double v = busbw(OP_ALLREDUCE, n, HEADLINE_BYTES, plain[0][0]);
-            printf("RESULT name=allreduce_busbw_%ur_64MiB_malloc value=%.3f unit=GB/s ref=memcpy "
-                   "ref_value=%.3f ratio=%.3f\n",
-                   n, v, mem, v / mem);
+            snprintf(name, sizeof name, "allreduce_busbw_%ur_64MiB_malloc", n);
+            if (have_mpi)
+                result_mpi(name, n, v, &mpi, kh);
+            printf("RESULT name=%s value=%.3f unit=GB/s ref=" MEMCPY_REF
+                   " ref_value=%.3f ratio=%.3f\n",
+                   name, v, mem, v / mem);
             printf("RESULT name=allreduce_busbw_%ur_64MiB_malloc_paired ref=memcpy ratio=%.3f\n", n,
                    plain_ratio);
         } else {
