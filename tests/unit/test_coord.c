@@ -796,7 +796,7 @@ Test(coord, rendezvous_belongs_to_the_jobs_nodes)
 }
 
 /* Register on an open client; the reply envelope (caller frees). */
-static Chorus__Envelope *wk_register(ch_client_t *cl, const char *name, uint32_t slots)
+static Chorus__Envelope *wk_register_on(ch_client_t *cl, const char *name, uint32_t slots)
 {
     Chorus__Register reg = CHORUS__REGISTER__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
@@ -836,7 +836,7 @@ Test(coord, live_name_is_not_taken_over)
     coord_up();
     wk_connect(&a, "n1", 2, "", NULL, 0);
     cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
-    Chorus__Envelope *resp = wk_register(cl, "n1", 4);
+    Chorus__Envelope *resp = wk_register_on(cl, "n1", 4);
     cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "takeover accepted");
     cr_assert(strstr(resp->error->message, "in use"), "%s", resp->error->message);
     ch_msg_free(resp);
@@ -854,7 +854,7 @@ Test(coord, live_name_is_not_taken_over)
     cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
     resp = NULL;
     for (int i = 0; i < 100; i++) {
-        resp = wk_register(cl, "n1", 4);
+        resp = wk_register_on(cl, "n1", 4);
         if (resp && resp->body_case == CHORUS__ENVELOPE__BODY_REGISTER_ACK)
             break;
         ch_msg_free(resp);
@@ -878,11 +878,11 @@ Test(coord, one_link_is_one_node)
     worker_t a;
     coord_up();
     wk_connect(&a, "n1", 2, "", NULL, 0);
-    Chorus__Envelope *resp = wk_register(a.cl, "n2", 2);
+    Chorus__Envelope *resp = wk_register_on(a.cl, "n2", 2);
     cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "second identity accepted");
     cr_assert_eq(resp->error->code, CH_E_STATE);
     ch_msg_free(resp);
-    resp = wk_register(a.cl, "n1", 2); /* the same name again is fine */
+    resp = wk_register_on(a.cl, "n1", 2); /* the same name again is fine */
     cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_REGISTER_ACK);
     ch_msg_free(resp);
     wk_close(&a);
@@ -912,7 +912,7 @@ Test(coord, register_refuses_bad_names_and_huge_lists)
     cr_assert_eq(ch_client_connect_tcp(H.addr, &H.key, "worker", 2000, &cl), 0);
     const char *names[] = {"evil\nnode", "a\x1b[31m", "sp ace"};
     for (int i = 0; i < 3; i++) {
-        Chorus__Envelope *resp = wk_register(cl, names[i], 1);
+        Chorus__Envelope *resp = wk_register_on(cl, names[i], 1);
         cr_assert(resp && resp->body_case == CHORUS__ENVELOPE__BODY_ERROR, "name %d accepted", i);
         cr_assert_eq(resp->error->code, CH_E_CONFIG);
         ch_msg_free(resp);
