@@ -5,10 +5,11 @@
  *      2 threads; best of 5, measured again after each model, the highest kept), the
  *      reference for MFU;
  *   2. for a small GPT (6 x 384, seq 256, B 4) and GPT-2 124M (12 x 768, seq 1024, B 1):
- *      full training steps (zero_grad, forward, backward, AdamW), model FLOP/s by the
+ *      full training steps (zero_grad, forward and backward on one micro-batch's acts,
+ *      AdamW, all through the CPU backend table), model FLOP/s by the
  *      DESIGN §7 formula, MFU = that / SGEMM peak, tokens/s, all from the fastest timed
  *      step (the machines are shared; best-of is what repeats);
- *   3. a per-kernel breakdown at the same shapes (each kernel timed alone, times the
+ *   3. a per-kernel breakdown at the same shapes (each kernel of the backend table timed alone, times the
  *      number of calls in a step);
  *   4. when /usr/bin/python3 has torch: the same models in PyTorch on the same cores
  *      (tests/bench/torch_engine.py), for the tokens/s ratio against PyTorch at its best:
@@ -26,14 +27,8 @@
 
 #include "common/rng.h"
 #include "common/util.h"
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/residual.h"
-#include "kernels/xent.h"
+#include "workerd/engine/backend.h"
 #include "workerd/engine/model.h"
 
 #define THREADS 2
@@ -108,9 +103,11 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
     }
     printf("  %s: %zu parameters, created in %.2f s\n", bc->name, eng_model_nparams(m), secs(t0));
     size_t n = eng_model_nparams(m);
+    const eng_backend_t *be = eng_model_backend(m);
     float *mom = calloc(n, sizeof *mom), *vel = calloc(n, sizeof *vel);
     int32_t *tok = malloc((N + 1) * sizeof *tok);
-    if (!mom || !vel || !tok) {
+    eng_acts_t *acts = NULL;
+    if (!mom || !vel || !tok || eng_acts_create(m, B, &acts) < 0) {
         rc = -1;
         goto out;
     }
@@ -122,8 +119,8 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
         float loss = 0.0f;
         t0 = ch_now_ns();
         eng_model_zero_grad(m);
-        rc = eng_model_forward(m, tok, tok + 1, B, T, &loss);
-        rc = rc < 0 ? rc : eng_model_backward(m, 1.0f / (float)N);
+        rc = eng_model_forward_acts(m, acts, tok, tok + 1, B, T, &loss);
+        rc = rc < 0 ? rc : eng_model_backward_acts(m, acts, 1.0f / (float)N);
         if (rc < 0) {
             fprintf(stderr, "bench-engine: step: %d\n", rc);
             goto out;
@@ -132,8 +129,8 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
         const float *g = eng_model_grads(m);
         for (size_t i = 0; i < eng_model_ntensors(m); i++) {
             const eng_tensor_t *t = eng_model_tensor(m, i);
-            kn_adamw(p + t->offset, g + t->offset, mom + t->offset, vel + t->offset, t->numel, 6e-4,
-                     0.9, 0.95, 1e-8, t->decay ? 0.1 : 0.0, (uint64_t)s + 1);
+            be->adamw(be, p + t->offset, g + t->offset, mom + t->offset, vel + t->offset, t->numel,
+                      6e-4, 0.9, 0.95, 1e-8, t->decay ? 0.1 : 0.0, (uint64_t)s + 1);
         }
         double dt = secs(t0);
         printf("  %s step %d: loss %.4f, %.3f s%s\n", bc->name, s, loss, dt,
@@ -149,6 +146,7 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
     out->tokens_per_s = (double)N / out->step_s;
 out:
     free(tok), free(mom), free(vel);
+    eng_acts_destroy(acts);
     eng_model_destroy(m);
     return rc;
 }
@@ -165,6 +163,7 @@ typedef struct row {
 
 static void breakdown(const bench_cfg_t *bc, double step_s)
 {
+    const eng_backend_t *be = eng_backend_cpu();
     const eng_config_t *c = &bc->cfg;
     int B = (int)bc->B, T = (int)c->seq_len, C = (int)c->embd, NH = (int)c->heads;
     int L = (int)c->layers, V = (int)c->vocab, Vp = (int)c->padded_vocab, N = B * T;
@@ -200,45 +199,46 @@ static void breakdown(const bench_cfg_t *bc, double step_s)
     /* two passes; the first warms caches, page mappings and the BLAS threads */
     for (int pass = 0; pass < 2; pass++) {
         nr = 0;
-        t0 = ch_now_ns(), kn_encoder_fwd(x, tok, wte, wte, B, T, C);
+        t0 = ch_now_ns(), be->encoder_fwd(be, x, tok, wte, wte, B, T, C);
         rows[nr++] = (row_t){"encoder fwd", secs(t0), 1, 0};
-        t0 = ch_now_ns(), kn_encoder_bwd(dwte, dwte, dy, tok, B, T, C);
+        t0 = ch_now_ns(), be->encoder_bwd(be, dwte, dwte, dy, tok, B, T, C);
         rows[nr++] = (row_t){"encoder bwd", secs(t0), 1, 0};
-        t0 = ch_now_ns(), kn_layernorm_fwd(y, mean, rstd, x, w, w, N, C);
+        t0 = ch_now_ns(), be->layernorm_fwd(be, y, mean, rstd, x, w, w, N, C);
         rows[nr++] = (row_t){"layernorm fwd", secs(t0), 2 * L + 1, 0};
-        t0 = ch_now_ns(), kn_layernorm_bwd(dy, dw, dw, y, x, w, mean, rstd, N, C);
+        t0 = ch_now_ns(), be->layernorm_bwd(be, dy, dw, dw, y, x, w, mean, rstd, N, C);
         rows[nr++] = (row_t){"layernorm bwd", secs(t0), 2 * L + 1, 0};
-        t0 = ch_now_ns(), kn_matmul_fwd(y, x, w, w, N, C, 3 * C);
+        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, 3 * C);
         rows[nr++] = (row_t){"matmul fwd c_attn", secs(t0), L, 3 * lin};
-        t0 = ch_now_ns(), kn_matmul_bwd(dy, dw, dw, y, x, w, N, C, 3 * C);
+        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, 3 * C);
         rows[nr++] = (row_t){"matmul bwd c_attn", secs(t0), L, 6 * lin};
-        t0 = ch_now_ns(), kn_matmul_fwd(y, x, w, w, N, C, C);
+        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, C);
         rows[nr++] = (row_t){"matmul fwd attn.c_proj", secs(t0), L, lin};
-        t0 = ch_now_ns(), kn_matmul_bwd(dy, dw, dw, y, x, w, N, C, C);
+        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, C);
         rows[nr++] = (row_t){"matmul bwd attn.c_proj", secs(t0), L, 2 * lin};
-        t0 = ch_now_ns(), kn_matmul_fwd(y, x, w, w, N, C, 4 * C);
+        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, 4 * C);
         rows[nr++] = (row_t){"matmul fwd c_fc", secs(t0), L, 4 * lin};
-        t0 = ch_now_ns(), kn_matmul_bwd(dy, dw, dw, y, x, w, N, C, 4 * C);
+        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, 4 * C);
         rows[nr++] = (row_t){"matmul bwd c_fc", secs(t0), L, 8 * lin};
-        t0 = ch_now_ns(), kn_matmul_fwd(y, x, w, w, N, 4 * C, C);
+        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, 4 * C, C);
         rows[nr++] = (row_t){"matmul fwd mlp.c_proj", secs(t0), L, 4 * lin};
-        t0 = ch_now_ns(), kn_matmul_bwd(dy, dw, dw, y, x, w, N, 4 * C, C);
+        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, 4 * C, C);
         rows[nr++] = (row_t){"matmul bwd mlp.c_proj", secs(t0), L, 8 * lin};
-        t0 = ch_now_ns(), kn_attention_fwd(y, att, x, B, T, C, NH);
+        t0 = ch_now_ns(), be->attention_fwd(be, y, att, x, B, T, C, NH);
         rows[nr++] = (row_t){"attention fwd", secs(t0), L, attf};
-        t0 = ch_now_ns(), kn_attention_bwd(dy, scratch, y, x, att, B, T, C, NH);
+        t0 = ch_now_ns(), be->attention_bwd(be, dy, scratch, y, x, att, B, T, C, NH);
         rows[nr++] = (row_t){"attention bwd", secs(t0), L, 2 * attf};
-        t0 = ch_now_ns(), kn_gelu_fwd(y, x, NC * 4);
+        t0 = ch_now_ns(), be->gelu_fwd(be, y, x, NC * 4);
         rows[nr++] = (row_t){"gelu fwd", secs(t0), L, 0};
-        t0 = ch_now_ns(), kn_gelu_bwd(dy, x, dy, NC * 4);
+        t0 = ch_now_ns(), be->gelu_bwd(be, dy, x, dy, NC * 4);
         rows[nr++] = (row_t){"gelu bwd", secs(t0), L, 0};
-        t0 = ch_now_ns(), kn_residual_fwd(y, y, x, NC);
+        t0 = ch_now_ns(), be->residual_fwd(be, y, y, x, NC);
         rows[nr++] = (row_t){"residual", secs(t0), 2 * L, 0};
-        t0 = ch_now_ns(), kn_lmhead_fwd(logits, lse, loss, x, wte, tok, N, C, V, Vp);
+        t0 = ch_now_ns(), be->lmhead_fwd(be, logits, lse, loss, x, wte, tok, N, C, V, Vp);
         rows[nr++] = (row_t){"lm head + xent fwd", secs(t0), 1, 2.0 * N * C * Vp};
-        t0 = ch_now_ns(), kn_lmhead_bwd(y, dwte, logits, lse, x, wte, tok, 1.0f / N, N, C, V, Vp);
+        t0 = ch_now_ns(),
+        be->lmhead_bwd(be, y, dwte, logits, lse, x, wte, tok, 1.0f / N, N, C, V, Vp);
         rows[nr++] = (row_t){"lm head + xent bwd", secs(t0), 1, 4.0 * N * C * V};
-        t0 = ch_now_ns(), kn_adamw(p, g, mo, ve, nparams, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
+        t0 = ch_now_ns(), be->adamw(be, p, g, mo, ve, nparams, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
         rows[nr++] = (row_t){"adamw", secs(t0), 1, 0};
     }
     printf("  %s per-kernel breakdown (each kernel alone, second of two runs, x calls per step):\n",

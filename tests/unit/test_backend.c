@@ -193,13 +193,13 @@ static void t_adamw(const eng_backend_t *be, float *p, const float *g, float *m,
     c->cpu->adamw(c->cpu, p, g, m, v, n, lr, b1, b2, eps, wd, t);
 }
 
-static eng_backend_t counting_backend(counts_t *c)
+static eng_backend_t counting_backend(counts_t *c, int host_memory)
 {
     memset(c, 0, sizeof *c);
     c->cpu = eng_backend_cpu();
     return (eng_backend_t){
         .name = "counting",
-        .host_memory = 1,
+        .host_memory = host_memory,
         .ud = c,
         .alloc = t_alloc,
         .free = t_free,
@@ -248,7 +248,7 @@ static void train(eng_model_t *m, float *loss)
 Test(backend, a_wrapping_backend_gives_the_cpu_results_and_sees_every_call)
 {
     counts_t c;
-    eng_backend_t be = counting_backend(&c);
+    eng_backend_t be = counting_backend(&c, 1);
     eng_model_opts_t opts = {.backend = &be};
     eng_model_t *ref = NULL, *m = NULL;
     cr_assert_eq(eng_model_create(&tiny, TB, 9, &ref), 0);
@@ -326,4 +326,31 @@ Test(backend, the_cpu_table_is_complete)
         cr_assert_eq(q[i], 0);
     be->free(be, p);
     be->free(be, NULL);
+}
+
+/* A backend that says its memory is not the host's (as CUDA's): the model makes each
+ * tensor's initial values on the host and copies them in, and moves tokens and losses
+ * with copy; the results are the same bits. */
+Test(backend, a_device_memory_backend_is_initialised_through_copies)
+{
+    counts_t c;
+    eng_backend_t be = counting_backend(&c, 0);
+    eng_model_opts_t opts = {.backend = &be};
+    eng_model_t *ref = NULL, *m = NULL;
+    cr_assert_eq(eng_model_create(&tiny, TB, 4, &ref), 0);
+    cr_assert_eq(eng_model_create_opts(&tiny, &opts, TB, 4, &m), 0);
+    /* one copy per tensor that is not all zero: wte, wpe, 6 per block (4 weights and the
+     * LayerNorm weights), ln_f.weight */
+    cr_expect_eq(c.calls[OP_COPY], 2 + 6 * L + 1);
+    size_t n = eng_model_nparams(m);
+    cr_assert(memcmp(eng_model_params(ref), eng_model_params(m), n * sizeof(float)) == 0);
+    float la[2], lb[2];
+    train(ref, la);
+    train(m, lb);
+    cr_expect_eq(memcmp(la, lb, sizeof la), 0);
+    cr_expect_eq(memcmp(eng_model_params(ref), eng_model_params(m), n * sizeof(float)), 0);
+    eng_model_destroy(m);
+    eng_model_destroy(ref);
+    cr_expect_eq(c.nlive, 0);
+    cr_expect_eq(c.allocs, c.frees);
 }

@@ -3,7 +3,8 @@
  * clipping as torch.nn.utils.clip_grad_norm_, and the learning-rate schedule.
  *
  * Adam state m and v are slabs with the model's parameter layout, so tensor i's state
- * is m[offset .. offset + numel) like its parameters. */
+ * is m[offset .. offset + numel) like its parameters. The update runs the adamw kernel of
+ * the model's backend (backend.h); m and v are host memory (the CPU backend's). */
 #ifndef ENG_OPTIM_H
 #define ENG_OPTIM_H
 
