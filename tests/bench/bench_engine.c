@@ -9,8 +9,8 @@
  *      AdamW, all through the CPU backend table), model FLOP/s by the
  *      DESIGN §7 formula, MFU = that / SGEMM peak, tokens/s, all from the fastest timed
  *      step (the machines are shared; best-of is what repeats);
- *   3. a per-kernel breakdown at the same shapes (each kernel of the backend table timed alone, times the
- *      number of calls in a step);
+ *   3. a per-kernel breakdown at the same shapes (each kernel of the backend table timed alone,
+ * times the number of calls in a step);
  *   4. when /usr/bin/python3 has torch: the same models in PyTorch on the same cores
  *      (tests/bench/torch_engine.py), for the tokens/s ratio against PyTorch at its best:
  *      for the small model the script sweeps PyTorch's CPU options (threads, mkldnn,
