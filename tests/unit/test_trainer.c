@@ -188,16 +188,21 @@ Test(trainer, the_demo_job_learns_to_add)
     eng_trainer_destroy(t);
 }
 
-Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
+Test(trainer, refuses_pipeline_layouts_and_tp_without_a_group)
 {
     ch_jobspec_t j;
     tiny_spec(&j);
-    j.parallel.tp = 2;
-    j.model.heads = 2;
+    j.parallel.pp = 2;
     eng_trainer_t *t = NULL;
     char err[512] = "";
     cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
-    cr_expect(strstr(err, "tensor and pipeline parallel training need the 3D engine") != NULL, "%s",
+    cr_expect(strstr(err, "pipeline parallel training needs the 3D engine") != NULL, "%s", err);
+    cr_expect_null(t);
+    tiny_spec(&j);
+    j.parallel.tp = 2; /* and no group to run it with */
+    err[0] = 0;
+    cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect(strstr(err, "parallel.tp = 2: the rank has no tensor-parallel group") != NULL, "%s",
               err);
     cr_expect_null(t);
     tiny_spec(&j);

@@ -63,15 +63,40 @@ static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
 // ----------------------------------------------------------------------------
 // parameter table and initialisation
 
+/* Add a tensor of full shape [d0, d1] (1-D: [d0]) holding this rank's slice of it under
+ * split (eng_tensor_t's lo/hi/parts). rows0: the rows the slice is cut from (wte: the
+ * padded vocab; otherwise d0). */
 static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1,
-                       size_t numel, int block, eng_split_t split, enum init_kind init)
+                       uint32_t rows0, int block, eng_split_t split, uint32_t parts,
+                       enum init_kind init)
 {
+    uint32_t p = m->tp, r = m->tpr;
     m->init[m->ntensors] = (uint8_t)init;
     eng_tensor_t *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim == 2 ? d1 : 0;
+    t->lo[0] = 0;
+    t->hi[0] = rows0;
+    t->lo[1] = 0;
+    t->hi[1] = ndim == 2 ? d1 : 0;
+    t->parts = 1;
+    int last = ndim == 2 ? 1 : 0; /* the dimension a column split cuts */
+    if (split == ENG_SPLIT_COLUMN) {
+        uint32_t w = t->shape[last] / parts / p;
+        t->parts = parts;
+        t->lo[last] = r * w;
+        t->hi[last] = (r + 1) * w;
+    } else if (split == ENG_SPLIT_ROW || split == ENG_SPLIT_VOCAB) {
+        uint32_t w = rows0 / p;
+        t->lo[0] = r * w;
+        t->hi[0] = (r + 1) * w;
+    }
+    size_t numel = (size_t)(t->hi[0] - t->lo[0]) * t->parts;
+    if (ndim == 2) {
+        numel *= t->hi[1] - t->lo[1];
+    }
     t->offset = m->nparams;
     t->numel = numel;
     t->decay = ndim == 2;
@@ -89,12 +114,12 @@ static void build_table(eng_model_t *m)
     m->wte = m->wpe = m->lnfw = m->lnfb = SIZE_MAX;
     if (p->embedding || p->head) {
         m->wte = m->nparams;
-        add_tensor(m, "wte.weight", 2, c->vocab, C, (size_t)c->padded_vocab * C, -1,
-                   ENG_SPLIT_VOCAB, INIT_NORMAL);
+        add_tensor(m, "wte.weight", 2, c->vocab, C, c->padded_vocab, -1, ENG_SPLIT_VOCAB, 1,
+                   INIT_NORMAL);
     }
     if (p->embedding) {
         m->wpe = m->nparams;
-        add_tensor(m, "wpe.weight", 2, c->seq_len, C, (size_t)c->seq_len * C, -1, ENG_SPLIT_NONE,
+        add_tensor(m, "wpe.weight", 2, c->seq_len, C, c->seq_len, -1, ENG_SPLIT_NONE, 1,
                    INIT_NORMAL);
     }
     for (uint32_t l = p->first; l < p->last; l++) {
@@ -103,18 +128,48 @@ static void build_table(eng_model_t *m)
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
             uint32_t d0 = s->rows * C, d1 = s->cols * C;
-            size_t numel = s->ndim == 2 ? (size_t)d0 * d1 : d0;
             snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
             m->blk_off[i] = m->nparams - base;
-            add_tensor(m, name, s->ndim, d0, d1, numel, (int)l, s->split, s->init);
+            add_tensor(m, name, s->ndim, d0, d1, d0, (int)l, s->split,
+                       i == QKVW || i == QKVB ? 3 : 1, s->init);
         }
         m->blk_numel = m->nparams - base;
     }
     if (p->head) {
         m->lnfw = m->nparams;
-        add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE, INIT_ONE);
+        add_tensor(m, "ln_f.weight", 1, C, 0, C, -1, ENG_SPLIT_NONE, 1, INIT_ONE);
         m->lnfb = m->nparams;
-        add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE, INIT_ZERO);
+        add_tensor(m, "ln_f.bias", 1, C, 0, C, -1, ENG_SPLIT_NONE, 1, INIT_ZERO);
+    }
+}
+
+/* Fill dst (t->numel floats, the slice's layout) with the slice's elements of the full
+ * tensor: element (row, col) of the full tensor is drawn at index row * cols + col, so a
+ * slice equals the same elements of the whole tensor. Rows past shape[0] (wte's padded
+ * vocab) are zero. */
+static void fill_slice(const eng_model_t *m, const eng_tensor_t *t, enum init_kind kind, float std,
+                       float *dst)
+{
+    uint32_t cols = t->ndim == 2 ? t->shape[1] : 1;
+    uint32_t rlo = t->ndim == 2 ? t->lo[0] : 0, rhi = t->ndim == 2 ? t->hi[0] : 1;
+    uint32_t clo = t->lo[t->ndim - 1], chi = t->hi[t->ndim - 1];
+    uint32_t part_w = (t->ndim == 2 ? t->shape[1] : t->shape[0]) / t->parts;
+    size_t w = chi - clo;
+    for (uint32_t r = rlo; r < rhi; r++) {
+        for (uint32_t q = 0; q < t->parts; q++, dst += w) {
+            if (t->ndim == 2 && r >= t->shape[0]) {
+                memset(dst, 0, w * sizeof *dst);
+                continue;
+            }
+            uint64_t first = (uint64_t)r * cols + (uint64_t)q * part_w + clo;
+            if (kind == INIT_ONE) {
+                for (size_t j = 0; j < w; j++) {
+                    dst[j] = 1.0f;
+                }
+            } else {
+                ch_rng_fill_normal(dst, w, m->seed, t->name, first, std);
+            }
+        }
     }
 }
 
@@ -126,19 +181,18 @@ static int init_params(eng_model_t *m)
     float resid_std = INIT_STD / sqrtf(2.0f * (float)m->cfg.layers);
     float *host = NULL;
     size_t cap = 0;
-    /* biases, padded wte rows */
+    /* biases */
     int rc = be->memset(be, m->params, 0, m->nparams * sizeof(float));
     for (size_t i = 0; rc == 0 && i < m->ntensors; i++) {
         const eng_tensor_t *t = &m->tensors[i];
-        size_t real = t->ndim == 2 ? (size_t)t->shape[0] * t->shape[1] : t->shape[0];
         enum init_kind kind = (enum init_kind)m->init[i];
         float *p = m->params + t->offset;
         if (kind == INIT_ZERO) {
             continue;
         }
-        if (!be->host_memory && real > cap) {
+        if (!be->host_memory && t->numel > cap) {
             free(host);
-            cap = real;
+            cap = t->numel;
             host = malloc(cap * sizeof *host);
             if (host == NULL) {
                 rc = -ENOMEM;
@@ -146,16 +200,9 @@ static int init_params(eng_model_t *m)
             }
         }
         float *dst = be->host_memory ? p : host;
-        if (kind == INIT_ONE) {
-            for (size_t j = 0; j < real; j++) {
-                dst[j] = 1.0f;
-            }
-        } else {
-            ch_rng_fill_normal(dst, real, m->seed, t->name, 0,
-                               kind == INIT_RESID ? resid_std : INIT_STD);
-        }
+        fill_slice(m, t, kind, kind == INIT_RESID ? resid_std : INIT_STD, dst);
         if (!be->host_memory) {
-            rc = be->copy(be, p, host, real * sizeof(float), ENG_COPY_H2D);
+            rc = be->copy(be, p, host, t->numel * sizeof(float), ENG_COPY_H2D);
         }
     }
     free(host);
@@ -192,6 +239,24 @@ static int part_of(const eng_config_t *c, const eng_model_opts_t *opts, eng_mode
     p->embedding = s == 0;
     p->head = s == pp - 1;
     return 0;
+}
+
+/* Tensor parallelism's conditions: heads (hence C and 4C) and the padded vocab divide by
+ * tp, a group of tp members holding this rank at tp_rank, host memory for the
+ * vocab-parallel embedding and head. */
+static int check_tp(const eng_config_t *c, const eng_model_opts_t *opts)
+{
+    if (opts == NULL || opts->tp <= 1) {
+        return 0;
+    }
+    const eng_backend_t *be = opts->backend ? opts->backend : eng_backend_cpu();
+    uint32_t p = opts->tp;
+    if (c->heads % p != 0 || c->padded_vocab % p != 0 || opts->tp_rank >= p ||
+        opts->tp_group == NULL || wrk_coll_group_size(opts->tp_group) != p ||
+        wrk_coll_group_index(opts->tp_group) != opts->tp_rank) {
+        return -EINVAL;
+    }
+    return be->host_memory ? 0 : -ENOTSUP;
 }
 
 static int alloc_floats(const eng_model_t *m, size_t n, float **out)
@@ -231,6 +296,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (rc == 0) {
         rc = part_of(cfg, opts, &part);
     }
+    if (rc == 0) {
+        rc = check_tp(cfg, opts);
+    }
     if (rc < 0) {
         return rc;
     }
@@ -243,6 +311,12 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->part = part;
     m->max_B = max_B;
     m->seed = seed;
+    m->tp = opts && opts->tp > 1 ? opts->tp : 1;
+    m->tpr = m->tp > 1 ? opts->tp_rank : 0;
+    m->tpg = m->tp > 1 ? opts->tp_group : NULL;
+    m->Cl = cfg->embd / m->tp;
+    m->NHl = cfg->heads / m->tp;
+    m->Vl = cfg->padded_vocab / m->tp;
     size_t nblocks = part.last - part.first, N = (size_t)max_B * cfg->seq_len;
     size_t ntensors = 2 + nblocks * NBLOCK_TENSORS + 2;
     rc = -ENOMEM;
@@ -260,10 +334,18 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
     if (part.head) {
-        size_t budget_rows = LOGITS_BUDGET / cfg->padded_vocab;
+        size_t budget_rows = LOGITS_BUDGET / m->Vl;
         m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
         m->logits_cap = m->logits_budget_rows;
-        CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * cfg->padded_vocab, &m->logits), rc, fail);
+        CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->logits), rc, fail);
+        if (m->tp > 1) {
+            rc = -ENOMEM;
+            m->tp_rows = malloc(3 * m->logits_cap * sizeof *m->tp_rows);
+            if (m->tp_rows == NULL) {
+                goto fail;
+            }
+            CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->tp_dlog), rc, fail);
+        }
     }
     for (size_t i = 0; i < nblocks; i++) {
         m->blk_params[i] = m->params + m->blk_slab[i];
@@ -284,6 +366,8 @@ void eng_model_destroy(eng_model_t *m)
         return;
     }
     eng_acts_destroy(m->acts);
+    free(m->tp_rows);
+    m->be->free(m->be, m->tp_dlog);
     m->be->free(m->be, m->logits);
     m->be->free(m->be, m->scratch);
     m->be->free(m->be, m->own_grads);
@@ -446,15 +530,15 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(b->ln1, N * C);
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);
-        TAKE(b->qkv, N * 3 * C);
-        TAKE(b->att, (size_t)a->max_B * c->heads * T * T);
-        TAKE(b->atty, N * C);
+        TAKE(b->qkv, N * 3 * m->Cl);
+        TAKE(b->att, (size_t)a->max_B * m->NHl * T * T);
+        TAKE(b->atty, N * m->Cl);
         TAKE(b->res2, N * C);
         TAKE(b->ln2, N * C);
         TAKE(b->ln2_mean, N);
         TAKE(b->ln2_rstd, N);
-        TAKE(b->fch, N * 4 * C);
-        TAKE(b->fch_gelu, N * 4 * C);
+        TAKE(b->fch, N * 4 * m->Cl);
+        TAKE(b->fch_gelu, N * 4 * m->Cl);
         TAKE(b->res3, N * C);
     }
     if (m->part.head) {

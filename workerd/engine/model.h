@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/plan.h"
+#include "workerd/coll/coll.h"
 #include "workerd/engine/backend.h"
 
 /* The model's shape (common/plan.h: the arithmetic over it lives there). */
@@ -66,6 +67,13 @@ typedef struct eng_tensor {
     int decay;         /* 2-D weights: AdamW weight decay applies */
     int block;         /* transformer block index, -1 outside blocks */
     eng_split_t split; /* how tensor parallelism splits it */
+    /* The slice this rank holds: rows [lo[0], hi[0]) of dim 0 and, for 2-D tensors, columns
+     * [lo[1], hi[1]) of dim 1, of the full tensor (wte: rows of the padded vocab). With
+     * parts = 3 (c_attn) the split dimension (the last) is q | k | v and the range applies
+     * within each part: the rank holds columns part*(shape/3) + [lo, hi) of each, stored
+     * q, k, v side by side. Unsplit: the whole range, parts 1. */
+    uint32_t lo[2], hi[2];
+    uint32_t parts;
 } eng_tensor_t;
 
 typedef struct eng_model eng_model_t;
@@ -80,6 +88,13 @@ typedef struct eng_model_opts {
      * (ch_layout_stage_blocks), the embedding (wte, wpe) on stage 0, ln_f and the LM head
      * (tied: a copy of wte) on stage pp - 1. pp 0 or 1: the whole model. */
     uint32_t pp, stage;
+    /* Tensor parallelism (DESIGN §5; Megatron-LM): be rank tp_rank of tp (0 or 1: none) in
+     * the TP group tp_group (borrowed for the model's life; NULL when tp <= 1). The model
+     * then holds its slice of every split tensor (eng_split_t), and its forward and backward
+     * are collectives over tp_group that every member must call in step. heads, 4*embd and
+     * padded_vocab must divide by tp; needs a backend with host memory. */
+    uint32_t tp, tp_rank;
+    wrk_coll_group_t *tp_group;
 } eng_model_opts_t;
 
 /* What a model object holds: blocks [first, last), the embedding, the head. */
@@ -159,9 +174,9 @@ int eng_model_forward(eng_model_t *m, const int32_t *inputs, const int32_t *targ
                       uint32_t T, float *loss);
 int eng_model_backward(eng_model_t *m, float grad_scale);
 void eng_model_zero_grad(eng_model_t *m);
-/* Logits [B,T,padded_vocab] of the last head forward when all its rows are held (always
- * without targets; with targets when B*T fits the logits budget), until the next head
- * forward or backward; else NULL. */
+/* Logits [B,T,padded_vocab/tp] (this rank's vocab slice) of the last head forward when all its rows
+ * are held (always without targets; with targets when B*T fits the logits budget), until the next
+ * head forward or backward; else NULL. */
 const float *eng_model_logits(const eng_model_t *m);
 
 // ----------------------------------------------------------------------------

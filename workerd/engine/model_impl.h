@@ -65,6 +65,12 @@ struct eng_model {
     eng_model_part_t part;
     uint32_t max_B;
     uint64_t seed;
+    /* tensor parallelism: rank tpr of tp in tpg (NULL when tp == 1); local widths */
+    uint32_t tp, tpr;
+    wrk_coll_group_t *tpg;
+    uint32_t Cl, NHl, Vl; /* C/tp (attention width), heads/tp, padded_vocab/tp */
+    float *tp_rows;       /* host [3 * logits_cap]: per-row max, sum, target logit */
+    float *tp_dlog;       /* [logits_cap, Vl] scratch of the vocab-parallel head's backward */
 
     size_t nparams;
     float *params, *grads;

@@ -16,59 +16,96 @@
  * backward recomputes each chunk's logits (the same kernel on the same inputs: the same
  * bits; bounded memory). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "workerd/engine/model_impl.h"
+#include "workerd/engine/tp.h"
 
 // ----------------------------------------------------------------------------
 // one transformer block: x [N,C] -> out [N,C]
+//
+// Megatron's split inside a block over the TP group of p ranks (Cl = C/p, NHl = NH/p):
+// c_attn and c_fc are column parallel (this rank computes its heads' q, k, v and its
+// quarter of the MLP's hidden units from the whole input: f before them), attn.c_proj and
+// mlp.c_proj row parallel (partial products all-reduced: g after them). Their biases are
+// replicated and added once: rank 0 of the group seeds its partial product with them.
+// LayerNorms are replicated; every rank computes them on the same all-reduced bits, so
+// their parameters and gradients stay identical across the group. With p = 1 f and g
+// are nothing and this is the plain GPT-2 block.
 
-static void block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
+/* The bias of a row-parallel layer, on the one rank that adds it. */
+static const float *row_bias(const eng_model_t *m, uint32_t l, int i)
+{
+    return m->tpr == 0 ? P(m, l, i) : NULL;
+}
+
+static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
 {
     const eng_backend_t *be = m->be;
     block_acts_t *b = &a->blk[l - m->part.first];
-    int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, B = (int)a->B, T = (int)a->T, N = B * T;
+    int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
+    int N = B * T;
+    size_t NC = (size_t)N * C;
+    int rc = 0;
     be->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
-    be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * C);
-    be->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH);
-    be->matmul_fwd(be, b->res2, b->atty, P(m, l, ATTPROJW), P(m, l, ATTPROJB), N, C, C);
-    be->residual_fwd(be, b->res2, b->res2, x, (size_t)N * C);
+    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln1, NC), rc, done);
+    be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
+    be->attention_fwd(be, b->atty, b->att, b->qkv, B, T, Cl, NHl);
+    be->matmul_fwd(be, b->res2, b->atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
+    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, b->res2, NC), rc, done);
+    be->residual_fwd(be, b->res2, b->res2, x, NC);
     be->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, P(m, l, LN2W), P(m, l, LN2B),
                       N, C);
-    be->matmul_fwd(be, b->fch, b->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * C);
-    be->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * C);
-    be->matmul_fwd(be, out, b->fch_gelu, P(m, l, FCPROJW), P(m, l, FCPROJB), N, 4 * C, C);
-    be->residual_fwd(be, out, out, b->res2, (size_t)N * C);
+    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln2, NC), rc, done);
+    be->matmul_fwd(be, b->fch, b->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
+    be->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * Cl);
+    be->matmul_fwd(be, out, b->fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
+    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, out, NC), rc, done);
+    be->residual_fwd(be, out, out, b->res2, NC);
     b->x = x;
     b->live = 1;
+done:
+    return rc;
 }
 
 /* dres: in, gradient of the block's output; out, gradient of its input x. */
-static void block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres)
+static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres)
 {
     const eng_backend_t *be = m->be;
     block_acts_t *b = &a->blk[l - m->part.first];
-    int C = (int)m->cfg.embd, NH = (int)m->cfg.heads, B = (int)a->B, T = (int)a->T, N = B * T;
+    int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
+    int N = B * T;
+    size_t NC = (size_t)N * C;
     float *dbig = m->dbig, *dsmall = m->dsmall;
-    // MLP branch: res3 = res2 + gelu(ln2(res2) @ Wfc + bfc) @ Wproj + bproj
+    int rc = 0;
+    // MLP branch: res3 = res2 + g(gelu(f(ln2(res2)) @ Wfc + bfc) @ Wproj) + bproj
+    CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     be->matmul_bwd(be, dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, b->fch_gelu,
-                   P(m, l, FCPROJW), N, 4 * C, C);
-    be->gelu_bwd(be, dbig, b->fch, dbig, (size_t)N * 4 * C);
-    be->matmul_bwd(be, dsmall, G(m, l, FCW), G(m, l, FCB), dbig, b->ln2, P(m, l, FCW), N, C, 4 * C);
+                   P(m, l, FCPROJW), N, 4 * Cl, C);
+    be->gelu_bwd(be, dbig, b->fch, dbig, (size_t)N * 4 * Cl);
+    be->matmul_bwd(be, dsmall, G(m, l, FCW), G(m, l, FCB), dbig, b->ln2, P(m, l, FCW), N, C,
+                   4 * Cl);
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
     be->layernorm_bwd(be, dres, G(m, l, LN2W), G(m, l, LN2B), dsmall, b->res2, P(m, l, LN2W),
                       b->ln2_mean, b->ln2_rstd, N, C);
-    // attention branch: res2 = x + attn(ln1(x)) @ Wproj + bproj
+    // attention branch: res2 = x + g(attn(f(ln1(x))) @ Wproj) + bproj
+    CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     be->matmul_bwd(be, dsmall, G(m, l, ATTPROJW), G(m, l, ATTPROJB), dres, b->atty,
-                   P(m, l, ATTPROJW), N, C, C);
-    be->attention_bwd(be, dbig, m->datt, dsmall, b->qkv, b->att, B, T, C, NH);
+                   P(m, l, ATTPROJW), N, Cl, C);
+    be->attention_bwd(be, dbig, m->datt, dsmall, b->qkv, b->att, B, T, Cl, NHl);
     be->matmul_bwd(be, dsmall, G(m, l, QKVW), G(m, l, QKVB), dbig, b->ln1, P(m, l, QKVW), N, C,
-                   3 * C);
+                   3 * Cl);
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
     be->layernorm_bwd(be, dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
     b->live = 0;
+done:
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -110,6 +147,44 @@ int eng_model_check_shape(eng_acts_t *a, uint32_t B, uint32_t T)
 // ----------------------------------------------------------------------------
 // embedding
 
+/* Vocab-parallel embedding (host memory): this rank writes the wte rows of the tokens in
+ * its vocab slice and zero for the others, rank 0 adds the positions, and the sum over the
+ * group is the embedding. Adding zeros is exact: the same bits as one rank's lookup. */
+static int embed_tp_forward(eng_model_t *m, eng_acts_t *a, float *out)
+{
+    size_t C = m->cfg.embd, N = (size_t)a->B * a->T, v0 = (size_t)m->tpr * m->Vl;
+    const float *wte = m->params + m->wte, *wpe = m->params + m->wpe;
+    for (size_t n = 0; n < N; n++) {
+        size_t tok = (size_t)a->inputs[n], t = n % a->T;
+        const float *w = tok >= v0 && tok < v0 + m->Vl ? wte + (tok - v0) * C : NULL;
+        float *row = out + n * C;
+        for (size_t i = 0; i < C; i++) {
+            float e = w != NULL ? w[i] : 0.0f;
+            row[i] = m->tpr == 0 ? e + wpe[t * C + i] : e;
+        }
+    }
+    return eng_tp_allreduce(m->tpg, out, N * C, WRK_COLL_SUM);
+}
+
+/* Its backward: the rows of this rank's tokens, and every position (wpe is replicated and
+ * dout is the same on every rank). */
+static void embed_tp_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
+{
+    size_t C = m->cfg.embd, N = (size_t)a->B * a->T, v0 = (size_t)m->tpr * m->Vl;
+    float *gwte = m->grads + m->wte, *gwpe = m->grads + m->wpe;
+    for (size_t n = 0; n < N; n++) {
+        size_t tok = (size_t)a->inputs[n], t = n % a->T;
+        const float *d = dout + n * C;
+        float *w = tok >= v0 && tok < v0 + m->Vl ? gwte + (tok - v0) * C : NULL;
+        for (size_t i = 0; i < C; i++) {
+            if (w != NULL) {
+                w[i] += d[i];
+            }
+            gwpe[t * C + i] += d[i];
+        }
+    }
+}
+
 int eng_model_embed_forward(eng_model_t *m, eng_acts_t *a, const int32_t *inputs, uint32_t B,
                             uint32_t T, float *out)
 {
@@ -127,10 +202,14 @@ int eng_model_embed_forward(eng_model_t *m, eng_acts_t *a, const int32_t *inputs
     if (rc < 0) {
         return rc;
     }
-    m->be->encoder_fwd(m->be, out, a->inputs, m->params + m->wte, m->params + m->wpe, (int)B,
-                       (int)T, (int)m->cfg.embd);
-    a->embed_live = 1;
-    return 0;
+    if (m->tp > 1) {
+        rc = embed_tp_forward(m, a, out);
+    } else {
+        m->be->encoder_fwd(m->be, out, a->inputs, m->params + m->wte, m->params + m->wpe, (int)B,
+                           (int)T, (int)m->cfg.embd);
+    }
+    a->embed_live = rc == 0;
+    return rc;
 }
 
 int eng_model_embed_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
@@ -141,8 +220,12 @@ int eng_model_embed_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
     if (!a->embed_live) {
         return CH_E_STATE;
     }
-    m->be->encoder_bwd(m->be, m->grads + m->wte, m->grads + m->wpe, dout, a->inputs, (int)a->B,
-                       (int)a->T, (int)m->cfg.embd);
+    if (m->tp > 1) {
+        embed_tp_backward(m, a, dout);
+    } else {
+        m->be->encoder_bwd(m->be, m->grads + m->wte, m->grads + m->wpe, dout, a->inputs, (int)a->B,
+                           (int)a->T, (int)m->cfg.embd);
+    }
     a->embed_live = 0;
     return 0;
 }
@@ -171,7 +254,10 @@ int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint
     }
     for (uint32_t l = first; l < last; l++) {
         float *out = l + 1 == last ? y : a->blk[l - m->part.first].res3;
-        block_forward(m, a, l, x, out);
+        rc = block_forward(m, a, l, x, out);
+        if (rc < 0) {
+            return rc;
+        }
         x = out;
     }
     return 0;
@@ -196,10 +282,10 @@ int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uin
     if (rc < 0) {
         return rc;
     }
-    for (uint32_t l = last; l-- > first;) {
-        block_backward(m, a, l, dx);
+    for (uint32_t l = last; rc == 0 && l-- > first;) {
+        rc = block_backward(m, a, l, dx);
     }
-    return 0;
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -212,7 +298,7 @@ static int logits_for(eng_model_t *m, size_t N)
         return 0;
     }
     void *bigger = NULL;
-    int rc = m->be->alloc(m->be, N * m->cfg.padded_vocab * sizeof(float), &bigger);
+    int rc = m->be->alloc(m->be, N * m->Vl * sizeof(float), &bigger);
     if (rc < 0) {
         return rc;
     }
@@ -220,6 +306,74 @@ static int logits_for(eng_model_t *m, size_t N)
     m->logits = bigger;
     m->logits_cap = N;
     return 0;
+}
+
+/* Vocab-parallel cross-entropy over rows [r, r+n) (host memory; Megatron's
+ * VocabParallelCrossEntropy): logits [n, Vl] of this rank's vocab slice only, the row max
+ * all-reduced (max), then the sums of exponentials and the target's logit (held by one
+ * rank, zero elsewhere) all-reduced (sum): lse and the loss without full logits. */
+static int head_tp_loss(eng_model_t *m, eng_acts_t *a, size_t r, size_t n)
+{
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl;
+    long v0 = (long)m->tpr * Vl, valid = (long)m->cfg.vocab - v0;
+    valid = valid < 0 ? 0 : valid > Vl ? Vl : valid;
+    float *mx = m->tp_rows, *sum = mx + n, *tl = sum + n;
+    be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf + r * C, m->params + m->wte, NULL, (int)n, C,
+                   Vl, Vl);
+    for (size_t i = 0; i < n; i++) {
+        const float *row = m->logits + i * Vl;
+        float v = -INFINITY;
+        for (long j = 0; j < valid; j++) {
+            v = row[j] > v ? row[j] : v;
+        }
+        mx[i] = v;
+    }
+    int rc = eng_tp_allreduce(m->tpg, mx, n, WRK_COLL_MAX);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const float *row = m->logits + i * Vl;
+        double acc = 0.0;
+        for (long j = 0; j < valid; j++) {
+            acc += exp((double)row[j] - mx[i]);
+        }
+        long t = a->targets[r + i] - v0;
+        sum[i] = (float)acc;
+        tl[i] = t >= 0 && t < valid ? row[t] : 0.0f;
+    }
+    if (rc == 0) {
+        rc = eng_tp_allreduce(m->tpg, sum, 2 * n, WRK_COLL_SUM);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        a->lse[r + i] = mx[i] + logf(sum[i]);
+        a->losses[r + i] = a->lse[r + i] - tl[i];
+    }
+    return rc;
+}
+
+/* Its backward over rows [r, r+n), the chunk's logits in m->logits: dlogits in place (zero
+ * on padded columns), this rank's part of dx into m->dsmall (summed over the group by the
+ * caller) and the gradient of its wte rows. */
+static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t r, size_t n)
+{
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl;
+    long v0 = (long)m->tpr * Vl, valid = (long)m->cfg.vocab - v0;
+    valid = valid < 0 ? 0 : valid > Vl ? Vl : valid;
+    const float *wte = m->params + m->wte;
+    for (size_t i = 0; i < n; i++) {
+        float *row = m->logits + i * Vl, lse = a->lse[r + i];
+        long t = a->targets[r + i] - v0;
+        for (long j = 0; j < Vl; j++) {
+            row[j] = j < valid ? expf(row[j] - lse) * scale : 0.0f;
+        }
+        if (t >= 0 && t < valid) {
+            row[t] -= scale;
+        }
+    }
+    /* dx [n,C] = dlogits [n,Vl] @ wte [Vl,C]; dwte [Vl,C] += dlogits^T @ x */
+    be->matmul_fwd(be, m->dsmall + r * C, m->logits, wte, NULL, (int)n, Vl, C);
+    be->matmul_bwd(be, m->tp_dlog, m->grads + m->wte, NULL, a->lnf + r * C, m->logits, wte, (int)n,
+                   Vl, C);
 }
 
 static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, float *loss)
@@ -232,12 +386,18 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     if (rc < 0) {
         return rc;
     }
-    for (size_t r = 0; r < N; r += rows) {
+    for (size_t r = 0; rc == 0 && r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
-        be->lmhead_fwd(be, m->logits, a->lse + r, a->losses + r, a->lnf + r * C, wte,
-                       a->targets + r, (int)n, C, V, Vp);
+        if (m->tp > 1) {
+            rc = head_tp_loss(m, a, r, n);
+        } else {
+            be->lmhead_fwd(be, m->logits, a->lse + r, a->losses + r, a->lnf + r * C, wte,
+                           a->targets + r, (int)n, C, V, Vp);
+        }
     }
-    rc = be->copy(be, a->losses_host, a->losses, N * sizeof(float), ENG_COPY_D2H);
+    if (rc == 0) {
+        rc = be->copy(be, a->losses_host, a->losses, N * sizeof(float), ENG_COPY_D2H);
+    }
     if (rc < 0) {
         return rc;
     }
@@ -280,8 +440,13 @@ int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const 
                       m->params + m->lnfb, (int)N, C);
     a->head_x = x;
     if (targets == NULL) {
-        be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf, m->params + m->wte, NULL, (int)N, C, V,
-                       Vp);
+        if (m->tp > 1) {
+            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf, m->params + m->wte, NULL, (int)N, C,
+                           (int)m->Vl, (int)m->Vl);
+        } else {
+            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf, m->params + m->wte, NULL, (int)N, C,
+                           V, Vp);
+        }
         m->logits_all = 1;
         return 0;
     }
@@ -305,11 +470,17 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     // LM head, last chunk first: its logits may still be in the buffer
     for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
+        int Vw = m->tp > 1 ? (int)m->Vl : Vp;
         if (!first || m->logits_of != a) {
-            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf + r * C, wte, NULL, (int)n, C, V, Vp);
+            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf + r * C, wte, NULL, (int)n, C,
+                           m->tp > 1 ? Vw : V, Vw);
         }
-        be->lmhead_bwd(be, m->dsmall + r * C, gwte, m->logits, a->lse + r, a->lnf + r * C, wte,
-                       a->targets + r, grad_scale, (int)n, C, V, Vp);
+        if (m->tp > 1) {
+            head_tp_backward(m, a, grad_scale, r, n);
+        } else {
+            be->lmhead_bwd(be, m->dsmall + r * C, gwte, m->logits, a->lse + r, a->lnf + r * C, wte,
+                           a->targets + r, grad_scale, (int)n, C, V, Vp);
+        }
         if (r == 0) {
             break;
         }
@@ -318,7 +489,11 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     m->logits_all = 0;
     a->head_live = 0;
 
-    int rc = be->memset(be, dx, 0, N * C * sizeof(float));
+    /* the vocab-parallel head's input gradient: the sum of every slice's part */
+    int rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
+    if (rc == 0) {
+        rc = be->memset(be, dx, 0, N * C * sizeof(float));
+    }
     if (rc < 0) {
         return rc;
     }

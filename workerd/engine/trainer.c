@@ -15,6 +15,7 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
+#include "workerd/engine/tp.h"
 
 struct eng_trainer {
     ch_jobspec_t spec;
@@ -72,10 +73,10 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     rc = ch_jobspec_validate(spec, 0, err, errlen);
     if (rc < 0)
         return rc;
-    if (spec->parallel.tp != 1 || spec->parallel.pp != 1)
+    if (spec->parallel.pp != 1)
         return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel: layout tp=%u pp=%u dp=%u: tensor and pipeline parallel training "
-                       "need the 3D engine (coming); use tp = pp = 1 (dp may be larger)",
+                       "parallel: layout tp=%u pp=%u dp=%u: pipeline parallel training needs the "
+                       "3D engine (coming); use pp = 1 (tp and dp may be larger)",
                        spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
     const eng_groups_t *groups = opts ? opts->groups : NULL;
     ch_layout_t l = ch_jobspec_layout(spec);
@@ -85,6 +86,10 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        "parallel: the rank's groups were built for tp=%u pp=%u dp=%u, the job "
                        "has tp=%u pp=%u dp=%u",
                        groups->layout.tp, groups->layout.pp, groups->layout.dp, l.tp, l.pp, l.dp);
+    if (spec->parallel.tp > 1 && (!groups || !groups->tp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.tp = %u: the rank has no tensor-parallel group of that size",
+                       spec->parallel.tp);
     if (spec->parallel.dp > 1 && (!groups || !groups->dp))
         return ch_errf(err, errlen, CH_E_CONFIG,
                        "parallel.dp = %u: the rank has no data-parallel group of that size",
@@ -113,7 +118,13 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        errlen);
     if (rc < 0)
         goto out;
-    rc = eng_model_create(&t->cfg, B, spec->train.seed, &t->model);
+    eng_model_opts_t mopts = {0};
+    if (groups && groups->tp) {
+        mopts.tp = spec->parallel.tp;
+        mopts.tp_rank = groups->coord.tp;
+        mopts.tp_group = groups->tp;
+    }
+    rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
         ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
         goto out;
@@ -370,8 +381,16 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
             return rc;
         loss_sum = l;
     }
-    double norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
-                                t->optim.max_grad_norm);
+    double norm = 0;
+    if (t->groups && t->groups->tp) {
+        /* replicated tensors counted once across the TP group */
+        int rc = eng_tp_grad_clip(t->model, t->groups->tp, t->optim.max_grad_norm, &norm);
+        if (rc < 0)
+            return rc;
+    } else {
+        norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
+                             t->optim.max_grad_norm);
+    }
     double lr = eng_lr_at(&t->sched, (int64_t)step);
     int rc = eng_optim_step(&t->optim, t->model, lr);
     if (rc < 0)
@@ -388,7 +407,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->grad_norm = norm;
         info->seconds = dt;
         info->tokens_per_s = global_tokens / dt;
-        double flops = ch_plan_flops(&t->cfg, B * micro); /* this rank's share */
+        /* this rank's share: its micro-batches, split over its TP group */
+        double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp;
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
     }
     return 0;

@@ -11,8 +11,11 @@
  * coord.dp), the gradients are summed over the DP group (they already carry the global
  * scale) and every rank applies the same update, so all hold the same parameters.
  * Checkpoints: each rank writes its shard (its metadata's world is tp * pp * dp), DP rank 0
- * commits them all. Tensor and pipeline parallel layouts need the 3D engine and are
- * refused with CH_E_CONFIG. */
+ * commits them all. Tensor parallelism (tp > 1, groups->tp): each rank holds its TP slice
+ * of the model (model.h), all TP ranks of a DP slice read the same data, and clipping
+ * counts replicated tensors once (eng_tp_grad_clip). Pipeline layouts (pp > 1) need the
+ * 3D engine and are refused with CH_E_CONFIG; so is checkpointing a tp > 1 job (slices
+ * are not written yet). */
 #ifndef ENG_TRAINER_H
 #define ENG_TRAINER_H
 

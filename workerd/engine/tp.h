@@ -1,0 +1,48 @@
+/* Tensor parallelism's communication (Megatron-LM's tensor_parallel/mappings.py), one named
+ * forward/backward pair per region, so the model's passes read as math:
+ *
+ *   f  before a column-parallel layer: forward copy (identity), backward all-reduce of the
+ *      input gradient (each rank holds only its columns' part of dX);
+ *   g  after a row-parallel layer: forward all-reduce of the partial products, backward
+ *      copy (identity).
+ *
+ * The vocab-parallel embedding and cross-entropy use eng_tp_allreduce directly (a sum and
+ * a max over per-row values). A NULL group is a TP group of one: every call is a no-op.
+ * Buffers are host memory the collectives can read (the CPU backend's memory); the
+ * reduction order is fixed, so every member gets the same bits. */
+#ifndef ENG_TP_H
+#define ENG_TP_H
+
+#include <stddef.h>
+
+#include "workerd/coll/coll.h"
+#include "workerd/engine/model.h"
+
+/* In-place all-reduce (op over the group) of n floats, waited for. 0 or the collectives'
+ * error. */
+int eng_tp_allreduce(wrk_coll_group_t *tp, float *buf, size_t n, wrk_coll_redop_t op);
+
+/* f: forward copy; its backward all-reduces dx [n] in place. */
+static inline int eng_tp_f_forward(wrk_coll_group_t *tp, float *x, size_t n)
+{
+    (void)tp, (void)x, (void)n;
+    return 0;
+}
+int eng_tp_f_backward(wrk_coll_group_t *tp, float *dx, size_t n);
+
+/* g: forward all-reduces the partial outputs y [n] in place; its backward is a copy. */
+int eng_tp_g_forward(wrk_coll_group_t *tp, float *y, size_t n);
+static inline int eng_tp_g_backward(wrk_coll_group_t *tp, float *dy, size_t n)
+{
+    (void)tp, (void)dy, (void)n;
+    return 0;
+}
+
+/* Global gradient-norm clipping of a tensor-parallel model (DESIGN §7): the sum of squares
+ * of the split tensors' gradients is all-reduced over tp, the replicated tensors' (the
+ * same on every member) counted once; every member then scales its gradients by
+ * max_norm / (norm + 1e-6) when below 1, as eng_grad_clip does. *norm: the norm before
+ * clipping. Collective over tp. */
+int eng_tp_grad_clip(eng_model_t *m, wrk_coll_group_t *tp, double max_norm, double *norm);
+
+#endif
