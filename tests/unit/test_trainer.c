@@ -188,7 +188,7 @@ Test(trainer, the_demo_job_learns_to_add)
     eng_trainer_destroy(t);
 }
 
-Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
+Test(trainer, refuses_tensor_layouts_for_now_and_layouts_without_groups)
 {
     ch_jobspec_t j;
     tiny_spec(&j);
@@ -197,8 +197,13 @@ Test(trainer, refuses_tensor_and_pipeline_layouts_for_now)
     eng_trainer_t *t = NULL;
     char err[512] = "";
     cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
-    cr_expect(strstr(err, "tensor and pipeline parallel training need the 3D engine") != NULL, "%s",
-              err);
+    cr_expect(strstr(err, "tensor parallel training needs") != NULL, "%s", err);
+    cr_expect_null(t);
+    tiny_spec(&j);
+    j.parallel.pp = 2; /* and no group to run it with */
+    err[0] = 0;
+    cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect(strstr(err, "parallel.pp = 2: the rank has no pipeline group") != NULL, "%s", err);
     cr_expect_null(t);
     tiny_spec(&j);
     j.parallel.dp = 2; /* and no group to run it with */

@@ -10,9 +10,16 @@
  * (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data position
  * coord.dp), the gradients are summed over the DP group (they already carry the global
  * scale) and every rank applies the same update, so all hold the same parameters.
- * Checkpoints: each rank writes its shard (its metadata's world is tp * pp * dp), DP rank 0
- * commits them all. Tensor and pipeline parallel layouts need the 3D engine and are
- * refused with CH_E_CONFIG. */
+ * Pipeline parallel (pp > 1): stage coord.pp runs its blocks (ch_layout_stage_blocks), the
+ * embedding on stage 0 and ln_f + the tied LM head on the last, in the 1F1B schedule over
+ * parallel.microbatches (pipeline.h); stage 0 and the last stage read the same micro-batches
+ * as one rank; the tied wte gradient is summed over the embedding group, the gradient norm
+ * over the pipeline column, and the loss (computed on the last stage) reaches every rank.
+ * dp > 1 composes with it (replicated gradients summed over each stage's DP group). The
+ * model object still holds every block (not minimal memory until the stage-only model).
+ * Checkpoints: each rank writes its shard (its metadata's world is tp * pp * dp), rank 0
+ * commits them all. Tensor parallel layouts need the TP model and are refused with
+ * CH_E_CONFIG. */
 #ifndef ENG_TRAINER_H
 #define ENG_TRAINER_H
 
@@ -39,6 +46,7 @@ typedef struct eng_step_info {
     double loss;          /* mean over the global batch, before the update */
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
+    double bubble; /* pp > 1: time blocked on pipeline send/recv over the step time; else 0 */
 } eng_step_info_t;
 
 typedef struct eng_trainer eng_trainer_t;
