@@ -188,15 +188,17 @@ Test(trainer, the_demo_job_learns_to_add)
     eng_trainer_destroy(t);
 }
 
-Test(trainer, refuses_pipeline_layouts_and_tp_without_a_group)
+Test(trainer, refuses_tp_with_pp_and_layouts_without_groups)
 {
     ch_jobspec_t j;
     tiny_spec(&j);
     j.parallel.pp = 2;
+    j.parallel.tp = 2;
     eng_trainer_t *t = NULL;
     char err[512] = "";
     cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
-    cr_expect(strstr(err, "pipeline parallel training needs the 3D engine") != NULL, "%s", err);
+    cr_expect(strstr(err, "tensor and pipeline parallelism are not combined yet") != NULL, "%s",
+              err);
     cr_expect_null(t);
     tiny_spec(&j);
     j.parallel.tp = 2; /* and no group to run it with */
@@ -204,6 +206,12 @@ Test(trainer, refuses_pipeline_layouts_and_tp_without_a_group)
     cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "parallel.tp = 2: the rank has no tensor-parallel group") != NULL, "%s",
               err);
+    cr_expect_null(t);
+    tiny_spec(&j);
+    j.parallel.pp = 2; /* and no group to run it with */
+    err[0] = 0;
+    cr_expect_eq(eng_trainer_create(&j, NULL, &t, err, sizeof err), CH_E_CONFIG);
+    cr_expect(strstr(err, "parallel.pp = 2: the rank has no pipeline group") != NULL, "%s", err);
     cr_expect_null(t);
     tiny_spec(&j);
     j.parallel.dp = 2; /* and no group to run it with */

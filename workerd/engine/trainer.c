@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
+#include "workerd/engine/pipeline.h"
 #include "workerd/engine/tp.h"
 
 struct eng_trainer {
@@ -32,6 +34,15 @@ struct eng_trainer {
     wrk_coll_group_t *dp;       /* groups->dp: NULL when dp == 1 */
     float *dp_grads;            /* dp > 1: the model's gradients, in the collectives' memory */
     uint32_t dp_rank, rank;
+    /* pipeline (pp > 1): this stage's blocks [first, last), the schedule, and one acts and
+     * one [B,T,C] buffer per slot (the embedding's output on stage 0, the last block's on
+     * the last stage) */
+    uint32_t stage, stages, first, last;
+    eng_pipeline_t pipe;
+    eng_acts_t **acts;
+    float *mid, *grad; /* slots * B*T*C; B*T*C scratch for the gradient inside the stage */
+    uint64_t step_now;
+    double loss_sum, grad_scale;
 };
 
 double eng_measure_peak_flops(int n, double seconds)
@@ -61,6 +72,97 @@ out:
     return best;
 }
 
+// ----------------------------------------------------------------------------
+// pipeline parallel: the stage step the 1F1B schedule drives (pipeline.h)
+//
+// The model object holds every block (the stage-only model comes with the TP engineer's
+// model options); this stage runs and updates only its range, plus the embedding on the
+// first stage and ln_f and the tied head on the last. Parameter memory is therefore that
+// of the whole model, not of the stage.
+
+static void pipe_fini(eng_trainer_t *t)
+{
+    if (t->acts)
+        for (uint32_t i = 0; i < t->pipe.slots; i++)
+            eng_acts_destroy(t->acts[i]);
+    free(t->acts);
+    t->acts = NULL;
+    eng_pipeline_fini(&t->pipe);
+    free(t->mid);
+    free(t->grad);
+    t->mid = t->grad = NULL;
+}
+
+static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
+{
+    const eng_groups_t *g = t->groups;
+    uint32_t count = 0;
+    ch_layout_stage_blocks(t->cfg.layers, t->stages, t->stage, &t->first, &count);
+    t->last = t->first + count;
+    if (count == 0)
+        return CH_E_CONFIG;
+    size_t n = (size_t)B * T * t->cfg.embd;
+    uint32_t m = t->spec.parallel.microbatches;
+    int rc = eng_pipeline_init(&t->pipe, g->pp, t->stages, t->stage, g->pp_prev, g->pp_next, m, n);
+    if (rc < 0)
+        return rc;
+    uint32_t slots = t->pipe.slots;
+    t->acts = calloc(slots, sizeof *t->acts);
+    t->mid = calloc((size_t)slots * n, sizeof *t->mid);
+    t->grad = calloc(n, sizeof *t->grad);
+    if (!t->acts || !t->mid || !t->grad)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < slots; i++)
+        if ((rc = eng_acts_create(t->model, B, &t->acts[i])) < 0)
+            return rc;
+    return 0;
+}
+
+static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, float *y)
+{
+    eng_trainer_t *t = ctx;
+    const ch_jobspec_t *s = &t->spec;
+    uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len;
+    size_t n = (size_t)B * T * t->cfg.embd;
+    eng_acts_t *a = t->acts[slot];
+    float *mid = t->mid + (size_t)slot * n;
+    int first = t->stage == 0, last = t->stage + 1 == t->stages;
+    int rc = 0;
+    if (first || last)
+        eng_data_micro_batch(t->data, t->step_now, t->dp_rank, mb, s->parallel.microbatches, B,
+                             t->inputs, t->targets);
+    if (first) {
+        rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, mid);
+        x = mid;
+    }
+    if (rc == 0)
+        rc = eng_model_blocks_forward(t->model, a, t->first, t->last, x, last ? mid : y, B, T);
+    if (rc == 0 && last) {
+        float loss = 0;
+        rc = eng_model_head_forward(t->model, a, mid, t->targets, B, T, &loss);
+        t->loss_sum += loss;
+    }
+    return rc;
+}
+
+static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx)
+{
+    eng_trainer_t *t = ctx;
+    (void)mb;
+    eng_acts_t *a = t->acts[slot];
+    int first = t->stage == 0, last = t->stage + 1 == t->stages;
+    int rc = 0;
+    if (last) {
+        rc = eng_model_head_backward(t->model, a, (float)t->grad_scale, t->grad);
+        dy = t->grad;
+    }
+    if (rc == 0)
+        rc = eng_model_blocks_backward(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
+    if (rc == 0 && first)
+        rc = eng_model_embed_backward(t->model, a, t->grad);
+    return rc;
+}
+
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        eng_trainer_t **out, char *err, size_t errlen)
 {
@@ -73,10 +175,10 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     rc = ch_jobspec_validate(spec, 0, err, errlen);
     if (rc < 0)
         return rc;
-    if (spec->parallel.pp != 1)
+    if (spec->parallel.tp != 1 && spec->parallel.pp != 1)
         return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel: layout tp=%u pp=%u dp=%u: pipeline parallel training needs the "
-                       "3D engine (coming); use pp = 1 (tp and dp may be larger)",
+                       "parallel: layout tp=%u pp=%u dp=%u: tensor and pipeline parallelism are "
+                       "not combined yet; use tp = 1 or pp = 1 (dp may be larger)",
                        spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
     const eng_groups_t *groups = opts ? opts->groups : NULL;
     ch_layout_t l = ch_jobspec_layout(spec);
@@ -94,15 +196,22 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         return ch_errf(err, errlen, CH_E_CONFIG,
                        "parallel.dp = %u: the rank has no data-parallel group of that size",
                        spec->parallel.dp);
+    if (spec->parallel.pp > 1 && (!groups || !groups->pp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.pp = %u: the rank has no pipeline group of that size",
+                       spec->parallel.pp);
     t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->spec = *spec;
+    t->stages = 1;
     if (groups) {
         t->groups = groups;
         t->dp = groups->dp;
         t->dp_rank = groups->coord.dp;
         t->rank = groups->rank;
+        t->stage = groups->coord.pp;
+        t->stages = spec->parallel.pp;
     }
     snprintf(t->job, sizeof t->job, "%s", opts && opts->job_id ? opts->job_id : spec->name);
     t->cfg.layers = spec->model.layers;
@@ -141,6 +250,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
             goto out;
         eng_model_lend_grads(t->model, t->dp_grads);
     }
+    if (t->stages > 1) {
+        rc = pipe_init(t, B, T);
+        if (rc < 0)
+            goto out;
+    }
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) {
@@ -164,6 +278,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
         return;
     free(t->inputs);
     free(t->targets);
+    pipe_fini(t);
     eng_optim_fini(&t->optim);
     eng_model_destroy(t->model);
     if (t->dp_grads)
@@ -288,31 +403,38 @@ int eng_trainer_checkpoint_due(const eng_trainer_t *t)
 static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_file_t *mine,
                   char *err, size_t errlen)
 {
-    uint32_t n = t->spec.parallel.dp;
+    uint32_t dp = t->spec.parallel.dp, n = dp * t->stages;
+    wrk_coll_group_t *pp = t->stages > 1 ? t->groups->pp : NULL;
     eng_ckpt_file_t *files = calloc(n, sizeof *files);
     if (!files)
         return -ENOMEM;
     int rc = 0;
-    files[t->dp_rank] = *mine;
-    if (t->dp &&
-        (rc = wrk_coll_allgather(t->dp, mine, files, sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
+    eng_ckpt_file_t *row = files + (size_t)t->stage * dp; /* this stage's DP ranks */
+    row[t->dp_rank] = *mine;
+    if (t->dp && (rc = wrk_coll_allgather(t->dp, mine, row, sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
         ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
         goto out;
     }
-    if (t->dp_rank == 0) {
+    if (pp && (rc = wrk_coll_allgather(pp, row, files, dp * sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
+        ch_errf(err, errlen, rc, "gathering the stages' checksums: %s", ch_strerror(rc));
+        goto out;
+    }
+    if (t->dp_rank == 0 && t->stage == 0) {
         rc = eng_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
         if (rc == 0 && eng_ckpt_prune(t->spec.checkpoint.dir, t->job, t->spec.checkpoint.keep) < 0)
             CH_LOGW("train", "job=%s pruning old checkpoints failed", t->job);
     }
-    if (t->dp) {
-        /* rank 0's outcome travels with the barrier: a failed commit fails every rank */
-        float failed = rc < 0 ? 1.0f : 0.0f;
-        int brc = wrk_coll_allreduce(t->dp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
-        if (rc == 0 && brc < 0)
-            rc = ch_errf(err, errlen, brc, "committing the checkpoint: %s", ch_strerror(brc));
-        else if (rc == 0 && failed != 0.0f)
-            rc = ch_errf(err, errlen, CH_E_STATE, "rank 0 could not commit the checkpoint");
-    }
+    /* rank 0's outcome travels with the barrier: a failed commit fails every rank */
+    float failed = rc < 0 ? 1.0f : 0.0f;
+    int brc = 0;
+    if (pp)
+        brc = wrk_coll_allreduce(pp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+    if (t->dp && brc == 0)
+        brc = wrk_coll_allreduce(t->dp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+    if (rc == 0 && brc < 0)
+        rc = ch_errf(err, errlen, brc, "committing the checkpoint: %s", ch_strerror(brc));
+    else if (rc == 0 && failed != 0.0f)
+        rc = ch_errf(err, errlen, CH_E_STATE, "rank 0 could not commit the checkpoint");
 out:
     free(files);
     return rc;
@@ -345,6 +467,52 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
 // ----------------------------------------------------------------------------
 // one step
 
+/* One step's micro-batches through the 1F1B schedule, then the gradients made whole: the
+ * tied wte's two halves summed over the embedding group (first and last stage), every
+ * gradient summed over the DP group, the global norm summed over the pipeline column (wte
+ * counted once, on stage 0) and clipped. *loss_sum: the global batch's sum of micro-batch
+ * mean losses, the same on every rank. */
+static int pipe_step(eng_trainer_t *t, uint64_t step, double global_tokens, double *loss_sum,
+                     double *norm, uint64_t *wait_ns)
+{
+    const eng_groups_t *g = t->groups;
+    float *grads = eng_model_grads(t->model);
+    size_t n = eng_model_nparams(t->model);
+    const eng_tensor_t *wte = eng_model_find(t->model, "wte.weight");
+    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
+    t->step_now = step;
+    t->loss_sum = 0;
+    t->grad_scale = 1.0 / global_tokens;
+    int rc = eng_pipeline_run(&t->pipe, &ops, t->spec.parallel.microbatches, wait_ns);
+    if (rc == 0 && g->emb)
+        rc = wrk_coll_allreduce(g->emb, grads + wte->offset, grads + wte->offset, wte->numel,
+                                WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    if (rc == 0 && t->dp)
+        rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    /* the loss lives on the last stage: the others add zero */
+    float l[2] = {t->stage + 1 == t->stages ? (float)t->loss_sum : 0.0f, 0.0f};
+    if (rc == 0 && t->dp)
+        rc = wrk_coll_allreduce(t->dp, l, l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    /* Only this stage's tensors have gradients (the rest of the slab is zero); the last
+     * stage leaves out its copy of wte, which stage 0 counts. */
+    size_t skip = t->stage + 1 == t->stages ? wte->offset + wte->numel : 0;
+    double sq = eng_grad_norm(grads + skip, n - skip);
+    l[1] = (float)(sq * sq);
+    if (rc == 0)
+        rc = wrk_coll_allreduce(g->pp, l, l, 2, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    if (rc < 0)
+        return rc;
+    *loss_sum = l[0];
+    *norm = sqrt((double)l[1]);
+    double coef = t->optim.max_grad_norm / (*norm + 1e-6);
+    if (coef < 1.0) {
+        float c = (float)coef; /* as eng_grad_clip */
+        for (size_t i = 0; i < n; i++)
+            grads[i] *= c;
+    }
+    return 0;
+}
+
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
@@ -357,42 +525,49 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint64_t t0 = ch_now_ns();
 
     eng_model_zero_grad(t->model);
-    double loss_sum = 0;
-    for (uint32_t k = 0; k < micro; k++) {
-        float loss = 0;
-        eng_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
-        int rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
-        if (rc < 0)
-            return rc;
-        rc = eng_model_backward(t->model, (float)(1.0 / global_tokens));
-        if (rc < 0)
-            return rc;
-        loss_sum += loss;
-    }
-    if (t->dp) {
-        /* Each rank's gradients carry 1/(global tokens): their sum is the global mean. Every
-         * rank then clips and updates the same numbers in the same order. */
-        float l = (float)loss_sum;
-        int rc = wrk_coll_allreduce(t->dp, eng_model_grads(t->model), eng_model_grads(t->model),
-                                    eng_model_nparams(t->model), WRK_COLL_F32, WRK_COLL_SUM, NULL);
-        if (rc == 0)
-            rc = wrk_coll_allreduce(t->dp, &l, &l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
-        if (rc < 0)
-            return rc;
-        loss_sum = l;
-    }
-    double norm = 0;
-    if (t->groups && t->groups->tp) {
-        /* replicated tensors counted once across the TP group */
-        int rc = eng_tp_grad_clip(t->model, t->groups->tp, t->optim.max_grad_norm, &norm);
+    double loss_sum = 0, norm = 0;
+    uint64_t wait_ns = 0;
+    int rc = 0;
+    if (t->stages > 1) {
+        rc = pipe_step(t, step, global_tokens, &loss_sum, &norm, &wait_ns);
         if (rc < 0)
             return rc;
     } else {
-        norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
-                             t->optim.max_grad_norm);
+        for (uint32_t k = 0; k < micro; k++) {
+            float loss = 0;
+            eng_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
+            rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
+            if (rc < 0)
+                return rc;
+            rc = eng_model_backward(t->model, (float)(1.0 / global_tokens));
+            if (rc < 0)
+                return rc;
+            loss_sum += loss;
+        }
+        if (t->dp) {
+            /* Each rank's gradients carry 1/(global tokens): their sum is the global mean.
+             * Every rank then clips and updates the same numbers in the same order. */
+            float l = (float)loss_sum;
+            rc = wrk_coll_allreduce(t->dp, eng_model_grads(t->model), eng_model_grads(t->model),
+                                    eng_model_nparams(t->model), WRK_COLL_F32, WRK_COLL_SUM, NULL);
+            if (rc == 0)
+                rc = wrk_coll_allreduce(t->dp, &l, &l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+            if (rc < 0)
+                return rc;
+            loss_sum = l;
+        }
+        if (t->groups && t->groups->tp) {
+            /* replicated tensors counted once across the TP group */
+            rc = eng_tp_grad_clip(t->model, t->groups->tp, t->optim.max_grad_norm, &norm);
+            if (rc < 0)
+                return rc;
+        } else {
+            norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
+                                 t->optim.max_grad_norm);
+        }
     }
     double lr = eng_lr_at(&t->sched, (int64_t)step);
-    int rc = eng_optim_step(&t->optim, t->model, lr);
+    rc = eng_optim_step(&t->optim, t->model, lr);
     if (rc < 0)
         return rc;
     t->next_step = step + 1;
@@ -410,6 +585,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         /* this rank's share: its micro-batches, split over its TP group */
         double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp;
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
+        info->bubble = t->stages > 1 ? (double)wait_ns * 1e-9 / dt : 0;
     }
     return 0;
 }

@@ -10,12 +10,19 @@
  * (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data position
  * coord.dp), the gradients are summed over the DP group (they already carry the global
  * scale) and every rank applies the same update, so all hold the same parameters.
- * Checkpoints: each rank writes its shard (its metadata's world is tp * pp * dp), DP rank 0
- * commits them all. Tensor parallelism (tp > 1, groups->tp): each rank holds its TP slice
- * of the model (model.h), all TP ranks of a DP slice read the same data, and clipping
- * counts replicated tensors once (eng_tp_grad_clip). Pipeline layouts (pp > 1) need the
- * 3D engine and are refused with CH_E_CONFIG; so is checkpointing a tp > 1 job (slices
- * are not written yet). */
+ * Pipeline parallel (pp > 1): stage coord.pp runs its blocks (ch_layout_stage_blocks), the
+ * embedding on stage 0 and ln_f + the tied LM head on the last, in the 1F1B schedule over
+ * parallel.microbatches (pipeline.h); stage 0 and the last stage read the same micro-batches
+ * as one rank; the tied wte gradient is summed over the embedding group, the gradient norm
+ * over the pipeline column, and the loss (computed on the last stage) reaches every rank.
+ * dp > 1 composes with it (replicated gradients summed over each stage's DP group). The
+ * model object still holds every block (not minimal memory until the stage-only model).
+ * Tensor parallelism (tp > 1, groups->tp, pp = 1): each rank holds its TP slice of the
+ * model (model.h), all TP ranks of a DP slice read the same data, and clipping counts
+ * replicated tensors once (eng_tp_grad_clip). tp and pp both above 1 are refused with
+ * CH_E_CONFIG (not combined yet), and so is checkpointing a tp > 1 job (slices are not
+ * written yet). Checkpoints: each rank writes its shard (its metadata's world is
+ * tp * pp * dp), rank 0 commits them all. */
 #ifndef ENG_TRAINER_H
 #define ENG_TRAINER_H
 
@@ -42,6 +49,7 @@ typedef struct eng_step_info {
     double loss;          /* mean over the global batch, before the update */
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
+    double bubble; /* pp > 1: time blocked on pipeline send/recv over the step time; else 0 */
 } eng_step_info_t;
 
 typedef struct eng_trainer eng_trainer_t;

@@ -1,0 +1,258 @@
+/* workerd/engine pipeline parallelism (1F1B, pipeline.c, p2p.c) through the trainer, ranks
+ * as threads: every layout trains like one rank on the same global batch; the same layout
+ * twice and a resume are bit-identical; the schedule's slot count. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/layout.h"
+#include "support.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/groups.h"
+#include "workerd/engine/pipeline.h"
+#include "workerd/engine/trainer.h"
+
+static char dir[512];
+
+static void setup(void)
+{
+    cr_assert_eq(ts_tmpdir("pipeline", dir, sizeof dir), 0);
+}
+
+static void teardown(void)
+{
+    cr_expect_eq(ts_rmrf(dir), 0);
+}
+
+TestSuite(pipeline, .init = setup, .fini = teardown, .timeout = 600);
+
+enum { STEPS = 20, MAXR = 4, GLOBAL_SEQS = 16, MICRO = 4 };
+
+typedef struct rank_run {
+    uint32_t rank;
+    ch_layout_t l;
+    ts_rdzv_table_t *table;
+    const ch_jobspec_t *spec;
+    uint64_t resume;
+    double losses[STEPS], bubble;
+    float *params; /* copy at the end, caller frees */
+    size_t nparams;
+    uint32_t first, last; /* the stage's blocks */
+    int rc;
+    char msg[512];
+} rank_run_t;
+
+static void *rank_main(void *arg)
+{
+    rank_run_t *d = arg;
+    wrk_coll_t *c = NULL;
+    eng_groups_t *g = NULL;
+    eng_trainer_t *t = NULL;
+    uint32_t world = ch_layout_world(d->l);
+    if (world > 1) {
+        d->rc = ts_coll_create(d->table, d->rank, world, 60000, &c);
+        if (d->rc == 0)
+            d->rc = eng_groups_create(c, d->l, d->rank, &g);
+    }
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g};
+    if (d->rc == 0)
+        d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
+    if (d->rc == 0 && d->resume)
+        d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
+    while (d->rc == 0 && eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        if ((d->rc = eng_trainer_step(t, &info)) < 0)
+            break;
+        d->losses[info.step] = info.loss;
+        d->bubble += info.bubble;
+        if (eng_trainer_checkpoint_due(t))
+            d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
+    }
+    if (d->rc == 0) {
+        d->nparams = eng_model_nparams(eng_trainer_model(t));
+        d->params = malloc(d->nparams * sizeof *d->params);
+        memcpy(d->params, eng_model_params(eng_trainer_model(t)), d->nparams * sizeof(float));
+        uint32_t stage = g ? g->coord.pp : 0, count = 0;
+        ch_layout_stage_blocks(d->spec->model.layers, d->l.pp, stage, &d->first, &count);
+        d->last = d->first + count;
+    }
+    eng_trainer_destroy(t);
+    eng_groups_destroy(g);
+    wrk_coll_destroy(c);
+    return NULL;
+}
+
+static void spec_for(ch_jobspec_t *j, uint32_t pp, uint32_t dp)
+{
+    ch_jobspec_defaults(j);
+    snprintf(j->name, sizeof j->name, "pp%u-dp%u", pp, dp);
+    j->model.layers = 4;
+    j->model.heads = 4;
+    j->model.embd = 32;
+    j->model.vocab = 32;
+    j->model.seq_len = 16;
+    j->parallel.pp = pp;
+    j->parallel.dp = dp;
+    j->parallel.microbatches = MICRO;
+    j->parallel.micro_batch_size = GLOBAL_SEQS / MICRO / dp; /* the same global batch */
+    j->train.steps = STEPS;
+    j->train.lr = 3e-3;
+    j->train.warmup = 5;
+    j->train.seed = 77;
+    snprintf(j->checkpoint.dir, sizeof j->checkpoint.dir, "%s", dir);
+    j->checkpoint.every = 10;
+    j->checkpoint.keep = 2;
+}
+
+static void run_layout(const ch_jobspec_t *j, uint64_t resume, rank_run_t *r)
+{
+    ch_layout_t l = {1, j->parallel.pp, j->parallel.dp};
+    uint32_t n = ch_layout_world(l);
+    cr_assert_leq(n, MAXR);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
+    pthread_t th[MAXR];
+    for (uint32_t i = 0; i < n; i++) {
+        r[i] = (rank_run_t){.rank = i, .l = l, .table = &table, .spec = j, .resume = resume};
+        cr_assert_eq(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    ts_rdzv_table_fini(&table);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(r[i].rc, 0, "rank %u: %s %s", i, ch_strerror(r[i].rc), r[i].msg);
+}
+
+static void free_runs(rank_run_t *r, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(r[i].params);
+}
+
+/* The rank of DP index 0 whose stage holds tensor t (wte, wpe: stage 0; ln_f: the last). */
+static const rank_run_t *owner(const rank_run_t *r, ch_layout_t l, const eng_tensor_t *t)
+{
+    for (uint32_t s = 0; s < l.pp; s++) {
+        const rank_run_t *x = &r[s * l.dp];
+        int is_lnf = strncmp(t->name, "ln_f", 4) == 0;
+        if (t->block >= 0 ? (uint32_t)t->block >= x->first && (uint32_t)t->block < x->last
+                          : (is_lnf ? s + 1 == l.pp : s == 0))
+            return x;
+    }
+    return NULL;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
+    return sqrt(d / (s > 0 ? s : 1));
+}
+
+static void like_one_rank(uint32_t pp, uint32_t dp)
+{
+    ch_jobspec_t one, many;
+    spec_for(&one, 1, 1);
+    spec_for(&many, pp, dp);
+    rank_run_t a[MAXR], b[MAXR];
+    run_layout(&one, 0, a);
+    run_layout(&many, 0, b);
+    ch_layout_t l = {1, pp, dp};
+    uint32_t n = pp * dp;
+    double worst = 0, worst_w = 0;
+    for (int s = 0; s < STEPS; s++) {
+        for (uint32_t i = 1; i < n; i++)
+            cr_expect_eq(b[i].losses[s], b[0].losses[s],
+                         "step %d: rank %u reports %.9g, rank 0 %.9g", s, i, b[i].losses[s],
+                         b[0].losses[s]);
+        double rel = fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]);
+        worst = rel > worst ? rel : worst;
+        cr_expect_leq(rel, 1e-4, "step %d: loss %.9g with pp=%u dp=%u, %.9g with one rank", s,
+                      b[0].losses[s], pp, dp, a[0].losses[s]);
+    }
+    /* every tensor from the stage that trains it, against the one-rank model */
+    eng_model_t *m = NULL;
+    eng_config_t cfg = {.layers = 4, .heads = 4, .embd = 32, .vocab = 32, .seq_len = 16};
+    cfg.padded_vocab = ch_layout_padded_vocab(cfg.vocab, 1);
+    cr_assert_eq(eng_model_create(&cfg, 1, 77, &m), 0);
+    for (size_t i = 0; i < eng_model_ntensors(m); i++) {
+        const eng_tensor_t *t = eng_model_tensor(m, i);
+        const rank_run_t *o = owner(b, l, t);
+        cr_assert(o != NULL, "%s: no stage holds it", t->name);
+        double d = rel_l2(o->params + t->offset, a[0].params + t->offset, t->numel);
+        worst_w = d > worst_w ? d : worst_w;
+        cr_expect_leq(d, 1e-4, "%s: relative L2 %g after %d steps (pp=%u dp=%u)", t->name, d, STEPS,
+                      pp, dp);
+    }
+    eng_model_destroy(m);
+    double bubble = b[0].bubble / STEPS;
+    printf("pipeline: pp=%u dp=%u: worst loss rel diff %.3g, worst tensor rel L2 %.3g, stage 0 "
+           "bubble %.3f (ideal %.3f)\n",
+           pp, dp, worst, worst_w, bubble, pp > 1 ? (double)(pp - 1) / (MICRO + pp - 1) : 0.0);
+    free_runs(a, 1);
+    free_runs(b, n);
+}
+
+Test(pipeline, pp2_trains_like_one_rank)
+{
+    like_one_rank(2, 1);
+}
+
+Test(pipeline, pp3_trains_like_one_rank)
+{
+    like_one_rank(3, 1);
+}
+
+Test(pipeline, pp2_dp2_trains_like_one_rank)
+{
+    like_one_rank(2, 2);
+}
+
+Test(pipeline, pp4_trains_like_one_rank)
+{
+    like_one_rank(4, 1);
+}
+
+Test(pipeline, dp2_and_dp4_train_like_one_rank)
+{
+    like_one_rank(1, 2);
+    like_one_rank(1, 4);
+}
+
+Test(pipeline, same_layout_twice_and_resume_are_bit_identical)
+{
+    ch_jobspec_t j;
+    spec_for(&j, 2, 2);
+    rank_run_t a[MAXR], b[MAXR], c[MAXR];
+    run_layout(&j, 0, a);
+    run_layout(&j, 0, b);
+    run_layout(&j, 10, c);
+    for (uint32_t r = 0; r < 4; r++) {
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[r].losses[s], b[r].losses[s], "rank %u step %d: %.9g vs %.9g", r, s,
+                         a[r].losses[s], b[r].losses[s]);
+        for (int s = 10; s < STEPS; s++)
+            cr_expect_eq(a[r].losses[s], c[r].losses[s],
+                         "rank %u step %d after resume: %.9g vs %.9g", r, s, a[r].losses[s],
+                         c[r].losses[s]);
+        cr_expect_eq(memcmp(a[r].params, b[r].params, a[r].nparams * sizeof(float)), 0,
+                     "rank %u: parameters of two runs differ", r);
+        cr_expect_eq(memcmp(a[r].params, c[r].params, a[r].nparams * sizeof(float)), 0,
+                     "rank %u: parameters after resuming differ", r);
+    }
+    free_runs(a, 4);
+    free_runs(b, 4);
+    free_runs(c, 4);
+}
+
+Test(pipeline, slots_follow_1f1b)
+{
+    cr_expect_eq(eng_pipeline_slots(4, 0, 8), 4);
+    cr_expect_eq(eng_pipeline_slots(4, 3, 8), 1);
+    cr_expect_eq(eng_pipeline_slots(4, 0, 2), 2);
+}

@@ -1,0 +1,63 @@
+/* Point-to-point between neighbouring pipeline stages (p2p.h). */
+#include "workerd/engine/p2p.h"
+
+#include "common/err.h"
+#include "common/util.h"
+
+void eng_p2p_init(eng_p2p_t *p, wrk_coll_group_t *pp, int32_t prev, int32_t next)
+{
+    p->pp = pp;
+    p->prev = prev;
+    p->next = next;
+    p->wait_ns = 0;
+}
+
+static int send_to(eng_p2p_t *p, int32_t peer, const float *buf, size_t n, eng_p2p_req_t *r)
+{
+    r->req = NULL;
+    if (!p->pp || peer < 0)
+        return CH_E_STATE;
+    return wrk_coll_send(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r->req);
+}
+
+static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
+{
+    if (!p->pp || peer < 0)
+        return CH_E_STATE;
+    uint64_t t0 = ch_now_ns();
+    int rc = wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, NULL);
+    p->wait_ns += ch_now_ns() - t0;
+    return rc;
+}
+
+int eng_p2p_send_next(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r)
+{
+    return send_to(p, p->next, buf, n, r);
+}
+
+int eng_p2p_send_prev(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r)
+{
+    return send_to(p, p->prev, buf, n, r);
+}
+
+int eng_p2p_recv_prev(eng_p2p_t *p, float *buf, size_t n)
+{
+    return recv_from(p, p->prev, buf, n);
+}
+
+int eng_p2p_recv_next(eng_p2p_t *p, float *buf, size_t n)
+{
+    return recv_from(p, p->next, buf, n);
+}
+
+int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r)
+{
+    if (!r->req)
+        return 0;
+    uint64_t t0 = ch_now_ns();
+    int rc = wrk_coll_wait(r->req, -1);
+    p->wait_ns += ch_now_ns() - t0;
+    wrk_coll_req_free(r->req);
+    r->req = NULL;
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* Point-to-point between neighbouring pipeline stages (DESIGN §5): activations go to the
+ * next stage, their gradients come back to the previous one, over the pipeline column
+ * (groups.h: pp, pp_prev, pp_next). Sends are non-blocking so they overlap the next
+ * compute; a receive blocks, and the time spent blocked is counted as pipeline wait (what
+ * the bubble is measured from).
+ *
+ * Ordering: messages between two stages match in the order they were started (coll.h);
+ * each direction of a pair carries one kind only (activations down, gradients up), so
+ * the 1F1B order of each stage is enough to match them. */
+#ifndef ENG_P2P_H
+#define ENG_P2P_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "workerd/coll/coll.h"
+
+typedef struct eng_p2p {
+    wrk_coll_group_t *pp; /* the pipeline column; borrowed */
+    int32_t prev, next;   /* neighbours' indices in pp, -1 at the ends */
+    uint64_t wait_ns;     /* time blocked in receives and in waits for sends */
+} eng_p2p_t;
+
+/* A send in flight: its buffer is borrowed until eng_p2p_finish. */
+typedef struct eng_p2p_req {
+    wrk_coll_req_t *req;
+} eng_p2p_req_t;
+
+void eng_p2p_init(eng_p2p_t *p, wrk_coll_group_t *pp, int32_t prev, int32_t next);
+/* Start sending n floats of buf to the next (eng_p2p_send_next) or previous stage. */
+int eng_p2p_send_next(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r);
+int eng_p2p_send_prev(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r);
+/* Receive n floats from the previous / next stage into buf (blocking; counted as wait). */
+int eng_p2p_recv_prev(eng_p2p_t *p, float *buf, size_t n);
+int eng_p2p_recv_next(eng_p2p_t *p, float *buf, size_t n);
+/* Complete a send (no-op on an empty request), counted as wait; frees the request. */
+int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
+
+#endif

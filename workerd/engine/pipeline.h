@@ -1,0 +1,56 @@
+/* The 1F1B pipeline schedule (DESIGN §5; PipeDream-Flush as Megatron-LM runs it).
+ *
+ * Theory of operation. Stage s of p runs m micro-batches of one step:
+ *   warm-up    w = min(p - s - 1, m) forwards,
+ *   steady     m - w times: the forward of micro-batch w + i, then the backward of i,
+ *   cool-down  the backwards of the last w micro-batches.
+ * So at most min(p - s, m) micro-batches are in flight on stage s (their activations held),
+ * and slot (mb % slots) holds micro-batch mb. A forward receives its input from the
+ * previous stage (none on stage 0), runs the stage step and starts sending its output to
+ * the next stage (none on the last, which computes the loss); a backward receives the
+ * output's gradient from the next stage (none on the last), runs the stage's backward and
+ * starts sending the input's gradient back (none on stage 0). Sends are non-blocking and
+ * are completed only before their buffer is reused, so they overlap the next compute.
+ *
+ * The schedule sees the model only through the stage step (eng_stage_ops_t): it owns the
+ * [B,T,C] buffers that cross stages, never the model. The bubble is the time blocked on
+ * point-to-point over the step's time. */
+#ifndef ENG_PIPELINE_H
+#define ENG_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "workerd/engine/p2p.h"
+
+typedef struct eng_stage_ops {
+    void *ctx;
+    /* Forward of micro-batch mb in slot: x is the input received from the previous stage
+     * (NULL on stage 0), y the output to send (NULL on the last stage). x stays untouched
+     * until the backward of mb on the same slot returns. */
+    int (*forward)(void *ctx, uint32_t mb, uint32_t slot, const float *x, float *y);
+    /* Backward of mb: dy the gradient of its output (NULL on the last stage), dx written
+     * with the gradient of its input (NULL on stage 0). */
+    int (*backward)(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx);
+} eng_stage_ops_t;
+
+typedef struct eng_pipeline {
+    uint32_t stage, stages, slots;
+    size_t count; /* floats in one activation, B*T*C */
+    eng_p2p_t p2p;
+    float *x, *y, *dx, *dy; /* slots * count each (dy: count) */
+    eng_p2p_req_t *ysend, *dxsend;
+} eng_pipeline_t;
+
+/* Slots the schedule needs on stage s of p with m micro-batches: min(p - s, m). */
+uint32_t eng_pipeline_slots(uint32_t stages, uint32_t stage, uint32_t m);
+/* Buffers for micro-batches of count floats on stage `stage` of `stages` running at most m
+ * micro-batches, over the column pp (borrowed) with neighbours prev and next. */
+int eng_pipeline_init(eng_pipeline_t *p, wrk_coll_group_t *pp, uint32_t stages, uint32_t stage,
+                      int32_t prev, int32_t next, uint32_t m, size_t count);
+void eng_pipeline_fini(eng_pipeline_t *p);
+/* Run one step's m micro-batches through ops in 1F1B order. *wait_ns (may be NULL): time
+ * blocked on point-to-point during the step. */
+int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns);
+
+#endif
