@@ -797,16 +797,23 @@ Test(coord, rendezvous_belongs_to_the_jobs_nodes)
     coord_down();
 }
 
+/* One control call whose reply only matters for its status: 0 or the error code. */
+static int ctl_status(ch_client_t *ctl, Chorus__Envelope *req)
+{
+    Chorus__Envelope *resp = NULL;
+    int rc = ch_client_call(ctl, req, 2000, &resp);
+    ch_msg_free(resp);
+    return rc;
+}
+
 static int ctl_forget(ch_client_t *ctl, const char *name)
 {
     Chorus__ForgetNode f = CHORUS__FORGET_NODE__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     f.name = (char *)name;
     req.body_case = CHORUS__ENVELOPE__BODY_FORGET_NODE;
     req.forget_node = &f;
-    int rc = ch_client_call(ctl, &req, 2000, &resp);
-    ch_msg_free(resp);
-    return rc;
+    return ctl_status(ctl, &req);
 }
 
 static size_t ctl_node_count(ch_client_t *ctl, const char *name, int *found)
@@ -1261,13 +1268,11 @@ Test(coord, final_reports_resent_at_registration_complete_the_job)
 static int ctl_cancel(ch_client_t *ctl, const char *job)
 {
     Chorus__Cancel can = CHORUS__CANCEL__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     can.job_id = (char *)job;
     req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
     req.cancel = &can;
-    int rc = ch_client_call(ctl, &req, 2000, &resp);
-    ch_msg_free(resp);
-    return rc;
+    return ctl_status(ctl, &req);
 }
 
 /* Issue 11 class 5: a job belongs to its submitter (SO_PEERCRED, whatever the job text
