@@ -125,3 +125,21 @@ int ts_rdzv_table_get(void *ud, const char *key, int timeout_ms, void **val, siz
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
+
+int ts_run_threads(void *ranks, size_t stride, uint32_t n, void *(*fn)(void *))
+{
+    pthread_t *th = calloc(n ? n : 1, sizeof *th);
+    uint32_t started = 0;
+    int rc = th ? 0 : -ENOMEM;
+    for (; rc == 0 && started < n; started++) {
+        int e = pthread_create(&th[started], NULL, fn, (char *)ranks + started * stride);
+        if (e != 0) {
+            rc = -e;
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    return rc;
+}

@@ -36,6 +36,10 @@ int ts_rdzv_table_set(void *ud, const char *key, const void *val, size_t len);
 /* The newest value of key; -ETIMEDOUT after timeout_ms. Caller frees *val. */
 int ts_rdzv_table_get(void *ud, const char *key, int timeout_ms, void **val, size_t *len);
 
+/* Run fn on n threads, thread i getting (char *)ranks + i * stride, and join them all.
+ * For tests whose ranks are threads; 0 or the first pthread_create error. */
+int ts_run_threads(void *ranks, size_t stride, uint32_t n, void *(*fn)(void *));
+
 /* A UCX collectives context for rank `rank` of n meeting through table (support_coll.c,
  * linked only into the tests of rooms that use the collectives). */
 typedef struct wrk_coll wrk_coll_t;

@@ -115,13 +115,9 @@ static void run_layout(const ch_jobspec_t *j, uint64_t resume, rank_run_t *r)
     cr_assert_leq(n, MAXR);
     ts_rdzv_table_t table;
     ts_rdzv_table_init(&table);
-    pthread_t th[MAXR];
-    for (uint32_t i = 0; i < n; i++) {
-        r[i] = (rank_run_t){.rank = i, .l = l, .table = &table, .spec = j, .resume = resume};
-        cr_assert_eq(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
-    }
     for (uint32_t i = 0; i < n; i++)
-        pthread_join(th[i], NULL);
+        r[i] = (rank_run_t){.rank = i, .l = l, .table = &table, .spec = j, .resume = resume};
+    cr_assert_eq(ts_run_threads(r, sizeof *r, n, rank_main), 0);
     ts_rdzv_table_fini(&table);
     for (uint32_t i = 0; i < n; i++)
         cr_assert_eq(r[i].rc, 0, "rank %u: %s %s", i, ch_strerror(r[i].rc), r[i].msg);

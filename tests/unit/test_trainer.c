@@ -278,13 +278,9 @@ static void run_dp(const ch_jobspec_t *j, uint64_t resume, dp_rank_t *ranks)
     cr_assert_leq(n, DP_MAX);
     ts_rdzv_table_t table;
     ts_rdzv_table_init(&table);
-    pthread_t th[DP_MAX];
-    for (uint32_t i = 0; i < n; i++) {
-        ranks[i] = (dp_rank_t){.rank = i, .n = n, .table = &table, .spec = j, .resume = resume};
-        cr_assert_eq(pthread_create(&th[i], NULL, dp_main, &ranks[i]), 0);
-    }
     for (uint32_t i = 0; i < n; i++)
-        pthread_join(th[i], NULL);
+        ranks[i] = (dp_rank_t){.rank = i, .n = n, .table = &table, .spec = j, .resume = resume};
+    cr_assert_eq(ts_run_threads(ranks, sizeof *ranks, n, dp_main), 0);
     ts_rdzv_table_fini(&table);
     for (uint32_t i = 0; i < n; i++)
         cr_assert_eq(ranks[i].rc, 0, "rank %u: %s %s", i, ch_strerror(ranks[i].rc), ranks[i].msg);
