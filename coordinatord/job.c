@@ -304,7 +304,6 @@ int coord_job_submit(coord_t *c, const char *ini, char *id, size_t idlen, char *
     j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
     j->state = COORD_JOB_QUEUED;
     j->last_ckpt_step = -1;
-    j->ckpt_pending = -1;
     j->total_steps = j->spec.train.steps > 0 ? (uint64_t)j->spec.train.steps : 0;
     j->submitted_ms = ch_wall_ms();
     snprintf(j->name, sizeof(j->name), "%s", j->spec.name);
@@ -450,8 +449,6 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     free(saved.ranks);
     j->ranks = ranks;
     j->n_started = j->n_finished = 0;
-    j->ckpt_pending = -1;
-    j->ckpt_count = 0;
     for (uint32_t r = 0; r < j->world; r++)
         coord_rank_set_state(c, j, r, COORD_RANK_PENDING, NULL);
     char what[96];
@@ -535,7 +532,12 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     coord_recovery_progress(c, j);
 }
 
-/* A checkpoint step is committed once every rank of the generation reported it. */
+/* A rank reports checkpoint step s only after eng_trainer_checkpoint returned, and that
+ * returns on every rank only once rank 0 has written manifest.json, which it writes after
+ * gathering every rank's shard size and checksum (DESIGN §8). So one report proves the
+ * whole step is on disk: the step is committed at the first report of it. Waiting for
+ * every rank's report lost committed steps when a node died while the coordinator was
+ * down (its queued reports died with it, and recovery went back a whole interval). */
 static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
 {
     int64_t s = (int64_t)ev->step;
@@ -543,17 +545,9 @@ static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Cho
     if (s <= r->ckpt_step)
         return;
     r->ckpt_step = s;
-    if (s > j->ckpt_pending) {
-        j->ckpt_pending = s;
-        j->ckpt_count = 0;
-        for (uint32_t k = 0; k < j->world; k++)
-            j->ckpt_count += j->ranks[k].ckpt_step >= s;
-    } else if (s == j->ckpt_pending) {
-        j->ckpt_count++;
-    }
-    if (j->ckpt_count == j->world && j->ckpt_pending > j->last_ckpt_step) {
+    if (s > j->last_ckpt_step) {
         char what[96];
-        j->last_ckpt_step = j->ckpt_pending;
+        j->last_ckpt_step = s;
         snprintf(what, sizeof(what), "checkpoint step %" PRId64 " committed", j->last_ckpt_step);
         CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
         coord_job_store(c, j);
@@ -1049,7 +1043,6 @@ static int load_one(void *ud, const coord_job_rec_t *rec)
     j->total_steps = rec->total_steps;
     j->loss = rec->loss;
     j->last_ckpt_step = rec->last_ckpt_step;
-    j->ckpt_pending = -1;
     j->submitted_ms = rec->submitted_ms;
     j->started_ms = rec->started_ms;
     j->finished_ms = rec->finished_ms;

@@ -113,8 +113,7 @@ typedef struct coord_job {
     uint32_t restarts;
     uint64_t step, total_steps;
     double loss, tokens_per_s, mfu;
-    int64_t last_ckpt_step, ckpt_pending;
-    uint32_t ckpt_count;
+    int64_t last_ckpt_step;
     char reason[512];
     uint64_t submitted_ms, started_ms, finished_ms; /* wall clock */
     uint32_t world;
