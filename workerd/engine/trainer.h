@@ -50,6 +50,13 @@ typedef struct eng_step_info {
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
     double bubble; /* pp > 1: time blocked on pipeline send/recv over the step time; else 0 */
+    /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
+     * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
+     * send/recv; zero: ZeRO-3 gathers and reduce-scatters and the data-parallel gradient
+     * reduction; optim: clipping and AdamW; idle: the rest (data, bookkeeping). */
+    struct {
+        double compute, tp, pp_wait, zero, optim, idle;
+    } time;
 } eng_step_info_t;
 
 typedef struct eng_trainer eng_trainer_t;
