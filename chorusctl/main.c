@@ -46,6 +46,14 @@ static const cmd_t commands[] = {
     {"plan", ctl_cmd_plan, "JOBFILE [--set section.key=value]...",
      "check a job file and show its layout, parameters, memory per rank, FLOPs and pipeline "
      "bubble (no coordinator needed)"},
+    /* Usage only: "plan" above dispatches, and plan.c sees --auto. */
+    {"plan --auto", ctl_cmd_plan,
+     "JOBFILE [--set ...] [--nodes N --slots-per-node G] [CLUSTER OPTIONS] [--top K] [--verbose]",
+     "propose the fastest layouts (tp pp dp, microbatches, micro_batch_size, reshard) for the "
+     "job's model and global batch on the coordinator's alive nodes or on --nodes x "
+     "--slots-per-node; CLUSTER OPTIONS (defaults: an A100 80 GB cluster): --mem-per-slot 80GiB "
+     "--flops-per-slot 312T --mfu 0.5 --tp-busbw 300GB --dp-busbw 25GB --mem-reserve 0.05 "
+     "--recompute none|full; --verbose says why layouts were refused"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -1,18 +1,24 @@
 /* chorusctl plan JOBFILE [--set section.key=value]... [--json]: what a job will be, before
- * it is launched. The file is checked exactly as submit checks it (ctl_jobfile_load), then
- * the plan is printed: world size and layout, each pipeline stage's blocks and what else it
- * holds, the padded vocab, parameter counts (whole model; per rank after the TP slice and
- * the ZeRO-3 shard), a memory estimate per rank, model FLOPs and tokens per step, and the
- * 1F1B pipeline bubble. Runs locally; talks to no coordinator.
+ * it is launched. With --auto, which layout to launch it with (see "auto" below). The file is
+ * checked exactly as submit checks it (ctl_jobfile_load), then the plan is printed: world size and
+ * layout, each pipeline stage's blocks and what else it holds, the padded vocab, parameter counts
+ * (whole model; per rank after the TP slice and the ZeRO-3 shard), a memory estimate per rank,
+ * model FLOPs and tokens per step, and the 1F1B pipeline bubble. Runs locally; talks to no
+ * coordinator.
  *
  * The arithmetic is common/plan.h's (ch_plan_stage); this file only prints it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/jobspec.h"
 #include "common/layout.h"
+#include "common/msg.h"
 #include "common/plan.h"
+#include "common/planner.h"
+#include "common/util.h"
 #include "ctl.h"
 #include "json.h"
 #include "table.h"
@@ -228,8 +234,13 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
 // ----------------------------------------------------------------------------
 // command
 
+static int plan_auto(ctl_t *ctl, int argc, char **argv);
+
 int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
 {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--auto") == 0)
+            return plan_auto(ctl, argc, argv);
     const char *file = NULL;
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     char warning[192];
@@ -253,7 +264,9 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         }
     }
     if (!file) {
-        ctl_errf("usage: chorusctl plan JOBFILE [--set section.key=value]... [--json]");
+        ctl_errf("usage: chorusctl plan JOBFILE [--set section.key=value]... [--json]\n"
+                 "       chorusctl plan --auto JOBFILE [--set ...] [cluster options] [--top K] "
+                 "[--verbose] [--json]");
         goto out;
     }
     st = ctl_jobfile_load(file, sets, nsets, &spec);
@@ -301,5 +314,525 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
 out:
     free(p.st);
     free(sets);
+    return st;
+}
+
+// ----------------------------------------------------------------------------
+// auto: chorusctl plan --auto JOBFILE [--set ...] [cluster options] [--top K] [--verbose]
+//
+// The job file gives the model and the global batch (dp × microbatches × micro_batch_size
+// of its [parallel] section); its layout is ignored. The cluster is the coordinator's
+// (alive nodes and their slots, `nodes` RPC) unless --nodes gives one; memory, FLOP/s, MFU
+// and bandwidths come from the flags or the planner's GPU defaults (common/planner.h), as
+// the coordinator does not know them. The arithmetic is common/planner.h's.
+
+#define JOBFILE_MAX (1u << 20)
+#define TOP_DEFAULT 5
+
+typedef struct auto_args {
+    const char *file;
+    char **sets;
+    int nsets;
+    uint32_t nodes, slots_per_node, top;
+    int verbose;
+    ch_planner_cluster_t cluster;
+    ch_planner_opts_t opts;
+} auto_args_t;
+
+/* "80GiB", "25GB", "312T", "1.5e12": a number with an optional SI (k M G T P, powers of
+ * 1000) or binary (Ki Mi Gi Ti Pi) multiplier, then an optional "B" and "/s". */
+static int parse_quantity(const char *s, double *out)
+{
+    static const char si[] = "kMGTP";
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v <= 0)
+        return -EINVAL;
+    const char *m = *end ? strchr(si, *end == 'K' ? 'k' : *end) : NULL;
+    if (m) {
+        int bin = end[1] == 'i';
+        v *= pow(bin ? 1024.0 : 1000.0, (double)(m - si + 1));
+        end += 1 + bin;
+    }
+    if (*end == 'B')
+        end++;
+    if (strcmp(end, "/s") == 0)
+        end += 2;
+    if (*end)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* "--name VALUE" at argv[*i]: 1 and *val (advancing *i), 0 for another word, -EINVAL
+ * when VALUE is missing. */
+static int auto_opt(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    if (strcmp(argv[*i], name) != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        ctl_errf("plan: %s needs a value", name);
+        return -EINVAL;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+static int auto_parse(int argc, char **argv, auto_args_t *a)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } quantities[] = {
+        {"--mem-per-slot", offsetof(ch_planner_cluster_t, mem_per_slot)},
+        {"--flops-per-slot", offsetof(ch_planner_cluster_t, flops_per_slot)},
+        {"--tp-busbw", offsetof(ch_planner_cluster_t, tp_busbw)},
+        {"--dp-busbw", offsetof(ch_planner_cluster_t, dp_busbw)},
+    };
+    const char *v;
+    long n;
+
+    for (int i = 0; i < argc; i++) {
+        int r = 0;
+        if (strcmp(argv[i], "--auto") == 0)
+            continue;
+        if (strcmp(argv[i], "--verbose") == 0) {
+            a->verbose = 1;
+            continue;
+        }
+        if (ctl_arg_set(argc, argv, &i, &a->sets[a->nsets])) {
+            a->nsets++;
+            continue;
+        }
+        for (size_t q = 0; q < sizeof quantities / sizeof quantities[0] && r == 0; q++) {
+            r = auto_opt(argc, argv, &i, quantities[q].name, &v);
+            if (r > 0 && parse_quantity(v, (double *)((char *)&a->cluster + quantities[q].off))) {
+                ctl_errf("plan: %s: '%s' is not a positive quantity (e.g. 80GiB, 25GB, 312T)",
+                         quantities[q].name, v);
+                return -EINVAL;
+            }
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--nodes", &v)) > 0) {
+            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
+                goto bad;
+            a->nodes = (uint32_t)n;
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--slots-per-node", &v)) > 0) {
+            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
+                goto bad;
+            a->slots_per_node = (uint32_t)n;
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--top", &v)) > 0) {
+            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
+                goto bad;
+            a->top = (uint32_t)n;
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--mfu", &v)) > 0) {
+            char *end;
+            a->cluster.mfu = strtod(v, &end);
+            if (end == v || *end || !(a->cluster.mfu > 0 && a->cluster.mfu <= 1))
+                goto bad;
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--mem-reserve", &v)) > 0) {
+            char *end;
+            a->opts.mem_reserve = strtod(v, &end);
+            if (end == v || *end || !(a->opts.mem_reserve >= 0 && a->opts.mem_reserve < 1))
+                goto bad;
+        }
+        if (r == 0 && (r = auto_opt(argc, argv, &i, "--recompute", &v)) > 0) {
+            if (strcmp(v, "none") == 0)
+                a->opts.recompute = CH_RECOMPUTE_NONE;
+            else if (strcmp(v, "full") == 0)
+                a->opts.recompute = CH_RECOMPUTE_FULL;
+            else
+                goto bad;
+        }
+        if (r < 0)
+            return r;
+        if (r == 0) {
+            if (argv[i][0] == '-' || a->file) {
+                ctl_errf("plan: unexpected '%s'", argv[i]);
+                return -EINVAL;
+            }
+            a->file = argv[i];
+        }
+        continue;
+    bad:
+        ctl_errf("plan: %s: bad value '%s'", argv[i - 1], v);
+        return -EINVAL;
+    }
+    if (!a->file) {
+        ctl_errf("usage: chorusctl plan --auto JOBFILE [--set section.key=value]... [--nodes N "
+                 "--slots-per-node G] [--mem-per-slot BYTES] [--flops-per-slot F] [--mfu X] "
+                 "[--tp-busbw B] [--dp-busbw B] [--recompute none|full] [--mem-reserve F] "
+                 "[--top K] [--verbose] [--json]");
+        return -EINVAL;
+    }
+    if ((a->nodes == 0) != (a->slots_per_node == 0)) {
+        ctl_errf("plan: --nodes and --slots-per-node go together (without both, the "
+                 "coordinator's nodes are planned for)");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The job file as submit reads it, except that its layout is the planner's to choose: the
+ * other sections are validated against a one-rank layout with the memory check (which
+ * judges one layout) left to the planner; train.data must exist. */
+static int auto_load(const auto_args_t *a, ch_jobspec_t *spec)
+{
+    char err[512] = "", *text = NULL;
+    size_t len = 0;
+    ch_jobspec_t chk;
+
+    int rc = ch_file_read(a->file, JOBFILE_MAX, &text, &len);
+    if (rc < 0) {
+        ctl_errf("%s: %s", a->file, ch_strerror(rc));
+        return CTL_EXIT_CONFIG;
+    }
+    ch_jobspec_defaults(spec);
+    rc = ch_jobspec_check_text(text, len, err, sizeof err);
+    if (rc == 0)
+        rc = ch_jobspec_parse(text, spec, err, sizeof err);
+    free(text);
+    for (int i = 0; rc == 0 && i < a->nsets; i++)
+        rc = ch_jobspec_set(spec, a->sets[i], err, sizeof err);
+    if (rc == 0 && spec->kind != CH_JOB_TRAIN)
+        rc = ch_errf(err, sizeof err, CH_E_CONFIG,
+                     "job.kind: --auto plans train jobs (this one is %s)",
+                     ch_job_kind_name(spec->kind));
+    if (rc == 0) {
+        chk = *spec;
+        chk.kind = CH_JOB_DIAG; /* no memory check: that is the planner's */
+        chk.parallel.tp = chk.parallel.pp = chk.parallel.dp = 1;
+        chk.parallel.microbatches = chk.parallel.micro_batch_size = 1;
+        rc = ch_jobspec_validate(&chk, 1, err, sizeof err);
+    }
+    if (rc < 0) {
+        ctl_errf("%s: %s", a->file, err[0] ? err : ch_strerror(rc));
+        return CTL_EXIT_CONFIG;
+    }
+    return CTL_EXIT_OK;
+}
+
+/* The coordinator's alive nodes: their slots (malloc'd into *slots) and racks. */
+static int auto_cluster_rpc(const ctl_t *ctl, uint32_t **slots, uint32_t *nodes, uint32_t *racks)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_NODE_LIST, NULL, &resp);
+    if (st != CTL_EXIT_OK) {
+        ctl_errf("plan: or give the cluster with --nodes N --slots-per-node G");
+        return st;
+    }
+    const Chorus__NodeList *nl = resp->node_list;
+    *slots = calloc(nl->n_nodes + 1, sizeof **slots);
+    *nodes = *racks = 0;
+    if (!*slots) {
+        ch_msg_free(resp);
+        ctl_errf("out of memory");
+        return CTL_EXIT_FAILED;
+    }
+    for (size_t i = 0; i < nl->n_nodes; i++) {
+        const Chorus__NodeInfo *n = nl->nodes[i];
+        if (!n->state || strcmp(n->state, "alive") != 0 || n->slots == 0)
+            continue;
+        (*slots)[(*nodes)++] = n->slots;
+        /* Racks are few: count the distinct labels among the alive nodes seen so far. */
+        int seen = 0;
+        for (size_t k = 0; k < i && !seen; k++)
+            seen =
+                nl->nodes[k]->state && strcmp(nl->nodes[k]->state, "alive") == 0 &&
+                nl->nodes[k]->slots &&
+                strcmp(nl->nodes[k]->rack ? nl->nodes[k]->rack : "", n->rack ? n->rack : "") == 0;
+        *racks += !seen;
+    }
+    ch_msg_free(resp);
+    if (*nodes == 0) {
+        ctl_errf("plan: the coordinator (%s) has no alive node with slots; give the cluster "
+                 "with --nodes N --slots-per-node G",
+                 ctl_target(ctl));
+        return CTL_EXIT_FAILED;
+    }
+    return CTL_EXIT_OK;
+}
+
+static void fmt_seconds(char *buf, size_t n, double s)
+{
+    if (s >= 1)
+        snprintf(buf, n, "%.2f s", s);
+    else
+        snprintf(buf, n, "%.1f ms", s * 1e3);
+}
+
+/* The --set words that turn the job file into layout l. */
+static void fmt_sets(char *buf, size_t n, const ch_planner_layout_t *l)
+{
+    snprintf(buf, n,
+             "--set parallel.tp=%u --set parallel.pp=%u --set parallel.dp=%u --set "
+             "parallel.microbatches=%u --set parallel.micro_batch_size=%u --set "
+             "parallel.reshard=%s",
+             l->tp, l->pp, l->dp, l->microbatches, l->micro_batch_size, reshard_name(l->reshard));
+}
+
+typedef struct auto_view {
+    const auto_args_t *a;
+    const ch_jobspec_t *spec;
+    const ch_planner_result_t *r;
+    const char *source; /* "coordinator ..." or "flags" */
+    uint32_t nodes, racks;
+    double params;
+} auto_view_t;
+
+static void auto_print_text(const auto_view_t *v)
+{
+    const ch_jobspec_t *j = v->spec;
+    const ch_planner_cluster_t *c = &v->a->cluster;
+    const ch_planner_result_t *r = v->r;
+    char a[48], b[48], d[48], e[48], line[512];
+    size_t shown = r->n_layouts < v->a->top ? r->n_layouts : v->a->top;
+
+    fmt_count(a, sizeof a, v->params);
+    printf("auto plan for job '%s' (%s): %s parameters; %u layers, %u heads, embd %u, vocab "
+           "%u, seq_len %u\n",
+           j->name, v->a->file, a, j->model.layers, j->model.heads, j->model.embd, j->model.vocab,
+           j->model.seq_len);
+    fmt_bytes(a, sizeof a, c->mem_per_slot);
+    fmt_bytes(b, sizeof b, r->usable_bytes);
+    ctl_fmt_si(d, sizeof d, c->flops_per_slot);
+    printf("cluster     %u nodes, %llu slots (%s); per slot %s (%s usable), %s FLOP/s peak at "
+           "MFU %.2f\n",
+           v->nodes, (unsigned long long)r->slots, v->source, a, b, d, c->mfu);
+    ctl_fmt_si(a, sizeof a, c->tp_busbw);
+    ctl_fmt_si(b, sizeof b, c->dp_busbw);
+    printf("network     busbw %sB/s inside a node (TP), %sB/s per slot across nodes (DP, PP)\n", a,
+           b);
+    fmt_count(a, sizeof a, (double)v->a->opts.global_batch);
+    printf("batch       %s sequences/step, kept (the job file splits it dp %u x microbatches %u "
+           "x micro_batch_size %u; the planner re-splits it)\n",
+           a, j->parallel.dp, j->parallel.microbatches, j->parallel.micro_batch_size);
+    printf("recompute   %s%s\n", ch_recompute_name(v->a->opts.recompute),
+           v->a->opts.recompute == CH_RECOMPUTE_FULL
+               ? " (assumed: the engine does not recompute activations yet)"
+               : " (activations kept for backward, as the engine does)");
+    printf("\n");
+    if (shown > 0) {
+        ctl_table_t t;
+        const char *head[] = {"#",     "TP",      "PP",       "DP",   "WORLD",    "MICROBATCHES",
+                              "MBS",   "RESHARD", "MEM/RANK", "STEP", "TOKENS/S", "MFU",
+                              "BUBBLE"};
+        ctl_table_init(&t, 13);
+        for (size_t i = 0; i < 13; i++)
+            ctl_table_cell(&t, "%s", head[i]);
+        for (size_t i = 0; i < shown; i++) {
+            const ch_planner_layout_t *l = &r->layouts[i];
+            ctl_table_cell(&t, "%zu", i + 1);
+            ctl_table_cell(&t, "%u", l->tp);
+            ctl_table_cell(&t, "%u", l->pp);
+            ctl_table_cell(&t, "%u", l->dp);
+            ctl_table_cell(&t, "%u", l->world);
+            ctl_table_cell(&t, "%u", l->microbatches);
+            ctl_table_cell(&t, "%u", l->micro_batch_size);
+            ctl_table_cell(&t, "%s", reshard_name(l->reshard));
+            fmt_bytes(a, sizeof a, l->mem_bytes);
+            ctl_table_cell(&t, "%s", a);
+            fmt_seconds(a, sizeof a, l->step_s);
+            ctl_table_cell(&t, "%s", a);
+            ctl_fmt_si(a, sizeof a, l->tokens_per_s);
+            ctl_table_cell(&t, "%s", a);
+            ctl_table_cell(&t, "%.1f%%", 100 * l->mfu);
+            ctl_table_cell(&t, "%.1f%%", 100 * l->bubble);
+        }
+        ctl_table_print(&t, stdout);
+        ctl_table_fini(&t);
+        printf("\n");
+    }
+    if (v->a->verbose) {
+        for (size_t i = 0; i < shown; i++) {
+            const ch_planner_layout_t *l = &r->layouts[i];
+            fmt_bytes(a, sizeof a, l->state_bytes);
+            fmt_bytes(b, sizeof b, l->gathered_bytes);
+            fmt_bytes(d, sizeof d, l->act_bytes);
+            printf("#%zu memory on stage %u: state %s, gathered %s, activations %s\n", i + 1,
+                   l->peak_stage, a, b, d);
+            fmt_seconds(a, sizeof a, l->compute_s);
+            fmt_seconds(b, sizeof b, l->tp_s);
+            fmt_seconds(d, sizeof d, l->p2p_s);
+            fmt_seconds(e, sizeof e, l->dp_s);
+            printf("#%zu per micro-batch on the slowest stage: compute %s, TP %s, PP %s, DP %s "
+                   "(overlapped)\n",
+                   i + 1, a, b, d, e);
+        }
+        for (size_t i = 0; i < r->n_refused; i++) {
+            const ch_planner_refusal_t *f = &r->refused[i];
+            if (f->l.pp)
+                printf("refused tp %u pp %u dp %u: %s\n", f->l.tp, f->l.pp, f->l.dp, f->reason);
+            else
+                printf("refused tp %u: %s\n", f->l.tp, f->reason);
+        }
+        if (shown || r->n_refused)
+            printf("\n");
+    }
+    printf("%zu layouts fit, %zu refused%s\n", r->n_layouts, r->n_refused,
+           v->a->verbose || !r->n_refused ? "" : " (--verbose says why)");
+    if (r->n_layouts) {
+        fmt_sets(line, sizeof line, &r->layouts[0]);
+        printf("submit the best: chorusctl submit %s %s\n", v->a->file, line);
+    }
+}
+
+static void auto_json_layout(ctl_json_t *js, const ch_planner_layout_t *l)
+{
+    ctl_json_kuint(js, "tp", l->tp);
+    ctl_json_kuint(js, "pp", l->pp);
+    ctl_json_kuint(js, "dp", l->dp);
+    ctl_json_kuint(js, "world_size", l->world);
+    ctl_json_kuint(js, "microbatches", l->microbatches);
+    ctl_json_kuint(js, "micro_batch_size", l->micro_batch_size);
+    ctl_json_kstr(js, "reshard", reshard_name(l->reshard));
+    ctl_json_kuint(js, "peak_stage", l->peak_stage);
+    ctl_json_kuint(js, "memory_bytes", (uint64_t)l->mem_bytes);
+    ctl_json_kuint(js, "state_bytes", (uint64_t)l->state_bytes);
+    ctl_json_kuint(js, "gathered_bytes", (uint64_t)l->gathered_bytes);
+    ctl_json_kuint(js, "activation_bytes", (uint64_t)l->act_bytes);
+    ctl_json_kdouble(js, "step_s", l->step_s);
+    ctl_json_kdouble(js, "compute_s", l->compute_s);
+    ctl_json_kdouble(js, "tp_comm_s", l->tp_s);
+    ctl_json_kdouble(js, "pp_comm_s", l->p2p_s);
+    ctl_json_kdouble(js, "dp_comm_s", l->dp_s);
+    ctl_json_kdouble(js, "bubble_fraction", l->bubble);
+    ctl_json_kdouble(js, "tokens_per_s", l->tokens_per_s);
+    ctl_json_kdouble(js, "mfu", l->mfu);
+}
+
+static void auto_print_json(const auto_view_t *v)
+{
+    const ch_planner_cluster_t *c = &v->a->cluster;
+    const ch_planner_result_t *r = v->r;
+    const ch_jobspec_t *j = v->spec;
+    size_t shown = r->n_layouts < v->a->top ? r->n_layouts : v->a->top;
+    ctl_json_t js;
+
+    ctl_json_init(&js, stdout);
+    ctl_json_obj_begin(&js);
+    ctl_json_kstr(&js, "file", v->a->file);
+    ctl_json_kstr(&js, "name", j->name);
+    ctl_json_kuint(&js, "params_total", (uint64_t)v->params);
+    ctl_json_key(&js, "cluster");
+    ctl_json_obj_begin(&js);
+    ctl_json_kstr(&js, "source", v->source);
+    ctl_json_kuint(&js, "nodes", v->nodes);
+    ctl_json_kuint(&js, "racks", v->racks);
+    ctl_json_kuint(&js, "slots", r->slots);
+    ctl_json_kdouble(&js, "mem_per_slot", c->mem_per_slot);
+    ctl_json_kdouble(&js, "usable_per_slot", r->usable_bytes);
+    ctl_json_kdouble(&js, "flops_per_slot", c->flops_per_slot);
+    ctl_json_kdouble(&js, "mfu", c->mfu);
+    ctl_json_kdouble(&js, "tp_busbw", c->tp_busbw);
+    ctl_json_kdouble(&js, "dp_busbw", c->dp_busbw);
+    ctl_json_obj_end(&js);
+    ctl_json_kuint(&js, "global_batch", v->a->opts.global_batch);
+    ctl_json_kstr(&js, "recompute", ch_recompute_name(v->a->opts.recompute));
+    ctl_json_kuint(&js, "fitting", r->n_layouts);
+    ctl_json_key(&js, "layouts");
+    ctl_json_arr_begin(&js);
+    for (size_t i = 0; i < shown; i++) {
+        ctl_json_obj_begin(&js);
+        ctl_json_kuint(&js, "rank", i + 1);
+        auto_json_layout(&js, &r->layouts[i]);
+        ctl_json_obj_end(&js);
+    }
+    ctl_json_arr_end(&js);
+    ctl_json_key(&js, "refused");
+    ctl_json_arr_begin(&js);
+    for (size_t i = 0; i < r->n_refused; i++) {
+        ctl_json_obj_begin(&js);
+        auto_json_layout(&js, &r->refused[i].l);
+        ctl_json_kstr(&js, "reason", r->refused[i].reason);
+        ctl_json_obj_end(&js);
+    }
+    ctl_json_arr_end(&js);
+    ctl_json_obj_end(&js);
+    ctl_json_finish(&js);
+}
+
+static int plan_auto(ctl_t *ctl, int argc, char **argv)
+{
+    auto_args_t a = {.top = TOP_DEFAULT};
+    ch_planner_result_t r = {0};
+    uint32_t *slots = NULL;
+    char err[256], source[160];
+    ch_jobspec_t spec;
+    auto_view_t v = {.a = &a, .spec = &spec, .r = &r, .source = source};
+    int st = CTL_EXIT_USAGE;
+
+    ch_planner_cluster_defaults(&a.cluster, 0, 0);
+    a.opts.mem_reserve = CH_PLANNER_MEM_RESERVE;
+    a.sets = calloc((size_t)argc + 1, sizeof *a.sets);
+    if (!a.sets) {
+        ctl_errf("out of memory");
+        return CTL_EXIT_FAILED;
+    }
+    if (auto_parse(argc, argv, &a) < 0)
+        goto out;
+    st = auto_load(&a, &spec);
+    if (st != CTL_EXIT_OK)
+        goto out;
+    double batch =
+        (double)spec.parallel.dp * spec.parallel.microbatches * spec.parallel.micro_batch_size;
+    if (batch > CH_PLANNER_BATCH_MAX) {
+        ctl_errf("%s: parallel: the global batch dp x microbatches x micro_batch_size is over "
+                 "2^53 sequences",
+                 a.file);
+        st = CTL_EXIT_CONFIG;
+        goto out;
+    }
+    a.opts.global_batch = (uint64_t)batch;
+    if (a.nodes) {
+        a.cluster.nodes = v.nodes = a.nodes;
+        a.cluster.slots_per_node = a.slots_per_node;
+        snprintf(source, sizeof source, "%u x %u slots, from flags", a.nodes, a.slots_per_node);
+    } else {
+        st = auto_cluster_rpc(ctl, &slots, &v.nodes, &v.racks);
+        if (st != CTL_EXIT_OK)
+            goto out;
+        a.cluster.nodes = v.nodes;
+        a.cluster.node_slots = slots;
+        snprintf(source, sizeof source, "alive nodes of the coordinator at %s, %u rack%s",
+                 ctl_target(ctl), v.racks, v.racks == 1 ? "" : "s");
+    }
+    const ch_model_cfg_t m = ch_plan_model_of(&spec);
+    ch_plan_t whole;
+    ch_layout_t one = {1, 1, 1};
+    ch_plan_stage(&m, one, 1, 1, CH_RESHARD_PER_USE, 0, &whole);
+    v.params = whole.params_total;
+    int rc = ch_planner_run(&m, &a.cluster, &a.opts, &r, err, sizeof err);
+    if (rc < 0) {
+        ctl_errf("%s: %s", a.file, err);
+        st = rc == -ENOMEM ? CTL_EXIT_FAILED : CTL_EXIT_CONFIG;
+        goto out;
+    }
+    if (ctl->json)
+        auto_print_json(&v);
+    else
+        auto_print_text(&v);
+    st = CTL_EXIT_OK;
+    if (r.n_layouts == 0) {
+        /* Refusals come least memory first: the first is the closest miss. */
+        const ch_planner_refusal_t *f = r.n_refused ? &r.refused[0] : NULL;
+        if (f)
+            ctl_errf("%s: no layout fits this cluster; closest: tp %u pp %u dp %u: %s", a.file,
+                     f->l.tp, f->l.pp, f->l.dp, f->reason);
+        else
+            ctl_errf("%s: no layout fits this cluster", a.file);
+        st = CTL_EXIT_FAILED;
+    }
+out:
+    ch_planner_result_free(&r);
+    free(slots);
+    free(a.sets);
     return st;
 }
