@@ -180,3 +180,182 @@ Test(plan, bad_job_files_are_refused_like_submit)
     cr_assert_eq(o.status, 2, "plan without a file: exit %d", o.status);
     h_out_free(&o);
 }
+
+// ----------------------------------------------------------------------------
+// plan --auto: the planner (common/planner.h) behind the CLI
+
+TestSuite(plan_auto, .fini = h_teardown, .timeout = 120);
+
+/* Megatron-LM's 1T model; its file asks for batch 3072 as dp 1 x 3072 x 1 and a layout
+ * that could never run (the planner ignores it). */
+static const char gpt_1t[] = "[job]\nname = gpt-1t\n"
+                             "[model]\nlayers = 128\nheads = 160\nembd = 25600\n"
+                             "vocab = 51200\nseq_len = 2048\n"
+                             "[parallel]\ntp = 1\npp = 1\ndp = 1\n"
+                             "microbatches = 3072\nmicro_batch_size = 1\n";
+
+static const ch_json_t *layout_at(const ch_json_t *p, size_t i)
+{
+    const ch_json_t *l = h_json_at(ch_json_get(p, "layouts"), i);
+    cr_assert_not_null(l, "no layout %zu", i);
+    return l;
+}
+
+Test(plan_auto, gpt2_on_one_node_is_pure_dp)
+{
+    char job[PATH_MAX + 32];
+    write_job(job, sizeof job, "gpt2.ini", gpt2_124m);
+
+    /* The file's batch: 1 x 1 x 8 sequences. */
+    ch_json_t *p = h_ctl_json(NULL, "plan", "--auto", job, "--nodes", "1", "--slots-per-node", "8",
+                              "--json", NULL);
+    cr_assert_not_null(p);
+    cr_assert_eq(h_json_num(p, "global_batch"), 8.0);
+    cr_assert_eq(h_json_num(p, "params_total"), 124439808.0);
+    cr_assert_eq(h_json_num(ch_json_get(p, "cluster"), "slots"), 8.0);
+    cr_assert_eq(h_json_num(ch_json_get(p, "cluster"), "mem_per_slot"), 80.0 * 1073741824);
+    cr_assert_str_eq(h_json_str(p, "recompute"), "none");
+    const ch_json_t *best = layout_at(p, 0);
+    cr_assert_eq(h_json_num(best, "tp"), 1.0);
+    cr_assert_eq(h_json_num(best, "pp"), 1.0);
+    cr_assert_eq(h_json_num(best, "dp"), 8.0);
+    cr_assert_eq(h_json_num(best, "microbatches") * h_json_num(best, "micro_batch_size"), 1.0);
+    cr_assert_gt(h_json_num(best, "tokens_per_s"), 0.0);
+    size_t n = ch_json_get(p, "layouts")->nkids;
+    cr_assert(n >= 2 && n <= 5, "top 5 by default, got %zu", n);
+    for (size_t i = 1; i < n; i++)
+        cr_assert_geq(h_json_num(layout_at(p, i), "step_s"),
+                      h_json_num(layout_at(p, i - 1), "step_s"));
+    ch_json_free(p);
+
+    /* The table, and the --set line that launches the best. */
+    h_out_t o;
+    cr_assert_eq(h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "1", "--slots-per-node", "8",
+                       "--top", "3", NULL),
+                 0);
+    cr_assert_eq(o.status, 0, "exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.out, "TOKENS/S") && h_has(o.out, "MEM/RANK") &&
+                  h_has(o.out, "--set parallel.tp=1 --set parallel.pp=1 --set parallel.dp=8"),
+              "%s", o.out);
+    h_out_free(&o);
+}
+
+Test(plan_auto, megatron_1t_layout_and_refusal)
+{
+    char job[PATH_MAX + 32];
+    write_job(job, sizeof job, "gpt-1t.ini", gpt_1t);
+
+    /* 384 nodes of 8 A100s (the defaults), with recomputation as Megatron ran it. */
+    ch_json_t *p =
+        h_ctl_json(NULL, "plan", "--auto", job, "--nodes", "384", "--slots-per-node", "8",
+                   "--recompute", "full", "--mem-per-slot", "80GiB", "--tp-busbw", "300GB",
+                   "--dp-busbw", "25e9", "--flops-per-slot", "312T", "--json", NULL);
+    cr_assert_not_null(p);
+    cr_assert_eq(h_json_num(p, "global_batch"), 3072.0);
+    cr_assert_eq(h_json_num(ch_json_get(p, "cluster"), "dp_busbw"), 25e9);
+    cr_assert_eq(h_json_num(ch_json_get(p, "cluster"), "flops_per_slot"), 312e12);
+    int found = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const ch_json_t *l = layout_at(p, i);
+        found |= h_json_num(l, "tp") == 8 && h_json_num(l, "pp") == 64 && h_json_num(l, "dp") == 6;
+    }
+    cr_assert(found, "Megatron's TP=8 PP=64 DP=6 is not in the top 3");
+    ch_json_free(p);
+
+    /* As the engine runs today (no recomputation) it fits nowhere: exit 1 with the reason,
+     * and the JSON document still lists every refusal. */
+    h_out_t o;
+    cr_assert_eq(
+        h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "384", "--slots-per-node", "8", NULL), 0);
+    cr_assert_eq(o.status, 1, "exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.err, "no layout fits") && h_has(o.err, "activations") &&
+                  h_has(o.err, "usable"),
+              "%s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "384", "--slots-per-node", "8",
+                       "--json", NULL),
+                 0);
+    cr_assert_eq(o.status, 1);
+    ch_json_t *j = NULL;
+    cr_assert_eq(ch_json_parse(o.out, strlen(o.out), NULL, &j, NULL, 0), 0, "%s", o.out);
+    cr_assert_eq(ch_json_get(j, "layouts")->nkids, 0);
+    const ch_json_t *r0 = h_json_at(ch_json_get(j, "refused"), 0);
+    cr_assert_not_null(r0);
+    cr_assert(strstr(h_json_str(r0, "reason"), "does not fit"), "%s", h_json_str(r0, "reason"));
+    ch_json_free(j);
+    h_out_free(&o);
+
+    /* --verbose names each refused layout. */
+    cr_assert_eq(h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "384", "--slots-per-node", "8",
+                       "--verbose", NULL),
+                 0);
+    cr_assert(h_has(o.out, "refused tp 8 pp 64 dp 6: does not fit"), "%s", o.out);
+    h_out_free(&o);
+}
+
+Test(plan_auto, bad_command_lines)
+{
+    char job[PATH_MAX + 32];
+    h_out_t o;
+    write_job(job, sizeof job, "gpt2.ini", gpt2_124m);
+
+    const char *bad[][4] = {
+        {"--nodes", "4", NULL, NULL},               /* without --slots-per-node */
+        {"--nodes", "4", "--slots-per-node", "0"},  /* no slots */
+        {"--mem-per-slot", "lots", "--nodes", "1"}, /* not a quantity */
+        {"--recompute", "some", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(h_ctl(NULL, &o, "plan", "--auto", job, bad[i][0], bad[i][1], bad[i][2],
+                           bad[i][3], NULL),
+                     0);
+        cr_assert_eq(o.status, 2, "case %zu: exit %d: %s", i, o.status, o.err);
+        cr_assert_eq(o.out[0], '\0');
+        h_out_free(&o);
+    }
+    /* A bad model is refused as submit refuses it; so is a diag job. */
+    write_job(job, sizeof job, "bad.ini", "[model]\nheads = 12\nembd = 700\n");
+    cr_assert_eq(
+        h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "1", "--slots-per-node", "8", NULL), 0);
+    cr_assert_eq(o.status, 78, "exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.err, "model.embd"), "%s", o.err);
+    h_out_free(&o);
+    write_job(job, sizeof job, "diag.ini", "[job]\nkind = diag\n");
+    cr_assert_eq(
+        h_ctl(NULL, &o, "plan", "--auto", job, "--nodes", "1", "--slots-per-node", "8", NULL), 0);
+    cr_assert_eq(o.status, 78, "exit %d: %s", o.status, o.err);
+    h_out_free(&o);
+    /* No cluster given and no coordinator: unreachable, with a hint. */
+    write_job(job, sizeof job, "gpt2.ini", gpt2_124m);
+    cr_assert_eq(h_ctl(NULL, &o, "--socket", "/nonexistent/ctl.sock", "plan", "--auto", job, NULL),
+                 0);
+    cr_assert_eq(o.status, 69, "exit %d: %s", o.status, o.err);
+    cr_assert(h_has(o.err, "--nodes"), "%s", o.err);
+    h_out_free(&o);
+}
+
+Test(plan_auto, plans_for_the_coordinators_nodes)
+{
+    h_cluster_t c;
+    char job[PATH_MAX + 32];
+    cr_assert_eq(h_cluster_up(&c, 2, 2), 0);
+    write_job(job, sizeof job, "gpt2.ini", gpt2_124m);
+
+    /* Batch 8 on 2 nodes x 2 slots: at most 4 ranks, TP groups of at most 2. */
+    ch_json_t *p = h_ctl_json(&c, "plan", "--auto", job, "--set", "parallel.micro_batch_size=8",
+                              "--json", NULL);
+    cr_assert_not_null(p);
+    const ch_json_t *cl = ch_json_get(p, "cluster");
+    cr_assert_eq(h_json_num(cl, "nodes"), 2.0);
+    cr_assert_eq(h_json_num(cl, "slots"), 4.0);
+    cr_assert(strstr(h_json_str(cl, "source"), "coordinator"), "%s", h_json_str(cl, "source"));
+    size_t n = ch_json_get(p, "layouts")->nkids;
+    cr_assert_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        const ch_json_t *l = layout_at(p, i);
+        cr_assert_leq(h_json_num(l, "world_size"), 4.0);
+        cr_assert_leq(h_json_num(l, "tp"), 2.0);
+    }
+    cr_assert_eq(h_json_num(layout_at(p, 0), "world_size"), 4.0, "the whole cluster is used");
+    ch_json_free(p);
+}
