@@ -226,7 +226,7 @@ int wrk_train_run(wrk_rank_t *r)
 
     double acc = NAN; /* an accuracy not reported yet */
     while (eng_trainer_next_step(t) < total) {
-        eng_step_info_t info;
+        eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
         rc = eng_trainer_step(t, &info);
         if (rc < 0) {
             const char *g;
