@@ -87,6 +87,44 @@ static void rank_json(ctl_json_t *j, const Chorus__RankInfo *r)
         ctl_json_kdouble(j, r->metrics[m]->name, r->metrics[m]->value);
     ctl_json_kint(j, "exit_code", r->exit_code);
     ctl_json_kint(j, "signal", r->signal);
+    if (r->place) { /* train jobs: where the rank sits in the layout */
+        const Chorus__RankPlace *p = r->place;
+        ctl_json_key(j, "coord");
+        ctl_json_obj_begin(j);
+        ctl_json_kuint(j, "tp", p->tp);
+        ctl_json_kuint(j, "pp", p->pp);
+        ctl_json_kuint(j, "dp", p->dp);
+        ctl_json_obj_end(j);
+        ctl_json_key(j, "blocks");
+        ctl_json_obj_begin(j);
+        ctl_json_kuint(j, "first", p->first_block);
+        ctl_json_kuint(j, "count", p->blocks);
+        ctl_json_obj_end(j);
+        ctl_json_key(j, "shard");
+        ctl_json_obj_begin(j);
+        ctl_json_kuint(j, "index", p->dp);
+        ctl_json_kuint(j, "of", p->shards);
+        ctl_json_kuint(j, "owned_params", p->owned_params);
+        ctl_json_obj_end(j);
+        ctl_json_key(j, "place_reported");
+        ctl_json_bool(j, p->reported);
+    }
+    ctl_json_key(j, "time"); /* the last step's breakdown, seconds */
+    if (r->time) {
+        const Chorus__StepTime *t = r->time;
+        ctl_json_obj_begin(j);
+        ctl_json_kdouble(j, "step_s", t->step_s);
+        ctl_json_kdouble(j, "compute", t->compute);
+        ctl_json_kdouble(j, "tp", t->tp);
+        ctl_json_kdouble(j, "pp_wait", t->pp_wait);
+        ctl_json_kdouble(j, "zero", t->zero);
+        ctl_json_kdouble(j, "optim", t->optim);
+        ctl_json_kdouble(j, "idle", t->idle);
+        ctl_json_kdouble(j, "bubble", t->bubble);
+        ctl_json_obj_end(j);
+    } else {
+        ctl_json_null(j);
+    }
     ctl_json_obj_end(j);
 }
 
@@ -149,6 +187,13 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
         ctl_json_null(j);
     ctl_json_kdouble(j, "tokens_per_s", ji->tokens_per_s);
     ctl_json_kdouble(j, "mfu", ji->mfu);
+    ctl_json_kuint(j, "microbatches", ji->microbatches);
+    ctl_json_key(j, "bubble"); /* measured: mean over ranks of pp_wait / step time */
+    if (ji->bubble >= 0)
+        ctl_json_double(j, ji->bubble);
+    else
+        ctl_json_null(j);
+    ctl_json_kdouble(j, "bubble_theory", ji->bubble_theory);
     ctl_json_kstr(j, "reason", ji->reason);
     ctl_json_kuint(j, "submitted_ms", ji->submitted_ms);
     ctl_json_kuint(j, "started_ms", ji->started_ms);
@@ -224,6 +269,65 @@ static void print_ranks(const Chorus__JobInfo *ji)
     ctl_table_fini(&t);
 }
 
+/* Milliseconds of a part of the step, "-" before the engine measures the parts. */
+static void ms_cell(ctl_table_t *t, double seconds, int measured)
+{
+    if (measured)
+        ctl_table_cell(t, "%.2f", seconds * 1e3);
+    else
+        ctl_table_cell(t, "-");
+}
+
+/* Train jobs: each rank's place in the layout and where its last step went. */
+static void print_layout(const Chorus__JobInfo *ji)
+{
+    static const char *const hdr[] = {"RANK",    "TP",    "PP",      "DP",      "BLOCKS",
+                                      "SHARD",   "OWNED", "STEP_MS", "COMPUTE", "TP_COMM",
+                                      "PP_WAIT", "ZERO",  "OPTIM",   "IDLE",    "BUBBLE"};
+    const size_t nh = sizeof hdr / sizeof hdr[0];
+    ctl_table_t t;
+    ctl_table_init(&t, nh);
+    for (size_t h = 0; h < nh; h++)
+        ctl_table_cell(&t, "%s", hdr[h]);
+    for (size_t i = 0; i < ji->n_ranks; i++) {
+        const Chorus__RankInfo *r = ji->ranks[i];
+        const Chorus__RankPlace *p = r->place;
+        const Chorus__StepTime *st = r->time;
+        char owned[32];
+        if (!p)
+            continue;
+        ctl_fmt_si(owned, sizeof owned, (double)p->owned_params);
+        ctl_table_cell(&t, "%" PRIu32, r->rank);
+        ctl_table_cell(&t, "%" PRIu32, p->tp);
+        ctl_table_cell(&t, "%" PRIu32, p->pp);
+        ctl_table_cell(&t, "%" PRIu32, p->dp);
+        if (p->blocks > 1)
+            ctl_table_cell(&t, "%" PRIu32 "-%" PRIu32, p->first_block,
+                           p->first_block + p->blocks - 1);
+        else
+            ctl_table_cell(&t, "%" PRIu32, p->first_block);
+        ctl_table_cell(&t, "%" PRIu32 "/%" PRIu32, p->dp, p->shards);
+        ctl_table_cell(&t, "%s", owned);
+        if (!st) {
+            for (size_t k = 7; k < nh; k++)
+                ctl_table_cell(&t, "-");
+            continue;
+        }
+        /* The parts are zero until the engine measures them: then only the step shows. */
+        int parts = st->compute + st->tp + st->pp_wait + st->zero + st->optim + st->idle > 0;
+        ctl_table_cell(&t, "%.2f", st->step_s * 1e3);
+        ms_cell(&t, st->compute, parts);
+        ms_cell(&t, st->tp, parts);
+        ms_cell(&t, st->pp_wait, parts);
+        ms_cell(&t, st->zero, parts);
+        ms_cell(&t, st->optim, parts);
+        ms_cell(&t, st->idle, parts);
+        ctl_table_cell(&t, "%.1f%%", 100.0 * st->bubble);
+    }
+    ctl_table_print(&t, stdout);
+    ctl_table_fini(&t);
+}
+
 void ctl_job_print(const Chorus__JobInfo *ji)
 {
     char tps[32], sub[32], start[32], fin[32], run[32];
@@ -254,6 +358,14 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     printf("tokens/s     %s\n", tps);
     if (ji->mfu > 0 && isfinite(ji->mfu))
         printf("MFU          %.2f%%\n", 100.0 * ji->mfu);
+    if (ji->pp > 1) {
+        char measured[32] = "-";
+        if (ji->bubble >= 0)
+            snprintf(measured, sizeof measured, "%.1f%%", 100.0 * ji->bubble);
+        printf("bubble       %s measured (mean over ranks of pp_wait / step), 1F1B %.1f%% = "
+               "(pp-1)/(microbatches+pp-1) with microbatches %" PRIu32 "\n",
+               measured, 100.0 * ji->bubble_theory, ji->microbatches);
+    }
     printf("submitted    %s\nstarted      %s\nfinished     %s (ran %s)\n", sub, start, fin, run);
     for (size_t i = 0; i < ji->n_history; i++) {
         const Chorus__RestartInfo *h = ji->history[i];
@@ -272,6 +384,10 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     if (ji->n_ranks > 0) {
         printf("\n");
         print_ranks(ji);
+        if (ji->ranks[0]->place) {
+            printf("\n");
+            print_layout(ji);
+        }
     }
 }
 

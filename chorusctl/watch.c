@@ -8,8 +8,9 @@
  *     generation or restarts change;
  *   - --json: one JSON object per line on the same changes (a stream for scripts), the
  *     last one the job's final state.
- * The figures: percent, step/total, loss, tokens/s, MFU, the pipeline bubble when rank 0
- * reports one, restarts and an ETA from the pace since the current run of steps began. */
+ * The figures: percent, step/total, loss, tokens/s, MFU, the pipeline bubble (measured:
+ * the mean over ranks of pp_wait / step; with 1F1B's (p-1)/(m+p-1) beside it), restarts and an ETA
+ * from the pace since the current run of steps began. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,9 +57,12 @@ static double eta_seconds(watch_t *w, const Chorus__JobInfo *ji)
     return per_step * (double)(ji->total_steps - ji->step);
 }
 
-/* Rank 0's reported "bubble" (the pipeline's idle fraction), NaN when absent. */
+/* The job's measured pipeline bubble (the mean over ranks), else rank 0's reported
+ * "bubble" (a coordinator without the field), NaN when absent. */
 static double bubble(const Chorus__JobInfo *ji)
 {
+    if (ji->pp > 1 && ji->bubble >= 0)
+        return ji->bubble;
     for (size_t r = 0; r < ji->n_ranks; r++) {
         if (ji->ranks[r]->rank != 0)
             continue;
@@ -99,7 +103,8 @@ static void tail(char *buf, size_t n, const Chorus__JobInfo *ji, const figures_t
     if (isfinite(f->mfu))
         snprintf(mfu, sizeof mfu, "%.2f%%", 100.0 * f->mfu);
     if (isfinite(f->bubble))
-        snprintf(bub, sizeof bub, "  bubble %.1f%%", 100.0 * f->bubble);
+        snprintf(bub, sizeof bub, "  bubble %.1f%% (1F1B %.1f%%)", 100.0 * f->bubble,
+                 100.0 * ji->bubble_theory);
     snprintf(buf, n, "  loss %s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s", loss, tps,
              mfu, bub, ji->restarts, eta, ji->reason && *ji->reason ? "  reason: " : "",
              ji->reason ? ji->reason : "");
@@ -157,6 +162,7 @@ static void show_json(const Chorus__JobInfo *ji, const figures_t *f)
     ctl_json_kdouble(&j, "tokens_per_s", f->tokens_per_s);
     ctl_json_kdouble(&j, "mfu", f->mfu);
     ctl_json_kdouble(&j, "bubble", f->bubble);
+    ctl_json_kdouble(&j, "bubble_theory", ji->pp > 1 ? ji->bubble_theory : NAN);
     ctl_json_kuint(&j, "generation", ji->generation);
     ctl_json_kuint(&j, "restarts", ji->restarts);
     ctl_json_kdouble(&j, "eta_s", f->eta_s >= 0 ? f->eta_s : NAN);

@@ -8,6 +8,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/plan.h"
 #include "common/util.h"
 #include "coord.h"
 #include "recovery.h"
@@ -504,6 +505,91 @@ static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
     }
 }
 
+/* RANK_STARTED of a training rank: its place in the layout, as it computed it. */
+static void on_started(coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
+{
+    if (!ev->placed)
+        return;
+    coord_rank_place_t *p = &j->ranks[rank].place;
+    *p = (coord_rank_place_t){.tp = ev->coord_tp,
+                              .pp = ev->coord_pp,
+                              .dp = ev->coord_dp,
+                              .first_block = ev->first_block,
+                              .blocks = ev->blocks,
+                              .shards = ev->shards,
+                              .owned_params = ev->owned_params,
+                              .reported = 1};
+    p->reported = 0;
+    coord_rank_place_t want = coord_job_rank_place(j, rank); /* from the layout */
+    p->reported = 1;
+    if (want.tp != p->tp || want.pp != p->pp || want.dp != p->dp ||
+        want.first_block != p->first_block || want.blocks != p->blocks)
+        CH_LOGW("job",
+                "job=%s gen=%" PRIu64 " rank=%u reports tp %u pp %u dp %u blocks %u+%u, the "
+                "layout says tp %u pp %u dp %u blocks %u+%u",
+                j->id, j->generation, rank, p->tp, p->pp, p->dp, p->first_block, p->blocks, want.tp,
+                want.pp, want.dp, want.first_block, want.blocks);
+}
+
+/* The latest step's time breakdown: one rank's figures replace its previous ones. */
+static void store_step_time(coord_rank_t *r, const Chorus__RankEvent *ev)
+{
+    if (!(ev->step_s > 0))
+        return;
+    r->time = (coord_step_time_t){.step_s = ev->step_s,
+                                  .compute = ev->t_compute,
+                                  .tp = ev->t_tp,
+                                  .pp_wait = ev->t_pp_wait,
+                                  .zero = ev->t_zero,
+                                  .optim = ev->t_optim,
+                                  .idle = ev->t_idle,
+                                  .bubble = ev->bubble};
+}
+
+double coord_job_bubble(const coord_job_t *j)
+{
+    double sum = 0;
+    uint32_t n = 0;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+        const coord_step_time_t *t = &j->ranks[r].time;
+        if (!(t->step_s > 0))
+            continue;
+        sum += t->pp_wait > 0 ? t->pp_wait / t->step_s : t->bubble;
+        n++;
+    }
+    return n ? sum / n : -1.0;
+}
+
+double coord_job_bubble_theory(const coord_job_t *j)
+{
+    double p = j->spec.parallel.pp, m = j->spec.parallel.microbatches;
+    return p > 1 && m > 0 ? (p - 1) / (m + p - 1) : 0.0;
+}
+
+coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r)
+{
+    if (j->ranks && r < j->world && j->ranks[r].place.reported)
+        return j->ranks[r].place;
+    const ch_jobspec_t *s = &j->spec;
+    ch_layout_t l = ch_jobspec_layout(s);
+    coord_rank_place_t p = {0};
+    if (r >= ch_layout_world(l))
+        return p;
+    ch_coord_t c = ch_layout_coord(l, r);
+    p.tp = c.tp;
+    p.pp = c.pp;
+    p.dp = c.dp;
+    p.shards = l.dp;
+    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, &p.first_block, &p.blocks);
+    ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_plan_t plan;
+    if (s->kind == CH_JOB_TRAIN &&
+        ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
+                      s->parallel.reshard, c.pp, &plan) == 0)
+        p.owned_params = (uint64_t)plan.owned;
+    return p;
+}
+
 static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
 {
     coord_rank_t *r = &j->ranks[rank];
@@ -512,6 +598,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     r->step = ev->step;
     r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
+    store_step_time(r, ev);
     coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
@@ -650,6 +737,7 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
     case CHORUS__RANK_EVENT_KIND__RANK_STARTED:
         CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s started", j->id, j->generation,
                 ev->rank, from->name);
+        on_started(j, ev->rank, ev);
         mark_started(c, j, ev->rank);
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_PROGRESS:
@@ -890,6 +978,9 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     ji->submitted_ms = j->submitted_ms;
     ji->started_ms = j->started_ms;
     ji->finished_ms = j->finished_ms;
+    ji->microbatches = j->spec.parallel.microbatches;
+    ji->bubble = coord_job_bubble(j);
+    ji->bubble_theory = coord_job_bubble_theory(j);
     if (!with_ranks)
         return 0;
     ji->job_ini = j->ini;
@@ -922,11 +1013,13 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     if (!j->ranks)
         return 0;
 
-    /* One block: [RankInfo* x W][RankInfo x W][Metric* x M][Metric x M]. */
+    /* One block: [RankInfo* x W][RankInfo x W][RankPlace x W][StepTime x W]
+     * [Metric* x M][Metric x M]. */
     size_t w = j->world, m = 0;
     for (size_t r = 0; r < w; r++)
         m += j->ranks[r].n_metrics;
-    uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo)) +
+    uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo) +
+                                 sizeof(Chorus__RankPlace) + sizeof(Chorus__StepTime)) +
                             m * (sizeof(void *) + sizeof(Chorus__Metric)));
     if (!block) {
         coord_job_info_clear(ji);
@@ -934,8 +1027,11 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     }
     Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
     Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
-    Chorus__Metric **mp = (Chorus__Metric **)(ri + w);
+    Chorus__RankPlace *pi = (Chorus__RankPlace *)(ri + w);
+    Chorus__StepTime *ti = (Chorus__StepTime *)(pi + w);
+    Chorus__Metric **mp = (Chorus__Metric **)(ti + w);
     Chorus__Metric *mi = (Chorus__Metric *)(mp + m);
+    int train = j->spec.kind == CH_JOB_TRAIN;
     for (size_t r = 0; r < w; r++) {
         const coord_rank_t *rk = &j->ranks[r];
         chorus__rank_info__init(&ri[r]);
@@ -945,6 +1041,32 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
         ri[r].step = rk->step;
         ri[r].exit_code = rk->exit_code;
         ri[r].signal = rk->signal;
+        if (train) {
+            coord_rank_place_t pl = coord_job_rank_place(j, (uint32_t)r);
+            chorus__rank_place__init(&pi[r]);
+            pi[r].tp = pl.tp;
+            pi[r].pp = pl.pp;
+            pi[r].dp = pl.dp;
+            pi[r].first_block = pl.first_block;
+            pi[r].blocks = pl.blocks;
+            pi[r].shards = pl.shards;
+            pi[r].owned_params = pl.owned_params;
+            pi[r].reported = pl.reported != 0;
+            ri[r].place = &pi[r];
+        }
+        if (rk->time.step_s > 0) {
+            const coord_step_time_t *t = &rk->time;
+            chorus__step_time__init(&ti[r]);
+            ti[r].step_s = t->step_s;
+            ti[r].compute = t->compute;
+            ti[r].tp = t->tp;
+            ti[r].pp_wait = t->pp_wait;
+            ti[r].zero = t->zero;
+            ti[r].optim = t->optim;
+            ti[r].idle = t->idle;
+            ti[r].bubble = t->bubble;
+            ri[r].time = &ti[r];
+        }
         ri[r].n_metrics = rk->n_metrics;
         ri[r].metrics = mp;
         for (size_t k = 0; k < rk->n_metrics; k++) {

@@ -89,6 +89,20 @@ typedef struct coord_restart {
     double recover_s; /* -1: not yet */
 } coord_restart_t;
 
+/* A training rank's place in the layout (DESIGN §5), as it reported at start
+ * (RankEvent.placed); status derives it from the layout when reported is 0. */
+typedef struct coord_rank_place {
+    uint32_t tp, pp, dp, first_block, blocks, shards;
+    uint64_t owned_params;
+    int reported;
+} coord_rank_place_t;
+
+/* Where the rank's last step went, in seconds (RankEvent's step fields): only the latest
+ * is kept. step_s == 0: none reported. */
+typedef struct coord_step_time {
+    double step_s, compute, tp, pp_wait, zero, optim, idle, bubble;
+} coord_step_time_t;
+
 typedef struct coord_rank {
     coord_node_t *node;
     uint32_t local_rank;
@@ -100,6 +114,8 @@ typedef struct coord_rank {
     uint64_t progress_ms; /* monotonic: StartRanks, re-adoption or its last step */
     coord_metric_t metrics[COORD_RANK_METRICS];
     size_t n_metrics;
+    coord_rank_place_t place;
+    coord_step_time_t time;
 } coord_rank_t;
 
 typedef struct coord_job {
@@ -172,6 +188,13 @@ void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why);
 void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Register *reg);
 /* Periodic: re-adoption deadlines after a restart. */
 void coord_job_check(coord_t *c, uint64_t now_ms);
+
+/* The job's pipeline bubble: the mean over ranks of pp_wait / step time of their last
+ * reported step (-1 when none reported one), and 1F1B's (pp - 1) / (microbatches + pp - 1). */
+double coord_job_bubble(const coord_job_t *j);
+double coord_job_bubble_theory(const coord_job_t *j);
+/* Rank r's place in j's layout: what it reported, else derived from the layout. */
+coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r);
 
 /* JobInfo for a reply; strings are borrowed from j. Free with coord_job_info_clear. */
 int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *out);

@@ -1,6 +1,7 @@
 /* FIFO scheduler and admission; see scheduler.h. */
 #include "scheduler.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,6 +29,25 @@ static size_t gather(coord_t *c, int idle, coord_place_node_t *pn, coord_node_t 
     return k;
 }
 
+/* The vocab padded for tp (ch_layout_padded_vocab: a multiple of 128·tp from 8192 tokens,
+ * else of 8·tp) must still be a 32-bit token count: each TP rank holds padded/tp rows of
+ * wte and of the vocab-parallel logits. (heads % tp, layers >= pp and memory are checked
+ * by ch_jobspec_validate before this.) */
+static int check_vocab(const ch_jobspec_t *spec, char *err, size_t errlen)
+{
+    uint64_t tp = spec->parallel.tp ? spec->parallel.tp : 1;
+    uint64_t mult = (spec->model.vocab >= 8192 ? 128u : 8u) * tp;
+    uint64_t padded = (spec->model.vocab + mult - 1) / mult * mult;
+    if (padded <= UINT32_MAX)
+        return 0;
+    snprintf(err, errlen,
+             "model.vocab: %u padded for tp %llu (to a multiple of %llu) is %llu tokens, over "
+             "the %u a 32-bit vocab holds",
+             spec->model.vocab, (unsigned long long)tp, (unsigned long long)mult,
+             (unsigned long long)padded, UINT32_MAX);
+    return CH_E_CONFIG;
+}
+
 int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t errlen)
 {
     ch_layout_t l = ch_jobspec_layout(spec);
@@ -35,6 +55,9 @@ int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t er
     uint64_t total = 0;
     uint32_t largest = 0;
     int rc;
+
+    if (spec->kind == CH_JOB_TRAIN && (rc = check_vocab(spec, err, errlen)) < 0)
+        return rc;
 
     for (size_t i = 0; i < c->nodes.n; i++) {
         const coord_node_t *n = c->nodes.v[i];

@@ -13,8 +13,9 @@
 typedef struct coord coord_t;
 
 void coord_sched_run(coord_t *c);
-/* CH_E_CAPACITY with a message when the job's layout cannot fit the slots of the
- * cluster's non-dead nodes even when idle. */
+/* CH_E_CONFIG when a train job's vocab padded for tp overflows 32 bits; CH_E_CAPACITY
+ * with a message when the job's layout cannot fit the slots of the cluster's non-dead
+ * nodes even when idle. The message names the field. */
 int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t errlen);
 
 #endif

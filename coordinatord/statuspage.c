@@ -444,8 +444,14 @@ static void summary(const coord_job_t *j, const coord_point_t *last, coord_buf_t
         coord_buf_printf(b, "<tr><th>MFU<td>%.2f%%</tr>", 100.0 * mfu);
     if (last && isfinite(last->step_ms))
         coord_buf_printf(b, "<tr><th>step time (rank 0)<td>%.1f ms</tr>", last->step_ms);
-    if (last && isfinite(last->bubble))
-        coord_buf_printf(b, "<tr><th>pipeline bubble<td>%.1f%%</tr>", 100.0 * last->bubble);
+    double measured = coord_job_bubble(j); /* mean over ranks; rank 0's when reloaded */
+    if (measured < 0 && last && isfinite(last->bubble))
+        measured = last->bubble;
+    if (j->spec.parallel.pp > 1 && measured >= 0)
+        coord_buf_printf(b,
+                         "<tr><th>pipeline bubble<td>%.1f%% measured, %.1f%% 1F1B "
+                         "(pp&minus;1)/(microbatches+pp&minus;1)</tr>",
+                         100.0 * measured, 100.0 * coord_job_bubble_theory(j));
     coord_buf_printf(b, "<tr><th>generation<td>%" PRIu64 " (restarts %u)</tr>", j->generation,
                      j->restarts);
     if (j->last_ckpt_step >= 0)

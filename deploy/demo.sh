@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The quick-start demo (deploy/quickstart.sh demo runs `deploy/demo.sh build`):
 # start a 2-node local cluster in a temporary directory, train the small GPT of
-# deploy/jobs/demo.ini on the built-in corpus while watching it live, show the final
-# status and how the model's answers improved, and stop the cluster (also when
-# interrupted).
+# deploy/jobs/demo.ini (its layout: tp x pp over the 4 slots) on the built-in corpus
+# while watching it live, show the final status (each rank's place in the layout and
+# where its step went) and how the model's answers improved, and stop the cluster (also
+# when interrupted).
 #
 # usage: deploy/demo.sh [BUILD_DIR] [--set section.key=value]...
 set -euo pipefail
@@ -26,7 +27,7 @@ export CHORUS_SOCKET=$dir/ctl.sock
 
 echo
 echo "== training: deploy/jobs/demo.ini $*"
-id=$("$ctl" submit deploy/jobs/demo.ini "$@")
+id=$("$ctl" submit deploy/jobs/demo.ini --set "checkpoint.dir=$dir/checkpoints" "$@")
 echo "job $id; following it live (Ctrl-C stops the demo)"
 status=0
 "$ctl" watch "$id" || status=$?
@@ -45,6 +46,8 @@ echo "== the model's answers as it trained (greedy completions; accuracy over 64
          line = sprintf("step %5d  accuracy %5.1f%%   %s", $1, 100 * $2, rest) }
        NR == 1 || $1 % 250 == 0 { print line; shown = NR }
        END { if (NR > 0 && shown != NR) print line }' || true
+# A sliced layout is evaluated from its checkpoints: say why when it could not be.
+"$ctl" logs "$id" --rank 0 2>/dev/null | grep -m1 -o 'accuracy not evaluated.*' || true
 
 if [ $status -ne 0 ]; then
   echo

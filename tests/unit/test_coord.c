@@ -520,6 +520,181 @@ Test(coord, refusals_name_the_problem)
     coord_down();
 }
 
+/* Jobs the coordinator holds (ListJobs). */
+static size_t ctl_job_count(ch_client_t *ctl)
+{
+    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
+    req.list_jobs = &lj;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    size_t n = resp->job_list->n_jobs;
+    ch_msg_free(resp);
+    return n;
+}
+
+/* Issue 9's bad layouts: each refused at submit with the field and the reason, and
+ * nothing queued (the job table stays empty). */
+Test(coord, bad_layouts_are_refused_at_submit_and_nothing_is_queued)
+{
+    static const struct {
+        const char *ini;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {"[model]\nheads = 4\nembd = 64\n[parallel]\ntp = 3\n", CH_E_CONFIG,
+         "parallel.tp: model.heads 4 is not divisible by tp 3"},
+        {"[model]\nlayers = 2\n[parallel]\npp = 3\n", CH_E_CONFIG,
+         "parallel.pp: model.layers 2 is less than pp 3"},
+        {"[model]\nlayers = 4096\nheads = 16\nembd = 16384\n", CH_E_CONFIG,
+         "model.layers: the model needs"},
+        {"[model]\nlayers = 1\nheads = 1\nembd = 4\nseq_len = 1\nvocab = 4294967295\n"
+         "[parallel]\nmicro_batch_size = 1\n",
+         CH_E_CONFIG, "model.vocab: 4294967295 padded for tp 1 (to a multiple of 128)"},
+        {"[parallel]\ndp = 5\n", CH_E_CAPACITY,
+         "parallel: world size 5 (tp 1 x pp 1 x dp 5) exceeds the cluster's 4 slots"},
+        {"[parallel]\ntp = 2\npp = 2\ndp = 2\n", CH_E_CAPACITY,
+         "parallel: world size 8 (tp 2 x pp 2 x dp 2) exceeds the cluster's 4 slots"},
+        {"[model]\nheads = 4\n[parallel]\ntp = 4\n", CH_E_CAPACITY,
+         "parallel.tp: a tensor-parallel group of 4 ranks must sit on one node"},
+    };
+    worker_t a, b, *ws[2] = {&a, &b};
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r2", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char id[32] = "", msg[512] = "";
+        int rc = ctl_submit(ctl, cases[i].ini, id, sizeof id, msg, sizeof msg);
+        cr_assert_eq(rc, cases[i].rc, "case %zu: rc %d (%s)", i, rc, msg);
+        cr_assert(strstr(msg, cases[i].says) != NULL, "case %zu: \"%s\" does not say \"%s\"", i,
+                  msg, cases[i].says);
+        cr_assert_eq(ctl_job_count(ctl), 0, "case %zu: a refused job was queued", i);
+    }
+    /* The same cluster takes a layout that fits: tp 2 x pp 2 on 2 nodes of 2 slots. */
+    char id[32] = "", msg[512] = "";
+    cr_assert_eq(ctl_submit(ctl, "[model]\nheads = 4\n[parallel]\ntp = 2\npp = 2\n", id, sizeof id,
+                            msg, sizeof msg),
+                 0, "%s", msg);
+    cr_assert_eq(ctl_job_count(ctl), 1);
+    pump(ws, 2, 10);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+/* A training rank reports its place at start and a time breakdown with each step; the
+ * coordinator keeps the latest per rank and status carries them, with the job's measured
+ * bubble (mean over ranks of pp_wait / step) and 1F1B's. */
+Test(coord, status_carries_each_ranks_place_and_last_step_breakdown)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32] = "", msg[512] = "";
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r2", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    cr_assert_eq(ctl_submit(ctl,
+                            "[job]\nname = pp\n[model]\nlayers = 3\nheads = 4\n[parallel]\n"
+                            "tp = 2\npp = 2\nmicrobatches = 4\n",
+                            id, sizeof id, msg, sizeof msg),
+                 0, "%s", msg);
+    /* Ranks 0,1 (stage 0) and 2,3 (stage 1): each TP group on one node, the stages on
+     * the two racks. */
+    worker_t *on[4] = {0};
+    for (int i = 0; i < 2; i++) {
+        Chorus__Envelope *e = take(ws, 2, ws[i], CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+        cr_assert_not_null(e, "%s got StartRanks", ws[i]->name);
+        cr_assert_eq(e->start_ranks->n_ranks, 2);
+        cr_assert_eq(e->start_ranks->ranks[0]->rank / 2, e->start_ranks->ranks[1]->rank / 2);
+        for (size_t k = 0; k < 2; k++)
+            on[e->start_ranks->ranks[k]->rank] = ws[i];
+        ch_msg_free(e);
+    }
+    cr_assert_neq(on[0], on[2]);
+    /* Rank 2 reports its place; the others do not (status derives theirs). */
+    for (uint32_t r = 0; r < 4; r++) {
+        Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+        Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+        ev.job_id = id;
+        ev.generation = 1;
+        ev.rank = r;
+        ev.kind = CHORUS__RANK_EVENT_KIND__RANK_STARTED;
+        if (r == 2) {
+            ev.placed = 1;
+            ev.coord_tp = 0;
+            ev.coord_pp = 1;
+            ev.first_block = 2;
+            ev.blocks = 1;
+            ev.shards = 1;
+            ev.owned_params = 12345;
+        }
+        env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+        env.rank_event = &ev;
+        cr_assert_eq(ch_client_send(on[r]->cl, &env), 0);
+    }
+    /* Two steps: only the second's breakdown is kept. Rank r waits r/10 of its step. */
+    for (uint64_t step = 1; step <= 2; step++) {
+        for (uint32_t r = 0; r < 4; r++) {
+            Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+            Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+            ev.job_id = id;
+            ev.generation = 1;
+            ev.rank = r;
+            ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+            ev.step = step;
+            ev.total_steps = 10;
+            ev.step_s = 0.5 * (double)step;
+            ev.t_compute = 0.3 * (double)step;
+            ev.t_pp_wait = ev.step_s * r / 10.0;
+            ev.t_idle = ev.step_s - ev.t_compute - ev.t_pp_wait;
+            ev.bubble = ev.t_pp_wait / ev.step_s;
+            env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+            env.rank_event = &ev;
+            cr_assert_eq(ch_client_send(on[r]->cl, &env), 0);
+        }
+    }
+    Chorus__Envelope *e = NULL;
+    for (int tries = 0; tries < 100; tries++) {
+        pump(ws, 2, 20);
+        e = ctl_job(ctl, id);
+        if (e->job_info->n_ranks == 4 && e->job_info->ranks[3]->time &&
+            e->job_info->ranks[3]->time->step_s == 1.0)
+            break;
+        ch_msg_free(e);
+        e = NULL;
+    }
+    cr_assert_not_null(e, "the second step's breakdown never showed");
+    Chorus__JobInfo *ji = e->job_info;
+    cr_assert_eq(ji->microbatches, 4);
+    cr_assert_float_eq(ji->bubble_theory, 1.0 / 5.0, 1e-12);
+    cr_assert_float_eq(ji->bubble, (0 + 0.1 + 0.2 + 0.3) / 4, 1e-9);
+    static const uint32_t first[4] = {0, 0, 2, 2}, blocks[4] = {2, 2, 1, 1};
+    for (uint32_t r = 0; r < 4; r++) {
+        const Chorus__RankInfo *ri = ji->ranks[r];
+        cr_assert_not_null(ri->place);
+        cr_assert_eq(ri->place->tp, r % 2);
+        cr_assert_eq(ri->place->pp, r / 2);
+        cr_assert_eq(ri->place->dp, 0);
+        cr_assert_eq(ri->place->shards, 1);
+        cr_assert_eq(ri->place->first_block, first[r], "rank %u", r);
+        cr_assert_eq(ri->place->blocks, blocks[r], "rank %u", r);
+        cr_assert_eq(ri->place->reported, r == 2);
+        cr_assert(ri->place->owned_params > 0);
+        cr_assert_not_null(ri->time);
+        cr_assert_float_eq(ri->time->step_s, 1.0, 1e-12);
+        cr_assert_float_eq(ri->time->compute, 0.6, 1e-12);
+        cr_assert_float_eq(ri->time->pp_wait, r / 10.0, 1e-12);
+    }
+    cr_assert_eq(ji->ranks[2]->place->owned_params, 12345); /* what the rank said */
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
 Test(coord, killed_rank_fails_the_job_and_kills_the_rest)
 {
     worker_t a, b, *ws[2] = {&a, &b};

@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/plan.h"
 #include "common/util.h"
 
 #define LINK_FD            3
@@ -79,6 +80,42 @@ static int report_kind(wrk_rank_t *r, Chorus__RankEventKind kind, const char *me
     ev.kind = kind;
     if (message)
         ev.message = (char *)message;
+    return wrk_rank_report(r, &ev);
+}
+
+void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev)
+{
+    const ch_jobspec_t *s = &r->spec;
+    ch_layout_t l = ch_jobspec_layout(s);
+    if (s->kind != CH_JOB_TRAIN || ch_layout_world(l) != r->world_size)
+        return;
+    ch_coord_t c = ch_layout_coord(l, r->rank);
+    ev->placed = 1;
+    ev->coord_tp = c.tp;
+    ev->coord_pp = c.pp;
+    ev->coord_dp = c.dp;
+    ev->shards = l.dp;
+    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, &ev->first_block, &ev->blocks);
+    ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_plan_t p;
+    if (ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
+                      s->parallel.reshard, c.pp, &p) == 0)
+        ev->owned_params = (uint64_t)p.owned;
+}
+
+/* RANK_STARTED, with the rank's place in the layout. */
+static int report_started(wrk_rank_t *r)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_STARTED;
+    wrk_rank_place(r, &ev);
+    if (ev.placed)
+        CH_LOGI("rank",
+                "job=%s gen=%" PRIu64 " rank=%u: tp %u pp %u dp %u, blocks %u..%u, ZeRO-3 shard %u "
+                "of %u (%" PRIu64 " parameters owned)",
+                r->job_id, r->generation, r->rank, ev.coord_tp, ev.coord_pp, ev.coord_dp,
+                ev.first_block, ev.first_block + ev.blocks - 1, ev.coord_dp, ev.shards,
+                ev.owned_params);
     return wrk_rank_report(r, &ev);
 }
 
@@ -349,7 +386,7 @@ int wrk_rank_main(int argc, char **argv)
     CH_LOGI("rank", "job=%s gen=%" PRIu64 " rank=%u/%u local=%u/%u kind=%s resume=%" PRIu64,
             r->job_id, r->generation, r->rank, r->world_size, r->local_rank, r->local_world_size,
             ch_job_kind_name(r->spec.kind), r->resume_step);
-    rc = report_kind(r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, NULL);
+    rc = report_started(r);
     if (rc < 0) {
         CH_LOGE("rank", "job=%s rank=%u: report to workerd: %s", r->job_id, r->rank,
                 ch_strerror(rc));

@@ -46,6 +46,11 @@ int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev);
 int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
                       double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n);
 
+/* Fill ev's placed fields for a training rank (RANK_STARTED): its coordinates in the
+ * layout, its stage's blocks (ch_layout_stage_blocks), its ZeRO-3 shard (coord_dp of dp)
+ * and the parameters it owns (common/plan.h `owned`). Leaves ev alone for other kinds. */
+void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev);
+
 /* Job kinds. Each returns 0 when the rank finished its work, else a negative code
  * (the runtime reports RANK_FAILED with ch_strerror and exits non-zero). */
 int wrk_diag_run(wrk_rank_t *r);      /* workerd/rank/diag.c: GEMM self-check */

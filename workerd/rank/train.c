@@ -1,7 +1,10 @@
 /* The training job kind (rank.h: wrk_train_run): drives a eng_trainer and reports to
- * workerd: RANK_PROGRESS every step, RANK_CHECKPOINT after every checkpoint, and on the
- * built-in corpus a few sampled answers and their accuracy every EVAL_EVERY steps. */
+ * workerd: RANK_PROGRESS every step (with where the step's time went and the pipeline
+ * bubble), RANK_CHECKPOINT after every checkpoint, and on the built-in corpus a few
+ * sampled answers and their accuracy: every EVAL_EVERY steps when the rank holds the
+ * whole model, at every committed checkpoint for a sliced layout (tp or pp > 1). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +14,8 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
+#include "workerd/engine/ckpt_file.h"
+#include "workerd/engine/export.h"
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
@@ -25,6 +30,15 @@
 #define EVAL_SEED       0x6576616cull
 #define COLL_TIMEOUT_MS (10 * 60 * 1000) /* without fault.step_timeout_s */
 
+/* The step's pipeline bubble: time blocked on pipeline send/recv over the step time,
+ * from the breakdown when the engine measured it, else the engine's own figure. */
+static double step_bubble(const eng_step_info_t *info)
+{
+    if (info->time.pp_wait > 0 && info->seconds > 0)
+        return info->time.pp_wait / info->seconds;
+    return info->bubble;
+}
+
 static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint64_t checksum)
 {
     Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
@@ -32,6 +46,31 @@ static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint6
     ev.step = step;
     ev.bytes = bytes;
     ev.checksum = checksum;
+    return wrk_rank_report(r, &ev);
+}
+
+/* RANK_PROGRESS of a step: the figures, the named metrics and where the step's time
+ * went (eng_step_info_t.time), with this rank's pipeline bubble. */
+static int report_step(wrk_rank_t *r, const eng_step_info_t *info, uint64_t total,
+                       Chorus__Metric **metrics, size_t n)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = info->step + 1;
+    ev.total_steps = total;
+    ev.loss = info->loss;
+    ev.tokens_per_s = info->tokens_per_s;
+    ev.mfu = info->mfu;
+    ev.n_metrics = n;
+    ev.metrics = metrics;
+    ev.step_s = info->seconds;
+    ev.t_compute = info->time.compute;
+    ev.t_tp = info->time.tp;
+    ev.t_pp_wait = info->time.pp_wait;
+    ev.t_zero = info->time.zero;
+    ev.t_optim = info->time.optim;
+    ev.t_idle = info->time.idle;
+    ev.bubble = step_bubble(info);
     return wrk_rank_report(r, &ev);
 }
 
@@ -51,6 +90,40 @@ static int evaluate(wrk_rank_t *r, eng_trainer_t *t, uint64_t step, double *acc)
     CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " accuracy=%.3f%s", r->job_id,
             r->generation, r->rank, step, *acc, line);
     return 0;
+}
+
+/* Accuracy of a sliced layout (tp or pp > 1): its forward pass is collective over groups
+ * the other ranks are not calling, and a TP rank's logits are a vocab slice, so rank 0
+ * exports the checkpoint just committed into its run directory (eng_export consolidates
+ * any layout the checkpoint side supports) and evaluates a one-rank copy of it. */
+static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *err, size_t errlen)
+{
+    const ch_jobspec_t *s = &r->spec;
+    char dir[CH_PATH_LEN], file[CH_PATH_LEN];
+    eng_trainer_t *t = NULL;
+    int rc = eng_ckpt_step_dir(s->checkpoint.dir, r->job_id, step, dir, sizeof dir);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
+    int n = snprintf(file, sizeof file, "%s/eval.safetensors", r->run_dir);
+    if (n < 0 || (size_t)n >= sizeof file)
+        return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", r->run_dir);
+    if ((rc = eng_export(dir, file, err, errlen)) < 0)
+        return rc;
+    ch_jobspec_t one = *s;
+    one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
+    one.parallel.microbatches = 1;
+    one.checkpoint.dir[0] = '\0';
+    one.checkpoint.every = 0;
+    memcpy(one.train.init_from, file, sizeof file);
+    eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 1};
+    rc = eng_trainer_create(&one, &opts, &t, err, errlen);
+    if (rc == 0)
+        rc = eng_trainer_init_from(t, file, err, errlen);
+    if (rc == 0)
+        rc = evaluate(r, t, step, acc);
+    eng_trainer_destroy(t);
+    unlink(file);
+    return rc;
 }
 
 /* workerd --threads when given (a local cluster's nodes share one machine), else this
@@ -133,8 +206,17 @@ int wrk_train_run(wrk_rank_t *r)
             }
         }
     }
-    /* Data-parallel ranks hold the same model: one of them evaluates. */
+    /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
+     * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
     int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
+    int sliced = s->parallel.tp > 1 || s->parallel.pp > 1;
+    if (builtin && sliced && !s->checkpoint.dir[0]) {
+        CH_LOGI("train",
+                "job=%s gen=%" PRIu64 " rank=%u: accuracy not evaluated: tp %u x pp %u slices "
+                "the model; set checkpoint.dir to evaluate each committed checkpoint",
+                r->job_id, r->generation, r->rank, s->parallel.tp, s->parallel.pp);
+        builtin = 0;
+    }
     uint64_t total = eng_trainer_total_steps(t);
     CH_LOGI("train",
             "job=%s gen=%" PRIu64 " rank=%u: %" PRIu64 " parameters, steps %" PRIu64 "..%" PRIu64
@@ -142,8 +224,9 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
+    double acc = NAN; /* an accuracy not reported yet */
     while (eng_trainer_next_step(t) < total) {
-        eng_step_info_t info;
+        eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
         rc = eng_trainer_step(t, &info);
         if (rc < 0) {
             const char *g;
@@ -158,9 +241,9 @@ int wrk_train_run(wrk_rank_t *r)
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
-        Chorus__Metric m[4] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[4] = {&m[0], &m[1], &m[2], &m[3]};
+        Chorus__Metric m[5] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[5] = {&m[0], &m[1], &m[2], &m[3], &m[4]};
         size_t nm = 0;
         m[nm].name = "lr";
         m[nm++].value = info.lr;
@@ -168,14 +251,20 @@ int wrk_train_run(wrk_rank_t *r)
         m[nm++].value = info.grad_norm;
         m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
         m[nm++].value = info.seconds * 1e3;
+        if (s->parallel.pp > 1) { /* the status page's and Prometheus' bubble (rank 0's) */
+            m[nm].name = "bubble";
+            m[nm++].value = step_bubble(&info);
+        }
         uint64_t done = info.step + 1;
-        double acc;
-        if (builtin && (done % EVAL_EVERY == 0 || done == total) &&
-            evaluate(r, t, done, &acc) == 0) {
+        if (builtin && !sliced && (done % EVAL_EVERY == 0 || done == total) &&
+            evaluate(r, t, done, &acc) < 0)
+            acc = NAN;
+        if (isfinite(acc)) { /* a sliced layout's comes with the step after its checkpoint */
             m[nm].name = "accuracy";
             m[nm++].value = acc;
+            acc = NAN;
         }
-        rc = wrk_rank_progress(r, done, total, info.loss, info.tokens_per_s, info.mfu, mp, nm);
+        rc = report_step(r, &info, total, mp, nm);
         if (rc < 0) {
             rc = wrk_rank_fail(r, rc, "reporting progress to workerd");
             goto out;
@@ -191,6 +280,14 @@ int wrk_train_run(wrk_rank_t *r)
             if (rc < 0) {
                 rc = wrk_rank_fail(r, rc, "reporting checkpoint to workerd");
                 goto out;
+            }
+            if (builtin && sliced && evaluate_checkpoint(r, done, &acc, err, sizeof err) < 0) {
+                acc = NAN;
+                CH_LOGW("train",
+                        "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+                        ": accuracy not evaluated, and not tried again: %s",
+                        r->job_id, r->generation, r->rank, done, err);
+                builtin = 0;
             }
         }
     }
