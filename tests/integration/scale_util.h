@@ -44,14 +44,14 @@ typedef struct sc_job {
     int64_t last_ckpt;
 } sc_job_t;
 
-static double sc_now(void)
+static inline double sc_now(void)
 {
     return (double)ch_now_ns() / 1e9;
 }
 
 /* One socket per node in coordinatord and the simulator: raise our soft limit (children
  * inherit it). 0, or -EMFILE when the hard limit is too low for nodes. */
-static int sc_raise_nofile(int nodes)
+static inline int sc_raise_nofile(int nodes)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
@@ -67,8 +67,8 @@ static int sc_raise_nofile(int nodes)
     return 0;
 }
 
-static pid_t sc_spawn(char *const argv[], const char *log, int in_fd, int out_fd, int close_a,
-                      int close_b)
+static inline pid_t sc_spawn(char *const argv[], const char *log, int in_fd, int out_fd,
+                             int close_a, int close_b)
 {
     pid_t pid = fork();
     if (pid < 0)
@@ -95,7 +95,7 @@ static pid_t sc_spawn(char *const argv[], const char *log, int in_fd, int out_fd
 }
 
 /* Start coordinatord in a fresh directory under $CHORUS_TEST_TMP. */
-static int sc_coord_start(sc_cluster_t *c, const char *dir, long hb_ms, long dead_ms)
+static inline int sc_coord_start(sc_cluster_t *c, const char *dir, long hb_ms, long dead_ms)
 {
     char exe[PATH_MAX], state[PATH_MAX], log[PATH_MAX], addr_file[PATH_MAX], hb[24], dead[24];
     memset(c, 0, sizeof *c);
@@ -150,7 +150,7 @@ static int sc_coord_start(sc_cluster_t *c, const char *dir, long hb_ms, long dea
     return -ETIMEDOUT;
 }
 
-static int sc_sim_start(sc_cluster_t *c, int nodes, int slots, int racks, int step_ms)
+static inline int sc_sim_start(sc_cluster_t *c, int nodes, int slots, int racks, int step_ms)
 {
     char exe[PATH_MAX], log[PATH_MAX], n[16], s[16], r[16], st[16];
     int to[2], from[2];
@@ -178,7 +178,7 @@ static int sc_sim_start(sc_cluster_t *c, int nodes, int slots, int racks, int st
 }
 
 /* Send one command line, read its one reply line (without the newline) into out. */
-static int sc_sim_cmd(sc_cluster_t *c, const char *cmd, char *out, size_t n, int timeout_ms)
+static inline int sc_sim_cmd(sc_cluster_t *c, const char *cmd, char *out, size_t n, int timeout_ms)
 {
     char line[256];
     int len = snprintf(line, sizeof line, "%s\n", cmd);
@@ -207,7 +207,7 @@ static int sc_sim_cmd(sc_cluster_t *c, const char *cmd, char *out, size_t n, int
     }
 }
 
-static unsigned long long sc_field(const char *line, const char *key)
+static inline unsigned long long sc_field(const char *line, const char *key)
 {
     char pat[40];
     snprintf(pat, sizeof pat, " %s=", key);
@@ -215,7 +215,7 @@ static unsigned long long sc_field(const char *line, const char *key)
     return p ? strtoull(p + strlen(pat), NULL, 10) : 0;
 }
 
-static int sc_sim_stats(sc_cluster_t *c, sc_stats_t *st)
+static inline int sc_sim_stats(sc_cluster_t *c, sc_stats_t *st)
 {
     char line[512];
     int rc = sc_sim_cmd(c, "stats", line, sizeof line, 10000);
@@ -236,7 +236,7 @@ static int sc_sim_stats(sc_cluster_t *c, sc_stats_t *st)
 }
 
 /* A job's state without its ranks (ListJobs), as chorusctl jobs asks it. */
-static int sc_job(const sc_cluster_t *c, const char *id, sc_job_t *out)
+static inline int sc_job(const sc_cluster_t *c, const char *id, sc_job_t *out)
 {
     ch_client_t *cl = NULL;
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
@@ -269,7 +269,7 @@ static int sc_job(const sc_cluster_t *c, const char *id, sc_job_t *out)
     return rc;
 }
 
-static void sc_stop(sc_cluster_t *c)
+static inline void sc_stop(sc_cluster_t *c)
 {
     char out[64];
     if (c->sim > 0) {
@@ -292,7 +292,7 @@ static void sc_stop(sc_cluster_t *c)
 }
 
 /* CPU seconds (user + system) and resident memory (bytes) of a process, from /proc. */
-static int sc_proc_usage(pid_t pid, double *cpu_s, double *rss_bytes)
+static inline int sc_proc_usage(pid_t pid, double *cpu_s, double *rss_bytes)
 {
     char path[64], buf[2048];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -317,8 +317,8 @@ static int sc_proc_usage(pid_t pid, double *cpu_s, double *rss_bytes)
 
 /* A 3-D training job file for the simulated nodes (their ranks only read the layout,
  * steps and checkpoint interval). */
-static void sc_job_ini(char *out, size_t n, const char *dir, int tp, int pp, int dp, int steps,
-                       int every, int max_restarts)
+static inline void sc_job_ini(char *out, size_t n, const char *dir, int tp, int pp, int dp,
+                              int steps, int every, int max_restarts)
 {
     snprintf(out, n,
              "[job]\nname = scale\nkind = train\n"
