@@ -4,7 +4,7 @@
  * every 10 ms) checks node liveness and re-adoption deadlines; a one-shot timer follows
  * the earliest rendezvous deadline; a prepare hook runs the scheduler once per loop
  * iteration after anything changed (Redis's beforeSleep), so a burst of events costs
- * one scheduling pass. */
+ * one scheduling pass, and then commits the loop turn's writes in one transaction. */
 #include "coord.h"
 
 #include <grp.h>
@@ -56,6 +56,8 @@ static void on_before_sleep(uv_prepare_t *h)
         c->changed = 0;
         coord_sched_run(c);
     }
+    /* One commit for everything this loop turn wrote (store.h). */
+    coord_store_commit(c->store);
 }
 
 static void on_cron(uv_timer_t *t)

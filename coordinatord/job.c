@@ -216,6 +216,7 @@ int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen)
     }
     j->grace_deadline = 0;
     coord_job_set_state(c, j, COORD_JOB_CANCELLED, "cancelled by user");
+    coord_store_commit(c->store); /* before the reply; a failure is logged by the store */
     return 0;
 }
 
@@ -321,6 +322,8 @@ int coord_job_submit(coord_t *c, const char *ini, char *id, size_t idlen, char *
         .submitted_ms = j->submitted_ms,
     };
     rc = coord_store_job_insert(c->store, &rec, &seq);
+    if (rc == 0) /* the job id goes back in the reply: it must be on disk first */
+        rc = coord_store_commit(c->store);
     if (rc < 0) {
         snprintf(err, errlen, "cannot store the job: %s", ch_strerror(rc));
         goto fail;

@@ -268,6 +268,8 @@ int coord_node_forget(coord_t *c, const char *name, char *err, size_t errlen)
                        "node %s holds ranks of an active job; cancel it or wait for it to end",
                        n->name);
     int rc = drop(c, i, n->mark == done, "chorusctl node forget");
+    if (rc == 0 && (rc = coord_store_commit(c->store)) < 0) /* before the reply */
+        return ch_errf(err, errlen, rc, "cannot store the change: %s", ch_strerror(rc));
     return rc < 0 ? ch_errf(err, errlen, rc, "out of memory") : 0;
 }
 
@@ -324,6 +326,8 @@ int coord_node_send(coord_node_t *n, Chorus__Envelope *env)
 {
     if (!n->link)
         return -EPIPE;
+    /* Journal, then send: what this message relies on is on disk before it leaves. */
+    coord_store_commit_journal(n->link->c->store);
     return coord_link_send(n->link, env);
 }
 

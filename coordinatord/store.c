@@ -13,6 +13,8 @@
 
 struct coord_store {
     sqlite3 *db;
+    int in_txn; /* a transaction is open (writes since the last commit) */
+    int urgent; /* it holds journal writes: commit before anything is sent */
 };
 
 static const char SCHEMA[] =
@@ -73,6 +75,35 @@ static int exec(coord_store_t *s, const char *sql, const char *what)
     return sql_err(s->db, sqlite3_exec(s->db, sql, NULL, NULL, NULL), what);
 }
 
+/* Writes go into one transaction per loop turn (see store.h): open it on the first. */
+static int begin(coord_store_t *s, int urgent)
+{
+    if (!s->in_txn) {
+        int rc = exec(s, "BEGIN", "begin");
+        if (rc < 0)
+            return rc;
+        s->in_txn = 1;
+    }
+    s->urgent |= urgent;
+    return 0;
+}
+
+int coord_store_commit(coord_store_t *s)
+{
+    if (!s || !s->in_txn)
+        return 0;
+    int rc = exec(s, "COMMIT", "commit");
+    if (rc < 0)
+        (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->in_txn = s->urgent = 0;
+    return rc;
+}
+
+int coord_store_commit_journal(coord_store_t *s)
+{
+    return s && s->urgent ? coord_store_commit(s) : 0;
+}
+
 int coord_store_open_path(const char *path, coord_store_t **out)
 {
     coord_store_t *s = calloc(1, sizeof(*s));
@@ -114,17 +145,21 @@ void coord_store_close(coord_store_t *s)
 {
     if (!s)
         return;
+    coord_store_commit(s);
     if (s->db)
         sqlite3_close(s->db);
     free(s);
 }
 
 /* Prepare, let bind() fill the parameters, step once, finalize. */
-static int run(coord_store_t *s, const char *sql, const char *what,
+static int run(coord_store_t *s, int urgent, const char *sql, const char *what,
                void (*bind)(sqlite3_stmt *st, const void *rec), const void *rec)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    int rc = begin(s, urgent);
+    if (rc < 0)
+        return rc;
+    rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK)
         return sql_err(s->db, rc, what);
     bind(st, rec);
@@ -156,12 +191,12 @@ static void bind_name(sqlite3_stmt *st, const void *p)
 
 int coord_store_node_delete(coord_store_t *s, const char *name)
 {
-    return run(s, "DELETE FROM nodes WHERE name = ?1", "forget node", bind_name, name);
+    return run(s, 1, "DELETE FROM nodes WHERE name = ?1", "forget node", bind_name, name);
 }
 
 int coord_store_node_put(coord_store_t *s, const coord_node_rec_t *n)
 {
-    return run(s,
+    return run(s, 0,
                "INSERT OR REPLACE INTO nodes (name, state, rack, device, slots, updated_ms)"
                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                "store node", bind_node, n);
@@ -192,7 +227,7 @@ static void bind_job(sqlite3_stmt *st, const void *p)
 
 int coord_store_job_insert(coord_store_t *s, const coord_job_rec_t *rec, int64_t *seq)
 {
-    int rc = run(s,
+    int rc = run(s, 1,
                  "INSERT INTO jobs (name, kind, ini, state, generation, restarts, step,"
                  " total_steps, loss, last_ckpt_step, reason, placement, submitted_ms,"
                  " started_ms, finished_ms)"
@@ -205,7 +240,7 @@ int coord_store_job_insert(coord_store_t *s, const coord_job_rec_t *rec, int64_t
 
 int coord_store_job_update(coord_store_t *s, const coord_job_rec_t *rec)
 {
-    int rc = run(s,
+    int rc = run(s, 1,
                  "UPDATE jobs SET name=?1, kind=?2, ini=?3, state=?4, generation=?5,"
                  " restarts=?6, step=?7, total_steps=?8, loss=?9, last_ckpt_step=?10,"
                  " reason=?11, placement=?12, submitted_ms=?13, started_ms=?14,"
@@ -241,7 +276,7 @@ int coord_store_event(coord_store_t *s, const char *job, uint64_t gen, int64_t r
                       const char *node, const char *what)
 {
     event_rec_t e = {.job = job, .node = node, .what = what, .gen = gen, .rank = rank};
-    return run(s,
+    return run(s, 0,
                "INSERT INTO events (t_ms, job, gen, rank, node, what) VALUES (?1,?2,?3,?4,?5,?6)",
                "store event", bind_event, &e);
 }
@@ -339,7 +374,7 @@ static void bind_restart(sqlite3_stmt *st, const void *p)
 
 int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r)
 {
-    return run(s,
+    return run(s, 1,
                "INSERT OR REPLACE INTO restarts (job_seq, idx, time_ms, cause, rank, node, reason,"
                " failed_gen, failed_step, resumed_from, steps_lost, recover_s)"
                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -388,7 +423,10 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
 int coord_store_series_put(coord_store_t *s, int64_t job_seq, const void *blob, size_t len)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(
+    int rc = begin(s, 0);
+    if (rc < 0)
+        return rc;
+    rc = sqlite3_prepare_v2(
         s->db, "INSERT OR REPLACE INTO series (job_seq, updated_ms, data) VALUES (?1, ?2, ?3)", -1,
         &st, NULL);
     if (rc != SQLITE_OK)

@@ -1,0 +1,784 @@
+/* Simulated nodes; see sim.h.
+ *
+ * Theory of operation.
+ *  - A node is a link (conn.h, the same handshake and frames as workerd's agent), three
+ *    timers (reconnect, heartbeat, step) and the groups of ranks it runs: one group per
+ *    StartRanks, freed when its last rank exited.
+ *  - A rank's rendezvous is one KvSet and up to three KvGets sent at once; replies come
+ *    back under request ids the node hands out, matched in a small per-node table (a
+ *    node has at most slots x 4 requests outstanding).
+ *  - One step timer per node (its phase spread over step_ms) advances every rank of the
+ *    node that is past rendezvous, so the coordinator sees progress spread evenly over
+ *    each step, as from real nodes that do not start in lockstep.
+ *  - While a node is not registered its ranks pause: nothing is queued, so nothing of a
+ *    rank's life is sent twice or out of order. */
+#include "workerd/sim/sim.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/conn.h"
+#include "common/err.h"
+#include "common/jobspec.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define BACKOFF_MIN_MS       100
+#define BACKOFF_MAX_MS       1000
+#define HEARTBEAT_DEFAULT_MS 1000
+#define ADDR_BYTES           256   /* a UCX worker address is a few hundred bytes */
+#define KV_GET_TIMEOUT_MS    60000 /* a real rank's collective timeout is of this order */
+#define SIGKILL_NUM          9
+
+typedef struct sim_rank {
+    uint32_t rank;
+    int alive;   /* started, not exited */
+    int waiting; /* rendezvous requests outstanding */
+    int rdzv;    /* past rendezvous */
+    uint64_t step;
+} sim_rank_t;
+
+typedef struct sim_group {
+    struct sim_group *next;
+    char job_id[64];
+    uint64_t gen;
+    ch_layout_t layout;
+    uint64_t total, every;
+    uint32_t n, n_alive;
+    sim_rank_t *ranks;
+} sim_group_t;
+
+typedef struct sim_req {
+    uint64_t id;
+    sim_group_t *g;
+    uint32_t idx; /* into g->ranks */
+} sim_req_t;
+
+typedef struct sim_node {
+    wrk_sim_t *s;
+    uint32_t idx;
+    char name[64], rack[64];
+    ch_conn_t *conn;
+    int registered, hung, crashed;
+    uint32_t hb_ms, backoff_ms;
+    uv_timer_t reconnect, heartbeat, step;
+    sim_group_t *groups;
+    sim_req_t *reqs;
+    size_t n_reqs, cap_reqs;
+    uint64_t next_id;
+} sim_node_t;
+
+struct wrk_sim {
+    uv_loop_t *loop;
+    wrk_sim_cfg_t cfg;
+    sim_node_t *nodes;
+    int stopping;
+    uint64_t rng;
+    uint64_t events_sent, kv_errors, start_msgs, kill_msgs;
+};
+
+static void connect_node(sim_node_t *n);
+
+static uint64_t rnd(wrk_sim_t *s)
+{
+    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int send_env(sim_node_t *n, Chorus__Envelope *env)
+{
+    if (!n->conn || !ch_conn_is_ready(n->conn))
+        return -ENOTCONN;
+    return ch_conn_send(n->conn, env);
+}
+
+static void send_event(sim_node_t *n, const sim_group_t *g, uint32_t rank, Chorus__RankEvent *ev)
+{
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev->job_id = (char *)g->job_id;
+    ev->generation = g->gen;
+    ev->rank = rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = ev;
+    if (send_env(n, &env) == 0)
+        n->s->events_sent++;
+}
+
+static void send_kind(sim_node_t *n, const sim_group_t *g, uint32_t rank, Chorus__RankEventKind k,
+                      int code, int sig, const char *msg)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = k;
+    ev.exit_code = code;
+    ev.signal = sig;
+    if (msg)
+        ev.message = (char *)msg;
+    send_event(n, g, rank, &ev);
+}
+
+// ----------------------------------------------------------------------------
+// groups and ranks
+
+static void group_free(sim_node_t *n, sim_group_t *g)
+{
+    for (size_t i = 0; i < n->n_reqs;) { /* its requests' replies are dropped */
+        if (n->reqs[i].g == g)
+            n->reqs[i] = n->reqs[--n->n_reqs];
+        else
+            i++;
+    }
+    for (sim_group_t **pp = &n->groups; *pp; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    free(g->ranks);
+    free(g);
+}
+
+static void groups_free(sim_node_t *n)
+{
+    while (n->groups)
+        group_free(n, n->groups);
+    n->n_reqs = 0;
+}
+
+/* The rank's process is gone: report its exit; free the group after its last rank. */
+static void rank_exit(sim_node_t *n, sim_group_t *g, uint32_t i, int code, int sig)
+{
+    sim_rank_t *r = &g->ranks[i];
+    if (!r->alive)
+        return;
+    r->alive = 0;
+    g->n_alive--;
+    send_kind(n, g, r->rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED, code, sig, NULL);
+    if (g->n_alive == 0)
+        group_free(n, g);
+}
+
+static uint32_t ranks_alive(const sim_node_t *n)
+{
+    uint32_t k = 0;
+    for (const sim_group_t *g = n->groups; g; g = g->next)
+        k += g->n_alive;
+    return k;
+}
+
+static int req_add(sim_node_t *n, sim_group_t *g, uint32_t idx, uint64_t *id)
+{
+    if (n->n_reqs == n->cap_reqs) {
+        size_t cap = n->cap_reqs ? n->cap_reqs * 2 : 16;
+        sim_req_t *v = realloc(n->reqs, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        n->reqs = v;
+        n->cap_reqs = cap;
+    }
+    *id = ++n->next_id;
+    n->reqs[n->n_reqs++] = (sim_req_t){.id = *id, .g = g, .idx = idx};
+    return 0;
+}
+
+static void kv_send(sim_node_t *n, sim_group_t *g, uint32_t idx, const char *key, int set)
+{
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    Chorus__KvSet ks = CHORUS__KV_SET__INIT;
+    Chorus__KvGet kg = CHORUS__KV_GET__INIT;
+    uint8_t addr[ADDR_BYTES];
+    uint64_t id;
+    if (req_add(n, g, idx, &id) < 0) {
+        n->s->kv_errors++;
+        return;
+    }
+    env.request_id = id;
+    if (set) {
+        for (size_t i = 0; i < sizeof addr; i++)
+            addr[i] = (uint8_t)(g->ranks[idx].rank * 31 + i);
+        ks.job_id = g->job_id;
+        ks.generation = g->gen;
+        ks.key = (char *)key;
+        ks.value.data = addr;
+        ks.value.len = sizeof addr;
+        env.body_case = CHORUS__ENVELOPE__BODY_KV_SET;
+        env.kv_set = &ks;
+    } else {
+        kg.job_id = g->job_id;
+        kg.generation = g->gen;
+        kg.key = (char *)key;
+        kg.timeout_ms = KV_GET_TIMEOUT_MS;
+        env.body_case = CHORUS__ENVELOPE__BODY_KV_GET;
+        env.kv_get = &kg;
+    }
+    if (send_env(n, &env) < 0) {
+        n->n_reqs--; /* the entry just added */
+        n->s->kv_errors++;
+        return;
+    }
+    g->ranks[idx].waiting++;
+}
+
+/* The rendezvous of one rank, as a 3-D layout's first collectives do it: publish its
+ * address, then fetch its TP ring successor, DP ring successor and next stage. */
+static void rank_rendezvous(sim_node_t *n, sim_group_t *g, uint32_t idx)
+{
+    ch_layout_t l = g->layout;
+    uint32_t r = g->ranks[idx].rank;
+    uint32_t t = r % l.tp, d = (r / l.tp) % l.dp, p = r / (l.tp * l.dp);
+    uint32_t peers[3], np = 0;
+    char key[32];
+    snprintf(key, sizeof key, "ucx/%u", r);
+    kv_send(n, g, idx, key, 1);
+    if (l.tp > 1)
+        peers[np++] = (t + 1) % l.tp + l.tp * (d + l.dp * p);
+    if (l.dp > 1)
+        peers[np++] = t + l.tp * ((d + 1) % l.dp + l.dp * p);
+    if (p + 1 < l.pp)
+        peers[np++] = t + l.tp * (d + l.dp * (p + 1));
+    for (uint32_t i = 0; i < np; i++) {
+        snprintf(key, sizeof key, "ucx/%u", peers[i]);
+        kv_send(n, g, idx, key, 0);
+    }
+}
+
+static void on_kv_reply(sim_node_t *n, const Chorus__Envelope *env)
+{
+    int code = env->body_case == CHORUS__ENVELOPE__BODY_KV_REPLY ? env->kv_reply->code
+               : env->body_case == CHORUS__ENVELOPE__BODY_ERROR  ? env->error->code
+                                                                 : CH_E_FORMAT;
+    for (size_t i = 0; i < n->n_reqs; i++) {
+        if (n->reqs[i].id != env->request_id)
+            continue;
+        sim_req_t q = n->reqs[i];
+        n->reqs[i] = n->reqs[--n->n_reqs];
+        sim_rank_t *r = &q.g->ranks[q.idx];
+        if (!r->alive)
+            return;
+        r->waiting--;
+        if (code < 0) {
+            /* A real rank whose rendezvous fails reports why and exits non-zero. */
+            char msg[128];
+            n->s->kv_errors++;
+            snprintf(msg, sizeof msg, "rendezvous: %s", ch_strerror(code));
+            send_kind(n, q.g, r->rank, CHORUS__RANK_EVENT_KIND__RANK_FAILED, 0, 0, msg);
+            rank_exit(n, q.g, q.idx, 1, 0);
+            return;
+        }
+        if (r->waiting == 0)
+            r->rdzv = 1;
+        return;
+    }
+}
+
+static void on_start_ranks(sim_node_t *n, const Chorus__StartRanks *sr)
+{
+    char err[256];
+    ch_jobspec_t spec;
+    n->s->start_msgs++;
+    for (sim_group_t *g = n->groups; g; g = g->next) {
+        if (strcmp(g->job_id, sr->job_id) == 0 && g->gen >= sr->generation) {
+            CH_LOGW("sim", "node=%s job=%s: stale StartRanks gen=%" PRIu64, n->name, sr->job_id,
+                    sr->generation);
+            return;
+        }
+    }
+    /* A newer generation supersedes whatever is left of older ones. */
+    for (sim_group_t *g = n->groups, *next; g; g = next) {
+        next = g->next;
+        if (strcmp(g->job_id, sr->job_id) != 0)
+            continue;
+        /* left first: the last exit frees g */
+        for (uint32_t i = 0, left = g->n_alive; left && i < g->n; i++) {
+            if (g->ranks[i].alive) {
+                left--;
+                rank_exit(n, g, i, 0, SIGKILL_NUM);
+            }
+        }
+    }
+    ch_jobspec_defaults(&spec);
+    sim_group_t *g = calloc(1, sizeof *g);
+    if (g)
+        g->ranks = calloc(sr->n_ranks ? sr->n_ranks : 1, sizeof *g->ranks);
+    if (!g || !g->ranks || ch_jobspec_parse(sr->job_ini, &spec, err, sizeof err) < 0) {
+        CH_LOGE("sim", "node=%s job=%s: cannot run StartRanks: %s", n->name, sr->job_id,
+                g && g->ranks ? err : "out of memory");
+        if (g)
+            free(g->ranks);
+        free(g);
+        return;
+    }
+    snprintf(g->job_id, sizeof g->job_id, "%s", sr->job_id);
+    g->gen = sr->generation;
+    g->layout = ch_jobspec_layout(&spec);
+    g->total = spec.train.steps > 0 ? (uint64_t)spec.train.steps : 1;
+    g->every =
+        spec.checkpoint.dir[0] && spec.checkpoint.every > 0 ? (uint64_t)spec.checkpoint.every : 0;
+    g->n = g->n_alive = (uint32_t)sr->n_ranks;
+    g->next = n->groups;
+    n->groups = g;
+    for (uint32_t i = 0; i < g->n; i++) {
+        g->ranks[i].rank = sr->ranks[i]->rank;
+        g->ranks[i].alive = 1;
+        g->ranks[i].step = sr->resume_step;
+    }
+    for (uint32_t i = 0; i < g->n; i++) {
+        send_kind(n, g, g->ranks[i].rank, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0, NULL);
+        rank_rendezvous(n, g, i);
+    }
+}
+
+static int listed(uint32_t rank, const uint32_t *ranks, size_t n)
+{
+    if (n == 0)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i] == rank)
+            return 1;
+    return 0;
+}
+
+static void on_kill_ranks(sim_node_t *n, const Chorus__KillRanks *kr)
+{
+    n->s->kill_msgs++;
+    for (sim_group_t *g = n->groups, *next; g; g = next) {
+        next = g->next;
+        if (strcmp(g->job_id, kr->job_id) != 0 || g->gen > kr->generation)
+            continue;
+        /* left first: the last exit frees g */
+        for (uint32_t i = 0, left = g->n_alive; left && i < g->n; i++) {
+            if (!g->ranks[i].alive)
+                continue;
+            left--;
+            if (listed(g->ranks[i].rank, kr->ranks, kr->n_ranks))
+                rank_exit(n, g, i, 0, SIGKILL_NUM);
+        }
+    }
+}
+
+/* One step of every rank of n that is past rendezvous. */
+static void on_step(uv_timer_t *t)
+{
+    sim_node_t *n = t->data;
+    if (!n->registered || n->hung)
+        return;
+    for (sim_group_t *g = n->groups, *next; g; g = next) {
+        next = g->next;
+        for (uint32_t i = 0; i < g->n; i++) {
+            sim_rank_t *r = &g->ranks[i];
+            if (!r->alive || !r->rdzv || r->step >= g->total)
+                continue;
+            r->step++;
+            Chorus__Metric m = CHORUS__METRIC__INIT, *mp = &m;
+            Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+            m.name = "step_ms";
+            m.value = n->s->cfg.step_ms;
+            ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+            ev.step = r->step;
+            ev.total_steps = g->total;
+            ev.loss = 10.0 / (double)(r->step + 1);
+            ev.tokens_per_s = 1000.0;
+            ev.n_metrics = 1;
+            ev.metrics = &mp;
+            send_event(n, g, r->rank, &ev);
+            if (g->every && r->step % g->every == 0) {
+                Chorus__RankEvent ck = CHORUS__RANK_EVENT__INIT;
+                ck.kind = CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT;
+                ck.step = r->step;
+                ck.bytes = 1 << 20;
+                ck.checksum = r->step * 1000003u + r->rank;
+                send_event(n, g, r->rank, &ck);
+            }
+        }
+        /* Finishing after the loop: the last exit frees g. */
+        for (uint32_t i = 0; i < g->n; i++) {
+            sim_rank_t *r = &g->ranks[i];
+            if (r->alive && r->rdzv && r->step >= g->total) {
+                send_kind(n, g, r->rank, CHORUS__RANK_EVENT_KIND__RANK_DONE, 0, 0, NULL);
+                if (g->n_alive == 1) {
+                    rank_exit(n, g, i, 0, 0);
+                    break;
+                }
+                rank_exit(n, g, i, 0, 0);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// coordinator link
+
+static void send_heartbeat(sim_node_t *n)
+{
+    Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint32_t alive = ranks_alive(n);
+    hb.time_ms = ch_wall_ms();
+    hb.free_slots = alive >= n->s->cfg.slots ? 0 : n->s->cfg.slots - alive;
+    env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    send_env(n, &env);
+}
+
+static void on_heartbeat(uv_timer_t *t)
+{
+    sim_node_t *n = t->data;
+    if (!n->hung)
+        send_heartbeat(n);
+}
+
+static void send_register(sim_node_t *n)
+{
+    Chorus__Register reg = CHORUS__REGISTER__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint32_t k = ranks_alive(n), i = 0;
+    Chorus__RankRef *refs = calloc(k ? k : 1, sizeof *refs);
+    Chorus__RankRef **pr = calloc(k ? k : 1, sizeof *pr);
+    if (!refs || !pr) {
+        CH_LOGE("sim", "node=%s: out of memory building Register", n->name);
+        goto out;
+    }
+    for (const sim_group_t *g = n->groups; g; g = g->next) {
+        for (uint32_t r = 0; r < g->n && i < k; r++) {
+            if (!g->ranks[r].alive)
+                continue;
+            chorus__rank_ref__init(&refs[i]);
+            refs[i].job_id = (char *)g->job_id;
+            refs[i].generation = g->gen;
+            refs[i].rank = g->ranks[r].rank;
+            refs[i].pid = (int32_t)(100000 + n->idx * 64 + r);
+            pr[i] = &refs[i];
+            i++;
+        }
+    }
+    reg.name = n->name;
+    reg.slots = n->s->cfg.slots;
+    reg.rack = n->rack;
+    reg.device = "cpu";
+    reg.n_running = i;
+    reg.running = pr;
+    env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    send_env(n, &env);
+out:
+    free(pr);
+    free(refs);
+}
+
+static void on_ready(ch_conn_t *c, void *ud)
+{
+    (void)c;
+    send_register(ud);
+}
+
+static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+{
+    sim_node_t *n = ud;
+    (void)c;
+    if (n->hung)
+        return; /* a hung machine reads nothing */
+    switch (env->body_case) {
+    case CHORUS__ENVELOPE__BODY_REGISTER_ACK:
+        n->registered = 1;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        n->hb_ms = env->register_ack->heartbeat_ms ? env->register_ack->heartbeat_ms
+                                                   : HEARTBEAT_DEFAULT_MS;
+        uv_timer_start(&n->heartbeat, on_heartbeat, n->hb_ms, n->hb_ms);
+        send_heartbeat(n);
+        if (!uv_is_active((uv_handle_t *)&n->step)) {
+            uint64_t phase = rnd(n->s) % (n->s->cfg.step_ms ? n->s->cfg.step_ms : 1);
+            uv_timer_start(&n->step, on_step, phase, n->s->cfg.step_ms);
+        }
+        return;
+    case CHORUS__ENVELOPE__BODY_START_RANKS:
+        on_start_ranks(n, env->start_ranks);
+        return;
+    case CHORUS__ENVELOPE__BODY_KILL_RANKS:
+        on_kill_ranks(n, env->kill_ranks);
+        return;
+    case CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK:
+        return; /* final reports are not kept: nothing to forget */
+    case CHORUS__ENVELOPE__BODY_KV_REPLY:
+        on_kv_reply(n, env);
+        return;
+    case CHORUS__ENVELOPE__BODY_ERROR:
+        if (env->request_id) {
+            on_kv_reply(n, env);
+            return;
+        }
+        CH_LOGW("sim", "node=%s: coordinator: error %d: %s", n->name, env->error->code,
+                env->error->message);
+        return;
+    default:
+        return;
+    }
+}
+
+static void on_reconnect(uv_timer_t *t)
+{
+    connect_node(t->data);
+}
+
+static void schedule_reconnect(sim_node_t *n)
+{
+    uint32_t d = n->backoff_ms;
+    uint32_t delay = d / 2 + (uint32_t)(rnd(n->s) % (d / 2 + 1));
+    n->backoff_ms = d * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d * 2;
+    uv_timer_start(&n->reconnect, on_reconnect, delay, 0);
+}
+
+static void on_close(ch_conn_t *c, int reason, void *ud)
+{
+    sim_node_t *n = ud;
+    (void)c;
+    (void)reason;
+    n->conn = NULL;
+    n->registered = 0;
+    uv_timer_stop(&n->heartbeat);
+    if (n->hung) /* the coordinator cut a hung node: it stays down until revived */
+        n->crashed = 1;
+    if (n->crashed || n->s->stopping)
+        return;
+    schedule_reconnect(n);
+}
+
+static void connect_node(sim_node_t *n)
+{
+    wrk_sim_t *s = n->s;
+    ch_conn_opts_t o = {.key = s->cfg.key, .is_server = 0, .role = "worker"};
+    ch_conn_cbs_t cbs = {on_ready, on_msg, on_close};
+    if (s->stopping || n->conn || n->crashed)
+        return;
+    int rc = ch_conn_connect_tcp(s->loop, s->cfg.host, s->cfg.port, &o, &cbs, n, &n->conn);
+    if (rc < 0) {
+        n->conn = NULL;
+        CH_LOGD("sim", "node=%s: connect: %s", n->name, ch_strerror(rc));
+        schedule_reconnect(n);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// lifecycle
+
+int wrk_sim_create(uv_loop_t *loop, const wrk_sim_cfg_t *cfg, wrk_sim_t **out)
+{
+    if (cfg->nodes == 0 || cfg->slots == 0 || !cfg->key)
+        return -EINVAL;
+    wrk_sim_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->nodes = calloc(cfg->nodes, sizeof *s->nodes);
+    if (!s->nodes) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->loop = loop;
+    s->cfg = *cfg;
+    if (s->cfg.racks == 0)
+        s->cfg.racks = 1;
+    if (s->cfg.step_ms == 0)
+        s->cfg.step_ms = 1000;
+    if (!s->cfg.prefix[0])
+        snprintf(s->cfg.prefix, sizeof s->cfg.prefix, "sim");
+    s->rng = ch_now_ns();
+    uint32_t per_rack = (cfg->nodes + s->cfg.racks - 1) / s->cfg.racks;
+    for (uint32_t i = 0; i < cfg->nodes; i++) {
+        sim_node_t *n = &s->nodes[i];
+        n->s = s;
+        n->idx = i;
+        n->backoff_ms = BACKOFF_MIN_MS;
+        snprintf(n->name, sizeof n->name, "%s-%05u", s->cfg.prefix, i);
+        snprintf(n->rack, sizeof n->rack, "rack%03u", i / per_rack);
+        uv_timer_init(loop, &n->reconnect);
+        uv_timer_init(loop, &n->heartbeat);
+        uv_timer_init(loop, &n->step);
+        n->reconnect.data = n->heartbeat.data = n->step.data = n;
+    }
+    *out = s;
+    return 0;
+}
+
+int wrk_sim_start(wrk_sim_t *s)
+{
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        uint64_t at = s->cfg.connect_ms ? (uint64_t)s->cfg.connect_ms * i / s->cfg.nodes : 0;
+        uv_timer_start(&s->nodes[i].reconnect, on_reconnect, at, 0);
+    }
+    return 0;
+}
+
+void wrk_sim_stop(wrk_sim_t *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        sim_node_t *n = &s->nodes[i];
+        if (n->conn)
+            ch_conn_close(n->conn);
+        uv_close((uv_handle_t *)&n->reconnect, NULL);
+        uv_close((uv_handle_t *)&n->heartbeat, NULL);
+        uv_close((uv_handle_t *)&n->step, NULL);
+    }
+}
+
+void wrk_sim_destroy(wrk_sim_t *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        groups_free(&s->nodes[i]);
+        free(s->nodes[i].reqs);
+    }
+    free(s->nodes);
+    free(s);
+}
+
+void wrk_sim_stats(const wrk_sim_t *s, wrk_sim_stats_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->nodes = s->cfg.nodes;
+    o->events_sent = s->events_sent;
+    o->kv_errors = s->kv_errors;
+    o->start_msgs = s->start_msgs;
+    o->kill_msgs = s->kill_msgs;
+    int first = 1;
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        const sim_node_t *n = &s->nodes[i];
+        o->registered += n->registered;
+        if (n->hung || n->crashed)
+            continue; /* its ranks are gone with it, whatever the coordinator knows */
+        for (const sim_group_t *g = n->groups; g; g = g->next) {
+            for (uint32_t k = 0; k < g->n; k++) {
+                const sim_rank_t *r = &g->ranks[k];
+                if (!r->alive)
+                    continue;
+                o->ranks++;
+                o->done += r->step >= g->total;
+                if (!r->rdzv)
+                    continue;
+                o->rdzv_done++;
+                if (first || r->step < o->min_step)
+                    o->min_step = r->step;
+                if (first || r->step > o->max_step)
+                    o->max_step = r->step;
+                first = 0;
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// failure injection
+
+static sim_node_t *find_node(wrk_sim_t *s, const char *name)
+{
+    size_t plen = strlen(s->cfg.prefix);
+    char *end = NULL;
+    /* Names are <prefix>-<index>: O(1). */
+    if (strncmp(name, s->cfg.prefix, plen) != 0 || name[plen] != '-')
+        return NULL;
+    unsigned long i = strtoul(name + plen + 1, &end, 10);
+    if (*end || i >= s->cfg.nodes)
+        return NULL;
+    return &s->nodes[i];
+}
+
+const char *wrk_sim_node_name(const wrk_sim_t *s, uint32_t i)
+{
+    return i < s->cfg.nodes ? s->nodes[i].name : "";
+}
+
+int wrk_sim_hang(wrk_sim_t *s, const char *node)
+{
+    sim_node_t *n = find_node(s, node);
+    if (!n)
+        return CH_E_NOTFOUND;
+    n->hung = 1;
+    uv_timer_stop(&n->heartbeat);
+    uv_timer_stop(&n->step);
+    CH_LOGI("sim", "node=%s: hung (no heartbeats, no rank events)", n->name);
+    return 0;
+}
+
+int wrk_sim_crash(wrk_sim_t *s, const char *node)
+{
+    sim_node_t *n = find_node(s, node);
+    if (!n)
+        return CH_E_NOTFOUND;
+    n->crashed = 1;
+    n->registered = 0;
+    uv_timer_stop(&n->heartbeat);
+    uv_timer_stop(&n->step);
+    uv_timer_stop(&n->reconnect);
+    groups_free(n);
+    if (n->conn)
+        ch_conn_close(n->conn);
+    CH_LOGI("sim", "node=%s: crashed (link closed, ranks gone)", n->name);
+    return 0;
+}
+
+int wrk_sim_disconnect(wrk_sim_t *s, const char *node)
+{
+    sim_node_t *n = find_node(s, node);
+    if (!n)
+        return CH_E_NOTFOUND;
+    if (n->conn)
+        ch_conn_close(n->conn); /* on_close reconnects */
+    CH_LOGI("sim", "node=%s: disconnected", n->name);
+    return 0;
+}
+
+int wrk_sim_revive(wrk_sim_t *s, const char *node)
+{
+    sim_node_t *n = find_node(s, node);
+    if (!n)
+        return CH_E_NOTFOUND;
+    if (n->conn) { /* still linked while hung: a reboot closes it first */
+        n->crashed = 1;
+        ch_conn_close(n->conn);
+        n->conn = NULL;
+    }
+    groups_free(n);
+    n->hung = n->crashed = 0;
+    n->backoff_ms = BACKOFF_MIN_MS;
+    CH_LOGI("sim", "node=%s: revived (no ranks)", n->name);
+    uv_timer_start(&n->reconnect, on_reconnect, 0, 0);
+    return 0;
+}
+
+int wrk_sim_exit_rank(wrk_sim_t *s, const char *job, uint32_t rank, int code)
+{
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        sim_node_t *n = &s->nodes[i];
+        for (sim_group_t *g = n->groups; g; g = g->next) {
+            if (strcmp(g->job_id, job) != 0)
+                continue;
+            for (uint32_t k = 0; k < g->n; k++) {
+                if (g->ranks[k].rank == rank && g->ranks[k].alive) {
+                    CH_LOGI("sim", "node=%s job=%s rank=%u: exits with code %d", n->name, job, rank,
+                            code);
+                    rank_exit(n, g, k, code, 0);
+                    return 0;
+                }
+            }
+        }
+    }
+    return CH_E_NOTFOUND;
+}
+
+const char *wrk_sim_rank_node(const wrk_sim_t *s, const char *job, uint32_t rank)
+{
+    for (uint32_t i = 0; i < s->cfg.nodes; i++) {
+        const sim_node_t *n = &s->nodes[i];
+        for (const sim_group_t *g = n->groups; g; g = g->next)
+            if (strcmp(g->job_id, job) == 0)
+                for (uint32_t k = 0; k < g->n; k++)
+                    if (g->ranks[k].rank == rank && g->ranks[k].alive)
+                        return n->name;
+    }
+    return NULL;
+}
