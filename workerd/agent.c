@@ -139,6 +139,7 @@ static void ev_free(Chorus__RankEvent *e)
         return;
     free(e->job_id);
     free(e->message);
+    free(e->timeout_group);
     for (size_t i = 0; i < e->n_metrics; i++) {
         if (e->metrics[i])
             free(e->metrics[i]->name);
@@ -155,11 +156,16 @@ static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
     if (!e)
         return NULL;
     *e = *src;
-    e->job_id = strdup(src->job_id ? src->job_id : "");
-    e->message = strdup(src->message ? src->message : "");
+    /* nothing of src's may be freed with a partial copy */
+    e->job_id = e->message = e->timeout_group = NULL;
     e->n_metrics = 0;
     e->metrics = NULL;
-    if (!e->job_id || !e->message)
+    e->job_id = strdup(src->job_id ? src->job_id : "");
+    e->message = strdup(src->message ? src->message : "");
+    e->timeout_group = strdup(src->timeout_group ? src->timeout_group : "");
+    e->n_metrics = 0;
+    e->metrics = NULL;
+    if (!e->job_id || !e->message || !e->timeout_group)
         goto fail;
     if (src->n_metrics) {
         if (!(e->metrics = calloc(src->n_metrics, sizeof *e->metrics)))
