@@ -58,7 +58,9 @@ static void *rank_main(void *arg)
         if (d->rc == 0)
             d->rc = eng_groups_create(c, d->l, d->rank, &g);
     }
-    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g};
+    /* replicated data parallelism: every rank's slab holds its stage whole, which these
+     * tests compare; ZeRO-3 is test_layouts.c's */
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = 1};
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0 && d->resume)
