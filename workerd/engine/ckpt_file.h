@@ -1,11 +1,14 @@
 /* Checkpoints (DESIGN §8).
  *
  * Step s of job J lives in DIR/J/step-<s, 8 digits>/; each rank writes its shard
- * rank-<r, 5 digits>.safetensors there: parameters under their Hugging Face names (this
- * rank's piece; wte without its padding rows), Adam state as "optim.m.<name>" and
- * "optim.v.<name>", and metadata describing the layout, the step, the rank, the model
- * and the data position (see ckpt.c for the keys), so shards of any layout can later be
- * joined. Files are written atomically and reported as (bytes, ch_hash64 checksum).
+ * rank-<r, 5 digits>.safetensors there: the pieces it holds (ckpt.h's eng_ckpt_piece_t),
+ * parameters under their Hugging Face names, Adam state as "optim.m.<name>" and
+ * "optim.v.<name>" (a whole tensor in its Hugging Face shape, wte without its padding
+ * rows; any other piece 1-D with metadata "slice.<name>" saying where it sits), and
+ * metadata describing the layout, the step, the rank, the model and the data position
+ * (see ckpt_file.c for the keys), so the shards of any layout can be joined and cut again
+ * for another (the reader below). Files are written atomically and reported as (bytes,
+ * ch_hash64 checksum).
  *
  * "step s" means s updates done: restoring it and running step s next reproduces the
  * uninterrupted run bit for bit. A step is committed once manifest.json exists in its
