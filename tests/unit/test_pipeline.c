@@ -58,7 +58,9 @@ static void *rank_main(void *arg)
         if (d->rc == 0)
             d->rc = eng_groups_create(c, d->l, d->rank, &g);
     }
-    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g};
+    /* replicated data parallelism: every rank's slab holds its stage whole, which these
+     * tests compare; ZeRO-3 is test_layouts.c's */
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = 1};
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0 && d->resume)
@@ -129,27 +131,6 @@ static void free_runs(rank_run_t *r, uint32_t n)
         free(r[i].params);
 }
 
-/* The rank of DP index 0 whose stage holds tensor t (wte, wpe: stage 0; ln_f: the last). */
-static const rank_run_t *owner(const rank_run_t *r, ch_layout_t l, const eng_tensor_t *t)
-{
-    for (uint32_t s = 0; s < l.pp; s++) {
-        const rank_run_t *x = &r[s * l.dp];
-        int is_lnf = strncmp(t->name, "ln_f", 4) == 0;
-        if (t->block >= 0 ? (uint32_t)t->block >= x->first && (uint32_t)t->block < x->last
-                          : (is_lnf ? s + 1 == l.pp : s == 0))
-            return x;
-    }
-    return NULL;
-}
-
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double d = 0, s = 0;
-    for (size_t i = 0; i < n; i++)
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
-    return sqrt(d / (s > 0 ? s : 1));
-}
-
 static void like_one_rank(uint32_t pp, uint32_t dp)
 {
     ch_jobspec_t one, many;
@@ -158,9 +139,8 @@ static void like_one_rank(uint32_t pp, uint32_t dp)
     rank_run_t a[MAXR], b[MAXR];
     run_layout(&one, 0, a);
     run_layout(&many, 0, b);
-    ch_layout_t l = {1, pp, dp};
     uint32_t n = pp * dp;
-    double worst = 0, worst_w = 0;
+    double worst = 0;
     for (int s = 0; s < STEPS; s++) {
         for (uint32_t i = 1; i < n; i++)
             cr_expect_eq(b[i].losses[s], b[0].losses[s],
@@ -171,25 +151,10 @@ static void like_one_rank(uint32_t pp, uint32_t dp)
         cr_expect_leq(rel, 1e-4, "step %d: loss %.9g with pp=%u dp=%u, %.9g with one rank", s,
                       b[0].losses[s], pp, dp, a[0].losses[s]);
     }
-    /* every tensor from the stage that trains it, against the one-rank model */
-    eng_model_t *m = NULL;
-    eng_config_t cfg = {.layers = 4, .heads = 4, .embd = 32, .vocab = 32, .seq_len = 16};
-    cfg.padded_vocab = ch_layout_padded_vocab(cfg.vocab, 1);
-    cr_assert_eq(eng_model_create(&cfg, 1, 77, &m), 0);
-    for (size_t i = 0; i < eng_model_ntensors(m); i++) {
-        const eng_tensor_t *t = eng_model_tensor(m, i);
-        const rank_run_t *o = owner(b, l, t);
-        cr_assert(o != NULL, "%s: no stage holds it", t->name);
-        double d = rel_l2(o->params + t->offset, a[0].params + t->offset, t->numel);
-        worst_w = d > worst_w ? d : worst_w;
-        cr_expect_leq(d, 1e-4, "%s: relative L2 %g after %d steps (pp=%u dp=%u)", t->name, d, STEPS,
-                      pp, dp);
-    }
-    eng_model_destroy(m);
+    /* the weights, exported from any layout, are test_layouts.c's */
     double bubble = b[0].bubble / STEPS;
-    printf("pipeline: pp=%u dp=%u: worst loss rel diff %.3g, worst tensor rel L2 %.3g, stage 0 "
-           "bubble %.3f (ideal %.3f)\n",
-           pp, dp, worst, worst_w, bubble, pp > 1 ? (double)(pp - 1) / (MICRO + pp - 1) : 0.0);
+    printf("pipeline: pp=%u dp=%u: worst loss rel diff %.3g, stage 0 bubble %.3f (ideal %.3f)\n",
+           pp, dp, worst, bubble, pp > 1 ? (double)(pp - 1) / (MICRO + pp - 1) : 0.0);
     free_runs(a, 1);
     free_runs(b, n);
 }

@@ -558,18 +558,25 @@ int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer)
     return 1;
 }
 
+uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g)
+{
+    return g ? g->wait_ns : 0;
+}
+
 int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
 {
     wrk_coll_t *c = req->g->c;
     if (timeout_ms < 0)
         timeout_ms = c->timeout_ms;
-    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms, t0 = ch_now_ns();
     int idle = 0;
     for (unsigned iter = 1;; iter++) {
         int moved;
         int rc = poll_once(req, &moved);
-        if (rc <= 0)
+        if (rc <= 0) {
+            req->g->wait_ns += ch_now_ns() - t0;
             return rc;
+        }
         idle = moved ? 0 : idle + 1;
         if ((iter % 64 == 0 || idle >= IDLE_SPINS_BEFORE_YIELD) && ch_now_ms() >= deadline) {
             CH_LOGW("coll", "rank %u: %s %s timed out after %d ms; aborting", c->rank, req->g->name,
@@ -578,6 +585,7 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
             wrk_coll_abort(c);
             check_aborted(c);
             req->rc = -ETIMEDOUT;
+            req->g->wait_ns += ch_now_ns() - t0;
             return -ETIMEDOUT;
         }
         if (idle >= IDLE_SPINS_BEFORE_YIELD)

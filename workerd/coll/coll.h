@@ -140,6 +140,10 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
  * (the peer of a send/recv, the root of a broadcast, else the ring predecessor: exact for
  * groups of two), both borrowed from c. */
 int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer);
+/* Nanoseconds the caller has spent blocked waiting on g's requests so far (the blocking
+ * forms included; a request that completes without waiting costs nothing here): how the
+ * engine splits a step into compute and communication. 0 for NULL. */
+uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g);
 /* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
 void wrk_coll_req_free(wrk_coll_req_t *req);
 

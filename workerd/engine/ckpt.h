@@ -26,7 +26,9 @@ typedef struct eng_ckpt_piece {
 } eng_ckpt_piece_t;
 
 /* Write this rank's pieces as its shard of step meta->step under dir (creating
- * directories), with optim_t (the updates taken) in the metadata. */
+ * directories), with optim_t (the updates taken) in the metadata. p, m and v are all
+ * read; a piece with a == b stores nothing; at most one piece per name. -EINVAL naming
+ * the tensor when a piece's geometry does not hold together. */
 int eng_ckpt_save_pieces(const char *dir, const eng_ckpt_meta_t *meta,
                          const eng_ckpt_piece_t *pieces, size_t n, uint64_t optim_t,
                          uint64_t *bytes, uint64_t *checksum, char *err, size_t errlen);
@@ -50,10 +52,11 @@ int eng_ckpt_load_hf(const char *path, eng_ckpt_piece_t *pieces, size_t n, char 
 int eng_ckpt_save(const char *dir, const eng_ckpt_meta_t *meta, eng_model_t *m,
                   const eng_optim_t *o, uint64_t *bytes, uint64_t *checksum, char *err,
                   size_t errlen);
-/* Load shard `expect->rank` of the checkpoint in step_dir into m and o, after checking
- * that its layout, world size and model config equal expect's and, when a manifest is
- * present, that the file's checksum matches it. *step is the checkpoint's step; o->t is
- * restored. CH_E_FORMAT / CH_E_CONFIG with "FILE: reason". */
+/* Fill m's tensors (its TP slices, whole ranges) and o from the committed checkpoint in
+ * step_dir, whatever layout wrote it: eng_ckpt_restore_pieces with expect (the model
+ * config must match; rank `expect->rank`'s shard is read first). *step is the
+ * checkpoint's step; o->t is restored. -ENOENT without manifest, CH_E_FORMAT /
+ * CH_E_CONFIG with "FILE: reason". */
 int eng_ckpt_restore(const char *step_dir, const eng_ckpt_meta_t *expect, eng_model_t *m,
                      eng_optim_t *o, uint64_t *step, char *err, size_t errlen);
 

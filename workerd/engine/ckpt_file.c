@@ -4,8 +4,9 @@
  * Shard metadata keys (all strings): format, job, step, rank, world, layout.tp,
  * layout.pp, layout.dp, model.layers, model.heads, model.embd, model.vocab,
  * model.padded_vocab, model.seq_len, seed, data.seed, data.step (the next step to read:
- * sampling is stateless, so this is the step), optim.t, and shard = "full" (every tensor
- * whole; sharded layouts will describe their slices with slice.<name> keys). */
+ * sampling is stateless, so this is the step), optim.t, shard = "full" (every tensor
+ * whole) or "pieces", and slice.<name> for every piece that is not a whole tensor
+ * (ckpt_piece.c). */
 #include "workerd/engine/ckpt_file.h"
 
 #include <dirent.h>
@@ -39,7 +40,8 @@ int eng_ckpt_shard_path(const char *step_dir, uint32_t rank, char *out, size_t o
 
 // save
 
-int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *m, uint64_t optim_t)
+int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *m, uint64_t optim_t,
+                      const char *shard)
 {
     char v[32];
     int rc = 0;
@@ -53,7 +55,7 @@ int eng_ckpt_put_meta(ch_st_writer_t *w, const eng_ckpt_meta_t *m, uint64_t opti
     if (rc == 0)
         rc = ch_st_writer_meta(w, "job", m->job);
     if (rc == 0)
-        rc = ch_st_writer_meta(w, "shard", "full");
+        rc = ch_st_writer_meta(w, "shard", shard);
     META_U("step", m->step);
     META_U("rank", m->rank);
     META_U("world", m->world);
@@ -314,48 +316,105 @@ int eng_ckpt_meta_of(const ch_st_file_t *f, eng_ckpt_meta_t *meta, char *err, si
     return 0;
 }
 
-int eng_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen)
+int eng_ckpt_read_manifest(const char *step_dir, eng_ckpt_file_t **files, size_t *nfiles, char *err,
+                           size_t errlen)
 {
-    char mpath[CH_PATH_LEN + 32], path[CH_PATH_LEN + 32], jerr[160];
+    char mpath[CH_PATH_LEN + 32], jerr[160];
     char *text = NULL;
     size_t len = 0;
     ch_json_t *root = NULL;
-    snprintf(mpath, sizeof mpath, "%s/" MANIFEST, step_dir);
-    int rc = eng_ckpt_shard_path(step_dir, rank, path, sizeof path);
-    if (rc < 0)
-        return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
-    rc = ch_file_read(mpath, 1u << 24, &text, &len);
+    eng_ckpt_file_t *list = NULL;
+    *files = NULL;
+    *nfiles = 0;
+    if ((size_t)snprintf(mpath, sizeof mpath, "%s/" MANIFEST, step_dir) >= sizeof mpath)
+        return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", step_dir);
+    int rc = ch_file_read(mpath, 1u << 24, &text, &len);
     if (rc == -ENOENT)
-        return 0;
+        return ch_errf(err, errlen, rc,
+                       "%s: no " MANIFEST ": the step is not committed (its shards are not "
+                       "loaded unverified)",
+                       step_dir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "%s: %s", mpath, ch_strerror(rc));
     rc = ch_json_parse(text, len, NULL, &root, jerr, sizeof jerr);
     free(text);
     if (rc < 0)
         return ch_errf(err, errlen, CH_E_FORMAT, "%s: %s", mpath, jerr);
-    const ch_json_t *files = ch_json_get(root, "files");
-    const char *want = NULL;
-    for (size_t i = 0; files && files->type == CH_JSON_ARRAY && i < files->nkids; i++) {
-        uint64_t r;
-        if (ch_json_u64(ch_json_get(files->kids[i], "rank"), &r) == 0 && r == rank)
-            want = ch_json_get_str(files->kids[i], "checksum");
-    }
-    if (!want) {
-        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: no checksum for rank %" PRIu32, mpath, rank);
+    const ch_json_t *arr = ch_json_get(root, "files");
+    if (!arr || arr->type != CH_JSON_ARRAY || arr->nkids == 0) {
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: \"files\" missing or empty", mpath);
         goto out;
     }
-    uint64_t sum = 0, bytes = 0;
-    rc = ch_hash64_file(path, &sum, &bytes);
-    if (rc < 0) {
-        ch_errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+    list = calloc(arr->nkids, sizeof *list);
+    if (!list) {
+        rc = ch_errf(err, errlen, -ENOMEM, "%s: out of memory", mpath);
         goto out;
     }
-    char have[20];
-    snprintf(have, sizeof have, "%016" PRIx64, sum);
-    if (strcmp(have, want) != 0)
-        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: checksum %s does not match the manifest's %s",
-                     path, have, want);
+    for (size_t i = 0; i < arr->nkids; i++) {
+        const ch_json_t *e = arr->kids[i];
+        const char *sum = ch_json_get_str(e, "checksum");
+        uint64_t r = 0, bytes = 0;
+        char *end = NULL;
+        if (ch_json_u64(ch_json_get(e, "rank"), &r) < 0 || r > UINT32_MAX ||
+            ch_json_u64(ch_json_get(e, "bytes"), &bytes) < 0 || !sum || strlen(sum) != 16) {
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: files[%zu]: rank, bytes or checksum bad",
+                         mpath, i);
+            goto out;
+        }
+        errno = 0;
+        list[i].checksum = strtoull(sum, &end, 16);
+        if (errno || *end) {
+            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: files[%zu]: checksum \"%s\" not hex", mpath,
+                         i, sum);
+            goto out;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (list[k].rank == r) {
+                rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: rank %" PRIu64 " listed twice", mpath,
+                             r);
+                goto out;
+            }
+        list[i].rank = (uint32_t)r;
+        list[i].bytes = bytes;
+    }
+    *files = list;
+    *nfiles = arr->nkids;
+    list = NULL;
 out:
+    free(list);
     ch_json_free(root);
+    return rc;
+}
+
+int eng_ckpt_check_file(const char *path, const eng_ckpt_file_t *want, char *err, size_t errlen)
+{
+    uint64_t sum = 0, bytes = 0;
+    int rc = ch_hash64_file(path, &sum, &bytes);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+    if (sum != want->checksum || bytes != want->bytes)
+        return ch_errf(err, errlen, CH_E_FORMAT,
+                       "%s: checksum %016" PRIx64 " (%" PRIu64
+                       " bytes) does not match the manifest's %016" PRIx64 " (%" PRIu64 " bytes)",
+                       path, sum, bytes, want->checksum, want->bytes);
+    return 0;
+}
+
+int eng_ckpt_verify(const char *step_dir, uint32_t rank, char *err, size_t errlen)
+{
+    char path[CH_PATH_LEN + 32];
+    eng_ckpt_file_t *files = NULL;
+    size_t n = 0;
+    int rc = eng_ckpt_shard_path(step_dir, rank, path, sizeof path);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "%s: path too long", step_dir);
+    if ((rc = eng_ckpt_read_manifest(step_dir, &files, &n, err, errlen)) < 0)
+        return rc;
+    rc = ch_errf(err, errlen, CH_E_FORMAT, "%s/" MANIFEST ": no checksum for rank %" PRIu32,
+                 step_dir, rank);
+    for (size_t i = 0; i < n; i++)
+        if (files[i].rank == rank)
+            rc = eng_ckpt_check_file(path, &files[i], err, errlen);
+    free(files);
     return rc;
 }

@@ -1,4 +1,6 @@
-/* Checkpoint -> Hugging Face GPT-2 safetensors (export.h). */
+/* Checkpoint -> Hugging Face GPT-2 safetensors (export.h): every tensor of the model is
+ * read whole through the checkpoint reader (ckpt_file.h), which joins the pieces of
+ * whatever layout wrote the step, and written in the model's table order. */
 #include "workerd/engine/export.h"
 
 #include <errno.h>
@@ -8,118 +10,120 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/log.h"
 #include "common/safetensors.h"
-#include "workerd/engine/ckpt_file.h"
+#include "workerd/engine/ckpt.h"
 
-static int is_model_tensor(const char *name)
+/* A block's tensors: name, dimensions as multiples of C (cols 0: 1-D). */
+static const struct {
+    const char *suffix;
+    uint32_t rows, cols;
+} block[] = {
+    {"ln_1.weight", 1, 0},      {"ln_1.bias", 1, 0},          {"attn.c_attn.weight", 1, 3},
+    {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
+    {"ln_2.weight", 1, 0},      {"ln_2.bias", 1, 0},          {"mlp.c_fc.weight", 1, 4},
+    {"mlp.c_fc.bias", 4, 0},    {"mlp.c_proj.weight", 4, 1},  {"mlp.c_proj.bias", 1, 0},
+};
+#define NBLOCK (sizeof block / sizeof block[0])
+
+static void whole(eng_ckpt_piece_t *pc, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1)
 {
-    return strncmp(name, "optim.", 6) != 0;
+    snprintf(pc->name, sizeof pc->name, "%s", name);
+    pc->slice = eng_slice_whole(ndim, d0, d1);
+    pc->a = 0;
+    pc->b = eng_slice_full_numel(&pc->slice);
 }
 
-/* Names and shapes every GPT-2 of cfg has; a shard missing one is incomplete. */
-static int check_complete(const ch_st_file_t *f, const ch_model_cfg_t *cfg, char *err,
-                          size_t errlen)
+/* Every tensor of a GPT-2 of cfg, whole, in the model's order (wte, wpe, h.*, ln_f.*). */
+static size_t gpt2_pieces(const ch_model_cfg_t *c, eng_ckpt_piece_t *out)
 {
-    static const char *const block[] = {
-        "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
-    };
-    char name[96];
-    const ch_st_tensor_t *wte = ch_st_find(f, "wte.weight");
-    if (!wte || wte->ndim != 2 || wte->shape[0] != cfg->vocab || wte->shape[1] != cfg->embd)
-        return ch_errf(err, errlen, CH_E_FORMAT, "%s: wte.weight missing or not [%u, %u]",
-                       ch_st_path(f), cfg->vocab, cfg->embd);
-    const char *top[] = {"wpe.weight", "ln_f.weight", "ln_f.bias"};
-    for (size_t i = 0; i < 3; i++)
-        if (!ch_st_find(f, top[i]))
-            return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
-                           top[i]);
-    for (uint32_t l = 0; l < cfg->layers; l++) {
-        for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
-            snprintf(name, sizeof name, "h.%u.%s", l, block[i]);
-            if (!ch_st_find(f, name))
-                return ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", ch_st_path(f),
-                               name);
+    char name[64];
+    size_t n = 0;
+    uint32_t C = c->embd;
+    whole(&out[n++], "wte.weight", 2, c->vocab, C);
+    whole(&out[n++], "wpe.weight", 2, c->seq_len, C);
+    for (uint32_t l = 0; l < c->layers; l++) {
+        for (size_t i = 0; i < NBLOCK; i++) {
+            snprintf(name, sizeof name, "h.%u.%s", l, block[i].suffix);
+            whole(&out[n++], name, block[i].cols ? 2 : 1, block[i].rows * C, block[i].cols * C);
         }
     }
-    return 0;
+    whole(&out[n++], "ln_f.weight", 1, C, 0);
+    whole(&out[n++], "ln_f.bias", 1, C, 0);
+    return n;
 }
 
-int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen)
+static int write_file(const char *out_file, const eng_ckpt_meta_t *meta,
+                      const eng_ckpt_piece_t *pieces, size_t n, char *err, size_t errlen)
 {
-    char path[4096], v[32];
-    ch_st_file_t *f = NULL;
     ch_st_writer_t *w = NULL;
-    eng_ckpt_meta_t meta;
-    int rc;
-
-    if (err && errlen)
-        err[0] = '\0';
-    if ((size_t)snprintf(path, sizeof path, "%s/rank-00000.safetensors", ckpt_step_dir) >=
-        sizeof path)
-        return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", ckpt_step_dir);
-    rc = eng_ckpt_verify(ckpt_step_dir, 0, err, errlen);
-    if (rc < 0)
-        goto out;
-    rc = ch_st_open(path, &f, err, errlen);
-    if (rc < 0)
-        goto out;
-    rc = eng_ckpt_meta_of(f, &meta, err, errlen);
-    if (rc < 0)
-        goto out;
-    const char *shard = ch_st_meta(f, "shard");
-    /* Data-parallel ranks hold whole replicas: rank 0's shard is the model. */
-    if (meta.layout.tp != 1 || meta.layout.pp != 1 || !shard || strcmp(shard, "full") != 0) {
-        rc = ch_errf(err, errlen, CH_E_CONFIG,
-                     "%s: a checkpoint of world size %u (tp=%u pp=%u dp=%u) has sliced shards; "
-                     "joining them needs the parallel engine's export (coming)",
-                     ckpt_step_dir, meta.world, meta.layout.tp, meta.layout.pp, meta.layout.dp);
-        goto out;
-    }
-    rc = check_complete(f, &meta.cfg, err, errlen);
-    if (rc < 0)
-        goto out;
-    rc = ch_st_writer_create(out_file, &w);
-    if (rc < 0)
-        goto out;
-    for (size_t i = 0; i < ch_st_count(f) && rc == 0; i++) {
-        const ch_st_tensor_t *t = ch_st_at(f, i);
-        if (!is_model_tensor(t->name))
-            continue;
-        if (t->dtype != CH_ST_F32) {
-            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" is %s, expected F32", path,
-                         t->name, ch_st_dtype_name(t->dtype));
-            break;
-        }
-        rc = ch_st_writer_add(w, t->name, CH_ST_F32, t->ndim, t->shape, t->data);
+    char v[32];
+    int rc = ch_st_writer_create(out_file, &w);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const eng_slice_t *s = &pieces[i].slice;
+        uint64_t shape[2] = {s->shape[0], s->shape[1]};
+        rc = ch_st_writer_add(w, pieces[i].name, CH_ST_F32, s->ndim, shape, pieces[i].p);
     }
     const struct {
         const char *key;
         uint64_t val;
     } meta_u[] = {
-        {"n_layer", meta.cfg.layers},      {"n_head", meta.cfg.heads},
-        {"n_embd", meta.cfg.embd},         {"vocab_size", meta.cfg.vocab},
-        {"n_positions", meta.cfg.seq_len}, {"chorus.step", meta.step},
+        {"n_layer", meta->cfg.layers},      {"n_head", meta->cfg.heads},
+        {"n_embd", meta->cfg.embd},         {"vocab_size", meta->cfg.vocab},
+        {"n_positions", meta->cfg.seq_len}, {"chorus.step", meta->step},
     };
     if (rc == 0)
         rc = ch_st_writer_meta(w, "format", "pt");
     if (rc == 0)
-        rc = ch_st_writer_meta(w, "chorus.job", meta.job);
+        rc = ch_st_writer_meta(w, "chorus.job", meta->job);
     for (size_t i = 0; i < sizeof meta_u / sizeof meta_u[0] && rc == 0; i++) {
         snprintf(v, sizeof v, "%" PRIu64, meta_u[i].val);
         rc = ch_st_writer_meta(w, meta_u[i].key, v);
     }
     if (rc < 0) {
-        if (err && errlen && !err[0])
-            ch_errf(err, errlen, rc, "%s: %s", out_file, ch_strerror(rc));
+        ch_st_writer_destroy(w);
+        return ch_errf(err, errlen, rc, "%s: %s", out_file, ch_strerror(rc));
+    }
+    /* finish destroys the writer and names the file in err on failure */
+    return ch_st_writer_finish(w, NULL, NULL, err, errlen);
+}
+
+int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen)
+{
+    eng_ckpt_reader_t *r = NULL;
+    eng_ckpt_piece_t *pieces = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (err && errlen)
+        err[0] = '\0';
+    CH_CHECK_GOTO(eng_ckpt_reader_open(ckpt_step_dir, 0, &r, err, errlen), rc, out);
+    const eng_ckpt_meta_t *meta = eng_ckpt_reader_meta(r);
+    const ch_model_cfg_t *c = &meta->cfg;
+    if (c->layers == 0 || c->embd == 0 || c->vocab == 0 || c->seq_len == 0 ||
+        c->layers > 1u << 16 || c->embd > 1u << 20) {
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: implausible model in the shards' metadata",
+                     ckpt_step_dir);
         goto out;
     }
-    /* data is borrowed from f's mapping, which stays open until after the write */
-    rc = ch_st_writer_finish(w, NULL, NULL, err, errlen);
-    w = NULL;
+    pieces = calloc((size_t)c->layers * NBLOCK + 4, sizeof *pieces);
+    if (!pieces) {
+        rc = ch_errf(err, errlen, -ENOMEM, "%s: out of memory", ckpt_step_dir);
+        goto out;
+    }
+    n = gpt2_pieces(c, pieces);
+    for (size_t i = 0; i < n; i++) {
+        if (!(pieces[i].p = malloc(pieces[i].b * sizeof(float)))) {
+            rc = ch_errf(err, errlen, -ENOMEM, "%s: out of memory", ckpt_step_dir);
+            goto out;
+        }
+    }
+    CH_CHECK_GOTO(eng_ckpt_reader_fill(r, pieces, n, err, errlen), rc, out);
+    rc = write_file(out_file, meta, pieces, n, err, errlen);
 out:
-    ch_st_writer_destroy(w);
-    ch_st_close(f);
+    for (size_t i = 0; pieces && i < n; i++)
+        free(pieces[i].p);
+    free(pieces);
+    eng_ckpt_reader_close(r);
     return rc;
 }

@@ -4,10 +4,11 @@
  * transformers expects) plus the model config and provenance. The file loads in GPT-2
  * tools and can start a job of any layout (train.init_from).
  *
- * The shards' metadata (layout, rank, per-tensor coverage) says how to join them; today
- * checkpoints whose shards are whole (tp = pp = 1: world size 1, or data-parallel
- * replicas, of which rank 0's is taken) are supported; tensor or pipeline sliced ones are
- * refused with a clear message until the parallel engine writes sliced shards. */
+ * Any layout: the pieces of every shard the manifest lists (tensor-parallel slices,
+ * pipeline stages, ZeRO-3 ranges, data-parallel replicas) are joined into whole tensors
+ * (ckpt_file.h's reader), each shard checked against the manifest's checksum; a step
+ * without manifest, an element no shard holds, or a corrupt shard is an error naming it.
+ * Memory: the whole model's parameters once, plus the reader's one tensor at a time. */
 #ifndef ENG_EXPORT_H
 #define ENG_EXPORT_H
 

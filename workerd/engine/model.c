@@ -134,6 +134,13 @@ static void build_table(eng_model_t *m)
                        i == QKVW || i == QKVB ? 3 : 1, s->init);
         }
         m->blk_numel = m->nparams - base;
+        if (m->external) {
+            /* offsets within the block; the slab holds no block */
+            for (size_t t = m->ntensors - NBLOCK_TENSORS; t < m->ntensors; t++) {
+                m->tensors[t].offset -= base;
+            }
+            m->nparams = base;
+        }
     }
     if (p->head) {
         m->lnfw = m->nparams;
@@ -187,7 +194,7 @@ static int init_params(eng_model_t *m)
         const eng_tensor_t *t = &m->tensors[i];
         enum init_kind kind = (enum init_kind)m->init[i];
         float *p = m->params + t->offset;
-        if (kind == INIT_ZERO) {
+        if (kind == INIT_ZERO || (m->external && t->block >= 0)) {
             continue;
         }
         if (!be->host_memory && t->numel > cap) {
@@ -207,6 +214,35 @@ static int init_params(eng_model_t *m)
     }
     free(host);
     return rc;
+}
+
+int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst)
+{
+    if (l < m->part.first || l >= m->part.last || !m->be->host_memory) {
+        return -EINVAL;
+    }
+    float resid_std = INIT_STD / sqrtf(2.0f * (float)m->cfg.layers);
+    size_t first = (m->part.embedding ? 2
+                    : m->part.head    ? 1
+                                      : 0) +
+                   (size_t)(l - m->part.first) * NBLOCK_TENSORS;
+    for (int i = 0; i < NBLOCK_TENSORS; i++) {
+        const eng_tensor_t *t = &m->tensors[first + (size_t)i];
+        enum init_kind kind = (enum init_kind)m->init[first + (size_t)i];
+        float *p = dst + m->blk_off[i];
+        if (kind == INIT_ZERO) {
+            memset(p, 0, t->numel * sizeof *p);
+        } else {
+            fill_slice(m, t, kind, kind == INIT_RESID ? resid_std : INIT_STD, p);
+        }
+    }
+    return 0;
+}
+
+void eng_model_set_block_hook(eng_model_t *m, eng_block_hook_t hook, void *ctx)
+{
+    m->hook = hook;
+    m->hook_ctx = ctx;
 }
 
 // ----------------------------------------------------------------------------
@@ -314,6 +350,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tp = opts && opts->tp > 1 ? opts->tp : 1;
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
+    m->external = opts != NULL && opts->external_blocks;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
     m->Vl = cfg->padded_vocab / m->tp;
@@ -347,7 +384,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
             CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->tp_dlog), rc, fail);
         }
     }
-    for (size_t i = 0; i < nblocks; i++) {
+    for (size_t i = 0; i < nblocks && !m->external; i++) {
         m->blk_params[i] = m->params + m->blk_slab[i];
         m->blk_grads[i] = m->grads + m->blk_slab[i];
     }
@@ -417,7 +454,7 @@ void eng_model_lend_grads(eng_model_t *m, float *buf)
 {
     m->be->copy(m->be, buf, m->grads, m->nparams * sizeof(float), ENG_COPY_D2D);
     for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
-        if (m->blk_grads[i] == m->grads + m->blk_slab[i]) {
+        if (!m->external && m->blk_grads[i] == m->grads + m->blk_slab[i]) {
             m->blk_grads[i] = buf + m->blk_slab[i];
         }
     }
@@ -480,7 +517,7 @@ int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params)
         return -EINVAL;
     }
     uint32_t i = l - m->part.first;
-    m->blk_params[i] = params != NULL ? params : m->params + m->blk_slab[i];
+    m->blk_params[i] = params != NULL ? params : m->external ? NULL : m->params + m->blk_slab[i];
     return 0;
 }
 
@@ -500,7 +537,7 @@ int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads)
         return -EINVAL;
     }
     uint32_t i = l - m->part.first;
-    m->blk_grads[i] = grads != NULL ? grads : m->grads + m->blk_slab[i];
+    m->blk_grads[i] = grads != NULL ? grads : m->external ? NULL : m->grads + m->blk_slab[i];
     return 0;
 }
 

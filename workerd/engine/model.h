@@ -95,6 +95,13 @@ typedef struct eng_model_opts {
      * padded_vocab must divide by tp; needs a backend with host memory. */
     uint32_t tp, tp_rank;
     wrk_coll_group_t *tp_group;
+    /* ZeRO-3 (DESIGN §5): the blocks' parameters and gradients live outside the model.
+     * The slab (eng_model_params / eng_model_grads, eng_model_nparams) then holds only the
+     * tensors outside blocks (wte, wpe, ln_f), in table order; a block tensor's `offset` is
+     * its offset within its block's range; no block has a base until the caller sets one
+     * (eng_model_set_block_params / grads: NULL leaves it without), typically from the
+     * block hook; eng_model_init_block makes a block's initial parameters. */
+    int external_blocks;
 } eng_model_opts_t;
 
 /* What a model object holds: blocks [first, last), the embedding, the head. */
@@ -144,6 +151,24 @@ int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params);
 /* The same for block l's gradients: backward accumulates them at the base. */
 int eng_model_block_grads(eng_model_t *m, uint32_t l, float **ptr, size_t *count);
 int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads);
+
+/* Fill dst (the block's *count floats, eng_model_block_params' layout) with block l's
+ * initial parameters, exactly as the model initialises them in its slab. */
+int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst);
+
+/* Called by the passes around each block (ZeRO-3 gathers a block's parameters before it
+ * runs and reduce-scatters its gradients after its backward): ENG_BLOCK_FORWARD before
+ * block l's forward, ENG_BLOCK_BACKWARD before its backward, ENG_BLOCK_BACKWARD_DONE once
+ * its backward has accumulated its gradients. A negative return aborts the pass with that
+ * code. Bases may be changed inside the hook. */
+typedef enum eng_block_event {
+    ENG_BLOCK_FORWARD,
+    ENG_BLOCK_BACKWARD,
+    ENG_BLOCK_BACKWARD_DONE,
+} eng_block_event_t;
+typedef int (*eng_block_hook_t)(void *ctx, uint32_t l, eng_block_event_t ev);
+/* Install hook (NULL: none); ctx is borrowed. */
+void eng_model_set_block_hook(eng_model_t *m, eng_block_hook_t hook, void *ctx);
 
 // ----------------------------------------------------------------------------
 // activations per micro-batch

@@ -83,6 +83,9 @@ struct eng_model {
     size_t blk_numel;                /* parameters of one block */
     size_t *blk_slab;                /* [nblocks] slab offset of each held block */
     float **blk_params, **blk_grads; /* [nblocks] each held block's bases */
+    int external;                    /* opts->external_blocks: no slab range for blocks */
+    eng_block_hook_t hook;           /* around each block's passes; NULL: none */
+    void *hook_ctx;
 
     /* backward scratch (one backward at a time): [N,C], [N,C], [N,4C], [T,T] */
     float *dres, *dsmall, *dbig, *datt;
@@ -105,6 +108,12 @@ static inline float *P(const eng_model_t *m, uint32_t l, int i)
 static inline float *G(const eng_model_t *m, uint32_t l, int i)
 {
     return m->blk_grads[l - m->part.first] + m->blk_off[i];
+}
+
+/* The block hook, if any (model.h). */
+static inline int eng_model_block_event(eng_model_t *m, uint32_t l, eng_block_event_t ev)
+{
+    return m->hook != NULL ? m->hook(m->hook_ctx, l, ev) : 0;
 }
 
 /* 0 when (B, T) fits a and agrees with the forward already in flight on it; records it. */

@@ -51,7 +51,10 @@ static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T;
     size_t NC = (size_t)N * C;
-    int rc = 0;
+    int rc = eng_model_block_event(m, l, ENG_BLOCK_FORWARD);
+    if (rc < 0) {
+        return rc;
+    }
     be->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
     CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln1, NC), rc, done);
     be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
@@ -82,7 +85,10 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     int N = B * T;
     size_t NC = (size_t)N * C;
     float *dbig = m->dbig, *dsmall = m->dsmall;
-    int rc = 0;
+    int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD);
+    if (rc < 0) {
+        return rc;
+    }
     // MLP branch: res3 = res2 + g(gelu(f(ln2(res2)) @ Wfc + bfc) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     be->matmul_bwd(be, dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, b->fch_gelu,
@@ -104,6 +110,7 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     be->layernorm_bwd(be, dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
     b->live = 0;
+    rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
 done:
     return rc;
 }

@@ -11,38 +11,40 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
-#include "common/safetensors.h"
 #include "common/util.h"
+#include "kernels/adamw.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/pipeline.h"
-#include "workerd/engine/tp.h"
+#include "workerd/engine/zero.h"
 
 struct eng_trainer {
     ch_jobspec_t spec;
     char job[64];
     eng_config_t cfg;
     eng_model_t *model;
-    eng_optim_t optim;
+    eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
+    eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */
     eng_data_t *data;
     eng_lr_t sched;
     int32_t *inputs, *targets; /* one micro-batch, [B, T] */
     uint64_t next_step;
     double peak_flops;
     const eng_groups_t *groups; /* borrowed; NULL for a world of one */
-    wrk_coll_group_t *dp;       /* groups->dp: NULL when dp == 1 */
-    float *dp_grads;            /* dp > 1: the model's gradients, in the collectives' memory */
-    uint32_t dp_rank, rank;
-    /* pipeline (pp > 1): this stage's blocks [first, last), the schedule, and one acts and
-     * one [B,T,C] buffer per slot (the embedding's output on stage 0, the last block's on
-     * the last stage) */
+    wrk_coll_group_t *tp, *dp, *pp, *emb;
+    float *coll_grads; /* dp > 1: the slab's gradients, in the collectives' memory */
+    uint32_t tpr, dpr, rank;
+    /* this rank's stage: blocks [first, last); the schedule, one acts per slot, the [B,T,C]
+     * buffers inside the stage (the embedding's output, the blocks' output on a stage that
+     * is both first and last) and the gradient scratch */
     uint32_t stage, stages, first, last;
     eng_pipeline_t pipe;
     eng_acts_t **acts;
-    float *mid, *grad; /* slots * B*T*C; B*T*C scratch for the gradient inside the stage */
+    float *emb_out, *blk_out, *grad;
     uint64_t step_now;
     double loss_sum, grad_scale;
+    uint64_t data_ns, pass_ns, pass_comm_ns; /* this step: data loading, passes, comm inside */
 };
 
 double eng_measure_peak_flops(int n, double seconds)
@@ -73,12 +75,16 @@ out:
 }
 
 // ----------------------------------------------------------------------------
-// pipeline parallel: the stage step the 1F1B schedule drives (pipeline.h)
+// the stage step the 1F1B schedule drives (pipeline.h)
 //
-// The model object holds every block (the stage-only model comes with the TP engineer's
-// model options); this stage runs and updates only its range, plus the embedding on the
-// first stage and ln_f and the tied head on the last. Parameter memory is therefore that
-// of the whole model, not of the stage.
+// Every layout runs through the schedule: a world without pipeline parallelism is one
+// stage that is both first and last (no sends, one slot, forward then backward per
+// micro-batch). The stage runs [embedding] -> its blocks -> [head].
+
+static uint64_t comm_ns(const eng_trainer_t *t)
+{
+    return wrk_coll_group_wait_ns(t->tp) + wrk_coll_group_wait_ns(t->dp);
+}
 
 static void pipe_fini(eng_trainer_t *t)
 {
@@ -88,30 +94,44 @@ static void pipe_fini(eng_trainer_t *t)
     free(t->acts);
     t->acts = NULL;
     eng_pipeline_fini(&t->pipe);
-    free(t->mid);
-    free(t->grad);
-    t->mid = t->grad = NULL;
+    const eng_backend_t *be = eng_backend_cpu();
+    be->free(be, t->emb_out);
+    be->free(be, t->blk_out);
+    be->free(be, t->grad);
+    t->emb_out = t->blk_out = t->grad = NULL;
+}
+
+static int alloc_floats(size_t n, float **out)
+{
+    const eng_backend_t *be = eng_backend_cpu();
+    void *p = NULL;
+    int rc = be->alloc(be, (n ? n : 1) * sizeof(float), &p);
+    if (rc == 0)
+        memset(p, 0, (n ? n : 1) * sizeof(float));
+    *out = p;
+    return rc;
 }
 
 static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
 {
-    const eng_groups_t *g = t->groups;
-    uint32_t count = 0;
-    ch_layout_stage_blocks(t->cfg.layers, t->stages, t->stage, &t->first, &count);
-    t->last = t->first + count;
-    if (count == 0)
-        return CH_E_CONFIG;
     size_t n = (size_t)B * T * t->cfg.embd;
     uint32_t m = t->spec.parallel.microbatches;
-    int rc = eng_pipeline_init(&t->pipe, g->pp, t->stages, t->stage, g->pp_prev, g->pp_next, m, n);
+    int rc =
+        eng_pipeline_init(&t->pipe, t->pp, t->stages, t->stage, t->groups ? t->groups->pp_prev : -1,
+                          t->groups ? t->groups->pp_next : -1, m, n);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
+    int first = t->stage == 0, last = t->stage + 1 == t->stages;
     t->acts = calloc(slots, sizeof *t->acts);
-    t->mid = calloc((size_t)slots * n, sizeof *t->mid);
-    t->grad = calloc(n, sizeof *t->grad);
-    if (!t->acts || !t->mid || !t->grad)
+    if (!t->acts)
         return -ENOMEM;
+    if (first && (rc = alloc_floats((size_t)slots * n, &t->emb_out)) < 0)
+        return rc;
+    if (last && (rc = alloc_floats((size_t)slots * n, &t->blk_out)) < 0)
+        return rc;
+    if ((rc = alloc_floats(n, &t->grad)) < 0)
+        return rc;
     for (uint32_t i = 0; i < slots; i++)
         if ((rc = eng_acts_create(t->model, B, &t->acts[i])) < 0)
             return rc;
@@ -125,23 +145,28 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
     uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len;
     size_t n = (size_t)B * T * t->cfg.embd;
     eng_acts_t *a = t->acts[slot];
-    float *mid = t->mid + (size_t)slot * n;
     int first = t->stage == 0, last = t->stage + 1 == t->stages;
     int rc = 0;
+    uint64_t t0 = ch_now_ns();
     if (first || last)
-        eng_data_micro_batch(t->data, t->step_now, t->dp_rank, mb, s->parallel.microbatches, B,
+        eng_data_micro_batch(t->data, t->step_now, t->dpr, mb, s->parallel.microbatches, B,
                              t->inputs, t->targets);
+    uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
     if (first) {
-        rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, mid);
-        x = mid;
+        x = t->emb_out + (size_t)slot * n;
+        rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, (float *)x);
     }
+    float *out = last ? t->blk_out + (size_t)slot * n : y;
     if (rc == 0)
-        rc = eng_model_blocks_forward(t->model, a, t->first, t->last, x, last ? mid : y, B, T);
+        rc = eng_model_blocks_forward(t->model, a, t->first, t->last, x, out, B, T);
     if (rc == 0 && last) {
         float loss = 0;
-        rc = eng_model_head_forward(t->model, a, mid, t->targets, B, T, &loss);
+        rc = eng_model_head_forward(t->model, a, out, t->targets, B, T, &loss);
         t->loss_sum += loss;
     }
+    t->data_ns += t1 - t0;
+    t->pass_ns += ch_now_ns() - t1;
+    t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
 }
 
@@ -152,6 +177,7 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
     eng_acts_t *a = t->acts[slot];
     int first = t->stage == 0, last = t->stage + 1 == t->stages;
     int rc = 0;
+    uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
     if (last) {
         rc = eng_model_head_backward(t->model, a, (float)t->grad_scale, t->grad);
         dy = t->grad;
@@ -160,7 +186,35 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
         rc = eng_model_blocks_backward(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
     if (rc == 0 && first)
         rc = eng_model_embed_backward(t->model, a, t->grad);
+    t->pass_ns += ch_now_ns() - t1;
+    t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
+}
+
+// ----------------------------------------------------------------------------
+// create / destroy
+
+static int check_groups(const ch_jobspec_t *spec, const eng_groups_t *groups, char *err,
+                        size_t errlen)
+{
+    ch_layout_t l = ch_jobspec_layout(spec);
+    if (groups &&
+        (groups->layout.tp != l.tp || groups->layout.pp != l.pp || groups->layout.dp != l.dp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel: the rank's groups were built for tp=%u pp=%u dp=%u, the job "
+                       "has tp=%u pp=%u dp=%u",
+                       groups->layout.tp, groups->layout.pp, groups->layout.dp, l.tp, l.pp, l.dp);
+    if (l.tp > 1 && (!groups || !groups->tp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.tp = %u: the rank has no tensor-parallel group of that size",
+                       l.tp);
+    if (l.dp > 1 && (!groups || !groups->dp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.dp = %u: the rank has no data-parallel group of that size", l.dp);
+    if (l.pp > 1 && (!groups || !groups->pp))
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.pp = %u: the rank has no pipeline group of that size", l.pp);
+    return 0;
 }
 
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
@@ -175,31 +229,10 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     rc = ch_jobspec_validate(spec, 0, err, errlen);
     if (rc < 0)
         return rc;
-    if (spec->parallel.tp != 1 && spec->parallel.pp != 1)
-        return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel: layout tp=%u pp=%u dp=%u: tensor and pipeline parallelism are "
-                       "not combined yet; use tp = 1 or pp = 1 (dp may be larger)",
-                       spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
     const eng_groups_t *groups = opts ? opts->groups : NULL;
-    ch_layout_t l = ch_jobspec_layout(spec);
-    if (groups &&
-        (groups->layout.tp != l.tp || groups->layout.pp != l.pp || groups->layout.dp != l.dp))
-        return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel: the rank's groups were built for tp=%u pp=%u dp=%u, the job "
-                       "has tp=%u pp=%u dp=%u",
-                       groups->layout.tp, groups->layout.pp, groups->layout.dp, l.tp, l.pp, l.dp);
-    if (spec->parallel.tp > 1 && (!groups || !groups->tp))
-        return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel.tp = %u: the rank has no tensor-parallel group of that size",
-                       spec->parallel.tp);
-    if (spec->parallel.dp > 1 && (!groups || !groups->dp))
-        return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel.dp = %u: the rank has no data-parallel group of that size",
-                       spec->parallel.dp);
-    if (spec->parallel.pp > 1 && (!groups || !groups->pp))
-        return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel.pp = %u: the rank has no pipeline group of that size",
-                       spec->parallel.pp);
+    rc = check_groups(spec, groups, err, errlen);
+    if (rc < 0)
+        return rc;
     t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
@@ -207,19 +240,20 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     t->stages = 1;
     if (groups) {
         t->groups = groups;
+        t->tp = groups->tp;
         t->dp = groups->dp;
-        t->dp_rank = groups->coord.dp;
+        t->pp = groups->pp;
+        t->emb = groups->emb;
+        t->tpr = groups->coord.tp;
+        t->dpr = groups->coord.dp;
         t->rank = groups->rank;
         t->stage = groups->coord.pp;
         t->stages = spec->parallel.pp;
     }
+    int zero = t->dp != NULL && !(opts && opts->replicate_dp);
     snprintf(t->job, sizeof t->job, "%s", opts && opts->job_id ? opts->job_id : spec->name);
-    t->cfg.layers = spec->model.layers;
-    t->cfg.heads = spec->model.heads;
-    t->cfg.embd = spec->model.embd;
-    t->cfg.vocab = spec->model.vocab;
+    t->cfg = ch_plan_model_of(spec);
     t->cfg.padded_vocab = ch_layout_padded_vocab(spec->model.vocab, spec->parallel.tp);
-    t->cfg.seq_len = spec->model.seq_len;
     t->sched = eng_lr_from_spec(spec);
 
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
@@ -227,11 +261,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        errlen);
     if (rc < 0)
         goto out;
-    eng_model_opts_t mopts = {0};
-    if (groups && groups->tp) {
+    eng_model_opts_t mopts = {.pp = t->stages, .stage = t->stage, .external_blocks = zero};
+    if (t->tp) {
         mopts.tp = spec->parallel.tp;
-        mopts.tp_rank = groups->coord.tp;
-        mopts.tp_group = groups->tp;
+        mopts.tp_rank = t->tpr;
+        mopts.tp_group = t->tp;
     }
     rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
@@ -239,22 +273,31 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         goto out;
     }
     t->cfg = *eng_model_config(t->model);
+    eng_model_part_t part = eng_model_part(t->model);
+    t->first = part.first;
+    t->last = part.last;
     rc = eng_optim_init(&t->optim, eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
+    if (zero) {
+        rc = eng_zero_create(t->model, t->dp, spec->parallel.reshard, &t->zero);
+        if (rc < 0) {
+            ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
+            goto out;
+        }
+    }
     if (t->dp) {
         /* what same-host members of the DP group reduce in place (coll.h) */
         rc = wrk_coll_mem_alloc(wrk_coll_group_context(t->dp),
-                                eng_model_nparams(t->model) * sizeof(float), (void **)&t->dp_grads);
+                                eng_model_nparams(t->model) * sizeof(float),
+                                (void **)&t->coll_grads);
         if (rc < 0)
             goto out;
-        eng_model_lend_grads(t->model, t->dp_grads);
+        eng_model_lend_grads(t->model, t->coll_grads);
     }
-    if (t->stages > 1) {
-        rc = pipe_init(t, B, T);
-        if (rc < 0)
-            goto out;
-    }
+    rc = pipe_init(t, B, T);
+    if (rc < 0)
+        goto out;
     t->inputs = malloc((size_t)B * T * sizeof *t->inputs);
     t->targets = malloc((size_t)B * T * sizeof *t->targets);
     if (!t->inputs || !t->targets) {
@@ -279,74 +322,83 @@ void eng_trainer_destroy(eng_trainer_t *t)
     free(t->inputs);
     free(t->targets);
     pipe_fini(t);
+    eng_zero_destroy(t->zero);
     eng_optim_fini(&t->optim);
     eng_model_destroy(t->model);
-    if (t->dp_grads)
-        wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->dp_grads);
+    if (t->coll_grads)
+        wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->coll_grads);
     eng_data_close(t->data);
     free(t);
 }
 
 // ----------------------------------------------------------------------------
-// init_from: a Hugging Face GPT-2 safetensors file
+// pieces: what this rank holds, for checkpoints and init_from (ckpt.h)
 
-static void shape_str(char *out, size_t cap, uint32_t ndim, const uint64_t *dims)
+static eng_slice_t slice_of(const eng_tensor_t *x)
 {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (uint32_t d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%" PRIu64, d ? ", " : "", dims[d]);
-    if (n < cap)
-        snprintf(out + n, cap - n, "]");
+    eng_slice_t s = {.ndim = x->ndim, .parts = x->parts};
+    s.shape[0] = x->shape[0];
+    s.shape[1] = x->shape[1];
+    memcpy(s.lo, x->lo, sizeof s.lo);
+    memcpy(s.hi, x->hi, sizeof s.hi);
+    return s;
 }
 
-static const ch_st_tensor_t *find_hf(const ch_st_file_t *f, const char *name)
+/* Every piece this rank holds (writers_only: only those it writes into a checkpoint, each
+ * element of the model once per TP slice: the tensors outside blocks that data parallelism
+ * replicates are written by DP rank 0, and the last stage's tied copy of wte by stage 0).
+ * *out malloc'd. */
+static int pieces_of(eng_trainer_t *t, int writers_only, eng_ckpt_piece_t **out, size_t *n)
 {
-    char prefixed[96];
-    const ch_st_tensor_t *st = ch_st_find(f, name);
-    if (st)
-        return st;
-    snprintf(prefixed, sizeof prefixed, "transformer.%s", name);
-    return ch_st_find(f, prefixed);
+    eng_ckpt_piece_t *zp = NULL;
+    size_t nz = 0, k = 0, nt = eng_model_ntensors(t->model);
+    int rc = t->zero ? eng_zero_pieces(t->zero, &zp, &nz) : 0;
+    if (rc < 0)
+        return rc;
+    eng_ckpt_piece_t *pc = calloc(nt + nz + 1, sizeof *pc);
+    if (!pc) {
+        free(zp);
+        return -ENOMEM;
+    }
+    float *p = eng_model_params(t->model);
+    int skip_replicas = writers_only && t->dpr != 0;
+    for (size_t i = 0; i < nt; i++) {
+        const eng_tensor_t *x = eng_model_tensor(t->model, i);
+        if (t->zero && x->block >= 0)
+            continue; /* in the shards */
+        if (skip_replicas)
+            continue;
+        if (writers_only && t->stages > 1 && t->stage == t->stages - 1 && x->block < 0 &&
+            strcmp(x->name, "wte.weight") == 0)
+            continue;
+        eng_ckpt_piece_t *q = &pc[k++];
+        snprintf(q->name, sizeof q->name, "%s", x->name);
+        q->slice = slice_of(x);
+        q->a = 0;
+        q->b = x->numel;
+        q->p = p + x->offset;
+        q->m = t->optim.m + x->offset;
+        q->v = t->optim.v + x->offset;
+    }
+    if (nz)
+        memcpy(pc + k, zp, nz * sizeof *zp);
+    free(zp);
+    *out = pc;
+    *n = k + nz;
+    return 0;
 }
 
 int eng_trainer_init_from(eng_trainer_t *t, const char *path, char *err, size_t errlen)
 {
-    ch_st_file_t *f = NULL;
-    int rc = ch_st_open(path, &f, err, errlen);
+    eng_ckpt_piece_t *pc = NULL;
+    size_t n = 0;
+    int rc = pieces_of(t, 0, &pc, &n);
     if (rc < 0)
-        return rc;
-    float *params = eng_model_params(t->model);
-    for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
-        const eng_tensor_t *mt = eng_model_tensor(t->model, i);
-        const ch_st_tensor_t *st = find_hf(f, mt->name);
-        size_t full = (size_t)mt->shape[0] * (mt->ndim == 2 ? mt->shape[1] : 1);
-        if (!st) {
-            rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", path, mt->name);
-            goto out;
-        }
-        if (st->ndim != mt->ndim || st->shape[0] != mt->shape[0] ||
-            (mt->ndim == 2 && st->shape[1] != mt->shape[1])) {
-            char have[48], want[48];
-            uint64_t wdims[2] = {mt->shape[0], mt->shape[1]};
-            shape_str(have, sizeof have, st->ndim, st->shape);
-            shape_str(want, sizeof want, mt->ndim, wdims);
-            rc = ch_errf(err, errlen, CH_E_FORMAT,
-                         "%s: tensor \"%s\" has shape %s but the job's model needs %s (check "
-                         "[model] against the file)",
-                         path, st->name, have, want);
-            goto out;
-        }
-        if (mt->numel < full) {
-            rc = ch_errf(err, errlen, -ENOTSUP, "%s: sharded tensors are not supported yet", path);
-            goto out;
-        }
-        rc = ch_st_read_f32(f, st, params + mt->offset, err, errlen);
-        if (rc < 0)
-            goto out;
-        memset(params + mt->offset + full, 0, (mt->numel - full) * sizeof(float));
-    }
-out:
-    ch_st_close(f);
+        return ch_errf(err, errlen, rc, "init_from: %s", ch_strerror(rc));
+    for (size_t i = 0; i < n; i++)
+        pc[i].m = pc[i].v = NULL;
+    rc = eng_ckpt_load_hf(path, pc, n, err, errlen);
+    free(pc);
     return rc;
 }
 
@@ -370,19 +422,27 @@ int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen
 {
     char sdir[CH_PATH_LEN];
     eng_ckpt_meta_t expect;
-    uint64_t got = 0;
+    uint64_t got = 0, optim_t = 0;
+    eng_ckpt_piece_t *pc = NULL;
+    size_t n = 0;
     if (!t->spec.checkpoint.dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
     int rc = eng_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
     fill_meta(t, &expect);
-    rc = eng_ckpt_restore(sdir, &expect, t->model, &t->optim, &got, err, errlen);
+    rc = pieces_of(t, 0, &pc, &n);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "resume: %s", ch_strerror(rc));
+    rc = eng_ckpt_restore_pieces(sdir, &expect, pc, n, &optim_t, &got, err, errlen);
+    free(pc);
     if (rc < 0)
         return rc;
     if (got != step || got > (uint64_t)t->spec.train.steps)
         return ch_errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64,
                        sdir, got, step);
+    /* wte's padding rows are zero and stay so (they never receive gradient) */
+    t->optim.t = optim_t;
     t->next_step = step;
     return 0;
 }
@@ -397,29 +457,31 @@ int eng_trainer_checkpoint_due(const eng_trainer_t *t)
     return s->checkpoint.every > 0 && t->next_step % (uint64_t)s->checkpoint.every == 0;
 }
 
-/* Every rank has written its shard: rank 0 writes the manifest naming all of them (world
- * size 1: its own) and prunes; the others wait until it has, so a checkpoint a rank
- * reports is committed. */
+/* Every rank has written its shard: rank 0 writes the manifest naming all of them and
+ * prunes; the others wait until it has, so a checkpoint a rank reports is committed. The
+ * files' sizes and checksums are gathered in rank order, tp fastest, then dp, then pp. */
 static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_file_t *mine,
                   char *err, size_t errlen)
 {
-    uint32_t dp = t->spec.parallel.dp, n = dp * t->stages;
-    wrk_coll_group_t *pp = t->stages > 1 ? t->groups->pp : NULL;
+    ch_layout_t l = ch_jobspec_layout(&t->spec);
+    uint32_t n = ch_layout_world(l);
     eng_ckpt_file_t *files = calloc(n, sizeof *files);
     if (!files)
         return -ENOMEM;
     int rc = 0;
-    eng_ckpt_file_t *row = files + (size_t)t->stage * dp; /* this stage's DP ranks */
-    row[t->dp_rank] = *mine;
-    if (t->dp && (rc = wrk_coll_allgather(t->dp, mine, row, sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
-        ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
-        goto out;
-    }
-    if (pp && (rc = wrk_coll_allgather(pp, row, files, dp * sizeof *mine, WRK_COLL_U8, NULL)) < 0) {
-        ch_errf(err, errlen, rc, "gathering the stages' checksums: %s", ch_strerror(rc));
-        goto out;
-    }
-    if (t->dp_rank == 0 && t->stage == 0) {
+    size_t one = sizeof *mine;
+    eng_ckpt_file_t *stage_row = files + (size_t)t->stage * l.dp * l.tp;
+    eng_ckpt_file_t *tp_row = stage_row + (size_t)t->dpr * l.tp;
+    tp_row[t->tpr] = *mine;
+    if (t->tp && (rc = wrk_coll_allgather(t->tp, mine, tp_row, one, WRK_COLL_U8, NULL)) < 0)
+        goto gather_failed;
+    if (t->dp &&
+        (rc = wrk_coll_allgather(t->dp, tp_row, stage_row, one * l.tp, WRK_COLL_U8, NULL)) < 0)
+        goto gather_failed;
+    if (t->pp && (rc = wrk_coll_allgather(t->pp, stage_row, files, one * l.tp * l.dp, WRK_COLL_U8,
+                                          NULL)) < 0)
+        goto gather_failed;
+    if (t->rank == 0) {
         rc = eng_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
         if (rc == 0 && eng_ckpt_prune(t->spec.checkpoint.dir, t->job, t->spec.checkpoint.keep) < 0)
             CH_LOGW("train", "job=%s pruning old checkpoints failed", t->job);
@@ -427,17 +489,20 @@ static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_
     /* rank 0's outcome travels with the barrier: a failed commit fails every rank */
     float failed = rc < 0 ? 1.0f : 0.0f;
     int brc = 0;
-    if (pp)
-        brc = wrk_coll_allreduce(pp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
-    if (t->dp && brc == 0)
-        brc = wrk_coll_allreduce(t->dp, &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+    wrk_coll_group_t *order[3] = {t->pp, t->dp, t->tp};
+    for (int i = 0; i < 3 && brc == 0; i++)
+        if (order[i])
+            brc =
+                wrk_coll_allreduce(order[i], &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
     if (rc == 0 && brc < 0)
         rc = ch_errf(err, errlen, brc, "committing the checkpoint: %s", ch_strerror(brc));
     else if (rc == 0 && failed != 0.0f)
         rc = ch_errf(err, errlen, CH_E_STATE, "rank 0 could not commit the checkpoint");
-out:
     free(files);
     return rc;
+gather_failed:
+    free(files);
+    return ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
 }
 
 int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
@@ -445,13 +510,19 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
 {
     eng_ckpt_meta_t meta;
     eng_ckpt_file_t file = {0, 0, 0};
+    eng_ckpt_piece_t *pc = NULL;
+    size_t n = 0;
     const char *dir = t->spec.checkpoint.dir;
     if (!dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
     fill_meta(t, &meta);
     file.rank = t->rank;
-    int rc =
-        eng_ckpt_save(dir, &meta, t->model, &t->optim, &file.bytes, &file.checksum, err, errlen);
+    int rc = pieces_of(t, 1, &pc, &n);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "checkpoint: %s", ch_strerror(rc));
+    rc = eng_ckpt_save_pieces(dir, &meta, pc, n, t->optim.t, &file.bytes, &file.checksum, err,
+                              errlen);
+    free(pc);
     if (rc < 0)
         return rc;
     rc = commit(t, &meta, &file, err, errlen);
@@ -467,48 +538,97 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
 // ----------------------------------------------------------------------------
 // one step
 
-/* One step's micro-batches through the 1F1B schedule, then the gradients made whole: the
- * tied wte's two halves summed over the embedding group (first and last stage), every
- * gradient summed over the DP group, the global norm summed over the pipeline column (wte
- * counted once, on stage 0) and clipped. *loss_sum: the global batch's sum of micro-batch
- * mean losses, the same on every rank. */
-static int pipe_step(eng_trainer_t *t, uint64_t step, double global_tokens, double *loss_sum,
-                     double *norm, uint64_t *wait_ns)
+/* Sum of squares of the slab's gradients this rank counts towards the global norm: each
+ * element of the model once over the world. Tensors that TP replicates are counted by TP
+ * rank 0, those DP replicates (the whole slab without ZeRO-3, the tensors outside blocks
+ * with it) by DP rank 0, and the last stage's tied wte by stage 0. Consecutive counted
+ * tensors are summed in one pass (a world of one: the whole slab at once, as
+ * eng_grad_clip). */
+static double slab_sumsq(const eng_trainer_t *t)
 {
-    const eng_groups_t *g = t->groups;
+    if (t->dpr != 0)
+        return 0;
+    const float *g = eng_model_grads(t->model);
+    double sq = 0;
+    size_t run_lo = 0, run_hi = 0;
+    for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
+        const eng_tensor_t *x = eng_model_tensor(t->model, i);
+        int counted = !(t->zero && x->block >= 0) && !(x->split == ENG_SPLIT_NONE && t->tpr != 0) &&
+                      !(t->stages > 1 && t->stage == t->stages - 1 && x->block < 0 &&
+                        strcmp(x->name, "wte.weight") == 0);
+        if (!counted)
+            continue;
+        if (x->offset != run_hi) {
+            sq += run_hi > run_lo ? kn_sumsq(g + run_lo, run_hi - run_lo) : 0.0;
+            run_lo = x->offset;
+        }
+        run_hi = x->offset + x->numel;
+    }
+    sq += run_hi > run_lo ? kn_sumsq(g + run_lo, run_hi - run_lo) : 0.0;
+    return sq;
+}
+
+/* The slab's update: AdamW on each of its tensors (ZeRO-3: those outside blocks; the
+ * shards are eng_zero_adamw's). o->t already advanced. */
+static void slab_adamw(eng_trainer_t *t, double lr)
+{
+    eng_optim_t *o = &t->optim;
+    const eng_backend_t *be = eng_model_backend(t->model);
+    float *p = eng_model_params(t->model);
+    const float *g = eng_model_grads(t->model);
+    for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
+        const eng_tensor_t *x = eng_model_tensor(t->model, i);
+        if (t->zero && x->block >= 0)
+            continue;
+        size_t off = x->offset;
+        be->adamw(be, p + off, g + off, o->m + off, o->v + off, x->numel, lr, o->beta1, o->beta2,
+                  o->eps, x->decay ? o->weight_decay : 0.0, o->t);
+    }
+}
+
+/* After the schedule: the gradients made whole and clipped. The tied wte's two halves are
+ * summed over the embedding group (first and last stage), the slab's gradients over the DP
+ * group (ZeRO-3's shards were reduce-scattered block by block), the loss and the squared
+ * norm over TP, DP and the pipeline column. *loss_sum: the global batch's sum of
+ * micro-batch mean losses. */
+static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
+{
     float *grads = eng_model_grads(t->model);
     size_t n = eng_model_nparams(t->model);
+    int rc = 0;
     const eng_tensor_t *wte = eng_model_find(t->model, "wte.weight");
-    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
-    t->step_now = step;
-    t->loss_sum = 0;
-    t->grad_scale = 1.0 / global_tokens;
-    int rc = eng_pipeline_run(&t->pipe, &ops, t->spec.parallel.microbatches, wait_ns);
-    if (rc == 0 && g->emb)
-        rc = wrk_coll_allreduce(g->emb, grads + wte->offset, grads + wte->offset, wte->numel,
+    if (t->emb && wte)
+        rc = wrk_coll_allreduce(t->emb, grads + wte->offset, grads + wte->offset, wte->numel,
                                 WRK_COLL_F32, WRK_COLL_SUM, NULL);
-    if (rc == 0 && t->dp)
+    if (rc == 0 && t->dp && n)
         rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
-    /* the loss lives on the last stage: the others add zero */
-    float l[2] = {t->stage + 1 == t->stages ? (float)t->loss_sum : 0.0f, 0.0f};
-    if (rc == 0 && t->dp)
-        rc = wrk_coll_allreduce(t->dp, l, l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
-    /* Only this stage's tensors have gradients (the rest of the slab is zero); the last
-     * stage leaves out its copy of wte, which stage 0 counts. */
-    size_t skip = t->stage + 1 == t->stages ? wte->offset + wte->numel : 0;
-    double sq = eng_grad_norm(grads + skip, n - skip);
-    l[1] = (float)(sq * sq);
-    if (rc == 0)
-        rc = wrk_coll_allreduce(g->pp, l, l, 2, WRK_COLL_F32, WRK_COLL_SUM, NULL);
     if (rc < 0)
         return rc;
-    *loss_sum = l[0];
-    *norm = sqrt((double)l[1]);
+    double sq = slab_sumsq(t) + (t->zero ? eng_zero_sumsq(t->zero, t->tpr == 0) : 0.0);
+    int last = t->stage + 1 == t->stages;
+    if (!t->tp && !t->dp && !t->pp) {
+        *loss_sum = t->loss_sum;
+        *norm = sqrt(sq);
+    } else {
+        /* the loss lives on the last stage, the same on each of its TP ranks: counted
+         * once per DP rank, by TP rank 0 */
+        float l[2] = {last && t->tpr == 0 ? (float)t->loss_sum : 0.0f, (float)sq};
+        wrk_coll_group_t *order[3] = {t->tp, t->dp, t->pp};
+        for (int i = 0; i < 3 && rc == 0; i++)
+            if (order[i])
+                rc = wrk_coll_allreduce(order[i], l, l, 2, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        if (rc < 0)
+            return rc;
+        *loss_sum = l[0];
+        *norm = sqrt((double)l[1]);
+    }
     double coef = t->optim.max_grad_norm / (*norm + 1e-6);
     if (coef < 1.0) {
-        float c = (float)coef; /* as eng_grad_clip */
+        float c = (float)coef; /* as eng_grad_clip: torch multiplies by a float32 tensor */
         for (size_t i = 0; i < n; i++)
             grads[i] *= c;
+        if (t->zero)
+            eng_zero_scale(t->zero, c);
     }
     return 0;
 }
@@ -523,56 +643,34 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint32_t micro = s->parallel.microbatches;
     double global_tokens = (double)B * T * micro * s->parallel.dp;
     uint64_t t0 = ch_now_ns();
+    uint64_t w_tp = wrk_coll_group_wait_ns(t->tp), w_dp = wrk_coll_group_wait_ns(t->dp);
+    uint64_t w_pp = wrk_coll_group_wait_ns(t->pp), w_emb = wrk_coll_group_wait_ns(t->emb);
 
     eng_model_zero_grad(t->model);
+    if (t->zero)
+        eng_zero_begin_step(t->zero);
+    t->step_now = step;
+    t->loss_sum = 0;
+    t->grad_scale = 1.0 / global_tokens;
+    t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
     double loss_sum = 0, norm = 0;
-    uint64_t wait_ns = 0;
-    int rc = 0;
-    if (t->stages > 1) {
-        rc = pipe_step(t, step, global_tokens, &loss_sum, &norm, &wait_ns);
-        if (rc < 0)
-            return rc;
-    } else {
-        for (uint32_t k = 0; k < micro; k++) {
-            float loss = 0;
-            eng_data_micro_batch(t->data, step, t->dp_rank, k, micro, B, t->inputs, t->targets);
-            rc = eng_model_forward(t->model, t->inputs, t->targets, B, T, &loss);
-            if (rc < 0)
-                return rc;
-            rc = eng_model_backward(t->model, (float)(1.0 / global_tokens));
-            if (rc < 0)
-                return rc;
-            loss_sum += loss;
-        }
-        if (t->dp) {
-            /* Each rank's gradients carry 1/(global tokens): their sum is the global mean.
-             * Every rank then clips and updates the same numbers in the same order. */
-            float l = (float)loss_sum;
-            rc = wrk_coll_allreduce(t->dp, eng_model_grads(t->model), eng_model_grads(t->model),
-                                    eng_model_nparams(t->model), WRK_COLL_F32, WRK_COLL_SUM, NULL);
-            if (rc == 0)
-                rc = wrk_coll_allreduce(t->dp, &l, &l, 1, WRK_COLL_F32, WRK_COLL_SUM, NULL);
-            if (rc < 0)
-                return rc;
-            loss_sum = l;
-        }
-        if (t->groups && t->groups->tp) {
-            /* replicated tensors counted once across the TP group */
-            rc = eng_tp_grad_clip(t->model, t->groups->tp, t->optim.max_grad_norm, &norm);
-            if (rc < 0)
-                return rc;
-        } else {
-            norm = eng_grad_clip(eng_model_grads(t->model), eng_model_nparams(t->model),
-                                 t->optim.max_grad_norm);
-        }
-    }
-    double lr = eng_lr_at(&t->sched, (int64_t)step);
-    rc = eng_optim_step(&t->optim, t->model, lr);
+    uint64_t p2p_ns = 0;
+    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
+    int rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
+    if (rc == 0)
+        rc = finish_grads(t, &loss_sum, &norm);
     if (rc < 0)
         return rc;
+    uint64_t o0 = ch_now_ns();
+    double lr = eng_lr_at(&t->sched, (int64_t)step);
+    t->optim.t++;
+    slab_adamw(t, lr);
+    if (t->zero)
+        eng_zero_adamw(t->zero, &t->optim, lr);
     t->next_step = step + 1;
 
-    double dt = (double)(ch_now_ns() - t0) * 1e-9;
+    uint64_t end = ch_now_ns();
+    double dt = (double)(end - t0) * 1e-9;
     if (dt <= 0)
         dt = 1e-9;
     if (info) {
@@ -582,12 +680,39 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->grad_norm = norm;
         info->seconds = dt;
         info->tokens_per_s = global_tokens / dt;
-        /* this rank's share: its micro-batches, split over its TP group */
-        double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp;
+        /* this rank's share: its stage's part of its micro-batches, split over its TP group;
+         * approximated as the model's FLOPs over pp */
+        double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp / t->stages;
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
-        info->bubble = t->stages > 1 ? (double)wait_ns * 1e-9 / dt : 0;
+        info->bubble = t->stages > 1 ? (double)p2p_ns * 1e-9 / dt : 0;
+        double tp_s = (double)(wrk_coll_group_wait_ns(t->tp) - w_tp) * 1e-9;
+        double pp_all = (double)(wrk_coll_group_wait_ns(t->pp) - w_pp) * 1e-9;
+        double p2p = (double)p2p_ns * 1e-9;
+        info->time.tp = tp_s;
+        info->time.pp_wait = p2p;
+        info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9 +
+                          (double)(wrk_coll_group_wait_ns(t->emb) - w_emb) * 1e-9 +
+                          (pp_all > p2p ? pp_all - p2p : 0);
+        info->time.compute = (double)(t->pass_ns - t->pass_comm_ns) * 1e-9;
+        info->time.optim = (double)(end - o0) * 1e-9;
+        double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
+                      info->time.compute - info->time.optim;
+        info->time.idle = rest > 0 ? rest : 0;
     }
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// accessors
+
+void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem)
+{
+    size_t n = eng_model_nparams(t->model), zs = 0, zg = 0;
+    if (t->zero)
+        eng_zero_bytes(t->zero, &zs, &zg);
+    /* the slab's parameters and gradients, Adam m and v */
+    mem->state_bytes = 4 * n * sizeof(float) + zs;
+    mem->gathered_bytes = zg;
 }
 
 uint64_t eng_trainer_next_step(const eng_trainer_t *t)
@@ -613,6 +738,11 @@ double eng_trainer_peak_flops(const eng_trainer_t *t)
 eng_model_t *eng_trainer_model(eng_trainer_t *t)
 {
     return t->model;
+}
+
+int eng_trainer_holds_whole_model(const eng_trainer_t *t)
+{
+    return !t->zero && t->stages == 1 && !t->tp;
 }
 
 eng_optim_t *eng_trainer_optim(eng_trainer_t *t)

@@ -1,28 +1,34 @@
 /* The training driver for one rank, independent of the daemons so tests can run it:
- * model + data + AdamW + schedule + checkpoints (DESIGN §7, §8).
+ * model + data + AdamW + schedule + checkpoints (DESIGN §5, §7, §8).
  *
- * Step s: zero the gradients; for each micro-batch, forward and backward with
- * grad_scale = 1 / (tokens in the global batch); clip the global gradient norm to 1;
- * AdamW at lr(s). The loss reported for step s is the mean over the global batch,
- * computed before the update.
+ * Step s: for each micro-batch, forward and backward with grad_scale = 1 / (tokens in the
+ * global batch); the gradients made whole; the global gradient norm clipped to 1; AdamW at
+ * lr(s). The loss reported for step s is the mean over the global batch, computed before
+ * the update.
  *
- * The rank's process groups (groups.h) come in built, once, from the layout. Data parallel
- * (dp > 1, tp = pp = 1): each rank runs its share of the global batch (data position
- * coord.dp), the gradients are summed over the DP group (they already carry the global
- * scale) and every rank applies the same update, so all hold the same parameters.
- * Pipeline parallel (pp > 1): stage coord.pp runs its blocks (ch_layout_stage_blocks), the
- * embedding on stage 0 and ln_f + the tied LM head on the last, in the 1F1B schedule over
- * parallel.microbatches (pipeline.h); stage 0 and the last stage read the same micro-batches
- * as one rank; the tied wte gradient is summed over the embedding group, the gradient norm
- * over the pipeline column, and the loss (computed on the last stage) reaches every rank.
- * dp > 1 composes with it (replicated gradients summed over each stage's DP group). The
- * model object still holds every block (not minimal memory until the stage-only model).
- * Tensor parallelism (tp > 1, groups->tp, pp = 1): each rank holds its TP slice of the
- * model (model.h), all TP ranks of a DP slice read the same data, and clipping counts
- * replicated tensors once (eng_tp_grad_clip). tp and pp both above 1 are refused with
- * CH_E_CONFIG (not combined yet), and so is checkpointing a tp > 1 job (slices are not
- * written yet). Checkpoints: each rank writes its shard (its metadata's world is
- * tp * pp * dp), rank 0 commits them all. */
+ * Any layout tp x pp x dp runs the same way. The rank's process groups (groups.h) come in
+ * built, once, from the layout; rank r = tp + TP * (dp + DP * pp).
+ *   Pipeline (pp): stage coord.pp holds its blocks (ch_layout_stage_blocks), the embedding
+ *     on stage 0 and ln_f + the tied LM head on the last, and runs the 1F1B schedule over
+ *     parallel.microbatches (pipeline.h); a world without pipeline parallelism is one stage
+ *     that is both first and last. The tied wte gradient is summed over the embedding
+ *     group (first and last stage).
+ *   Tensor (tp): each rank holds its TP slice of its stage (model.h, Megatron-LM); all TP
+ *     ranks of a DP slice read the same data.
+ *   Data (dp): DP rank coord.dp reads its share of the global batch. With dp > 1 the
+ *     blocks are ZeRO-3 sharded over the DP group (zero.h, parallel.reshard): gathered
+ *     before use, gradients reduce-scattered, AdamW on the shards; the tensors outside
+ *     blocks stay whole on every DP rank and their gradients are all-reduced. (A
+ *     benchmark may ask for replicated data parallelism instead: opts.replicate_dp.)
+ * The global gradient norm sums each element of the model once over the world (replicas
+ * counted once), so every layout clips the same gradient. Same seed and global batch:
+ * every layout trains the same model within float tolerance; the same layout twice, or
+ * with a resume in between, bit for bit.
+ *
+ * Checkpoints: each rank writes one file with the pieces it holds (ckpt.h; replicas
+ * written once); rank 0 commits the step once every rank's file is there. A resume reads
+ * the pieces back whatever layout wrote them, so a job resumes into another layout (dp 4
+ * -> 2, tp 2 -> 1) by resharding at load. */
 #ifndef ENG_TRAINER_H
 #define ENG_TRAINER_H
 
@@ -42,6 +48,10 @@ typedef struct eng_trainer_opts {
     /* this rank's groups under the job's layout, borrowed for the trainer's life; NULL: a
      * world of one rank */
     const eng_groups_t *groups;
+    /* dp > 1: replicate the model and Adam state on every DP rank and all-reduce the
+     * gradients (plain data parallelism), instead of ZeRO-3. The baseline benchmarks
+     * compare ZeRO-3 against; not a job option. */
+    int replicate_dp;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {
@@ -90,7 +100,21 @@ uint64_t eng_trainer_next_step(const eng_trainer_t *t);
 uint64_t eng_trainer_total_steps(const eng_trainer_t *t);
 const char *eng_trainer_job(const eng_trainer_t *t);
 double eng_trainer_peak_flops(const eng_trainer_t *t);
+/* The model object: this rank's part (its stage, its TP slice; under ZeRO-3 the blocks'
+ * parameters are not in it, see eng_trainer_holds_whole_model). */
 eng_model_t *eng_trainer_model(eng_trainer_t *t);
+/* Whether eng_trainer_model holds the whole model with its parameters in its slab: no
+ * tensor or pipeline parallelism and no ZeRO-3 shards. */
+int eng_trainer_holds_whole_model(const eng_trainer_t *t);
+
+/* What this rank holds, in bytes, as allocated: state = parameters, gradients, Adam m and
+ * v (the slab and, under ZeRO-3, the owned shards); gathered = ZeRO-3's gathered blocks, the
+ * unsharded gradient of the block in its backward.
+ * Activations are not counted. */
+typedef struct eng_trainer_memory {
+    size_t state_bytes, gathered_bytes;
+} eng_trainer_memory_t;
+void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem);
 eng_optim_t *eng_trainer_optim(eng_trainer_t *t);
 const eng_data_t *eng_trainer_data(const eng_trainer_t *t);
 

@@ -1,0 +1,338 @@
+/* The 3D engine's acceptance (issue 9): every layout tp x pp x dp trains the same model as
+ * one rank on the same global batch (losses at each of 20 steps and exported weights within
+ * 1e-4 relative), the same layout twice is bit-identical (losses and checkpoint files), a
+ * resume in the same layout is bit-identical to the uninterrupted run, a resume into
+ * another layout continues within 1e-4, and ZeRO-3's resident state per rank follows
+ * common/plan.h's figures (16 bytes per owned parameter plus the gathered blocks). Ranks
+ * are threads of this process over the UCX collectives on loopback. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/layout.h"
+#include "common/plan.h"
+#include "common/safetensors.h"
+#include "common/util.h"
+#include "support.h"
+#include "workerd/coll/coll.h"
+#include "workerd/engine/ckpt_file.h"
+#include "workerd/engine/export.h"
+#include "workerd/engine/groups.h"
+#include "workerd/engine/trainer.h"
+
+static char dir[512];
+
+static void setup(void)
+{
+    cr_assert_eq(ts_tmpdir("layouts", dir, sizeof dir), 0);
+}
+
+static void teardown(void)
+{
+    cr_expect_eq(ts_rmrf(dir), 0);
+}
+
+TestSuite(layouts, .init = setup, .fini = teardown, .timeout = 900);
+
+enum { STEPS = 20, MAXR = 8, GLOBAL_SEQS = 12, LAYERS = 4 };
+
+typedef struct rank_run {
+    uint32_t rank;
+    ch_layout_t l;
+    ts_rdzv_table_t *table;
+    const ch_jobspec_t *spec;
+    uint64_t resume;
+    int replicate;
+    double losses[STEPS];
+    eng_trainer_memory_t mem;
+    int rc;
+    char msg[512];
+} rank_run_t;
+
+static void *rank_main(void *arg)
+{
+    rank_run_t *d = arg;
+    wrk_coll_t *c = NULL;
+    eng_groups_t *g = NULL;
+    eng_trainer_t *t = NULL;
+    uint32_t world = ch_layout_world(d->l);
+    if (world > 1) {
+        d->rc = ts_coll_create(d->table, d->rank, world, 120000, &c);
+        if (d->rc == 0)
+            d->rc = eng_groups_create(c, d->l, d->rank, &g);
+    }
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = d->replicate};
+    if (d->rc == 0)
+        d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
+    if (d->rc == 0)
+        eng_trainer_memory(t, &d->mem);
+    if (d->rc == 0 && d->resume)
+        d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
+    while (d->rc == 0 && eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        if ((d->rc = eng_trainer_step(t, &info)) < 0)
+            break;
+        d->losses[info.step] = info.loss;
+        if (eng_trainer_checkpoint_due(t))
+            d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
+    }
+    eng_trainer_destroy(t);
+    eng_groups_destroy(g);
+    wrk_coll_destroy(c);
+    return NULL;
+}
+
+/* The same model, seed and global batch (GLOBAL_SEQS sequences a step) for every layout;
+ * job name (and checkpoint directory) `name`. */
+static void spec_for(ch_jobspec_t *j, const char *name, uint32_t tp, uint32_t pp, uint32_t dp)
+{
+    ch_jobspec_defaults(j);
+    snprintf(j->name, sizeof j->name, "%s", name);
+    j->model.layers = LAYERS;
+    j->model.heads = 4;
+    j->model.embd = 32;
+    j->model.vocab = 40;
+    j->model.seq_len = 16;
+    j->parallel.tp = tp;
+    j->parallel.pp = pp;
+    j->parallel.dp = dp;
+    j->parallel.microbatches = 12 / dp / 2 ? 12 / dp / 2 : 1;
+    j->parallel.micro_batch_size = GLOBAL_SEQS / dp / j->parallel.microbatches;
+    j->train.steps = STEPS;
+    j->train.lr = 3e-3;
+    j->train.warmup = 5;
+    j->train.seed = 77;
+    snprintf(j->checkpoint.dir, sizeof j->checkpoint.dir, "%s", dir);
+    j->checkpoint.every = 10;
+    j->checkpoint.keep = 3;
+}
+
+static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_t *r)
+{
+    ch_layout_t l = ch_jobspec_layout(j);
+    uint32_t n = ch_layout_world(l);
+    cr_assert_leq(n, MAXR);
+    ts_rdzv_table_t table;
+    ts_rdzv_table_init(&table);
+    for (uint32_t i = 0; i < n; i++)
+        r[i] = (rank_run_t){.rank = i,
+                            .l = l,
+                            .table = &table,
+                            .spec = j,
+                            .resume = resume,
+                            .replicate = replicate};
+    cr_assert_eq(ts_run_threads(r, sizeof *r, n, rank_main), 0);
+    ts_rdzv_table_fini(&table);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(r[i].rc, 0, "%s rank %u: %s %s", j->name, i, ch_strerror(r[i].rc), r[i].msg);
+    for (uint32_t i = 1; i < n; i++)
+        for (int s = 0; s < STEPS; s++)
+            cr_assert_eq(r[i].losses[s], r[0].losses[s], "%s step %d: rank %u %.9g, rank 0 %.9g",
+                         j->name, s, i, r[i].losses[s], r[0].losses[s]);
+}
+
+/* Export job's step into path. */
+static void export_step(const char *job, uint64_t step, char *path, size_t cap)
+{
+    char sdir[CH_PATH_LEN], err[512] = "";
+    cr_assert_eq(eng_ckpt_step_dir(dir, job, step, sdir, sizeof sdir), 0);
+    snprintf(path, cap, "%s/%s-%llu.safetensors", dir, job, (unsigned long long)step);
+    cr_assert_eq(eng_export(sdir, path, err, sizeof err), 0, "export %s: %s", job, err);
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
+    return sqrt(d / (s > 0 ? s : 1));
+}
+
+/* Worst relative L2 over the tensors of two exported files (same names and shapes). */
+static double weights_diff(const char *pa, const char *pb)
+{
+    ch_st_file_t *a = NULL, *b = NULL;
+    char err[512] = "";
+    cr_assert_eq(ch_st_open(pa, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ch_st_open(pb, &b, err, sizeof err), 0, "%s", err);
+    double worst = 0;
+    cr_assert_eq(ch_st_count(a), ch_st_count(b));
+    for (size_t i = 0; i < ch_st_count(a); i++) {
+        const ch_st_tensor_t *x = ch_st_at(a, i), *y = ch_st_find(b, x->name);
+        cr_assert_not_null(y, "%s: %s missing", pb, x->name);
+        size_t n = x->shape[0] * (x->ndim == 2 ? x->shape[1] : 1);
+        cr_assert(y->ndim == x->ndim && y->shape[0] == x->shape[0] &&
+                      (x->ndim == 1 || y->shape[1] == x->shape[1]),
+                  "%s: shapes differ", x->name);
+        float *fa = malloc(n * sizeof *fa), *fb = malloc(n * sizeof *fb);
+        cr_assert_eq(ch_st_read_f32(a, x, fa, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(ch_st_read_f32(b, y, fb, err, sizeof err), 0, "%s", err);
+        double d = rel_l2(fb, fa, n);
+        cr_expect_leq(d, 1e-4, "%s: relative L2 %g", x->name, d);
+        worst = d > worst ? d : worst;
+        free(fa);
+        free(fb);
+    }
+    ch_st_close(a);
+    ch_st_close(b);
+    return worst;
+}
+
+static const uint32_t layouts[][3] = {
+    {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {1, 1, 4}, {2, 2, 1}, {2, 2, 2}, {1, 3, 1}, {1, 1, 3},
+};
+
+Test(layouts, every_layout_trains_like_one_rank)
+{
+    ch_jobspec_t one;
+    rank_run_t a[MAXR], b[MAXR];
+    char pa[CH_PATH_LEN + 64], pb[CH_PATH_LEN + 64];
+    spec_for(&one, "l111", 1, 1, 1);
+    run(&one, 0, 0, a);
+    export_step("l111", STEPS, pa, sizeof pa);
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        ch_jobspec_t j;
+        char name[32];
+        const uint32_t *x = layouts[k];
+        snprintf(name, sizeof name, "l%u%u%u", x[0], x[1], x[2]);
+        spec_for(&j, name, x[0], x[1], x[2]);
+        run(&j, 0, 0, b);
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double rel = fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]);
+            worst = rel > worst ? rel : worst;
+            cr_expect_leq(rel, 1e-4, "%s step %d: loss %.9g, one rank %.9g", name, s,
+                          b[0].losses[s], a[0].losses[s]);
+        }
+        export_step(name, STEPS, pb, sizeof pb);
+        double w = weights_diff(pa, pb);
+        printf("layouts: tp=%u pp=%u dp=%u: worst loss rel diff %.3g, worst exported tensor "
+               "rel L2 %.3g\n",
+               x[0], x[1], x[2], worst, w);
+    }
+}
+
+/* Two files' bytes are equal. */
+static int same_file(const char *a, const char *b)
+{
+    FILE *x = fopen(a, "rb"), *y = fopen(b, "rb");
+    cr_assert(x && y, "%s, %s: cannot open", a, b);
+    int same = 1, cx, cy;
+    do {
+        cx = fgetc(x);
+        cy = fgetc(y);
+        same = cx == cy;
+    } while (same && cx != EOF);
+    fclose(x);
+    fclose(y);
+    return same;
+}
+
+Test(layouts, same_layout_twice_and_resume_are_bit_identical)
+{
+    ch_jobspec_t j, k;
+    rank_run_t a[MAXR], b[MAXR], c[MAXR];
+    spec_for(&j, "twice", 2, 2, 2);
+    run(&j, 0, 0, a);
+    /* the same job again into another directory: every rank's file the same bytes */
+    k = j;
+    snprintf(k.checkpoint.dir, sizeof k.checkpoint.dir, "%s/again", dir);
+    run(&k, 0, 0, b);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: %.9g vs %.9g", s, a[0].losses[s],
+                     b[0].losses[s]);
+    char sa[CH_PATH_LEN], sb[CH_PATH_LEN];
+    cr_assert_eq(eng_ckpt_step_dir(j.checkpoint.dir, "twice", STEPS, sa, sizeof sa), 0);
+    cr_assert_eq(eng_ckpt_step_dir(k.checkpoint.dir, "twice", STEPS, sb, sizeof sb), 0);
+    for (uint32_t r = 0; r < 8; r++) {
+        char fa[CH_PATH_LEN + 64], fb[CH_PATH_LEN + 64];
+        cr_assert_eq(eng_ckpt_shard_path(sa, r, fa, sizeof fa), 0);
+        cr_assert_eq(eng_ckpt_shard_path(sb, r, fb, sizeof fb), 0);
+        cr_expect(same_file(fa, fb), "rank %u: the two runs' checkpoint files differ", r);
+    }
+    /* resume from step 10 in the same layout: the same steps and weights, bit for bit */
+    char pa[CH_PATH_LEN + 64], pc[CH_PATH_LEN + 64];
+    export_step("twice", STEPS, pa, sizeof pa);
+    run(&j, 10, 0, c);
+    for (int s = 10; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], c[0].losses[s], "step %d after resume: %.9g vs %.9g", s,
+                     a[0].losses[s], c[0].losses[s]);
+    export_step("twice", STEPS, pc, sizeof pc);
+    cr_expect(weights_diff(pa, pc) == 0.0, "the resumed run differs from the uninterrupted one");
+    char sc[CH_PATH_LEN], fc[CH_PATH_LEN + 64], fa[CH_PATH_LEN + 64];
+    cr_assert_eq(eng_ckpt_step_dir(j.checkpoint.dir, "twice", STEPS, sc, sizeof sc), 0);
+    for (uint32_t r = 0; r < 8; r++) {
+        cr_assert_eq(eng_ckpt_shard_path(sc, r, fc, sizeof fc), 0);
+        cr_assert_eq(eng_ckpt_shard_path(sb, r, fa, sizeof fa), 0);
+        cr_expect(same_file(fa, fc), "rank %u: the resumed run's checkpoint file differs", r);
+    }
+}
+
+Test(layouts, resume_into_another_layout_continues)
+{
+    ch_jobspec_t j, k;
+    rank_run_t a[MAXR], b[MAXR];
+    char pa[CH_PATH_LEN + 64], pb[CH_PATH_LEN + 64];
+    spec_for(&j, "move", 1, 1, 4);
+    run(&j, 0, 0, a);
+    export_step("move", STEPS, pa, sizeof pa);
+    /* the same job (its checkpoints) resumed at step 10 on dp 2, then on tp 2 x pp 2 */
+    const uint32_t to[][3] = {{1, 1, 2}, {2, 2, 1}, {2, 1, 3}};
+    for (size_t n = 0; n < sizeof to / sizeof to[0]; n++) {
+        spec_for(&k, "move", to[n][0], to[n][1], to[n][2]);
+        k.checkpoint.every = 0; /* keep step 10 the latest in-between */
+        run(&k, 10, 0, b);
+        double worst = 0;
+        for (int s = 10; s < STEPS; s++) {
+            double rel = fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]);
+            worst = rel > worst ? rel : worst;
+            cr_expect_leq(rel, 1e-4, "dp 4 -> tp %u pp %u dp %u: step %d loss %.9g vs %.9g",
+                          to[n][0], to[n][1], to[n][2], s, b[0].losses[s], a[0].losses[s]);
+        }
+        export_step("move", STEPS, pb, sizeof pb);
+        double w = weights_diff(pa, pb);
+        printf(
+            "layouts: resume dp 4 -> tp %u pp %u dp %u: worst loss rel diff %.3g, weights %.3g\n",
+            to[n][0], to[n][1], to[n][2], worst, w);
+    }
+}
+
+Test(layouts, zero3_state_per_rank_follows_the_plan)
+{
+    for (int policy = 0; policy < 2; policy++) {
+        for (uint32_t dp = 1; dp <= 4; dp *= 2) {
+            ch_jobspec_t j;
+            rank_run_t r[MAXR];
+            spec_for(&j, "mem", 1, 1, dp);
+            j.model.layers = 6;
+            j.model.embd = 64;
+            j.model.vocab = 16;
+            j.train.steps = 1;
+            j.train.warmup = 0;
+            j.checkpoint.dir[0] = '\0';
+            j.checkpoint.every = 0;
+            j.parallel.reshard = policy ? CH_RESHARD_PER_STEP : CH_RESHARD_PER_USE;
+            run(&j, 0, 0, r);
+            ch_plan_t p;
+            ch_model_cfg_t m = ch_plan_model_of(&j);
+            cr_assert_eq(ch_plan_stage(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
+                                       j.parallel.microbatches, j.parallel.reshard, 0, &p),
+                         0);
+            double state = (double)r[0].mem.state_bytes, want = p.state_bytes;
+            printf("layouts: ZeRO-3 %s dp=%u: state %.0f B per rank (plan %.0f, 16*psi/N %.0f), "
+                   "gathered %zu B (plan %.0f)\n",
+                   policy ? "per-step" : "per-use", dp, state, want, 16.0 * p.params_padded / dp,
+                   r[0].mem.gathered_bytes, dp > 1 ? p.gathered_bytes : 0.0);
+            cr_expect_leq(fabs(state - want) / want, 0.10, "dp %u: state %.0f vs plan %.0f", dp,
+                          state, want);
+            if (dp > 1)
+                cr_expect_leq(fabs((double)r[0].mem.gathered_bytes - p.gathered_bytes) /
+                                  p.gathered_bytes,
+                              0.10, "dp %u: gathered %zu vs plan %.0f", dp, r[0].mem.gathered_bytes,
+                              p.gathered_bytes);
+        }
+    }
+}
