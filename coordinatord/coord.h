@@ -34,6 +34,7 @@ typedef struct coord_cfg {
     char run_as_user[CH_OPT_STRLEN]; /* root's jobs run as this user */
     char admin_group[CH_OPT_STRLEN]; /* may act on every job */
     int allow_root_jobs;
+    long keep_ended_jobs; /* ended jobs kept in memory; 0: COORD_JOBS_KEEP_ENDED */
 } coord_cfg_t;
 
 struct coord {

@@ -1185,6 +1185,7 @@ static int load_one(void *ud, const coord_job_rec_t *rec)
 int coord_jobs_load(coord_t *c)
 {
     int rc = coord_store_load_jobs(c->store, load_one, c);
+    coord_jobs_trim(c);
     size_t waiting = 0;
     for (size_t i = 0; i < c->jobs.n; i++)
         waiting += c->jobs.v[i]->grace_deadline != 0;
@@ -1208,4 +1209,91 @@ void coord_jobs_count(const coord_t *c, size_t *counts)
         counts[s] = 0;
     for (size_t i = 0; i < c->jobs.n; i++)
         counts[c->jobs.v[i]->state]++;
+}
+
+// ---------------------------------------------------------------------------------------
+// Letting ended jobs go
+
+static int job_ended(const coord_job_t *j)
+{
+    return j->state == COORD_JOB_COMPLETED || j->state == COORD_JOB_FAILED ||
+           j->state == COORD_JOB_CANCELLED;
+}
+
+/* Ended, and no rank still holds a slot (a failed job's ranks may not have exited yet). */
+static int job_releasable(const coord_job_t *j)
+{
+    if (!job_ended(j))
+        return 0;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++)
+        if (coord_rank_holds(j->ranks[r].state))
+            return 0;
+    return 1;
+}
+
+void coord_jobs_trim(coord_t *c)
+{
+    size_t keep =
+        c->cfg.keep_ended_jobs > 0 ? (size_t)c->cfg.keep_ended_jobs : COORD_JOBS_KEEP_ENDED;
+    size_t ended = 0, out = 0;
+    for (size_t i = 0; i < c->jobs.n; i++)
+        ended += job_ended(c->jobs.v[i]);
+    if (ended <= keep)
+        return;
+    size_t drop = ended - keep;
+    for (size_t i = 0; i < c->jobs.n; i++) { /* oldest first; the order stays */
+        coord_job_t *j = c->jobs.v[i];
+        if (drop > 0 && job_releasable(j)) {
+            drop--;
+            job_free(j);
+            continue;
+        }
+        c->jobs.v[out++] = j;
+    }
+    CH_LOGD("job", "let %zu ended jobs go (kept in the store); %zu in memory", c->jobs.n - out,
+            out);
+    c->jobs.n = out;
+}
+
+void coord_job_free(coord_job_t *j)
+{
+    job_free(j);
+}
+
+static int load_detached(void *ud, const coord_job_rec_t *rec)
+{
+    coord_job_t **out = ud;
+    char err[256];
+    coord_job_t *j = calloc(1, sizeof(*j));
+    if (!j || !(j->ini = strdup(rec->ini))) {
+        free(j);
+        return -ENOMEM;
+    }
+    j->seq = rec->seq;
+    snprintf(j->id, sizeof(j->id), "j%" PRId64, rec->seq);
+    snprintf(j->name, sizeof(j->name), "%s", rec->name);
+    snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
+    if (state_parse(rec->state, &j->state) < 0)
+        j->state = COORD_JOB_FAILED;
+    ch_jobspec_defaults(&j->spec);
+    if (ch_jobspec_parse(j->ini, &j->spec, err, sizeof(err)) < 0)
+        CH_LOGD("job", "job=%s stored job file no longer parses: %s", j->id, err);
+    j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
+    j->generation = rec->generation;
+    j->restarts = rec->restarts;
+    j->step = rec->step;
+    j->total_steps = rec->total_steps;
+    j->loss = rec->loss;
+    j->last_ckpt_step = rec->last_ckpt_step;
+    j->submitted_ms = rec->submitted_ms;
+    j->started_ms = rec->started_ms;
+    j->finished_ms = rec->finished_ms;
+    *out = j;
+    return 0;
+}
+
+int coord_job_load(coord_t *c, const char *id_or_name, coord_job_t **out)
+{
+    *out = NULL;
+    return coord_store_find_job(c->store, id_or_name, load_detached, out);
 }

@@ -202,6 +202,17 @@ void coord_job_info_clear(Chorus__JobInfo *ji);
 
 int coord_jobs_load(coord_t *c);
 void coord_jobs_fini(coord_t *c);
+
+/* Ended jobs (completed, failed, cancelled) kept in memory: the most recent ones. Older
+ * ones are let go; their rows stay in the store, where status finds them. */
+#define COORD_JOBS_KEEP_ENDED 1000
+/* Free the oldest ended jobs beyond cfg.keep_ended_jobs (0: COORD_JOBS_KEEP_ENDED) whose
+ * ranks hold no slot. No pointer to a job may be held across the call. */
+void coord_jobs_trim(coord_t *c);
+/* A job no longer in memory, read back from the store (by id, else the latest of that
+ * name): no ranks, no history; free with coord_job_free. CH_E_NOTFOUND when none. */
+int coord_job_load(coord_t *c, const char *id_or_name, coord_job_t **out);
+void coord_job_free(coord_job_t *j);
 void coord_jobs_count(const coord_t *c, size_t *counts); /* COORD_JOB_NSTATES entries */
 
 #endif

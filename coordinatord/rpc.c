@@ -258,25 +258,39 @@ static void h_submit(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     env.body_case = CHORUS__ENVELOPE__BODY_SUBMIT_REPLY;
     env.submit_reply = &sr;
     reply(l, req, &env);
+    coord_jobs_trim(c); /* one in, the oldest ended one beyond the bound out */
 }
 
+/* A job in memory, else the reply: "no job", or that it ended (one let go from memory). */
 static coord_job_t *find_or_reply(coord_t *c, coord_link_t *l, const Chorus__Envelope *req,
                                   const char *id)
 {
-    coord_job_t *j = coord_job_find(c, id);
-    if (!j)
+    coord_job_t *j = coord_job_find(c, id), *old = NULL;
+    if (j)
+        return j;
+    if (coord_job_load(c, id, &old) == 0)
+        coord_link_error(l, req->request_id, CH_E_STATE, "job %s already %s", old->id,
+                         coord_job_state_name(old->state));
+    else
         coord_link_error(l, req->request_id, CH_E_NOTFOUND, "no job \"%.64s\"", id);
-    return j;
+    coord_job_free(old);
+    return NULL;
 }
 
 static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
-    coord_job_t *j = find_or_reply(c, l, req, req->job_query->job_id);
+    const char *id = req->job_query->job_id;
+    coord_job_t *j = coord_job_find(c, id), *old = NULL;
     Chorus__JobInfo ji;
-    if (!j)
+    if (!j && coord_job_load(c, id, &old) == 0)
+        j = old; /* an ended job let go from memory: its stored row */
+    if (!j) {
+        coord_link_error(l, req->request_id, CH_E_NOTFOUND, "no job \"%.64s\"", id);
         return;
+    }
     if (coord_job_info(j, 1, &ji) < 0) {
         coord_link_error(l, req->request_id, -ENOMEM, "out of memory");
+        coord_job_free(old);
         return;
     }
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
@@ -284,6 +298,7 @@ static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
     env.job_info = &ji;
     reply(l, req, &env);
     coord_job_info_clear(&ji);
+    coord_job_free(old);
 }
 
 static void h_list_jobs(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)

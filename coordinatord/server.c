@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,56 @@ static void link_unlist(coord_server_t *s, coord_link_t *l)
     if (l->next)
         l->next->prev = l->prev;
     l->prev = l->next = NULL;
+}
+
+/* The queue of TCP links still in their handshake (server.h: COORD_UNAUTH_MAX). */
+static void unauth_push(coord_server_t *s, coord_link_t *l)
+{
+    l->unauth = 1;
+    l->uprev = s->unauth_newest;
+    l->unext = NULL;
+    if (s->unauth_newest)
+        s->unauth_newest->unext = l;
+    else
+        s->unauth_oldest = l;
+    s->unauth_newest = l;
+    s->n_unauth++;
+}
+
+static void unauth_drop(coord_server_t *s, coord_link_t *l)
+{
+    if (!l->unauth)
+        return;
+    if (l->uprev)
+        l->uprev->unext = l->unext;
+    else
+        s->unauth_oldest = l->unext;
+    if (l->unext)
+        l->unext->uprev = l->uprev;
+    else
+        s->unauth_newest = l->uprev;
+    l->uprev = l->unext = NULL;
+    l->unauth = 0;
+    s->n_unauth--;
+}
+
+/* Room for one more unauthenticated connection: close the oldest one at the cap. */
+static void unauth_make_room(coord_t *c)
+{
+    coord_server_t *s = &c->srv;
+    while (s->n_unauth >= s->max_unauth && s->unauth_oldest) {
+        coord_link_t *old = s->unauth_oldest;
+        uint32_t quiet = 0;
+        unauth_drop(s, old);
+        s->unauth_evicted++;
+        if (ch_ratelimit_ok(&s->unauth_cap_log, ch_now_ms(), &quiet))
+            CH_LOGW("net",
+                    "%zu unauthenticated connections, the cap: closing the oldest, peer %s "
+                    "(%llu closed at the cap so far; %u lines not logged)",
+                    s->max_unauth, coord_link_peer(old), (unsigned long long)s->unauth_evicted,
+                    quiet);
+        coord_link_close(old);
+    }
 }
 
 int coord_link_send(coord_link_t *l, Chorus__Envelope *env)
@@ -54,6 +105,7 @@ void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, 
 
 void coord_link_close(coord_link_t *l)
 {
+    l->closing = 1;
     if (l->conn)
         ch_conn_close(l->conn);
 }
@@ -90,6 +142,7 @@ static void on_ready(ch_conn_t *conn, void *ud)
     coord_link_t *l = ud;
     coord_t *c = l->c;
     l->conn = conn;
+    unauth_drop(&c->srv, l);
     if (l->is_unix) {
         pid_t pid = 0;
         uid_t uid = (uid_t)-1;
@@ -126,8 +179,21 @@ static void on_msg(ch_conn_t *conn, Chorus__Envelope *env, void *ud)
 {
     coord_link_t *l = ud;
     (void)conn;
-    if (l->role && !l->c->stopping)
+    if (l->role && !l->closing && !l->c->stopping)
         coord_rpc_dispatch(l->c, l, env);
+}
+
+void coord_link_gone(coord_t *c, coord_link_t *l, int reason)
+{
+    coord_kv_drop_waiter(c->kv, l);
+    if (l->node && l->node->link == l) {
+        CH_LOGI("net", "node=%s link %s closed%s%s", l->node->name, coord_link_peer(l),
+                reason ? ": " : "", reason ? ch_strerror(reason) : "");
+        if (c->stopping)
+            l->node->link = NULL;
+        else
+            coord_node_link_closed(c, l->node);
+    }
 }
 
 static void on_close(ch_conn_t *conn, int reason, void *ud)
@@ -136,15 +202,8 @@ static void on_close(ch_conn_t *conn, int reason, void *ud)
     coord_t *c = l->c;
     (void)conn;
     link_unlist(&c->srv, l);
-    coord_kv_drop_waiter(c->kv, l);
-    if (l->node && l->node->link == l) {
-        CH_LOGI("net", "node=%s link %s closed%s%s", l->node->name, ch_conn_peer(conn),
-                reason ? ": " : "", reason ? ch_strerror(reason) : "");
-        if (c->stopping)
-            l->node->link = NULL;
-        else
-            coord_node_link_closed(c, l->node);
-    }
+    unauth_drop(&c->srv, l);
+    coord_link_gone(c, l, reason);
     free(l);
 }
 
@@ -163,6 +222,8 @@ static void on_connection(uv_stream_t *server, int status)
     }
     l->c = c;
     l->is_unix = is_unix;
+    if (!is_unix)
+        unauth_make_room(c);
     ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key,
                            .is_server = 1,
                            .max_frame = COORD_FRAME_IN_MAX,
@@ -180,6 +241,8 @@ static void on_connection(uv_stream_t *server, int status)
     if (l->next)
         l->next->prev = l;
     c->srv.links = l;
+    if (!is_unix && !l->role)
+        unauth_push(&c->srv, l);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -283,10 +346,21 @@ out:
     return rc;
 }
 
+/* COORD_UNAUTH_MAX, or a quarter of the descriptor limit when that is smaller. */
+static size_t unauth_cap(void)
+{
+    struct rlimit rl;
+    size_t cap = COORD_UNAUTH_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < cap)
+        cap = rl.rlim_cur / 4 ? (size_t)(rl.rlim_cur / 4) : 1;
+    return cap;
+}
+
 int coord_server_start(coord_t *c)
 {
-    c->srv.unauth_log.burst = COORD_UNAUTH_LOG_BURST;
-    c->srv.unauth_log.window_ms = COORD_UNAUTH_LOG_WINDOW_MS;
+    c->srv.unauth_log.burst = c->srv.unauth_cap_log.burst = COORD_UNAUTH_LOG_BURST;
+    c->srv.unauth_log.window_ms = c->srv.unauth_cap_log.window_ms = COORD_UNAUTH_LOG_WINDOW_MS;
+    c->srv.max_unauth = unauth_cap();
     int rc = listen_tcp(c);
     if (rc == 0 && c->cfg.ctl_socket[0])
         rc = listen_unix(c);

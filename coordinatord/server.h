@@ -24,7 +24,11 @@ typedef struct coord_link {
     unsigned role;      /* COORD_ROLE_*; 0 until the handshake is done */
     coord_node_t *node; /* set by Register */
     coord_cred_t cred;  /* control links: who is asking */
+    int closing;        /* coord_link_close was called: nothing more is dispatched */
     struct coord_link *prev, *next;
+    /* In srv's queue of unauthenticated TCP links (oldest first) while unauth is set. */
+    int unauth;
+    struct coord_link *uprev, *unext;
 } coord_link_t;
 
 /* What the coordinator reads is small (Register, RankEvent, KvSet <= 64 KiB, Submit):
@@ -33,9 +37,18 @@ typedef struct coord_link {
 /* Peers that fail before authenticating: at most this many WARN lines per window. */
 #define COORD_UNAUTH_LOG_BURST     10
 #define COORD_UNAUTH_LOG_WINDOW_MS 10000
+/* TCP connections still in their handshake, at most: COORD_UNAUTH_MAX, or a quarter of
+ * the descriptor limit when that is smaller (the rest stay for workers, the control
+ * socket and the store). At the cap a new connection closes the oldest unauthenticated
+ * one (a real peer's handshake takes one round trip; a flood's connections only wait),
+ * and that is logged at most COORD_UNAUTH_LOG_BURST times per window. */
+#define COORD_UNAUTH_MAX 512
 
 typedef struct coord_server {
-    ch_ratelimit_t unauth_log;
+    ch_ratelimit_t unauth_log, unauth_cap_log;
+    coord_link_t *unauth_oldest, *unauth_newest;
+    size_t n_unauth, max_unauth;
+    uint64_t unauth_evicted; /* connections closed at the cap, since the start */
     uv_tcp_t tcp;
     uv_pipe_t pipe;
     int tcp_open, pipe_open;
@@ -54,6 +67,10 @@ int coord_link_send(coord_link_t *l, Chorus__Envelope *env);
 void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void coord_link_close(coord_link_t *l);
+/* What a link's end undoes: its rendezvous waits, its node's link (the node then turns
+ * suspect). Called from the link's close callback (and by the fuzz targets, whose links
+ * have no connection). */
+void coord_link_gone(coord_t *c, coord_link_t *l, int reason);
 const char *coord_link_peer(const coord_link_t *l);
 
 /* "IP:PORT" (IPv6 as "[::1]:PORT") into ss; CH_E_CONFIG when malformed. */

@@ -315,16 +315,15 @@ int coord_store_load_nodes(coord_store_t *s, coord_store_node_cb cb, void *ud)
     return rc;
 }
 
-int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
+#define JOB_COLUMNS                                                                                \
+    "SELECT seq, name, kind, ini, state, generation, restarts, step, total_steps, loss,"           \
+    " last_ckpt_step, reason, placement, submitted_ms, started_ms, finished_ms FROM jobs "
+
+/* Every row st yields to cb; finalizes st. */
+static int walk_jobs(coord_store_t *s, sqlite3_stmt *st, coord_store_job_cb cb, void *ud,
+                     size_t *rows)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db,
-                                "SELECT seq, name, kind, ini, state, generation, restarts, step,"
-                                " total_steps, loss, last_ckpt_step, reason, placement,"
-                                " submitted_ms, started_ms, finished_ms FROM jobs ORDER BY seq",
-                                -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return sql_err(s->db, rc, "load jobs");
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         coord_job_rec_t j = {
             .seq = sqlite3_column_int64(st, 0),
@@ -345,6 +344,7 @@ int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
             .finished_ms = (uint64_t)sqlite3_column_int64(st, 15),
         };
         int crc = cb(ud, &j);
+        (*rows)++;
         if (crc < 0) {
             sqlite3_finalize(st);
             return crc;
@@ -353,6 +353,43 @@ int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
     rc = sql_err(s->db, rc, "load jobs");
     sqlite3_finalize(st);
     return rc;
+}
+
+int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud)
+{
+    sqlite3_stmt *st = NULL;
+    size_t rows = 0;
+    int rc = sqlite3_prepare_v2(s->db, JOB_COLUMNS "ORDER BY seq", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "load jobs");
+    return walk_jobs(s, st, cb, ud, &rows);
+}
+
+int coord_store_find_job(coord_store_t *s, const char *id_or_name, coord_store_job_cb cb, void *ud)
+{
+    static const char *const SQL[] = {JOB_COLUMNS "WHERE seq = ?1",
+                                      JOB_COLUMNS "WHERE name = ?1 ORDER BY seq DESC LIMIT 1"};
+    char *end = NULL;
+    long long seq = -1;
+    if (id_or_name[0] == 'j' && id_or_name[1] >= '0' && id_or_name[1] <= '9') {
+        seq = strtoll(id_or_name + 1, &end, 10);
+        seq = *end ? -1 : seq;
+    }
+    for (size_t i = seq < 0 ? 1 : 0; i < 2; i++) {
+        sqlite3_stmt *st = NULL;
+        size_t rows = 0;
+        int rc = sqlite3_prepare_v2(s->db, SQL[i], -1, &st, NULL);
+        if (rc != SQLITE_OK)
+            return sql_err(s->db, rc, "find job");
+        if (i == 0)
+            sqlite3_bind_int64(st, 1, seq);
+        else
+            sqlite3_bind_text(st, 1, id_or_name, -1, SQLITE_TRANSIENT);
+        rc = walk_jobs(s, st, cb, ud, &rows);
+        if (rc < 0 || rows)
+            return rc;
+    }
+    return CH_E_NOTFOUND;
 }
 
 static void bind_restart(sqlite3_stmt *st, const void *p)

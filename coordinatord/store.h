@@ -86,6 +86,9 @@ typedef int (*coord_store_node_cb)(void *ud, const coord_node_rec_t *n);
 typedef int (*coord_store_job_cb)(void *ud, const coord_job_rec_t *j);
 int coord_store_load_nodes(coord_store_t *s, coord_store_node_cb cb, void *ud);
 int coord_store_load_jobs(coord_store_t *s, coord_store_job_cb cb, void *ud);
+/* The one job "j<seq>" names, else the most recent one named id_or_name, to cb;
+ * CH_E_NOTFOUND when there is none. */
+int coord_store_find_job(coord_store_t *s, const char *id_or_name, coord_store_job_cb cb, void *ud);
 /* Insert or replace one restart by (job_seq, idx). */
 int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r);
 typedef int (*coord_store_restart_cb)(void *ud, const coord_restart_rec_t *r);

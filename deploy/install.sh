@@ -67,7 +67,11 @@ for c in coordinatord workerd; do
 done
 
 if [ -e /etc/chorus/cluster.key ]; then
-  echo "install: keeping /etc/chorus/cluster.key"
+  # The daemons run as root: the key is root's alone (a key another user owns, or can
+  # read, lets that user act as any worker of the cluster).
+  chown root:root /etc/chorus/cluster.key
+  chmod 0600 /etc/chorus/cluster.key
+  echo "install: keeping /etc/chorus/cluster.key (made root's, mode 0600)"
 else
   "$prefix/bin/chorusctl" keygen /etc/chorus/cluster.key
   echo "install: copy /etc/chorus/cluster.key (mode 0600) to every node of the cluster"

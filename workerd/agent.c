@@ -763,10 +763,8 @@ static void on_coord_ready(ch_conn_t *c, void *ud)
     send_register(a);
 }
 
-static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env)
 {
-    wrk_agent_t *a = ud;
-    (void)c;
     switch (env->body_case) {
     case CHORUS__ENVELOPE__BODY_REGISTER_ACK:
         on_registered(a, env->register_ack);
@@ -792,6 +790,12 @@ static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         CH_LOGW("agent", "coordinator: error %d: %s", env->error->code, env->error->message);
     else
         CH_LOGD("agent", "coordinator: ignoring %s", ch_msg_name(env));
+}
+
+static void on_coord_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+{
+    (void)c;
+    wrk_agent_coord_msg(ud, env);
 }
 
 static void schedule_reconnect(wrk_agent_t *a)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "chorus.pb-c.h"
 #include "common/auth.h"
 #include "common/jobspec.h"
 
@@ -39,6 +40,10 @@ int wrk_agent_start(wrk_agent_t *a);
 void wrk_agent_stop(wrk_agent_t *a);
 /* Free (after wrk_agent_stop and the loop has drained). */
 void wrk_agent_destroy(wrk_agent_t *a);
+
+/* Handle one message from the coordinator (env borrowed for the call): what the
+ * coordinator link's message callback does, exposed for tests/fuzz/fuzz_agent.c. */
+void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env);
 
 /* Rank processes alive now. */
 uint32_t wrk_agent_ranks_alive(const wrk_agent_t *a);

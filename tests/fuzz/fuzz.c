@@ -97,3 +97,33 @@ void fuzz_keyed_pair(ch_session_t *client, ch_session_t *server)
     ch_session_init_keyed(client, 0, &key, nc, ns);
     ch_session_init_keyed(server, 1, &key, nc, ns);
 }
+
+// ----------------------------------------------------------------------------
+// message sequences
+
+int fuzz_next_msg(const uint8_t **data, size_t *size, uint8_t *op, Chorus__Envelope **env)
+{
+    const uint8_t *p = *data;
+    if (*size < 3)
+        return 0;
+    size_t len = (size_t)p[1] | (size_t)p[2] << 8;
+    if (*size - 3 < len)
+        return 0;
+    *op = p[0];
+    *env = chorus__envelope__unpack(NULL, len, p + 3);
+    *data = p + 3 + len;
+    *size -= 3 + len;
+    return 1;
+}
+
+void fuzz_put_msg(uint8_t *buf, size_t cap, size_t *len, uint8_t op, const Chorus__Envelope *env)
+{
+    size_t n = env ? chorus__envelope__get_packed_size(env) : 0;
+    FUZZ_ASSERT(n <= 0xffff && *len + 3 + n <= cap);
+    buf[*len] = op;
+    buf[*len + 1] = (uint8_t)n;
+    buf[*len + 2] = (uint8_t)(n >> 8);
+    if (env)
+        chorus__envelope__pack(env, buf + *len + 3);
+    *len += 3 + n;
+}

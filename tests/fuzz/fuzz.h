@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chorus.pb-c.h"
 #include "common/auth.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -31,5 +32,13 @@ void fuzz_write_file(const char *path, const void *data, size_t len);
 /* Both ends of a keyed session made from a fixed key and fixed nonces, as after a
  * handshake: client->server frames tagged by *client are accepted by *server. */
 void fuzz_keyed_pair(ch_session_t *client, ch_session_t *server);
+
+/* Message-sequence inputs (fuzz_coord.c, fuzz_agent.c): records of
+ * [op: 1 byte][len: 2 bytes, little-endian][a protobuf Envelope of len bytes]; a record
+ * cut short ends the input. fuzz_next_msg returns 1 with *op and *env (NULL when the bytes
+ * do not decode; else free with chorus__envelope__free_unpacked) and advances, 0 at the
+ * end. fuzz_put_msg appends one record (seed makers). */
+int fuzz_next_msg(const uint8_t **data, size_t *size, uint8_t *op, Chorus__Envelope **env);
+void fuzz_put_msg(uint8_t *buf, size_t cap, size_t *len, uint8_t op, const Chorus__Envelope *env);
 
 #endif

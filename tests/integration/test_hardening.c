@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -261,4 +262,63 @@ Test(hardening, node_forget_from_the_cli)
     cr_assert_eq(o.status, 2);
     h_out_free(&o);
     expect_nodes_answer();
+}
+
+/* Class 3: the number of connections still in their handshake is capped (a quarter of
+ * the descriptor limit here: 64 of 256), so a flood cannot take the descriptors workers
+ * and the control socket need. At the cap the oldest unauthenticated connection goes,
+ * and the cap being hit is logged, rate-limited. Key holders still get in. */
+Test(hardening, unauthenticated_connections_are_capped)
+{
+    enum { N = 200, LIMIT = 256, CAP = LIMIT / 4 };
+    int fds[N];
+    struct rlimit rl0, rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl0), 0);
+    if (rl0.rlim_max != RLIM_INFINITY && rl0.rlim_max < LIMIT)
+        cr_skip_test("descriptor limit %llu below %d", (unsigned long long)rl0.rlim_max, LIMIT);
+    rl = rl0;
+    rl.rlim_cur = LIMIT; /* the daemons inherit it */
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    pid_t pid = up();
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl0), 0);
+    int fd0 = a_fd_count(pid);
+    size_t mark = h_file_size(coord_log);
+
+    /* Each announces a handshake-sized frame and sends nothing of it. */
+    a_unauth_flood(C.addr, N, 64, 0, 300, fds);
+    fds_at_t f = {pid, fd0 + CAP};
+    cr_assert(h_wait_until(fds_back, &f, 2000, 20),
+              "coordinatord holds %d descriptors (%d + cap %d)", a_fd_count(pid), fd0, CAP);
+    /* The last ones may still wait in the listen backlog: poll until the cap is met. */
+    int closed = 0, newest_open = 0, gone[N] = {0};
+    uint64_t until = ch_now_ms() + 2000;
+    while (closed < N - CAP && ch_now_ms() < until) {
+        for (int i = 0; i < N; i++) {
+            if (fds[i] >= 0 && !gone[i] && h_peer_closed(fds[i], 1)) {
+                gone[i] = 1;
+                closed++;
+            }
+        }
+    }
+    for (int i = N - CAP / 2; i < N; i++)
+        newest_open += fds[i] >= 0 && !gone[i];
+    fprintf(stderr, "hardening: %d unauthenticated connections, cap %d: %d closed by the server\n",
+            N, CAP, closed);
+    cr_assert_geq(closed, N - CAP, "only %d of %d closed", closed, N);
+    cr_assert_eq(newest_open, CAP / 2, "the newest connections are the ones kept");
+    int lines = log_lines_since(mark, "unauthenticated connections, the cap");
+    cr_assert_geq(lines, 1, "the cap being hit is logged");
+    cr_assert_leq(lines, 10, "%d lines: not rate-limited", lines);
+
+    /* Control socket and a key holder over TCP still answer during the flood. */
+    expect_nodes_answer();
+    char ctl[PATH_MAX];
+    h_bin("chorusctl", ctl);
+    char *argv[] = {ctl, "--coordinator", C.addr, "--key", C.key, "nodes", NULL};
+    h_out_t o;
+    cr_assert_eq(h_run(&o, 10000, argv), 0);
+    cr_assert_eq(o.status, 0, "nodes over TCP: %s", o.err);
+    cr_assert(h_has(o.out, "node1"), "%s", o.out);
+    h_out_free(&o);
+    a_close_all(fds, N);
 }

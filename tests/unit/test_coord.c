@@ -1597,3 +1597,174 @@ Test(coord, coordinator_restart_while_recovering_kills_the_old_ranks_before_rest
     wk_close(&a);
     coord_down();
 }
+
+/* Step of the job's last committed checkpoint as status reports it. */
+static int64_t committed_ckpt(ch_client_t *ctl, worker_t **ws, int n, const char *id, int64_t want,
+                              int ms)
+{
+    uint64_t end = ch_now_ms() + (uint64_t)ms;
+    for (;;) {
+        Chorus__Envelope *e = ctl_job(ctl, id);
+        int64_t s = e->job_info->last_checkpoint_step;
+        ch_msg_free(e);
+        if (s == want || ch_now_ms() >= end)
+            return s;
+        pump(ws, n, 10);
+    }
+}
+
+/* Every rank reports a checkpoint step only after rank 0 wrote its manifest, so the
+ * first report of a step commits it: the other ranks' reports (which a node lost while
+ * the coordinator was down never sends) are not waited for, an older step never moves it
+ * back, and the committed step is stored (it survives a coordinator restart). */
+Test(coord, checkpoint_is_committed_at_the_first_ranks_report)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    cr_assert_str_eq(e->job_info->state, "running");
+    cr_assert_eq(e->job_info->last_checkpoint_step, -1);
+    worker_t *own[4];
+    for (uint32_t r = 0; r < 4; r++)
+        own[r] = owner(e->job_info, r, ws, 2);
+    ch_msg_free(e);
+
+    /* Rank 3 alone reports step 10 (not rank 0, not every rank): committed. */
+    wk_step(own[3], id, 1, 3, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 10);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 10, 2000), 10);
+    /* The other ranks' reports of it change nothing; an older step does not move it back. */
+    wk_step(own[0], id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 10);
+    wk_step(own[1], id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 5);
+    pump(ws, 2, 100);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 10, 0), 10);
+    /* The next step, first reported by rank 0, while rank 1 never reports it. */
+    wk_step(own[0], id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 20);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 20, 2000), 20);
+    /* A stale generation's report commits nothing. */
+    wk_step(own[2], id, 0, 2, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 30);
+    pump(ws, 2, 100);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 20, 0), 20);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+
+    /* Stored before anything acts on it: a new coordinator resumes from step 20. */
+    coord_up();
+    ctl = ctl_open();
+    e = ctl_job(ctl, id);
+    cr_assert_eq(e->job_info->last_checkpoint_step, 20);
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    coord_down();
+}
+
+/* Jobs the coordinator holds in memory: what `jobs` lists. */
+static size_t ctl_job_count(ch_client_t *ctl)
+{
+    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
+    req.list_jobs = &lj;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    size_t n = resp->job_list->n_jobs;
+    ch_msg_free(resp);
+    return n;
+}
+
+/* Issue 11 class 9: an ended job's memory is let go once more than keep_ended_jobs have
+ * ended after it (each cost ~5 KB for good); its stored row still answers `status`, by id
+ * and by name, and a cancel of it says it ended. Active and queued jobs are never let go,
+ * nor is an ended job whose ranks still hold slots. */
+Test(coord, ended_jobs_are_let_go_from_memory)
+{
+    enum { KEEP = 4, RUN = 8, CANCELLED = 24 };
+    worker_t a, *ws[1] = {&a};
+    char id[32], first[32] = "", msg[256];
+    H.cfg.keep_ended_jobs = KEEP;
+    coord_up();
+    wk_connect(&a, "n1", 1, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    size_t most = 0;
+    for (int i = 0; i < RUN; i++) { /* run to completion on the one slot */
+        char ini[128];
+        snprintf(ini, sizeof ini, "[job]\nname = run%d\nkind = diag\n", i);
+        cr_assert_eq(ctl_submit(ctl, ini, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+        if (!first[0])
+            snprintf(first, sizeof first, "%s", id);
+        Chorus__Envelope *e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+        cr_assert_not_null(e);
+        ch_msg_free(e);
+        wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_DONE, 0, 0);
+        wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 0);
+        e = wait_state(ctl, ws, 1, id, "completed", 2000);
+        cr_assert_str_eq(e->job_info->state, "completed");
+        ch_msg_free(e);
+        size_t n = ctl_job_count(ctl);
+        most = n > most ? n : most;
+    }
+    /* A job that holds the slot, then jobs cancelled while queued behind it. */
+    char holder[32];
+    cr_assert_eq(ctl_submit(ctl, "[job]\nname = holder\nkind = diag\n", holder, sizeof holder, msg,
+                            sizeof msg),
+                 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 1, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e);
+    ch_msg_free(e);
+    wk_event(&a, holder, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    e = wait_state(ctl, ws, 1, holder, "running", 2000);
+    ch_msg_free(e);
+    for (int i = 0; i < CANCELLED; i++) {
+        cr_assert_eq(
+            ctl_submit(ctl, "[job]\nname = q\nkind = diag\n", id, sizeof id, msg, sizeof msg), 0,
+            "%s", msg);
+        cr_assert_eq(ctl_cancel(ctl, id), 0);
+        size_t n = ctl_job_count(ctl);
+        most = n > most ? n : most;
+    }
+    /* Bounded: the kept ended jobs, the running holder and the one just submitted. */
+    cr_assert_leq(most, KEEP + 2, "%zu jobs in memory after %d ended", most, RUN + CANCELLED);
+    e = ctl_job(ctl, holder);
+    cr_assert_str_eq(e->job_info->state, "running", "the active job stays");
+    ch_msg_free(e);
+
+    /* The first job, long let go, still answers from the store: by id and by name. */
+    e = ctl_job(ctl, first);
+    cr_assert_str_eq(e->job_info->id, first);
+    cr_assert_str_eq(e->job_info->name, "run0");
+    cr_assert_str_eq(e->job_info->state, "completed");
+    cr_assert_neq(e->job_info->finished_ms, 0);
+    cr_assert(strstr(e->job_info->job_ini, "run0") != NULL, "%s", e->job_info->job_ini);
+    ch_msg_free(e);
+    e = ctl_job(ctl, "run1");
+    cr_assert_str_eq(e->job_info->state, "completed");
+    ch_msg_free(e);
+    Chorus__Cancel can = CHORUS__CANCEL__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    can.job_id = first;
+    req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
+    req.cancel = &can;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), CH_E_STATE);
+    cr_assert(strstr(resp->error->message, "already completed"), "%s", resp->error->message);
+    ch_msg_free(resp);
+    cr_assert_eq(ctl_cancel(ctl, "j999"), CH_E_NOTFOUND);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+
+    /* A restarted coordinator reloads the store and keeps the same bound. */
+    coord_up();
+    ctl = ctl_open();
+    cr_assert_leq(ctl_job_count(ctl), KEEP + 1);
+    e = ctl_job(ctl, holder);
+    cr_assert_eq(e->job_info->n_ranks, 1, "the holder is still in memory, with its rank");
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    coord_down();
+}
