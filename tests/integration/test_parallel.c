@@ -2,13 +2,8 @@
  * job and a pp = 2 job on a local cluster of 2 nodes x 2 slots complete and learn, and
  * `chorusctl status` shows every rank's coordinates, its stage's blocks, its ZeRO-3 shard
  * and the last step's time breakdown, with the measured pipeline bubble next to 1F1B's.
- *
- * Gated parts (the engine and the checkpoint side are being extended):
- *   CHORUS_TEST_TP_PP=1          also run a tp = 2 x pp = 2 job (4 ranks), with a
- *                                checkpoint exported by `chorusctl export`;
- *   CHORUS_TEST_SLICED_EXPORT=1  require `chorusctl export` of the pp = 2 job's checkpoint
- *                                to succeed; without it a refusal that says the shards are
- *                                sliced is accepted (what export does until it joins them). */
+ * A tp = 2 x pp = 2 job (4 ranks, a TP group per node, a stage per node) does the same, and
+ * every job's sliced checkpoint exports with `chorusctl export`. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,11 +19,6 @@ TestSuite(parallel, .fini = h_teardown, .timeout = 300);
 #define STEPS  30
 #define LAYERS 2
 
-static int env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "1") == 0;
-}
 
 /* A small GPT on the built-in corpus in layout tp x pp (dp 1); ckpt: checkpoint dir or
  * NULL. */
@@ -197,13 +187,11 @@ Test(parallel, pp2_job_completes_shows_the_bubble_and_checkpoints)
     ch_json_free(js);
     check_text_status(&c, id, 2);
     snprintf(out, sizeof out, "%s/pp2.safetensors", c.dir);
-    export_ckpt(ckpt, id, out, env_on("CHORUS_TEST_SLICED_EXPORT"));
+    cr_assert_eq(export_ckpt(ckpt, id, out, 1), 0);
 }
 
 Test(parallel, tp2_pp2_job_trains_places_and_exports)
 {
-    if (!env_on("CHORUS_TEST_TP_PP"))
-        cr_skip_test("set CHORUS_TEST_TP_PP=1 once the engine combines tp and pp");
     h_cluster_t c;
     char job[PATH_MAX], ckpt[PATH_MAX], out[PATH_MAX], id[64];
     cr_assert_eq(h_cluster_up(&c, 2, 2), 0, "local up failed");

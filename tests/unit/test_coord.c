@@ -520,7 +520,7 @@ Test(coord, refusals_name_the_problem)
     coord_down();
 }
 
-/* Jobs the coordinator holds (ListJobs). */
+/* Jobs the coordinator holds in memory (ListJobs): what `jobs` lists. */
 static size_t ctl_job_count(ch_client_t *ctl)
 {
     Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
@@ -1662,19 +1662,6 @@ Test(coord, checkpoint_is_committed_at_the_first_ranks_report)
     ch_msg_free(e);
     ch_client_destroy(ctl);
     coord_down();
-}
-
-/* Jobs the coordinator holds in memory: what `jobs` lists. */
-static size_t ctl_job_count(ch_client_t *ctl)
-{
-    Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
-    req.list_jobs = &lj;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
-    size_t n = resp->job_list->n_jobs;
-    ch_msg_free(resp);
-    return n;
 }
 
 /* Issue 11 class 9: an ended job's memory is let go once more than keep_ended_jobs have
