@@ -172,6 +172,11 @@ Test(trainer, the_demo_job_learns_to_add)
     cr_assert_eq(ch_jobspec_parse(text, &j, err, sizeof err), 0, "%s: %s", path, err);
     free(text);
     cr_assert(strcmp(j.train.data, "builtin") == 0, "demo data: %s", j.train.data);
+    /* on one rank: the same global batch (dp x microbatches x micro_batch_size), and every
+     * layout trains the same model (test_layouts.c) */
+    j.parallel.tp = j.parallel.pp = 1;
+    j.checkpoint.dir[0] = '\0';
+    j.checkpoint.every = 0;
     eng_trainer_t *t = make(&j);
     double *losses = calloc(eng_trainer_total_steps(t), sizeof *losses);
     cr_assert_not_null(losses);

@@ -2,7 +2,8 @@
  * workerd: RANK_PROGRESS every step (with where the step's time went and the pipeline
  * bubble), RANK_CHECKPOINT after every checkpoint, and on the built-in corpus a few
  * sampled answers and their accuracy: every EVAL_EVERY steps when the rank holds the
- * whole model, at every committed checkpoint for a sliced layout (tp or pp > 1). */
+ * whole model, at every committed checkpoint for a sliced layout (tp or pp > 1, or dp > 1
+ * with ZeRO-3 shards). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +93,7 @@ static int evaluate(wrk_rank_t *r, eng_trainer_t *t, uint64_t step, double *acc)
     return 0;
 }
 
-/* Accuracy of a sliced layout (tp or pp > 1): its forward pass is collective over groups
+/* Accuracy of a sliced layout (tp or pp > 1, or ZeRO-3): its forward pass is collective over groups
  * the other ranks are not calling, and a TP rank's logits are a vocab slice, so rank 0
  * exports the checkpoint just committed into its run directory (eng_export consolidates
  * any layout the checkpoint side supports) and evaluates a one-rank copy of it. */
@@ -209,7 +210,7 @@ int wrk_train_run(wrk_rank_t *r)
     /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
      * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
     int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
-    int sliced = s->parallel.tp > 1 || s->parallel.pp > 1;
+    int sliced = !eng_trainer_holds_whole_model(t); /* tp, pp > 1 or ZeRO-3 shards */
     if (builtin && sliced && !s->checkpoint.dir[0]) {
         CH_LOGI("train",
                 "job=%s gen=%" PRIu64 " rank=%u: accuracy not evaluated: tp %u x pp %u slices "
