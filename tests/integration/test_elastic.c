@@ -17,8 +17,8 @@
 
 TestSuite(elastic, .fini = h_teardown, .timeout = 240);
 
-#define STEPS 80
-#define EVERY 10
+#define STEPS 30
+#define EVERY 5
 
 /* Export job id's last checkpoint (step STEPS) to DIR/<name>.safetensors. */
 static void export_job(const h_cluster_t *c, const char *id, const char *name, char *out, size_t n)
@@ -86,7 +86,7 @@ Test(elastic, node_lost_for_good_resumes_in_dp_1_and_matches_the_dp_1_run)
                              "max_restarts = 3\nelastic = yes\n"),
                  0);
     cr_assert_eq(rt_submit(&c, "elastic.ini", text, id, sizeof id), 0);
-    cr_assert(rt_wait(&w, &c, id, "running", 25, 1, 60000), "%s: %s", w.state, w.reason);
+    cr_assert(rt_wait(&w, &c, id, "running", 12, 1, 60000), "%s: %s", w.state, w.reason);
     ch_json_t *js = h_ctl_json(&c, "status", id, NULL);
     cr_assert_not_null(js);
     const ch_json_t *ranks = ch_json_get(js, "ranks");
@@ -139,3 +139,4 @@ Test(elastic, node_lost_for_good_resumes_in_dp_1_and_matches_the_dp_1_run)
     fprintf(stderr, "elastic: worst relative L2 against the dp 1 run: %.3g (%s)\n", rel, worst);
     cr_assert(rel <= 1e-4, "tensor %s differs by %g (relative L2)", worst, rel);
 }
+
