@@ -139,4 +139,3 @@ Test(elastic, node_lost_for_good_resumes_in_dp_1_and_matches_the_dp_1_run)
     fprintf(stderr, "elastic: worst relative L2 against the dp 1 run: %.3g (%s)\n", rel, worst);
     cr_assert(rel <= 1e-4, "tensor %s differs by %g (relative L2)", worst, rel);
 }
-
