@@ -128,7 +128,25 @@ static void rank_json(ctl_json_t *j, const Chorus__RankInfo *r)
     ctl_json_obj_end(j);
 }
 
-/* One restart: what failed, where, and what it cost (DESIGN §9). */
+/* {tp, pp, dp, microbatches, micro_batch_size}, or null when absent. */
+static void restart_layout_json(ctl_json_t *j, const char *key, const Chorus__RestartLayout *l)
+{
+    ctl_json_key(j, key);
+    if (!l) {
+        ctl_json_null(j);
+        return;
+    }
+    ctl_json_obj_begin(j);
+    ctl_json_kuint(j, "tp", l->tp);
+    ctl_json_kuint(j, "pp", l->pp);
+    ctl_json_kuint(j, "dp", l->dp);
+    ctl_json_kuint(j, "microbatches", l->microbatches);
+    ctl_json_kuint(j, "micro_batch_size", l->micro_batch_size);
+    ctl_json_obj_end(j);
+}
+
+/* One restart: what failed, where, and what it cost (DESIGN §9); layout_from/layout_to:
+ * the layout an elastic restart gave up and resumed in (null: unchanged). */
 static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
 {
     ctl_json_obj_begin(j);
@@ -154,6 +172,8 @@ static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
         ctl_json_double(j, h->recover_s);
     else
         ctl_json_null(j);
+    restart_layout_json(j, "layout_from", h->layout_from);
+    restart_layout_json(j, "layout_to", h->layout_to);
     ctl_json_obj_end(j);
 }
 
@@ -379,6 +399,12 @@ void ctl_job_print(const Chorus__JobInfo *ji)
         if (h->resumed_from >= 0)
             printf(" -> resumed from %" PRId64 " (%" PRIu64 " steps lost, recovered in %s)",
                    h->resumed_from, h->steps_lost, took);
+        if (h->layout_from && h->layout_to)
+            printf(" in tp %u x pp %u x dp %u (was dp %u; microbatches %u -> %u, "
+                   "micro_batch_size %u -> %u)",
+                   h->layout_to->tp, h->layout_to->pp, h->layout_to->dp, h->layout_from->dp,
+                   h->layout_from->microbatches, h->layout_to->microbatches,
+                   h->layout_from->micro_batch_size, h->layout_to->micro_batch_size);
         printf("\n");
     }
     if (ji->n_ranks > 0) {

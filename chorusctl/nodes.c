@@ -1,6 +1,6 @@
 /* chorusctl nodes: the coordinator's node registry as a table or a JSON array of
- * {name, state, slots, free_slots, rack, last_heartbeat_ms}. chorusctl node forget NAME:
- * drop a node that is gone. */
+ * {name, state, slots, free_slots, rack, last_heartbeat_ms, memory_bytes} (0: not reported).
+ * chorusctl node forget NAME: drop a node that is gone. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +24,7 @@ static void print_json(const Chorus__NodeList *nl)
         ctl_json_kuint(&j, "free_slots", n->free_slots);
         ctl_json_kstr(&j, "rack", n->rack);
         ctl_json_kuint(&j, "last_heartbeat_ms", n->last_heartbeat_ms);
+        ctl_json_kuint(&j, "memory_bytes", n->memory_bytes);
         ctl_json_obj_end(&j);
     }
     ctl_json_arr_end(&j);
@@ -36,12 +37,13 @@ static void print_table(const Chorus__NodeList *nl)
     uint32_t slots = 0, free_slots = 0;
     size_t alive = 0;
 
-    ctl_table_init(&t, 5);
+    ctl_table_init(&t, 6);
     ctl_table_cell(&t, "NAME");
     ctl_table_cell(&t, "STATE");
     ctl_table_cell(&t, "SLOTS");
     ctl_table_cell(&t, "FREE");
     ctl_table_cell(&t, "RACK");
+    ctl_table_cell(&t, "MEMORY");
     for (size_t i = 0; i < nl->n_nodes; i++) {
         const Chorus__NodeInfo *n = nl->nodes[i];
         ctl_table_cell(&t, "%s", n->name);
@@ -49,6 +51,10 @@ static void print_table(const Chorus__NodeList *nl)
         ctl_table_cell(&t, "%" PRIu32, n->slots);
         ctl_table_cell(&t, "%" PRIu32, n->free_slots);
         ctl_table_cell(&t, "%s", n->rack && *n->rack ? n->rack : "-");
+        if (n->memory_bytes)
+            ctl_table_cell(&t, "%.1f GiB", (double)n->memory_bytes / 1073741824.0);
+        else
+            ctl_table_cell(&t, "-");
         slots += n->slots;
         free_slots += n->free_slots;
         alive += n->state && strcmp(n->state, "alive") == 0;

@@ -73,6 +73,7 @@ static const field_t fields[] = {
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
     JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, MAX_RESTARTS),
     JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, STEP_TIMEOUT_MAX),
+    JF("fault", "elastic", F_BOOL, fault.elastic, 0, 0),
     JF("diag", "rounds", F_I64, diag.rounds, 1, LLONG_MAX),
     JF("diag", "gemm_size", F_I64, diag.gemm_size, 1, GEMM_SIZE_MAX),
     JF("diag", "collectives", F_BOOL, diag.collectives, 0, 0),

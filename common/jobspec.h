@@ -45,6 +45,7 @@ typedef struct ch_jobspec {
     struct {
         int64_t max_restarts;
         int64_t step_timeout_s;
+        int elastic; /* a restart that no longer fits resumes with a smaller dp */
     } fault;
     struct {
         int64_t rounds, gemm_size;

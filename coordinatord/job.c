@@ -345,6 +345,28 @@ fail:
     return rc;
 }
 
+int coord_job_relayout(coord_t *c, coord_job_t *j, const ch_jobspec_t *spec)
+{
+    char *ini = NULL;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++)
+        if (coord_rank_holds(j->ranks[r].state))
+            return CH_E_STATE;
+    int rc = ch_jobspec_format(spec, &ini);
+    if (rc < 0)
+        return rc;
+    free(j->ini);
+    j->ini = ini;
+    j->spec = *spec;
+    free(j->ranks); /* the old generation's, every one gone */
+    j->ranks = NULL;
+    free(j->placement);
+    j->placement = NULL;
+    j->world = ch_layout_world(ch_jobspec_layout(spec));
+    coord_job_store(c, j); /* a failure is logged by the store; memory stays authoritative */
+    coord_changed(c);
+    return 0;
+}
+
 /* "node:local_rank,..." for the store. */
 static char *placement_text(const coord_rank_t *ranks, uint32_t world)
 {
@@ -958,6 +980,16 @@ void coord_job_check(coord_t *c, uint64_t now_ms)
 // ---------------------------------------------------------------------------------------
 // Replies
 
+static void restart_layout(Chorus__RestartLayout *out, const coord_layout_t *l)
+{
+    chorus__restart_layout__init(out);
+    out->tp = l->tp;
+    out->pp = l->pp;
+    out->dp = l->dp;
+    out->microbatches = l->microbatches;
+    out->micro_batch_size = l->micro_batch_size;
+}
+
 int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
 {
     chorus__job_info__init(ji);
@@ -988,13 +1020,15 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
         return 0;
     ji->job_ini = j->ini;
     if (j->n_history) {
-        /* One block: [RestartInfo* x H][RestartInfo x H]. */
+        /* One block: [RestartInfo* x H][RestartInfo x H][RestartLayout x 2H]. */
         size_t h = j->n_history;
-        uint8_t *hb = malloc(h * (sizeof(void *) + sizeof(Chorus__RestartInfo)));
+        uint8_t *hb = malloc(
+            h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
         if (!hb)
             return -ENOMEM;
         Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
         Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
+        Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
         for (size_t i = 0; i < h; i++) {
             const coord_restart_t *e = &j->history[i];
             chorus__restart_info__init(&hi[i]);
@@ -1008,6 +1042,12 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
             hi[i].resumed_from = e->resumed_from;
             hi[i].steps_lost = e->steps_lost;
             hi[i].recover_s = e->recover_s;
+            if (e->layout_to.dp) {
+                restart_layout(&hl[2 * i], &e->layout_from);
+                restart_layout(&hl[2 * i + 1], &e->layout_to);
+                hi[i].layout_from = &hl[2 * i];
+                hi[i].layout_to = &hl[2 * i + 1];
+            }
             hp[i] = &hi[i];
         }
         ji->n_history = h;

@@ -77,6 +77,12 @@ typedef enum {
     COORD_CAUSE_NCAUSES,
 } coord_cause_t;
 
+/* A layout and its split of the global batch: what an elastic restart (fault.elastic)
+ * changes. dp 0: none. */
+typedef struct coord_layout {
+    uint32_t tp, pp, dp, microbatches, micro_batch_size;
+} coord_layout_t;
+
 typedef struct coord_restart {
     uint64_t time_ms; /* wall clock of the detection */
     coord_cause_t cause;
@@ -87,6 +93,9 @@ typedef struct coord_restart {
     int64_t resumed_from; /* -1: not restarted (yet) */
     uint64_t steps_lost;
     double recover_s; /* -1: not yet */
+    /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged). Kept
+     * in memory: a restarted coordinator shows the job's current layout only. */
+    coord_layout_t layout_from, layout_to;
 } coord_restart_t;
 
 /* A training rank's place in the layout (DESIGN §5), as it reported at start
@@ -165,6 +174,10 @@ int coord_job_submit(coord_t *c, const char *ini, char *id, size_t idlen, char *
 /* Start job with a placement over nodes (journals before sending StartRanks). */
 int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
                     coord_node_t *const *nodes, size_t n_nodes);
+/* Recovering job j, none of whose ranks holds a slot, resumes in spec's layout from now
+ * on (fault.elastic): its job file, spec and world change and are stored; its old
+ * placement is dropped. */
+int coord_job_relayout(coord_t *c, coord_job_t *j, const ch_jobspec_t *spec);
 /* CH_E_STATE (with err) when the job already ended. */
 int coord_job_cancel(coord_t *c, coord_job_t *j, char *err, size_t errlen);
 /* Fault drill: SIGKILL one running rank through its workerd. The rank's exit then takes

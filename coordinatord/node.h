@@ -33,7 +33,8 @@ typedef enum {
 typedef struct coord_node {
     char name[64], rack[64], device[16];
     uint32_t slots;
-    uint32_t used; /* slots held by placed ranks that have not exited */
+    uint64_t memory_bytes; /* as registered; 0: unknown (not checked at admission) */
+    uint32_t used;         /* slots held by placed ranks that have not exited */
     coord_node_state_t state;
     uint64_t last_hb_ms;    /* monotonic */
     uint64_t last_hb_wall;  /* wall clock, for display */

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord.h"
+#include "scheduler.h"
 
 static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
     "rank_exit", "rank_failed",     "collective_timeout", "hang",
@@ -207,6 +208,95 @@ int coord_recovery_ready(coord_t *c, coord_job_t *j)
              j->restarts, left, j->generation);
     coord_recovery_waiting(c, j, why);
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Elastic restart
+
+static coord_layout_t layout_of(const ch_jobspec_t *s)
+{
+    coord_layout_t l = {s->parallel.tp, s->parallel.pp, s->parallel.dp, s->parallel.microbatches,
+                        s->parallel.micro_batch_size};
+    return l;
+}
+
+/* The dp the job was submitted with: the first elastic restart's layout_from, else the
+ * current one (also after a coordinator restart, which keeps no layout history). */
+static uint32_t dp_submitted(const coord_job_t *j)
+{
+    for (uint32_t i = 0; i < j->n_history; i++)
+        if (j->history[i].layout_from.dp)
+            return j->history[i].layout_from.dp;
+    return j->spec.parallel.dp;
+}
+
+/* spec with dp d and the same global batch dp x microbatches x micro_batch_size: more
+ * micro-batches, else larger ones. 0, or -1 when neither keeps the batch exactly. */
+static int same_batch(const ch_jobspec_t *spec, uint32_t d, ch_jobspec_t *out)
+{
+    uint64_t mb = spec->parallel.microbatches, mbs = spec->parallel.micro_batch_size;
+    uint64_t global = spec->parallel.dp * mb * mbs;
+    if (global % d)
+        return -1;
+    uint64_t per = global / d; /* sequences per dp rank */
+    *out = *spec;
+    out->parallel.dp = d;
+    if (per % mbs == 0 && per / mbs <= UINT32_MAX) {
+        out->parallel.microbatches = (uint32_t)(per / mbs);
+        return 0;
+    }
+    if (per % mb == 0 && per / mb <= UINT32_MAX) {
+        out->parallel.micro_batch_size = (uint32_t)(per / mb);
+        return 0;
+    }
+    return -1;
+}
+
+static void layout_text(const coord_layout_t *l, char *out, size_t len)
+{
+    snprintf(out, len, "tp %u x pp %u x dp %u (microbatches %u x micro_batch_size %u)", l->tp,
+             l->pp, l->dp, l->microbatches, l->micro_batch_size);
+}
+
+int coord_recovery_shrink(coord_t *c, coord_job_t *j)
+{
+    coord_restart_t *h = current(j);
+    char err[256], why[400], from[96], to[96];
+    ch_jobspec_t cand;
+
+    if (!j->spec.fault.elastic || !h || h->resumed_from >= 0 || coord_sched_fits(c, &j->spec))
+        return 0;
+    uint32_t dp0 = dp_submitted(j);
+    for (uint32_t d = j->spec.parallel.dp - 1; d >= 1; d--) {
+        if (dp0 % d != 0 || same_batch(&j->spec, d, &cand) < 0)
+            continue;
+        if (ch_jobspec_validate(&cand, 0, err, sizeof err) < 0) {
+            CH_LOGD("recovery", "job=%s dp %u refused: %s", j->id, d, err);
+            continue;
+        }
+        if (!coord_sched_fits(c, &cand))
+            continue;
+        coord_layout_t was = layout_of(&j->spec), now = layout_of(&cand);
+        int rc = coord_job_relayout(c, j, &cand);
+        if (rc < 0) {
+            CH_LOGE("recovery", "job=%s cannot change its layout: %s", j->id, ch_strerror(rc));
+            return rc;
+        }
+        if (!h->layout_from.dp)
+            h->layout_from = was;
+        h->layout_to = now;
+        layout_text(&was, from, sizeof from);
+        layout_text(&now, to, sizeof to);
+        snprintf(why, sizeof why,
+                 "fault.elastic: restart %u resumes in %s, was %s (the alive nodes no longer "
+                 "hold the old layout; global batch kept)",
+                 j->restarts, to, from);
+        CH_LOGW("recovery", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, why);
+        coord_event(c, j->id, j->generation, -1, NULL, why);
+        snprintf(j->reason, sizeof j->reason, "%s", why);
+        return 1;
+    }
+    return 0; /* the scheduler's reason says what is missing */
 }
 
 void coord_recovery_started(coord_t *c, coord_job_t *j)

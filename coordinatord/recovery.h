@@ -10,7 +10,8 @@
  * node re-registered without it); then the scheduler places generation + 1 on alive nodes
  * with free slots (idle nodes serve as spares, a node that came back is used again) and
  * the ranks resume from the last committed checkpoint (step 0 when there is none). When
- * slots are missing the job stays recovering with the reason. Each restart is one entry
+ * slots are missing the job stays recovering with the reason, unless fault.elastic lets
+ * it resume with a smaller dp (coord_recovery_shrink). Each restart is one entry
  * of the job's history (stored): time, cause, rank and node, the step resumed from, the
  * steps lost, and the seconds from detection to the first completed step after it. */
 #ifndef COORD_RECOVERY_H
@@ -33,6 +34,14 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
 int coord_recovery_ready(coord_t *c, coord_job_t *j);
 /* j (queued or recovering) cannot start now: record why it waits (its reason). */
 void coord_recovery_waiting(coord_t *c, coord_job_t *j, const char *why);
+/* For the scheduler, before placing recovering job j: with fault.elastic, when j's layout
+ * no longer fits the alive nodes (even idle), change it to the largest dp dividing the
+ * submitted dp that fits, keeping the global batch dp x microbatches x micro_batch_size
+ * (more micro-batches, else larger ones; a dp that cannot keep it exactly is skipped).
+ * The change is recorded in the restart's history entry, the job's event log and its
+ * reason; the ranks resume from the last committed checkpoint, resharded at load.
+ * 1 when the layout changed, 0 when not (none fits: the reason says so), < 0 on error. */
+int coord_recovery_shrink(coord_t *c, coord_job_t *j);
 /* j's next generation was started (coord_job_start): the restart's resume step. */
 void coord_recovery_started(coord_t *c, coord_job_t *j);
 /* A step of j's current generation completed: the restart's recovery time. */

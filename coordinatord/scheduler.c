@@ -4,20 +4,46 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/plan.h"
 #include "coord.h"
 #include "placement.h"
 #include "recovery.h"
 
-/* Nodes usable for placement: alive ones with their free slots (all slots when idle). */
-static size_t gather(coord_t *c, int idle, coord_place_node_t *pn, coord_node_t **nodes)
+/* The memory one rank of spec needs (common/plan.h's peak stage) in p; 0 for a diag job
+ * or a plan that cannot be made (validation refuses those). */
+static double rank_bytes(const ch_jobspec_t *spec, ch_plan_t *p)
+{
+    if (spec->kind != CH_JOB_TRAIN)
+        return 0;
+    ch_model_cfg_t m = ch_plan_model_of(spec);
+    if (ch_plan_peak(&m, ch_jobspec_layout(spec), spec->parallel.micro_batch_size,
+                     spec->parallel.microbatches, spec->parallel.reshard, p) < 0)
+        return 0;
+    return p->total_bytes;
+}
+
+/* Whether a slot of n holds a rank needing `need` bytes (its memory / its slots); a node
+ * that did not report its memory is not checked. */
+static int node_fits(const coord_node_t *n, double need)
+{
+    return need <= 0 || n->memory_bytes == 0 || (double)n->memory_bytes / n->slots >= need;
+}
+
+/* Nodes usable for placement: alive ones with their free slots (all slots when idle)
+ * whose slots hold `need` bytes each. */
+static size_t gather(coord_t *c, int idle, double need, coord_place_node_t *pn,
+                     coord_node_t **nodes)
 {
     size_t k = 0;
     for (size_t i = 0; i < c->nodes.n; i++) {
         coord_node_t *n = c->nodes.v[i];
         if (idle ? n->state == COORD_NODE_DEAD : n->state != COORD_NODE_ALIVE)
+            continue;
+        if (!node_fits(n, need))
             continue;
         pn[k].name = n->name;
         pn[k].rack = n->rack;
@@ -27,6 +53,51 @@ static size_t gather(coord_t *c, int idle, coord_place_node_t *pn, coord_node_t 
         nodes[k++] = n;
     }
     return k;
+}
+
+/* "3.2 GiB", or "512.0 MiB" below a GiB. */
+static void fmt_bytes(double b, char *out, size_t len)
+{
+    if (b >= 1073741824.0)
+        snprintf(out, len, "%.1f GiB", b / 1073741824.0);
+    else
+        snprintf(out, len, "%.1f MiB", b / 1048576.0);
+}
+
+/* The job's ranks need more memory than the slots of the non-dead nodes that reported
+ * theirs can hold (k nodes of pn passed the filter, holding too few slots): name the
+ * need, the plan's stage and the best node. */
+static void memory_refusal(coord_t *c, const ch_jobspec_t *spec, const ch_plan_t *p, size_t k,
+                           const coord_place_node_t *pn, char *err, size_t errlen)
+{
+    const coord_node_t *best = NULL;
+    char need[32], per[32], mem[32];
+    uint64_t slots = 0;
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        const coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_DEAD || n->memory_bytes == 0)
+            continue;
+        if (!best || (double)n->memory_bytes / n->slots > (double)best->memory_bytes / best->slots)
+            best = n;
+    }
+    for (size_t i = 0; i < k; i++)
+        slots += pn[i].free_slots;
+    fmt_bytes(p->total_bytes, need, sizeof need);
+    fmt_bytes(best ? (double)best->memory_bytes / best->slots : 0, per, sizeof per);
+    fmt_bytes(best ? (double)best->memory_bytes : 0, mem, sizeof mem);
+    int n = snprintf(err, errlen, "model: needs %s per rank (stage %u of tp %u pp %u dp %u), ",
+                     need, p->stage, spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
+    if (n < 0 || (size_t)n >= errlen)
+        return;
+    if (k == 0)
+        snprintf(err + n, errlen - (size_t)n, "nodes offer at most %s per slot (%s: %s / %u slots)",
+                 per, best ? best->name : "-", mem, best ? best->slots : 0);
+    else
+        snprintf(err + n, errlen - (size_t)n,
+                 "nodes with that much per slot hold %llu slots (best %s: %s / %u slots), "
+                 "the job needs %u ranks",
+                 (unsigned long long)slots, best ? best->name : "-", mem, best ? best->slots : 0,
+                 ch_layout_world(ch_jobspec_layout(spec)));
 }
 
 /* The vocab padded for tp (ch_layout_padded_vocab: a multiple of 128·tp from 8192 tokens,
@@ -81,9 +152,19 @@ int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t er
         rc = -ENOMEM;
         goto out;
     }
-    size_t k = gather(c, 1, pn, nodes);
+    size_t k = gather(c, 1, 0, pn, nodes);
     rc = coord_placement(l, pn, k, pl);
-    if (rc == CH_E_CAPACITY) {
+    ch_plan_t plan;
+    double need = rank_bytes(spec, &plan);
+    if (rc == 0 && need > 0) {
+        /* Against memory: the nodes whose slots hold a rank each. */
+        k = gather(c, 1, need, pn, nodes);
+        rc = coord_placement(l, pn, k, pl);
+        if (rc == CH_E_CAPACITY)
+            memory_refusal(c, spec, &plan, k, pn, err, errlen);
+        else if (rc < 0)
+            snprintf(err, errlen, "placement: %s", ch_strerror(rc));
+    } else if (rc == CH_E_CAPACITY) {
         uint64_t groups = 0;
         for (size_t i = 0; i < k; i++)
             groups += pn[i].free_slots / l.tp;
@@ -121,18 +202,26 @@ static void wait_reason(coord_t *c, const coord_job_t *j, const coord_place_node
     else
         snprintf(why, len, "%s for slots: needs %u, %llu free of %llu on alive nodes", what,
                  j->world, (unsigned long long)free_slots, (unsigned long long)alive);
+    size_t n = strlen(why);
+    if (j->state == COORD_JOB_RECOVERING && j->spec.fault.elastic && n < len &&
+        !coord_sched_fits(c, &j->spec))
+        snprintf(why + n, len - n,
+                 "; fault.elastic: no smaller dp keeps the global batch and fits");
 }
 
-/* Whether j could fit the alive nodes were they idle: a job that cannot must not hold up
- * the queue behind it (its nodes died after admission). */
-static int fits_when_idle(coord_t *c, const coord_job_t *j)
+int coord_sched_fits(coord_t *c, const ch_jobspec_t *spec)
 {
+    ch_plan_t plan;
+    double need = rank_bytes(spec, &plan);
     uint64_t groups = 0;
-    uint32_t tp = j->spec.parallel.tp ? j->spec.parallel.tp : 1;
-    for (size_t i = 0; i < c->nodes.n; i++)
-        if (c->nodes.v[i]->state == COORD_NODE_ALIVE)
-            groups += c->nodes.v[i]->slots / tp;
-    return groups * tp >= j->world;
+    uint32_t tp = spec->parallel.tp ? spec->parallel.tp : 1;
+    for (size_t i = 0; i < c->nodes.n; i++) {
+        const coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_ALIVE && node_fits(n, need))
+            groups += n->slots / tp;
+    }
+    /* Placement succeeds whenever the nodes hold pp x dp TP groups (placement.h). */
+    return groups >= (uint64_t)spec->parallel.pp * spec->parallel.dp;
 }
 
 /* Try to start j (queued, or recovering with its old ranks gone); 1 when started, 0 when
@@ -143,10 +232,11 @@ static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_
     int rc;
     if (!pl)
         return -ENOMEM;
-    size_t k = gather(c, 0, pn, nodes);
+    ch_plan_t plan;
+    size_t k = gather(c, 0, rank_bytes(&j->spec, &plan), pn, nodes);
     rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
     if (rc == CH_E_CAPACITY) {
-        char why[256];
+        char why[384];
         wait_reason(c, j, pn, k, why, sizeof(why));
         coord_recovery_waiting(c, j, why);
         rc = 0;
@@ -178,6 +268,8 @@ void coord_sched_run(coord_t *c)
         coord_job_t *j = c->jobs.v[i];
         if (j->state != COORD_JOB_RECOVERING || !coord_recovery_ready(c, j))
             continue;
+        coord_recovery_shrink(c,
+                              j); /* fault.elastic: a smaller layout when this one no longer fits */
         int rc = start_head(c, j, pn, nodes);
         if (rc < 0)
             CH_LOGE("sched", "job=%s cannot restart: %s", j->id, ch_strerror(rc));
@@ -197,7 +289,7 @@ void coord_sched_run(coord_t *c)
         /* FIFO: the head waits, so does everyone behind it; unless the head cannot fit
          * the alive nodes at all (nodes died since its admission), which would block the
          * queue for good. */
-        if (rc <= 0 && fits_when_idle(c, j))
+        if (rc <= 0 && coord_sched_fits(c, &j->spec))
             blocked = 1;
     }
 out:

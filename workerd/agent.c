@@ -684,6 +684,22 @@ static void on_heartbeat_timer(uv_timer_t *t)
     send_heartbeat(t->data);
 }
 
+/* MemTotal of /proc/meminfo in bytes; 0 when it cannot be read (the coordinator then
+ * admits jobs without a memory check on this node). */
+static uint64_t mem_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[128];
+    unsigned long long kib = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
 static void send_register(wrk_agent_t *a)
 {
     Chorus__Register reg = CHORUS__REGISTER__INIT;
@@ -727,6 +743,7 @@ static void send_register(wrk_agent_t *a)
     reg.slots = a->cfg.slots;
     reg.rack = a->cfg.rack;
     reg.device = a->cfg.device;
+    reg.memory_bytes = a->cfg.memory_bytes ? a->cfg.memory_bytes : mem_total();
     reg.n_running = i;
     reg.running = pr;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;

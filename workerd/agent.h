@@ -19,6 +19,7 @@ typedef struct wrk_agent_cfg {
     int port;
     char name[256];            /* node name */
     uint32_t slots;            /* rank processes this node runs at once */
+    uint64_t memory_bytes;     /* reported for admission; 0: MemTotal of /proc/meminfo */
     uint32_t threads;          /* compute threads per rank (CHORUS_THREADS); 0: the rank's
                                 * share of the node's cores */
     char rack[256];            /* placement label */

@@ -32,6 +32,7 @@ typedef struct wrkd_cfg {
     char coordinator[CH_OPT_STRLEN];
     char name[CH_OPT_STRLEN];
     long slots;
+    long memory_mib;
     long threads;
     char rack[CH_OPT_STRLEN];
     char key[CH_OPT_STRLEN];
@@ -45,6 +46,8 @@ static const ch_opt_t options[] = {
      "coordinatord address HOST:PORT (required)"},
     {"name", CH_OPT_STR, offsetof(wrkd_cfg_t, name), NULL, "node name (default: the hostname)"},
     {"slots", CH_OPT_INT, offsetof(wrkd_cfg_t, slots), "1", "rank processes this node runs"},
+    {"memory-mib", CH_OPT_INT, offsetof(wrkd_cfg_t, memory_mib), "0",
+     "memory the node reports for admission, MiB; 0: MemTotal of /proc/meminfo"},
     {"threads", CH_OPT_INT, offsetof(wrkd_cfg_t, threads), "0",
      "compute threads per rank; 0: the node's cores shared by the job's ranks on it"},
     {"rack", CH_OPT_STR, offsetof(wrkd_cfg_t, rack), "default", "rack label for placement"},
@@ -179,6 +182,11 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
     ac->slots = (uint32_t)c->slots;
+    if (c->memory_mib < 0 || c->memory_mib > (1l << 40)) {
+        CH_LOGE("workerd", "--memory-mib: expected 0..%ld, got %ld", 1l << 40, c->memory_mib);
+        return CH_E_CONFIG;
+    }
+    ac->memory_bytes = (uint64_t)c->memory_mib << 20;
     ac->threads = (uint32_t)c->threads;
     ac->key = &w->key;
     ac->registered_cb = on_registered;

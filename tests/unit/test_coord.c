@@ -17,6 +17,7 @@
 #include "common/client.h"
 #include "common/err.h"
 #include "common/msg.h"
+#include "common/plan.h"
 #include "common/util.h"
 #include "coord.h"
 #include "support.h"
@@ -133,7 +134,7 @@ typedef struct worker {
 
 static void wk_register(worker_t *w, const char *name, uint32_t slots, const char *rack,
                         Chorus__RankRef **running, size_t n_running, Chorus__RankRef **finished,
-                        size_t n_finished)
+                        size_t n_finished, uint64_t memory)
 {
     memset(w, 0, sizeof(*w));
     snprintf(w->name, sizeof(w->name), "%s", name);
@@ -148,6 +149,7 @@ static void wk_register(worker_t *w, const char *name, uint32_t slots, const cha
     reg.n_running = n_running;
     reg.finished = finished;
     reg.n_finished = n_finished;
+    reg.memory_bytes = memory;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
     env.register_ = &reg;
     cr_assert_eq(ch_client_call(w->cl, &env, 2000, &resp), 0);
@@ -160,14 +162,20 @@ static void wk_register(worker_t *w, const char *name, uint32_t slots, const cha
 static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char *rack,
                        Chorus__RankRef **running, size_t n_running)
 {
-    wk_register(w, name, slots, rack, running, n_running, NULL, 0);
+    wk_register(w, name, slots, rack, running, n_running, NULL, 0, 0);
+}
+
+/* A worker that reports its memory. */
+static void wk_connect_memory(worker_t *w, const char *name, uint32_t slots, uint64_t memory)
+{
+    wk_register(w, name, slots, "", NULL, 0, NULL, 0, memory);
 }
 
 /* A worker whose ranks exited while it could not tell the coordinator. */
 static void wk_connect_finished(worker_t *w, const char *name, uint32_t slots,
                                 Chorus__RankRef **finished, size_t n_finished)
 {
-    wk_register(w, name, slots, "", NULL, 0, finished, n_finished);
+    wk_register(w, name, slots, "", NULL, 0, finished, n_finished, 0);
 }
 
 static void wk_close(worker_t *w)
@@ -1754,4 +1762,206 @@ Test(coord, ended_jobs_are_let_go_from_memory)
     ch_msg_free(e);
     ch_client_destroy(ctl);
     coord_down();
+}
+
+// ---------------------------------------------------------------------------------------
+// Admission against the nodes' memory, and elastic restarts
+
+/* The per-rank need of a job file as admission computes it (common/plan.h), in MiB. */
+static double need_mib(const char *ini)
+{
+    ch_jobspec_t spec;
+    char err[256];
+    ch_plan_t p;
+    cr_assert_eq(ch_jobspec_parse(ini, &spec, err, sizeof err), 0, "%s", err);
+    ch_model_cfg_t m = ch_plan_model_of(&spec);
+    cr_assert_eq(ch_plan_peak(&m, ch_jobspec_layout(&spec), spec.parallel.micro_batch_size,
+                              spec.parallel.microbatches, spec.parallel.reshard, &p),
+                 0);
+    return p.total_bytes / 1048576.0;
+}
+
+/* A training job whose rank needs more than a slot of the nodes holds (memory / slots)
+ * is refused at submit naming the need, its stage and layout, and the best node; nothing
+ * is queued. A layout whose ranks fit some nodes only is refused when those hold too few
+ * slots; one that fits is taken; a node that reports no memory is not checked. */
+Test(coord, submit_refuses_a_rank_larger_than_a_slots_memory)
+{
+    /* About 57 MiB per rank at dp 1 (12.6 M parameters x 4 floats + activations). */
+    const char *big = "[job]\nname = big\n[model]\nlayers = 4\nheads = 8\nembd = 512\n"
+                      "[parallel]\ndp = 1\n";
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32] = "", msg[512] = "", want[256];
+    coord_up();
+    wk_connect_memory(&a, "n1", 4, 64ull << 20); /* 16 MiB a slot */
+    wk_connect_memory(&b, "n2", 2, 64ull << 20); /* 32 MiB a slot: the best */
+    ch_client_t *ctl = ctl_open();
+
+    double mib = need_mib(big);
+    cr_assert(mib > 32 && mib < 1024, "the case needs a rank over 32 MiB, under 1 GiB: %g", mib);
+    cr_assert_eq(ctl_submit(ctl, big, id, sizeof id, msg, sizeof msg), CH_E_CAPACITY, "%s", msg);
+    snprintf(want, sizeof want,
+             "model: needs %.1f MiB per rank (stage 0 of tp 1 pp 1 dp 1), nodes offer at most "
+             "32.0 MiB per slot (n2: 64.0 MiB / 2 slots)",
+             mib);
+    cr_assert_str_eq(msg, want);
+    cr_assert_eq(ctl_job_count(ctl), 0, "a refused job was queued");
+
+    /* dp 4 of a model that fits n2's slots only: 2 slots, 4 ranks. */
+    const char *mid = "[job]\nname = mid\n[model]\nlayers = 2\nheads = 8\nembd = 256\n"
+                      "[parallel]\ndp = 4\nmicro_batch_size = 2\n";
+    mib = need_mib(mid);
+    cr_assert(mib > 16 && mib < 32, "the case needs a rank between 16 and 32 MiB: %g", mib);
+    msg[0] = 0;
+    cr_assert_eq(ctl_submit(ctl, mid, id, sizeof id, msg, sizeof msg), CH_E_CAPACITY, "%s", msg);
+    snprintf(want, sizeof want,
+             "model: needs %.1f MiB per rank (stage 0 of tp 1 pp 1 dp 4), nodes with that much "
+             "per slot hold 2 slots (best n2: 64.0 MiB / 2 slots), the job needs 4 ranks",
+             mib);
+    cr_assert_str_eq(msg, want);
+    cr_assert_eq(ctl_job_count(ctl), 0);
+
+    /* dp 2 of it fits n2, and is placed there. */
+    const char *fits = "[job]\nname = fits\n[model]\nlayers = 2\nheads = 8\nembd = 256\n"
+                       "[parallel]\ndp = 2\nmicro_batch_size = 2\n";
+    cr_assert_eq(ctl_submit(ctl, fits, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(ctl_job_count(ctl), 1);
+    Chorus__Envelope *e = take(ws, 2, &b, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "the ranks go to n2, whose slots hold them");
+    cr_assert_eq(e->start_ranks->n_ranks, 2);
+    ch_msg_free(e);
+
+    /* The registry shows what each node reported. */
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->node_list->n_nodes, 2);
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(resp->node_list->nodes[i]->memory_bytes, 64ull << 20);
+    ch_msg_free(resp);
+
+    /* A node that does not report its memory is not checked: the big job is taken. */
+    worker_t x, *all[3] = {&a, &b, &x};
+    wk_connect(&x, "n3", 1, "", NULL, 0);
+    cr_assert_eq(ctl_submit(ctl, big, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+    e = take(all, 3, &x, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "the big job goes to n3");
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    wk_close(&x);
+    coord_down();
+}
+
+/* A dp = 2 training job on two 1-slot nodes loses one for good. Without fault.elastic it
+ * waits for slots (as before); with it, the restart resumes from the committed step in
+ * dp = 1 with twice the micro-batches (the global batch kept), the history and the job's
+ * layout say so, and the job file its rank gets is the new one. */
+static void lose_a_node(int elastic)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32], msg[256], ini[512];
+    coord_up();
+    wk_connect(&a, "n1", 1, "", NULL, 0);
+    wk_connect(&b, "n2", 1, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    snprintf(ini, sizeof ini,
+             "[job]\nname = el\n[parallel]\ndp = 2\nmicro_batch_size = 4\n"
+             "[checkpoint]\ndir = /tmp/unused\nevery = 5\n"
+             "[fault]\nmax_restarts = 2\nstep_timeout = 60\nelastic = %s\n",
+             elastic ? "yes" : "no");
+    cr_assert_eq(ctl_submit(ctl, ini, id, sizeof(id), msg, sizeof(msg)), 0, "%s", msg);
+    worker_t *w[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        Chorus__Envelope *e = take(ws, 2, w[i], CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+        cr_assert_not_null(e, "gen 1 on %s", w[i]->name);
+        uint32_t r = e->start_ranks->ranks[0]->rank;
+        ch_msg_free(e);
+        wk_event(w[i], id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        wk_step(w[i], id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT, 5);
+    }
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    ch_msg_free(e);
+
+    /* n2 dies; n1's rank is killed and confirmed gone. */
+    b.silent = 1;
+    e = wait_state(ctl, ws, 2, id, "recovering", 4000);
+    cr_assert_str_eq(e->job_info->state, "recovering");
+    ch_msg_free(e);
+    Chorus__Envelope *k = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_KILL_RANKS, 2000);
+    cr_assert_not_null(k);
+    uint32_t r0 = k->kill_ranks->n_ranks ? k->kill_ranks->ranks[0] : 0;
+    ch_msg_free(k);
+    wk_event(&a, id, 1, r0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    /* n2 declared dead: its rank is lost. */
+    uint64_t end = ch_now_ms() + 3000;
+    for (;;) {
+        e = ctl_job(ctl, id);
+        int lost =
+            e->job_info->n_history && strcmp(e->job_info->history[0]->cause, "node_lost") == 0;
+        ch_msg_free(e);
+        if (lost || ch_now_ms() >= end)
+            break;
+        pump(ws, 2, 20);
+    }
+    e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, elastic ? 3000 : 500);
+    if (!elastic) {
+        cr_assert_null(e, "without fault.elastic the job waits for slots");
+        e = ctl_job(ctl, id);
+        cr_assert_str_eq(e->job_info->state, "recovering");
+        cr_assert(strstr(e->job_info->reason, "restart waits for slots: needs 2") != NULL, "%s",
+                  e->job_info->reason);
+        cr_assert_eq(e->job_info->dp, 2);
+        cr_assert_null(e->job_info->history[0]->layout_to);
+        ch_msg_free(e);
+    } else {
+        cr_assert_not_null(e, "gen 2 starts on n1 alone");
+        cr_assert_eq(e->start_ranks->generation, 2);
+        cr_assert_eq(e->start_ranks->world_size, 1);
+        cr_assert_eq(e->start_ranks->resume_step, 5);
+        ch_jobspec_t spec;
+        cr_assert_eq(ch_jobspec_parse(e->start_ranks->job_ini, &spec, msg, sizeof msg), 0, "%s",
+                     msg);
+        cr_assert_eq(spec.parallel.dp, 1);
+        cr_assert_eq(spec.parallel.microbatches, 2);
+        cr_assert_eq(spec.parallel.micro_batch_size, 4);
+        cr_assert_eq(spec.fault.elastic, 1);
+        ch_msg_free(e);
+        wk_event(&a, id, 2, 0, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+        wk_step(&a, id, 2, 0, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS, 6);
+        e = wait_state(ctl, ws, 2, id, "running", 2000);
+        Chorus__JobInfo *ji = e->job_info;
+        cr_assert_eq(ji->world_size, 1);
+        cr_assert_eq(ji->dp, 1);
+        cr_assert_eq(ji->microbatches, 2);
+        cr_assert_eq(ji->n_history, 1);
+        Chorus__RestartInfo *h = ji->history[0];
+        cr_assert_eq(h->resumed_from, 5);
+        cr_assert(h->layout_from && h->layout_to);
+        cr_assert_eq(h->layout_from->dp, 2);
+        cr_assert_eq(h->layout_from->microbatches, 1);
+        cr_assert_eq(h->layout_to->dp, 1);
+        cr_assert_eq(h->layout_to->microbatches, 2);
+        cr_assert_eq(h->layout_to->micro_batch_size, 4);
+        cr_assert_eq(h->layout_to->tp, 1);
+        cr_assert_eq(h->layout_to->pp, 1);
+        ch_msg_free(e);
+    }
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
+Test(coord, elastic_restart_shrinks_dp_and_keeps_the_global_batch)
+{
+    lose_a_node(1);
+}
+
+Test(coord, without_elastic_a_restart_waits_for_slots)
+{
+    lose_a_node(0);
 }
