@@ -63,6 +63,7 @@ typedef struct sim_node {
     ch_conn_t *conn;
     int registered, hung, crashed;
     uint32_t hb_ms, backoff_ms;
+    uint64_t last_hb_ms; /* monotonic: the last heartbeat sent */
     uv_timer_t reconnect, heartbeat, step;
     sim_group_t *groups;
     sim_req_t *reqs;
@@ -421,6 +422,7 @@ static void send_heartbeat(sim_node_t *n)
     env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     send_env(n, &env);
+    n->last_hb_ms = ch_now_ms();
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -692,11 +694,12 @@ const char *wrk_sim_node_name(const wrk_sim_t *s, uint32_t i)
     return i < s->cfg.nodes ? s->nodes[i].name : "";
 }
 
-int wrk_sim_hang(wrk_sim_t *s, const char *node)
+int wrk_sim_hang(wrk_sim_t *s, const char *node, uint64_t *last_hb_ms)
 {
     sim_node_t *n = find_node(s, node);
     if (!n)
         return CH_E_NOTFOUND;
+    *last_hb_ms = n->last_hb_ms;
     n->hung = 1;
     uv_timer_stop(&n->heartbeat);
     uv_timer_stop(&n->step);
