@@ -218,11 +218,20 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_kuint(j, "submitted_ms", ji->submitted_ms);
     ctl_json_kuint(j, "started_ms", ji->started_ms);
     ctl_json_kuint(j, "finished_ms", ji->finished_ms);
+    ctl_json_key(j, "rank_states"); /* ranks per state, e.g. {"running": 16384} */
+    ctl_json_obj_begin(j);
+    for (size_t i = 0; i < ji->n_rank_states; i++)
+        ctl_json_kuint(j, ji->rank_states[i]->state, ji->rank_states[i]->count);
+    ctl_json_obj_end(j);
+    /* ranks: every rank of a job of <= 1,024; of a bigger one those asked for (--ranks,
+     * --rank N, --first N --limit N), then ranks_partial is true */
     ctl_json_key(j, "ranks");
     ctl_json_arr_begin(j);
     for (size_t i = 0; i < ji->n_ranks; i++)
         rank_json(j, ji->ranks[i]);
     ctl_json_arr_end(j);
+    ctl_json_key(j, "ranks_partial");
+    ctl_json_bool(j, ji->ranks_partial);
     ctl_json_key(j, "history");
     ctl_json_arr_begin(j);
     for (size_t i = 0; i < ji->n_history; i++)
@@ -407,6 +416,18 @@ void ctl_job_print(const Chorus__JobInfo *ji)
                    h->layout_from->micro_batch_size, h->layout_to->micro_batch_size);
         printf("\n");
     }
+    if (ji->n_rank_states > 0) {
+        printf("ranks        %" PRIu32 ":", ji->world_size);
+        for (size_t i = 0; i < ji->n_rank_states; i++)
+            printf("%s %" PRIu32 " %s", i ? "," : "", ji->rank_states[i]->count,
+                   ji->rank_states[i]->state);
+        printf("\n");
+    }
+    if (ji->ranks_partial && ji->n_ranks > 0)
+        printf("showing      ranks %" PRIu32 "..%" PRIu32 " of %" PRIu32 "\n", ji->ranks_first,
+               ji->ranks_first + (uint32_t)ji->n_ranks - 1, ji->world_size);
+    else if (ji->ranks_partial)
+        printf("             (per-rank detail: --ranks, --rank N, or --first N --limit N)\n");
     if (ji->n_ranks > 0) {
         printf("\n");
         print_ranks(ji);
@@ -475,16 +496,53 @@ int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
 int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
 {
     ch_client_t *cl = NULL;
-    Chorus__Envelope *resp = NULL;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
+    const char *job = NULL;
 
-    if (argc != 1) {
-        ctl_errf("usage: chorusctl status JOB [--json]");
+    /* A job of more than 1,024 ranks shows its ranks per state unless asked for more. */
+    for (int i = 0; i < argc; i++) {
+        long v = 0;
+        int has_val = i + 1 < argc;
+        if (strcmp(argv[i], "--ranks") == 0) {
+            q.all_ranks = 1;
+        } else if (strcmp(argv[i], "--metrics") == 0) {
+            q.metrics = 1;
+        } else if (strcmp(argv[i], "--rank") == 0 && has_val &&
+                   ctl_parse_long(argv[i + 1], 0, UINT32_MAX, &v) == 0) {
+            q.rank_first = (uint32_t)v;
+            q.rank_limit = 1;
+            i++;
+        } else if (strcmp(argv[i], "--first") == 0 && has_val &&
+                   ctl_parse_long(argv[i + 1], 0, UINT32_MAX, &v) == 0) {
+            q.rank_first = (uint32_t)v;
+            i++;
+        } else if (strcmp(argv[i], "--limit") == 0 && has_val &&
+                   ctl_parse_long(argv[i + 1], 1, UINT32_MAX, &v) == 0) {
+            q.rank_limit = (uint32_t)v;
+            i++;
+        } else if (argv[i][0] != '-' && !job) {
+            job = argv[i];
+        } else {
+            job = NULL;
+            break;
+        }
+    }
+    if (!job) {
+        ctl_errf("usage: chorusctl status JOB [--ranks | --rank N | --first N [--limit N]] "
+                 "[--metrics] [--json]");
         return CTL_EXIT_USAGE;
     }
+    /* --first alone pages to the end */
+    if (q.rank_first > 0 && q.rank_limit == 0)
+        q.all_ranks = 1;
     int st = ctl_open(ctl, &cl);
     if (st != CTL_EXIT_OK)
         return st;
-    st = ctl_query_job(ctl, cl, argv[0], &resp);
+    q.job_id = (char *)job;
+    env.body_case = CHORUS__ENVELOPE__BODY_JOB_QUERY;
+    env.job_query = &q;
+    st = ctl_call(ctl, cl, &env, CHORUS__ENVELOPE__BODY_JOB_INFO, job, &resp);
     ch_client_destroy(cl);
     if (st != CTL_EXIT_OK)
         return st;

@@ -58,6 +58,7 @@ static void on_before_sleep(uv_prepare_t *h)
     }
     /* One commit for everything this loop turn wrote (store.h). */
     coord_store_commit(c->store);
+    c->polled_ms = ch_now_ms(); /* what is waiting now is read in the coming poll */
 }
 
 static void on_cron(uv_timer_t *t)

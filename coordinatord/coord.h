@@ -60,6 +60,10 @@ struct coord {
     int changed;      /* run the scheduler before the next poll */
     int stopping;
     uint64_t stamp; /* increasing counter for de-duplicating walks */
+    /* Monotonic ms when the loop last went to poll: every heartbeat that arrived before
+     * then has been read. Liveness counts silence up to here, not up to now, so a loop
+     * that stalled does not declare dead the nodes whose heartbeats wait unread. */
+    uint64_t polled_ms;
 
     uint64_t heartbeats_total, recoveries_total;
     uint64_t restarts_by_cause[COORD_CAUSE_NCAUSES];

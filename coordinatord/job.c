@@ -277,6 +277,7 @@ static void job_free(coord_job_t *j)
         return;
     free(j->history);
     free(j->ranks);
+    free(j->by_node);
     free(j->placement);
     free(j->ini);
     free(j);
@@ -359,12 +360,67 @@ int coord_job_relayout(coord_t *c, coord_job_t *j, const ch_jobspec_t *spec)
     j->spec = *spec;
     free(j->ranks); /* the old generation's, every one gone */
     j->ranks = NULL;
+    free(j->by_node);
+    j->by_node = NULL;
     free(j->placement);
     j->placement = NULL;
     j->world = ch_layout_world(ch_jobspec_layout(spec));
     coord_job_store(c, j); /* a failure is logged by the store; memory stays authoritative */
     coord_changed(c);
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Ranks by node
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const coord_rank_ref_t *x = a, *y = b;
+    uintptr_t nx = (uintptr_t)x->node, ny = (uintptr_t)y->node;
+    if (nx != ny)
+        return nx < ny ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* (Re)build j->by_node from j->ranks: O(world log world), once per placement. */
+static void index_ranks(coord_job_t *j)
+{
+    free(j->by_node);
+    j->by_node = j->ranks ? malloc((j->world ? j->world : 1) * sizeof(*j->by_node)) : NULL;
+    if (!j->by_node)
+        return; /* every rank is walked instead */
+    for (uint32_t r = 0; r < j->world; r++)
+        j->by_node[r] = (coord_rank_ref_t){j->ranks[r].node, r};
+    qsort(j->by_node, j->world, sizeof(*j->by_node), ref_cmp);
+}
+
+/* j's ranks on n, lowest first: by_node[*lo .. *hi), or with no index every rank
+ * (*lo = 0, *hi = world; the caller checks the node). */
+static void ranks_on(const coord_job_t *j, const coord_node_t *n, size_t *lo, size_t *hi)
+{
+    *lo = 0;
+    *hi = j->ranks ? j->world : 0;
+    if (!j->by_node || !j->ranks)
+        return;
+    coord_rank_ref_t key = {n, 0};
+    size_t a = 0, b = j->world;
+    while (a < b) { /* first entry >= (n, 0) */
+        size_t m = a + (b - a) / 2;
+        if (ref_cmp(&j->by_node[m], &key) < 0)
+            a = m + 1;
+        else
+            b = m;
+    }
+    *lo = a;
+    while (b < j->world && j->by_node[b].node == n)
+        b++;
+    *hi = b;
+}
+
+/* The k-th rank of ranks_on's range. */
+static uint32_t rank_at(const coord_job_t *j, size_t k)
+{
+    return j->by_node ? j->by_node[k].rank : (uint32_t)k;
 }
 
 /* "node:local_rank,..." for the store. */
@@ -474,6 +530,9 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     free(saved.placement);
     free(saved.ranks);
     j->ranks = ranks;
+    j->by_node = NULL;
+    free(saved.by_node);
+    index_ranks(j);
     j->n_started = j->n_finished = 0;
     for (uint32_t r = 0; r < j->world; r++)
         coord_rank_set_state(c, j, r, COORD_RANK_PENDING, NULL);
@@ -822,7 +881,10 @@ void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
         int64_t hit = -1;
-        for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+        size_t lo, hi;
+        ranks_on(j, n, &lo, &hi);
+        for (size_t k = lo; k < hi; k++) {
+            uint32_t r = rank_at(j, k);
             coord_rank_t *rk = &j->ranks[r];
             if (rk->node != n || !coord_rank_holds(rk->state))
                 continue;
@@ -921,7 +983,10 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Regist
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
         int64_t lost = -1;
-        for (uint32_t r = 0; j->ranks && r < j->world; r++) {
+        size_t lo, hi;
+        ranks_on(j, n, &lo, &hi);
+        for (size_t k = lo; k < hi; k++) {
+            uint32_t r = rank_at(j, k);
             coord_rank_t *rk = &j->ranks[r];
             if (rk->node != n || !coord_rank_holds(rk->state) || rk->seen == stamp)
                 continue;
@@ -990,7 +1055,50 @@ static void restart_layout(Chorus__RestartLayout *out, const coord_layout_t *l)
     out->micro_batch_size = l->micro_batch_size;
 }
 
-int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
+coord_rank_view_t coord_job_view(const coord_job_t *j, const Chorus__JobQuery *q)
+{
+    coord_rank_view_t v = {.first = q->rank_first, .count = q->rank_limit, .metrics = q->metrics};
+    int small = j->world <= COORD_STATUS_RANKS;
+    if (q->all_ranks)
+        v.count = UINT32_MAX;
+    else if (q->rank_limit == 0)
+        v.count = small ? UINT32_MAX : 0;
+    v.metrics = v.metrics || small;
+    return v;
+}
+
+/* Ranks per state (the states that have any), into ji. */
+static int state_counts(const coord_job_t *j, Chorus__JobInfo *ji)
+{
+    uint32_t count[COORD_RANK_NSTATES] = {0};
+    size_t n = 0;
+    for (uint32_t r = 0; j->ranks && r < j->world; r++)
+        count[j->ranks[r].state]++;
+    for (int s = 0; s < COORD_RANK_NSTATES; s++)
+        n += count[s] > 0;
+    if (n == 0)
+        return 0;
+    /* One block: [RankStateCount* x n][RankStateCount x n]. */
+    uint8_t *b = malloc(n * (sizeof(void *) + sizeof(Chorus__RankStateCount)));
+    if (!b)
+        return -ENOMEM;
+    Chorus__RankStateCount **sp = (Chorus__RankStateCount **)b;
+    Chorus__RankStateCount *sc = (Chorus__RankStateCount *)(sp + n);
+    for (int s = 0, k = 0; s < COORD_RANK_NSTATES; s++) {
+        if (count[s] == 0)
+            continue;
+        chorus__rank_state_count__init(&sc[k]);
+        sc[k].state = (char *)coord_rank_state_name((coord_rank_state_t)s);
+        sc[k].count = count[s];
+        sp[k] = &sc[k];
+        k++;
+    }
+    ji->n_rank_states = n;
+    ji->rank_states = sp;
+    return 0;
+}
+
+int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
 {
     chorus__job_info__init(ji);
     ji->id = (char *)j->id;
@@ -1016,16 +1124,20 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     ji->microbatches = j->spec.parallel.microbatches;
     ji->bubble = coord_job_bubble(j);
     ji->bubble_theory = coord_job_bubble_theory(j);
-    if (!with_ranks)
+    if (!view)
         return 0;
     ji->job_ini = j->ini;
+    if (state_counts(j, ji) < 0)
+        return -ENOMEM;
     if (j->n_history) {
         /* One block: [RestartInfo* x H][RestartInfo x H][RestartLayout x 2H]. */
         size_t h = j->n_history;
         uint8_t *hb = malloc(
             h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
-        if (!hb)
+        if (!hb) {
+            coord_job_info_clear(ji);
             return -ENOMEM;
+        }
         Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
         Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
         Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
@@ -1055,11 +1167,19 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     }
     if (!j->ranks)
         return 0;
+    /* The ranks in view: [first, first + w). */
+    size_t first = view->first < j->world ? view->first : j->world;
+    size_t w = j->world - first, m = 0;
+    if (view->count < w)
+        w = view->count;
+    ji->ranks_first = (uint32_t)first;
+    ji->ranks_partial = w < j->world;
+    if (w == 0)
+        return 0;
 
     /* One block: [RankInfo* x W][RankInfo x W][RankPlace x W][StepTime x W]
      * [Metric* x M][Metric x M]. */
-    size_t w = j->world, m = 0;
-    for (size_t r = 0; r < w; r++)
+    for (size_t r = first; view->metrics && r < first + w; r++)
         m += j->ranks[r].n_metrics;
     uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo) +
                                  sizeof(Chorus__RankPlace) + sizeof(Chorus__StepTime)) +
@@ -1076,16 +1196,16 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
     Chorus__Metric *mi = (Chorus__Metric *)(mp + m);
     int train = j->spec.kind == CH_JOB_TRAIN;
     for (size_t r = 0; r < w; r++) {
-        const coord_rank_t *rk = &j->ranks[r];
+        const coord_rank_t *rk = &j->ranks[first + r];
         chorus__rank_info__init(&ri[r]);
-        ri[r].rank = (uint32_t)r;
+        ri[r].rank = (uint32_t)(first + r);
         ri[r].node = (char *)rk->node->name;
         ri[r].state = (char *)coord_rank_state_name(rk->state);
         ri[r].step = rk->step;
         ri[r].exit_code = rk->exit_code;
         ri[r].signal = rk->signal;
         if (train) {
-            coord_rank_place_t pl = coord_job_rank_place(j, (uint32_t)r);
+            coord_rank_place_t pl = coord_job_rank_place(j, (uint32_t)(first + r));
             chorus__rank_place__init(&pi[r]);
             pi[r].tp = pl.tp;
             pi[r].pp = pl.pp;
@@ -1110,9 +1230,10 @@ int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *ji)
             ti[r].bubble = t->bubble;
             ri[r].time = &ti[r];
         }
-        ri[r].n_metrics = rk->n_metrics;
+        size_t nm = view->metrics ? rk->n_metrics : 0;
+        ri[r].n_metrics = nm;
         ri[r].metrics = mp;
-        for (size_t k = 0; k < rk->n_metrics; k++) {
+        for (size_t k = 0; k < nm; k++) {
             chorus__metric__init(mi);
             mi->name = (char *)rk->metrics[k].name;
             mi->value = rk->metrics[k].value;
@@ -1133,6 +1254,9 @@ void coord_job_info_clear(Chorus__JobInfo *ji)
     free(ji->history); /* its block */
     ji->history = NULL;
     ji->n_history = 0;
+    free(ji->rank_states); /* its block */
+    ji->rank_states = NULL;
+    ji->n_rank_states = 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1170,6 +1294,7 @@ static int load_placement(coord_t *c, coord_job_t *j, const char *text)
         coord_rank_set_state(
             c, j, r, coord_job_is_active(j) ? COORD_RANK_UNKNOWN : COORD_RANK_EXITED, "reloaded");
     }
+    index_ranks(j);
     return 0;
 }
 

@@ -127,6 +127,12 @@ typedef struct coord_rank {
     coord_step_time_t time;
 } coord_rank_t;
 
+/* One entry of a job's rank index by node (coord_job_t.by_node). */
+typedef struct coord_rank_ref {
+    const coord_node_t *node;
+    uint32_t rank;
+} coord_rank_ref_t;
+
 typedef struct coord_job {
     int64_t seq;
     char id[24]; /* "j<seq>" */
@@ -144,6 +150,10 @@ typedef struct coord_job {
     uint32_t world;
     coord_rank_t *ranks; /* world entries once placed, else NULL */
     char *placement;     /* stored form of ranks' nodes: "node:local_rank,..." */
+    /* ranks sorted by (node, rank): a node's ranks in O(log world), so a node's death or
+     * registration costs the ranks it holds, not every rank of every job. NULL when out of
+     * memory at placement: then every rank is walked. */
+    coord_rank_ref_t *by_node;
     uint64_t progress_stored_ms;
     uint32_t n_started, n_finished;
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
@@ -209,8 +219,23 @@ double coord_job_bubble_theory(const coord_job_t *j);
 /* Rank r's place in j's layout: what it reported, else derived from the layout. */
 coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r);
 
-/* JobInfo for a reply; strings are borrowed from j. Free with coord_job_info_clear. */
-int coord_job_info(const coord_job_t *j, int with_ranks, Chorus__JobInfo *out);
+/* A job this big or smaller is detailed rank by rank (with metrics) by default; a bigger
+ * one is summed up (ranks per state), its ranks paged on request (DESIGN §10). */
+#define COORD_STATUS_RANKS 1024
+
+/* Which ranks a JobInfo details: [first, first + count) clipped to the world, with their
+ * metrics or without. */
+typedef struct coord_rank_view {
+    uint32_t first, count;
+    int metrics;
+} coord_rank_view_t;
+
+/* The view a JobQuery asks for (its defaults above). */
+coord_rank_view_t coord_job_view(const coord_job_t *j, const Chorus__JobQuery *q);
+/* JobInfo for a reply; strings are borrowed from j. view NULL: the job's row only (no
+ * ranks, history or job file, as in ListJobs); else those plus the ranks per state and
+ * the ranks in view. Free with coord_job_info_clear. */
+int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *out);
 void coord_job_info_clear(Chorus__JobInfo *ji);
 
 int coord_jobs_load(coord_t *c);

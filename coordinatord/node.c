@@ -17,31 +17,70 @@ const char *coord_node_state_name(coord_node_state_t s)
     return s < COORD_NODE_NSTATES ? STATE_NAMES[s] : "?";
 }
 
+// ---------------------------------------------------------------------------------------
+// The name index: a registration storm of N nodes costs O(N), not O(N^2)
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot holding name, else the empty slot where it would go. ix_cap > 0. */
+static size_t ix_slot(const coord_nodes_t *ns, const char *name)
+{
+    size_t mask = ns->ix_cap - 1, i = (size_t)name_hash(name) & mask;
+    while (ns->ix[i] && strcmp(ns->ix[i]->name, name) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* (Re)build the index over v with room for want nodes, at most half full. */
+static int ix_build(coord_nodes_t *ns, size_t want)
+{
+    size_t cap = 64;
+    while (cap < 2 * want)
+        cap *= 2;
+    coord_node_t **ix = calloc(cap, sizeof(*ix));
+    if (!ix)
+        return -ENOMEM;
+    free(ns->ix);
+    ns->ix = ix;
+    ns->ix_cap = cap;
+    for (size_t i = 0; i < ns->n; i++)
+        ns->ix[ix_slot(ns, ns->v[i]->name)] = ns->v[i];
+    return 0;
+}
+
 coord_node_t *coord_node_find(coord_t *c, const char *name)
 {
-    for (size_t i = 0; i < c->nodes.n; i++)
-        if (strcmp(c->nodes.v[i]->name, name) == 0)
-            return c->nodes.v[i];
-    return NULL;
+    const coord_nodes_t *ns = &c->nodes;
+    return ns->ix_cap ? ns->ix[ix_slot(ns, name)] : NULL;
 }
 
 static coord_node_t *add(coord_t *c, const char *name)
 {
-    if (c->nodes.n == c->nodes.cap) {
-        size_t cap = c->nodes.cap ? c->nodes.cap * 2 : 16;
-        coord_node_t **v = realloc(c->nodes.v, cap * sizeof(*v));
+    coord_nodes_t *ns = &c->nodes;
+    if (ns->n == ns->cap) {
+        size_t cap = ns->cap ? ns->cap * 2 : 16;
+        coord_node_t **v = realloc(ns->v, cap * sizeof(*v));
         if (!v)
             return NULL;
-        c->nodes.v = v;
-        c->nodes.cap = cap;
+        ns->v = v;
+        ns->cap = cap;
     }
+    if (2 * (ns->n + 1) > ns->ix_cap && ix_build(ns, ns->n + 1) < 0)
+        return NULL;
     coord_node_t *n = calloc(1, sizeof(*n));
     if (!n)
         return NULL;
     snprintf(n->name, sizeof(n->name), "%s", name);
     n->state = COORD_NODE_DEAD;
     n->dead_since_ms = ch_now_ms();
-    c->nodes.v[c->nodes.n++] = n;
+    ns->v[ns->n++] = n;
+    ns->ix[ix_slot(ns, n->name)] = n;
     return n;
 }
 
@@ -243,6 +282,10 @@ static int drop(coord_t *c, size_t i, int referenced, const char *why)
     coord_event(c, NULL, 0, -1, n->name, "forgotten");
     memmove(&c->nodes.v[i], &c->nodes.v[i + 1], (c->nodes.n - i - 1) * sizeof(*c->nodes.v));
     c->nodes.n--;
+    /* Linear probing has no cheap delete: rebuild (same size, cannot fail to fit). */
+    memset(c->nodes.ix, 0, c->nodes.ix_cap * sizeof(*c->nodes.ix));
+    for (size_t k = 0; k < c->nodes.n; k++)
+        c->nodes.ix[ix_slot(&c->nodes, c->nodes.v[k]->name)] = c->nodes.v[k];
     if (referenced)
         c->nodes.gone[c->nodes.n_gone++] = n;
     else
@@ -302,11 +345,14 @@ static void expire(coord_t *c, uint64_t now_ms)
 void coord_node_check(coord_t *c, uint64_t now_ms)
 {
     expire(c, now_ms);
+    /* Silence counts up to the last poll: a heartbeat that came in while the loop was
+     * busy is not read yet (timers run before the poll). */
+    uint64_t heard = c->polled_ms && c->polled_ms < now_ms ? c->polled_ms : now_ms;
     for (size_t i = 0; i < c->nodes.n; i++) {
         coord_node_t *n = c->nodes.v[i];
         if (n->state == COORD_NODE_DEAD)
             continue;
-        uint64_t quiet = now_ms > n->last_hb_ms ? now_ms - n->last_hb_ms : 0;
+        uint64_t quiet = heard > n->last_hb_ms ? heard - n->last_hb_ms : 0;
         if (quiet > (uint64_t)c->cfg.dead_after_ms) {
             char why[64];
             snprintf(why, sizeof(why), "no heartbeat for %llu ms", (unsigned long long)quiet);
@@ -362,6 +408,7 @@ void coord_nodes_fini(coord_t *c)
         free(c->nodes.gone[i]);
     free(c->nodes.gone);
     free(c->nodes.v);
+    free(c->nodes.ix);
     memset(&c->nodes, 0, sizeof(c->nodes));
 }
 

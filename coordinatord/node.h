@@ -51,9 +51,14 @@ typedef struct coord_nodes {
     coord_node_t **gone;
     size_t n_gone, cap_gone;
     uint64_t next_expiry_ms; /* the expiry walk runs at most once a second */
+    /* v's nodes by name: open addressing, linear probing, a power of two at most half
+     * full; rebuilt when a node leaves v (rare: forget, expiry). */
+    coord_node_t **ix;
+    size_t ix_cap;
 } coord_nodes_t;
 
 const char *coord_node_state_name(coord_node_state_t s);
+/* By name, O(1) (a hash of the registered names). */
 coord_node_t *coord_node_find(coord_t *c, const char *name);
 /* Find or add (as dead, with no slots) a node known only by name, e.g. from a stored
  * placement. NULL when out of memory. */

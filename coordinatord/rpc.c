@@ -289,7 +289,8 @@ static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         coord_link_error(l, req->request_id, CH_E_NOTFOUND, "no job \"%.64s\"", id);
         return;
     }
-    if (coord_job_info(j, 1, &ji) < 0) {
+    coord_rank_view_t view = coord_job_view(j, req->job_query);
+    if (coord_job_info(j, &view, &ji) < 0) {
         coord_link_error(l, req->request_id, -ENOMEM, "out of memory");
         coord_job_free(old);
         return;
@@ -312,7 +313,7 @@ static void h_list_jobs(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        coord_job_info(c->jobs.v[i], 0, &ji[i]); /* no allocation without ranks */
+        coord_job_info(c->jobs.v[i], NULL, &ji[i]); /* no allocation without ranks */
         jp[i] = &ji[i];
     }
     Chorus__JobList jl = CHORUS__JOB_LIST__INIT;

@@ -1,7 +1,8 @@
 /* The control plane at scale, scaled down for CI (issue 12, DESIGN §13): a real
- * coordinatord and 128 simulated nodes x 8 slots (+1 spare, chorus-simnode) on loopback;
- * a 1,024-rank job (tp 8 x pp 4 x dp 32) starts, every rank passes its rendezvous and
- * steps, a node that stops heartbeating is declared dead, the job recovers onto the
+ * coordinatord and 132 simulated nodes x 8 slots (+1 spare, chorus-simnode) on loopback;
+ * a 1,056-rank job (tp 8 x pp 4 x dp 33) starts, every rank passes its rendezvous and
+ * steps, `chorusctl status` sums its ranks per state (over 1,024 ranks) and pages them
+ * on request, a node that stops heartbeating is declared dead, the job recovers onto the
  * spare from its last checkpoint and completes. Waits are bounded and generous; nothing
  * here asserts a duration. The full-size figures come from chorus-bench-scale. */
 #include <criterion/criterion.h>
@@ -11,11 +12,11 @@
 #include "scale_util.h"
 #include "support.h"
 
-#define NODES 128
+#define NODES 132
 #define SLOTS 8
 #define TP    8
 #define PP    4
-#define DP    32
+#define DP    33
 #define STEPS 60
 #define EVERY 10
 
@@ -49,6 +50,27 @@ typedef struct ranks_want {
     unsigned long long world, min_step;
 } ranks_want_t;
 
+/* `chorusctl status ID [FLAG [VALUE]] --json`: the ranks it details (first rank and
+ * count) and the running count of its rank_states; partial: its ranks_partial. */
+static void status_view(const char *id, const char *flag, const char *value, long *first,
+                        size_t *count, double *running, int *partial)
+{
+    ch_json_t *js = !flag    ? h_ctl_json(&cl.h, "status", id, NULL)
+                    : !value ? h_ctl_json(&cl.h, "status", id, flag, NULL)
+                             : h_ctl_json(&cl.h, "status", id, flag, value, NULL);
+    cr_assert(js, "status %s %s %s", id, flag ? flag : "", value ? value : "");
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    const ch_json_t *states = ch_json_get(js, "rank_states");
+    const ch_json_t *part = ch_json_get(js, "ranks_partial");
+    cr_assert(ranks && ranks->type == CH_JSON_ARRAY && states && part);
+    *count = ranks->nkids;
+    *first = ranks->nkids ? (long)h_json_num(h_json_at(ranks, 0), "rank") : -1;
+    *running = h_json_num(states, "running");
+    *partial = part->boolean;
+    cr_assert_eq(h_json_num(js, "world_size"), TP * PP * DP);
+    ch_json_free(js);
+}
+
 static int ranks_are(void *ud)
 {
     ranks_want_t *w = ud;
@@ -81,6 +103,22 @@ Test(scale, simulated_cluster_runs_recovers_and_completes, .fini = fini, .timeou
     cr_assert_eq(st.kv_errors, 0);
     /* StartRanks once per node, not per rank */
     cr_assert_eq(st.starts, (unsigned long long)TP * PP * DP / SLOTS);
+
+    /* status of a job over 1,024 ranks: ranks per state; detail when asked */
+    long first;
+    size_t count;
+    double n_run;
+    int partial;
+    status_view(id, NULL, NULL, &first, &count, &n_run, &partial);
+    cr_assert_eq(count, 0, "no per-rank detail by default");
+    cr_assert_eq(n_run, TP * PP * DP, "every rank counted as running");
+    cr_assert(partial);
+    status_view(id, "--rank", "7", &first, &count, &n_run, &partial);
+    cr_assert(count == 1 && first == 7 && partial, "--rank 7");
+    status_view(id, "--first", "1000", &first, &count, &n_run, &partial);
+    cr_assert(count == TP * PP * DP - 1000 && first == 1000 && partial, "--first 1000");
+    status_view(id, "--ranks", NULL, &first, &count, &n_run, &partial);
+    cr_assert(count == TP * PP * DP && first == 0 && !partial, "--ranks: every rank");
 
     /* a checkpoint committed, then a node holding rank 0 stops heartbeating */
     want_t ckpt = {.id = id, .state = "running", .gen = 1, .step = EVERY + 2};

@@ -9,7 +9,8 @@
  *
  *   stats                 -> stats nodes=N registered=N ranks=N rdzv=N done=N min_step=N
  *                            max_step=N events=N kv_errors=N starts=N kills=N
- *   hang NODE             the node stops heartbeating and its ranks stop (link stays open)
+ *   hang NODE             the node stops heartbeating and its ranks stop (link stays open);
+ *                         replies "ok last_heartbeat_ms=T" (monotonic ms of its last one)
  *   crash NODE            the node's link closes for good, its ranks vanish
  *   disconnect NODE       the link closes; the node reconnects and re-registers its ranks
  *   revive NODE           a hung or crashed node comes back, freshly booted (no ranks)
@@ -110,7 +111,12 @@ static void command(simd_t *d, char *line)
                (unsigned long long)st.events_sent, (unsigned long long)st.kv_errors,
                (unsigned long long)st.start_msgs, (unsigned long long)st.kill_msgs);
     } else if (strcmp(verb, "hang") == 0 && n >= 2) {
-        reply_rc(wrk_sim_hang(d->sim, a));
+        uint64_t last = 0;
+        int rc = wrk_sim_hang(d->sim, a, &last);
+        if (rc == 0)
+            printf("ok last_heartbeat_ms=%llu\n", (unsigned long long)last);
+        else
+            reply_rc(rc);
     } else if (strcmp(verb, "crash") == 0 && n >= 2) {
         reply_rc(wrk_sim_crash(d->sim, a));
     } else if (strcmp(verb, "disconnect") == 0 && n >= 2) {

@@ -25,8 +25,12 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define BACKOFF_MIN_MS       100
-#define BACKOFF_MAX_MS       1000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 1000
+/* Links opened but not yet registered, at most: half the coordinator's cap on
+ * unauthenticated connections (512), which closes the oldest beyond it, so a start of
+ * thousands of nodes queues here instead of being cut and retried with back-off. */
+#define CONNECTING_MAX       256
 #define HEARTBEAT_DEFAULT_MS 1000
 #define ADDR_BYTES           256   /* a UCX worker address is a few hundred bytes */
 #define KV_GET_TIMEOUT_MS    60000 /* a real rank's collective timeout is of this order */
@@ -62,7 +66,9 @@ typedef struct sim_node {
     char name[64], rack[64];
     ch_conn_t *conn;
     int registered, hung, crashed;
+    int connecting, queued; /* counted in wrk_sim.connecting; in its wait queue */
     uint32_t hb_ms, backoff_ms;
+    uint64_t last_hb_ms; /* monotonic: the last heartbeat sent */
     uv_timer_t reconnect, heartbeat, step;
     sim_group_t *groups;
     sim_req_t *reqs;
@@ -77,6 +83,8 @@ struct wrk_sim {
     int stopping;
     uint64_t rng;
     uint64_t events_sent, kv_errors, start_msgs, kill_msgs;
+    uint32_t connecting;               /* links not yet registered (<= CONNECTING_MAX) */
+    uint32_t *wait, wait_head, n_wait; /* nodes waiting to connect: a ring of cfg.nodes */
 };
 
 static void connect_node(sim_node_t *n);
@@ -421,6 +429,7 @@ static void send_heartbeat(sim_node_t *n)
     env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     send_env(n, &env);
+    n->last_hb_ms = ch_now_ms();
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -474,6 +483,25 @@ static void on_ready(ch_conn_t *c, void *ud)
     send_register(ud);
 }
 
+static void connect_node(sim_node_t *n);
+
+/* n's link registered or closed: a connect slot comes free for the next waiting node. */
+static void connect_done(sim_node_t *n)
+{
+    wrk_sim_t *s = n->s;
+    if (!n->connecting)
+        return;
+    n->connecting = 0;
+    s->connecting--;
+    while (s->n_wait > 0 && s->connecting < CONNECTING_MAX) {
+        sim_node_t *next = &s->nodes[s->wait[s->wait_head]];
+        s->wait_head = (s->wait_head + 1) % s->cfg.nodes;
+        s->n_wait--;
+        next->queued = 0;
+        connect_node(next);
+    }
+}
+
 static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
 {
     sim_node_t *n = ud;
@@ -482,6 +510,7 @@ static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         return; /* a hung machine reads nothing */
     switch (env->body_case) {
     case CHORUS__ENVELOPE__BODY_REGISTER_ACK:
+        connect_done(n);
         n->registered = 1;
         n->backoff_ms = BACKOFF_MIN_MS;
         n->hb_ms = env->register_ack->heartbeat_ms ? env->register_ack->heartbeat_ms
@@ -537,6 +566,7 @@ static void on_close(ch_conn_t *c, int reason, void *ud)
     (void)reason;
     n->conn = NULL;
     n->registered = 0;
+    connect_done(n);
     uv_timer_stop(&n->heartbeat);
     if (n->hung) /* the coordinator cut a hung node: it stays down until revived */
         n->crashed = 1;
@@ -550,10 +580,18 @@ static void connect_node(sim_node_t *n)
     wrk_sim_t *s = n->s;
     ch_conn_opts_t o = {.key = s->cfg.key, .is_server = 0, .role = "worker"};
     ch_conn_cbs_t cbs = {on_ready, on_msg, on_close};
-    if (s->stopping || n->conn || n->crashed)
+    if (s->stopping || n->conn || n->crashed || n->queued)
         return;
+    if (s->connecting >= CONNECTING_MAX) { /* its turn comes in connect_done */
+        s->wait[(s->wait_head + s->n_wait++) % s->cfg.nodes] = n->idx;
+        n->queued = 1;
+        return;
+    }
     int rc = ch_conn_connect_tcp(s->loop, s->cfg.host, s->cfg.port, &o, &cbs, n, &n->conn);
-    if (rc < 0) {
+    if (rc == 0) {
+        n->connecting = 1;
+        s->connecting++;
+    } else {
         n->conn = NULL;
         CH_LOGD("sim", "node=%s: connect: %s", n->name, ch_strerror(rc));
         schedule_reconnect(n);
@@ -571,7 +609,10 @@ int wrk_sim_create(uv_loop_t *loop, const wrk_sim_cfg_t *cfg, wrk_sim_t **out)
     if (!s)
         return -ENOMEM;
     s->nodes = calloc(cfg->nodes, sizeof *s->nodes);
-    if (!s->nodes) {
+    s->wait = calloc(cfg->nodes, sizeof *s->wait);
+    if (!s->nodes || !s->wait) {
+        free(s->nodes);
+        free(s->wait);
         free(s);
         return -ENOMEM;
     }
@@ -634,6 +675,7 @@ void wrk_sim_destroy(wrk_sim_t *s)
         free(s->nodes[i].reqs);
     }
     free(s->nodes);
+    free(s->wait);
     free(s);
 }
 
@@ -692,11 +734,12 @@ const char *wrk_sim_node_name(const wrk_sim_t *s, uint32_t i)
     return i < s->cfg.nodes ? s->nodes[i].name : "";
 }
 
-int wrk_sim_hang(wrk_sim_t *s, const char *node)
+int wrk_sim_hang(wrk_sim_t *s, const char *node, uint64_t *last_hb_ms)
 {
     sim_node_t *n = find_node(s, node);
     if (!n)
         return CH_E_NOTFOUND;
+    *last_hb_ms = n->last_hb_ms;
     n->hung = 1;
     uv_timer_stop(&n->heartbeat);
     uv_timer_stop(&n->step);

@@ -59,7 +59,9 @@ void wrk_sim_destroy(wrk_sim_t *s);
 void wrk_sim_stats(const wrk_sim_t *s, wrk_sim_stats_t *out);
 
 /* Failure injection; CH_E_NOTFOUND when no node (or rank) has that name (number). */
-int wrk_sim_hang(wrk_sim_t *s, const char *node);
+/* *last_hb_ms: when the node sent its last heartbeat (monotonic, CLOCK_MONOTONIC ms as
+ * ch_now_ms; 0: none yet), from which its silence counts. */
+int wrk_sim_hang(wrk_sim_t *s, const char *node, uint64_t *last_hb_ms);
 int wrk_sim_crash(wrk_sim_t *s, const char *node);
 int wrk_sim_disconnect(wrk_sim_t *s, const char *node);
 int wrk_sim_revive(wrk_sim_t *s, const char *node);
