@@ -28,19 +28,22 @@
  * rank r on CPU r mod ncpu. Layouts of 4 ranks therefore share 2 cores: their waits (and
  * the measured bubble) include time a neighbour spent descheduled.
  *
- * Timing: the layouts compared with one another are run in turns, K rounds (--reps) of
- * each: a round creates the layout's trainers, runs W warm-up steps and then S timed steps
- * (a step's time: the slowest rank's), and the layout's figure is its best round's mean
- * (best of K: the machine is shared, and turns make both sides of a ratio see the same
- * load); that round's bubble and breakdown are reported, with the load average
- * (/proc/loadavg) when it ended, and the load at the start and end of the bench.
+ * Timing: the layouts compared with one another are measured in turns. Each holds its
+ * trainers from the start (its ranks' threads block between rounds), and round k of every
+ * layout of the group runs before round k + 1 of any: W warm-up steps in round 0, then S
+ * timed steps a round (a step's time: the slowest rank's). A layout's figure is its best
+ * round's mean (best of K, --reps: the machine is shared, and turns make both sides of a
+ * ratio see the same load); that round's bubble and breakdown are reported with the load
+ * average (/proc/loadavg) after it, and the load at the start and end of the bench.
  * Comparisons end with RESULT lines (DESIGN §12) and the issue's goal, met or not, as text:
  * nothing here passes or fails on a timing.
  *
  * Flags (--name=value): layers embd heads seq vocab (model), batch (global sequences a
  * step; a multiple of 16), warmup (W), steps (S), reps (K), only (eff|bubble|zero|mem),
  * pin. */
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,19 +78,6 @@ typedef struct cfg {
     ch_reshard_t reshard;
     int replicate, create_only;
 } cfg_t;
-
-typedef struct rank_run {
-    uint32_t rank;
-    const cfg_t *c;
-    const ch_jobspec_t *spec;
-    ts_rdzv_table_t *table;
-    int pin;
-    eng_step_info_t info[MAXSTEPS];
-    uint32_t steps_done;
-    eng_trainer_memory_t mem;
-    int rc;
-    char msg[512];
-} rank_run_t;
 
 /* What a layout measured: its best round's mean step time (slowest rank per step), each
  * rank's means over that round's timed steps, and each rank's memory. */
@@ -160,7 +150,7 @@ static void spec_for(const opts_t *o, const cfg_t *c, ch_jobspec_t *j)
     j->parallel.microbatches = c->m;
     j->parallel.micro_batch_size = o->batch / (c->dp * c->m);
     j->parallel.reshard = c->reshard;
-    j->train.steps = c->create_only ? 1 : o->warmup + o->steps;
+    j->train.steps = o->warmup + o->steps * o->reps;
     j->train.lr = 3e-4;
     j->train.warmup = 0;
     j->train.seed = 1337;
@@ -169,40 +159,142 @@ static void spec_for(const opts_t *o, const cfg_t *c, ch_jobspec_t *j)
 }
 
 // ----------------------------------------------------------------------------
-// one round of one layout: its ranks as threads
+// a live layout: its ranks as threads holding their trainers, stepping a round when told
+
+typedef struct live live_t;
+
+typedef struct rank_run {
+    uint32_t rank;
+    live_t *lv;
+    eng_step_info_t info[MAXSTEPS];
+    uint32_t steps_done;
+    eng_trainer_memory_t mem;
+    int rc;
+    char msg[512];
+} rank_run_t;
+
+/* Rounds are posted by the bench's thread: the ranks run round k once posted > k (round 0
+ * with the warm-up steps before its timed ones), and count themselves in `done`. */
+struct live {
+    result_t *r;
+    const opts_t *o;
+    ch_jobspec_t spec;
+    ts_rdzv_table_t table;
+    rank_run_t *ranks;
+    pthread_t *th;
+    uint32_t started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t posted, ready, done;
+    int quit;
+};
+
+static void live_count(live_t *lv, uint32_t *counter)
+{
+    pthread_mutex_lock(&lv->mu);
+    (*counter)++;
+    pthread_cond_broadcast(&lv->cv);
+    pthread_mutex_unlock(&lv->mu);
+}
+
+static void rank_steps(rank_run_t *d, eng_trainer_t *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n && d->rc == 0; i++)
+        d->rc = eng_trainer_step(t, &d->info[d->steps_done++]);
+}
 
 static void *rank_main(void *arg)
 {
     rank_run_t *d = arg;
+    live_t *lv = d->lv;
+    const cfg_t *c = &lv->r->c;
     wrk_coll_t *coll = NULL;
     eng_groups_t *g = NULL;
     eng_trainer_t *t = NULL;
-    ch_layout_t l = ch_jobspec_layout(d->spec);
-    uint32_t world = ch_layout_world(l);
-    if (d->pin) {
+    ch_layout_t l = ch_jobspec_layout(&lv->spec);
+    if (lv->o->pin) {
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET((int)(d->rank % (uint32_t)sysconf(_SC_NPROCESSORS_ONLN)), &set);
         sched_setaffinity(0, sizeof set, &set); /* this thread */
     }
-    if (world > 1) {
-        d->rc = ts_coll_create(d->table, d->rank, world, COLL_TIMEOUT_MS, &coll);
+    if (ch_layout_world(l) > 1) {
+        d->rc = ts_coll_create(&lv->table, d->rank, ch_layout_world(l), COLL_TIMEOUT_MS, &coll);
         if (d->rc == 0)
             d->rc = eng_groups_create(coll, l, d->rank, &g);
     }
     /* peak_flops given: no SGEMM measured at create (MFU is not reported here) */
-    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = d->c->replicate};
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = c->replicate};
     if (d->rc == 0)
-        d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
+        d->rc = eng_trainer_create(&lv->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
         eng_trainer_memory(t, &d->mem);
-    while (d->rc == 0 && !d->c->create_only &&
-           eng_trainer_next_step(t) < eng_trainer_total_steps(t))
-        d->rc = eng_trainer_step(t, &d->info[d->steps_done++]);
+    live_count(lv, &lv->ready);
+    for (uint32_t k = 0;; k++) {
+        pthread_mutex_lock(&lv->mu);
+        while (!lv->quit && lv->posted <= k)
+            pthread_cond_wait(&lv->cv, &lv->mu);
+        int quit = lv->quit;
+        pthread_mutex_unlock(&lv->mu);
+        if (quit)
+            break;
+        rank_steps(d, t, (k == 0 ? lv->o->warmup : 0) + lv->o->steps);
+        live_count(lv, &lv->done);
+    }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
     wrk_coll_destroy(coll);
     return NULL;
+}
+
+static void die(const char *what, const live_t *lv, int rc)
+{
+    char name[96];
+    fprintf(stderr, "bench-parallel: %s: %s", cfg_name(&lv->r->c, name, sizeof name), what);
+    for (uint32_t i = 0; lv->ranks && i < lv->r->world; i++)
+        if (lv->ranks[i].rc < 0)
+            fprintf(stderr, "; rank %u: %s %s", i, ch_strerror(lv->ranks[i].rc), lv->ranks[i].msg);
+    fprintf(stderr, " (%s)\n", ch_strerror(rc));
+    exit(1);
+}
+
+/* Wait until *counter reaches the world; exit if a rank failed. */
+static void live_wait(live_t *lv, const uint32_t *counter, const char *what)
+{
+    pthread_mutex_lock(&lv->mu);
+    while (*counter < lv->r->world)
+        pthread_cond_wait(&lv->cv, &lv->mu);
+    pthread_mutex_unlock(&lv->mu);
+    for (uint32_t i = 0; i < lv->r->world; i++)
+        if (lv->ranks[i].rc < 0)
+            die(what, lv, lv->ranks[i].rc);
+}
+
+/* Start r's ranks and wait until each holds its trainer; r's memory filled. */
+static void live_start(live_t *lv, result_t *r, const opts_t *o)
+{
+    memset(lv, 0, sizeof *lv);
+    lv->r = r;
+    lv->o = o;
+    spec_for(o, &r->c, &lv->spec);
+    ts_rdzv_table_init(&lv->table);
+    pthread_mutex_init(&lv->mu, NULL);
+    pthread_cond_init(&lv->cv, NULL);
+    lv->ranks = calloc(r->world, sizeof *lv->ranks);
+    lv->th = calloc(r->world, sizeof *lv->th);
+    if (!lv->ranks || !lv->th)
+        die("out of memory", lv, -ENOMEM);
+    kn_blas_set_threads((int)r->c.threads);
+    for (uint32_t i = 0; i < r->world; i++) {
+        lv->ranks[i] = (rank_run_t){.rank = i, .lv = lv};
+        int e = pthread_create(&lv->th[i], NULL, rank_main, &lv->ranks[i]);
+        if (e != 0)
+            die("pthread_create", lv, -e);
+        lv->started++;
+    }
+    live_wait(lv, &lv->ready, "create");
+    for (uint32_t i = 0; i < r->world; i++)
+        r->mem[i] = lv->ranks[i].mem;
 }
 
 static void add(eng_step_info_t *acc, const eng_step_info_t *x, double w)
@@ -217,56 +309,51 @@ static void add(eng_step_info_t *acc, const eng_step_info_t *x, double w)
     acc->time.idle += x->time.idle * w;
 }
 
-/* One round of r's layout; keeps it in r when it is r's best so far. Exits on failure
- * (the bench cannot go on without the layout). */
-static void run_round(const opts_t *o, result_t *r)
+/* Round k (0-based) of lv: its ranks step, then its result takes the round if best. */
+static void live_round(live_t *lv, uint32_t k)
 {
-    const cfg_t *c = &r->c;
-    ch_jobspec_t spec;
-    ts_rdzv_table_t table;
-    char name[96];
-    spec_for(o, c, &spec);
-    cfg_name(c, name, sizeof name);
-    rank_run_t *ranks = calloc(r->world, sizeof *ranks);
-    if (!ranks) {
-        fprintf(stderr, "bench-parallel: out of memory\n");
-        exit(1);
-    }
-    ts_rdzv_table_init(&table);
-    for (uint32_t i = 0; i < r->world; i++)
-        ranks[i] = (rank_run_t){.rank = i, .c = c, .spec = &spec, .table = &table, .pin = o->pin};
-    kn_blas_set_threads((int)c->threads);
-    int rc = ts_run_threads(ranks, sizeof *ranks, r->world, rank_main);
-    ts_rdzv_table_fini(&table);
-    for (uint32_t i = 0; rc == 0 && i < r->world; i++)
-        if (ranks[i].rc < 0) {
-            fprintf(stderr, "bench-parallel: %s rank %u: %s %s\n", name, i,
-                    ch_strerror(ranks[i].rc), ranks[i].msg);
-            rc = ranks[i].rc;
-        }
-    if (rc < 0) {
-        fprintf(stderr, "bench-parallel: %s failed (%s)\n", name, ch_strerror(rc));
-        exit(1);
-    }
+    result_t *r = lv->r;
+    const opts_t *o = lv->o;
+    kn_blas_set_threads((int)r->c.threads);
+    pthread_mutex_lock(&lv->mu);
+    lv->done = 0;
+    lv->posted = k + 1;
+    pthread_cond_broadcast(&lv->cv);
+    pthread_mutex_unlock(&lv->mu);
+    live_wait(lv, &lv->done, "step");
+    uint32_t first = o->warmup + k * o->steps;
     double mean = 0;
-    for (uint32_t s = 0; !c->create_only && s < o->steps; s++) {
+    for (uint32_t s = 0; s < o->steps; s++) {
         double slowest = 0;
         for (uint32_t i = 0; i < r->world; i++)
-            slowest = fmax(slowest, ranks[i].info[o->warmup + s].seconds);
+            slowest = fmax(slowest, lv->ranks[i].info[first + s].seconds);
         mean += slowest / o->steps;
     }
     r->round_s[r->rounds++] = mean;
-    if (r->rounds == 1 || mean < r->step_s) {
-        r->step_s = mean;
-        r->load1 = load1();
-        for (uint32_t i = 0; i < r->world; i++) {
-            r->mem[i] = ranks[i].mem;
-            memset(&r->mean[i], 0, sizeof r->mean[i]);
-            for (uint32_t s = 0; !c->create_only && s < o->steps; s++)
-                add(&r->mean[i], &ranks[i].info[o->warmup + s], 1.0 / o->steps);
-        }
+    if (r->rounds > 1 && mean >= r->step_s)
+        return;
+    r->step_s = mean;
+    r->load1 = load1();
+    for (uint32_t i = 0; i < r->world; i++) {
+        memset(&r->mean[i], 0, sizeof r->mean[i]);
+        for (uint32_t s = 0; s < o->steps; s++)
+            add(&r->mean[i], &lv->ranks[i].info[first + s], 1.0 / o->steps);
     }
-    free(ranks);
+}
+
+static void live_stop(live_t *lv)
+{
+    pthread_mutex_lock(&lv->mu);
+    lv->quit = 1;
+    pthread_cond_broadcast(&lv->cv);
+    pthread_mutex_unlock(&lv->mu);
+    for (uint32_t i = 0; i < lv->started; i++)
+        pthread_join(lv->th[i], NULL);
+    ts_rdzv_table_fini(&lv->table);
+    pthread_cond_destroy(&lv->cv);
+    pthread_mutex_destroy(&lv->mu);
+    free(lv->ranks);
+    free(lv->th);
 }
 
 static int same_cfg(const cfg_t *x, const cfg_t *c)
@@ -285,12 +372,12 @@ static const result_t *find(const bench_t *b, const cfg_t *c)
     return NULL;
 }
 
-static void print_result(const result_t *r, uint32_t reps)
+static void print_result(const result_t *r)
 {
     char name[96];
     printf("  %s: %u rank(s), step %.3f s (best of %u rounds:", cfg_name(&r->c, name, sizeof name),
            r->world, r->step_s, r->rounds);
-    for (uint32_t k = 0; k < r->rounds && k < reps; k++)
+    for (uint32_t k = 0; k < r->rounds; k++)
         printf(" %.3f", r->round_s[k]);
     printf("), load1 %.2f\n", r->load1);
     for (uint32_t i = 0; i < r->world; i++) {
@@ -303,8 +390,9 @@ static void print_result(const result_t *r, uint32_t reps)
     }
 }
 
-/* Measure the layouts of cfgs not measured yet, in turns: round k of each before round
- * k + 1 of any (create-only layouts: one round). */
+/* Measure the layouts of cfgs not measured yet, in turns: every layout of the group holds
+ * its trainers from the start, and round k of each runs before round k + 1 of any
+ * (create-only layouts: created, measured, stopped). */
 static void measure_group(bench_t *b, const cfg_t *cfgs, size_t n)
 {
     int first = b->nruns;
@@ -320,14 +408,27 @@ static void measure_group(bench_t *b, const cfg_t *cfgs, size_t n)
         r->c = cfgs[i];
         r->world = r->c.tp * r->c.pp * r->c.dp;
     }
-    uint32_t reps = b->o.reps;
-    for (uint32_t k = 0; k < reps; k++)
-        for (int i = first; i < b->nruns; i++)
-            if (k == 0 || !b->runs[i].c.create_only)
-                run_round(&b->o, &b->runs[i]);
-    for (int i = first; i < b->nruns; i++)
-        if (!b->runs[i].c.create_only)
-            print_result(&b->runs[i], reps);
+    int count = b->nruns - first;
+    live_t *lv = calloc(count ? (size_t)count : 1, sizeof *lv);
+    if (!lv) {
+        fprintf(stderr, "bench-parallel: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < count; i++) {
+        live_start(&lv[i], &b->runs[first + i], &b->o);
+        if (b->runs[first + i].c.create_only)
+            live_stop(&lv[i]);
+    }
+    for (uint32_t k = 0; k < b->o.reps; k++)
+        for (int i = 0; i < count; i++)
+            if (!b->runs[first + i].c.create_only)
+                live_round(&lv[i], k);
+    for (int i = 0; i < count; i++)
+        if (!b->runs[first + i].c.create_only) {
+            live_stop(&lv[i]);
+            print_result(&b->runs[first + i]);
+        }
+    free(lv);
     fflush(stdout);
 }
 
@@ -584,11 +685,11 @@ static void parse(int argc, char **argv, opts_t *o)
             exit(2);
         }
     }
-    if (o->batch % 16 || o->layers < 4 || o->heads % 2 || o->warmup + o->steps > MAXSTEPS ||
-        o->reps > MAXREPS) {
+    if (o->batch % 16 || o->layers < 4 || o->heads % 2 ||
+        o->warmup + o->steps * o->reps > MAXSTEPS || o->reps > MAXREPS) {
         fprintf(stderr,
                 "bench-parallel: --batch must be a multiple of 16, --layers >= 4, --heads "
-                "even, warmup + steps <= %d, reps <= %d\n",
+                "even, warmup + steps * reps <= %d, reps <= %d\n",
                 MAXSTEPS, MAXREPS);
         exit(2);
     }
