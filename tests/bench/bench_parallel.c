@@ -685,6 +685,11 @@ static void parse(int argc, char **argv, opts_t *o)
             exit(2);
         }
     }
+    if (o->only && strcmp(o->only, "eff") && strcmp(o->only, "bubble") && strcmp(o->only, "zero") &&
+        strcmp(o->only, "mem")) {
+        fprintf(stderr, "bench-parallel: --only=%s: eff, bubble, zero or mem\n", o->only);
+        exit(2);
+    }
     if (o->batch % 16 || o->layers < 4 || o->heads % 2 ||
         o->warmup + o->steps * o->reps > MAXSTEPS || o->reps > MAXREPS) {
         fprintf(stderr,
