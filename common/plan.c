@@ -78,8 +78,9 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->owned = nb * p->block_shard + outside;
 
     p->state_bytes = 4 * F32 * p->owned;
+    /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole) */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    p->gathered_bytes = F32 * (gathered + 1) * p->block_tp;
+    p->gathered_bytes = l.dp > 1 ? F32 * (gathered + 1) * p->block_tp : 0;
 
     double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
     double kept = nb * per_block;

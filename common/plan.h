@@ -22,9 +22,9 @@
  *
  * Memory per rank, fp32 (4 bytes a float):
  *   state       owned parameters × 4 floats: master weights, Adam m and v, gradients
- *   gathered    per-use: 2 blocks (the one in use and the next, prefetched); per-step:
- *               every block of the stage; either way plus one block's unsharded gradient
- *               waiting for its reduce-scatter
+ *   gathered    dp > 1 only (ZeRO-3): per-use 2 blocks (the one in use and the next,
+ *               prefetched); per-step every block of the stage; either way plus one
+ *               block's unsharded gradient waiting for its reduce-scatter
  *   activations what the engine's model keeps for backward, per micro-batch:
  *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
  *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and

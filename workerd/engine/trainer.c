@@ -684,17 +684,20 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
          * approximated as the model's FLOPs over pp */
         double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp / t->stages;
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
-        info->bubble = t->stages > 1 ? (double)p2p_ns * 1e-9 / dt : 0;
+        info->bubble = 0;
         double tp_s = (double)(wrk_coll_group_wait_ns(t->tp) - w_tp) * 1e-9;
         double pp_all = (double)(wrk_coll_group_wait_ns(t->pp) - w_pp) * 1e-9;
         double p2p = (double)p2p_ns * 1e-9;
+        /* The step's closing all-reduces over the pipeline column and the embedding group
+         * (the loss and norm, the tied wte) wait for the other stages' flush: pipeline wait
+         * too, and part of the bubble. */
+        double pp_wait = pp_all + (double)(wrk_coll_group_wait_ns(t->emb) - w_emb) * 1e-9;
         info->time.tp = tp_s;
-        info->time.pp_wait = p2p;
-        info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9 +
-                          (double)(wrk_coll_group_wait_ns(t->emb) - w_emb) * 1e-9 +
-                          (pp_all > p2p ? pp_all - p2p : 0);
+        info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
+        info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9;
         info->time.compute = (double)(t->pass_ns - t->pass_comm_ns) * 1e-9;
         info->time.optim = (double)(end - o0) * 1e-9;
+        info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
         double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
                       info->time.compute - info->time.optim;
         info->time.idle = rest > 0 ? rest : 0;

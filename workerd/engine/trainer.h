@@ -59,10 +59,11 @@ typedef struct eng_step_info {
     double loss;          /* mean over the global batch, before the update */
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
-    double bubble; /* pp > 1: time blocked on pipeline send/recv over the step time; else 0 */
+    double bubble; /* pp > 1: time.pp_wait over the step time; else 0 */
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
-     * send/recv; zero: ZeRO-3 gathers and reduce-scatters and the data-parallel gradient
+     * send/recv and in the step's closing all-reduces over the pipeline column and the
+     * embedding group (they wait for the other stages' flush); zero: ZeRO-3 gathers and reduce-scatters and the data-parallel gradient
      * reduction; optim: clipping and AdamW; idle: the rest (data, bookkeeping). */
     struct {
         double compute, tp, pp_wait, zero, optim, idle;
