@@ -1,4 +1,5 @@
 /* Residual add (kernels/residual.h). */
+#include "kernels/pool.h"
 #include "kernels/residual.h"
 
 void kn_residual_fwd_ref(float *out, const float *a, const float *b, size_t n)
@@ -21,4 +22,30 @@ void kn_residual_fwd(float *out, const float *a, const float *b, size_t n)
     for (; i < n; i++) {
         out[i] = a[i] + b[i];
     }
+}
+
+typedef struct axpy_job {
+    float *y;
+    const float *x;
+    size_t n;
+    float a;
+} axpy_job_t;
+
+static void axpy_part(void *ctx, int part, int nparts)
+{
+    const axpy_job_t *j = ctx;
+    size_t lo, hi;
+    kn_part_range(j->n, 16, part, nparts, &lo, &hi);
+    float *restrict y = j->y;
+    const float *restrict x = j->x;
+    float a = j->a;
+    for (size_t i = lo; i < hi; i++) {
+        y[i] += a * x[i];
+    }
+}
+
+void kn_axpy(float *y, const float *x, size_t n, float a)
+{
+    axpy_job_t j = {y, x, n, a};
+    kn_parallel(axpy_part, &j, kn_pool_parts(n, (size_t)1 << 15));
 }

@@ -10,16 +10,24 @@
  * the model's two scratch buffers, [N,4C] and [N,C], so one backward runs at a time.
  *
  * The LM head is tied to wte and fused with the loss (kernels/xent.h). Its logits are
- * held for at most `logits_rows` rows at a time in one buffer per model: when a
- * micro-batch fits, the backward reuses the forward's logits if no other forward has
- * replaced them since; otherwise the forward keeps only each row's log-sum-exp and the
- * backward recomputes each chunk's logits (the same kernel on the same inputs: the same
- * bits; bounded memory). */
+ * held for at most `logits_budget_rows` rows at a time in one buffer per model (the memory
+ * budget). When a micro-batch fits, the forward keeps its logits and the backward reuses
+ * them if no other forward has replaced them since. When it does not fit (and tp == 1),
+ * the forward runs the head's backward too, chunk by chunk (kn_lmhead_fwdbwd): each
+ * chunk's logits are computed once, turned into the unscaled dlogits while still in cache
+ * and consumed by the two backward SGEMMs; what the backward needs is then dx [N,C] and
+ * dwte [V,C], unscaled, which it multiplies by the loss scale. The chunk's rows come from
+ * the cache (head_chunk_rows) and the scratch lives in the logits buffer: rows*Vp + V*C
+ * floats fixed, plus C floats (4*C bytes: 3 KiB for GPT-2) per token row, inside the
+ * 256 MiB budget for GPT-2 up to ~28K rows. If another head forward ran in between, or
+ * the backend lacks those entries, or tp > 1, the backward recomputes each chunk's logits
+ * (the same kernel on the same inputs: the same bits). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -376,6 +384,61 @@ static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t 
                    Vl, C);
 }
 
+/* The cache the fused head's chunk of logits should stay in: the last level's size, at most
+ * 32 MiB (a VM reports its whole socket's), 32 MiB when unknown. */
+#define HEAD_CACHE_MAX ((size_t)32 << 20)
+#define HEAD_MIN_ROWS  64 /* below this the SGEMMs stream wte for too little work */
+
+static size_t head_cache_bytes(void)
+{
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    size_t c = l3 > 0 ? (size_t)l3 : HEAD_CACHE_MAX;
+    return c < HEAD_CACHE_MAX ? c : HEAD_CACHE_MAX;
+}
+
+/* Whether a head forward of N rows with targets takes the fused path, and its chunk rows. */
+static int head_fused(const eng_model_t *m, size_t N, size_t *rows)
+{
+    const eng_backend_t *be = m->be;
+    if (m->tp > 1 || N <= m->logits_budget_rows || be->lmhead_fwdbwd == NULL || be->axpy == NULL)
+        return 0;
+    size_t r = head_cache_bytes() / ((size_t)m->cfg.padded_vocab * sizeof(float));
+    r = r < HEAD_MIN_ROWS ? HEAD_MIN_ROWS : r;
+    r = r > m->logits_budget_rows ? m->logits_budget_rows : r;
+    *rows = r > N ? N : r;
+    return 1;
+}
+
+/* The fused scratch in m->logits: the chunk's logits, then dwte [V,C], then dx [N,C]. */
+static void head_fused_bufs(const eng_model_t *m, size_t rows, float **dwte, float **dx)
+{
+    *dwte = m->logits + rows * m->cfg.padded_vocab;
+    *dx = *dwte + (size_t)m->cfg.vocab * m->cfg.embd;
+}
+
+static int head_fused_forward(eng_model_t *m, eng_acts_t *a, size_t rows)
+{
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
+    size_t N = (size_t)a->B * a->T;
+    size_t need = rows * (size_t)Vp + ((size_t)V + N) * (size_t)C;
+    int rc = logits_for(m, (need + (size_t)Vp - 1) / (size_t)Vp);
+    if (rc < 0)
+        return rc;
+    float *dwte, *dx;
+    head_fused_bufs(m, rows, &dwte, &dx);
+    for (size_t r = 0; r < N; r += rows) {
+        size_t n = N - r < rows ? N - r : rows;
+        be->lmhead_fwdbwd(be, dx + r * C, dwte, m->logits, a->lse + r, a->losses + r,
+                          a->lnf + r * C, m->params + m->wte, a->targets + r, r > 0, (int)n, C, V,
+                          Vp);
+    }
+    return 0;
+}
+
 static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, float *loss)
 {
     const eng_backend_t *be = m->be;
@@ -386,7 +449,11 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     if (rc < 0) {
         return rc;
     }
-    for (size_t r = 0; rc == 0 && r < N; r += rows) {
+    int fused = head_fused(m, N, &rows);
+    if (fused) {
+        rc = head_fused_forward(m, a, rows);
+    }
+    for (size_t r = 0; rc == 0 && !fused && r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
         if (m->tp > 1) {
             rc = head_tp_loss(m, a, r, n);
@@ -409,7 +476,7 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
         *loss = (float)(sum / (double)N);
     }
     m->logits_of = a;
-    m->logits_all = N <= rows;
+    m->logits_all = N <= m->logits_budget_rows;
     a->head_live = 1;
     return 0;
 }
@@ -463,12 +530,26 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     }
     const eng_backend_t *be = m->be;
     int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
-    size_t N = (size_t)a->B * a->T, rows = m->logits_budget_rows;
+    size_t N = (size_t)a->B * a->T, rows = m->logits_budget_rows, frows = 0;
     const float *wte = m->params + m->wte;
     float *gwte = m->grads + m->wte;
+    int rc = 0;
+
+    int fused = m->logits_of == a && head_fused(m, N, &frows);
+    if (fused) {
+        // the forward left the unscaled gradients: scale them in
+        float *dwte_u, *dx_u;
+        head_fused_bufs(m, frows, &dwte_u, &dx_u);
+        be->axpy(be, gwte, dwte_u, (size_t)V * C, grad_scale);
+        rc = be->memset(be, m->dsmall, 0, N * C * sizeof(float));
+        if (rc < 0) {
+            return rc;
+        }
+        be->axpy(be, m->dsmall, dx_u, N * C, grad_scale);
+    }
 
     // LM head, last chunk first: its logits may still be in the buffer
-    for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
+    for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused; r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
         int Vw = m->tp > 1 ? (int)m->Vl : Vp;
         if (!first || m->logits_of != a) {
@@ -490,7 +571,7 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     a->head_live = 0;
 
     /* the vocab-parallel head's input gradient: the sum of every slice's part */
-    int rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
+    rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
     if (rc == 0) {
         rc = be->memset(be, dx, 0, N * C * sizeof(float));
     }
