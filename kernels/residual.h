@@ -1,6 +1,6 @@
 /* Residual connection: out = a + b elementwise (out may alias a or b). Its backward is
  * the identity on both inputs, done by accumulating into one gradient buffer. Fast and
- * reference agree bit for bit. */
+ * reference agree bit for bit (the fast one over the kernels' pool when large). */
 #ifndef KN_RESIDUAL_H
 #define KN_RESIDUAL_H
 

@@ -721,3 +721,24 @@ Test(xent, fwdbwd_matches_forward_then_backward)
     assert_close_f("fused dwte", dw2, dw1, (size_t)V * C, 1e-5, 1e-7);
     free(x), free(wte), free(lg), free(dx1), free(dw1), free(dx2), free(dw2), free(dw3), free(dx3);
 }
+
+/* The elementwise kernels split over the pool give the one-thread bits, in place too. */
+Test(pool, elementwise_kernels_same_bits_for_any_threads)
+{
+    size_t n = 200003;
+    float *x = randn(n, "x", 2), *d = randn(n, "d", 1);
+    float *f1 = zeros(n), *f3 = zeros(n), *b1 = zeros(n), *b3 = randn(n, "d", 1);
+    int saved = kn_pool_threads();
+    kn_pool_set_threads(1);
+    kn_gelu_fwd(f1, x, n);
+    kn_gelu_bwd(b1, x, d, n);
+    kn_pool_set_threads(3);
+    kn_gelu_fwd(f3, x, n);
+    kn_gelu_bwd(b3, x, b3, n); /* dinp aliasing dout, as the model calls it */
+    cr_assert(memcmp(f1, f3, n * 4) == 0 && memcmp(b1, b3, n * 4) == 0);
+    kn_residual_fwd(f3, f3, x, n);
+    kn_pool_set_threads(saved);
+    kn_residual_fwd_ref(f1, f1, x, n);
+    cr_assert(memcmp(f1, f3, n * 4) == 0);
+    free(x), free(d), free(f1), free(f3), free(b1), free(b3);
+}
