@@ -13,7 +13,7 @@
 #include "workerd/rank/rank.h"
 
 #define WRK_PEAK_N       2048 /* n x n x n SGEMM, the size chorus-bench-engine uses */
-#define WRK_PEAK_SECONDS 3.0  /* best of the runs within this long (at least 5) */
+#define WRK_PEAK_SECONDS 1.0  /* best of the runs within this long (at least 5) */
 
 /* FLOP/s of the best n^3 SGEMM (kn_matmul_fwd on the kernels' current thread count) of
  * the runs within `seconds` (at least 5 runs). 0 when out of memory. */
