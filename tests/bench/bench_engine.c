@@ -562,8 +562,9 @@ int main(int argc, char **argv)
            THREADS, peak);
     int have_torch = !no_torch && torch_available();
     if (!have_torch) {
-        printf("PyTorch reference skipped: " PYTHON " cannot import torch "
-               "(Debian: apt-get install python3-torch)\n");
+        printf("PyTorch reference skipped: %s\n",
+               no_torch ? "--no-torch"
+                        : PYTHON " cannot import torch (Debian: apt-get install python3-torch)");
     }
     torch_ref_t tr = {0};
     int rc = 0;
