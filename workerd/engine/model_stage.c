@@ -16,18 +16,18 @@
  * the forward runs the head's backward too, chunk by chunk (kn_lmhead_fwdbwd): each
  * chunk's logits are computed once, turned into the unscaled dlogits while still in cache
  * and consumed by the two backward SGEMMs; what the backward needs is then dx [N,C] and
- * dwte [V,C], unscaled, which it multiplies by the loss scale. The chunk's rows come from
- * the cache (head_chunk_rows) and the scratch lives in the logits buffer: rows*Vp + V*C
- * floats fixed, plus C floats (4*C bytes: 3 KiB for GPT-2) per token row, inside the
- * 256 MiB budget for GPT-2 up to ~28K rows. If another head forward ran in between, or
- * the backend lacks those entries, or tp > 1, the backward recomputes each chunk's logits
- * (the same kernel on the same inputs: the same bits). */
+ * dwte [V,C], unscaled, which it multiplies by the loss scale. The scratch lives in the
+ * logits buffer: a chunk of rows*Vp floats (head_fused picks rows from the memory budget and
+ * the SGEMMs' cache blocking), V*C floats for dwte, plus C floats (4*C bytes: 3 KiB for
+ * GPT-2) per token row; for GPT-2 at B8 T256, 4 chunks of 512 rows, all inside the
+ * budget's 256 MiB buffer (it grows only when a chunk of HEAD_MIN_ROWS does not fit). If another
+ * head forward ran in between, or the backend lacks those entries, or tp > 1, the backward
+ * recomputes each chunk's logits (the same kernel on the same inputs: the same bits). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -384,20 +384,13 @@ static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t 
                    Vl, C);
 }
 
-/* The cache the fused head's chunk of logits should stay in: the last level's size, at most
- * 32 MiB (a VM reports its whole socket's), 32 MiB when unknown. */
-#define HEAD_CACHE_MAX ((size_t)32 << 20)
-#define HEAD_MIN_ROWS  64 /* below this the SGEMMs stream wte for too little work */
-
-static size_t head_cache_bytes(void)
-{
-    long l3 = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    size_t c = l3 > 0 ? (size_t)l3 : HEAD_CACHE_MAX;
-    return c < HEAD_CACHE_MAX ? c : HEAD_CACHE_MAX;
-}
+/* The fused head's chunk: as many rows as the logits budget (memory) leaves after its dwte
+ * and dx, but at least HEAD_MIN_ROWS: the dwte SGEMM's inner dimension is the chunk's rows,
+ * and below OpenBLAS's K block (sized for the L2 cache; 256-384 on x86-64) each chunk
+ * streams the whole [V,C] dwte through memory for too little work. Measured on the 2-core
+ * VM at GPT-2 B8 T256: 512-row chunks 12.5-16 s, 166-row (32 MiB of logits, an L3's
+ * worth) 16-20 s, the old recomputing path 14-23 s (under load). Chunks balanced. */
+#define HEAD_MIN_ROWS 384
 
 /* Whether a head forward of N rows with targets takes the fused path, and its chunk rows. */
 static int head_fused(const eng_model_t *m, size_t N, size_t *rows)
@@ -405,10 +398,13 @@ static int head_fused(const eng_model_t *m, size_t N, size_t *rows)
     const eng_backend_t *be = m->be;
     if (m->tp > 1 || N <= m->logits_budget_rows || be->lmhead_fwdbwd == NULL || be->axpy == NULL)
         return 0;
-    size_t r = head_cache_bytes() / ((size_t)m->cfg.padded_vocab * sizeof(float));
+    size_t Vp = m->cfg.padded_vocab, budget = m->logits_budget_rows * Vp;
+    size_t fixed = ((size_t)m->cfg.vocab + N) * m->cfg.embd;
+    size_t r = budget > fixed ? (budget - fixed) / Vp : 0;
     r = r < HEAD_MIN_ROWS ? HEAD_MIN_ROWS : r;
-    r = r > m->logits_budget_rows ? m->logits_budget_rows : r;
-    *rows = r > N ? N : r;
+    r = r > N ? N : r;
+    size_t chunks = (N + r - 1) / r;
+    *rows = (N + chunks - 1) / chunks;
     return 1;
 }
 
