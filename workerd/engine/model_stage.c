@@ -14,8 +14,8 @@
  * budget). When a micro-batch fits, the forward keeps its logits and the backward reuses
  * them if no other forward has replaced them since. When it does not fit (and tp == 1),
  * the forward runs the head's backward too, chunk by chunk (kn_lmhead_fwdbwd): each
- * chunk's logits are computed once, turned into the unscaled dlogits while still in cache
- * and consumed by the two backward SGEMMs; what the backward needs is then dx [N,C] and
+ * chunk's logits are computed once, turned into the unscaled dlogits in place and consumed
+ * at once by the two backward SGEMMs; what the backward needs is then dx [N,C] and
  * dwte [V,C], unscaled, which it multiplies by the loss scale. The scratch lives in the
  * logits buffer: a chunk of rows*Vp floats (head_fused picks rows from the memory budget and
  * the SGEMMs' cache blocking), V*C floats for dwte, plus C floats (4*C bytes: 3 KiB for
