@@ -25,7 +25,8 @@ typedef void (*kn_part_fn)(void *ctx, int part, int nparts);
 void kn_pool_set_threads(int n);
 int kn_pool_threads(void);
 
-/* Run fn over nparts parts (nparts <= 0: kn_pool_threads()). */
+/* Run fn over nparts parts (nparts <= 0: kn_pool_threads(); more than KN_POOL_MAX run one
+ * after another on the caller). */
 void kn_parallel(kn_part_fn fn, void *ctx, int nparts);
 
 /* Parts for n elements of work when each part should get at least min_per_part:

@@ -97,7 +97,7 @@ void kn_parallel(kn_part_fn fn, void *ctx, int nparts)
     if (nparts <= 0) {
         nparts = kn_pool_threads();
     }
-    if (nparts == 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+    if (nparts == 1 || nparts > KN_POOL_MAX || pthread_mutex_trylock(&pool.busy) != 0) {
         run_alone(fn, ctx, nparts);
         return;
     }
