@@ -12,7 +12,13 @@
  * equality to ~1 ulp per op is.) The reference computes the textbook formula in double:
  *   p -= lr*wd*p; m, v as above; p -= lr * mhat / (sqrt(vhat) + eps).
  *
- * kn_sumsq returns sum x^2 accumulated in double (fast: lanes; reference: sequential). */
+ * kn_sumsq returns sum x^2 accumulated in double. Fast: blocks of 65536 elements, each
+ * summed in 8 lanes, the block sums added in order; the bits do not depend on the thread
+ * count (ranks with different counts agree), and for n <= 65536 they are one block's.
+ * Reference: sequential.
+ *
+ * The fast kernels here run on the kernels' pool (kernels/pool.h) when n is large, split
+ * elementwise (adamw, scale) or by those blocks (sumsq): the same bits for any thread count. */
 #ifndef KN_ADAMW_H
 #define KN_ADAMW_H
 
@@ -23,6 +29,15 @@ void kn_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr,
               double beta2, double eps, double wd, uint64_t t);
 void kn_adamw_ref(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
                   double beta2, double eps, double wd, uint64_t t);
+
+/* kn_adamw on the gradient g[i] * gscale (clip_grad_norm_'s coefficient, or 1: exact), with
+ * g[0..n) set to zero afterwards when zero_g: one pass where clipping, the update and the
+ * next step's zero_grad took three. The same bits as kn_scale(g, n, gscale) then kn_adamw. */
+void kn_adamw_fused(float *p, float *g, float *m, float *v, size_t n, double lr, double beta1,
+                    double beta2, double eps, double wd, uint64_t t, float gscale, int zero_g);
+
+/* x[i] *= c */
+void kn_scale(float *x, size_t n, float c);
 
 double kn_sumsq(const float *x, size_t n);
 double kn_sumsq_ref(const float *x, size_t n);

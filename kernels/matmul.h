@@ -17,7 +17,8 @@ void kn_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
 void kn_matmul_bwd_ref(float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int N, int C, int OC);
 
-/* OpenBLAS thread count: the caller (training loop, bench) decides. */
+/* The kernels' thread count: OpenBLAS's and the pool's of the other fast kernels
+ * (kernels/pool.h). The caller (training loop, bench) decides. */
 void kn_blas_set_threads(int n);
 int kn_blas_threads(void);
 

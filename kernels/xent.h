@@ -7,7 +7,9 @@
  * the logits into dlogits in place and hands them to two SGEMMs (dx, dwte), so nothing
  * larger than the [N,Vp] chunk is ever materialised. The caller picks N to bound memory.
  *
- * Fast: SGEMM + vectorised max/exp/sum (kn_vexpf). Reference: loops, expf, double sums.
+ * Fast: SGEMM + vectorised max/exp/sum (kn_vexpf), the per-row work spread over the kernels'
+ * pool (kernels/pool.h; rows are independent: the same bits for any thread count).
+ * Reference: loops, expf, double sums.
  * Agreement: loss within ~1e-5 relative, gradients within ~1e-5 relative. */
 #ifndef KN_XENT_H
 #define KN_XENT_H
@@ -28,5 +30,17 @@ void kn_lmhead_bwd(float *dx, float *dwte, float *logits, const float *lse, cons
 void kn_lmhead_bwd_ref(float *dx, float *dwte, float *logits, const float *lse, const float *x,
                        const float *wte, const int32_t *targets, float scale, int N, int C, int V,
                        int Vp);
+
+/* Forward and backward of one chunk of rows in one pass, for a loss scale not yet known:
+ * logits [N,Vp] scratch (left holding G); lse, losses as kn_lmhead_fwd (targets required);
+ * then with G = softmax - onehot(target) over the V real columns (the gradient of
+ * sum_n losses[n], unscaled), dx [N,C] = G @ wte[:V] (overwritten) and dwte [V,C] += G^T @ x
+ * (acc != 0) or = (acc == 0). The caller multiplies both by the loss scale when it knows it:
+ * kn_lmhead_bwd's sums with the scale applied after them instead of before (equal to a few
+ * ulp; exactly when the scale is a power of two). The logits are computed once: the caller
+ * keeps dx and dwte instead of the logits, whose chunk stays small enough for the cache. */
+void kn_lmhead_fwdbwd(float *dx, float *dwte, float *logits, float *lse, float *losses,
+                      const float *x, const float *wte, const int32_t *targets, int acc, int N,
+                      int C, int V, int Vp);
 
 #endif

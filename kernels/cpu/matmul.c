@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/pool.h"
 
 // ----------------------------------------------------------------------------
 // reference: plain loops, double accumulators
@@ -98,6 +99,7 @@ void kn_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
 void kn_blas_set_threads(int n)
 {
     openblas_set_num_threads(n);
+    kn_pool_set_threads(n);
 }
 
 int kn_blas_threads(void)

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "kernels/pool.h"
 #include "kernels/vmath.h"
 #include "kernels/xent.h"
 
@@ -90,6 +91,47 @@ static float sum_exp(const float *x, float shift, int n)
     return s;
 }
 
+/* Rows [lo, hi) of a chunk: lse, losses, and with grad also the unscaled or scaled
+ * dlogits in place. Rows are independent: split over the pool anywhere, the same bits. */
+typedef struct xent_rows {
+    float *logits, *lse, *losses;
+    const int32_t *targets;
+    int N, V, Vp;
+    int want_lse;  /* compute lse (and losses when given) from the logits */
+    int want_grad; /* overwrite the logits with (softmax - onehot) * scale */
+    float scale;
+} xent_rows_t;
+
+static void xent_rows_part(void *ctx, int part, int nparts)
+{
+    const xent_rows_t *j = ctx;
+    size_t lo, hi;
+    kn_part_range((size_t)j->N, 1, part, nparts, &lo, &hi);
+    for (size_t n = lo; n < hi; n++) {
+        float *row = j->logits + n * (size_t)j->Vp;
+        if (j->want_lse) {
+            float maxval = kn_vmax(row, (size_t)j->V);
+            j->lse[n] = maxval + logf(sum_exp(row, maxval, j->V));
+            if (j->targets != NULL && j->losses != NULL) {
+                j->losses[n] = j->lse[n] - row[j->targets[n]];
+            }
+        }
+        if (j->want_grad) {
+            float shift = j->lse[n], scale = j->scale;
+            for (int v = 0; v < j->V; v++) {
+                row[v] = kn_vexpf(row[v] - shift) * scale;
+            }
+            row[j->targets[n]] -= scale;
+        }
+    }
+}
+
+/* rows of ~V exponentials each: a part needs a few rows to be worth a thread */
+static void xent_rows(xent_rows_t *j)
+{
+    kn_parallel(xent_rows_part, j, kn_pool_parts((size_t)j->N * (size_t)j->V, (size_t)1 << 17));
+}
+
 void kn_lmhead_fwd(float *logits, float *lse, float *losses, const float *x, const float *wte,
                    const int32_t *targets, int N, int C, int V, int Vp)
 {
@@ -98,31 +140,33 @@ void kn_lmhead_fwd(float *logits, float *lse, float *losses, const float *x, con
     if (lse == NULL) {
         return;
     }
-    for (int n = 0; n < N; n++) {
-        const float *row = logits + (size_t)n * Vp;
-        float maxval = kn_vmax(row, (size_t)V);
-        lse[n] = maxval + logf(sum_exp(row, maxval, V));
-        if (targets != NULL && losses != NULL) {
-            losses[n] = lse[n] - row[targets[n]];
-        }
-    }
+    xent_rows_t j = {logits, lse, losses, targets, N, V, Vp, 1, 0, 0.0f};
+    xent_rows(&j);
 }
 
 void kn_lmhead_bwd(float *dx, float *dwte, float *logits, const float *lse, const float *x,
                    const float *wte, const int32_t *targets, float scale, int N, int C, int V,
                    int Vp)
 {
-    for (int n = 0; n < N; n++) {
-        float *row = logits + (size_t)n * Vp;
-        float shift = lse[n];
-        for (int v = 0; v < V; v++) {
-            row[v] = kn_vexpf(row[v] - shift) * scale;
-        }
-        row[targets[n]] -= scale;
-    }
+    xent_rows_t j = {logits, (float *)lse, NULL, targets, N, V, Vp, 0, 1, scale};
+    xent_rows(&j);
     // only the V real columns/rows take part; padded wte rows get nothing
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, logits, Vp, wte, C, 0.0f,
                 dx, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, logits, Vp, x, C, 1.0f,
                 dwte, C);
+}
+
+void kn_lmhead_fwdbwd(float *dx, float *dwte, float *logits, float *lse, float *losses,
+                      const float *x, const float *wte, const int32_t *targets, int acc, int N,
+                      int C, int V, int Vp)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, Vp, C, 1.0f, x, C, wte, C, 0.0f, logits,
+                Vp);
+    xent_rows_t j = {logits, lse, losses, targets, N, V, Vp, 1, 1, 1.0f};
+    xent_rows(&j);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, logits, Vp, wte, C, 0.0f,
+                dx, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, logits, Vp, x, C,
+                acc ? 1.0f : 0.0f, dwte, C);
 }

@@ -1,16 +1,21 @@
 /* chorus-bench-engine: training-step throughput of the CPU engine.
  *
- * In one run, with OpenBLAS on 2 threads (both cores of the CI machine):
+ * In one run, with the kernels on 2 threads (both cores of the CI machine; OpenBLAS and the
+ * kernels' pool alike):
  *   1. SGEMM peak: a 2048^3 single-precision matmul through kn_matmul_fwd (OpenBLAS,
  *      2 threads; best of 5, measured again after each model, the highest kept), the
  *      reference for MFU;
- *   2. for a small GPT (6 x 384, seq 256, B 4) and GPT-2 124M (12 x 768, seq 1024, B 1):
- *      full training steps (zero_grad, forward and backward on one micro-batch's acts,
- *      AdamW, all through the CPU backend table), model FLOP/s by the
- *      DESIGN §7 formula, MFU = that / SGEMM peak, tokens/s, all from the fastest timed
- *      step (the machines are shared; best-of is what repeats);
- *   3. a per-kernel breakdown at the same shapes (each kernel of the backend table timed alone,
- * times the number of calls in a step);
+ *   2. for a small GPT (6 x 384, seq 256, B 4) and GPT-2 124M (seq 1024 B 1, seq 64 B 4,
+ *      seq 256 B 8): full training steps as the trainer takes them (forward and backward on
+ *      one micro-batch's acts, the global gradient norm, then clipping, AdamW and the
+ *      gradient reset in one fused pass: eng_optim_step_fused; all through the backend
+ *      table), model FLOP/s by the DESIGN §7 formula, MFU = that / SGEMM peak, tokens/s, all
+ *      from the fastest timed step (the machines are shared; best-of is what repeats), and
+ *      the optimizer's share of the step (norm + update);
+ *   3. a per-kernel breakdown of those same timed steps: the model runs on a profiling
+ *      backend that times every call of the CPU table (the shapes, caches and threads of
+ *      training, because it is training), plus the gradient norm; the rows' sum is printed
+ *      against the mean step, and what is left is the host code between kernels;
  *   4. when /usr/bin/python3 has torch: the same models in PyTorch on the same cores
  *      (tests/bench/torch_engine.py), for the tokens/s ratio against PyTorch at its best:
  *      for the small model the script sweeps PyTorch's CPU options (threads, mkldnn,
@@ -18,7 +23,9 @@
  *      fastest; GPT-2 124M runs PyTorch's defaults and the small model's winner (a sweep
  *      there would take many minutes). Each ratio is given against the best variant
  *      (pytorch-best, named) and against PyTorch's defaults (pytorch-default).
- * An optional argument runs one config only ("small" or "gpt2_124m").
+ * Arguments: config names to run (default: all); --unfused takes the optimizer the old way
+ * (eng_model_zero_grad, eng_grad_clip, eng_optim_step: three passes) for comparison;
+ * --no-torch skips PyTorch.
  * Each comparison ends with a RESULT line (DESIGN §12). */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +37,7 @@
 #include "kernels/matmul.h"
 #include "workerd/engine/backend.h"
 #include "workerd/engine/model.h"
+#include "workerd/engine/optim.h"
 
 #define THREADS 2
 
@@ -45,7 +53,11 @@ typedef struct bench_cfg {
 static const bench_cfg_t configs[] = {
     {"small", {6, 6, 384, 50257, 50304, 256}, 4, 5, 2, 1},
     {"gpt2_124m", {12, 12, 768, 50257, 50304, 1024}, 1, 3, 1, 0},
+    {"gpt2_124m_b4t64", {12, 12, 768, 50257, 50304, 64}, 4, 5, 1, 0},
+    {"gpt2_124m_b8t256", {12, 12, 768, 50257, 50304, 256}, 8, 3, 1, 0},
 };
+
+static int unfused; /* --unfused: the optimizer in three passes, as before the fused step */
 
 static double secs(uint64_t t0)
 {
@@ -83,11 +95,318 @@ static double sgemm_peak_gflops(void)
 }
 
 // ----------------------------------------------------------------------------
+// the profiling backend: the CPU table underneath, every call timed into a row
+
+#define MAX_ROWS 48
+
+typedef struct prof_row {
+    char name[48];
+    double s, flop; /* summed over the calls */
+    long calls;
+} prof_row_t;
+
+static struct {
+    const eng_backend_t *cpu;
+    int C; /* the model's width, to name the matmuls */
+    prof_row_t rows[MAX_ROWS];
+    int n;
+} prof;
+
+static void prof_add(const char *name, uint64_t t0, double flop)
+{
+    double dt = secs(t0);
+    int i = 0;
+    while (i < prof.n && strcmp(prof.rows[i].name, name) != 0) {
+        i++;
+    }
+    if (i == prof.n) {
+        if (prof.n == MAX_ROWS) {
+            return;
+        }
+        snprintf(prof.rows[prof.n++].name, sizeof prof.rows[0].name, "%s", name);
+    }
+    prof.rows[i].s += dt;
+    prof.rows[i].flop += flop;
+    prof.rows[i].calls++;
+}
+
+#define TIMED(name, flop, call)                                                                    \
+    do {                                                                                           \
+        uint64_t t0_ = ch_now_ns();                                                                \
+        call;                                                                                      \
+        prof_add(name, t0_, flop);                                                                 \
+    } while (0)
+
+static const char *mm_name(int fwd, int C, int OC)
+{
+    int c = prof.C;
+    if (C == c && OC == 3 * c) {
+        return fwd ? "matmul fwd c_attn" : "matmul bwd c_attn";
+    }
+    if (C == c && OC == c) {
+        return fwd ? "matmul fwd attn.c_proj" : "matmul bwd attn.c_proj";
+    }
+    if (C == c && OC == 4 * c) {
+        return fwd ? "matmul fwd c_fc" : "matmul bwd c_fc";
+    }
+    if (C == 4 * c && OC == c) {
+        return fwd ? "matmul fwd mlp.c_proj" : "matmul bwd mlp.c_proj";
+    }
+    return fwd ? "matmul fwd other" : "matmul bwd other";
+}
+
+static int p_alloc(const eng_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    return prof.cpu->alloc(prof.cpu, bytes, out);
+}
+
+static void p_free(const eng_backend_t *be, void *p)
+{
+    (void)be;
+    prof.cpu->free(prof.cpu, p);
+}
+
+static int p_copy(const eng_backend_t *be, void *dst, const void *src, size_t bytes,
+                  eng_copy_dir_t dir)
+{
+    (void)be;
+    int rc;
+    TIMED("copy", 0, rc = prof.cpu->copy(prof.cpu, dst, src, bytes, dir));
+    return rc;
+}
+
+static int p_memset(const eng_backend_t *be, void *p, int value, size_t bytes)
+{
+    (void)be;
+    int rc;
+    TIMED("memset (zero_grad, dx)", 0, rc = prof.cpu->memset(prof.cpu, p, value, bytes));
+    return rc;
+}
+
+static void p_encoder_fwd(const eng_backend_t *be, float *out, const int32_t *inp, const float *wte,
+                          const float *wpe, int B, int T, int C)
+{
+    (void)be;
+    TIMED("encoder fwd", 0, prof.cpu->encoder_fwd(prof.cpu, out, inp, wte, wpe, B, T, C));
+}
+
+static void p_encoder_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                          const int32_t *inp, int B, int T, int C)
+{
+    (void)be;
+    TIMED("encoder bwd", 0, prof.cpu->encoder_bwd(prof.cpu, dwte, dwpe, dout, inp, B, T, C));
+}
+
+static void p_layernorm_fwd(const eng_backend_t *be, float *out, float *mean, float *rstd,
+                            const float *inp, const float *weight, const float *bias, int N, int C)
+{
+    (void)be;
+    TIMED("layernorm fwd", 0,
+          prof.cpu->layernorm_fwd(prof.cpu, out, mean, rstd, inp, weight, bias, N, C));
+}
+
+static void p_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int N, int C)
+{
+    (void)be;
+    TIMED("layernorm bwd", 0,
+          prof.cpu->layernorm_bwd(prof.cpu, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                                  C));
+}
+
+static void p_matmul_fwd(const eng_backend_t *be, float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int C, int OC)
+{
+    (void)be;
+    TIMED(mm_name(1, C, OC), 2.0 * N * C * OC,
+          prof.cpu->matmul_fwd(prof.cpu, out, inp, weight, bias, N, C, OC));
+}
+
+static void p_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight, int N, int C,
+                         int OC)
+{
+    (void)be;
+    TIMED(mm_name(0, C, OC), 4.0 * N * C * OC,
+          prof.cpu->matmul_bwd(prof.cpu, dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+}
+
+/* QK^T and PV over the causal half */
+static double att_flop(int B, int T, int C)
+{
+    return 2.0 * 2.0 * B * (double)T * T / 2 * C;
+}
+
+static void p_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
+                            int B, int T, int C, int NH)
+{
+    (void)be;
+    TIMED("attention fwd", att_flop(B, T, C),
+          prof.cpu->attention_fwd(prof.cpu, out, att, qkv, B, T, C, NH));
+}
+
+static void p_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+    (void)be;
+    TIMED("attention bwd", 2 * att_flop(B, T, C),
+          prof.cpu->attention_bwd(prof.cpu, dqkv, scratch, dout, qkv, att, B, T, C, NH));
+}
+
+static void p_gelu_fwd(const eng_backend_t *be, float *out, const float *inp, size_t n)
+{
+    (void)be;
+    TIMED("gelu fwd", 0, prof.cpu->gelu_fwd(prof.cpu, out, inp, n));
+}
+
+static void p_gelu_bwd(const eng_backend_t *be, float *dinp, const float *inp, const float *dout,
+                       size_t n)
+{
+    (void)be;
+    TIMED("gelu bwd", 0, prof.cpu->gelu_bwd(prof.cpu, dinp, inp, dout, n));
+}
+
+static void p_residual_fwd(const eng_backend_t *be, float *out, const float *a, const float *b,
+                           size_t n)
+{
+    (void)be;
+    TIMED("residual", 0, prof.cpu->residual_fwd(prof.cpu, out, a, b, n));
+}
+
+static void p_lmhead_fwd(const eng_backend_t *be, float *logits, float *lse, float *losses,
+                         const float *x, const float *wte, const int32_t *targets, int N, int C,
+                         int V, int Vp)
+{
+    (void)be;
+    TIMED("lm head + xent fwd", 2.0 * N * C * Vp,
+          prof.cpu->lmhead_fwd(prof.cpu, logits, lse, losses, x, wte, targets, N, C, V, Vp));
+}
+
+static void p_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                         const float *lse, const float *x, const float *wte, const int32_t *targets,
+                         float scale, int N, int C, int V, int Vp)
+{
+    (void)be;
+    TIMED(
+        "lm head + xent bwd", 4.0 * N * C * V,
+        prof.cpu->lmhead_bwd(prof.cpu, dx, dwte, logits, lse, x, wte, targets, scale, N, C, V, Vp));
+}
+
+static void p_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                            float *lse, float *losses, const float *x, const float *wte,
+                            const int32_t *targets, int acc, int N, int C, int V, int Vp)
+{
+    (void)be;
+    TIMED("lm head + xent fwd+bwd", 2.0 * N * C * Vp + 4.0 * N * C * V,
+          prof.cpu->lmhead_fwdbwd(prof.cpu, dx, dwte, logits, lse, losses, x, wte, targets, acc, N,
+                                  C, V, Vp));
+}
+
+static void p_axpy(const eng_backend_t *be, float *y, const float *x, size_t n, float a)
+{
+    (void)be;
+    TIMED("axpy (head grads)", 0, prof.cpu->axpy(prof.cpu, y, x, n, a));
+}
+
+static void p_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+                    double lr, double b1, double b2, double eps, double wd, uint64_t t)
+{
+    (void)be;
+    TIMED("adamw", 0, prof.cpu->adamw(prof.cpu, p, g, m, v, n, lr, b1, b2, eps, wd, t));
+}
+
+static void p_adamw_fused(const eng_backend_t *be, float *p, float *g, float *m, float *v, size_t n,
+                          double lr, double b1, double b2, double eps, double wd, uint64_t t,
+                          float gscale, int zero_g)
+{
+    (void)be;
+    TIMED("adamw + clip + zero (fused)", 0,
+          prof.cpu->adamw_fused(prof.cpu, p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale, zero_g));
+}
+
+static double p_sumsq(const eng_backend_t *be, const float *x, size_t n)
+{
+    (void)be;
+    double r;
+    TIMED("sumsq", 0, r = prof.cpu->sumsq(prof.cpu, x, n));
+    return r;
+}
+
+static void p_scale(const eng_backend_t *be, float *x, size_t n, float c)
+{
+    (void)be;
+    TIMED("scale", 0, prof.cpu->scale(prof.cpu, x, n, c));
+}
+
+static const eng_backend_t prof_backend = {
+    .name = "profiling",
+    .host_memory = 1,
+    .alloc = p_alloc,
+    .free = p_free,
+    .copy = p_copy,
+    .memset = p_memset,
+    .encoder_fwd = p_encoder_fwd,
+    .encoder_bwd = p_encoder_bwd,
+    .layernorm_fwd = p_layernorm_fwd,
+    .layernorm_bwd = p_layernorm_bwd,
+    .matmul_fwd = p_matmul_fwd,
+    .matmul_bwd = p_matmul_bwd,
+    .attention_fwd = p_attention_fwd,
+    .attention_bwd = p_attention_bwd,
+    .gelu_fwd = p_gelu_fwd,
+    .gelu_bwd = p_gelu_bwd,
+    .residual_fwd = p_residual_fwd,
+    .lmhead_fwd = p_lmhead_fwd,
+    .lmhead_bwd = p_lmhead_bwd,
+    .lmhead_fwdbwd = p_lmhead_fwdbwd,
+    .axpy = p_axpy,
+    .adamw = p_adamw,
+    .adamw_fused = p_adamw_fused,
+    .sumsq = p_sumsq,
+    .scale = p_scale,
+};
+
+// ----------------------------------------------------------------------------
 // whole training steps
 
 typedef struct run {
     double step_s, mean_s, gflops, tokens_per_s; /* step_s: the fastest timed step */
+    double optim_s;                              /* mean over the timed steps: norm + update */
 } run_t;
+
+static int cmp_rows(const void *a, const void *b)
+{
+    double x = ((const prof_row_t *)a)->s, y = ((const prof_row_t *)b)->s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The profile of the timed steps, per step, against their mean. */
+static void print_profile(const bench_cfg_t *bc, int steps, double mean_s)
+{
+    qsort(prof.rows, (size_t)prof.n, sizeof prof.rows[0], cmp_rows);
+    printf("  %s per-kernel profile of the timed steps (the calls training makes, timed in "
+           "place; per step):\n",
+           bc->name);
+    printf("    %-30s %8s %10s %10s %7s %9s\n", "kernel", "calls", "ms/call", "ms/step", "% step",
+           "GFLOP/s");
+    double sum = 0.0;
+    for (int i = 0; i < prof.n; i++) {
+        const prof_row_t *r = &prof.rows[i];
+        double per_step = r->s / steps;
+        sum += per_step;
+        printf("    %-30s %8.1f %10.3f %10.2f %6.1f%%", r->name, (double)r->calls / steps,
+               r->s / (double)r->calls * 1e3, per_step * 1e3, 100.0 * per_step / mean_s);
+        if (r->flop > 0) {
+            printf(" %9.1f", r->flop / r->s * 1e-9);
+        }
+        printf("\n");
+    }
+    printf("    %-30s %8s %10s %10.2f %6.1f%% of the mean step %.2f ms (the rest, %.2f ms: host "
+           "code between kernels)\n",
+           "sum", "", "", sum * 1e3, 100.0 * sum / mean_s, mean_s * 1e3, (mean_s - sum) * 1e3);
+}
 
 static int train_steps(const bench_cfg_t *bc, run_t *out)
 {
@@ -95,172 +414,80 @@ static int train_steps(const bench_cfg_t *bc, run_t *out)
     uint32_t B = bc->B, T = c->seq_len;
     size_t N = (size_t)B * T;
     eng_model_t *m = NULL;
+    eng_model_opts_t mo = {.backend = &prof_backend};
+    prof.cpu = eng_backend_cpu();
+    prof.C = (int)c->embd;
     uint64_t t0 = ch_now_ns();
-    int rc = eng_model_create(c, B, 1337, &m);
+    int rc = eng_model_create_opts(c, &mo, B, 1337, &m);
     if (rc < 0) {
         fprintf(stderr, "bench-engine: eng_model_create: %d\n", rc);
         return rc;
     }
     printf("  %s: %zu parameters, created in %.2f s\n", bc->name, eng_model_nparams(m), secs(t0));
     size_t n = eng_model_nparams(m);
-    const eng_backend_t *be = eng_model_backend(m);
-    float *mom = calloc(n, sizeof *mom), *vel = calloc(n, sizeof *vel);
+    eng_optim_t o;
     int32_t *tok = malloc((N + 1) * sizeof *tok);
     eng_acts_t *acts = NULL;
-    if (!mom || !vel || !tok || eng_acts_create(m, B, &acts) < 0) {
+    if (eng_optim_init(&o, n) < 0) {
+        free(tok);
+        eng_model_destroy(m);
+        return -1;
+    }
+    if (!tok || eng_acts_create(m, B, &acts) < 0) {
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i <= N; i++) {
         tok[i] = (int32_t)(ch_rng_uniform_key(42, i) * c->vocab);
     }
-    double total = 0.0, best = INFINITY;
+    double total = 0.0, best = INFINITY, optim = 0.0;
     for (int s = 0; s <= bc->steps; s++) {
         float loss = 0.0f;
+        if (s == 1) {
+            memset(&prof.rows, 0, sizeof prof.rows); /* the warm-up step is not profiled */
+            prof.n = 0;
+        }
         t0 = ch_now_ns();
-        eng_model_zero_grad(m);
+        if (unfused) {
+            eng_model_zero_grad(m);
+        }
         rc = eng_model_forward_acts(m, acts, tok, tok + 1, B, T, &loss);
         rc = rc < 0 ? rc : eng_model_backward_acts(m, acts, 1.0f / (float)N);
         if (rc < 0) {
             fprintf(stderr, "bench-engine: step: %d\n", rc);
             goto out;
         }
-        float *p = eng_model_params(m);
-        const float *g = eng_model_grads(m);
-        for (size_t i = 0; i < eng_model_ntensors(m); i++) {
-            const eng_tensor_t *t = eng_model_tensor(m, i);
-            be->adamw(be, p + t->offset, g + t->offset, mom + t->offset, vel + t->offset, t->numel,
-                      6e-4, 0.9, 0.95, 1e-8, t->decay ? 0.1 : 0.0, (uint64_t)s + 1);
+        uint64_t t_opt = ch_now_ns();
+        double norm = 0.0;
+        if (unfused) {
+            TIMED("grad norm + clip (unfused)", 0,
+                  norm = eng_grad_clip(eng_model_grads(m), n, o.max_grad_norm));
+            rc = eng_optim_step(&o, m, 6e-4);
+        } else {
+            TIMED("grad norm (sum of squares)", 0, norm = eng_grad_norm(eng_model_grads(m), n));
+            rc = eng_optim_step_fused(&o, m, 6e-4, eng_clip_coef(norm, o.max_grad_norm), 1);
         }
-        double dt = secs(t0);
-        printf("  %s step %d: loss %.4f, %.3f s%s\n", bc->name, s, loss, dt,
-               s == 0 ? " (warm-up)" : "");
+        double dt = secs(t0), dopt = secs(t_opt);
+        printf("  %s step %d: loss %.4f, norm %.3f, %.3f s (optimizer %.1f ms)%s\n", bc->name, s,
+               loss, norm, dt, dopt * 1e3, s == 0 ? " (warm-up)" : "");
         if (s > 0) {
             total += dt;
+            optim += dopt;
             best = dt < best ? dt : best;
         }
     }
     out->step_s = best;
     out->mean_s = total / bc->steps;
+    out->optim_s = optim / bc->steps;
     out->gflops = ch_plan_flops(c, B) / out->step_s * 1e-9;
     out->tokens_per_s = (double)N / out->step_s;
+    print_profile(bc, bc->steps, out->mean_s);
 out:
-    free(tok), free(mom), free(vel);
+    free(tok);
+    eng_optim_fini(&o);
     eng_acts_destroy(acts);
     eng_model_destroy(m);
     return rc;
-}
-
-// ----------------------------------------------------------------------------
-// per-kernel breakdown
-
-typedef struct row {
-    const char *name;
-    double call_s;
-    int calls;
-    double flop; /* per call, 0 if not a matmul */
-} row_t;
-
-static void breakdown(const bench_cfg_t *bc, double step_s)
-{
-    const eng_backend_t *be = eng_backend_cpu();
-    const eng_config_t *c = &bc->cfg;
-    int B = (int)bc->B, T = (int)c->seq_len, C = (int)c->embd, NH = (int)c->heads;
-    int L = (int)c->layers, V = (int)c->vocab, Vp = (int)c->padded_vocab, N = B * T;
-    size_t NC = (size_t)N * C;
-    float *x = buf(NC * 4, "x"), *y = buf(NC * 4, "y"), *dy = buf(NC * 4, "dy");
-    float *w = buf((size_t)C * 4 * C, "w"), *dw = buf((size_t)C * 4 * C, "dw");
-    float *wte = buf((size_t)Vp * C, "wte"), *dwte = buf((size_t)Vp * C, "dwte");
-    float *att = buf((size_t)B * NH * T * T, "att"), *scratch = buf((size_t)T * T, "s");
-    float *logits = buf((size_t)N * Vp, "logits"), *lse = buf((size_t)N, "lse");
-    float *loss = buf((size_t)N, "loss"), *mean = buf((size_t)N, "m"), *rstd = buf((size_t)N, "r");
-    int32_t *tok = malloc((size_t)N * sizeof *tok);
-    if (tok == NULL) {
-        exit(1);
-    }
-    for (int i = 0; i < N; i++) {
-        tok[i] = (int32_t)(ch_rng_uniform_key(7, (uint64_t)i) * V);
-    }
-    size_t nparams =
-        (size_t)Vp * C + (size_t)T * C + (size_t)L * (12 * (size_t)C * C + 13 * C) + 2 * C;
-    float *p = buf(nparams, "p"), *g = buf(nparams, "g"), *mo = calloc(nparams, 4),
-          *ve = calloc(nparams, 4);
-    if (!mo || !ve) {
-        exit(1);
-    }
-
-    row_t rows[20];
-    int nr = 0;
-    uint64_t t0;
-    double lin = 2.0 * N * C * C; /* FLOP of an [N,C] x [C,C] matmul */
-    /* attention: QK^T and PV over the causal half, forward */
-    double attf = 2.0 * 2.0 * B * NH * (double)T * T / 2 * (C / NH);
-
-    /* two passes; the first warms caches, page mappings and the BLAS threads */
-    for (int pass = 0; pass < 2; pass++) {
-        nr = 0;
-        t0 = ch_now_ns(), be->encoder_fwd(be, x, tok, wte, wte, B, T, C);
-        rows[nr++] = (row_t){"encoder fwd", secs(t0), 1, 0};
-        t0 = ch_now_ns(), be->encoder_bwd(be, dwte, dwte, dy, tok, B, T, C);
-        rows[nr++] = (row_t){"encoder bwd", secs(t0), 1, 0};
-        t0 = ch_now_ns(), be->layernorm_fwd(be, y, mean, rstd, x, w, w, N, C);
-        rows[nr++] = (row_t){"layernorm fwd", secs(t0), 2 * L + 1, 0};
-        t0 = ch_now_ns(), be->layernorm_bwd(be, dy, dw, dw, y, x, w, mean, rstd, N, C);
-        rows[nr++] = (row_t){"layernorm bwd", secs(t0), 2 * L + 1, 0};
-        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, 3 * C);
-        rows[nr++] = (row_t){"matmul fwd c_attn", secs(t0), L, 3 * lin};
-        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, 3 * C);
-        rows[nr++] = (row_t){"matmul bwd c_attn", secs(t0), L, 6 * lin};
-        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, C);
-        rows[nr++] = (row_t){"matmul fwd attn.c_proj", secs(t0), L, lin};
-        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, C);
-        rows[nr++] = (row_t){"matmul bwd attn.c_proj", secs(t0), L, 2 * lin};
-        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, C, 4 * C);
-        rows[nr++] = (row_t){"matmul fwd c_fc", secs(t0), L, 4 * lin};
-        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, C, 4 * C);
-        rows[nr++] = (row_t){"matmul bwd c_fc", secs(t0), L, 8 * lin};
-        t0 = ch_now_ns(), be->matmul_fwd(be, y, x, w, w, N, 4 * C, C);
-        rows[nr++] = (row_t){"matmul fwd mlp.c_proj", secs(t0), L, 4 * lin};
-        t0 = ch_now_ns(), be->matmul_bwd(be, dy, dw, dw, y, x, w, N, 4 * C, C);
-        rows[nr++] = (row_t){"matmul bwd mlp.c_proj", secs(t0), L, 8 * lin};
-        t0 = ch_now_ns(), be->attention_fwd(be, y, att, x, B, T, C, NH);
-        rows[nr++] = (row_t){"attention fwd", secs(t0), L, attf};
-        t0 = ch_now_ns(), be->attention_bwd(be, dy, scratch, y, x, att, B, T, C, NH);
-        rows[nr++] = (row_t){"attention bwd", secs(t0), L, 2 * attf};
-        t0 = ch_now_ns(), be->gelu_fwd(be, y, x, NC * 4);
-        rows[nr++] = (row_t){"gelu fwd", secs(t0), L, 0};
-        t0 = ch_now_ns(), be->gelu_bwd(be, dy, x, dy, NC * 4);
-        rows[nr++] = (row_t){"gelu bwd", secs(t0), L, 0};
-        t0 = ch_now_ns(), be->residual_fwd(be, y, y, x, NC);
-        rows[nr++] = (row_t){"residual", secs(t0), 2 * L, 0};
-        t0 = ch_now_ns(), be->lmhead_fwd(be, logits, lse, loss, x, wte, tok, N, C, V, Vp);
-        rows[nr++] = (row_t){"lm head + xent fwd", secs(t0), 1, 2.0 * N * C * Vp};
-        t0 = ch_now_ns(),
-        be->lmhead_bwd(be, y, dwte, logits, lse, x, wte, tok, 1.0f / N, N, C, V, Vp);
-        rows[nr++] = (row_t){"lm head + xent bwd", secs(t0), 1, 4.0 * N * C * V};
-        t0 = ch_now_ns(), be->adamw(be, p, g, mo, ve, nparams, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
-        rows[nr++] = (row_t){"adamw", secs(t0), 1, 0};
-    }
-    printf("  %s per-kernel breakdown (each kernel alone, second of two runs, x calls per step):\n",
-           bc->name);
-    printf("    %-24s %10s %6s %10s %7s %9s\n", "kernel", "ms/call", "calls", "ms/step", "% step",
-           "GFLOP/s");
-    double sum = 0.0;
-    for (int i = 0; i < nr; i++) {
-        double per_step = rows[i].call_s * rows[i].calls;
-        sum += per_step;
-        printf("    %-24s %10.3f %6d %10.2f %6.1f%%", rows[i].name, rows[i].call_s * 1e3,
-               rows[i].calls, per_step * 1e3, 100.0 * per_step / step_s);
-        if (rows[i].flop > 0) {
-            printf(" %9.1f", rows[i].flop / rows[i].call_s * 1e-9);
-        }
-        printf("\n");
-    }
-    printf("    %-24s %10s %6s %10.2f %6.1f%% (measured step %.2f ms)\n", "sum", "", "", sum * 1e3,
-           100.0 * sum / step_s, step_s * 1e3);
-    free(x), free(y), free(dy), free(w), free(dw), free(wte), free(dwte), free(att), free(scratch);
-    free(logits), free(lse), free(loss), free(mean), free(rstd), free(tok);
-    free(p), free(g), free(mo), free(ve);
 }
 
 // ----------------------------------------------------------------------------
@@ -316,6 +543,16 @@ static int torch_run(const bench_cfg_t *bc, torch_ref_t *t)
 /* Optional argument: run only the named config (default: all). */
 int main(int argc, char **argv)
 {
+    int only = 0, no_torch = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--unfused") == 0) {
+            unfused = 1;
+        } else if (strcmp(argv[i], "--no-torch") == 0) {
+            no_torch = 1;
+        } else {
+            only = 1;
+        }
+    }
     kn_blas_set_threads(THREADS);
     printf("chorus-bench-engine: OpenBLAS threads %d\n", kn_blas_threads());
     /* the machines are shared: the peak is the best of several runs, taken again after
@@ -323,16 +560,21 @@ int main(int argc, char **argv)
     double peak = sgemm_peak_gflops();
     printf("SGEMM peak (kn_matmul_fwd 2048^3, OpenBLAS %d threads, best of 5): %.1f GFLOP/s\n",
            THREADS, peak);
-    int have_torch = torch_available();
+    int have_torch = !no_torch && torch_available();
     if (!have_torch) {
-        printf("PyTorch reference skipped: " PYTHON " cannot import torch "
-               "(Debian: apt-get install python3-torch)\n");
+        printf("PyTorch reference skipped: %s\n",
+               no_torch ? "--no-torch"
+                        : PYTHON " cannot import torch (Debian: apt-get install python3-torch)");
     }
     torch_ref_t tr = {0};
     int rc = 0;
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         const bench_cfg_t *bc = &configs[i];
-        if (argc > 1 && strcmp(argv[1], bc->name) != 0) {
+        int wanted = !only;
+        for (int a = 1; a < argc; a++) {
+            wanted |= strcmp(argv[a], bc->name) == 0;
+        }
+        if (!wanted) {
             continue;
         }
         run_t r;
@@ -342,12 +584,14 @@ int main(int argc, char **argv)
             rc = 1;
             continue;
         }
-        breakdown(bc, r.step_s);
         double again = sgemm_peak_gflops();
         printf("SGEMM peak again: %.1f GFLOP/s; the reference is the highest so far\n", again);
         peak = again > peak ? again : peak;
-        printf("%s: fastest step %.3f s, mean %.3f s, %.1f model GFLOP/s\n", bc->name, r.step_s,
-               r.mean_s, r.gflops);
+        printf("%s: fastest step %.3f s, mean %.3f s, %.1f model GFLOP/s, MFU %.3f; optimizer "
+               "%.1f ms = %.1f%% of the mean step (%s)\n",
+               bc->name, r.step_s, r.mean_s, r.gflops, r.gflops / peak, r.optim_s * 1e3,
+               100.0 * r.optim_s / r.mean_s,
+               unfused ? "unfused: clip, AdamW, zero_grad" : "fused: norm, then one pass");
         printf("RESULT name=%s_mfu value=%.1f unit=GFLOP/s "
                "ref=sgemm_peak(2048^3,%d_threads,best_of_5,highest_of_runs) ref_value=%.1f "
                "ratio=%.3f\n",

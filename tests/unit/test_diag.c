@@ -14,6 +14,7 @@
 #include "common/msg.h"
 #include "support.h"
 #include "workerd/rank/diag.h"
+#include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
 
 typedef struct mats {
@@ -179,4 +180,36 @@ Test(coll, diag_checks_and_reports, .timeout = 60)
         ch_client_destroy(d[i].r.link);
     }
     ts_rdzv_table_fini(&table);
+}
+
+// ----------------------------------------------------------------------------
+// the node's cached SGEMM peak (peak.h)
+
+/* A rank finds the figure cached in its node's run directory (three levels above its own)
+ * for its thread count and does not measure; a malformed file is refused. */
+Test(peak, the_cached_figure_is_used_per_thread_count)
+{
+    char dir[256], path[512];
+    cr_assert_eq(ts_tmpdir("peak", dir, sizeof dir), 0);
+    wrk_rank_t r = {0};
+    snprintf(r.run_dir, sizeof r.run_dir, "%s/job-1/g1/rank-0/", dir);
+    cr_assert_eq(wrk_peak_path(dir, 3, path, sizeof path), 0);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "flops=1.250000e+11 n=2048 seconds=3.0\n");
+    fclose(f);
+    cr_assert_eq(wrk_peak_flops(&r, 3), 1.25e11);
+    double got = 0;
+    cr_assert_eq(wrk_peak_read(path, &got), 0);
+    cr_assert_eq(got, 1.25e11);
+    cr_assert_eq(wrk_peak_path(dir, 4, path, sizeof path), 0);
+    cr_assert_eq(wrk_peak_read(path, &got), -ENOENT);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "flops=fast\n");
+    fclose(f);
+    cr_assert_eq(wrk_peak_read(path, &got), CH_E_FORMAT);
+    /* a measurement is at least five runs, however short the time asked */
+    cr_assert_gt(wrk_peak_measure(64, 0.0), 0.0);
+    ts_rmrf(dir);
 }

@@ -16,6 +16,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/pool.h"
 #include "kernels/residual.h"
 #include "kernels/vmath.h"
 #include "kernels/xent.h"
@@ -568,4 +569,176 @@ Test(adamw, sumsq)
     cr_assert(fabs(a - b) <= 1e-12 * b, "%.17g vs %.17g", a, b);
     cr_assert(fabs(b / n - 9.0) < 0.2, "variance of N(0, 9) samples: %g", b / n);
     free(x);
+}
+
+// ----------------------------------------------------------------------------
+// the kernels' pool and the threaded kernels: the same bits for any thread count
+
+typedef struct count_ctx {
+    int hits[8];
+} count_ctx_t;
+
+static void count_part(void *ctx, int part, int nparts)
+{
+    count_ctx_t *c = ctx;
+    cr_assert(nparts == 5 && part >= 0 && part < 5);
+    __atomic_add_fetch(&c->hits[part], 1, __ATOMIC_RELAXED);
+}
+
+Test(pool, runs_each_part_once_for_any_thread_count)
+{
+    int saved = kn_pool_threads();
+    for (int th = 1; th <= 4; th++) {
+        kn_pool_set_threads(th);
+        for (int rep = 0; rep < 50; rep++) {
+            count_ctx_t c = {{0}};
+            kn_parallel(count_part, &c, 5);
+            for (int i = 0; i < 5; i++) {
+                cr_assert_eq(c.hits[i], 1, "threads %d: part %d ran %d times", th, i, c.hits[i]);
+            }
+        }
+    }
+    size_t lo, hi, prev = 0;
+    for (int p = 0; p < 3; p++) {
+        kn_part_range(1000, 16, p, 3, &lo, &hi);
+        cr_assert(lo == prev && lo % 16 == 0 && hi >= lo);
+        prev = hi;
+    }
+    cr_assert_eq(prev, 1000);
+    kn_pool_set_threads(saved);
+}
+
+/* kn_adamw_fused (clip coefficient, zeroing) equals kn_scale then kn_adamw bit for bit, at
+ * 1 and 3 threads, on a size that crosses the pool's threshold and ends mid-block. */
+Test(adamw, fused_equals_scale_then_update_for_any_threads)
+{
+    size_t n = 300007;
+    float coef = 0.37f;
+    float *p0 = randn(n, "p", 1), *g0 = randn(n, "g", 2), *m0 = randn(n, "m", 0.1f);
+    float *v0 = randn(n, "v", 0.1f);
+    for (size_t i = 0; i < n; i++) {
+        v0[i] = v0[i] * v0[i];
+    }
+    float *pa = malloc(n * 4), *ga = malloc(n * 4), *ma = malloc(n * 4), *va = malloc(n * 4);
+    float *pb = malloc(n * 4), *gb = malloc(n * 4), *mb = malloc(n * 4), *vb = malloc(n * 4);
+    cr_assert(pa && ga && ma && va && pb && gb && mb && vb);
+    int saved = kn_pool_threads();
+    for (int th = 1; th <= 3; th += 2) {
+        memcpy(pa, p0, n * 4), memcpy(ga, g0, n * 4), memcpy(ma, m0, n * 4), memcpy(va, v0, n * 4);
+        memcpy(pb, p0, n * 4), memcpy(gb, g0, n * 4), memcpy(mb, m0, n * 4), memcpy(vb, v0, n * 4);
+        kn_pool_set_threads(1);
+        for (size_t i = 0; i < n; i++) {
+            gb[i] *= coef; /* the clip as eng_grad_clip did it, one thread */
+        }
+        kn_adamw(pb, gb, mb, vb, n, 3e-4, 0.9, 0.95, 1e-8, 0.1, 7);
+        kn_pool_set_threads(th);
+        kn_adamw_fused(pa, ga, ma, va, n, 3e-4, 0.9, 0.95, 1e-8, 0.1, 7, coef, 1);
+        cr_assert(memcmp(pa, pb, n * 4) == 0, "p differs at %d threads", th);
+        cr_assert(memcmp(ma, mb, n * 4) == 0, "m differs at %d threads", th);
+        cr_assert(memcmp(va, vb, n * 4) == 0, "v differs at %d threads", th);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_eq(ga[i], 0.0f, "g[%zu] not zeroed", i);
+        }
+        /* coefficient 1 and no zeroing: kn_adamw exactly, g untouched */
+        memcpy(pa, p0, n * 4), memcpy(ga, g0, n * 4), memcpy(ma, m0, n * 4), memcpy(va, v0, n * 4);
+        memcpy(pb, p0, n * 4), memcpy(mb, m0, n * 4), memcpy(vb, v0, n * 4);
+        kn_adamw(pb, g0, mb, vb, n, 1e-3, 0.9, 0.95, 1e-8, 0.0, 2);
+        kn_adamw_fused(pa, ga, ma, va, n, 1e-3, 0.9, 0.95, 1e-8, 0.0, 2, 1.0f, 0);
+        cr_assert(memcmp(pa, pb, n * 4) == 0 && memcmp(ga, g0, n * 4) == 0);
+    }
+    kn_pool_set_threads(saved);
+    free(p0), free(g0), free(m0), free(v0), free(pa), free(ga), free(ma), free(va);
+    free(pb), free(gb), free(mb), free(vb);
+}
+
+Test(adamw, sumsq_same_bits_for_any_threads)
+{
+    size_t n = 1000003; /* 16 blocks of 65536 and a tail */
+    float *x = randn(n, "x", 1);
+    int saved = kn_pool_threads();
+    kn_pool_set_threads(1);
+    double one = kn_sumsq(x, n);
+    for (int th = 2; th <= 4; th++) {
+        kn_pool_set_threads(th);
+        double got = kn_sumsq(x, n);
+        cr_assert(memcmp(&got, &one, sizeof got) == 0, "%d threads: %.17g vs %.17g", th, got, one);
+    }
+    kn_pool_set_threads(saved);
+    double ref = kn_sumsq_ref(x, n);
+    cr_assert(fabs(one - ref) <= 1e-12 * ref, "%.17g vs %.17g", one, ref);
+    /* scale and axpy: elementwise, so the same as a plain loop */
+    float *y = randn(n, "y", 1), *z = malloc(n * 4);
+    cr_assert_not_null(z);
+    memcpy(z, y, n * 4);
+    kn_pool_set_threads(3);
+    kn_axpy(y, x, n, 0.5f);
+    kn_scale(x, n, 0.25f);
+    kn_pool_set_threads(saved);
+    for (size_t i = 0; i < n; i++) {
+        float want = z[i] + 0.5f * (x[i] / 0.25f);
+        cr_assert_eq(y[i], want, "axpy at %zu", i);
+    }
+    free(x), free(y), free(z);
+}
+
+/* The fused head: one call gives the forward's lse and losses and the backward's gradients
+ * (unscaled, then scaled by the caller) of kn_lmhead_fwd + kn_lmhead_bwd; dwte
+ * accumulates over chunks; the bits do not depend on the thread count. */
+Test(xent, fwdbwd_matches_forward_then_backward)
+{
+    int N = 24, C = 16, V = 301, Vp = 320, half = 11;
+    float scale = 1.0f / 24;
+    int32_t tgt[24];
+    for (int i = 0; i < N; i++) {
+        tgt[i] = (i * 37) % V;
+    }
+    float *x = randn((size_t)N * C, "x", 1), *wte = randn((size_t)Vp * C, "wte", 1);
+    memset(wte + (size_t)V * C, 0, (size_t)(Vp - V) * C * sizeof(float));
+    float *lg = zeros((size_t)N * Vp), lse1[24], loss1[24], lse2[24], loss2[24];
+    float *dx1 = zeros((size_t)N * C), *dw1 = zeros((size_t)Vp * C);
+    float *dx2 = zeros((size_t)N * C), *dw2 = zeros((size_t)V * C), *dw3 = zeros((size_t)V * C);
+    kn_lmhead_fwd(lg, lse1, loss1, x, wte, tgt, N, C, V, Vp);
+    kn_lmhead_bwd(dx1, dw1, lg, lse1, x, wte, tgt, scale, N, C, V, Vp);
+    /* two chunks, as the model runs it */
+    int saved = kn_pool_threads();
+    kn_pool_set_threads(3);
+    kn_lmhead_fwdbwd(dx2, dw2, lg, lse2, loss2, x, wte, tgt, 0, half, C, V, Vp);
+    kn_lmhead_fwdbwd(dx2 + (size_t)half * C, dw2, lg, lse2 + half, loss2 + half,
+                     x + (size_t)half * C, wte, tgt + half, 1, N - half, C, V, Vp);
+    kn_pool_set_threads(1);
+    float *dx3 = zeros((size_t)N * C), lse3[24], loss3[24];
+    kn_lmhead_fwdbwd(dx3, dw3, lg, lse3, loss3, x, wte, tgt, 0, half, C, V, Vp);
+    kn_lmhead_fwdbwd(dx3 + (size_t)half * C, dw3, lg, lse3 + half, loss3 + half,
+                     x + (size_t)half * C, wte, tgt + half, 1, N - half, C, V, Vp);
+    kn_pool_set_threads(saved);
+    cr_assert(memcmp(dx2, dx3, (size_t)N * C * 4) == 0 && memcmp(dw2, dw3, (size_t)V * C * 4) == 0);
+    /* the chunks' SGEMMs have other row counts than the plain forward's: rounding only */
+    assert_close_f("fused lse", lse2, lse1, (size_t)N, 1e-6, 0);
+    assert_close_f("fused losses", loss2, loss1, (size_t)N, 1e-5, 1e-6);
+    kn_scale(dx2, (size_t)N * C, scale);
+    kn_scale(dw2, (size_t)V * C, scale);
+    assert_close_f("fused dx", dx2, dx1, (size_t)N * C, 1e-5, 1e-7);
+    assert_close_f("fused dwte", dw2, dw1, (size_t)V * C, 1e-5, 1e-7);
+    free(x), free(wte), free(lg), free(dx1), free(dw1), free(dx2), free(dw2), free(dw3), free(dx3);
+}
+
+/* The elementwise kernels split over the pool give the one-thread bits, in place too. */
+Test(pool, elementwise_kernels_same_bits_for_any_threads)
+{
+    size_t n = 200003;
+    float *x = randn(n, "x", 2), *d = randn(n, "d", 1);
+    float *f1 = zeros(n), *f3 = zeros(n), *b1 = zeros(n), *b3 = randn(n, "d", 1);
+    int saved = kn_pool_threads();
+    kn_pool_set_threads(1);
+    kn_gelu_fwd(f1, x, n);
+    kn_gelu_bwd(b1, x, d, n);
+    kn_pool_set_threads(3);
+    kn_gelu_fwd(f3, x, n);
+    kn_gelu_bwd(b3, x, b3, n); /* dinp aliasing dout, as the model calls it */
+    cr_assert(memcmp(f1, f3, n * 4) == 0 && memcmp(b1, b3, n * 4) == 0);
+    kn_residual_fwd(f3, f3, x, n);
+    kn_pool_set_threads(saved);
+    kn_residual_fwd_ref(f1, f1, x, n);
+    cr_assert(memcmp(f1, f3, n * 4) == 0);
+    free(x), free(d), free(f1), free(f3), free(b1), free(b3);
 }

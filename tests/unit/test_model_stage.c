@@ -291,3 +291,64 @@ Test(model_stage, the_whole_model_run_piecewise_is_the_whole_model)
     eng_model_destroy(m);
     eng_model_destroy(w);
 }
+
+// ----------------------------------------------------------------------------
+// the LM head past the logits budget
+
+/* A micro-batch of more rows than the logits budget (256 MiB of a 50304-wide vocab: 1334
+ * rows) runs the head's forward and backward in one pass per cache-sized chunk; its
+ * gradients and loss are those of the same tokens as two micro-batches that fit (computed
+ * the plain way), to float rounding, and a backward whose forward was displaced by another
+ * micro-batch's (it recomputes) agrees as well. */
+Test(model_stage, a_head_past_the_logits_budget_is_computed_once_and_right)
+{
+    const eng_config_t wide = {
+        .layers = 1, .heads = 2, .embd = 16, .vocab = 50257, .padded_vocab = 50304, .seq_len = 256};
+    enum { B = 8, T = 256, NT = B * T };
+    eng_model_t *big = NULL, *two = NULL;
+    cr_assert_eq(eng_model_create(&wide, B, 5, &big), 0);
+    cr_assert_eq(eng_model_create(&wide, B, 5, &two), 0);
+    size_t n = eng_model_nparams(big);
+    int32_t *tok = malloc((NT + 1) * sizeof *tok);
+    cr_assert_not_null(tok);
+    for (int i = 0; i <= NT; i++)
+        tok[i] = (int32_t)(((uint64_t)i * 2654435761u) % wide.vocab);
+    float scale = 1.0f / NT, lb = 0, l1 = 0, l2 = 0;
+    eng_model_zero_grad(big);
+    cr_assert_eq(eng_model_forward(big, tok, tok + 1, B, T, &lb), 0);
+    cr_assert_null(eng_model_logits(big), "the logits of 2048 rows are never held whole");
+    cr_assert_eq(eng_model_backward(big, scale), 0);
+    eng_model_zero_grad(two);
+    cr_assert_eq(eng_model_forward(two, tok, tok + 1, B / 2, T, &l1), 0);
+    cr_assert_eq(eng_model_backward(two, scale), 0);
+    cr_assert_eq(eng_model_forward(two, tok + NT / 2, tok + NT / 2 + 1, B / 2, T, &l2), 0);
+    cr_assert_eq(eng_model_backward(two, scale), 0);
+    cr_assert(fabsf(lb - (l1 + l2) / 2) < 1e-5f * lb, "loss %.7g vs %.7g", lb, (l1 + l2) / 2);
+    const float *gb = eng_model_grads(big), *g2 = eng_model_grads(two);
+    double worst = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)gb[i] - g2[i]));
+        gmax = fmax(gmax, fabs((double)g2[i]));
+    }
+    cr_assert(gmax > 0 && worst <= 1e-5 * gmax, "gradients differ by %g (largest %g)", worst, gmax);
+
+    /* forward 1, forward 2, backward 2, backward 1: the second backward recomputes */
+    eng_acts_t *a1 = NULL, *a2 = NULL;
+    cr_assert_eq(eng_acts_create(big, B, &a1), 0);
+    cr_assert_eq(eng_acts_create(big, B, &a2), 0);
+    float *want = copy_of(gb, n);
+    eng_model_zero_grad(big);
+    cr_assert_eq(eng_model_forward_acts(big, a1, tok, tok + 1, B, T, &l1), 0);
+    cr_assert_eq(eng_model_forward_acts(big, a2, tok, tok + 1, B, T, &l2), 0);
+    cr_assert_eq(l1, lb);
+    cr_assert_eq(eng_model_backward_acts(big, a2, scale), 0);
+    cr_assert(same(eng_model_grads(big), want, n), "the fused path is deterministic");
+    cr_assert_eq(eng_model_backward_acts(big, a1, scale), 0);
+    worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)eng_model_grads(big)[i] - 2.0 * want[i]));
+    cr_assert(worst <= 2e-5 * gmax, "recomputed backward differs by %g", worst);
+    eng_acts_destroy(a1), eng_acts_destroy(a2);
+    free(want), free(tok);
+    eng_model_destroy(big), eng_model_destroy(two);
+}

@@ -1,5 +1,6 @@
 /* workerd/optim: AdamW against hand-computed values, the LR schedule, clipping. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,4 +138,82 @@ Test(optim, clipping_like_clip_grad_norm)
     float exact[1] = {1.0f}; /* coef = 1 / (1 + 1e-6) < 1: torch clips even here */
     eng_grad_clip(exact, 1, 1.0);
     cr_expect_lt(exact[0], 1.0f);
+}
+
+/* GPT-2's shape at a small width: enough parameters that the optimizer's passes run on
+ * the kernels' pool. */
+static eng_model_t *wide_model(void)
+{
+    eng_config_t cfg = {
+        .layers = 2, .heads = 4, .embd = 128, .vocab = 500, .padded_vocab = 512, .seq_len = 16};
+    eng_model_t *m = NULL;
+    cr_assert_eq(eng_model_create(&cfg, 2, 3, &m), 0);
+    float *g = eng_model_grads(m);
+    for (size_t i = 0; i < eng_model_nparams(m); i++)
+        g[i] = (float)sin((double)i * 0.37) * 3.0f; /* norm far above 1: clipping applies */
+    return m;
+}
+
+/* The fused step (clip coefficient, AdamW, gradient reset in one pass over the kernels'
+ * threads) gives the bits of eng_grad_clip, eng_optim_step and zeroing, for two steps. */
+Test(optim, fused_step_equals_clip_then_step_then_zero)
+{
+    eng_model_t *a = wide_model(), *b = wide_model();
+    size_t n = eng_model_nparams(a);
+    eng_optim_t oa, ob;
+    cr_assert_eq(eng_optim_init(&oa, n), 0);
+    cr_assert_eq(eng_optim_init(&ob, n), 0);
+    for (int s = 0; s < 2; s++) {
+        double na = eng_grad_norm(eng_model_grads(a), n);
+        float coef = eng_clip_coef(na, oa.max_grad_norm);
+        cr_assert_lt(coef, 1.0f);
+        cr_assert_eq(eng_optim_step_fused(&oa, a, 1e-3, coef, 1), 0);
+        double nb = eng_grad_clip(eng_model_grads(b), n, ob.max_grad_norm);
+        cr_assert_eq(na, nb);
+        cr_assert_eq(eng_optim_step(&ob, b, 1e-3), 0);
+        cr_assert(memcmp(eng_model_params(a), eng_model_params(b), n * sizeof(float)) == 0,
+                  "step %d: parameters differ", s);
+        cr_assert(memcmp(oa.m, ob.m, n * sizeof(float)) == 0);
+        cr_assert(memcmp(oa.v, ob.v, n * sizeof(float)) == 0);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(eng_model_grads(a)[i], 0.0f, "gradient %zu not reset", i);
+        /* the next step's gradients, the same for both */
+        float *ga = eng_model_grads(a), *gb = eng_model_grads(b);
+        for (size_t i = 0; i < n; i++)
+            ga[i] = gb[i] = (float)cos((double)i * 0.11 + s);
+    }
+    eng_optim_fini(&oa), eng_optim_fini(&ob);
+    eng_model_destroy(a), eng_model_destroy(b);
+}
+
+/* ZeRO-3's shape: the slab cut at arbitrary points (mid-tensor) into shards, each updated
+ * from its own buffers and state, gives the whole-slab update bit for bit, weight decay
+ * following the tensors across the cuts. */
+Test(optim, shard_ranges_equal_the_whole_step)
+{
+    eng_model_t *a = wide_model(), *b = wide_model();
+    size_t n = eng_model_nparams(a);
+    size_t cut[4] = {0, n / 3 + 5, 2 * n / 3 + 1, n};
+    eng_optim_t whole, part[3];
+    cr_assert_eq(eng_optim_init(&whole, n), 0);
+    cr_assert_eq(eng_optim_step_fused(&whole, a, 2e-3, 0.5f, 0), 0);
+    float *p = eng_model_params(b), *g = eng_model_grads(b);
+    for (int k = 0; k < 3; k++) {
+        size_t lo = cut[k], hi = cut[k + 1];
+        float *ps = malloc((hi - lo) * sizeof *ps), *gs = malloc((hi - lo) * sizeof *gs);
+        cr_assert(ps && gs);
+        memcpy(ps, p + lo, (hi - lo) * sizeof *ps);
+        memcpy(gs, g + lo, (hi - lo) * sizeof *gs);
+        cr_assert_eq(eng_optim_init(&part[k], hi - lo), 0);
+        cr_assert_eq(eng_optim_step_range(&part[k], b, lo, hi, ps, gs, 2e-3, 0.5f, 1), 0);
+        cr_assert(memcmp(ps, eng_model_params(a) + lo, (hi - lo) * sizeof *ps) == 0,
+                  "shard %d differs", k);
+        cr_assert(memcmp(part[k].v, whole.v + lo, (hi - lo) * sizeof(float)) == 0);
+        cr_assert_eq(gs[0], 0.0f);
+        cr_assert_eq(eng_optim_step_range(&part[k], b, lo, hi + 1, ps, gs, 2e-3, 1.0f, 0), -EINVAL);
+        eng_optim_fini(&part[k]);
+        free(ps), free(gs);
+    }
+    eng_optim_fini(&whole);
+    eng_model_destroy(a), eng_model_destroy(b);
 }

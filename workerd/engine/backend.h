@@ -13,7 +13,11 @@
  * and accumulate-or-overwrite contracts are in kernels/<family>.h. B = batch, T = time,
  * C = channels, N = rows (B*T), OC = output channels, NH = heads, V = vocab, Vp = padded
  * vocab. Kernels cannot fail; a backend whose launches can reports the error at its next
- * copy. */
+ * copy.
+ *
+ * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale) may be
+ * NULL in a backend that predates them: their callers then fall back to the older entries
+ * (the same results, more passes). */
 #ifndef ENG_BACKEND_H
 #define ENG_BACKEND_H
 
@@ -42,7 +46,7 @@ struct eng_backend {
     void (*free)(const eng_backend_t *be, void *p); /* NULL is fine */
     int (*copy)(const eng_backend_t *be, void *dst, const void *src, size_t bytes,
                 eng_copy_dir_t dir);
-    /* every byte of p[0..bytes) = value */
+    /* every byte of p[0..bytes) = value (the CPU's: over its threads when large) */
     int (*memset)(const eng_backend_t *be, void *p, int value, size_t bytes);
 
     // ------------------------------------------------------------------------
@@ -79,9 +83,30 @@ struct eng_backend {
     void (*lmhead_bwd)(const eng_backend_t *be, float *dx, float *dwte, float *logits,
                        const float *lse, const float *x, const float *wte, const int32_t *targets,
                        float scale, int N, int C, int V, int Vp);
-    /* optimizer (kernels/adamw.h) */
+    /* Forward and unscaled backward of one chunk in one pass (kn_lmhead_fwdbwd): dx [N,C]
+     * overwritten, dwte [V,C] accumulated (acc) or overwritten; the caller scales both. */
+    void (*lmhead_fwdbwd)(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                          float *lse, float *losses, const float *x, const float *wte,
+                          const int32_t *targets, int acc, int N, int C, int V, int Vp);
+    /* y[0..n) += a * x[0..n) (kernels/residual.h) */
+    void (*axpy)(const eng_backend_t *be, float *y, const float *x, size_t n, float a);
+    /* optimizer (kernels/adamw.h). Any range of the slabs works (a ZeRO-3 shard: p, g, m, v
+     * at the same offset), each call spread over the backend's threads when n is large
+     * (the CPU's: kernels/pool.h, as many as kn_blas_set_threads set) with the same bits
+     * for any thread count; small ranges run on the caller. */
     void (*adamw)(const eng_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
                   double lr, double beta1, double beta2, double eps, double wd, uint64_t t);
+    /* adamw on g[i] * gscale (the clipping coefficient, 1.0f when not clipping: exact), then
+     * g[0..n) = 0 when zero_g: clip, update and the next step's zero_grad in one pass over
+     * p, g, m, v, bit-identical to scaling g by gscale and calling adamw. */
+    void (*adamw_fused)(const eng_backend_t *be, float *p, float *g, float *m, float *v, size_t n,
+                        double lr, double beta1, double beta2, double eps, double wd, uint64_t t,
+                        float gscale, int zero_g);
+    /* sum of x[0..n)^2 in double, in a fixed order (blocks of 65536) that does not depend
+     * on the thread count; the result is host memory. */
+    double (*sumsq)(const eng_backend_t *be, const float *x, size_t n);
+    /* x[0..n) *= c */
+    void (*scale)(const eng_backend_t *be, float *x, size_t n, float c);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

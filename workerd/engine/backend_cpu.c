@@ -9,6 +9,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/pool.h"
 #include "kernels/residual.h"
 #include "kernels/xent.h"
 #include "workerd/engine/backend.h"
@@ -40,7 +41,7 @@ static int cpu_copy(const eng_backend_t *be, void *dst, const void *src, size_t 
 static int cpu_memset(const eng_backend_t *be, void *p, int value, size_t bytes)
 {
     (void)be;
-    memset(p, value, bytes);
+    kn_memset(p, value, bytes);
     return 0;
 }
 
@@ -151,6 +152,40 @@ static void cpu_adamw(const eng_backend_t *be, float *p, const float *g, float *
     kn_adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t);
 }
 
+static void cpu_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                              float *lse, float *losses, const float *x, const float *wte,
+                              const int32_t *targets, int acc, int N, int C, int V, int Vp)
+{
+    (void)be;
+    kn_lmhead_fwdbwd(dx, dwte, logits, lse, losses, x, wte, targets, acc, N, C, V, Vp);
+}
+
+static void cpu_axpy(const eng_backend_t *be, float *y, const float *x, size_t n, float a)
+{
+    (void)be;
+    kn_axpy(y, x, n, a);
+}
+
+static void cpu_adamw_fused(const eng_backend_t *be, float *p, float *g, float *m, float *v,
+                            size_t n, double lr, double beta1, double beta2, double eps, double wd,
+                            uint64_t t, float gscale, int zero_g)
+{
+    (void)be;
+    kn_adamw_fused(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, zero_g);
+}
+
+static double cpu_sumsq(const eng_backend_t *be, const float *x, size_t n)
+{
+    (void)be;
+    return kn_sumsq(x, n);
+}
+
+static void cpu_scale(const eng_backend_t *be, float *x, size_t n, float c)
+{
+    (void)be;
+    kn_scale(x, n, c);
+}
+
 static const eng_backend_t cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
@@ -172,7 +207,12 @@ static const eng_backend_t cpu_backend = {
     .residual_fwd = cpu_residual_fwd,
     .lmhead_fwd = cpu_lmhead_fwd,
     .lmhead_bwd = cpu_lmhead_bwd,
+    .lmhead_fwdbwd = cpu_lmhead_fwdbwd,
+    .axpy = cpu_axpy,
     .adamw = cpu_adamw,
+    .adamw_fused = cpu_adamw_fused,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
 };
 
 const eng_backend_t *eng_backend_cpu(void)

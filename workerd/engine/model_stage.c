@@ -10,11 +10,19 @@
  * the model's two scratch buffers, [N,4C] and [N,C], so one backward runs at a time.
  *
  * The LM head is tied to wte and fused with the loss (kernels/xent.h). Its logits are
- * held for at most `logits_rows` rows at a time in one buffer per model: when a
- * micro-batch fits, the backward reuses the forward's logits if no other forward has
- * replaced them since; otherwise the forward keeps only each row's log-sum-exp and the
- * backward recomputes each chunk's logits (the same kernel on the same inputs: the same
- * bits; bounded memory). */
+ * held for at most `logits_budget_rows` rows at a time in one buffer per model (the memory
+ * budget). When a micro-batch fits, the forward keeps its logits and the backward reuses
+ * them if no other forward has replaced them since. When it does not fit (and tp == 1),
+ * the forward runs the head's backward too, chunk by chunk (kn_lmhead_fwdbwd): each
+ * chunk's logits are computed once, turned into the unscaled dlogits in place and consumed
+ * at once by the two backward SGEMMs; what the backward needs is then dx [N,C] and
+ * dwte [V,C], unscaled, which it multiplies by the loss scale. The scratch lives in the
+ * logits buffer: a chunk of rows*Vp floats (head_fused picks rows from the memory budget and
+ * the SGEMMs' cache blocking), V*C floats for dwte, plus C floats (4*C bytes: 3 KiB for
+ * GPT-2) per token row; for GPT-2 at B8 T256, 4 chunks of 512 rows, all inside the
+ * budget's 256 MiB buffer (it grows only when a chunk of HEAD_MIN_ROWS does not fit). If another
+ * head forward ran in between, or the backend lacks those entries, or tp > 1, the backward
+ * recomputes each chunk's logits (the same kernel on the same inputs: the same bits). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -383,6 +391,57 @@ static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t 
                    Vl, C);
 }
 
+/* The fused head's chunk: as many rows as the logits budget (memory) leaves after its dwte
+ * and dx, but at least HEAD_MIN_ROWS: the dwte SGEMM's inner dimension is the chunk's rows,
+ * and below OpenBLAS's K block (sized for the L2 cache; 256-384 on x86-64) each chunk
+ * streams the whole [V,C] dwte through memory for too little work. Measured on the 2-core
+ * VM at GPT-2 B8 T256: 512-row chunks 12.5-16 s, 166-row (32 MiB of logits, an L3's
+ * worth) 16-20 s, the old recomputing path 14-23 s (under load). Chunks balanced. */
+#define HEAD_MIN_ROWS 384
+
+/* Whether a head forward of N rows with targets takes the fused path, and its chunk rows. */
+static int head_fused(const eng_model_t *m, size_t N, size_t *rows)
+{
+    const eng_backend_t *be = m->be;
+    if (m->tp > 1 || N <= m->logits_budget_rows || be->lmhead_fwdbwd == NULL || be->axpy == NULL)
+        return 0;
+    size_t Vp = m->cfg.padded_vocab, budget = m->logits_budget_rows * Vp;
+    size_t fixed = ((size_t)m->cfg.vocab + N) * m->cfg.embd;
+    size_t r = budget > fixed ? (budget - fixed) / Vp : 0;
+    r = r < HEAD_MIN_ROWS ? HEAD_MIN_ROWS : r;
+    r = r > N ? N : r;
+    size_t chunks = (N + r - 1) / r;
+    *rows = (N + chunks - 1) / chunks;
+    return 1;
+}
+
+/* The fused scratch in m->logits: the chunk's logits, then dwte [V,C], then dx [N,C]. */
+static void head_fused_bufs(const eng_model_t *m, size_t rows, float **dwte, float **dx)
+{
+    *dwte = m->logits + rows * m->cfg.padded_vocab;
+    *dx = *dwte + (size_t)m->cfg.vocab * m->cfg.embd;
+}
+
+static int head_fused_forward(eng_model_t *m, eng_acts_t *a, size_t rows)
+{
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
+    size_t N = (size_t)a->B * a->T;
+    size_t need = rows * (size_t)Vp + ((size_t)V + N) * (size_t)C;
+    int rc = logits_for(m, (need + (size_t)Vp - 1) / (size_t)Vp);
+    if (rc < 0)
+        return rc;
+    float *dwte, *dx;
+    head_fused_bufs(m, rows, &dwte, &dx);
+    for (size_t r = 0; r < N; r += rows) {
+        size_t n = N - r < rows ? N - r : rows;
+        be->lmhead_fwdbwd(be, dx + r * C, dwte, m->logits, a->lse + r, a->losses + r,
+                          a->lnf + r * C, m->params + m->wte, a->targets + r, r > 0, (int)n, C, V,
+                          Vp);
+    }
+    return 0;
+}
+
 static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, float *loss)
 {
     const eng_backend_t *be = m->be;
@@ -393,7 +452,11 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     if (rc < 0) {
         return rc;
     }
-    for (size_t r = 0; rc == 0 && r < N; r += rows) {
+    int fused = head_fused(m, N, &rows);
+    if (fused) {
+        rc = head_fused_forward(m, a, rows);
+    }
+    for (size_t r = 0; rc == 0 && !fused && r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
         if (m->tp > 1) {
             rc = head_tp_loss(m, a, r, n);
@@ -416,7 +479,7 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
         *loss = (float)(sum / (double)N);
     }
     m->logits_of = a;
-    m->logits_all = N <= rows;
+    m->logits_all = N <= m->logits_budget_rows;
     a->head_live = 1;
     return 0;
 }
@@ -470,12 +533,26 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     }
     const eng_backend_t *be = m->be;
     int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
-    size_t N = (size_t)a->B * a->T, rows = m->logits_budget_rows;
+    size_t N = (size_t)a->B * a->T, rows = m->logits_budget_rows, frows = 0;
     const float *wte = m->params + m->wte;
     float *gwte = m->grads + m->wte;
+    int rc = 0;
+
+    int fused = m->logits_of == a && head_fused(m, N, &frows);
+    if (fused) {
+        // the forward left the unscaled gradients: scale them in
+        float *dwte_u, *dx_u;
+        head_fused_bufs(m, frows, &dwte_u, &dx_u);
+        be->axpy(be, gwte, dwte_u, (size_t)V * C, grad_scale);
+        rc = be->memset(be, m->dsmall, 0, N * C * sizeof(float));
+        if (rc < 0) {
+            return rc;
+        }
+        be->axpy(be, m->dsmall, dx_u, N * C, grad_scale);
+    }
 
     // LM head, last chunk first: its logits may still be in the buffer
-    for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
+    for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused; r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
         int Vw = m->tp > 1 ? (int)m->Vl : Vp;
         if (!first || m->logits_of != a) {
@@ -497,7 +574,7 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     a->head_live = 0;
 
     /* the vocab-parallel head's input gradient: the sum of every slice's part */
-    int rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
+    rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
     if (rc == 0) {
         rc = be->memset(be, dx, 0, N * C * sizeof(float));
     }

@@ -58,31 +58,63 @@ double eng_grad_norm(const float *grads, size_t n)
     return sqrt(kn_sumsq(grads, n));
 }
 
+float eng_clip_coef(double norm, double max_norm)
+{
+    double coef = max_norm / (norm + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f; /* torch multiplies by a float32 tensor */
+}
+
 double eng_grad_clip(float *grads, size_t n, double max_norm)
 {
     double norm = eng_grad_norm(grads, n);
-    double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-        float c = (float)coef; /* torch multiplies by a float32 tensor */
-        for (size_t i = 0; i < n; i++)
-            grads[i] *= c;
-    }
+    float c = eng_clip_coef(norm, max_norm);
+    if (c < 1.0f)
+        kn_scale(grads, n, c);
     return norm;
+}
+
+/* adamw_fused when the backend has it; else the same bits from its older entries */
+static void update(const eng_backend_t *be, float *p, float *g, float *m, float *v, size_t n,
+                   const eng_optim_t *o, double lr, double wd, float coef, int zero)
+{
+    if (be->adamw_fused != NULL) {
+        be->adamw_fused(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, wd, o->t, coef, zero);
+        return;
+    }
+    if (coef != 1.0f)
+        kn_scale(g, n, coef); /* a backend without adamw_fused has host memory (the tests') */
+    be->adamw(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, wd, o->t);
+    if (zero)
+        be->memset(be, g, 0, n * sizeof *g);
+}
+
+int eng_optim_step_range(eng_optim_t *o, const eng_model_t *m, size_t lo, size_t hi, float *p,
+                         float *g, double lr, float grad_coef, int zero_grads)
+{
+    if (lo > hi || hi > eng_model_nparams(m) || o->n != hi - lo)
+        return -EINVAL;
+    const eng_backend_t *be = eng_model_backend(m);
+    o->t++;
+    for (size_t i = 0; i < eng_model_ntensors(m); i++) {
+        const eng_tensor_t *t = eng_model_tensor(m, i);
+        size_t a = t->offset > lo ? t->offset : lo;
+        size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (a >= b)
+            continue;
+        size_t k = a - lo;
+        update(be, p + k, g + k, o->m + k, o->v + k, b - a, o, lr, t->decay ? o->weight_decay : 0.0,
+               grad_coef, zero_grads);
+    }
+    return 0;
+}
+
+int eng_optim_step_fused(eng_optim_t *o, eng_model_t *m, double lr, float grad_coef, int zero_grads)
+{
+    return eng_optim_step_range(o, m, 0, eng_model_nparams(m), eng_model_params(m),
+                                eng_model_grads(m), lr, grad_coef, zero_grads);
 }
 
 int eng_optim_step(eng_optim_t *o, eng_model_t *m, double lr)
 {
-    if (eng_model_nparams(m) != o->n)
-        return -EINVAL;
-    const eng_backend_t *be = eng_model_backend(m);
-    float *p = eng_model_params(m);
-    const float *g = eng_model_grads(m);
-    o->t++;
-    for (size_t i = 0; i < eng_model_ntensors(m); i++) {
-        const eng_tensor_t *t = eng_model_tensor(m, i);
-        size_t off = t->offset;
-        be->adamw(be, p + off, g + off, o->m + off, o->v + off, t->numel, lr, o->beta1, o->beta2,
-                  o->eps, t->decay ? o->weight_decay : 0.0, o->t);
-    }
-    return 0;
+    return eng_optim_step_fused(o, m, lr, 1.0f, 0);
 }

@@ -41,14 +41,36 @@ typedef struct eng_optim {
 int eng_optim_init(eng_optim_t *o, size_t n);
 void eng_optim_fini(eng_optim_t *o);
 
-/* Global L2 norm of grads[0..n) (accumulated in double). */
+/* Global L2 norm of grads[0..n) (host memory; sum of squares in double in fixed blocks,
+ * over the kernels' threads: the same bits for any thread count, kernels/adamw.h). */
 double eng_grad_norm(const float *grads, size_t n);
-/* clip_grad_norm_: with total = the norm, multiply grads by max_norm / (total + 1e-6)
- * when that is below 1. Returns the norm before clipping. */
+/* clip_grad_norm_'s coefficient for a global norm: max_norm / (norm + 1e-6) rounded to
+ * float (torch multiplies by a float32 tensor) when below 1, else 1.0f (no-op). */
+float eng_clip_coef(double norm, double max_norm);
+/* clip_grad_norm_: grads *= eng_clip_coef(the norm, max_norm) when that is below 1.
+ * Returns the norm before clipping. */
 double eng_grad_clip(float *grads, size_t n, double max_norm);
 
 /* One AdamW update of every tensor of the model at learning rate lr, using the
  * model's gradients (clip them first). Weight decay applies to tensors with decay set. */
 int eng_optim_step(eng_optim_t *o, eng_model_t *m, double lr);
+
+/* The fused step: clipping, AdamW and the gradient reset in one pass over parameters,
+ * m, v and gradients (the backend's adamw_fused), spread over the kernels' threads.
+ * Uses the gradients times grad_coef (eng_clip_coef of the global norm; 1.0f: unclipped),
+ * and with zero_grads leaves them zero, so the next step needs no eng_model_zero_grad.
+ * Bit-identical to eng_grad_clip (with the same norm), eng_optim_step, eng_model_zero_grad.
+ * A training step is then: gradients, norm = eng_grad_norm (or its collective variant),
+ * eng_optim_step_fused(o, m, lr, eng_clip_coef(norm, o->max_grad_norm), 1). */
+int eng_optim_step_fused(eng_optim_t *o, eng_model_t *m, double lr, float grad_coef,
+                         int zero_grads);
+
+/* The same on a flat range [lo, hi) of the model's slab held in separate buffers (a ZeRO-3
+ * shard): p[0..hi-lo) and g[0..hi-lo) are that range's parameters and gradients (backend
+ * memory), o holds hi - lo floats of state for it. Each piece of a tensor in the range is
+ * updated with that tensor's weight decay. o->t advances by one. -EINVAL when o->n is not
+ * hi - lo or the range is outside the slab. */
+int eng_optim_step_range(eng_optim_t *o, const eng_model_t *m, size_t lo, size_t hi, float *p,
+                         float *g, double lr, float grad_coef, int zero_grads);
 
 #endif

@@ -20,6 +20,7 @@
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
+#include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
 
 #define EVAL_EVERY   50
@@ -173,6 +174,7 @@ int wrk_train_run(wrk_rank_t *r)
     int rc;
 
     set_threads(r);
+    opts.peak_flops = wrk_peak_flops(r, kn_blas_threads()); /* the node's, cached */
     if (ch_layout_world(ch_jobspec_layout(s)) > 1) {
         if ((rc = groups_setup(r, &c, &groups)) < 0)
             goto out;

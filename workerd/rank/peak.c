@@ -1,0 +1,123 @@
+/* The node's cached SGEMM peak (peak.h). */
+#include "workerd/rank/peak.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "kernels/matmul.h"
+
+double wrk_peak_measure(int n, double seconds)
+{
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < nn; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        kn_matmul_fwd(c, a, b, NULL, n, n, n); /* warm-up: threads, page faults */
+        uint64_t start = ch_now_ns(), budget = (uint64_t)(seconds * 1e9);
+        for (int runs = 0; runs < 5 || ch_now_ns() - start < budget; runs++) {
+            uint64_t t0 = ch_now_ns();
+            kn_matmul_fwd(c, a, b, NULL, n, n, n);
+            double dt = (double)(ch_now_ns() - t0) * 1e-9;
+            double f = 2.0 * n * n * (double)n / (dt > 0 ? dt : 1e-9);
+            best = f > best ? f : best;
+        }
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+int wrk_peak_path(const char *node_dir, int threads, char *out, size_t len)
+{
+    int k = snprintf(out, len, "%s/sgemm-peak-t%d", node_dir, threads);
+    return k < 0 || (size_t)k >= len ? -ENAMETOOLONG : 0;
+}
+
+int wrk_peak_read(const char *path, double *flops)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ch_file_read(path, 4096, &text, &len);
+    if (rc < 0)
+        return rc;
+    double f = 0;
+    rc = sscanf(text, "flops=%lf", &f) == 1 && f > 0 && f < 1e18 ? 0 : CH_E_FORMAT;
+    free(text);
+    if (rc == 0)
+        *flops = f;
+    return rc;
+}
+
+/* The node's run directory: three levels above the rank's (agent.c's layout). */
+static int node_dir(const char *rank_dir, char *out, size_t len)
+{
+    int k = snprintf(out, len, "%s", rank_dir);
+    if (k < 0 || (size_t)k >= len)
+        return -ENAMETOOLONG;
+    for (int up = 0; up < 3; up++) {
+        size_t n = strlen(out);
+        while (n > 1 && out[n - 1] == '/')
+            out[--n] = '\0';
+        char *slash = strrchr(out, '/');
+        if (slash == NULL || slash == out)
+            return -EINVAL;
+        *slash = '\0';
+    }
+    return 0;
+}
+
+static double measure_and_write(const char *path)
+{
+    double f = wrk_peak_measure(WRK_PEAK_N, WRK_PEAK_SECONDS);
+    char line[128];
+    int k = snprintf(line, sizeof line, "flops=%.6e n=%d seconds=%.1f\n", f, WRK_PEAK_N,
+                     WRK_PEAK_SECONDS);
+    int rc = f > 0 ? ch_file_write_atomic(path, line, (size_t)k, 0644) : -ENOMEM;
+    if (rc < 0)
+        CH_LOGW("peak", "%s: not cached: %s", path, ch_strerror(rc));
+    return f;
+}
+
+double wrk_peak_flops(const wrk_rank_t *r, int threads)
+{
+    char dir[CH_PATH_LEN], path[CH_PATH_LEN + 32], lock[CH_PATH_LEN + 40];
+    double f = 0;
+    int rc = node_dir(r->run_dir, dir, sizeof dir);
+    if (rc == 0)
+        rc = wrk_peak_path(dir, threads, path, sizeof path);
+    if (rc == 0 && wrk_peak_read(path, &f) == 0)
+        return f;
+    if (rc < 0) {
+        CH_LOGW("peak", "run dir %s: %s: measuring the SGEMM peak uncached", r->run_dir,
+                ch_strerror(rc));
+        return wrk_peak_measure(WRK_PEAK_N, WRK_PEAK_SECONDS);
+    }
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        CH_LOGW("peak", "%s: %s: measuring the SGEMM peak uncached", lock, strerror(errno));
+        return wrk_peak_measure(WRK_PEAK_N, WRK_PEAK_SECONDS);
+    }
+    while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
+    }
+    /* another rank of the node may have measured while this one waited */
+    if (wrk_peak_read(path, &f) != 0) {
+        f = measure_and_write(path);
+        CH_LOGI("peak", "SGEMM peak at %d threads: %.1f GFLOP/s, cached in %s", threads, f * 1e-9,
+                path);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    return f;
+}
