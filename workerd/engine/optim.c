@@ -74,8 +74,8 @@ double eng_grad_clip(float *grads, size_t n, double max_norm)
 }
 
 /* adamw_fused when the backend has it; else the same bits from its older entries */
-static void update(const eng_backend_t *be, float *p, float *g, float *m, float *v, size_t n,
-                   const eng_optim_t *o, double lr, double wd, float coef, int zero)
+void eng_adamw_piece(const eng_backend_t *be, const eng_optim_t *o, float *p, float *g, float *m,
+                     float *v, size_t n, double lr, double wd, float coef, int zero)
 {
     if (be->adamw_fused != NULL) {
         be->adamw_fused(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, wd, o->t, coef, zero);
@@ -102,8 +102,8 @@ int eng_optim_step_range(eng_optim_t *o, const eng_model_t *m, size_t lo, size_t
         if (a >= b)
             continue;
         size_t k = a - lo;
-        update(be, p + k, g + k, o->m + k, o->v + k, b - a, o, lr, t->decay ? o->weight_decay : 0.0,
-               grad_coef, zero_grads);
+        eng_adamw_piece(be, o, p + k, g + k, o->m + k, o->v + k, b - a, lr,
+                        t->decay ? o->weight_decay : 0.0, grad_coef, zero_grads);
     }
     return 0;
 }

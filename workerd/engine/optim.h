@@ -65,6 +65,12 @@ int eng_optim_step(eng_optim_t *o, eng_model_t *m, double lr);
 int eng_optim_step_fused(eng_optim_t *o, eng_model_t *m, double lr, float grad_coef,
                          int zero_grads);
 
+/* One piece of the fused update: AdamW (update o->t, o's betas and eps, weight decay wd)
+ * of p[0..n) with m[0..n), v[0..n) on the gradients g[0..n) times coef, and g zeroed after
+ * when zero is set (backend memory). The unit the steps below and ZeRO-3's shards use. */
+void eng_adamw_piece(const eng_backend_t *be, const eng_optim_t *o, float *p, float *g, float *m,
+                     float *v, size_t n, double lr, double wd, float coef, int zero);
+
 /* The same on a flat range [lo, hi) of the model's slab held in separate buffers (a ZeRO-3
  * shard): p[0..hi-lo) and g[0..hi-lo) are that range's parameters and gradients (backend
  * memory), o holds hi - lo floats of state for it. Each piece of a tensor in the range is

@@ -568,25 +568,26 @@ static double slab_sumsq(const eng_trainer_t *t)
     return sq;
 }
 
-/* The slab's update: AdamW on each of its tensors (ZeRO-3: those outside blocks; the
- * shards are eng_zero_adamw's). o->t already advanced. */
-static void slab_adamw(eng_trainer_t *t, double lr)
+/* The slab's update, fused with clipping (grad_coef) and the gradient reset: AdamW on each
+ * of its tensors (ZeRO-3: those outside blocks; the shards are eng_zero_adamw's). o->t
+ * already advanced. */
+static void slab_adamw(eng_trainer_t *t, double lr, float grad_coef)
 {
     eng_optim_t *o = &t->optim;
     const eng_backend_t *be = eng_model_backend(t->model);
     float *p = eng_model_params(t->model);
-    const float *g = eng_model_grads(t->model);
+    float *g = eng_model_grads(t->model);
     for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
         const eng_tensor_t *x = eng_model_tensor(t->model, i);
         if (t->zero && x->block >= 0)
             continue;
         size_t off = x->offset;
-        be->adamw(be, p + off, g + off, o->m + off, o->v + off, x->numel, lr, o->beta1, o->beta2,
-                  o->eps, x->decay ? o->weight_decay : 0.0, o->t);
+        eng_adamw_piece(be, o, p + off, g + off, o->m + off, o->v + off, x->numel, lr,
+                        x->decay ? o->weight_decay : 0.0, grad_coef, 1);
     }
 }
 
-/* After the schedule: the gradients made whole and clipped. The tied wte's two halves are
+/* After the schedule: the gradients made whole and their global norm. The tied wte's two halves are
  * summed over the embedding group (first and last stage), the slab's gradients over the DP
  * group (ZeRO-3's shards were reduce-scattered block by block), the loss and the squared
  * norm over TP, DP and the pipeline column. *loss_sum: the global batch's sum of
@@ -622,14 +623,6 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
         *loss_sum = l[0];
         *norm = sqrt((double)l[1]);
     }
-    double coef = t->optim.max_grad_norm / (*norm + 1e-6);
-    if (coef < 1.0) {
-        float c = (float)coef; /* as eng_grad_clip: torch multiplies by a float32 tensor */
-        for (size_t i = 0; i < n; i++)
-            grads[i] *= c;
-        if (t->zero)
-            eng_zero_scale(t->zero, c);
-    }
     return 0;
 }
 
@@ -646,7 +639,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint64_t w_tp = wrk_coll_group_wait_ns(t->tp), w_dp = wrk_coll_group_wait_ns(t->dp);
     uint64_t w_pp = wrk_coll_group_wait_ns(t->pp), w_emb = wrk_coll_group_wait_ns(t->emb);
 
-    eng_model_zero_grad(t->model);
+    /* the slab's gradients are zero: left so by the previous step's fused update, or new */
     if (t->zero)
         eng_zero_begin_step(t->zero);
     t->step_now = step;
@@ -663,10 +656,11 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         return rc;
     uint64_t o0 = ch_now_ns();
     double lr = eng_lr_at(&t->sched, (int64_t)step);
+    float coef = eng_clip_coef(norm, t->optim.max_grad_norm);
     t->optim.t++;
-    slab_adamw(t, lr);
+    slab_adamw(t, lr, coef);
     if (t->zero)
-        eng_zero_adamw(t->zero, &t->optim, lr);
+        eng_zero_adamw(t->zero, &t->optim, lr, coef);
     t->next_step = step + 1;
 
     uint64_t end = ch_now_ns();

@@ -344,14 +344,7 @@ double eng_zero_sumsq(const eng_zero_t *z, int count_replicated)
     return sq;
 }
 
-void eng_zero_scale(eng_zero_t *z, float c)
-{
-    size_t n = (size_t)z->nb * z->S;
-    for (size_t i = 0; i < n; i++)
-        z->g[i] *= c;
-}
-
-void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr)
+void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef)
 {
     const eng_backend_t *be = z->be;
     size_t base = (size_t)z->d * z->S;
@@ -361,8 +354,8 @@ void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr)
         FOR_EACH_OWNED(z, t, lo, hi)
         {
             size_t at = (size_t)i * z->S + (lo - base);
-            be->adamw(be, z->p + at, z->g + at, z->am + at, z->av + at, hi - lo, lr, o->beta1,
-                      o->beta2, o->eps, t->decay ? o->weight_decay : 0.0, o->t);
+            eng_adamw_piece(be, o, z->p + at, z->g + at, z->am + at, z->av + at, hi - lo, lr,
+                            t->decay ? o->weight_decay : 0.0, grad_coef, 0);
         }
     }
 }

@@ -23,7 +23,7 @@
  * parameters in memory). The tensors outside blocks (wte, wpe, ln_f) stay whole in the
  * model's slab on every DP rank; the trainer all-reduces their gradients.
  *
- * Clipping and AdamW run on the shards (eng_zero_sumsq, eng_zero_scale, eng_zero_adamw),
+ * Clipping and AdamW run on the shards (eng_zero_sumsq, eng_zero_adamw),
  * with the same per-element arithmetic as the unsharded optimizer, so the cost per rank
  * falls with dp. A DP group of one (dp == 1) is valid: the shard is the whole block. */
 #ifndef ENG_ZERO_H
@@ -54,11 +54,9 @@ void eng_zero_begin_step(eng_zero_t *z);
  * parallelism replicates (eng_split_t NONE) only when count_replicated is set (so that a
  * sum over the TP group counts them once). */
 double eng_zero_sumsq(const eng_zero_t *z, int count_replicated);
-/* Multiply every owned gradient by c. */
-void eng_zero_scale(eng_zero_t *z, float c);
-/* One AdamW update of the owned shards at lr with o's hyper-parameters; update number
- * o->t + 1 (the caller advances o->t). */
-void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr);
+/* One AdamW update of the owned shards at lr with o's hyper-parameters, on the gradients
+ * times grad_coef (clipping, fused); update number o->t (the caller advances it first). */
+void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef);
 
 /* The checkpoint pieces of the owned shards (ckpt.h): for each block and each of its
  * tensors that the shard covers, the covered range of the tensor's TP slice with pointers
