@@ -42,6 +42,9 @@ typedef struct eng_trainer_opts {
     /* this rank's groups under the job's layout, borrowed for the trainer's life; NULL: a
      * world of one rank */
     const eng_groups_t *groups;
+    /* kernels and memory of the model and its optimizer state (backend.h), borrowed for the
+     * trainer's life; NULL: the CPU backend. Checkpoints go through host copies. */
+    const eng_backend_t *backend;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {
