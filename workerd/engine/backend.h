@@ -91,7 +91,8 @@ const eng_backend_t *eng_backend_cpu(void);
 /* The CUDA backend (backend_cuda.c; built with CHORUS_HAVE_CUDA only): kernels/cuda on one
  * stream of GPU `device` (an ordinal among the GPUs CUDA_VISIBLE_DEVICES leaves visible),
  * device memory (host_memory = 0), fp32 GEMMs. A launch failure is returned by the next
- * copy or memset. Caller owns *out: eng_backend_cuda_destroy after every user of it. 0,
+ * copy or memset. It makes `device` the calling thread's current device: drive it from that
+ * thread. Caller owns *out: eng_backend_cuda_destroy after every user of it. 0,
  * -ENODEV (no such GPU), -ENOMEM, CH_E_CUDA. */
 int eng_backend_cuda_create(int device, eng_backend_t **out);
 void eng_backend_cuda_destroy(eng_backend_t *be);
