@@ -67,7 +67,7 @@ build() {
         die 1 "CUDA toolkit, NCCL or nvcc not found: the GPU targets are not built"
     say "build $TESTS chorus-bench-kernels-cuda chorus-bench-engine (-j$JOBS)"
     # shellcheck disable=SC2086
-    run 300 cmake --build "$BUILD" -j "$JOBS" --target $TESTS \
+    run 300 cmake --build "$BUILD" -j "$JOBS" --target $TESTS chorus_engine_cuda \
         chorus-bench-kernels-cuda chorus-bench-engine >"$BUILD/check-build.log" 2>&1 || {
         grep -E "error|Error" "$BUILD/check-build.log" | head -n 30
         die 1 "build failed"
@@ -94,7 +94,9 @@ pack() {
     say "pack into $DIR"
     mkdir -p "$DIR/bin" "$DIR/lib"
     for t in $TESTS; do cp "$BIN_TESTS/$t" "$DIR/bin/"; done
-    cp "$BIN_BENCH/chorus-bench-kernels-cuda" "$BIN_BENCH/chorus-bench-engine" "$DIR/bin/"
+    # the engine's CUDA backend module: found next to the programs
+    cp "$BIN_BENCH/chorus-bench-kernels-cuda" "$BIN_BENCH/chorus-bench-engine" \
+        "$BUILD/bin/libchorus_engine_cuda.so" "$DIR/bin/"
     # every shared library they load except the C library's and CUDA/NCCL's (the device
     # machine has its own, matching its driver)
     ldd "$DIR"/bin/* | awk '/=> \//{print $3}' | sort -u |

@@ -1,5 +1,6 @@
 /* The CUDA backend (backend.h): device memory and the kernels of kernels/cuda on one stream
- * of one GPU, fp32 (TF32 GEMMs on request).
+ * of one GPU, fp32 (TF32 GEMMs on request). Built into libchorus_engine_cuda.so with
+ * kernels/cuda and loaded on demand (backend_cuda.h says why); it links nothing of ours.
  *
  * Theory of operation. Every kernel is enqueued on the backend's stream and returns at
  * once; work is ordered by the stream alone, so one scratch buffer (grown on demand) serves
@@ -17,15 +18,16 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/log.h"
+#include "common/log.h" /* CH_CHECK_GOTO only: the module logs through the engine's hook */
 #include "kernels/cuda.h"
-#include "workerd/engine/backend.h"
+#include "workerd/engine/backend_cuda.h"
 
 typedef struct cuda_state {
     eng_backend_t table; /* first: the table handed out is this struct */
     int device;
     cudaStream_t stream;
     kn_cuda_t *ctx;
+    eng_cuda_log_fn log;
     void *scratch; /* stream-ordered scratch of the launchers, scratch_cap bytes */
     size_t scratch_cap;
     int err;           /* first launch failure not yet reported */
@@ -56,8 +58,9 @@ static void note(const eng_backend_t *be, const char *what, int rc)
     s->err = rc;
     const char *why = rc == -EINVAL ? "bad shape" : kn_cuda_error_text();
     const char *blas = kn_cuda_ctx_error(s->ctx);
-    snprintf(s->errtext, sizeof s->errtext, "%s: %s%s%s", what, why, blas[0] ? "; " : "", blas);
-    CH_LOGE("cuda", "device %d: %s", s->device, s->errtext);
+    snprintf(s->errtext, sizeof s->errtext, "device %d: %s: %s%s%s", s->device, what, why,
+             blas[0] ? "; " : "", blas);
+    s->log(s->errtext);
 }
 
 /* The kept launch failure, once. */
@@ -133,7 +136,9 @@ static int cu_copy(const eng_backend_t *be, void *dst, const void *src, size_t b
         rc = cu_err(cudaStreamSynchronize(s->stream));
     }
     if (rc < 0) {
-        CH_LOGE("cuda", "device %d: copy of %zu bytes: %s", s->device, bytes, kn_cuda_error_text());
+        snprintf(s->errtext, sizeof s->errtext, "device %d: copy of %zu bytes: %s", s->device,
+                 bytes, kn_cuda_error_text());
+        s->log(s->errtext);
     }
     return rc;
 }
@@ -291,7 +296,7 @@ static const eng_backend_t cuda_table = {
 // ----------------------------------------------------------------------------
 // create / destroy
 
-int eng_backend_cuda_devices(int *count)
+static int cu_devices(int *count)
 {
     *count = 0;
     int n = 0;
@@ -304,10 +309,12 @@ int eng_backend_cuda_devices(int *count)
     return 0;
 }
 
-int eng_backend_cuda_create(int device, eng_backend_t **out)
+static void cu_destroy(eng_backend_t *be);
+
+static int cu_create(int device, eng_cuda_log_fn logfn, eng_backend_t **out)
 {
     *out = NULL;
-    int n = 0, rc = eng_backend_cuda_devices(&n);
+    int n = 0, rc = cu_devices(&n);
     if (rc < 0) {
         return rc;
     }
@@ -321,6 +328,7 @@ int eng_backend_cuda_create(int device, eng_backend_t **out)
     s->table = cuda_table;
     s->table.ud = s;
     s->device = device;
+    s->log = logfn;
     /* the context and the stream belong to the device current when they are made */
     CH_CHECK_GOTO(cu_err(cudaSetDevice(device)), rc, fail);
     CH_CHECK_GOTO(cu_err(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)), rc, fail);
@@ -328,12 +336,14 @@ int eng_backend_cuda_create(int device, eng_backend_t **out)
     *out = &s->table;
     return 0;
 fail:
-    CH_LOGE("cuda", "device %d: backend setup: %s", device, kn_cuda_error_text());
-    eng_backend_cuda_destroy(&s->table);
+    snprintf(s->errtext, sizeof s->errtext, "device %d: backend setup: %s", device,
+             kn_cuda_error_text());
+    logfn(s->errtext);
+    cu_destroy(&s->table);
     return rc;
 }
 
-void eng_backend_cuda_destroy(eng_backend_t *be)
+static void cu_destroy(eng_backend_t *be)
 {
     if (be == NULL) {
         return;
@@ -350,17 +360,17 @@ void eng_backend_cuda_destroy(eng_backend_t *be)
     free(s);
 }
 
-void eng_backend_cuda_set_tf32(eng_backend_t *be, int on)
+static void cu_set_tf32(eng_backend_t *be, int on)
 {
     kn_cuda_set_tf32(S(be)->ctx, on);
 }
 
-void *eng_backend_cuda_stream(const eng_backend_t *be)
+static void *cu_stream(const eng_backend_t *be)
 {
     return S(be)->stream;
 }
 
-int eng_backend_cuda_sync(const eng_backend_t *be)
+static int cu_sync(const eng_backend_t *be)
 {
     int rc = pending(be);
     if (rc == 0) {
@@ -368,3 +378,14 @@ int eng_backend_cuda_sync(const eng_backend_t *be)
     }
     return rc;
 }
+
+/* The module's one export (backend_cuda.h). */
+__attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module = {
+    .abi = ENG_CUDA_MODULE_ABI,
+    .devices = cu_devices,
+    .create = cu_create,
+    .destroy = cu_destroy,
+    .set_tf32 = cu_set_tf32,
+    .stream = cu_stream,
+    .sync = cu_sync,
+};
