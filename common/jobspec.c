@@ -28,7 +28,7 @@
 /* Seconds; 0 disables the hang check. A week. */
 #define STEP_TIMEOUT_MAX (7ll * 24 * 3600)
 
-typedef enum { F_STR, F_U32, F_I64, F_U64, F_DBL, F_BOOL, F_KIND, F_RESHARD } ftype_t;
+typedef enum { F_STR, F_U32, F_I64, F_U64, F_DBL, F_BOOL, F_KIND, F_RESHARD, F_DEVICE } ftype_t;
 
 typedef struct field {
     const char *section, *key;
@@ -68,6 +68,7 @@ static const field_t fields[] = {
     JF("train", "seed", F_U64, train.seed, 0, 0),
     JF("train", "data", F_STR, train.data, 0, 0),
     JF("train", "init_from", F_STR, train.init_from, 0, 0),
+    JF("train", "device", F_DEVICE, train.device, 0, 0),
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
@@ -105,6 +106,7 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     j->train.warmup = 0;
     j->train.seed = 1337;
     strcpy(j->train.data, "builtin");
+    j->train.device = CH_DEVICE_CPU;
     j->checkpoint.every = 0;
     j->checkpoint.keep = 3;
     j->fault.max_restarts = 3;
@@ -123,6 +125,11 @@ const char *ch_job_kind_name(ch_job_kind_t k)
 double ch_jobspec_lr_min(const ch_jobspec_t *j)
 {
     return j->train.lr_min < 0 ? j->train.lr / 10 : j->train.lr_min;
+}
+
+const char *ch_device_name(ch_device_t d)
+{
+    return d == CH_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
 static const char *reshard_name(ch_reshard_t r)
@@ -270,6 +277,13 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         }
         snprintf(why, whylen, "expected per-use or per-step, got '%s'", v);
         return CH_E_CONFIG;
+    case F_DEVICE:
+        if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0) {
+            *(ch_device_t *)p = v[1] == 'u' ? CH_DEVICE_CUDA : CH_DEVICE_CPU;
+            return 0;
+        }
+        snprintf(why, whylen, "expected cpu or cuda, got '%s'", v);
+        return CH_E_CONFIG;
     }
     snprintf(why, whylen, "bad field type");
     return -EINVAL;
@@ -397,6 +411,11 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         if (j->parallel.reshard == CH_RESHARD_PER_USE || j->parallel.reshard == CH_RESHARD_PER_STEP)
             return 0;
         snprintf(why, whylen, "bad policy %d", (int)j->parallel.reshard);
+        return CH_E_CONFIG;
+    case F_DEVICE:
+        if (j->train.device == CH_DEVICE_CPU || j->train.device == CH_DEVICE_CUDA)
+            return 0;
+        snprintf(why, whylen, "bad device %d", (int)j->train.device);
         return CH_E_CONFIG;
     case F_U64:
     case F_DBL:
@@ -646,6 +665,9 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         return;
     case F_RESHARD:
         fprintf(f, "%s = %s\n", fd->key, reshard_name(j->parallel.reshard));
+        return;
+    case F_DEVICE:
+        fprintf(f, "%s = %s\n", fd->key, ch_device_name(j->train.device));
         return;
     }
 }

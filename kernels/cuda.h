@@ -116,6 +116,9 @@ int kn_cuda_gelu_fwd(float *out, const float *inp, size_t n, kn_stream_t stream)
 int kn_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n,
                      kn_stream_t stream);
 int kn_cuda_residual_fwd(float *out, const float *a, const float *b, size_t n, kn_stream_t stream);
+/* x[i] *= c, one fp32 multiply each: gradient clipping's scale, bit-identical to the host's
+ * loop (workerd/engine/optim.c) */
+int kn_cuda_scale(float *x, float c, size_t n, kn_stream_t stream);
 
 // ----------------------------------------------------------------------------
 // LM head fused with cross-entropy over the real vocab (kernels/xent.h)

@@ -1,4 +1,5 @@
-/* GELU (tanh approximation) and the residual add (kernels/gelu.h, kernels/residual.h).
+/* GELU (tanh approximation), the residual add (kernels/gelu.h, kernels/residual.h) and the
+ * in-place scale of gradient clipping.
  * GELU uses the CPU fast version's form: with u = sqrt(2/pi) (x + 0.044715 x^3) and
  * s = 1 / (1 + exp(-2u)), gelu(x) = x s and gelu'(x) = s + 2 x s (1 - s) du/dx; one exp,
  * no cancellation for large |x|. */
@@ -38,6 +39,14 @@ static __global__ void residual_kernel(float *out, const float *a, const float *
     }
 }
 
+static __global__ void scale_kernel(float *x, float c, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        x[i] = x[i] * c;
+    }
+}
+
 /* grid-stride launches: at most 65536 blocks of 256 */
 static unsigned ew_blocks(size_t n)
 {
@@ -71,5 +80,14 @@ extern "C" int kn_cuda_residual_fwd(float *out, const float *a, const float *b, 
         return 0;
     }
     residual_kernel<<<ew_blocks(n), 256, 0, stream>>>(out, a, b, n);
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_scale(float *x, float c, size_t n, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    scale_kernel<<<ew_blocks(n), 256, 0, stream>>>(x, c, n);
     return kn_cu_launched();
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one prepared device check (issue 13): build the GPU targets, run every GPU test and the
-# GPU kernel benchmark, print the RESULT lines. Everything runs under `timeout` against one
+# The one prepared device check (issue 13): build the GPU targets, run every GPU test (CUDA
+# kernels, the engine on CUDA, diag on a GPU, NCCL) and the GPU benchmarks, print the RESULT
+# lines. Everything runs under `timeout` against one
 # deadline, so the script ends within CHECK_BUDGET seconds (default 450, under 8 minutes).
 #
 #   tests/gpu/check.sh                 build in build-gpu/ and run (the device machine)
@@ -29,6 +30,8 @@ if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
     exec > >(tee "$OUT/gpu-check.log") 2>&1
 fi
 
+# the GPU tests: kernels, the engine on the CUDA backend, diag on a GPU, NCCL collectives
+TESTS="test_kernels_cuda test_model_cuda test_diag_cuda test_coll"
 STATUS=0
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
@@ -54,17 +57,19 @@ run() {
 
 build() {
     say "configure ($BUILD, CUDA on, warnings as errors)"
+    mkdir -p "$BUILD"
     run 180 cmake -S "$ROOT" -B "$BUILD" -DCHORUS_WERROR=ON -DCHORUS_CUDA=ON \
-        >"$BUILD.configure.log" 2>&1 || {
-        tail -n 30 "$BUILD.configure.log"
+        >"$BUILD/check-configure.log" 2>&1 || {
+        tail -n 30 "$BUILD/check-configure.log"
         die 1 "configure failed (missing -dev packages? see --pack/--bundle)"
     }
-    grep -q "GPU backend (CUDA + NCCL): ON" "$BUILD.configure.log" ||
+    grep -q "GPU backend (CUDA + NCCL): ON" "$BUILD/check-configure.log" ||
         die 1 "CUDA toolkit, NCCL or nvcc not found: the GPU targets are not built"
-    say "build test_kernels_cuda test_coll chorus-bench-kernels-cuda (-j$JOBS)"
-    run 300 cmake --build "$BUILD" -j "$JOBS" --target test_kernels_cuda test_coll \
-        chorus-bench-kernels-cuda >"$BUILD.build.log" 2>&1 || {
-        grep -E "error|Error" "$BUILD.build.log" | head -n 30
+    say "build $TESTS chorus-bench-kernels-cuda chorus-bench-engine (-j$JOBS)"
+    # shellcheck disable=SC2086
+    run 300 cmake --build "$BUILD" -j "$JOBS" --target $TESTS chorus_engine_cuda \
+        chorus-bench-kernels-cuda chorus-bench-engine >"$BUILD/check-build.log" 2>&1 || {
+        grep -E "error|Error" "$BUILD/check-build.log" | head -n 30
         die 1 "build failed"
     }
     BIN_TESTS=$BUILD/tests
@@ -88,8 +93,10 @@ pack() {
     build
     say "pack into $DIR"
     mkdir -p "$DIR/bin" "$DIR/lib"
-    cp "$BIN_TESTS/test_kernels_cuda" "$BIN_TESTS/test_coll" "$BIN_BENCH/chorus-bench-kernels-cuda" \
-        "$DIR/bin/"
+    for t in $TESTS; do cp "$BIN_TESTS/$t" "$DIR/bin/"; done
+    # the engine's CUDA backend module: found next to the programs
+    cp "$BIN_BENCH/chorus-bench-kernels-cuda" "$BIN_BENCH/chorus-bench-engine" \
+        "$BUILD/bin/libchorus_engine_cuda.so" "$DIR/bin/"
     # every shared library they load except the C library's and CUDA/NCCL's (the device
     # machine has its own, matching its driver)
     ldd "$DIR"/bin/* | awk '/=> \//{print $3}' | sort -u |
@@ -140,6 +147,7 @@ criterion_run() {
     run "$cap" "$@" --jobs 1 --verbose >"$log" 2>&1
     local rc=$?
     grep -E "^\[(----|FAIL|SKIP|====)\]|Skipp|Synthesis" "$log" | tail -n 40
+    grep '^RESULT ' "$log" >>"$RESULTS"
     if [ $rc -ne 0 ]; then
         tail -n 20 "$log"
         say "FAILED: $name (exit $rc)"
@@ -152,15 +160,32 @@ criterion_run() {
 }
 
 criterion_run "CUDA kernels vs CPU" 150 "$BIN_TESTS/test_kernels_cuda"
+# test_model_cuda's checkpoint test needs the trainer to take eng_trainer_opts_t.backend
+criterion_run "the engine on CUDA vs CPU (model, 20 steps, checkpoint)" 120 \
+    "$BIN_TESTS/test_model_cuda"
+criterion_run "diag on a GPU (cuBLAS GEMM, NCCL)" 60 "$BIN_TESTS/test_diag_cuda" \
+    --filter 'diag_gpu/*'
 criterion_run "NCCL collectives, one rank per GPU" 120 "$BIN_TESTS/test_coll" \
     --filter 'coll/nccl_one_rank_per_gpu'
 
 say "benchmark chorus-bench-kernels-cuda"
-run 150 "$BIN_BENCH/chorus-bench-kernels-cuda" | tee "$RESULTS"
+run 150 "$BIN_BENCH/chorus-bench-kernels-cuda" | tee -a "$RESULTS"
 rc=$?
 if [ $rc -ne 0 ]; then
     say "FAILED: benchmark (exit $rc)"
     STATUS=1
+fi
+
+# The engine benchmark on the GPU (issue 13: GPT-2 124M, tokens/s and MFU), once
+# chorus-bench-engine takes --device cuda.
+if grep -q -- '"--device"' "$ROOT/tests/bench/bench_engine.c" && [ -x "$BIN_BENCH/chorus-bench-engine" ]; then
+    say "benchmark chorus-bench-engine --device cuda"
+    run 150 "$BIN_BENCH/chorus-bench-engine" --device cuda | tee -a "$RESULTS" || {
+        say "FAILED: chorus-bench-engine --device cuda"
+        STATUS=1
+    }
+else
+    say "chorus-bench-engine --device cuda not run: the benchmark has no --device flag yet"
 fi
 
 say "summary (status $STATUS)"

@@ -33,6 +33,7 @@ Test(jobspec, defaults_are_valid)
     cr_expect_eq(j.train.lr, 1e-3);
     cr_expect_eq(j.train.lr_min, -1);
     cr_expect_eq(j.train.seed, 1337);
+    cr_expect_eq(j.train.device, CH_DEVICE_CPU);
     cr_expect_str_eq(j.train.data, "builtin");
     cr_expect_eq(j.checkpoint.keep, 3);
     cr_expect_eq(j.fault.step_timeout_s, 300);
@@ -54,7 +55,7 @@ Test(jobspec, parse_every_section)
         "micro_batch_size = 2\nreshard = per-step\n"
         "[train]\nsteps = 5000\nlr = 6e-4\nlr_min = 6e-5\nwarmup = 700\n"
         "seed = 18446744073709551615\ndata = /data/fineweb train.bin\n"
-        "init_from =\n"
+        "init_from =\ndevice = cuda\n"
         "[checkpoint]\ndir = /ckpt\nevery = 100\nkeep = 5\n"
         "[fault]\nmax_restarts = 0\nstep_timeout = 60\n"
         "[diag]\nrounds = 2\ngemm_size = 8192\ncollectives = on\nbytes = 0\n";
@@ -75,6 +76,7 @@ Test(jobspec, parse_every_section)
     cr_expect_eq(j.train.seed, UINT64_MAX);
     cr_expect_str_eq(j.train.data, "/data/fineweb train.bin");
     cr_expect_str_eq(j.train.init_from, "");
+    cr_expect_eq(j.train.device, CH_DEVICE_CUDA);
     cr_expect_str_eq(j.checkpoint.dir, "/ckpt");
     cr_expect(j.checkpoint.every == 100 && j.checkpoint.keep == 5);
     cr_expect(j.fault.max_restarts == 0 && j.fault.step_timeout_s == 60);
@@ -131,6 +133,8 @@ Test(jobspec, bad_values_name_the_field)
                        "[diag] gemm_size: must be between 1 and 8192, got 9000");
     expect_parse_error("[job]\nkind = eval\n", "[job] kind: expected train or diag");
     expect_parse_error("[parallel]\nreshard = sometimes\n", "[parallel] reshard");
+    expect_parse_error("[train]\ndevice = gpu\n",
+                       "[train] device: expected cpu or cuda, got 'gpu'");
     char big[2200];
     int n = snprintf(big, sizeof(big), "[train]\ndata = ");
     memset(big + n, 'x', 2000);
@@ -149,6 +153,8 @@ Test(jobspec, set_overrides)
     cr_assert_eq(ch_jobspec_set(&j, "checkpoint.dir=/a=b", err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(ch_jobspec_set(&j, "train.init_from=", err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(ch_jobspec_set(&j, "job.kind=diag", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "train.device=cuda", err, sizeof(err)), 0, "%s", err);
+    cr_expect_eq(j.train.device, CH_DEVICE_CUDA);
     cr_expect_eq(j.train.steps, 20);
     cr_expect_eq(j.parallel.tp, 2);
     cr_expect_eq(j.train.lr, 3e-4);
@@ -256,6 +262,8 @@ Test(jobspec, validate_train)
     INVALID(j.train.warmup = 301, "train.warmup: must be between 0 and train.steps 300, got 301");
     VALID(j.train.warmup = 300);
     INVALID(j.train.data[0] = '\t', "train.data: contains a control character");
+    INVALID(j.train.device = (ch_device_t)7, "train.device: bad device 7");
+    VALID(j.train.device = CH_DEVICE_CUDA);
 }
 
 Test(jobspec, validate_checkpoint_fault_diag)
@@ -350,7 +358,7 @@ Test(jobspec, format_roundtrip)
     cr_assert_eq(ch_jobspec_format(&j, &text), 0);
     expect_has(text, "[job]\nname = job\nkind = train\n");
     expect_has(text, "\n[train]\nsteps = 300\nlr = 0.001\nlr_min = -1\n");
-    expect_has(text, "init_from =\n");
+    expect_has(text, "init_from =\ndevice = cpu\n");
     expect_has(text, "[diag]\nrounds = 5\ngemm_size = 256\ncollectives = no\nbytes = 1048576\n");
     free(text);
 
@@ -366,6 +374,7 @@ Test(jobspec, format_roundtrip)
     strcpy(j.train.data, "/data/my tokens#1.bin");
     strcpy(j.train.init_from, "/m/gpt2;ok.safetensors");
     strcpy(j.checkpoint.dir, "/ck");
+    j.train.device = CH_DEVICE_CUDA;
     j.checkpoint.every = 7;
     j.diag.collectives = 1;
     j.diag.bytes = 0;

@@ -401,7 +401,7 @@ Test(cuda_attention, fused_matches_reference_each_head_size)
 // ----------------------------------------------------------------------------
 // gelu (1e-5 of the value, 1e-6 of the largest), residual (exact)
 
-Test(cuda_elementwise, gelu_and_residual)
+Test(cuda_elementwise, gelu_residual_and_scale)
 {
     need_gpu();
     size_t n = 100003;
@@ -422,6 +422,14 @@ Test(cuda_elementwise, gelu_and_residual)
     check_dev("residual", d_y, y, n, 0, 0);
     cr_assert_eq(kn_cuda_residual_fwd(d_x, d_x, d_dout, n, NULL), 0); /* in place */
     check_dev("residual in place", d_x, y, n, 0, 0);
+
+    /* clipping's scale: the host loop's single multiply, bit for bit */
+    const float c = 0.3183099f;
+    cr_assert_eq(kn_cuda_scale(d_x, c, n, NULL), 0);
+    for (size_t i = 0; i < n; i++) {
+        y[i] *= c;
+    }
+    check_dev("scale", d_x, y, n, 0, 0);
 
     cudaFree(d_dx), cudaFree(d_y), cudaFree(d_dout), cudaFree(d_x);
     free(dx), free(y), free(dout), free(x);

@@ -113,4 +113,22 @@ struct eng_backend {
  * table: never freed. */
 const eng_backend_t *eng_backend_cpu(void);
 
+/* The CUDA backend (backend_cuda.c; built with CHORUS_HAVE_CUDA only): kernels/cuda on one
+ * stream of GPU `device` (an ordinal among the GPUs CUDA_VISIBLE_DEVICES leaves visible),
+ * device memory (host_memory = 0), fp32 GEMMs. A launch failure is returned by the next
+ * copy or memset. It makes `device` the calling thread's current device: drive it from that
+ * thread. Caller owns *out: eng_backend_cuda_destroy after every user of it. 0,
+ * -ENODEV (no such GPU), -ENOMEM, CH_E_CUDA. */
+int eng_backend_cuda_create(int device, eng_backend_t **out);
+void eng_backend_cuda_destroy(eng_backend_t *be);
+/* GPUs visible to this process into *count (0 without a driver or a GPU); CH_E_CUDA when
+ * the runtime itself fails. */
+int eng_backend_cuda_devices(int *count);
+/* Let the GEMMs use TF32 tensor cores (on) or not (off, the default). */
+void eng_backend_cuda_set_tf32(eng_backend_t *be, int on);
+/* Its cudaStream_t (the collectives' wrk_coll_config_t.stream); borrowed. */
+void *eng_backend_cuda_stream(const eng_backend_t *be);
+/* Wait for every kernel enqueued so far; the pending launch failure if any. */
+int eng_backend_cuda_sync(const eng_backend_t *be);
+
 #endif

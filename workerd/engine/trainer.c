@@ -230,6 +230,12 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (rc < 0)
         return rc;
     const eng_groups_t *groups = opts ? opts->groups : NULL;
+    if (opts && opts->backend && opts->backend != eng_backend_cpu())
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "train.device: the trainer runs on the CPU backend only so far (the %s "
+                       "backend's model, optimizer state and checkpoint copies are not wired "
+                       "into it yet)",
+                       opts->backend->name);
     rc = check_groups(spec, groups, err, errlen);
     if (rc < 0)
         return rc;

@@ -52,6 +52,10 @@ typedef struct eng_trainer_opts {
      * gradients (plain data parallelism), instead of ZeRO-3. The baseline benchmarks
      * compare ZeRO-3 against; not a job option. */
     int replicate_dp;
+    /* kernels and memory of the model and its optimizer state (backend.h), borrowed for the
+     * trainer's life; NULL: the CPU backend. Only the CPU backend is wired yet: any other
+     * is refused with CH_E_CONFIG (train.device). */
+    const eng_backend_t *backend;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {

@@ -1,5 +1,10 @@
 /* GEMM self-check job kind (see diag.h). One BLAS thread per rank: a slot is a core,
- * and the GFLOP/s reported is per slot. Shapes: A, B, C are n x n, row-major. */
+ * and the GFLOP/s reported is per slot. Shapes: A, B, C are n x n, row-major.
+ *
+ * A rank on a GPU (wrk_rank_on_gpu) checks its GPU instead: the same seeded products through
+ * the engine's CUDA backend (cuBLAS), in fp32 and then with TF32 tensor cores, each verified
+ * on the host with Freivalds' test (TF32 against a looser tolerance: 10 mantissa bits), and
+ * reports "tflops" and "tflops_tf32" (median over diag.rounds). */
 #include "workerd/rank/diag.h"
 
 #include <cblas.h>
@@ -12,10 +17,13 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "workerd/engine/backend.h"
 #include "workerd/rank/rank.h"
 
 #define DIAG_MAX_N  32768
 #define DIAG_TRIALS 2
+#define GPU_REPS    3    /* products per timed GPU round */
+#define TF32_TOL    1e-2 /* TF32 keeps 10 mantissa bits: ~1e-3 relative per product */
 
 /* Uniform in [0, 1) with 24 bits, exact in float. */
 static double unit24(uint64_t *s)
@@ -97,6 +105,118 @@ static int report_gflops(wrk_rank_t *r, uint64_t step, uint64_t total, double gf
     return wrk_rank_progress(r, step, total, 0.0, 0.0, 0.0, mp, best > 0 ? 2 : 1);
 }
 
+static double median_of(double *x, int64_t n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+#ifdef CHORUS_HAVE_CUDA
+/* rounds products of fresh n x n data on be (TF32 or not) into *tflops (median); A, B, C are
+ * host staging, dA, dB, dC device buffers of n*n floats each. */
+static int gpu_rounds(wrk_rank_t *r, eng_backend_t *be, int tf32, size_t n, float *A, float *B,
+                      float *C, float *dA, float *dB, float *dC, double *gf, double *tflops)
+{
+    int64_t rounds = r->spec.diag.rounds;
+    size_t bytes = n * n * sizeof *A;
+    double rel = 0.0, tol = tf32 ? TF32_TOL : WRK_DIAG_TOL;
+    const char *prec = tf32 ? "tf32" : "fp32";
+    uint64_t base = r->spec.train.seed ^ ((uint64_t)r->rank << 32) ^ 0x9d1aull;
+    int rc = 0;
+    eng_backend_cuda_set_tf32(be, tf32);
+    for (int64_t i = 0; i < rounds && rc == 0; i++) {
+        uint64_t s = base + (uint64_t)i * 0x100000001b3ull;
+        wrk_diag_fill(A, n * n, s);
+        wrk_diag_fill(B, n * n, s ^ 0xb0b0b0b0ull);
+        CH_CHECK_GOTO(be->copy(be, dA, A, bytes, ENG_COPY_H2D), rc, out);
+        CH_CHECK_GOTO(be->copy(be, dB, B, bytes, ENG_COPY_H2D), rc, out);
+        be->matmul_fwd(be, dC, dA, dB, NULL, (int)n, (int)n, (int)n); /* warm-up */
+        CH_CHECK_GOTO(eng_backend_cuda_sync(be), rc, out);
+        uint64_t t0 = ch_now_ns();
+        for (int k = 0; k < GPU_REPS; k++)
+            be->matmul_fwd(be, dC, dA, dB, NULL, (int)n, (int)n, (int)n);
+        CH_CHECK_GOTO(eng_backend_cuda_sync(be), rc, out);
+        uint64_t dt = ch_now_ns() - t0;
+        gf[i] = 2e-3 * GPU_REPS * (double)n * (double)n * (double)n / (double)(dt ? dt : 1);
+        CH_CHECK_GOTO(be->copy(be, C, dC, bytes, ENG_COPY_D2H), rc, out);
+        rc = wrk_diag_check(A, B, C, n, s, DIAG_TRIALS, tol, &rel);
+        if (rc == CH_E_NUMERIC)
+            return wrk_rank_fail(r, rc,
+                                 "diag GPU %s round %" PRId64 ": GEMM %zux%zu result wrong "
+                                 "(relative error %.3g > %.1g)",
+                                 prec, i + 1, n, n, rel, tol);
+        CH_LOGD("diag", "rank=%u GPU %s round %" PRId64 ": n=%zu %.2f TFLOP/s err=%.2g", r->rank,
+                prec, i + 1, n, gf[i], rel);
+    }
+    *tflops = median_of(gf, rounds);
+out:
+    if (rc < 0 && rc != CH_E_NUMERIC)
+        rc = wrk_rank_fail(r, rc, "diag GPU %s GEMM: %s", prec, ch_strerror(rc));
+    return rc;
+}
+#endif
+
+/* The GPU's GEMM self-check (file comment). */
+static int gpu_diag(wrk_rank_t *r, size_t n)
+{
+    char err[256];
+    int device = -1;
+    int rc = wrk_rank_gpu(r, "device", &device, err, sizeof err);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "diag: %s", err);
+#ifdef CHORUS_HAVE_CUDA
+    eng_backend_t *be = NULL;
+    float *A = NULL, *B = NULL, *C = NULL;
+    void *dA = NULL, *dB = NULL, *dC = NULL;
+    int64_t rounds = r->spec.diag.rounds;
+    double *gf = calloc((size_t)rounds, sizeof *gf), fp32 = 0.0, tf32 = 0.0;
+    size_t bytes = n * n * sizeof(float);
+    A = malloc(bytes);
+    B = malloc(bytes);
+    C = malloc(bytes);
+    if (!A || !B || !C || !gf) {
+        rc = wrk_rank_fail(r, -ENOMEM, "diag: %zu x %zu matrices", n, n);
+        goto out;
+    }
+    if ((rc = eng_backend_cuda_create(device, &be)) < 0) {
+        rc = wrk_rank_fail(r, rc, "diag: GPU %d: %s", device, ch_strerror(rc));
+        goto out;
+    }
+    if ((rc = be->alloc(be, bytes, &dA)) < 0 || (rc = be->alloc(be, bytes, &dB)) < 0 ||
+        (rc = be->alloc(be, bytes, &dC)) < 0) {
+        rc = wrk_rank_fail(r, rc, "diag: GPU %d: 3 x %zu bytes", device, bytes);
+        goto out;
+    }
+    CH_CHECK_GOTO(gpu_rounds(r, be, 0, n, A, B, C, dA, dB, dC, gf, &fp32), rc, out);
+    CH_CHECK_GOTO(gpu_rounds(r, be, 1, n, A, B, C, dA, dB, dC, gf, &tf32), rc, out);
+    CH_LOGI("diag",
+            "rank=%u GPU %d gemm n=%zu rounds=%" PRId64
+            ": median %.2f TFLOP/s fp32, %.2f TFLOP/s tf32 (cuBLAS), products verified",
+            r->rank, device, n, rounds, fp32, tf32);
+    Chorus__Metric m[2] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
+    Chorus__Metric *mp[2] = {&m[0], &m[1]};
+    m[0].name = "tflops";
+    m[0].value = fp32;
+    m[1].name = "tflops_tf32";
+    m[1].value = tf32;
+    rc = wrk_rank_progress(r, (uint64_t)rounds, (uint64_t)rounds, 0.0, 0.0, 0.0, mp, 2);
+out:
+    if (be != NULL) {
+        be->free(be, dC);
+        be->free(be, dB);
+        be->free(be, dA);
+        eng_backend_cuda_destroy(be);
+    }
+    free(gf);
+    free(C);
+    free(B);
+    free(A);
+#else
+    (void)n;
+#endif
+    return rc;
+}
+
 int wrk_diag_run(wrk_rank_t *r)
 {
     int64_t n64 = r->spec.diag.gemm_size, rounds = r->spec.diag.rounds;
@@ -110,6 +230,12 @@ int wrk_diag_run(wrk_rank_t *r)
     if (rounds < 1)
         return wrk_rank_fail(r, CH_E_CONFIG, "diag.rounds %" PRId64 " < 1", rounds);
     size_t n = (size_t)n64;
+    if (wrk_rank_on_gpu(r))
+        return gpu_diag(r, n);
+    CH_LOGI("diag",
+            "rank=%u: GPU check skipped: this rank computes on the CPU (train.device, "
+            "workerd --device)",
+            r->rank);
     openblas_set_num_threads(1);
     A = malloc(n * n * sizeof *A);
     B = malloc(n * n * sizeof *B);
@@ -147,8 +273,7 @@ int wrk_diag_run(wrk_rank_t *r)
                 r->rank, i + 1, rounds, n, gf[i], rel);
         CH_CHECK_GOTO(report_gflops(r, (uint64_t)i + 1, (uint64_t)rounds, gf[i], 0.0), rc, out);
     }
-    qsort(gf, (size_t)rounds, sizeof *gf, cmp_double);
-    double median = rounds % 2 ? gf[rounds / 2] : 0.5 * (gf[rounds / 2 - 1] + gf[rounds / 2]);
+    double median = median_of(gf, rounds);
     double best = gf[rounds - 1];
     CH_LOGI("diag", "rank=%u gemm n=%zu rounds=%" PRId64 ": median %.2f GFLOP/s, best %.2f",
             r->rank, n, rounds, median, best);

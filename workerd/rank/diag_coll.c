@@ -7,7 +7,8 @@
  * the order. Definitions are nccl-tests': bytes is the whole buffer (allreduce and broadcast:
  * the vector; reduce_scatter: the send buffer; allgather: the receive buffer),
  * algbw = bytes / time, busbw = algbw * 2(n-1)/n (allreduce), * (n-1)/n (reduce_scatter,
- * allgather), * 1 (broadcast); time is the slowest member's mean over diag.rounds. Each check
+ * allgather), * 1 (broadcast); time is the slowest member's mean over diag.rounds. A rank on
+ * a GPU (wrk_rank_on_gpu) runs them over NCCL on device buffers of its GPU. Each check
  * ends with the group agreeing on its outcome, so a wrong result fails every member with
  * CH_E_NUMERIC (the one that saw it names the element) instead of leaving the others to
  * time out in the next operation. */
@@ -259,11 +260,16 @@ static int diag_setup(diag_t *d, wrk_rank_t *r)
     const ch_jobspec_t *s = &r->spec;
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
-    cfg.backend = strcmp(r->device, "cuda") == 0 ? WRK_COLL_NCCL : WRK_COLL_UCX;
+    cfg.backend = wrk_rank_on_gpu(r) ? WRK_COLL_NCCL : WRK_COLL_UCX;
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
-    cfg.device = (int)r->local_rank;
+    if (cfg.backend == WRK_COLL_NCCL) { /* busbw between GPUs: this rank's own */
+        char err[256];
+        int rc = wrk_rank_gpu(r, "device", &cfg.device, err, sizeof err);
+        if (rc < 0)
+            return wrk_rank_fail(r, rc, "diag collectives: %s", err);
+    }
     cfg.timeout_ms =
         s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 1000) : DEFAULT_TIMEOUT_MS;
     d->r = r;

@@ -29,6 +29,7 @@
 #include "common/msg.h"
 #include "common/plan.h"
 #include "common/util.h"
+#include "workerd/engine/backend.h"
 
 #define LINK_FD            3
 #define JOB_FILE_MAX       (1u << 20)
@@ -295,6 +296,44 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
         return CH_E_CONFIG;
     }
     return 0;
+}
+
+int wrk_rank_on_gpu(const wrk_rank_t *r)
+{
+    return r->spec.train.device == CH_DEVICE_CUDA ||
+           (r->spec.kind == CH_JOB_DIAG && strcmp(r->device, "cuda") == 0);
+}
+
+int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, size_t errlen)
+{
+    *device = -1;
+#ifdef CHORUS_HAVE_CUDA
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0, rc = eng_backend_cuda_devices(&n);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "%s: cuda requested but the CUDA runtime failed", what);
+    if (n == 0)
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "%s: cuda requested but no GPU visible (CUDA_VISIBLE_DEVICES=%s)", what,
+                       visible ? visible : "unset");
+    if (r->local_rank < (uint32_t)n) {
+        *device = (int)r->local_rank;
+        return 0;
+    }
+    /* workerd or the launcher gave this rank one GPU of its own */
+    if (n == 1 && visible != NULL && strchr(visible, ',') == NULL) {
+        *device = 0;
+        return 0;
+    }
+    return ch_errf(err, errlen, -ENODEV,
+                   "%s: cuda requested: LOCAL_RANK %u but %d GPU(s) visible "
+                   "(CUDA_VISIBLE_DEVICES=%s); one GPU per rank",
+                   what, r->local_rank, n, visible ? visible : "unset");
+#else
+    (void)r;
+    return ch_errf(err, errlen, CH_E_CONFIG,
+                   "%s: cuda requested but this build has no CUDA backend", what);
+#endif
 }
 
 static int load_job(wrk_rank_t *r, char *err, size_t errlen)

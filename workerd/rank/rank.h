@@ -51,6 +51,16 @@ int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
  * and the parameters it owns (common/plan.h `owned`). Leaves ev alone for other kinds. */
 void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev);
 
+/* 1 when this rank computes on a GPU: the job's train.device is cuda, or (diag jobs, which
+ * check the node) workerd runs it with --device cuda. */
+int wrk_rank_on_gpu(const wrk_rank_t *r);
+/* The GPU of a rank that computes on CUDA: LOCAL_RANK as an ordinal among the GPUs
+ * CUDA_VISIBLE_DEVICES leaves visible, or the only visible one when the node pins each rank
+ * to its own. `what` names the setting asking (e.g. "train.device") in the message. 0;
+ * CH_E_CONFIG with err "<what>: cuda requested but this build has no CUDA backend" or
+ * "... but no GPU visible"; -ENODEV when LOCAL_RANK has no GPU of its own. */
+int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, size_t errlen);
+
 /* Job kinds. Each returns 0 when the rank finished its work, else a negative code
  * (the runtime reports RANK_FAILED with ch_strerror and exits non-zero). */
 int wrk_diag_run(wrk_rank_t *r);      /* workerd/rank/diag.c: GEMM self-check */

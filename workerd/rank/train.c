@@ -2,8 +2,13 @@
  * workerd: RANK_PROGRESS every step (with where the step's time went and the pipeline
  * bubble), RANK_CHECKPOINT after every checkpoint, and on the built-in corpus a few
  * sampled answers and their accuracy: every EVAL_EVERY steps when the rank holds the
- * whole model, at every committed checkpoint for a sliced layout (tp or pp > 1, or dp > 1
- * with ZeRO-3 shards). */
+ * whole model on the host, at every committed checkpoint for a sliced layout (tp or pp > 1,
+ * or dp > 1 with ZeRO-3 shards) or a model on the GPU.
+ *
+ * train.device = cuda: the rank computes on one GPU (wrk_rank_gpu: LOCAL_RANK among the
+ * visible ones) through the engine's CUDA backend, handed to the trainer in
+ * eng_trainer_opts_t.backend, and its collectives use NCCL on that GPU, waiting for the
+ * backend's stream. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -114,6 +119,7 @@ static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *
     ch_jobspec_t one = *s;
     one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
     one.parallel.microbatches = 1;
+    one.train.device = CH_DEVICE_CPU; /* a host copy, whatever the job runs on */
     one.checkpoint.dir[0] = '\0';
     one.checkpoint.every = 0;
     memcpy(one.train.init_from, file, sizeof file);
@@ -141,14 +147,44 @@ static void set_threads(const wrk_rank_t *r)
     kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */
 }
 
-/* More than one rank: the collectives context (host memory, UCX: the engine runs on the
- * CPU) and this rank's groups under the job's layout. */
-static int groups_setup(wrk_rank_t *r, wrk_coll_t **c, eng_groups_t **g)
+/* train.device = cuda: this rank's GPU and the CUDA backend on it (*out, owned by the
+ * caller: eng_backend_cuda_destroy). */
+static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
+{
+    char err[256];
+    int rc = wrk_rank_gpu(r, "train.device", device, err, sizeof err);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "%s", err);
+#ifdef CHORUS_HAVE_CUDA
+    rc = eng_backend_cuda_create(*device, out);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
+    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u)",
+            r->job_id, r->generation, r->rank, *device, r->local_rank);
+#else
+    (void)out;
+#endif
+    return rc;
+}
+
+/* More than one rank: the collectives context and this rank's groups under the job's
+ * layout. gpu NULL: host memory over UCX (the engine runs on the CPU); else device memory
+ * over NCCL on GPU `device`, each operation waiting for the backend's stream. */
+static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk_coll_t **c,
+                        eng_groups_t **g)
 {
     const ch_jobspec_t *s = &r->spec;
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
-    cfg.backend = WRK_COLL_UCX;
+    cfg.backend = gpu != NULL ? WRK_COLL_NCCL : WRK_COLL_UCX;
+#ifdef CHORUS_HAVE_CUDA
+    if (gpu != NULL) {
+        cfg.device = device;
+        cfg.stream = eng_backend_cuda_stream(gpu);
+    }
+#else
+    (void)device;
+#endif
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
@@ -156,7 +192,8 @@ static int groups_setup(wrk_rank_t *r, wrk_coll_t **c, eng_groups_t **g)
         s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 1000) : COLL_TIMEOUT_MS;
     int rc = wrk_coll_create(&cfg, c);
     if (rc < 0)
-        return wrk_rank_fail(r, rc, "collectives: %s", ch_strerror(rc));
+        return wrk_rank_fail(r, rc, "%s collectives: %s", wrk_coll_backend_name(cfg.backend),
+                             ch_strerror(rc));
     rc = eng_groups_create(*c, ch_jobspec_layout(s), r->rank, g);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "process groups: %s", ch_strerror(rc));
@@ -169,20 +206,34 @@ int wrk_train_run(wrk_rank_t *r)
     eng_trainer_t *t = NULL;
     wrk_coll_t *c = NULL;
     eng_groups_t *groups = NULL;
+    eng_backend_t *gpu = NULL;
+    int device = -1;
     eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
     const ch_jobspec_t *s = &r->spec;
     int rc;
 
     set_threads(r);
     opts.peak_flops = wrk_peak_flops(r, kn_blas_threads()); /* the node's, cached */
+    if (s->train.device == CH_DEVICE_CUDA) {
+        if ((rc = gpu_setup(r, &device, &gpu)) < 0)
+            goto out;
+        opts.backend = gpu;
+    }
     if (ch_layout_world(ch_jobspec_layout(s)) > 1) {
-        if ((rc = groups_setup(r, &c, &groups)) < 0)
+        if ((rc = groups_setup(r, gpu, device, &c, &groups)) < 0)
             goto out;
         opts.groups = groups;
     }
     rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
     if (rc < 0) {
         rc = wrk_rank_fail(r, rc, "%s", err);
+        goto out;
+    }
+    /* never a silent CPU run with NCCL on device buffers */
+    if (gpu != NULL && eng_model_backend(eng_trainer_model(t)) != gpu) {
+        rc = wrk_rank_fail(r, -ENOTSUP,
+                           "train.device: cuda: this trainer does not run its "
+                           "model on the CUDA backend it was given");
         goto out;
     }
     if (r->resume_step > 0) {
@@ -212,12 +263,15 @@ int wrk_train_run(wrk_rank_t *r)
     /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
      * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
     int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
-    int sliced = !eng_trainer_holds_whole_model(t); /* tp, pp > 1 or ZeRO-3 shards */
+    /* the evaluation reads logits on the host: a GPU model is evaluated from its
+     * checkpoints; so is a model sliced over tp, pp or ZeRO-3 shards */
+    int sliced = !eng_trainer_holds_whole_model(t) || gpu != NULL;
     if (builtin && sliced && !s->checkpoint.dir[0]) {
         CH_LOGI("train",
-                "job=%s gen=%" PRIu64 " rank=%u: accuracy not evaluated: tp %u x pp %u slices "
-                "the model; set checkpoint.dir to evaluate each committed checkpoint",
-                r->job_id, r->generation, r->rank, s->parallel.tp, s->parallel.pp);
+                "job=%s gen=%" PRIu64 " rank=%u: accuracy not evaluated: tp %u x pp %u on %s; "
+                "set checkpoint.dir to evaluate each committed checkpoint",
+                r->job_id, r->generation, r->rank, s->parallel.tp, s->parallel.pp,
+                ch_device_name(s->train.device));
         builtin = 0;
     }
     uint64_t total = eng_trainer_total_steps(t);
@@ -298,5 +352,8 @@ out:
     eng_trainer_destroy(t);
     eng_groups_destroy(groups);
     wrk_coll_destroy(c);
+#ifdef CHORUS_HAVE_CUDA
+    eng_backend_cuda_destroy(gpu);
+#endif
     return rc;
 }

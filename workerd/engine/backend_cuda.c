@@ -1,0 +1,391 @@
+/* The CUDA backend (backend.h): device memory and the kernels of kernels/cuda on one stream
+ * of one GPU, fp32 (TF32 GEMMs on request). Built into libchorus_engine_cuda.so with
+ * kernels/cuda and loaded on demand (backend_cuda.h says why); it links nothing of ours.
+ *
+ * Theory of operation. Every kernel is enqueued on the backend's stream and returns at
+ * once; work is ordered by the stream alone, so one scratch buffer (grown on demand) serves
+ * every launcher that needs one. Kernels cannot fail in the table's contract: the first
+ * launch error is kept and returned by the next copy or memset (the model copies the losses
+ * back after every head forward, so an error surfaces within a step). Copies to and from
+ * the host wait for the stream, so host buffers are free to reuse on return; device to
+ * device copies and memsets are asynchronous. The attention is the materialised one (the
+ * table's attention_bwd gets no output to recompute a fused backward from); its backward's
+ * scratch (NH*T*T floats) is the backend's, not the model's T*T. */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h" /* CH_CHECK_GOTO only: the module logs through the engine's hook */
+#include "kernels/cuda.h"
+#include "workerd/engine/backend_cuda.h"
+
+typedef struct cuda_state {
+    eng_backend_t table; /* first: the table handed out is this struct */
+    int device;
+    cudaStream_t stream;
+    kn_cuda_t *ctx;
+    eng_cuda_log_fn log;
+    void *scratch; /* stream-ordered scratch of the launchers, scratch_cap bytes */
+    size_t scratch_cap;
+    int err;           /* first launch failure not yet reported */
+    char errtext[160]; /* what it was */
+} cuda_state_t;
+
+static cuda_state_t *S(const eng_backend_t *be)
+{
+    return be->ud;
+}
+
+/* The one CUDA runtime -> Chorus conversion of this module. */
+static int cu_err(cudaError_t e)
+{
+    if (e == cudaSuccess) {
+        return 0;
+    }
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : CH_E_CUDA;
+}
+
+/* Keep the first launch failure for the next copy or memset. */
+static void note(const eng_backend_t *be, const char *what, int rc)
+{
+    cuda_state_t *s = S(be);
+    if (rc == 0 || s->err != 0) {
+        return;
+    }
+    s->err = rc;
+    const char *why = rc == -EINVAL ? "bad shape" : kn_cuda_error_text();
+    const char *blas = kn_cuda_ctx_error(s->ctx);
+    snprintf(s->errtext, sizeof s->errtext, "device %d: %s: %s%s%s", s->device, what, why,
+             blas[0] ? "; " : "", blas);
+    s->log(s->errtext);
+}
+
+/* The kept launch failure, once. */
+static int pending(const eng_backend_t *be)
+{
+    cuda_state_t *s = S(be);
+    int rc = s->err;
+    s->err = 0;
+    return rc;
+}
+
+/* bytes of scratch on the stream; NULL (and the failure noted) when it cannot grow */
+static void *scratch(const eng_backend_t *be, size_t bytes, const char *what)
+{
+    cuda_state_t *s = S(be);
+    if (bytes <= s->scratch_cap) {
+        return s->scratch;
+    }
+    /* the old buffer may still be read by queued work */
+    int rc = cu_err(cudaStreamSynchronize(s->stream));
+    if (rc == 0) {
+        cudaFree(s->scratch);
+        s->scratch = NULL;
+        s->scratch_cap = 0;
+        rc = cu_err(cudaMalloc(&s->scratch, bytes));
+    }
+    if (rc < 0) {
+        s->scratch = NULL;
+        note(be, what, rc);
+        return NULL;
+    }
+    s->scratch_cap = bytes;
+    return s->scratch;
+}
+
+// ----------------------------------------------------------------------------
+// memory
+
+static int cu_alloc(const eng_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    *out = NULL;
+    /* cudaMalloc aligns to 256 bytes */
+    int rc = cu_err(cudaMalloc(out, bytes ? bytes : 4));
+    if (rc < 0) {
+        *out = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void cu_free(const eng_backend_t *be, void *p)
+{
+    (void)be;
+    if (p != NULL) {
+        cudaFree(p);
+    }
+}
+
+static int cu_copy(const eng_backend_t *be, void *dst, const void *src, size_t bytes,
+                   eng_copy_dir_t dir)
+{
+    cuda_state_t *s = S(be);
+    int rc = pending(be);
+    if (rc < 0 || bytes == 0) {
+        return rc;
+    }
+    enum cudaMemcpyKind kind = dir == ENG_COPY_H2D   ? cudaMemcpyHostToDevice
+                               : dir == ENG_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                     : cudaMemcpyDeviceToDevice;
+    rc = cu_err(cudaMemcpyAsync(dst, src, bytes, kind, s->stream));
+    if (rc == 0 && dir != ENG_COPY_D2D) {
+        rc = cu_err(cudaStreamSynchronize(s->stream));
+    }
+    if (rc < 0) {
+        snprintf(s->errtext, sizeof s->errtext, "device %d: copy of %zu bytes: %s", s->device,
+                 bytes, kn_cuda_error_text());
+        s->log(s->errtext);
+    }
+    return rc;
+}
+
+static int cu_memset(const eng_backend_t *be, void *p, int value, size_t bytes)
+{
+    int rc = pending(be);
+    if (rc == 0 && bytes > 0) {
+        rc = cu_err(cudaMemsetAsync(p, value, bytes, S(be)->stream));
+    }
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// kernels: the table's arguments, the launcher's, the failure noted
+
+static void cu_encoder_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
+                           const float *wte, const float *wpe, int B, int T, int C)
+{
+    note(be, "encoder_fwd", kn_cuda_encoder_fwd(out, inp, wte, wpe, B, T, C, S(be)->stream));
+}
+
+static void cu_encoder_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *inp, int B, int T, int C)
+{
+    void *tmp = scratch(be, kn_cuda_encoder_bwd_scratch_bytes(B, T), "encoder_bwd scratch");
+    if (tmp != NULL) {
+        note(be, "encoder_bwd",
+             kn_cuda_encoder_bwd(dwte, dwpe, tmp, dout, inp, B, T, C, S(be)->stream));
+    }
+}
+
+static void cu_layernorm_fwd(const eng_backend_t *be, float *out, float *mean, float *rstd,
+                             const float *inp, const float *weight, const float *bias, int N, int C)
+{
+    note(be, "layernorm_fwd",
+         kn_cuda_layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, S(be)->stream));
+}
+
+static void cu_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C)
+{
+    float *tmp = scratch(be, KN_CUDA_LN_BWD_SCRATCH(C) * sizeof(float), "layernorm_bwd scratch");
+    if (tmp != NULL) {
+        note(be, "layernorm_bwd",
+             kn_cuda_layernorm_bwd(dinp, dweight, dbias, tmp, dout, inp, weight, mean, rstd, N, C,
+                                   S(be)->stream));
+    }
+}
+
+static void cu_matmul_fwd(const eng_backend_t *be, float *out, const float *inp,
+                          const float *weight, const float *bias, int N, int C, int OC)
+{
+    note(be, "matmul_fwd",
+         kn_cuda_matmul_fwd(S(be)->ctx, out, inp, weight, bias, N, C, OC, S(be)->stream));
+}
+
+static void cu_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight, int N, int C,
+                          int OC)
+{
+    note(be, "matmul_bwd",
+         kn_cuda_matmul_bwd(S(be)->ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                            S(be)->stream));
+}
+
+static void cu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
+                             int B, int T, int C, int NH)
+{
+    note(be, "attention_fwd",
+         kn_cuda_attention_fwd(S(be)->ctx, out, att, qkv, B, T, C, NH, S(be)->stream));
+}
+
+/* the model's scratch (T*T floats) is too small for the batched backward: the backend's own */
+static void cu_attention_bwd(const eng_backend_t *be, float *dqkv, float *model_scratch,
+                             const float *dout, const float *qkv, const float *att, int B, int T,
+                             int C, int NH)
+{
+    (void)model_scratch;
+    float *tmp =
+        scratch(be, KN_CUDA_ATT_BWD_SCRATCH(T, NH) * sizeof(float), "attention_bwd scratch");
+    if (tmp != NULL) {
+        note(be, "attention_bwd",
+             kn_cuda_attention_bwd(S(be)->ctx, dqkv, tmp, dout, qkv, att, B, T, C, NH,
+                                   S(be)->stream));
+    }
+}
+
+static void cu_gelu_fwd(const eng_backend_t *be, float *out, const float *inp, size_t n)
+{
+    note(be, "gelu_fwd", kn_cuda_gelu_fwd(out, inp, n, S(be)->stream));
+}
+
+static void cu_gelu_bwd(const eng_backend_t *be, float *dinp, const float *inp, const float *dout,
+                        size_t n)
+{
+    note(be, "gelu_bwd", kn_cuda_gelu_bwd(dinp, inp, dout, n, S(be)->stream));
+}
+
+static void cu_residual_fwd(const eng_backend_t *be, float *out, const float *a, const float *b,
+                            size_t n)
+{
+    note(be, "residual_fwd", kn_cuda_residual_fwd(out, a, b, n, S(be)->stream));
+}
+
+static void cu_lmhead_fwd(const eng_backend_t *be, float *logits, float *lse, float *losses,
+                          const float *x, const float *wte, const int32_t *targets, int N, int C,
+                          int V, int Vp)
+{
+    note(be, "lmhead_fwd",
+         kn_cuda_lmhead_fwd(S(be)->ctx, logits, lse, losses, x, wte, targets, N, C, V, Vp,
+                            S(be)->stream));
+}
+
+static void cu_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                          const float *lse, const float *x, const float *wte,
+                          const int32_t *targets, float scale, int N, int C, int V, int Vp)
+{
+    note(be, "lmhead_bwd",
+         kn_cuda_lmhead_bwd(S(be)->ctx, dx, dwte, logits, lse, x, wte, targets, scale, N, C, V, Vp,
+                            S(be)->stream));
+}
+
+static void cu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
+                     size_t n, double lr, double beta1, double beta2, double eps, double wd,
+                     uint64_t t)
+{
+    note(be, "adamw", kn_cuda_adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, S(be)->stream));
+}
+
+static const eng_backend_t cuda_table = {
+    .name = "cuda",
+    .host_memory = 0,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .copy = cu_copy,
+    .memset = cu_memset,
+    .encoder_fwd = cu_encoder_fwd,
+    .encoder_bwd = cu_encoder_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .matmul_fwd = cu_matmul_fwd,
+    .matmul_bwd = cu_matmul_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .residual_fwd = cu_residual_fwd,
+    .lmhead_fwd = cu_lmhead_fwd,
+    .lmhead_bwd = cu_lmhead_bwd,
+    .adamw = cu_adamw,
+};
+
+// ----------------------------------------------------------------------------
+// create / destroy
+
+static int cu_devices(int *count)
+{
+    *count = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: not sticky */
+        return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? 0 : CH_E_CUDA;
+    }
+    *count = n;
+    return 0;
+}
+
+static void cu_destroy(eng_backend_t *be);
+
+static int cu_create(int device, eng_cuda_log_fn logfn, eng_backend_t **out)
+{
+    *out = NULL;
+    int n = 0, rc = cu_devices(&n);
+    if (rc < 0) {
+        return rc;
+    }
+    if (device < 0 || device >= n) {
+        return -ENODEV;
+    }
+    cuda_state_t *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        return -ENOMEM;
+    }
+    s->table = cuda_table;
+    s->table.ud = s;
+    s->device = device;
+    s->log = logfn;
+    /* the context and the stream belong to the device current when they are made */
+    CH_CHECK_GOTO(cu_err(cudaSetDevice(device)), rc, fail);
+    CH_CHECK_GOTO(cu_err(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)), rc, fail);
+    CH_CHECK_GOTO(kn_cuda_create(&s->ctx, 0), rc, fail);
+    *out = &s->table;
+    return 0;
+fail:
+    snprintf(s->errtext, sizeof s->errtext, "device %d: backend setup: %s", device,
+             kn_cuda_error_text());
+    logfn(s->errtext);
+    cu_destroy(&s->table);
+    return rc;
+}
+
+static void cu_destroy(eng_backend_t *be)
+{
+    if (be == NULL) {
+        return;
+    }
+    cuda_state_t *s = S(be);
+    if (s->stream != NULL) {
+        cudaStreamSynchronize(s->stream);
+    }
+    kn_cuda_destroy(s->ctx);
+    cudaFree(s->scratch);
+    if (s->stream != NULL) {
+        cudaStreamDestroy(s->stream);
+    }
+    free(s);
+}
+
+static void cu_set_tf32(eng_backend_t *be, int on)
+{
+    kn_cuda_set_tf32(S(be)->ctx, on);
+}
+
+static void *cu_stream(const eng_backend_t *be)
+{
+    return S(be)->stream;
+}
+
+static int cu_sync(const eng_backend_t *be)
+{
+    int rc = pending(be);
+    if (rc == 0) {
+        rc = cu_err(cudaStreamSynchronize(S(be)->stream));
+    }
+    return rc;
+}
+
+/* The module's one export (backend_cuda.h). */
+__attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module = {
+    .abi = ENG_CUDA_MODULE_ABI,
+    .devices = cu_devices,
+    .create = cu_create,
+    .destroy = cu_destroy,
+    .set_tf32 = cu_set_tf32,
+    .stream = cu_stream,
+    .sync = cu_sync,
+};
