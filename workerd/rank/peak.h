@@ -14,9 +14,13 @@
 
 #define WRK_PEAK_N       2048 /* n x n x n SGEMM, the size chorus-bench-engine uses */
 #define WRK_PEAK_SECONDS 1.0  /* best of the runs within this long (at least 5) */
+/* A job whose fault.step_timeout is under 8 x WRK_PEAK_SECONDS measures a 1024^3 SGEMM for
+ * an eighth of it instead: the measurement happens before the first step, which the
+ * timeout covers. */
 
 /* FLOP/s of the best n^3 SGEMM (kn_matmul_fwd on the kernels' current thread count) of
- * the runs within `seconds` (at least 5 runs). 0 when out of memory. */
+ * the runs within `seconds` (at least 5 runs, but stopping after 4 x seconds on a loaded
+ * node). 0 when out of memory. */
 double wrk_peak_measure(int n, double seconds);
 
 /* The node's peak at `threads` BLAS threads: the cached figure, else measured and cached.
