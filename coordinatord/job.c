@@ -1298,34 +1298,29 @@ static int load_placement(coord_t *c, coord_job_t *j, const char *text)
     return 0;
 }
 
-static int load_one(void *ud, const coord_job_rec_t *rec)
+/* A new job from its stored row: identity, state, job file and counters (no ranks, no
+ * placement). NULL when out of memory. An unknown state is taken as failed and a job file
+ * that no longer parses keeps the defaults, both logged at `level`. */
+static coord_job_t *job_from_record(const coord_job_rec_t *rec, ch_log_level_t level)
 {
-    coord_t *c = ud;
     char err[256];
     coord_job_t *j = calloc(1, sizeof(*j));
-    int rc;
-
-    if (!j || jobs_reserve(c) < 0) {
+    if (!j || !(j->ini = strdup(rec->ini))) {
         free(j);
-        return -ENOMEM;
+        return NULL;
     }
     j->seq = rec->seq;
     snprintf(j->id, sizeof(j->id), "j%" PRId64, rec->seq);
     snprintf(j->name, sizeof(j->name), "%s", rec->name);
     snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
-    j->ini = strdup(rec->ini);
-    if (!j->ini) {
-        job_free(j);
-        return -ENOMEM;
-    }
     if (state_parse(rec->state, &j->state) < 0) {
-        CH_LOGE("job", "job=%s stored with unknown state \"%s\": marking it failed", j->id,
-                rec->state);
+        ch_log(level, "job", "job=%s stored with unknown state \"%s\": marking it failed", j->id,
+               rec->state);
         j->state = COORD_JOB_FAILED;
     }
     ch_jobspec_defaults(&j->spec);
     if (ch_jobspec_parse(j->ini, &j->spec, err, sizeof(err)) < 0)
-        CH_LOGE("job", "job=%s stored job file no longer parses: %s", j->id, err);
+        ch_log(level, "job", "job=%s stored job file no longer parses: %s", j->id, err);
     j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
     j->generation = rec->generation;
     j->restarts = rec->restarts;
@@ -1336,6 +1331,17 @@ static int load_one(void *ud, const coord_job_rec_t *rec)
     j->submitted_ms = rec->submitted_ms;
     j->started_ms = rec->started_ms;
     j->finished_ms = rec->finished_ms;
+    return j;
+}
+
+static int load_one(void *ud, const coord_job_rec_t *rec)
+{
+    coord_t *c = ud;
+    coord_job_t *j = NULL;
+    int rc;
+
+    if (jobs_reserve(c) < 0 || !(j = job_from_record(rec, CH_LOG_ERROR)))
+        return -ENOMEM;
     if (rec->placement[0] && (rc = load_placement(c, j, rec->placement)) < 0) {
         CH_LOGE("job", "job=%s bad stored placement: %s", j->id, ch_strerror(rc));
         job_free(j);
@@ -1428,31 +1434,9 @@ void coord_job_free(coord_job_t *j)
 static int load_detached(void *ud, const coord_job_rec_t *rec)
 {
     coord_job_t **out = ud;
-    char err[256];
-    coord_job_t *j = calloc(1, sizeof(*j));
-    if (!j || !(j->ini = strdup(rec->ini))) {
-        free(j);
+    coord_job_t *j = job_from_record(rec, CH_LOG_DEBUG);
+    if (!j)
         return -ENOMEM;
-    }
-    j->seq = rec->seq;
-    snprintf(j->id, sizeof(j->id), "j%" PRId64, rec->seq);
-    snprintf(j->name, sizeof(j->name), "%s", rec->name);
-    snprintf(j->reason, sizeof(j->reason), "%s", rec->reason);
-    if (state_parse(rec->state, &j->state) < 0)
-        j->state = COORD_JOB_FAILED;
-    ch_jobspec_defaults(&j->spec);
-    if (ch_jobspec_parse(j->ini, &j->spec, err, sizeof(err)) < 0)
-        CH_LOGD("job", "job=%s stored job file no longer parses: %s", j->id, err);
-    j->world = ch_layout_world(ch_jobspec_layout(&j->spec));
-    j->generation = rec->generation;
-    j->restarts = rec->restarts;
-    j->step = rec->step;
-    j->total_steps = rec->total_steps;
-    j->loss = rec->loss;
-    j->last_ckpt_step = rec->last_ckpt_step;
-    j->submitted_ms = rec->submitted_ms;
-    j->started_ms = rec->started_ms;
-    j->finished_ms = rec->finished_ms;
     *out = j;
     return 0;
 }
