@@ -48,6 +48,7 @@ typedef struct rank_run {
     int replicate;
     double losses[STEPS];
     eng_trainer_memory_t mem;
+    int breakdown_ok; /* every step's parts non-negative and summing to its time */
     int rc;
     char msg[512];
 } rank_run_t;
@@ -76,6 +77,15 @@ static void *rank_main(void *arg)
         if ((d->rc = eng_trainer_step(t, &info)) < 0)
             break;
         d->losses[info.step] = info.loss;
+        double part[6] = {info.time.compute, info.time.tp,    info.time.pp_wait,
+                          info.time.zero,    info.time.optim, info.time.idle};
+        double sum = 0;
+        for (int k = 0; k < 6; k++)
+            sum += part[k];
+        for (int k = 0; k < 6; k++)
+            d->breakdown_ok &= part[k] >= 0;
+        d->breakdown_ok &= fabs(sum - info.seconds) <= 1e-6 + 1e-3 * info.seconds;
+        d->breakdown_ok &= info.bubble >= 0 && info.bubble <= 1;
         if (eng_trainer_checkpoint_due(t))
             d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
     }
@@ -123,11 +133,15 @@ static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_
                             .table = &table,
                             .spec = j,
                             .resume = resume,
-                            .replicate = replicate};
+                            .replicate = replicate,
+                            .breakdown_ok = 1};
     cr_assert_eq(ts_run_threads(r, sizeof *r, n, rank_main), 0);
     ts_rdzv_table_fini(&table);
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         cr_assert_eq(r[i].rc, 0, "%s rank %u: %s %s", j->name, i, ch_strerror(r[i].rc), r[i].msg);
+        cr_expect(r[i].breakdown_ok, "%s rank %u: a step's time breakdown does not add up", j->name,
+                  i);
+    }
     for (uint32_t i = 1; i < n; i++)
         for (int s = 0; s < STEPS; s++)
             cr_assert_eq(r[i].losses[s], r[0].losses[s], "%s step %d: rank %u %.9g, rank 0 %.9g",
