@@ -445,8 +445,10 @@ int ch_planner_run(const ch_model_cfg_t *m, const ch_planner_cluster_t *c,
             }
         }
     }
-    qsort(fit.v, fit.n, fit.size, cmp_layout);
-    qsort(ref.v, ref.n, ref.size, cmp_refusal);
+    if (fit.n)
+        qsort(fit.v, fit.n, fit.size, cmp_layout);
+    if (ref.n)
+        qsort(ref.v, ref.n, ref.size, cmp_refusal);
     out->layouts = fit.v;
     out->n_layouts = fit.n;
     out->refused = ref.v;

@@ -163,7 +163,13 @@ static void src_path(const char *rel, char *out, size_t cap)
 Test(trainer, the_demo_job_learns_to_add)
 {
     /* deploy/jobs/demo.ini as the quick-start runs it: its model must end up answering
-     * the sums, not only lowering the loss (about 30 s on one core). */
+     * the sums, not only lowering the loss (about 35 s on two cores). Its 3,000 steps take
+     * over four minutes under AddressSanitizer, which checks memory, not learning: the
+     * plain build's run of this test is the one that counts. */
+#if defined(__SANITIZE_ADDRESS__)
+    cr_skip_test("the demo's 3,000 steps are too slow under AddressSanitizer; the plain build "
+                 "runs this test");
+#endif
     char path[1024], err[512], *text = NULL;
     src_path("deploy/jobs/demo.ini", path, sizeof path);
     cr_assert_eq(ch_file_read(path, 1 << 16, &text, NULL), 0, "%s", path);
