@@ -148,12 +148,14 @@ static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_
                          j->name, s, i, r[i].losses[s], r[0].losses[s]);
 }
 
-/* Export job's step into path. */
+/* Export job's step into a file of its own (each call a new name) at path. */
 static void export_step(const char *job, uint64_t step, char *path, size_t cap)
 {
+    static unsigned serial;
     char sdir[CH_PATH_LEN], err[512] = "";
     cr_assert_eq(eng_ckpt_step_dir(dir, job, step, sdir, sizeof sdir), 0);
-    snprintf(path, cap, "%s/%s-%llu.safetensors", dir, job, (unsigned long long)step);
+    snprintf(path, cap, "%s/%s-%llu-%u.safetensors", dir, job, (unsigned long long)step,
+             serial++);
     cr_assert_eq(eng_export(sdir, path, err, sizeof err), 0, "export %s: %s", job, err);
 }
 
