@@ -19,7 +19,6 @@ TestSuite(parallel, .fini = h_teardown, .timeout = 300);
 #define STEPS  30
 #define LAYERS 2
 
-
 /* A small GPT on the built-in corpus in layout tp x pp (dp 1); ckpt: checkpoint dir or
  * NULL. */
 static void write_job(const char *path, const char *name, unsigned tp, unsigned pp,

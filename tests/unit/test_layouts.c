@@ -154,8 +154,7 @@ static void export_step(const char *job, uint64_t step, char *path, size_t cap)
     static unsigned serial;
     char sdir[CH_PATH_LEN], err[512] = "";
     cr_assert_eq(eng_ckpt_step_dir(dir, job, step, sdir, sizeof sdir), 0);
-    snprintf(path, cap, "%s/%s-%llu-%u.safetensors", dir, job, (unsigned long long)step,
-             serial++);
+    snprintf(path, cap, "%s/%s-%llu-%u.safetensors", dir, job, (unsigned long long)step, serial++);
     cr_assert_eq(eng_export(sdir, path, err, sizeof err), 0, "export %s: %s", job, err);
 }
 

@@ -19,7 +19,7 @@
  * full tensors and cuts out the pieces it needs (duplicates, such as replicated
  * LayerNorms, are the same numbers; any copy is taken). */
 typedef struct eng_ckpt_piece {
-    char name[64];     /* Hugging Face name, "h.3.attn.c_attn.weight" */
+    char name[64]; /* Hugging Face name, "h.3.attn.c_attn.weight" */
     eng_slice_t slice;
     size_t a, b;
     float *p, *m, *v; /* save reads them; restore writes them (m, v may be NULL: skipped) */
@@ -39,8 +39,8 @@ int eng_ckpt_save_pieces(const char *dir, const eng_ckpt_meta_t *meta,
  * (CH_E_FORMAT naming the tensor otherwise). *optim_t and *step: the checkpoint's. Errors
  * "FILE: reason". */
 int eng_ckpt_restore_pieces(const char *step_dir, const eng_ckpt_meta_t *expect,
-                            eng_ckpt_piece_t *pieces, size_t n, uint64_t *optim_t,
-                            uint64_t *step, char *err, size_t errlen);
+                            eng_ckpt_piece_t *pieces, size_t n, uint64_t *optim_t, uint64_t *step,
+                            char *err, size_t errlen);
 /* init_from: the parameters of every piece (m and v untouched) from a Hugging Face GPT-2
  * safetensors file (names with or without "transformer."; F32, F16 or BF16; extra tensors
  * ignored); a missing tensor or a wrong shape is CH_E_FORMAT naming both shapes. */

@@ -67,8 +67,9 @@ typedef struct eng_step_info {
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
      * send/recv and in the step's closing all-reduces over the pipeline column and the
-     * embedding group (they wait for the other stages' flush); zero: ZeRO-3 gathers and reduce-scatters and the data-parallel gradient
-     * reduction; optim: clipping and AdamW; idle: the rest (data, bookkeeping). */
+     * embedding group (they wait for the other stages' flush); zero: ZeRO-3 gathers and
+     * reduce-scatters and the data-parallel gradient reduction; optim: clipping and AdamW; idle:
+     * the rest (data, bookkeeping). */
     struct {
         double compute, tp, pp_wait, zero, optim, idle;
     } time;
