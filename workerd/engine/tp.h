@@ -38,11 +38,4 @@ static inline int eng_tp_g_backward(wrk_coll_group_t *tp, float *dy, size_t n)
     return 0;
 }
 
-/* Global gradient-norm clipping of a tensor-parallel model (DESIGN §7): the sum of squares
- * of the split tensors' gradients is all-reduced over tp, the replicated tensors' (the
- * same on every member) counted once; every member then scales its gradients by
- * max_norm / (norm + 1e-6) when below 1, as eng_grad_clip does. *norm: the norm before
- * clipping. Collective over tp. */
-int eng_tp_grad_clip(eng_model_t *m, wrk_coll_group_t *tp, double max_norm, double *norm);
-
 #endif
