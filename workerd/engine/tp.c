@@ -1,7 +1,6 @@
 /* Tensor parallelism's f/g pair (tp.h). */
 #include "workerd/engine/tp.h"
 
-
 int eng_tp_allreduce(wrk_coll_group_t *tp, float *buf, size_t n, wrk_coll_redop_t op)
 {
     if (tp == NULL || n == 0) {
