@@ -313,7 +313,6 @@ void eng_zero_begin_step(eng_zero_t *z)
     }
     for (uint32_t i = 0; i < z->nb; i++)
         eng_model_set_block_params(z->m, z->first + i, NULL);
-    memset(z->g, 0, (size_t)z->nb * z->S * sizeof(float));
 }
 
 /* For each tensor t of a block that the owned shard covers: [lo, hi), the covered range
@@ -355,7 +354,7 @@ void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_c
         {
             size_t at = (size_t)i * z->S + (lo - base);
             eng_adamw_piece(be, o, z->p + at, z->g + at, z->am + at, z->av + at, hi - lo, lr,
-                            t->decay ? o->weight_decay : 0.0, grad_coef, 0);
+                            t->decay ? o->weight_decay : 0.0, grad_coef, 1);
         }
     }
 }

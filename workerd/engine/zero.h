@@ -47,15 +47,17 @@ typedef struct eng_zero eng_zero_t;
 int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, eng_zero_t **out);
 void eng_zero_destroy(eng_zero_t *z);
 
-/* Before a step's first pass: reduced gradients zeroed, gathered buffers marked stale (the
- * parameters changed). */
+/* Before a step's first pass: gathered buffers marked stale (the parameters changed). The
+ * reduced gradients are zero already: new, or reset by the previous eng_zero_adamw (the
+ * shards' padding is never written but with zeros). */
 void eng_zero_begin_step(eng_zero_t *z);
 /* Sum of squares of the owned reduced gradients (in double), counting tensors that tensor
  * parallelism replicates (eng_split_t NONE) only when count_replicated is set (so that a
  * sum over the TP group counts them once). */
 double eng_zero_sumsq(const eng_zero_t *z, int count_replicated);
 /* One AdamW update of the owned shards at lr with o's hyper-parameters, on the gradients
- * times grad_coef (clipping, fused); update number o->t (the caller advances it first). */
+ * times grad_coef (clipping, fused), leaving the gradients zero; update number o->t (the
+ * caller advances it first). */
 void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef);
 
 /* The checkpoint pieces of the owned shards (ckpt.h): for each block and each of its
