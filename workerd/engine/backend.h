@@ -15,9 +15,10 @@
  * vocab. Kernels cannot fail; a backend whose launches can reports the error at its next
  * copy.
  *
- * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale) may be
- * NULL in a backend that predates them: their callers then fall back to the older entries
- * (the same results, more passes). */
+ * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale, sync)
+ * may be NULL in a backend that predates them: their callers then fall back to the older
+ * entries (the same results, more passes; sumsq and scale through a host copy when the
+ * memory is not the host's; no sync: nothing is ever queued). */
 #ifndef ENG_BACKEND_H
 #define ENG_BACKEND_H
 
@@ -107,6 +108,10 @@ struct eng_backend {
     double (*sumsq)(const eng_backend_t *be, const float *x, size_t n);
     /* x[0..n) *= c */
     void (*scale)(const eng_backend_t *be, float *x, size_t n, float c);
+    /* Wait until every kernel, copy and memset enqueued so far has finished: a timer read
+     * after it measures the work, not its launch. 0, or the pending launch failure. NULL:
+     * the backend runs everything before returning (the CPU). */
+    int (*sync)(const eng_backend_t *be);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static
