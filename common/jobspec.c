@@ -28,7 +28,18 @@
 /* Seconds; 0 disables the hang check. A week. */
 #define STEP_TIMEOUT_MAX (7ll * 24 * 3600)
 
-typedef enum { F_STR, F_U32, F_I64, F_U64, F_DBL, F_BOOL, F_KIND, F_RESHARD, F_DEVICE } ftype_t;
+typedef enum {
+    F_STR,
+    F_U32,
+    F_I64,
+    F_U64,
+    F_DBL,
+    F_BOOL,
+    F_KIND,
+    F_RESHARD,
+    F_DEVICE,
+    F_PRECISION
+} ftype_t;
 
 typedef struct field {
     const char *section, *key;
@@ -69,6 +80,7 @@ static const field_t fields[] = {
     JF("train", "data", F_STR, train.data, 0, 0),
     JF("train", "init_from", F_STR, train.init_from, 0, 0),
     JF("train", "device", F_DEVICE, train.device, 0, 0),
+    JF("train", "precision", F_PRECISION, train.precision, 0, 0),
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
@@ -107,6 +119,7 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     j->train.seed = 1337;
     strcpy(j->train.data, "builtin");
     j->train.device = CH_DEVICE_CPU;
+    j->train.precision = CH_PRECISION_FP32;
     j->checkpoint.every = 0;
     j->checkpoint.keep = 3;
     j->fault.max_restarts = 3;
@@ -130,6 +143,11 @@ double ch_jobspec_lr_min(const ch_jobspec_t *j)
 const char *ch_device_name(ch_device_t d)
 {
     return d == CH_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+const char *ch_precision_name(ch_precision_t p)
+{
+    return p == CH_PRECISION_TF32 ? "tf32" : "fp32";
 }
 
 static const char *reshard_name(ch_reshard_t r)
@@ -284,6 +302,14 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         }
         snprintf(why, whylen, "expected cpu or cuda, got '%s'", v);
         return CH_E_CONFIG;
+    case F_PRECISION:
+        if (strcmp(v, "fp32") == 0 || strcmp(v, "tf32") == 0) {
+            *(ch_precision_t *)p = v[0] == 't' ? CH_PRECISION_TF32 : CH_PRECISION_FP32;
+            return 0;
+        }
+        snprintf(why, whylen, "expected fp32 or tf32, got '%s'%s", v,
+                 strcmp(v, "bf16") == 0 ? " (bf16 is not built yet)" : "");
+        return CH_E_CONFIG;
     }
     snprintf(why, whylen, "bad field type");
     return -EINVAL;
@@ -416,6 +442,11 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         if (j->train.device == CH_DEVICE_CPU || j->train.device == CH_DEVICE_CUDA)
             return 0;
         snprintf(why, whylen, "bad device %d", (int)j->train.device);
+        return CH_E_CONFIG;
+    case F_PRECISION:
+        if (j->train.precision == CH_PRECISION_FP32 || j->train.precision == CH_PRECISION_TF32)
+            return 0;
+        snprintf(why, whylen, "bad precision %d", (int)j->train.precision);
         return CH_E_CONFIG;
     case F_U64:
     case F_DBL:
@@ -561,6 +592,19 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
         snprintf(err, errlen, "parallel.dp: world size tp x pp x dp is over %u ranks", WORLD_MAX);
         return CH_E_CONFIG;
     }
+    if (j->train.precision == CH_PRECISION_TF32 && j->train.device != CH_DEVICE_CUDA) {
+        snprintf(err, errlen,
+                 "train.precision: tf32 is a GPU's tensor-core arithmetic; set train.device = "
+                 "cuda or precision = fp32");
+        return CH_E_CONFIG;
+    }
+    if (j->train.device == CH_DEVICE_CUDA && j->parallel.tp > 1) {
+        snprintf(err, errlen,
+                 "parallel.tp: tensor parallelism runs on the CPU only so far (its "
+                 "vocab-parallel embedding and head have no CUDA kernels); with train.device = "
+                 "cuda use tp = 1 and scale with pp and dp");
+        return CH_E_CONFIG;
+    }
     if (!(lr > 0) || !isfinite(lr)) {
         snprintf(err, errlen, "train.lr: must be > 0, got %g", lr);
         return CH_E_CONFIG;
@@ -668,6 +712,9 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         return;
     case F_DEVICE:
         fprintf(f, "%s = %s\n", fd->key, ch_device_name(j->train.device));
+        return;
+    case F_PRECISION:
+        fprintf(f, "%s = %s\n", fd->key, ch_precision_name(j->train.precision));
         return;
     }
 }

@@ -14,6 +14,9 @@ typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
 typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
 /* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
 typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
+/* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
+ * tf32: TF32 tensor cores on a GPU (train.device = cuda only). */
+typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
 
 #define CH_PATH_LEN 1024
 
@@ -40,6 +43,7 @@ typedef struct ch_jobspec {
         char data[CH_PATH_LEN];      /* "" or "builtin": the built-in corpus */
         char init_from[CH_PATH_LEN]; /* "" or a GPT-2 safetensors file */
         ch_device_t device;          /* cpu (default) | cuda */
+        ch_precision_t precision;    /* fp32 (default) | tf32 */
     } train;
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
@@ -81,7 +85,8 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
     return l;
 }
 const char *ch_job_kind_name(ch_job_kind_t k);
-const char *ch_device_name(ch_device_t d); /* "cpu" | "cuda" */
+const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
+const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
 /* The cosine schedule's floor: train.lr_min, or lr / 10 when lr_min is negative. */
 double ch_jobspec_lr_min(const ch_jobspec_t *j);
 

@@ -51,11 +51,11 @@ Test(jobspec, parse_every_section)
         "# a full job\n"
         "[job]\nname = gpt2-small.v1\nkind = diag\n"
         "[model]\nlayers = 12\nheads = 12\nembd = 768\nvocab = 50257\nseq_len = 1024\n"
-        "[parallel]\ntp = 2\npp = 3\ndp = 4\nmicrobatches = 8\n"
+        "[parallel]\ntp = 1\npp = 3\ndp = 4\nmicrobatches = 8\n"
         "micro_batch_size = 2\nreshard = per-step\n"
         "[train]\nsteps = 5000\nlr = 6e-4\nlr_min = 6e-5\nwarmup = 700\n"
         "seed = 18446744073709551615\ndata = /data/fineweb train.bin\n"
-        "init_from =\ndevice = cuda\n"
+        "init_from =\ndevice = cuda\nprecision = tf32\n"
         "[checkpoint]\ndir = /ckpt\nevery = 100\nkeep = 5\n"
         "[fault]\nmax_restarts = 0\nstep_timeout = 60\n"
         "[diag]\nrounds = 2\ngemm_size = 8192\ncollectives = on\nbytes = 0\n";
@@ -66,7 +66,7 @@ Test(jobspec, parse_every_section)
     cr_expect_eq(j.kind, CH_JOB_DIAG);
     cr_expect(j.model.layers == 12 && j.model.heads == 12 && j.model.embd == 768);
     cr_expect(j.model.vocab == 50257 && j.model.seq_len == 1024);
-    cr_expect(j.parallel.tp == 2 && j.parallel.pp == 3 && j.parallel.dp == 4);
+    cr_expect(j.parallel.tp == 1 && j.parallel.pp == 3 && j.parallel.dp == 4);
     cr_expect(j.parallel.microbatches == 8 && j.parallel.micro_batch_size == 2);
     cr_expect_eq(j.parallel.reshard, CH_RESHARD_PER_STEP);
     cr_expect_eq(j.train.steps, 5000);
@@ -77,6 +77,7 @@ Test(jobspec, parse_every_section)
     cr_expect_str_eq(j.train.data, "/data/fineweb train.bin");
     cr_expect_str_eq(j.train.init_from, "");
     cr_expect_eq(j.train.device, CH_DEVICE_CUDA);
+    cr_expect_eq(j.train.precision, CH_PRECISION_TF32);
     cr_expect_str_eq(j.checkpoint.dir, "/ckpt");
     cr_expect(j.checkpoint.every == 100 && j.checkpoint.keep == 5);
     cr_expect(j.fault.max_restarts == 0 && j.fault.step_timeout_s == 60);
@@ -84,7 +85,7 @@ Test(jobspec, parse_every_section)
     cr_expect_eq(j.diag.bytes, 0);
     cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof(err)), 0, "%s", err);
     ch_layout_t l = ch_jobspec_layout(&j);
-    cr_expect(l.tp == 2 && l.pp == 3 && l.dp == 4);
+    cr_expect(l.tp == 1 && l.pp == 3 && l.dp == 4);
 }
 
 Test(jobspec, partial_file_keeps_defaults)
@@ -135,6 +136,9 @@ Test(jobspec, bad_values_name_the_field)
     expect_parse_error("[parallel]\nreshard = sometimes\n", "[parallel] reshard");
     expect_parse_error("[train]\ndevice = gpu\n",
                        "[train] device: expected cpu or cuda, got 'gpu'");
+    expect_parse_error("[train]\nprecision = fp16\n",
+                       "[train] precision: expected fp32 or tf32, got 'fp16'");
+    expect_parse_error("[train]\nprecision = bf16\n", "(bf16 is not built yet)");
     char big[2200];
     int n = snprintf(big, sizeof(big), "[train]\ndata = ");
     memset(big + n, 'x', 2000);
@@ -264,6 +268,11 @@ Test(jobspec, validate_train)
     INVALID(j.train.data[0] = '\t', "train.data: contains a control character");
     INVALID(j.train.device = (ch_device_t)7, "train.device: bad device 7");
     VALID(j.train.device = CH_DEVICE_CUDA);
+    INVALID(j.train.precision = (ch_precision_t)5, "train.precision: bad precision 5");
+    INVALID(j.train.precision = CH_PRECISION_TF32, "train.precision: tf32 is a GPU's");
+    VALID((j.train.device = CH_DEVICE_CUDA, j.train.precision = CH_PRECISION_TF32));
+    INVALID((j.train.device = CH_DEVICE_CUDA, j.parallel.tp = 2),
+            "parallel.tp: tensor parallelism runs on the CPU only so far");
 }
 
 Test(jobspec, validate_checkpoint_fault_diag)
@@ -358,7 +367,7 @@ Test(jobspec, format_roundtrip)
     cr_assert_eq(ch_jobspec_format(&j, &text), 0);
     expect_has(text, "[job]\nname = job\nkind = train\n");
     expect_has(text, "\n[train]\nsteps = 300\nlr = 0.001\nlr_min = -1\n");
-    expect_has(text, "init_from =\ndevice = cpu\n");
+    expect_has(text, "init_from =\ndevice = cpu\nprecision = fp32\n");
     expect_has(text, "[diag]\nrounds = 5\ngemm_size = 256\ncollectives = no\nbytes = 1048576\n");
     free(text);
 
@@ -375,6 +384,7 @@ Test(jobspec, format_roundtrip)
     strcpy(j.train.init_from, "/m/gpt2;ok.safetensors");
     strcpy(j.checkpoint.dir, "/ck");
     j.train.device = CH_DEVICE_CUDA;
+    j.train.precision = CH_PRECISION_TF32;
     j.checkpoint.every = 7;
     j.diag.collectives = 1;
     j.diag.bytes = 0;
