@@ -33,17 +33,25 @@ static int node_fits(const coord_node_t *n, double need)
     return need <= 0 || n->memory_bytes == 0 || (double)n->memory_bytes / n->slots >= need;
 }
 
-/* Nodes usable for placement: alive ones with their free slots (all slots when idle)
- * whose slots hold `need` bytes each. */
-static size_t gather(coord_t *c, int idle, double need, coord_place_node_t *pn,
-                     coord_node_t **nodes)
+/* Whether n can run spec's ranks: a training job on train.device = cuda needs a node that
+ * registered with a GPU (workerd --device cuda); anything else runs on any node. */
+static int node_serves(const coord_node_t *n, const ch_jobspec_t *spec)
+{
+    return spec->kind != CH_JOB_TRAIN || spec->train.device != CH_DEVICE_CUDA ||
+           strcmp(n->device, "cuda") == 0;
+}
+
+/* Nodes usable for placement of spec: alive ones (not dead when idle) that serve it, with
+ * their free slots (all slots when idle), whose slots hold `need` bytes each. */
+static size_t gather(coord_t *c, const ch_jobspec_t *spec, int idle, double need,
+                     coord_place_node_t *pn, coord_node_t **nodes)
 {
     size_t k = 0;
     for (size_t i = 0; i < c->nodes.n; i++) {
         coord_node_t *n = c->nodes.v[i];
         if (idle ? n->state == COORD_NODE_DEAD : n->state != COORD_NODE_ALIVE)
             continue;
-        if (!node_fits(n, need))
+        if (!node_fits(n, need) || !node_serves(n, spec))
             continue;
         pn[k].name = n->name;
         pn[k].rack = n->rack;
@@ -132,11 +140,18 @@ int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t er
 
     for (size_t i = 0; i < c->nodes.n; i++) {
         const coord_node_t *n = c->nodes.v[i];
-        if (n->state == COORD_NODE_DEAD)
+        if (n->state == COORD_NODE_DEAD || !node_serves(n, spec))
             continue;
         total += n->slots;
         if (n->slots > largest)
             largest = n->slots;
+    }
+    if (spec->kind == CH_JOB_TRAIN && spec->train.device == CH_DEVICE_CUDA && world > total) {
+        snprintf(err, errlen,
+                 "train.device: cuda: world size %u (tp %u x pp %u x dp %u) needs one GPU slot "
+                 "per rank; the cluster's GPU nodes (workerd --device cuda) offer %llu",
+                 world, l.tp, l.pp, l.dp, (unsigned long long)total);
+        return CH_E_CAPACITY;
     }
     if (world > total) {
         snprintf(err, errlen,
@@ -152,13 +167,13 @@ int coord_sched_admit(coord_t *c, const ch_jobspec_t *spec, char *err, size_t er
         rc = -ENOMEM;
         goto out;
     }
-    size_t k = gather(c, 1, 0, pn, nodes);
+    size_t k = gather(c, spec, 1, 0, pn, nodes);
     rc = coord_placement(l, pn, k, pl);
     ch_plan_t plan;
     double need = rank_bytes(spec, &plan);
     if (rc == 0 && need > 0) {
         /* Against memory: the nodes whose slots hold a rank each. */
-        k = gather(c, 1, need, pn, nodes);
+        k = gather(c, spec, 1, need, pn, nodes);
         rc = coord_placement(l, pn, k, pl);
         if (rc == CH_E_CAPACITY)
             memory_refusal(c, spec, &plan, k, pn, err, errlen);
@@ -217,7 +232,7 @@ int coord_sched_fits(coord_t *c, const ch_jobspec_t *spec)
     uint32_t tp = spec->parallel.tp ? spec->parallel.tp : 1;
     for (size_t i = 0; i < c->nodes.n; i++) {
         const coord_node_t *n = c->nodes.v[i];
-        if (n->state == COORD_NODE_ALIVE && node_fits(n, need))
+        if (n->state == COORD_NODE_ALIVE && node_fits(n, need) && node_serves(n, spec))
             groups += n->slots / tp;
     }
     /* Placement succeeds whenever the nodes hold pp x dp TP groups (placement.h). */
@@ -233,7 +248,7 @@ static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_
     if (!pl)
         return -ENOMEM;
     ch_plan_t plan;
-    size_t k = gather(c, 0, rank_bytes(&j->spec, &plan), pn, nodes);
+    size_t k = gather(c, &j->spec, 0, rank_bytes(&j->spec, &plan), pn, nodes);
     rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
     if (rc == CH_E_CAPACITY) {
         char why[384];

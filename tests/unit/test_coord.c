@@ -134,7 +134,7 @@ typedef struct worker {
 
 static void wk_register(worker_t *w, const char *name, uint32_t slots, const char *rack,
                         Chorus__RankRef **running, size_t n_running, Chorus__RankRef **finished,
-                        size_t n_finished, uint64_t memory)
+                        size_t n_finished, uint64_t memory, const char *device)
 {
     memset(w, 0, sizeof(*w));
     snprintf(w->name, sizeof(w->name), "%s", name);
@@ -144,7 +144,7 @@ static void wk_register(worker_t *w, const char *name, uint32_t slots, const cha
     reg.name = (char *)name;
     reg.slots = slots;
     reg.rack = (char *)rack;
-    reg.device = "cpu";
+    reg.device = (char *)device;
     reg.running = running;
     reg.n_running = n_running;
     reg.finished = finished;
@@ -162,20 +162,26 @@ static void wk_register(worker_t *w, const char *name, uint32_t slots, const cha
 static void wk_connect(worker_t *w, const char *name, uint32_t slots, const char *rack,
                        Chorus__RankRef **running, size_t n_running)
 {
-    wk_register(w, name, slots, rack, running, n_running, NULL, 0, 0);
+    wk_register(w, name, slots, rack, running, n_running, NULL, 0, 0, "cpu");
 }
 
 /* A worker that reports its memory. */
 static void wk_connect_memory(worker_t *w, const char *name, uint32_t slots, uint64_t memory)
 {
-    wk_register(w, name, slots, "", NULL, 0, NULL, 0, memory);
+    wk_register(w, name, slots, "", NULL, 0, NULL, 0, memory, "cpu");
+}
+
+/* A worker with GPUs (workerd --device cuda). */
+static void wk_connect_gpu(worker_t *w, const char *name, uint32_t slots)
+{
+    wk_register(w, name, slots, "", NULL, 0, NULL, 0, 0, "cuda");
 }
 
 /* A worker whose ranks exited while it could not tell the coordinator. */
 static void wk_connect_finished(worker_t *w, const char *name, uint32_t slots,
                                 Chorus__RankRef **finished, size_t n_finished)
 {
-    wk_register(w, name, slots, "", NULL, 0, finished, n_finished, 0);
+    wk_register(w, name, slots, "", NULL, 0, finished, n_finished, 0, "cpu");
 }
 
 static void wk_close(worker_t *w)
@@ -1853,6 +1859,42 @@ Test(coord, submit_refuses_a_rank_larger_than_a_slots_memory)
     wk_close(&a);
     wk_close(&b);
     wk_close(&x);
+    coord_down();
+}
+
+/* A training job on train.device = cuda runs on the nodes that registered GPUs only: with
+ * none it is refused at submit naming the field, with one its ranks go there and never to
+ * the CPU node, and a CPU job still runs anywhere. */
+Test(coord, cuda_jobs_are_placed_on_gpu_nodes_only)
+{
+    const char *gpu = "[job]\nname = g\n[train]\ndevice = cuda\n[parallel]\ndp = 2\n";
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32] = "", msg[512] = "";
+    coord_up();
+    wk_connect(&a, "cpu1", 4, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    cr_assert_eq(ctl_submit(ctl, gpu, id, sizeof id, msg, sizeof msg), CH_E_CAPACITY, "%s", msg);
+    cr_assert_str_eq(msg, "train.device: cuda: world size 2 (tp 1 x pp 1 x dp 2) needs one GPU "
+                          "slot per rank; the cluster's GPU nodes (workerd --device cuda) offer 0");
+    cr_assert_eq(ctl_job_count(ctl), 0, "a refused job was queued");
+
+    wk_connect_gpu(&b, "gpu1", 2);
+    cr_assert_eq(ctl_submit(ctl, gpu, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 2, &b, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "the GPU job's ranks go to the GPU node");
+    cr_assert_eq(e->start_ranks->n_ranks, 2);
+    ch_msg_free(e);
+    cr_assert_null(take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 300),
+                   "no rank of the GPU job on the CPU node");
+
+    const char *cpu = "[job]\nname = c\n[parallel]\ndp = 2\n";
+    cr_assert_eq(ctl_submit(ctl, cpu, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+    e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "the CPU job runs on the CPU node (the GPU node is full)");
+    ch_msg_free(e);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
     coord_down();
 }
 
