@@ -218,7 +218,7 @@ static int init_params(eng_model_t *m)
 
 int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst)
 {
-    if (l < m->part.first || l >= m->part.last || !m->be->host_memory) {
+    if (l < m->part.first || l >= m->part.last) {
         return -EINVAL;
     }
     float resid_std = INIT_STD / sqrtf(2.0f * (float)m->cfg.layers);

@@ -152,8 +152,9 @@ int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params);
 int eng_model_block_grads(eng_model_t *m, uint32_t l, float **ptr, size_t *count);
 int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads);
 
-/* Fill dst (the block's *count floats, eng_model_block_params' layout) with block l's
- * initial parameters, exactly as the model initialises them in its slab. */
+/* Fill dst (the block's *count floats, eng_model_block_params' layout; host memory,
+ * whatever the model's backend) with block l's initial parameters, exactly as the model
+ * initialises them in its slab. */
 int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst);
 
 /* Called by the passes around each block (ZeRO-3 gathers a block's parameters before it

@@ -30,12 +30,36 @@ double eng_lr_at(const eng_lr_t *s, int64_t step)
 
 int eng_optim_init(eng_optim_t *o, size_t n)
 {
+    return eng_optim_init_on(o, NULL, n);
+}
+
+int eng_optim_init_on(eng_optim_t *o, const eng_backend_t *be, size_t n)
+{
     memset(o, 0, sizeof *o);
-    o->m = calloc(n ? n : 1, sizeof *o->m);
-    o->v = calloc(n ? n : 1, sizeof *o->v);
-    if (!o->m || !o->v) {
-        eng_optim_fini(o);
-        return -ENOMEM;
+    o->be = be;
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    if (be) {
+        void *m = NULL, *v = NULL;
+        int rc = be->alloc(be, bytes, &m);
+        o->m = m;
+        if (rc == 0)
+            rc = be->alloc(be, bytes, &v);
+        o->v = v;
+        if (rc == 0)
+            rc = be->memset(be, o->m, 0, bytes);
+        if (rc == 0)
+            rc = be->memset(be, o->v, 0, bytes);
+        if (rc < 0) {
+            eng_optim_fini(o);
+            return rc;
+        }
+    } else {
+        o->m = calloc(n ? n : 1, sizeof *o->m);
+        o->v = calloc(n ? n : 1, sizeof *o->v);
+        if (!o->m || !o->v) {
+            eng_optim_fini(o);
+            return -ENOMEM;
+        }
     }
     o->n = n;
     o->beta1 = 0.9;
@@ -48,14 +72,35 @@ int eng_optim_init(eng_optim_t *o, size_t n)
 
 void eng_optim_fini(eng_optim_t *o)
 {
-    free(o->m);
-    free(o->v);
+    if (o->be) {
+        o->be->free(o->be, o->m);
+        o->be->free(o->be, o->v);
+    } else {
+        free(o->m);
+        free(o->v);
+    }
     memset(o, 0, sizeof *o);
 }
 
 double eng_grad_norm(const float *grads, size_t n)
 {
     return sqrt(kn_sumsq(grads, n));
+}
+
+double eng_sumsq_on(const eng_backend_t *be, const float *x, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (be->sumsq)
+        return be->sumsq(be, x, n);
+    if (be->host_memory)
+        return kn_sumsq(x, n);
+    float *host = malloc(n * sizeof *host);
+    double sq = NAN;
+    if (host && be->copy(be, host, x, n * sizeof *host, ENG_COPY_D2H) == 0)
+        sq = kn_sumsq(host, n);
+    free(host);
+    return sq;
 }
 
 float eng_clip_coef(double norm, double max_norm)
@@ -81,8 +126,12 @@ void eng_adamw_piece(const eng_backend_t *be, const eng_optim_t *o, float *p, fl
         be->adamw_fused(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, wd, o->t, coef, zero);
         return;
     }
-    if (coef != 1.0f)
-        kn_scale(g, n, coef); /* a backend without adamw_fused has host memory (the tests') */
+    if (coef != 1.0f) {
+        if (be->scale)
+            be->scale(be, g, n, coef);
+        else
+            kn_scale(g, n, coef); /* a backend without scale or adamw_fused: host memory */
+    }
     be->adamw(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, wd, o->t);
     if (zero)
         be->memset(be, g, 0, n * sizeof *g);

@@ -4,7 +4,8 @@
  *
  * Adam state m and v are slabs with the model's parameter layout, so tensor i's state
  * is m[offset .. offset + numel) like its parameters. The update runs the adamw kernel of
- * the model's backend (backend.h); m and v are host memory (the CPU backend's). */
+ * the model's backend (backend.h); m and v are that backend's memory (eng_optim_init_on),
+ * host memory for the CPU backend. */
 #ifndef ENG_OPTIM_H
 #define ENG_OPTIM_H
 
@@ -31,15 +32,24 @@ double eng_lr_at(const eng_lr_t *s, int64_t step);
 // AdamW
 
 typedef struct eng_optim {
-    float *m, *v; /* n floats each, zero-initialised; owned */
+    float *m, *v;            /* n floats each, zero-initialised; owned, in be's memory */
+    const eng_backend_t *be; /* where m and v live (borrowed); NULL: host memory */
     size_t n;
     uint64_t t; /* updates taken (torch's per-parameter "step") */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
 } eng_optim_t;
 
-/* State for n parameters with the defaults above (max_grad_norm 1.0). */
+/* State for n parameters with the defaults above (max_grad_norm 1.0), in host memory. */
 int eng_optim_init(eng_optim_t *o, size_t n);
+/* The same in backend be's memory (be borrowed for o's life; NULL: host memory), for a
+ * model on that backend. */
+int eng_optim_init_on(eng_optim_t *o, const eng_backend_t *be, size_t n);
 void eng_optim_fini(eng_optim_t *o);
+
+/* Sum of squares of x[0..n) (backend memory) in double, on the host: the backend's sumsq
+ * (kernels/adamw.h's fixed order on the CPU), or a host copy summed by kn_sumsq when the
+ * backend lacks the entry. NAN when that copy fails. */
+double eng_sumsq_on(const eng_backend_t *be, const float *x, size_t n);
 
 /* Global L2 norm of grads[0..n) (host memory; sum of squares in double in fixed blocks,
  * over the kernels' threads: the same bits for any thread count, kernels/adamw.h). */

@@ -13,12 +13,27 @@ uint32_t eng_pipeline_slots(uint32_t stages, uint32_t stage, uint32_t m)
     return s < m ? s : m;
 }
 
-int eng_pipeline_init(eng_pipeline_t *p, wrk_coll_group_t *pp, uint32_t stages, uint32_t stage,
-                      int32_t prev, int32_t next, uint32_t m, size_t count)
+/* n floats of p->be's memory, zeroed */
+static float *zalloc(const eng_pipeline_t *p, size_t n)
+{
+    void *buf = NULL;
+    if (p->be->alloc(p->be, n * sizeof(float), &buf) < 0)
+        return NULL;
+    if (p->be->memset(p->be, buf, 0, n * sizeof(float)) < 0) {
+        p->be->free(p->be, buf);
+        return NULL;
+    }
+    return buf;
+}
+
+int eng_pipeline_init(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
+                      uint32_t stages, uint32_t stage, int32_t prev, int32_t next, uint32_t m,
+                      size_t count)
 {
     memset(p, 0, sizeof *p);
     if (stages == 0 || stage >= stages || m == 0 || count == 0)
         return -EINVAL;
+    p->be = be ? be : eng_backend_cpu();
     p->stage = stage;
     p->stages = stages;
     p->slots = eng_pipeline_slots(stages, stage, m);
@@ -29,12 +44,12 @@ int eng_pipeline_init(eng_pipeline_t *p, wrk_coll_group_t *pp, uint32_t stages, 
     p->ysend = calloc(p->slots, sizeof *p->ysend);
     p->dxsend = calloc(p->slots, sizeof *p->dxsend);
     if (!first) {
-        p->x = calloc(n, sizeof *p->x);
-        p->dx = calloc(n, sizeof *p->dx);
+        p->x = zalloc(p, n);
+        p->dx = zalloc(p, n);
     }
     if (!last) {
-        p->y = calloc(n, sizeof *p->y);
-        p->dy = calloc(count, sizeof *p->dy);
+        p->y = zalloc(p, n);
+        p->dy = zalloc(p, count);
     }
     if (!p->ysend || !p->dxsend || (!first && (!p->x || !p->dx)) || (!last && (!p->y || !p->dy))) {
         eng_pipeline_fini(p);
@@ -51,10 +66,12 @@ void eng_pipeline_fini(eng_pipeline_t *p)
         eng_p2p_finish(&p->p2p, &p->dxsend[i]);
     free(p->ysend);
     free(p->dxsend);
-    free(p->x);
-    free(p->y);
-    free(p->dx);
-    free(p->dy);
+    if (p->be) {
+        p->be->free(p->be, p->x);
+        p->be->free(p->be, p->y);
+        p->be->free(p->be, p->dx);
+        p->be->free(p->be, p->dy);
+    }
     memset(p, 0, sizeof *p);
 }
 

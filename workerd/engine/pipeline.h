@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "workerd/engine/backend.h"
 #include "workerd/engine/p2p.h"
 
 typedef struct eng_stage_ops {
@@ -38,16 +39,20 @@ typedef struct eng_pipeline {
     uint32_t stage, stages, slots;
     size_t count; /* floats in one activation, B*T*C */
     eng_p2p_t p2p;
-    float *x, *y, *dx, *dy; /* slots * count each (dy: count) */
+    const eng_backend_t *be; /* whose memory the buffers are (borrowed) */
+    float *x, *y, *dx, *dy;  /* slots * count each (dy: count), zeroed at init */
     eng_p2p_req_t *ysend, *dxsend;
 } eng_pipeline_t;
 
 /* Slots the schedule needs on stage s of p with m micro-batches: min(p - s, m). */
 uint32_t eng_pipeline_slots(uint32_t stages, uint32_t stage, uint32_t m);
 /* Buffers for micro-batches of count floats on stage `stage` of `stages` running at most m
- * micro-batches, over the column pp (borrowed) with neighbours prev and next. */
-int eng_pipeline_init(eng_pipeline_t *p, wrk_coll_group_t *pp, uint32_t stages, uint32_t stage,
-                      int32_t prev, int32_t next, uint32_t m, size_t count);
+ * micro-batches, in backend be's memory (the model's: the stage step hands them to its
+ * kernels; NULL: the CPU backend), over the column pp (borrowed) with neighbours prev and
+ * next. */
+int eng_pipeline_init(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
+                      uint32_t stages, uint32_t stage, int32_t prev, int32_t next, uint32_t m,
+                      size_t count);
 void eng_pipeline_fini(eng_pipeline_t *p);
 /* Run one step's m micro-batches through ops in 1F1B order. *wait_ns (may be NULL): time
  * blocked on point-to-point during the step. */

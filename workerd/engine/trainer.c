@@ -12,17 +12,20 @@
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "kernels/adamw.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/zero.h"
 
+/* Floats of t->small: the few host values a step reduces over its groups. */
+#define SMALL_FLOATS 4
+
 struct eng_trainer {
     ch_jobspec_t spec;
     char job[64];
     eng_config_t cfg;
+    const eng_backend_t *be; /* the model's, its optimizer state's and the schedule's memory */
     eng_model_t *model;
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */
@@ -34,6 +37,7 @@ struct eng_trainer {
     const eng_groups_t *groups; /* borrowed; NULL for a world of one */
     wrk_coll_group_t *tp, *dp, *pp, *emb;
     float *coll_grads; /* dp > 1: the slab's gradients, in the collectives' memory */
+    float *small;      /* SMALL_FLOATS of backend memory: the step's loss and norm reductions */
     uint32_t tpr, dpr, rank;
     /* this rank's stage: blocks [first, last); the schedule, one acts per slot, the [B,T,C]
      * buffers inside the stage (the embedding's output, the blocks' output on a stage that
@@ -74,6 +78,48 @@ out:
     return best;
 }
 
+double eng_measure_peak_flops_on(const eng_backend_t *be, int n, double seconds)
+{
+    if (!be || be->host_memory)
+        return eng_measure_peak_flops(n, seconds);
+    size_t nn = (size_t)n * n, bytes = nn * sizeof(float);
+    float *host = malloc(bytes);
+    void *a = NULL, *b = NULL, *c = NULL;
+    double best = 0;
+    if (!host || be->alloc(be, bytes, &a) < 0 || be->alloc(be, bytes, &b) < 0 ||
+        be->alloc(be, bytes, &c) < 0)
+        goto out;
+    for (size_t i = 0; i < nn; i++)
+        host[i] = (float)(i % 7) * 0.1f;
+    if (be->copy(be, a, host, bytes, ENG_COPY_H2D) < 0 ||
+        be->copy(be, b, host, bytes, ENG_COPY_H2D) < 0)
+        goto out;
+    be->matmul_fwd(be, c, a, b, NULL, n, n, n); /* warm up */
+    if (be->sync && be->sync(be) < 0)
+        goto out;
+    uint64_t start = ch_now_ns(), budget = (uint64_t)(seconds * 1e9);
+    do {
+        uint64_t t0 = ch_now_ns();
+        for (int k = 0; k < 4; k++) /* several launches: the GEMM, not one launch's latency */
+            be->matmul_fwd(be, c, a, b, NULL, n, n, n);
+        if (be->sync && be->sync(be) < 0) {
+            best = 0;
+            break;
+        }
+        double dt = (double)(ch_now_ns() - t0) * 1e-9;
+        double f = 4 * 2.0 * n * n * (double)n / (dt > 0 ? dt : 1e-9);
+        best = f > best ? f : best;
+    } while (ch_now_ns() - start < budget);
+out:
+    if (be) {
+        be->free(be, a);
+        be->free(be, b);
+        be->free(be, c);
+    }
+    free(host);
+    return best;
+}
+
 // ----------------------------------------------------------------------------
 // the stage step the 1F1B schedule drives (pipeline.h)
 //
@@ -94,31 +140,31 @@ static void pipe_fini(eng_trainer_t *t)
     free(t->acts);
     t->acts = NULL;
     eng_pipeline_fini(&t->pipe);
-    const eng_backend_t *be = eng_backend_cpu();
+    const eng_backend_t *be = t->be;
     be->free(be, t->emb_out);
     be->free(be, t->blk_out);
     be->free(be, t->grad);
     t->emb_out = t->blk_out = t->grad = NULL;
 }
 
-static int alloc_floats(size_t n, float **out)
+/* n floats of the backend's memory, zeroed */
+static int alloc_floats(const eng_trainer_t *t, size_t n, float **out)
 {
-    const eng_backend_t *be = eng_backend_cpu();
+    const eng_backend_t *be = t->be;
     void *p = NULL;
-    int rc = be->alloc(be, (n ? n : 1) * sizeof(float), &p);
-    if (rc == 0)
-        memset(p, 0, (n ? n : 1) * sizeof(float));
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    int rc = be->alloc(be, bytes, &p);
     *out = p;
-    return rc;
+    return rc == 0 ? be->memset(be, p, 0, bytes) : rc;
 }
 
 static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
 {
     size_t n = (size_t)B * T * t->cfg.embd;
     uint32_t m = t->spec.parallel.microbatches;
-    int rc =
-        eng_pipeline_init(&t->pipe, t->pp, t->stages, t->stage, t->groups ? t->groups->pp_prev : -1,
-                          t->groups ? t->groups->pp_next : -1, m, n);
+    int rc = eng_pipeline_init(&t->pipe, t->be, t->pp, t->stages, t->stage,
+                               t->groups ? t->groups->pp_prev : -1,
+                               t->groups ? t->groups->pp_next : -1, m, n);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
@@ -126,11 +172,11 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     t->acts = calloc(slots, sizeof *t->acts);
     if (!t->acts)
         return -ENOMEM;
-    if (first && (rc = alloc_floats((size_t)slots * n, &t->emb_out)) < 0)
+    if (first && (rc = alloc_floats(t, (size_t)slots * n, &t->emb_out)) < 0)
         return rc;
-    if (last && (rc = alloc_floats((size_t)slots * n, &t->blk_out)) < 0)
+    if (last && (rc = alloc_floats(t, (size_t)slots * n, &t->blk_out)) < 0)
         return rc;
-    if ((rc = alloc_floats(n, &t->grad)) < 0)
+    if ((rc = alloc_floats(t, n, &t->grad)) < 0)
         return rc;
     for (uint32_t i = 0; i < slots; i++)
         if ((rc = eng_acts_create(t->model, B, &t->acts[i])) < 0)
@@ -164,6 +210,8 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
         rc = eng_model_head_forward(t->model, a, out, t->targets, B, T, &loss);
         t->loss_sum += loss;
     }
+    if (rc == 0 && t->be->sync) /* the pass's time, not its launches' */
+        rc = t->be->sync(t->be);
     t->data_ns += t1 - t0;
     t->pass_ns += ch_now_ns() - t1;
     t->pass_comm_ns += comm_ns(t) - c0;
@@ -186,6 +234,8 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
         rc = eng_model_blocks_backward(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
     if (rc == 0 && first)
         rc = eng_model_embed_backward(t->model, a, t->grad);
+    if (rc == 0 && t->be->sync)
+        rc = t->be->sync(t->be);
     t->pass_ns += ch_now_ns() - t1;
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
@@ -230,12 +280,13 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (rc < 0)
         return rc;
     const eng_groups_t *groups = opts ? opts->groups : NULL;
-    if (opts && opts->backend && opts->backend != eng_backend_cpu())
+    const eng_backend_t *be = opts && opts->backend ? opts->backend : eng_backend_cpu();
+    if (!be->host_memory && spec->parallel.tp > 1)
         return ch_errf(err, errlen, CH_E_CONFIG,
-                       "train.device: the trainer runs on the CPU backend only so far (the %s "
-                       "backend's model, optimizer state and checkpoint copies are not wired "
-                       "into it yet)",
-                       opts->backend->name);
+                       "parallel.tp = %u: tensor parallelism runs on the CPU backend only so far "
+                       "(its vocab-parallel embedding and head have no %s kernels); use tp = 1 "
+                       "with train.device = %s",
+                       spec->parallel.tp, be->name, be->name);
     rc = check_groups(spec, groups, err, errlen);
     if (rc < 0)
         return rc;
@@ -243,6 +294,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (!t)
         return -ENOMEM;
     t->spec = *spec;
+    t->be = be;
     t->stages = 1;
     if (groups) {
         t->groups = groups;
@@ -267,7 +319,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        errlen);
     if (rc < 0)
         goto out;
-    eng_model_opts_t mopts = {.pp = t->stages, .stage = t->stage, .external_blocks = zero};
+    eng_model_opts_t mopts = {
+        .backend = be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
     if (t->tp) {
         mopts.tp = spec->parallel.tp;
         mopts.tp_rank = t->tpr;
@@ -282,7 +335,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     eng_model_part_t part = eng_model_part(t->model);
     t->first = part.first;
     t->last = part.last;
-    rc = eng_optim_init(&t->optim, eng_model_nparams(t->model));
+    rc = eng_optim_init_on(&t->optim, be, eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
     if (zero) {
@@ -301,6 +354,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
             goto out;
         eng_model_lend_grads(t->model, t->coll_grads);
     }
+    if ((rc = alloc_floats(t, SMALL_FLOATS, &t->small)) < 0)
+        goto out;
     rc = pipe_init(t, B, T);
     if (rc < 0)
         goto out;
@@ -311,7 +366,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         goto out;
     }
     t->peak_flops =
-        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops(256, 0.2);
+        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops_on(be, 256, 0.2);
     *out = t;
     t = NULL;
 out:
@@ -333,6 +388,8 @@ void eng_trainer_destroy(eng_trainer_t *t)
     eng_model_destroy(t->model);
     if (t->coll_grads)
         wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->coll_grads);
+    if (t->be)
+        t->be->free(t->be, t->small);
     eng_data_close(t->data);
     free(t);
 }
@@ -394,16 +451,93 @@ static int pieces_of(eng_trainer_t *t, int writers_only, eng_ckpt_piece_t **out,
     return 0;
 }
 
+/* Host copies of pieces in backend memory, for the checkpoint files (which read and write
+ * the host's): every p, m and v of pc that is not NULL is pointed at a host buffer, the
+ * backend pointers kept in st. With `fill` the buffers get the pieces' contents first (a
+ * save); stage_back copies them back after a restore. A backend of host memory stages
+ * nothing. */
+typedef struct staged {
+    float *host; /* one buffer for every piece */
+    float **dev; /* 3 per piece: p, m, v (NULL: not staged) */
+} staged_t;
+
+static void stage_free(staged_t *st)
+{
+    free(st->host);
+    free(st->dev);
+    memset(st, 0, sizeof *st);
+}
+
+static int stage_pieces(const eng_trainer_t *t, eng_ckpt_piece_t *pc, size_t n, int fill,
+                        staged_t *st)
+{
+    const eng_backend_t *be = t->be;
+    memset(st, 0, sizeof *st);
+    if (be->host_memory || n == 0)
+        return 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += (pc[i].b - pc[i].a) * (size_t)(!!pc[i].p + !!pc[i].m + !!pc[i].v);
+    st->host = malloc((total ? total : 1) * sizeof *st->host);
+    st->dev = calloc(3 * n, sizeof *st->dev);
+    if (!st->host || !st->dev) {
+        stage_free(st);
+        return -ENOMEM;
+    }
+    float *h = st->host;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        float **ptr[3] = {&pc[i].p, &pc[i].m, &pc[i].v};
+        size_t len = pc[i].b - pc[i].a;
+        for (int k = 0; k < 3 && rc == 0; k++) {
+            if (!*ptr[k])
+                continue;
+            st->dev[3 * i + (size_t)k] = *ptr[k];
+            if (fill && len)
+                rc = be->copy(be, h, *ptr[k], len * sizeof *h, ENG_COPY_D2H);
+            *ptr[k] = h;
+            h += len;
+        }
+    }
+    if (rc < 0)
+        stage_free(st);
+    return rc;
+}
+
+/* The host copies back into the pieces' backend memory (after a restore filled them). */
+static int stage_back(const eng_trainer_t *t, const eng_ckpt_piece_t *pc, size_t n,
+                      const staged_t *st)
+{
+    int rc = 0;
+    for (size_t i = 0; st->dev && i < n && rc == 0; i++) {
+        const float *host[3] = {pc[i].p, pc[i].m, pc[i].v};
+        size_t bytes = (pc[i].b - pc[i].a) * sizeof(float);
+        for (int k = 0; k < 3 && rc == 0; k++)
+            if (st->dev[3 * i + (size_t)k] && bytes)
+                rc = t->be->copy(t->be, st->dev[3 * i + (size_t)k], host[k], bytes, ENG_COPY_H2D);
+    }
+    return rc;
+}
+
 int eng_trainer_init_from(eng_trainer_t *t, const char *path, char *err, size_t errlen)
 {
     eng_ckpt_piece_t *pc = NULL;
     size_t n = 0;
+    staged_t st;
     int rc = pieces_of(t, 0, &pc, &n);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "init_from: %s", ch_strerror(rc));
     for (size_t i = 0; i < n; i++)
         pc[i].m = pc[i].v = NULL;
+    if ((rc = stage_pieces(t, pc, n, 0, &st)) < 0) {
+        free(pc);
+        return ch_errf(err, errlen, rc, "init_from: host copies: %s", ch_strerror(rc));
+    }
     rc = eng_ckpt_load_hf(path, pc, n, err, errlen);
+    if (rc == 0 && (rc = stage_back(t, pc, n, &st)) < 0)
+        ch_errf(err, errlen, rc, "init_from: copying the weights to %s memory: %s", t->be->name,
+                ch_strerror(rc));
+    stage_free(&st);
     free(pc);
     return rc;
 }
@@ -440,7 +574,16 @@ int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen
     rc = pieces_of(t, 0, &pc, &n);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "resume: %s", ch_strerror(rc));
+    staged_t st;
+    if ((rc = stage_pieces(t, pc, n, 0, &st)) < 0) {
+        free(pc);
+        return ch_errf(err, errlen, rc, "resume: host copies: %s", ch_strerror(rc));
+    }
     rc = eng_ckpt_restore_pieces(sdir, &expect, pc, n, &optim_t, &got, err, errlen);
+    if (rc == 0 && (rc = stage_back(t, pc, n, &st)) < 0)
+        ch_errf(err, errlen, rc, "resume: copying the state to %s memory: %s", t->be->name,
+                ch_strerror(rc));
+    stage_free(&st);
     free(pc);
     if (rc < 0)
         return rc;
@@ -463,6 +606,22 @@ int eng_trainer_checkpoint_due(const eng_trainer_t *t)
     return s->checkpoint.every > 0 && t->next_step % (uint64_t)s->checkpoint.every == 0;
 }
 
+/* v[0..n) (host memory, n <= SMALL_FLOATS) reduced with op over each group of order[0..k)
+ * in turn (NULL ones skipped), through t->small: the collectives read the backend's memory
+ * (NCCL: the GPU's). */
+static int reduce_small(eng_trainer_t *t, float *v, size_t n, wrk_coll_redop_t op,
+                        wrk_coll_group_t *const *order, int k)
+{
+    const eng_backend_t *be = t->be;
+    int rc = be->copy(be, t->small, v, n * sizeof *v, ENG_COPY_H2D);
+    for (int i = 0; i < k && rc == 0; i++)
+        if (order[i])
+            rc = wrk_coll_allreduce(order[i], t->small, t->small, n, WRK_COLL_F32, op, NULL);
+    if (rc == 0)
+        rc = be->copy(be, v, t->small, n * sizeof *v, ENG_COPY_D2H);
+    return rc;
+}
+
 /* Every rank has written its shard: rank 0 writes the manifest naming all of them and
  * prunes; the others wait until it has, so a checkpoint a rank reports is committed. The
  * files' sizes and checksums are gathered in rank order, tp fastest, then dp, then pp. */
@@ -471,21 +630,32 @@ static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_
 {
     ch_layout_t l = ch_jobspec_layout(&t->spec);
     uint32_t n = ch_layout_world(l);
+    const eng_backend_t *be = t->be;
+    size_t one = sizeof *mine, all = (size_t)n * one;
     eng_ckpt_file_t *files = calloc(n, sizeof *files);
-    if (!files)
-        return -ENOMEM;
-    int rc = 0;
-    size_t one = sizeof *mine;
-    eng_ckpt_file_t *stage_row = files + (size_t)t->stage * l.dp * l.tp;
-    eng_ckpt_file_t *tp_row = stage_row + (size_t)t->dpr * l.tp;
-    tp_row[t->tpr] = *mine;
-    if (t->tp && (rc = wrk_coll_allgather(t->tp, mine, tp_row, one, WRK_COLL_U8, NULL)) < 0)
+    void *dev = NULL; /* the gathers' buffer: the collectives read the backend's memory */
+    int rc = files ? be->alloc(be, all, &dev) : -ENOMEM;
+    if (rc < 0) {
+        free(files);
+        return rc;
+    }
+    size_t stage_at = (size_t)t->stage * l.dp * l.tp * one;
+    size_t tp_at = stage_at + (size_t)t->dpr * l.tp * one;
+    char *d = dev;
+    /* the gathers are in place: each member's block already at its place */
+    files[tp_at / one + t->tpr] = *mine;
+    rc = be->copy(be, d, files, all, ENG_COPY_H2D);
+    if (rc == 0 && t->tp)
+        rc = wrk_coll_allgather(t->tp, d + tp_at + t->tpr * one, d + tp_at, one, WRK_COLL_U8, NULL);
+    if (rc < 0)
         goto gather_failed;
-    if (t->dp &&
-        (rc = wrk_coll_allgather(t->dp, tp_row, stage_row, one * l.tp, WRK_COLL_U8, NULL)) < 0)
-        goto gather_failed;
-    if (t->pp && (rc = wrk_coll_allgather(t->pp, stage_row, files, one * l.tp * l.dp, WRK_COLL_U8,
+    if (t->dp && (rc = wrk_coll_allgather(t->dp, d + tp_at, d + stage_at, one * l.tp, WRK_COLL_U8,
                                           NULL)) < 0)
+        goto gather_failed;
+    if (t->pp &&
+        (rc = wrk_coll_allgather(t->pp, d + stage_at, d, one * l.tp * l.dp, WRK_COLL_U8, NULL)) < 0)
+        goto gather_failed;
+    if ((rc = be->copy(be, files, d, all, ENG_COPY_D2H)) < 0)
         goto gather_failed;
     if (t->rank == 0) {
         rc = eng_ckpt_write_manifest(t->spec.checkpoint.dir, meta, files, n, err, errlen);
@@ -494,19 +664,17 @@ static int commit(eng_trainer_t *t, const eng_ckpt_meta_t *meta, const eng_ckpt_
     }
     /* rank 0's outcome travels with the barrier: a failed commit fails every rank */
     float failed = rc < 0 ? 1.0f : 0.0f;
-    int brc = 0;
     wrk_coll_group_t *order[3] = {t->pp, t->dp, t->tp};
-    for (int i = 0; i < 3 && brc == 0; i++)
-        if (order[i])
-            brc =
-                wrk_coll_allreduce(order[i], &failed, &failed, 1, WRK_COLL_F32, WRK_COLL_MAX, NULL);
+    int brc = reduce_small(t, &failed, 1, WRK_COLL_MAX, order, 3);
     if (rc == 0 && brc < 0)
         rc = ch_errf(err, errlen, brc, "committing the checkpoint: %s", ch_strerror(brc));
     else if (rc == 0 && failed != 0.0f)
         rc = ch_errf(err, errlen, CH_E_STATE, "rank 0 could not commit the checkpoint");
+    be->free(be, dev);
     free(files);
     return rc;
 gather_failed:
+    be->free(be, dev);
     free(files);
     return ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
 }
@@ -526,8 +694,15 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     int rc = pieces_of(t, 1, &pc, &n);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint: %s", ch_strerror(rc));
+    staged_t st;
+    if ((rc = stage_pieces(t, pc, n, 1, &st)) < 0) {
+        free(pc);
+        return ch_errf(err, errlen, rc, "checkpoint: host copies of the %s state: %s", t->be->name,
+                       ch_strerror(rc));
+    }
     rc = eng_ckpt_save_pieces(dir, &meta, pc, n, t->optim.t, &file.bytes, &file.checksum, err,
                               errlen);
+    stage_free(&st);
     free(pc);
     if (rc < 0)
         return rc;
@@ -565,12 +740,12 @@ static double slab_sumsq(const eng_trainer_t *t)
         if (!counted)
             continue;
         if (x->offset != run_hi) {
-            sq += run_hi > run_lo ? kn_sumsq(g + run_lo, run_hi - run_lo) : 0.0;
+            sq += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
             run_lo = x->offset;
         }
         run_hi = x->offset + x->numel;
     }
-    sq += run_hi > run_lo ? kn_sumsq(g + run_lo, run_hi - run_lo) : 0.0;
+    sq += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
     return sq;
 }
 
@@ -621,9 +796,7 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
          * once per DP rank, by TP rank 0 */
         float l[2] = {last && t->tpr == 0 ? (float)t->loss_sum : 0.0f, (float)sq};
         wrk_coll_group_t *order[3] = {t->tp, t->dp, t->pp};
-        for (int i = 0; i < 3 && rc == 0; i++)
-            if (order[i])
-                rc = wrk_coll_allreduce(order[i], l, l, 2, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        rc = reduce_small(t, l, 2, WRK_COLL_SUM, order, 3);
         if (rc < 0)
             return rc;
         *loss_sum = l[0];
@@ -667,6 +840,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     slab_adamw(t, lr, coef);
     if (t->zero)
         eng_zero_adamw(t->zero, &t->optim, lr, coef);
+    if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
+        return rc; /* the update failed on the device: the step did not happen */
     t->next_step = step + 1;
 
     uint64_t end = ch_now_ns();

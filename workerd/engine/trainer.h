@@ -52,9 +52,12 @@ typedef struct eng_trainer_opts {
      * gradients (plain data parallelism), instead of ZeRO-3. The baseline benchmarks
      * compare ZeRO-3 against; not a job option. */
     int replicate_dp;
-    /* kernels and memory of the model and its optimizer state (backend.h), borrowed for the
-     * trainer's life; NULL: the CPU backend. Only the CPU backend is wired yet: any other
-     * is refused with CH_E_CONFIG (train.device). */
+    /* kernels and memory of the model, its optimizer state, ZeRO-3's shards and the
+     * schedule's buffers (backend.h), borrowed for the trainer's life; NULL: the CPU
+     * backend. With a backend whose memory is not the host's (CUDA) the groups' collectives
+     * must read that memory (NCCL); checkpoints, init_from and the step's loss and norm go
+     * through host copies, so files are the same whatever the backend. parallel.tp > 1
+     * needs host memory (CH_E_CONFIG otherwise). */
     const eng_backend_t *backend;
 } eng_trainer_opts_t;
 
@@ -127,5 +130,9 @@ const eng_data_t *eng_trainer_data(const eng_trainer_t *t);
 /* FLOP/s of an SGEMM of size n on this thread configuration, measured for about
  * `seconds`. */
 double eng_measure_peak_flops(int n, double seconds);
+/* The same through backend be's matmul_fwd on its memory, synchronised (a GPU's fp32 or
+ * TF32 cuBLAS GEMM, as the backend is set); be NULL or of host memory: the CPU's. 0 when
+ * the backend cannot allocate the matrices. */
+double eng_measure_peak_flops_on(const eng_backend_t *be, int n, double seconds);
 
 #endif

@@ -9,7 +9,6 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
-#include "kernels/adamw.h"
 
 /* One tensor of a block: where it sits in the block's flat range. The same for every
  * block of the stage (same shapes and TP slice), so kept once. */
@@ -47,10 +46,9 @@ static int zalloc(const eng_zero_t *z, size_t floats, float **out)
     void *p = NULL;
     size_t bytes = (floats ? floats : 1) * sizeof(float);
     int rc = z->coll ? wrk_coll_mem_alloc(z->coll, bytes, &p) : z->be->alloc(z->be, bytes, &p);
-    if (rc == 0)
-        memset(p, 0, bytes);
     *out = p;
-    return rc;
+    /* the collectives' memory is the backend's kind (host for UCX, the GPU's for NCCL) */
+    return rc == 0 ? z->be->memset(z->be, p, 0, bytes) : rc;
 }
 
 static void zfree(const eng_zero_t *z, float *p)
@@ -105,9 +103,9 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
     z->holds[s] = l;
     z->valid[s] = 0;
     if (!z->dp) {
-        memcpy(z->buf[s], shard, z->count * sizeof(float));
-        z->valid[s] = 1;
-        return 0;
+        rc = z->be->copy(z->be, z->buf[s], shard, z->count * sizeof(float), ENG_COPY_D2D);
+        z->valid[s] = rc == 0;
+        return rc;
     }
     rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32, now ? NULL : &z->req[s]);
     if (rc == 0 && now)
@@ -149,10 +147,17 @@ static int scatter(eng_zero_t *z, uint32_t l)
         rc = wrk_coll_reduce_scatter(z->dp, z->full_g, (float *)part, z->S, WRK_COLL_F32,
                                      WRK_COLL_SUM, NULL);
     }
-    if (rc == 0)
+    if (rc < 0)
+        return rc;
+    if (z->be->axpy) {
+        z->be->axpy(z->be, g, part, z->S, 1.0f); /* g + 1 * part: the sum's bits */
+    } else if (z->be->host_memory) {
         for (size_t k = 0; k < z->S; k++)
             g[k] += part[k];
-    return rc;
+    } else {
+        return -ENOTSUP; /* eng_zero_create refuses such a backend */
+    }
+    return 0;
 }
 
 static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
@@ -165,10 +170,10 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
         break;
     case ENG_BLOCK_BACKWARD:
         rc = use(z, l, -1);
-        if (rc == 0) {
-            memset(z->full_g, 0, z->padded * sizeof(float));
+        if (rc == 0)
+            rc = z->be->memset(z->be, z->full_g, 0, z->padded * sizeof(float));
+        if (rc == 0)
             rc = eng_model_set_block_grads(z->m, l, z->full_g);
-        }
         break;
     case ENG_BLOCK_BACKWARD_DONE:
         rc = scatter(z, l);
@@ -216,15 +221,18 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     eng_model_part_t part = eng_model_part(m);
     float *base = NULL;
     size_t count = 0;
-    if (part.last <= part.first || !eng_model_backend(m)->host_memory)
+    const eng_backend_t *be = eng_model_backend(m);
+    if (part.last <= part.first)
         return -EINVAL;
+    if (!be->host_memory && !be->axpy)
+        return -ENOTSUP;
     if (eng_model_block_params(m, part.first, &base, &count) < 0 || base != NULL)
         return -EINVAL; /* not created with external_blocks */
     eng_zero_t *z = calloc(1, sizeof *z);
     if (!z)
         return -ENOMEM;
     z->m = m;
-    z->be = eng_model_backend(m);
+    z->be = be;
     z->dp = dp;
     z->coll = dp ? wrk_coll_group_context(dp) : NULL;
     z->dpn = dp ? wrk_coll_group_size(dp) : 1;
@@ -263,7 +271,9 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     size_t lo = (size_t)z->d * z->S;
     for (uint32_t i = 0; i < z->nb; i++) {
         CH_CHECK_GOTO(eng_model_init_block(m, z->first + i, tmp), rc, fail);
-        memcpy(z->p + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp);
+        CH_CHECK_GOTO(be->copy(be, z->p + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
+                               be->host_memory ? ENG_COPY_D2D : ENG_COPY_H2D),
+                      rc, fail);
     }
     free(tmp);
     eng_model_set_block_hook(m, hook, z);
@@ -337,7 +347,7 @@ double eng_zero_sumsq(const eng_zero_t *z, int count_replicated)
         {
             if (t->replicated && !count_replicated)
                 continue;
-            sq += kn_sumsq(g + (lo - base), hi - lo);
+            sq += eng_sumsq_on(z->be, g + (lo - base), hi - lo);
         }
     }
     return sq;

@@ -42,8 +42,11 @@ typedef struct eng_zero eng_zero_t;
 
 /* Shard m's blocks over dp (NULL: a group of one) under policy, initialise the owned shards
  * from the model's initial parameters (eng_model_init_block) and install the block hook.
- * m must have been created with external_blocks and a host-memory backend; both are
- * borrowed for the object's life. Caller owns *out (eng_zero_destroy, before m). */
+ * m must have been created with external_blocks; its backend's memory is the shards' and
+ * the gathered buffers' (through dp's collectives' memory, which must be the same kind:
+ * host for UCX, the GPU's for NCCL), and off the host the backend needs axpy (-ENOTSUP).
+ * m and dp are borrowed for the object's life. Caller owns *out (eng_zero_destroy, before
+ * m). */
 int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, eng_zero_t **out);
 void eng_zero_destroy(eng_zero_t *z);
 

@@ -159,8 +159,10 @@ static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
     rc = eng_backend_cuda_create(*device, out);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
-    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u)",
-            r->job_id, r->generation, r->rank, *device, r->local_rank);
+    eng_backend_cuda_set_tf32(*out, r->spec.train.precision == CH_PRECISION_TF32);
+    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u), %s",
+            r->job_id, r->generation, r->rank, *device, r->local_rank,
+            ch_precision_name(r->spec.train.precision));
 #else
     (void)out;
 #endif
@@ -213,11 +215,14 @@ int wrk_train_run(wrk_rank_t *r)
     int rc;
 
     set_threads(r);
-    opts.peak_flops = wrk_peak_flops(r, kn_blas_threads()); /* the node's, cached */
     if (s->train.device == CH_DEVICE_CUDA) {
         if ((rc = gpu_setup(r, &device, &gpu)) < 0)
             goto out;
         opts.backend = gpu;
+        /* MFU against this GPU's GEMM at the job's precision (cuBLAS, about 0.3 s) */
+        opts.peak_flops = eng_measure_peak_flops_on(gpu, 4096, 0.3);
+    } else {
+        opts.peak_flops = wrk_peak_flops(r, kn_blas_threads()); /* the node's, cached */
     }
     if (ch_layout_world(ch_jobspec_layout(s)) > 1) {
         if ((rc = groups_setup(r, gpu, device, &c, &groups)) < 0)
