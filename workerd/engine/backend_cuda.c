@@ -9,9 +9,10 @@
  * losses back after every head forward, so an error surfaces within a step). Copies to and
  * from the host wait for the stream, so host buffers are free to reuse on return; device to
  * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
- * double comes back to the host (0 after a failure, which stays kept for the next copy). The
- * attention is the materialised one (the table's attention_bwd gets no output to recompute a fused
- * backward from); its backward's scratch (NH*T*T floats) is the backend's, not the model's T*T. */
+ * double comes back to the host (0 after a failure, which stays kept for the next copy).
+ * The attention is the materialised one (the table's attention_bwd gets no output to
+ * recompute a fused backward from); its backward's scratch (NH*T*T floats) is the
+ * backend's, not the model's T*T. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
