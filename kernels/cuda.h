@@ -116,6 +116,9 @@ int kn_cuda_gelu_fwd(float *out, const float *inp, size_t n, kn_stream_t stream)
 int kn_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n,
                      kn_stream_t stream);
 int kn_cuda_residual_fwd(float *out, const float *a, const float *b, size_t n, kn_stream_t stream);
+/* y[i] += a * x[i] (kn_axpy): a rounded multiply then a rounded add, no FMA, so the bits
+ * are the CPU kernel's; x and y do not overlap */
+int kn_cuda_axpy(float *y, const float *x, size_t n, float a, kn_stream_t stream);
 /* x[i] *= c, one fp32 multiply each: gradient clipping's scale, bit-identical to the host's
  * loop (workerd/engine/optim.c) */
 int kn_cuda_scale(float *x, float c, size_t n, kn_stream_t stream);
@@ -140,6 +143,15 @@ int kn_cuda_lmhead_bwd(kn_cuda_t *ctx, float *dx, float *dwte, float *logits, co
 int kn_cuda_lmhead_fused(kn_cuda_t *ctx, float *dx, float *dwte, float *logits, float *lse,
                          float *losses, const float *x, const float *wte, const int32_t *targets,
                          float scale, int N, int C, int V, int Vp, kn_stream_t stream);
+/* kn_lmhead_fwdbwd: the fused classifier at scale 1 (the unscaled gradient of sum_n
+ * losses[n]; the caller scales dx and dwte when it knows the loss scale): logits left
+ * holding G, lse and losses filled (targets required), dx [N,C] overwritten, dwte [V,C]
+ * accumulated (acc != 0) or overwritten (acc == 0; rows >= V untouched either way). The
+ * same kernels as kn_cuda_lmhead_fused, so with acc it gives that function's bits at
+ * scale 1. */
+int kn_cuda_lmhead_fwdbwd(kn_cuda_t *ctx, float *dx, float *dwte, float *logits, float *lse,
+                          float *losses, const float *x, const float *wte, const int32_t *targets,
+                          int acc, int N, int C, int V, int Vp, kn_stream_t stream);
 
 // ----------------------------------------------------------------------------
 // optimizer (kernels/adamw.h)
@@ -148,6 +160,12 @@ int kn_cuda_lmhead_fused(kn_cuda_t *ctx, float *dx, float *dwte, float *logits, 
  * bit-identical to kn_adamw. */
 int kn_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double beta1,
                   double beta2, double eps, double wd, uint64_t t, kn_stream_t stream);
+/* kn_adamw_fused: kn_cuda_adamw on g[i] * gscale (one rounded fp32 multiply; exact when
+ * gscale is 1), then g[i] = 0 when zero_g, in one pass: bit-identical to kn_adamw_fused,
+ * and to kn_cuda_scale(g, gscale) followed by kn_cuda_adamw. */
+int kn_cuda_adamw_fused(float *p, float *g, float *m, float *v, size_t n, double lr, double beta1,
+                        double beta2, double eps, double wd, uint64_t t, float gscale, int zero_g,
+                        kn_stream_t stream);
 /* *out (device double) = sum x^2 in double: KN_CUDA_SUMSQ_PARTIALS block sums in scratch
  * (doubles), then one fixed-order sum. With accumulate != 0, *out += instead. */
 #define KN_CUDA_SUMSQ_PARTIALS 1024

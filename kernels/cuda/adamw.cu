@@ -3,6 +3,8 @@
  * AdamW repeats the CPU fast kernel's fp32 sequence with each operation rounded on its own
  * (__fmul_rn and friends keep nvcc from contracting into FMAs; sqrt and division are IEEE),
  * so GPU and CPU updates are bit-identical and a checkpoint moves between them unchanged.
+ * The fused form (clip scale, update, gradient reset in one pass) is the same kernel: the
+ * plain one is it with gscale 1 (an exact multiply) and the gradient left alone.
  *
  * The sum of squares is deterministic: a fixed grid of KN_CUDA_SUMSQ_PARTIALS blocks, each a
  * fixed-order double sum of a grid-stride slice, then one block adds the partials in order. */
@@ -14,12 +16,17 @@ struct adamw_consts {
     float decay, b1, one_minus_b1, b2, one_minus_b2, bc2_sqrt, neg_step, eps;
 };
 
-static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    adamw_consts k)
+/* kn_cuda_adamw on g[i] * gscale (one rounded multiply: exact when gscale is 1), then
+ * g[i] = 0 when zero_g. g is read once, before it is zeroed. */
+static __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n,
+                                    adamw_consts k, float gscale, int zero_g)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
+        float gi = __fmul_rn(g[i], gscale);
+        if (zero_g) {
+            g[i] = 0.0f;
+        }
         float mi = __fadd_rn(__fmul_rn(m[i], k.b1), __fmul_rn(gi, k.one_minus_b1));
         float vi = __fadd_rn(__fmul_rn(v[i], k.b2), __fmul_rn(__fmul_rn(k.one_minus_b2, gi), gi));
         m[i] = mi;
@@ -29,9 +36,9 @@ static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v
     }
 }
 
-extern "C" int kn_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr,
-                             double beta1, double beta2, double eps, double wd, uint64_t t,
-                             kn_stream_t stream)
+static int adamw_launch(float *p, float *g, float *m, float *v, size_t n, double lr,
+                        double beta1, double beta2, double eps, double wd, uint64_t t,
+                        float gscale, int zero_g, kn_stream_t stream)
 {
     if (n == 0) {
         return 0;
@@ -51,8 +58,23 @@ extern "C" int kn_cuda_adamw(float *p, const float *g, float *m, float *v, size_
     k.eps = (float)eps;
     unsigned blocks = kn_cu_blocks(n, 256);
     blocks = blocks > 65536u ? 65536u : blocks;
-    adamw_kernel<<<blocks, 256, 0, stream>>>(p, g, m, v, n, k);
+    adamw_kernel<<<blocks, 256, 0, stream>>>(p, g, m, v, n, k, gscale, zero_g);
     return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, double lr,
+                             double beta1, double beta2, double eps, double wd, uint64_t t,
+                             kn_stream_t stream)
+{
+    /* zero_g = 0: g is only read; times 1.0f is exact */
+    return adamw_launch(p, (float *)g, m, v, n, lr, beta1, beta2, eps, wd, t, 1.0f, 0, stream);
+}
+
+extern "C" int kn_cuda_adamw_fused(float *p, float *g, float *m, float *v, size_t n, double lr,
+                                   double beta1, double beta2, double eps, double wd, uint64_t t,
+                                   float gscale, int zero_g, kn_stream_t stream)
+{
+    return adamw_launch(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, zero_g, stream);
 }
 
 #define SUMSQ_THREADS 256

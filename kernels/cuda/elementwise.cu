@@ -1,5 +1,5 @@
-/* GELU (tanh approximation), the residual add (kernels/gelu.h, kernels/residual.h) and the
- * in-place scale of gradient clipping.
+/* GELU (tanh approximation), the residual add and axpy (kernels/gelu.h, kernels/residual.h)
+ * and the in-place scale of gradient clipping.
  * GELU uses the CPU fast version's form: with u = sqrt(2/pi) (x + 0.044715 x^3) and
  * s = 1 / (1 + exp(-2u)), gelu(x) = x s and gelu'(x) = s + 2 x s (1 - s) du/dx; one exp,
  * no cancellation for large |x|. */
@@ -47,6 +47,15 @@ static __global__ void scale_kernel(float *x, float c, size_t n)
     }
 }
 
+/* y += a x as two rounded operations (no FMA): kn_axpy's bits */
+static __global__ void axpy_kernel(float *y, const float *x, size_t n, float a)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
+    }
+}
+
 /* grid-stride launches: at most 65536 blocks of 256 */
 static unsigned ew_blocks(size_t n)
 {
@@ -89,5 +98,14 @@ extern "C" int kn_cuda_scale(float *x, float c, size_t n, kn_stream_t stream)
         return 0;
     }
     scale_kernel<<<ew_blocks(n), 256, 0, stream>>>(x, c, n);
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_axpy(float *y, const float *x, size_t n, float a, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    axpy_kernel<<<ew_blocks(n), 256, 0, stream>>>(y, x, n, a);
     return kn_cu_launched();
 }

@@ -97,15 +97,17 @@ static int logits_gemm(kn_cuda_t *ctx, float *logits, const float *x, const floa
                       0.0f, logits, Vp, 0, 1);
 }
 
+/* dx = dlogits @ wte[:V] (overwritten); dwte[:V] = beta dwte + dlogits^T @ x (beta 1:
+ * accumulate, 0: overwrite) */
 static int backward_gemms(kn_cuda_t *ctx, float *dx, float *dwte, const float *dlogits,
-                          const float *x, const float *wte, int N, int C, int V, int Vp,
+                          const float *x, const float *wte, int N, int C, int V, int Vp, float beta,
                           cudaStream_t stream)
 {
     int rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, wte, C, 0, dlogits,
                         Vp, 0, 0.0f, dx, C, 0, 1);
     if (rc == 0) {
         rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, 1.0f, x, C, 0, dlogits, Vp,
-                        0, 1.0f, dwte, C, 0, 1);
+                        0, beta, dwte, C, 0, 1);
     }
     return rc;
 }
@@ -138,7 +140,7 @@ extern "C" int kn_cuda_lmhead_bwd(kn_cuda_t *ctx, float *dx, float *dwte, float 
     if ((rc = kn_cu_launched()) < 0) {
         return rc;
     }
-    return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, stream);
+    return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, 1.0f, stream);
 }
 
 extern "C" int kn_cuda_lmhead_fused(kn_cuda_t *ctx, float *dx, float *dwte, float *logits,
@@ -157,5 +159,25 @@ extern "C" int kn_cuda_lmhead_fused(kn_cuda_t *ctx, float *dx, float *dwte, floa
     if ((rc = kn_cu_launched()) < 0) {
         return rc;
     }
-    return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, stream);
+    return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, 1.0f, stream);
+}
+
+extern "C" int kn_cuda_lmhead_fwdbwd(kn_cuda_t *ctx, float *dx, float *dwte, float *logits,
+                                     float *lse, float *losses, const float *x, const float *wte,
+                                     const int32_t *targets, int acc, int N, int C, int V, int Vp,
+                                     kn_stream_t stream)
+{
+    int rc = check_shape(N, C, V, Vp);
+    if (rc == 0) {
+        rc = logits_gemm(ctx, logits, x, wte, N, C, Vp, stream);
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    /* scale 1: d * 1.0f and d - 1.0f, the unscaled gradient */
+    xent_fwd_kernel<<<N, XENT_THREADS, 0, stream>>>(logits, lse, losses, targets, 1.0f, V, Vp, 1);
+    if ((rc = kn_cu_launched()) < 0) {
+        return rc;
+    }
+    return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, acc ? 1.0f : 0.0f, stream);
 }

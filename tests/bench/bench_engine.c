@@ -26,7 +26,20 @@
  * Arguments: config names to run (default: all); --unfused takes the optimizer the old way
  * (eng_model_zero_grad, eng_grad_clip, eng_optim_step: three passes) for comparison;
  * --no-torch skips PyTorch.
+ *
+ * --device cuda (default cpu) runs none of the above but GPT-2 124M at seq 1024 on GPU 0
+ * through the CUDA backend (backend.h), B 16 (--batch N; halved while the GPU's memory
+ * does not take it), for each precision of --precision fp32|tf32|both (default both):
+ *   1. the GEMM peak at that precision: an 8192^3 SGEMM through the backend's matmul_fwd
+ *      (cuBLAS), synchronised, best of 5 rounds of 4;
+ *   2. warm-up steps, then timed training steps as the trainer takes them (forward and
+ *      backward on device memory, the global norm by the backend's sumsq, clipping, AdamW
+ *      and the gradient reset by its adamw_fused; the Adam state in device memory), the
+ *      backend synchronised before every clock read; tokens/s and MFU from the mean step,
+ *      model FLOPs by the DESIGN §7 formula against the peak of 1.
+ * Without a GPU (or a build without CUDA) it says so and exits 2 at once.
  * Each comparison ends with a RESULT line (DESIGN §12). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +53,8 @@
 #include "workerd/engine/optim.h"
 
 #define THREADS 2
+
+static int cuda_main(uint32_t batch, const char *precision);
 
 typedef struct bench_cfg {
     const char *name;
@@ -491,6 +506,269 @@ out:
 }
 
 // ----------------------------------------------------------------------------
+// --device cuda: GPT-2 124M on one GPU
+
+#ifdef CHORUS_HAVE_CUDA
+
+#define CUDA_PEAK_N   8192
+#define CUDA_WARMUP   3
+#define CUDA_STEPS    10
+#define CUDA_MAX_B    16
+#define CUDA_FILL_MAX ((size_t)1 << 20)
+
+static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024};
+
+/* n floats of backend memory filled with a repeated normal pattern (not zeros: a GEMM on
+ * zeros draws less power and clocks higher than on data); NULL when it does not fit */
+static float *cuda_filled(const eng_backend_t *be, size_t n, const float *pattern)
+{
+    void *d = NULL;
+    if (be->alloc(be, n * sizeof(float), &d) < 0) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i += CUDA_FILL_MAX) {
+        size_t k = n - i < CUDA_FILL_MAX ? n - i : CUDA_FILL_MAX;
+        if (be->copy(be, (float *)d + i, pattern, k * sizeof(float), ENG_COPY_H2D) < 0) {
+            be->free(be, d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* The GEMM peak at the backend's current precision in TFLOP/s: C = A B at n^3 through
+ * matmul_fwd (cuBLAS), best of 5 rounds of 4 back-to-back GEMMs timed between syncs.
+ * 0 on a failure (printed). */
+static double cuda_gemm_peak(const eng_backend_t *be, int n)
+{
+    size_t nn = (size_t)n * n;
+    float *pattern = buf(CUDA_FILL_MAX, "gemm");
+    float *a = cuda_filled(be, nn, pattern), *b = cuda_filled(be, nn, pattern);
+    float *c = cuda_filled(be, nn, pattern);
+    free(pattern);
+    double best = 0.0;
+    int rc = a && b && c ? 0 : -1;
+    if (rc == 0) {
+        be->matmul_fwd(be, c, a, b, NULL, n, n, n); /* warm-up: cuBLAS picks its kernel */
+        rc = be->sync(be);
+    }
+    for (int r = 0; rc == 0 && r < 5; r++) {
+        uint64_t t0 = ch_now_ns();
+        for (int k = 0; k < 4; k++) {
+            be->matmul_fwd(be, c, a, b, NULL, n, n, n);
+        }
+        rc = be->sync(be);
+        double tf = 4 * 2.0 * (double)n * n * n / secs(t0) * 1e-12;
+        best = tf > best ? tf : best;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "bench-engine: the %d^3 GEMM failed (%d)\n", n, rc);
+        best = 0.0;
+    }
+    be->free(be, c), be->free(be, b), be->free(be, a);
+    return best;
+}
+
+typedef struct cuda_bench {
+    const eng_backend_t *be;
+    eng_model_t *m;
+    eng_optim_t o;
+    int32_t *tok; /* B*T + 1 host tokens: inputs tok, targets tok + 1 */
+    uint32_t B;
+} cuda_bench_t;
+
+static void cuda_bench_free(cuda_bench_t *cb)
+{
+    if (cb->o.m != NULL) {
+        cb->be->free(cb->be, cb->o.m);
+        cb->be->free(cb->be, cb->o.v);
+        cb->o.m = cb->o.v = NULL;
+    }
+    eng_optim_fini(&cb->o);
+    eng_model_destroy(cb->m);
+    cb->m = NULL;
+    free(cb->tok);
+    cb->tok = NULL;
+}
+
+/* One training step as the trainer takes it, on device memory; the seconds of forward +
+ * backward + norm (sumsq returns to the host: a sync) and of the optimizer (then synced)
+ * into *fb, *opt. 0 or the first failure. */
+static int cuda_step(cuda_bench_t *cb, float *loss, double *fb, double *opt)
+{
+    const eng_backend_t *be = cb->be;
+    uint32_t T = gpt2_124m.seq_len;
+    size_t n = eng_model_nparams(cb->m), N = (size_t)cb->B * T;
+    uint64_t t0 = ch_now_ns();
+    int rc = eng_model_forward(cb->m, cb->tok, cb->tok + 1, cb->B, T, loss);
+    rc = rc < 0 ? rc : eng_model_backward(cb->m, 1.0f / (float)N);
+    if (rc < 0) {
+        return rc;
+    }
+    double norm = sqrt(be->sumsq(be, eng_model_grads(cb->m), n));
+    rc = be->sync(be);
+    *fb = secs(t0);
+    uint64_t t1 = ch_now_ns();
+    rc = rc < 0 ? rc
+                : eng_optim_step_fused(&cb->o, cb->m, 6e-4,
+                                       eng_clip_coef(norm, cb->o.max_grad_norm), 1);
+    rc = rc < 0 ? rc : be->sync(be);
+    *opt = secs(t1);
+    return rc;
+}
+
+/* The model, its Adam state on the GPU and one warm-up step at B sequences; -ENOMEM when
+ * the GPU's memory does not take them. */
+static int cuda_bench_init(cuda_bench_t *cb, const eng_backend_t *be, uint32_t B)
+{
+    memset(cb, 0, sizeof *cb);
+    cb->be = be;
+    cb->B = B;
+    size_t N = (size_t)B * gpt2_124m.seq_len;
+    eng_model_opts_t mo = {.backend = be};
+    int rc = eng_model_create_opts(&gpt2_124m, &mo, B, 1337, &cb->m);
+    if (rc < 0) {
+        return rc;
+    }
+    size_t n = eng_model_nparams(cb->m);
+    cb->tok = malloc((N + 1) * sizeof *cb->tok);
+    if (cb->tok == NULL || (rc = eng_optim_init(&cb->o, n)) < 0) {
+        cuda_bench_free(cb);
+        return -ENOMEM;
+    }
+    /* the Adam state in device memory: eng_optim_step_fused runs the model's backend */
+    free(cb->o.m), free(cb->o.v);
+    cb->o.m = cb->o.v = NULL;
+    void *dm = NULL, *dv = NULL;
+    if ((rc = be->alloc(be, n * sizeof(float), &dm)) < 0 ||
+        (rc = be->alloc(be, n * sizeof(float), &dv)) < 0) {
+        be->free(be, dm);
+        cuda_bench_free(cb);
+        return rc;
+    }
+    cb->o.m = dm, cb->o.v = dv;
+    rc = be->memset(be, dm, 0, n * sizeof(float));
+    rc = rc < 0 ? rc : be->memset(be, dv, 0, n * sizeof(float));
+    for (size_t i = 0; i <= N; i++) {
+        cb->tok[i] = (int32_t)(ch_rng_uniform_key(42, i) * gpt2_124m.vocab);
+    }
+    /* the first step makes the model's activations: the rest of what B costs */
+    float loss = 0.0f;
+    double fb = 0.0, opt = 0.0;
+    rc = rc < 0 ? rc : cuda_step(cb, &loss, &fb, &opt);
+    if (rc < 0) {
+        cuda_bench_free(cb);
+        return rc;
+    }
+    printf("  B %u: %zu parameters; first step %.2f s, loss %.4f\n", B, n, fb + opt, loss);
+    return 0;
+}
+
+/* Warm-up and timed steps at the backend's current precision, the RESULT line. */
+static int cuda_measure(cuda_bench_t *cb, const char *prec, double peak_tflops)
+{
+    uint32_t T = gpt2_124m.seq_len;
+    size_t N = (size_t)cb->B * T;
+    double total = 0.0, best = INFINITY, opt_total = 0.0;
+    for (int s = 0; s < CUDA_WARMUP + CUDA_STEPS; s++) {
+        float loss = 0.0f;
+        double fb = 0.0, opt = 0.0;
+        int rc = cuda_step(cb, &loss, &fb, &opt);
+        if (rc < 0) {
+            fprintf(stderr, "bench-engine: cuda %s step %d: %d\n", prec, s, rc);
+            return rc;
+        }
+        double dt = fb + opt;
+        printf("  %s step %d: loss %.4f, %.1f ms (forward+backward+norm %.1f, optimizer %.1f)%s\n",
+               prec, s, loss, dt * 1e3, fb * 1e3, opt * 1e3, s < CUDA_WARMUP ? " (warm-up)" : "");
+        if (s >= CUDA_WARMUP) {
+            total += dt;
+            opt_total += opt;
+            best = dt < best ? dt : best;
+        }
+    }
+    double mean = total / CUDA_STEPS;
+    double tflops = ch_plan_flops(&gpt2_124m, cb->B) / mean * 1e-12;
+    double tps = (double)N / mean, mfu = tflops / peak_tflops;
+    printf("engine_cuda_%s: B %u T %u, mean step %.1f ms (fastest %.1f, optimizer %.1f), "
+           "%.0f tokens/s, %.1f model TFLOP/s, MFU %.3f of the %s GEMM peak %.1f TFLOP/s\n",
+           prec, cb->B, T, mean * 1e3, best * 1e3, opt_total / CUDA_STEPS * 1e3, tps, tflops, mfu,
+           prec, peak_tflops);
+    printf("RESULT name=engine_cuda_%s value=%.1f unit=TFLOP/s ref=cublas_gemm_peak(%s,%d^3,"
+           "best_of_5) ref_value=%.1f ratio=%.3f tokens_per_s=%.0f mfu=%.3f peak_tflops=%.1f "
+           "batch=%u seq=%u\n",
+           prec, tflops, prec, CUDA_PEAK_N, peak_tflops, mfu, tps, mfu, peak_tflops, cb->B, T);
+    return 0;
+}
+
+static int cuda_main(uint32_t batch, const char *precision)
+{
+    int n = 0, rc = eng_backend_cuda_devices(&n);
+    if (rc < 0) {
+        fprintf(stderr,
+                "chorus-bench-engine --device cuda: the CUDA runtime failed (%d): no GPU "
+                "benchmark\n",
+                rc);
+        return 2;
+    }
+    if (n == 0) {
+        fprintf(stderr, "chorus-bench-engine --device cuda: no GPU visible (no CUDA device or "
+                        "driver on this machine): no GPU benchmark\n");
+        return 2;
+    }
+    eng_backend_t *be = NULL;
+    if ((rc = eng_backend_cuda_create(0, &be)) < 0) {
+        fprintf(stderr, "chorus-bench-engine --device cuda: GPU 0: backend setup failed (%d)\n",
+                rc);
+        return 1;
+    }
+    const eng_config_t *c = &gpt2_124m;
+    printf("chorus-bench-engine --device cuda: GPU 0 of %d; gpt2_124m: layers %u heads %u embd "
+           "%u vocab %u (padded %u) seq %u\n",
+           n, c->layers, c->heads, c->embd, c->vocab, c->padded_vocab, c->seq_len);
+    cuda_bench_t cb;
+    uint32_t B = batch > 0 ? batch : CUDA_MAX_B;
+    uint64_t t0 = ch_now_ns();
+    while ((rc = cuda_bench_init(&cb, be, B)) == -ENOMEM && batch == 0 && B > 1) {
+        printf("  B %u does not fit in the GPU's memory: trying %u\n", B, B / 2);
+        B /= 2;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "chorus-bench-engine --device cuda: model at B %u: %d\n", B, rc);
+        eng_backend_cuda_destroy(be);
+        return 1;
+    }
+    printf("gpt2_124m on the GPU: batch %u x seq %u = %u tokens per step; set up in %.1f s\n", B,
+           c->seq_len, B * c->seq_len, secs(t0));
+    const char *precs[2] = {"fp32", "tf32"};
+    for (int p = 0; rc == 0 && p < 2; p++) {
+        if (strcmp(precision, "both") != 0 && strcmp(precision, precs[p]) != 0) {
+            continue;
+        }
+        eng_backend_cuda_set_tf32(be, p == 1);
+        double peak = cuda_gemm_peak(be, CUDA_PEAK_N);
+        printf("%s GEMM peak (matmul_fwd %d^3, cuBLAS, best of 5 rounds of 4): %.1f TFLOP/s\n",
+               precs[p], CUDA_PEAK_N, peak);
+        rc = peak > 0 ? cuda_measure(&cb, precs[p], peak) : -1;
+    }
+    cuda_bench_free(&cb);
+    eng_backend_cuda_destroy(be);
+    return rc < 0 ? 1 : 0;
+}
+
+#else
+
+static int cuda_main(uint32_t batch, const char *precision)
+{
+    (void)batch, (void)precision;
+    fprintf(stderr, "chorus-bench-engine --device cuda: this build has no CUDA backend "
+                    "(configure with -DCHORUS_CUDA=ON where the CUDA toolkit and NCCL are)\n");
+    return 2;
+}
+
+#endif
+
+// ----------------------------------------------------------------------------
 // PyTorch reference
 
 #define PYTHON "/usr/bin/python3"
@@ -544,14 +822,34 @@ static int torch_run(const bench_cfg_t *bc, torch_ref_t *t)
 int main(int argc, char **argv)
 {
     int only = 0, no_torch = 0;
+    const char *device = "cpu", *precision = "both";
+    uint32_t batch = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--unfused") == 0) {
             unfused = 1;
         } else if (strcmp(argv[i], "--no-torch") == 0) {
             no_torch = 1;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
+        } else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+            precision = argv[++i];
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            batch = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else {
             only = 1;
         }
+    }
+    if (strcmp(device, "cuda") == 0) {
+        if (strcmp(precision, "fp32") != 0 && strcmp(precision, "tf32") != 0 &&
+            strcmp(precision, "both") != 0) {
+            fprintf(stderr, "bench-engine: --precision %s: fp32, tf32 or both\n", precision);
+            return 1;
+        }
+        return cuda_main(batch, precision);
+    }
+    if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "bench-engine: --device %s: cpu or cuda\n", device);
+        return 1;
     }
     kn_blas_set_threads(THREADS);
     printf("chorus-bench-engine: OpenBLAS threads %d\n", kn_blas_threads());

@@ -1,7 +1,9 @@
 /* CUDA kernels (kernels/cuda.h) against the CPU kernels on the same inputs, forward and
  * backward. Each test says its tolerance: |got - want| <= rtol |want| + atol max|want|.
  * Exact (bit-identical) where the GPU kernel repeats the CPU operation order: encoder,
- * residual, AdamW (against the fast CPU kernel), the fused classifier against the split one.
+ * residual, axpy, AdamW and its fused form (against the fast CPU kernels), the fused
+ * classifier against the split one, the unscaled fused head against the fused classifier
+ * at scale 1.
  * GEMMs run in full fp32 unless a test turns TF32 on.
  *
  * Without a visible GPU every test that needs one skips with a message; the argument
@@ -142,6 +144,16 @@ Test(cuda_args, bad_shapes_are_einval_before_any_launch)
     cr_assert_eq(kn_cuda_gelu_fwd(NULL, NULL, 0, NULL), 0, "empty is a no-op");
     cr_assert_eq(kn_cuda_adamw(NULL, NULL, NULL, NULL, 4, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0, NULL),
                  -EINVAL, "step 0");
+    cr_assert_eq(kn_cuda_adamw_fused(NULL, NULL, NULL, NULL, 4, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0, 0.5f,
+                                     1, NULL),
+                 -EINVAL, "fused, step 0");
+    cr_assert_eq(kn_cuda_adamw_fused(NULL, NULL, NULL, NULL, 0, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 0.5f,
+                                     1, NULL),
+                 0, "fused, empty is a no-op");
+    cr_assert_eq(kn_cuda_axpy(NULL, NULL, 0, 2.0f, NULL), 0, "axpy, empty is a no-op");
+    cr_assert_eq(kn_cuda_lmhead_fwdbwd(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 4,
+                                       8, 50, 40, NULL),
+                 -EINVAL, "fwdbwd, Vp < V");
 }
 
 // ----------------------------------------------------------------------------
@@ -435,6 +447,26 @@ Test(cuda_elementwise, gelu_residual_and_scale)
     free(dx), free(y), free(dout), free(x);
 }
 
+/* y += a x: kn_axpy's bits (two rounded operations, no FMA); a = 1 onto zeros gives x */
+Test(cuda_elementwise, axpy_bit_identical_to_cpu)
+{
+    need_gpu();
+    size_t n = 100003;
+    float *x = randn(n, "x", 3), *y = randn(n, "y", 1), *z = zeros(n);
+    float *d_x = upf(x, n), *d_y = upf(y, n), *d_z = upf(z, n);
+    const float a = 0.3183099f;
+    cr_assert_eq(kn_cuda_axpy(d_y, d_x, n, a, NULL), 0);
+    kn_axpy(y, x, n, a);
+    check_dev("axpy", d_y, y, n, 0, 0);
+    cr_assert_eq(kn_cuda_axpy(d_y, d_x, n, -1.5f, NULL), 0); /* again, onto the result */
+    kn_axpy(y, x, n, -1.5f);
+    check_dev("axpy twice", d_y, y, n, 0, 0);
+    cr_assert_eq(kn_cuda_axpy(d_z, d_x, n, 1.0f, NULL), 0);
+    check_dev("axpy a = 1 onto zeros", d_z, x, n, 0, 0);
+    cudaFree(d_z), cudaFree(d_y), cudaFree(d_x);
+    free(z), free(y), free(x);
+}
+
 // ----------------------------------------------------------------------------
 // LM head + cross-entropy: 1e-5 (forward) / 1e-4 (backward); fused == split, bit for bit
 
@@ -500,6 +532,84 @@ Test(cuda_xent, split_and_fused_match_reference)
     kn_cuda_destroy(ctx);
 }
 
+/* The unscaled fused head (kn_lmhead_fwdbwd's contract) over two chunks of rows: the first
+ * overwrites dwte (acc 0: a NaN-filled buffer comes out clean), the second accumulates. CPU
+ * tolerances as the split head's; the second chunk against kn_cuda_lmhead_fused at scale 1
+ * from the same dwte, bit for bit (the same kernels). Padded rows of dwte are not touched. */
+Test(cuda_xent, fwdbwd_unscaled_two_chunks)
+{
+    need_gpu();
+    kn_cuda_t *ctx = ctx_new(0);
+    int N = 13, C = 24, V = 50, Vp = 64, N1 = 8, N2 = N - N1;
+    int32_t targets[13];
+    for (int n = 0; n < N; n++) {
+        targets[n] = (n * 29 + 5) % V;
+    }
+    targets[3] = V - 1;
+    float *x = randn((size_t)N * C, "x", 1), *wte = randn((size_t)Vp * C, "wte", 1);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) {
+        wte[i] = 0.0f;
+    }
+    size_t nw = (size_t)Vp * C;
+    float *logits = zeros((size_t)N * Vp), *lse = zeros(N), *losses = zeros(N);
+    float *dx = zeros((size_t)N * C), *dwte = zeros(nw);
+    for (size_t i = 0; i < nw; i++) {
+        dwte[i] = i < (size_t)V * C ? NAN : 7.0f; /* acc 0 must not read; padded rows sentinels */
+    }
+
+    int32_t *d_t = up(targets, sizeof targets);
+    float *d_x = upf(x, (size_t)N * C), *d_wte = upf(wte, nw), *d_dwte = upf(dwte, nw);
+    float *d_logits = dev_alloc((size_t)N * Vp * sizeof(float)), *d_lse = dev_alloc(N * 4);
+    float *d_losses = dev_alloc(N * 4), *d_dx = dev_alloc((size_t)N * C * 4);
+
+    // chunk 1 (rows 0..N1), acc 0
+    cr_assert_eq(kn_cuda_lmhead_fwdbwd(ctx, d_dx, d_dwte, d_logits, d_lse, d_losses, d_x, d_wte,
+                                       d_t, 0, N1, C, V, Vp, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    kn_lmhead_fwdbwd(dx, dwte, logits, lse, losses, x, wte, targets, 0, N1, C, V, Vp);
+    check_dev("chunk 1 lse", d_lse, lse, N1, 1e-5, 1e-6);
+    check_dev("chunk 1 losses", d_losses, losses, N1, 1e-5, 1e-6);
+    check_dev("chunk 1 G", d_logits, logits, (size_t)N1 * Vp, 1e-4, 1e-5);
+    check_dev("chunk 1 dx", d_dx, dx, (size_t)N1 * C, 1e-4, 1e-5);
+    check_dev("chunk 1 dwte", d_dwte, dwte, nw, 1e-4, 1e-5);
+
+    // chunk 2 (rows N1..N), acc 1; first the fused classifier at scale 1 from the same dwte
+    float *dwte1 = down(d_dwte, nw);
+    float *d_dwte_f = upf(dwte1, nw), *d_dx_f = dev_alloc((size_t)N2 * C * 4);
+    float *d_logits_f = dev_alloc((size_t)N2 * Vp * sizeof(float));
+    float *d_lse_f = dev_alloc(N2 * 4), *d_losses_f = dev_alloc(N2 * 4);
+    cr_assert_eq(kn_cuda_lmhead_fused(ctx, d_dx_f, d_dwte_f, d_logits_f, d_lse_f, d_losses_f,
+                                      d_x + (size_t)N1 * C, d_wte, d_t + N1, 1.0f, N2, C, V, Vp,
+                                      NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    cr_assert_eq(kn_cuda_lmhead_fwdbwd(ctx, d_dx + (size_t)N1 * C, d_dwte, d_logits, d_lse + N1,
+                                       d_losses + N1, d_x + (size_t)N1 * C, d_wte, d_t + N1, 1, N2,
+                                       C, V, Vp, NULL),
+                 0, "%s", kn_cuda_ctx_error(ctx));
+    kn_lmhead_fwdbwd(dx + (size_t)N1 * C, dwte, logits, lse + N1, losses + N1, x + (size_t)N1 * C,
+                     wte, targets + N1, 1, N2, C, V, Vp);
+    check_dev("lse", d_lse, lse, N, 1e-5, 1e-6);
+    check_dev("losses", d_losses, losses, N, 1e-5, 1e-6);
+    check_dev("dx", d_dx, dx, (size_t)N * C, 1e-4, 1e-5);
+    check_dev("dwte", d_dwte, dwte, nw, 1e-4, 1e-5);
+    float *got_dwte = down(d_dwte, nw);
+    for (size_t i = (size_t)V * C; i < nw; i++) {
+        cr_assert(got_dwte[i] == 7.0f, "padded dwte[%zu] touched: %.9g", i, got_dwte[i]);
+    }
+    float *fused_dwte = down(d_dwte_f, nw), *fused_dx = down(d_dx_f, (size_t)N2 * C);
+    float *fused_g = down(d_logits_f, (size_t)N2 * Vp);
+    assert_same("fwdbwd dwte vs fused", got_dwte, fused_dwte, nw);
+    check_dev("fwdbwd dx vs fused", d_dx + (size_t)N1 * C, fused_dx, (size_t)N2 * C, 0, 0);
+    check_dev("fwdbwd G vs fused", d_logits, fused_g, (size_t)N2 * Vp, 0, 0);
+
+    cudaFree(d_losses_f), cudaFree(d_lse_f), cudaFree(d_logits_f), cudaFree(d_dx_f);
+    cudaFree(d_dwte_f), cudaFree(d_dx), cudaFree(d_losses), cudaFree(d_logits), cudaFree(d_lse);
+    cudaFree(d_dwte), cudaFree(d_wte), cudaFree(d_x), cudaFree(d_t);
+    free(fused_g), free(fused_dx), free(fused_dwte), free(got_dwte), free(dwte1);
+    free(dwte), free(dx), free(losses), free(lse), free(logits), free(wte), free(x);
+    kn_cuda_destroy(ctx);
+}
+
 // ----------------------------------------------------------------------------
 // AdamW: bit-identical to the fast CPU kernel over three steps; sum of squares 1e-12
 
@@ -516,6 +626,53 @@ Test(cuda_optim, adamw_bit_identical_to_cpu)
     check_dev("adamw p", d_p, p, n, 0, 0);
     check_dev("adamw m", d_m, m, n, 0, 0);
     check_dev("adamw v", d_v, v, n, 0, 0);
+    cudaFree(d_v), cudaFree(d_m), cudaFree(d_g), cudaFree(d_p);
+    free(v), free(m), free(g), free(p);
+}
+
+/* The fused step (clip scale, update, gradient reset): kn_adamw_fused's bits over three
+ * steps (scale 1 without reset, a clip with reset, a clip without), g included; and equal
+ * to kn_cuda_scale then kn_cuda_adamw on the GPU. */
+Test(cuda_optim, adamw_fused_bit_identical_to_cpu)
+{
+    need_gpu();
+    size_t n = 4099;
+    float *p = randn(n, "p", 1), *g = randn(n, "g", 1), *m = zeros(n), *v = zeros(n);
+    float *d_p = upf(p, n), *d_g = upf(g, n), *d_m = upf(m, n), *d_v = upf(v, n);
+    /* the unfused twin on the GPU: scale, then the plain kernel */
+    float *d_p2 = upf(p, n), *d_g2 = upf(g, n), *d_m2 = upf(m, n), *d_v2 = upf(v, n);
+    const float gscale[3] = {1.0f, 0.3183099f, 0.71f};
+    const int zero_g[3] = {0, 1, 0};
+    for (uint64_t t = 1; t <= 3; t++) {
+        float c = gscale[t - 1];
+        int z = zero_g[t - 1];
+        if (t == 3) { /* the reset gradient refilled, as a backward would */
+            free(g);
+            g = randn(n, "g3", 2);
+            cr_assert_eq(cudaMemcpy(d_g, g, n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+            cr_assert_eq(cudaMemcpy(d_g2, g, n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        }
+        cr_assert_eq(
+            kn_cuda_adamw_fused(d_p, d_g, d_m, d_v, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, c, z, NULL),
+            0);
+        cr_assert_eq(kn_cuda_scale(d_g2, c, n, NULL), 0);
+        cr_assert_eq(kn_cuda_adamw(d_p2, d_g2, d_m2, d_v2, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, NULL),
+                     0);
+        kn_adamw_fused(p, g, m, v, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, c, z);
+        check_dev("adamw_fused g", d_g, g, n, 0, 0);
+        if (z) {
+            for (size_t i = 0; i < n; i++) {
+                cr_assert(g[i] == 0.0f, "the CPU kernel left g[%zu] = %g", i, g[i]);
+            }
+        }
+    }
+    check_dev("adamw_fused p", d_p, p, n, 0, 0);
+    check_dev("adamw_fused m", d_m, m, n, 0, 0);
+    check_dev("adamw_fused v", d_v, v, n, 0, 0);
+    check_dev("scale + adamw p", d_p2, p, n, 0, 0);
+    check_dev("scale + adamw m", d_m2, m, n, 0, 0);
+    check_dev("scale + adamw v", d_v2, v, n, 0, 0);
+    cudaFree(d_v2), cudaFree(d_m2), cudaFree(d_g2), cudaFree(d_p2);
     cudaFree(d_v), cudaFree(d_m), cudaFree(d_g), cudaFree(d_p);
     free(v), free(m), free(g), free(p);
 }

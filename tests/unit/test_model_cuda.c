@@ -1,13 +1,16 @@
 /* The engine on the CUDA backend (workerd/engine/backend_cuda.c) against the CPU backend:
- * the whole model's loss and gradients, 20 AdamW steps, and a checkpoint written by a GPU
- * trainer resumed by a CPU one.
+ * the table entries the trainer calls on device memory, the whole model's loss and
+ * gradients, 20 AdamW steps through the model API and through the trainer, and checkpoints
+ * moving between a GPU trainer and a CPU one both ways.
  *
  * Tolerances (fp32 GEMMs, no TF32): loss within 1e-5 relative and every gradient within
  * 1e-3 relative + 1e-4 of its tensor's largest magnitude after one step (cuBLAS and OpenBLAS
  * sum in different orders; a wrong kernel is off by O(1)); the 20 losses
- * within 1e-4 relative (issue 13) and the final parameters within 1e-3 in relative L2 (AdamW
- * divides by sqrt(v), so a gradient near zero may round to a different update: elementwise
- * bounds would be noise).
+ * within 1e-4 relative (issue 13) and the gradient norms within 1e-3 relative; the final
+ * parameters within 1e-3 in relative L2 (AdamW divides by sqrt(v), so a gradient near zero
+ * may round to a different update: elementwise bounds would be noise). The elementwise
+ * table entries (axpy, scale, adamw_fused) are bit-identical to the CPU table's; sumsq
+ * within 1e-12 (another fixed summation order).
  *
  * Without a visible GPU every test that needs one skips with a message; the refusals that
  * touch no device run everywhere. */
@@ -120,6 +123,86 @@ Test(model_cuda, a_gpu_that_is_not_there_is_enodev)
 }
 
 // ----------------------------------------------------------------------------
+// the table entries the trainer calls on device memory
+
+/* n floats of host memory in a new buffer of be's memory */
+static float *dev_copy(const eng_backend_t *be, const float *h, size_t n)
+{
+    void *d = NULL;
+    cr_assert_eq(be->alloc(be, n * sizeof(float), &d), 0, "alloc %zu floats", n);
+    cr_assert_eq(be->copy(be, d, h, n * sizeof(float), ENG_COPY_H2D), 0, "copy in");
+    return d;
+}
+
+/* the device buffer d equals the host floats want, bit for bit */
+static void expect_dev_same(const eng_backend_t *be, const float *d, const float *want, size_t n,
+                            const char *what)
+{
+    float *h = malloc(n * sizeof *h);
+    cr_assert_not_null(h);
+    cr_assert_eq(be->copy(be, h, d, n * sizeof *h, ENG_COPY_D2H), 0, "copy back");
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(memcmp(&h[i], &want[i], sizeof *h) == 0, "%s[%zu]: cuda %.9g cpu %.9g", what, i,
+                  h[i], want[i]);
+    }
+    free(h);
+}
+
+static float *filled(size_t n, const char *name, float std)
+{
+    float *x = malloc(n * sizeof *x);
+    cr_assert_not_null(x);
+    ch_rng_fill_normal(x, n, 99, name, 0, std);
+    return x;
+}
+
+Test(model_cuda, the_trainers_table_entries_match_the_cpu_table)
+{
+    eng_backend_t *gpu = need_gpu();
+    const eng_backend_t *cpu = eng_backend_cpu();
+    cr_assert(gpu->sumsq && gpu->scale && gpu->sync && gpu->adamw_fused && gpu->axpy &&
+                  gpu->lmhead_fwdbwd,
+              "the CUDA table fills every entry the trainer and the model call");
+    size_t n = ((size_t)1 << 20) + 3; /* more than one of the CPU's 65536 blocks, odd tail */
+    float *x = filled(n, "x", 1), *y = filled(n, "y", 1), *p = filled(n, "p", 0.1f);
+    float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
+    cr_assert(m && v);
+    float *dx = dev_copy(gpu, x, n), *dy = dev_copy(gpu, y, n), *dp = dev_copy(gpu, p, n);
+    float *dm = dev_copy(gpu, m, n), *dv = dev_copy(gpu, v, n);
+
+    double want = cpu->sumsq(cpu, x, n), got = gpu->sumsq(gpu, dx, n);
+    cr_expect(fabs(got - want) <= 1e-12 * want, "sumsq: cuda %.17g cpu %.17g", got, want);
+    cr_expect_eq(gpu->sumsq(gpu, dx, 0), 0.0, "the sum of nothing");
+
+    gpu->scale(gpu, dy, n, 0.3183099f);
+    cpu->scale(cpu, y, n, 0.3183099f);
+    cr_assert_eq(gpu->sync(gpu), 0, "sync after scale");
+    expect_dev_same(gpu, dy, y, n, "scale");
+
+    gpu->axpy(gpu, dy, dx, n, -0.75f);
+    cpu->axpy(cpu, y, x, n, -0.75f);
+    expect_dev_same(gpu, dy, y, n, "axpy");
+
+    /* two fused steps, the second clipping and resetting the gradient (y) */
+    for (uint64_t t = 1; t <= 2; t++) {
+        float c = t == 1 ? 1.0f : 0.42f;
+        gpu->adamw_fused(gpu, dp, dy, dm, dv, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, c, (int)(t == 2));
+        cpu->adamw_fused(cpu, p, y, m, v, n, 6e-4, 0.9, 0.95, 1e-8, 0.1, t, c, (int)(t == 2));
+    }
+    cr_assert_eq(gpu->sync(gpu), 0, "sync after adamw_fused");
+    expect_dev_same(gpu, dp, p, n, "adamw_fused p");
+    expect_dev_same(gpu, dm, m, n, "adamw_fused m");
+    expect_dev_same(gpu, dv, v, n, "adamw_fused v");
+    expect_dev_same(gpu, dy, y, n, "adamw_fused g (reset)");
+    cr_expect_eq(gpu->sumsq(gpu, dy, n), 0.0, "the reset gradient's norm");
+
+    gpu->free(gpu, dv), gpu->free(gpu, dm), gpu->free(gpu, dp), gpu->free(gpu, dy);
+    gpu->free(gpu, dx);
+    free(v), free(m), free(p), free(y), free(x);
+    eng_backend_cuda_destroy(gpu);
+}
+
+// ----------------------------------------------------------------------------
 // the whole model: loss and gradients
 
 Test(model_cuda, loss_and_gradients_match_the_cpu_model)
@@ -172,9 +255,9 @@ Test(model_cuda, loss_and_gradients_match_the_cpu_model)
 // ----------------------------------------------------------------------------
 // 20 training steps
 
-/* One step as the trainer takes it (trainer.h): zero, forward, backward at 1/N, clip to
- * 1.0, AdamW. On a device model the clip goes through a host copy of the gradients (the
- * backend table has no sum of squares yet). */
+/* One step as the trainer takes it (trainer.h): zero, forward, backward at 1/N, the
+ * global norm (the backend's sum of squares), then clipping to 1.0 and AdamW in one fused
+ * pass (the backend's adamw_fused), all in the model's memory. */
 static float train_step(eng_model_t *m, eng_optim_t *o, const int32_t *in, const int32_t *tg,
                         uint32_t B, uint32_t T, double lr)
 {
@@ -184,15 +267,12 @@ static float train_step(eng_model_t *m, eng_optim_t *o, const int32_t *in, const
     eng_model_zero_grad(m);
     cr_assert_eq(eng_model_forward(m, in, tg, B, T, &loss), 0);
     cr_assert_eq(eng_model_backward(m, 1.0f / (float)N), 0);
-    if (be->host_memory) {
-        eng_grad_clip(eng_model_grads(m), n, o->max_grad_norm);
-    } else {
-        float *g = host_copy(m, eng_model_grads(m), n);
-        eng_grad_clip(g, n, o->max_grad_norm);
-        cr_assert_eq(be->copy(be, eng_model_grads(m), g, n * sizeof *g, ENG_COPY_H2D), 0);
-        free(g);
+    double norm = sqrt(be->sumsq(be, eng_model_grads(m), n));
+    cr_assert(isfinite(norm) && norm > 0, "gradient norm %g", norm);
+    cr_assert_eq(eng_optim_step_fused(o, m, lr, eng_clip_coef(norm, o->max_grad_norm), 0), 0);
+    if (be->sync != NULL) {
+        cr_assert_eq(be->sync(be), 0, "the step's kernels");
     }
-    cr_assert_eq(eng_optim_step(o, m, lr), 0);
     return loss;
 }
 
@@ -251,7 +331,9 @@ Test(model_cuda, twenty_adamw_steps_track_the_cpu_run)
 }
 
 // ----------------------------------------------------------------------------
-// checkpoints: written from a GPU trainer, resumed on the CPU
+// the trainer on the GPU: 20 steps against the CPU trainer, checkpoints both ways
+
+#define TSTEPS 20
 
 static char dir[512];
 
@@ -262,75 +344,130 @@ static void ckpt_setup(void)
 
 static void ckpt_teardown(void)
 {
-    ts_rmrf(dir);
+    cr_expect_eq(ts_rmrf(dir), 0);
 }
 
-static void ckpt_spec(ch_jobspec_t *j)
+/* The same small model on either device (built-in data): 2 x 64, 4 heads, seq 64, two
+ * micro-batches of 4; with checkpoints every 10 steps when dir is set. */
+static void trainer_spec(ch_jobspec_t *j, ch_device_t device, int checkpoints)
 {
     ch_jobspec_defaults(j);
-    strcpy(j->name, "gpuckpt");
+    strcpy(j->name, "gputrain");
     j->model.layers = 2;
-    j->model.heads = 2;
-    j->model.embd = 32;
-    j->model.vocab = 32;
-    j->model.seq_len = 32;
+    j->model.heads = 4;
+    j->model.embd = 64;
+    j->model.vocab = 64;
+    j->model.seq_len = 64;
     j->parallel.microbatches = 2;
     j->parallel.micro_batch_size = 4;
-    j->train.steps = 8;
+    j->train.steps = TSTEPS;
     j->train.lr = 3e-3;
-    j->train.warmup = 2;
+    j->train.warmup = 3;
     j->train.seed = 77;
-    j->train.device = CH_DEVICE_CUDA;
-    snprintf(j->checkpoint.dir, sizeof j->checkpoint.dir, "%s", dir);
-    j->checkpoint.every = 4;
-    j->checkpoint.keep = 2;
+    j->train.device = device;
+    if (checkpoints) {
+        snprintf(j->checkpoint.dir, sizeof j->checkpoint.dir, "%s", dir);
+        j->checkpoint.every = 10;
+        j->checkpoint.keep = 2;
+    }
 }
 
-static eng_trainer_t *trainer_on(const ch_jobspec_t *j, const eng_backend_t *be)
+/* A trainer on be (NULL: the CPU) writing its checkpoints under dir/<job>. */
+static eng_trainer_t *trainer_on(const ch_jobspec_t *j, const eng_backend_t *be, const char *job)
 {
     eng_trainer_t *t = NULL;
     char err[512];
-    eng_trainer_opts_t opts = {.job_id = NULL, .peak_flops = 1e9, .backend = be};
+    eng_trainer_opts_t opts = {.job_id = job, .peak_flops = 1, .backend = be};
     cr_assert_eq(eng_trainer_create(j, &opts, &t, err, sizeof err), 0, "%s", err);
+    if (be != NULL) {
+        cr_assert_eq(eng_model_backend(eng_trainer_model(t)), be,
+                     "the trainer ignored opts.backend: its model is not on the GPU");
+    }
     return t;
 }
 
-static void run_to_end(eng_trainer_t *t, double *losses)
+/* Run to the end: loss and gradient norm of each step run; checkpoints when due if
+ * `checkpoints` (a resumed run writes none: its job's steps are committed already). */
+static void run_to_end(eng_trainer_t *t, double *losses, double *norms, int checkpoints)
 {
     char err[512];
     while (eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
         eng_step_info_t info;
         cr_assert_eq(eng_trainer_step(t, &info), 0);
+        cr_assert(isfinite(info.loss) && isfinite(info.grad_norm), "step %llu: loss %g norm %g",
+                  (unsigned long long)info.step, info.loss, info.grad_norm);
         losses[info.step] = info.loss;
-        if (eng_trainer_checkpoint_due(t)) {
+        norms[info.step] = info.grad_norm;
+        if (checkpoints && eng_trainer_checkpoint_due(t)) {
             cr_assert_eq(eng_trainer_checkpoint(t, NULL, NULL, err, sizeof err), 0, "%s", err);
         }
     }
 }
 
-Test(model_cuda, a_gpu_checkpoint_resumes_on_the_cpu, .init = ckpt_setup, .fini = ckpt_teardown,
-     .timeout = 240)
+static void expect_steps_close(const double *got, const double *want, int from, double rtol,
+                               const char *what)
+{
+    for (int s = from; s < TSTEPS; s++) {
+        cr_expect(fabs(got[s] - want[s]) <= rtol * fabs(want[s]), "%s of step %d: %.9g, CPU %.9g",
+                  what, s, got[s], want[s]);
+    }
+}
+
+Test(model_cuda, twenty_trainer_steps_track_the_cpu_trainer, .timeout = 240)
 {
     eng_backend_t *gpu = need_gpu();
-    ch_jobspec_t j;
-    ckpt_spec(&j);
-    double lg[8] = {0}, lc[8] = {0};
-    eng_trainer_t *a = trainer_on(&j, gpu);
-    /* needs the trainer to honour eng_trainer_opts_t.backend */
-    cr_assert_eq(eng_model_backend(eng_trainer_model(a)), gpu,
-                 "the trainer ignored opts.backend: its model is not on the GPU");
-    run_to_end(a, lg);
-    eng_trainer_destroy(a);
+    ch_jobspec_t jc, jg;
+    trainer_spec(&jc, CH_DEVICE_CPU, 0);
+    trainer_spec(&jg, CH_DEVICE_CUDA, 0);
+    double lc[TSTEPS] = {0}, nc[TSTEPS] = {0}, lg[TSTEPS] = {0}, ng[TSTEPS] = {0};
 
-    j.train.device = CH_DEVICE_CPU;
-    eng_trainer_t *b = trainer_on(&j, NULL);
+    eng_trainer_t *c = trainer_on(&jc, NULL, "cpu");
+    run_to_end(c, lc, nc, 0);
+    eng_trainer_destroy(c);
+    eng_trainer_t *g = trainer_on(&jg, gpu, "gpu");
+    run_to_end(g, lg, ng, 0);
+    eng_trainer_destroy(g);
+
+    cr_expect_lt(lc[TSTEPS - 1], lc[0], "the CPU run learns (%.4g -> %.4g)", lc[0], lc[TSTEPS - 1]);
+    expect_steps_close(lg, lc, 0, 1e-4, "GPU loss");
+    expect_steps_close(ng, nc, 0, 1e-3, "GPU gradient norm");
+    eng_backend_cuda_destroy(gpu);
+}
+
+Test(model_cuda, checkpoints_move_between_gpu_and_cpu_trainers, .init = ckpt_setup,
+     .fini = ckpt_teardown, .timeout = 240)
+{
+    eng_backend_t *gpu = need_gpu();
+    ch_jobspec_t jc, jg;
+    trainer_spec(&jc, CH_DEVICE_CPU, 1);
+    trainer_spec(&jg, CH_DEVICE_CUDA, 1);
+    double lc[TSTEPS] = {0}, nc[TSTEPS] = {0}, l[TSTEPS] = {0}, nrm[TSTEPS] = {0};
     char err[512];
-    cr_assert_eq(eng_trainer_resume(b, 4, err, sizeof err), 0, "%s", err);
-    run_to_end(b, lc);
-    for (int s = 4; s < 8; s++) {
-        cr_expect(fabs(lc[s] - lg[s]) <= 1e-4 * fabs(lg[s]),
-                  "step %d after resuming on the CPU: %.9g, on the GPU %.9g", s, lc[s], lg[s]);
-    }
+
+    /* the uninterrupted runs, each writing steps 10 and 20 under its own job name */
+    eng_trainer_t *c = trainer_on(&jc, NULL, "cpu");
+    run_to_end(c, lc, nc, 1);
+    eng_trainer_destroy(c);
+    eng_trainer_t *g = trainer_on(&jg, gpu, "gpu");
+    run_to_end(g, l, nrm, 1);
+    eng_trainer_destroy(g);
+
+    /* the GPU's step 10 resumed on the CPU */
+    memset(l, 0, sizeof l);
+    eng_trainer_t *b = trainer_on(&jc, NULL, "gpu");
+    cr_assert_eq(eng_trainer_resume(b, 10, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_trainer_next_step(b), 10);
+    run_to_end(b, l, nrm, 0);
     eng_trainer_destroy(b);
+    expect_steps_close(l, lc, 10, 1e-4, "loss on the CPU after the GPU's checkpoint");
+
+    /* the CPU's step 10 resumed on the GPU */
+    memset(l, 0, sizeof l);
+    eng_trainer_t *d = trainer_on(&jg, gpu, "cpu");
+    cr_assert_eq(eng_trainer_resume(d, 10, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(eng_trainer_next_step(d), 10);
+    run_to_end(d, l, nrm, 0);
+    eng_trainer_destroy(d);
+    expect_steps_close(l, lc, 10, 1e-4, "loss on the GPU after the CPU's checkpoint");
     eng_backend_cuda_destroy(gpu);
 }

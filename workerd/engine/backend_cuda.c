@@ -5,12 +5,14 @@
  * Theory of operation. Every kernel is enqueued on the backend's stream and returns at
  * once; work is ordered by the stream alone, so one scratch buffer (grown on demand) serves
  * every launcher that needs one. Kernels cannot fail in the table's contract: the first
- * launch error is kept and returned by the next copy or memset (the model copies the losses
- * back after every head forward, so an error surfaces within a step). Copies to and from
- * the host wait for the stream, so host buffers are free to reuse on return; device to
- * device copies and memsets are asynchronous. The attention is the materialised one (the
- * table's attention_bwd gets no output to recompute a fused backward from); its backward's
- * scratch (NH*T*T floats) is the backend's, not the model's T*T. */
+ * launch error is kept and returned by the next copy, memset or sync (the model copies the
+ * losses back after every head forward, so an error surfaces within a step). Copies to and
+ * from the host wait for the stream, so host buffers are free to reuse on return; device to
+ * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
+ * double comes back to the host (0 after a failure, which stays kept for the next copy).
+ * The attention is the materialised one (the table's attention_bwd gets no output to
+ * recompute a fused backward from); its backward's scratch (NH*T*T floats) is the
+ * backend's, not the model's T*T. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +32,9 @@ typedef struct cuda_state {
     eng_cuda_log_fn log;
     void *scratch; /* stream-ordered scratch of the launchers, scratch_cap bytes */
     size_t scratch_cap;
+    /* sumsq's device result (element 0) and its KN_CUDA_SUMSQ_PARTIALS partial sums; its
+     * own, so a sum of squares never waits to grow the launchers' scratch */
+    double *sumsq_dev;
     int err;           /* first launch failure not yet reported */
     char errtext[160]; /* what it was */
 } cuda_state_t;
@@ -263,11 +268,73 @@ static void cu_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float
                             S(be)->stream));
 }
 
+/* the unscaled fused head at scale 1; dwte overwritten (acc 0) by the GEMM's beta = 0 */
+static void cu_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,
+                             float *lse, float *losses, const float *x, const float *wte,
+                             const int32_t *targets, int acc, int N, int C, int V, int Vp)
+{
+    note(be, "lmhead_fwdbwd",
+         kn_cuda_lmhead_fwdbwd(S(be)->ctx, dx, dwte, logits, lse, losses, x, wte, targets, acc, N,
+                               C, V, Vp, S(be)->stream));
+}
+
+static void cu_axpy(const eng_backend_t *be, float *y, const float *x, size_t n, float a)
+{
+    note(be, "axpy", kn_cuda_axpy(y, x, n, a, S(be)->stream));
+}
+
 static void cu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
                      size_t n, double lr, double beta1, double beta2, double eps, double wd,
                      uint64_t t)
 {
     note(be, "adamw", kn_cuda_adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, S(be)->stream));
+}
+
+static void cu_adamw_fused(const eng_backend_t *be, float *p, float *g, float *m, float *v,
+                           size_t n, double lr, double beta1, double beta2, double eps, double wd,
+                           uint64_t t, float gscale, int zero_g)
+{
+    note(be, "adamw_fused",
+         kn_cuda_adamw_fused(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, gscale, zero_g,
+                             S(be)->stream));
+}
+
+/* The one entry whose result is host memory: the two reduction kernels, then the double
+ * copied back (which waits for the stream). A failure, or one still pending, gives 0, not a
+ * NaN that would poison the clip coefficient; it is noted for the next copy, memset or
+ * sync to return. */
+static double cu_sumsq(const eng_backend_t *be, const float *x, size_t n)
+{
+    cuda_state_t *s = S(be);
+    if (s->err != 0) {
+        return 0.0;
+    }
+    double out = 0.0;
+    int rc = kn_cuda_sumsq(s->sumsq_dev, s->sumsq_dev + 1, x, n, 0, s->stream);
+    if (rc == 0) {
+        rc = cu_err(
+            cudaMemcpyAsync(&out, s->sumsq_dev, sizeof out, cudaMemcpyDeviceToHost, s->stream));
+    }
+    if (rc == 0) {
+        rc = cu_err(cudaStreamSynchronize(s->stream));
+    }
+    note(be, "sumsq", rc);
+    return rc == 0 ? out : 0.0;
+}
+
+static void cu_scale(const eng_backend_t *be, float *x, size_t n, float c)
+{
+    note(be, "scale", kn_cuda_scale(x, c, n, S(be)->stream));
+}
+
+/* the table's sync and eng_backend_cuda_sync: the kept failure, else the stream's */
+static int cu_sync(const eng_backend_t *be)
+{
+    int rc = pending(be);
+    if (rc == 0) {
+        rc = cu_err(cudaStreamSynchronize(S(be)->stream));
+    }
+    return rc;
 }
 
 static const eng_backend_t cuda_table = {
@@ -290,7 +357,13 @@ static const eng_backend_t cuda_table = {
     .residual_fwd = cu_residual_fwd,
     .lmhead_fwd = cu_lmhead_fwd,
     .lmhead_bwd = cu_lmhead_bwd,
+    .lmhead_fwdbwd = cu_lmhead_fwdbwd,
+    .axpy = cu_axpy,
     .adamw = cu_adamw,
+    .adamw_fused = cu_adamw_fused,
+    .sumsq = cu_sumsq,
+    .scale = cu_scale,
+    .sync = cu_sync,
 };
 
 // ----------------------------------------------------------------------------
@@ -333,6 +406,9 @@ static int cu_create(int device, eng_cuda_log_fn logfn, eng_backend_t **out)
     CH_CHECK_GOTO(cu_err(cudaSetDevice(device)), rc, fail);
     CH_CHECK_GOTO(cu_err(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)), rc, fail);
     CH_CHECK_GOTO(kn_cuda_create(&s->ctx, 0), rc, fail);
+    CH_CHECK_GOTO(cu_err(cudaMalloc((void **)&s->sumsq_dev,
+                                    (1 + KN_CUDA_SUMSQ_PARTIALS) * sizeof *s->sumsq_dev)),
+                  rc, fail);
     *out = &s->table;
     return 0;
 fail:
@@ -353,6 +429,7 @@ static void cu_destroy(eng_backend_t *be)
         cudaStreamSynchronize(s->stream);
     }
     kn_cuda_destroy(s->ctx);
+    cudaFree(s->sumsq_dev);
     cudaFree(s->scratch);
     if (s->stream != NULL) {
         cudaStreamDestroy(s->stream);
@@ -368,15 +445,6 @@ static void cu_set_tf32(eng_backend_t *be, int on)
 static void *cu_stream(const eng_backend_t *be)
 {
     return S(be)->stream;
-}
-
-static int cu_sync(const eng_backend_t *be)
-{
-    int rc = pending(be);
-    if (rc == 0) {
-        rc = cu_err(cudaStreamSynchronize(S(be)->stream));
-    }
-    return rc;
 }
 
 /* The module's one export (backend_cuda.h). */
