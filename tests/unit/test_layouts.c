@@ -22,6 +22,7 @@
 #include "workerd/engine/export.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
+#include "devsim.h"
 
 static char dir[512];
 
@@ -39,6 +40,10 @@ TestSuite(layouts, .init = setup, .fini = teardown, .timeout = 900);
 
 enum { STEPS = 20, MAXR = 8, GLOBAL_SEQS = 12, LAYERS = 4 };
 
+/* The CPU backend; devsim (tests/unit/devsim.h), a backend whose memory is not the host's,
+ * poisoned (any host access of it faults: a world of one) or plain (collectives read it). */
+enum { DEV_CPU, DEV_POISON, DEV_PLAIN };
+
 typedef struct rank_run {
     uint32_t rank;
     ch_layout_t l;
@@ -46,6 +51,7 @@ typedef struct rank_run {
     const ch_jobspec_t *spec;
     uint64_t resume;
     int replicate;
+    int device; /* DEV_*: the backend the rank's trainer runs on */
     double losses[STEPS];
     eng_trainer_memory_t mem;
     int breakdown_ok; /* every step's parts non-negative and summing to its time */
@@ -66,12 +72,18 @@ static void *rank_main(void *arg)
             d->rc = eng_groups_create(c, d->l, d->rank, &g);
     }
     eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = d->replicate};
+    eng_backend_t *dev = NULL;
+    if (d->rc == 0 && d->device != DEV_CPU &&
+        (d->rc = devsim_create(d->device == DEV_POISON, &dev)) == 0)
+        opts.backend = dev;
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
         eng_trainer_memory(t, &d->mem);
     if (d->rc == 0 && d->resume)
         d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
+    else if (d->rc == 0 && d->spec->train.init_from[0])
+        d->rc = eng_trainer_init_from(t, d->spec->train.init_from, d->msg, sizeof d->msg);
     while (d->rc == 0 && eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
         eng_step_info_t info;
         if ((d->rc = eng_trainer_step(t, &info)) < 0)
@@ -92,6 +104,7 @@ static void *rank_main(void *arg)
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
     wrk_coll_destroy(c);
+    devsim_destroy(dev);
     return NULL;
 }
 
@@ -120,7 +133,7 @@ static void spec_for(ch_jobspec_t *j, const char *name, uint32_t tp, uint32_t pp
     j->checkpoint.keep = 3;
 }
 
-static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_t *r)
+static void run_on(const ch_jobspec_t *j, uint64_t resume, int replicate, int device, rank_run_t *r)
 {
     ch_layout_t l = ch_jobspec_layout(j);
     uint32_t n = ch_layout_world(l);
@@ -134,6 +147,7 @@ static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_
                             .spec = j,
                             .resume = resume,
                             .replicate = replicate,
+                            .device = device,
                             .breakdown_ok = 1};
     cr_assert_eq(ts_run_threads(r, sizeof *r, n, rank_main), 0);
     ts_rdzv_table_fini(&table);
@@ -146,6 +160,11 @@ static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_
         for (int s = 0; s < STEPS; s++)
             cr_assert_eq(r[i].losses[s], r[0].losses[s], "%s step %d: rank %u %.9g, rank 0 %.9g",
                          j->name, s, i, r[i].losses[s], r[0].losses[s]);
+}
+
+static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_t *r)
+{
+    run_on(j, resume, replicate, DEV_CPU, r);
 }
 
 /* Export job's step into a file of its own (each call a new name) at path. */
@@ -284,6 +303,100 @@ Test(layouts, same_layout_twice_and_resume_are_bit_identical)
         cr_assert_eq(eng_ckpt_shard_path(sb, r, fa, sizeof fa), 0);
         cr_expect(same_file(fa, fc), "rank %u: the resumed run's checkpoint file differs", r);
     }
+}
+
+/* Every rank's checkpoint file of step `step` under dir a equals the one under dir b. */
+static void expect_same_shards(const ch_jobspec_t *j, const char *a, const char *b, uint64_t step,
+                               const char *what)
+{
+    char sa[CH_PATH_LEN], sb[CH_PATH_LEN];
+    cr_assert_eq(eng_ckpt_step_dir(a, j->name, step, sa, sizeof sa), 0);
+    cr_assert_eq(eng_ckpt_step_dir(b, j->name, step, sb, sizeof sb), 0);
+    for (uint32_t r = 0; r < ch_layout_world(ch_jobspec_layout(j)); r++) {
+        char fa[CH_PATH_LEN + 64], fb[CH_PATH_LEN + 64];
+        cr_assert_eq(eng_ckpt_shard_path(sa, r, fa, sizeof fa), 0);
+        cr_assert_eq(eng_ckpt_shard_path(sb, r, fb, sizeof fb), 0);
+        cr_expect(same_file(fa, fb), "%s: %s rank %u: the checkpoint files differ", what, j->name,
+                  r);
+    }
+}
+
+/* Issue 13: the trainer on a backend whose memory is not the host's (the GPU's case),
+ * here devsim running the CPU's kernels, trains bit for bit like the CPU backend: the same
+ * losses and the same checkpoint bytes (parameters and Adam state through host copies),
+ * with ZeRO-3 shards and pipeline buffers in its memory; a world of one runs poisoned, so a
+ * host access of that memory would fault. A checkpoint written on either resumes on the
+ * other bit for bit (the GPU-to-CPU resume of the issue). */
+Test(layouts, a_device_backend_trains_and_checkpoints_like_the_cpu)
+{
+    const struct {
+        uint32_t tp, pp, dp;
+        int device;
+    } cases[] = {
+        {1, 1, 1, DEV_POISON}, {1, 2, 1, DEV_PLAIN}, {1, 1, 2, DEV_PLAIN}, {1, 2, 2, DEV_PLAIN}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ch_jobspec_t cpu, dev;
+        rank_run_t a[MAXR], b[MAXR];
+        char name[32];
+        snprintf(name, sizeof name, "dev%u%u%u", cases[k].tp, cases[k].pp, cases[k].dp);
+        spec_for(&cpu, name, cases[k].tp, cases[k].pp, cases[k].dp);
+        dev = cpu;
+        snprintf(cpu.checkpoint.dir, sizeof cpu.checkpoint.dir, "%s/cpu", dir);
+        snprintf(dev.checkpoint.dir, sizeof dev.checkpoint.dir, "%s/dev", dir);
+        run_on(&cpu, 0, 0, DEV_CPU, a);
+        run_on(&dev, 0, 0, cases[k].device, b);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s], "%s step %d: cpu %.9g, device %.9g", name,
+                         s, a[0].losses[s], b[0].losses[s]);
+        expect_same_shards(&cpu, cpu.checkpoint.dir, dev.checkpoint.dir, 10, "device run");
+        expect_same_shards(&cpu, cpu.checkpoint.dir, dev.checkpoint.dir, STEPS, "device run");
+
+        /* cross resumes from step 10, each rewriting step 20 in the directory it read:
+         * the device from the CPU's checkpoint, the CPU from the device's */
+        run_on(&cpu, 10, 0, cases[k].device, b);
+        for (int s = 10; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s],
+                         "%s: CPU checkpoint resumed on the "
+                         "device, step %d: %.9g vs %.9g",
+                         name, s, a[0].losses[s], b[0].losses[s]);
+        run_on(&dev, 10, 0, DEV_CPU, b);
+        for (int s = 10; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s],
+                         "%s: device checkpoint resumed on the "
+                         "CPU, step %d: %.9g vs %.9g",
+                         name, s, a[0].losses[s], b[0].losses[s]);
+        expect_same_shards(&cpu, cpu.checkpoint.dir, dev.checkpoint.dir, STEPS, "cross resumes");
+        printf("layouts: tp=%u pp=%u dp=%u on devsim (%s): losses and checkpoints bit-identical "
+               "to the CPU's, resumes across them too\n",
+               cases[k].tp, cases[k].pp, cases[k].dp,
+               cases[k].device == DEV_POISON ? "poisoned" : "plain");
+    }
+}
+
+/* init_from on a device backend: the weights land in its memory through host copies (a
+ * poisoned one: nothing reads them on the host), and the run is the CPU's bit for bit. */
+Test(layouts, init_from_on_a_device_backend)
+{
+    ch_jobspec_t j;
+    rank_run_t a[MAXR], b[MAXR];
+    char pa[CH_PATH_LEN + 64];
+    spec_for(&j, "seed", 1, 1, 1);
+    run(&j, 0, 0, a);
+    double fresh = a[0].losses[0];
+    export_step("seed", STEPS, pa, sizeof pa);
+    spec_for(&j, "init", 1, 1, 1);
+    j.checkpoint.dir[0] = '\0';
+    j.checkpoint.every = 0;
+    cr_assert_lt(strlen(pa), sizeof j.train.init_from);
+    memcpy(j.train.init_from, pa, strlen(pa) + 1);
+    run_on(&j, 0, 0, DEV_CPU, a);
+    run_on(&j, 0, 0, DEV_POISON, b);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: cpu %.9g, device %.9g", s,
+                     a[0].losses[s], b[0].losses[s]);
+    cr_expect_lt(a[0].losses[0], fresh - 0.1,
+                 "init_from loaded trained weights: first loss %.4f, from scratch %.4f",
+                 a[0].losses[0], fresh);
 }
 
 Test(layouts, resume_into_another_layout_continues)
