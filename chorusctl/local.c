@@ -42,6 +42,7 @@ typedef struct local {
     char dir[PATH_MAX];
     long nodes, slots, heartbeat_ms, dead_after_ms;
     const char *metrics; /* coordinatord --metrics: the status page and /metrics */
+    const char *device;  /* workerd --device: cpu, or cuda (each slot one GPU) */
 } local_t;
 
 static void pause_ms(unsigned ms)
@@ -434,8 +435,9 @@ static int start_worker(const local_t *L, const char *exe, const char *addr, lon
     if (pathf(run, "%s/%s", L->dir, name) < 0 || pathf(key, "%s/cluster.key", L->dir) < 0 ||
         pathf(log, "%s/%s.log", L->dir, name) < 0 || pathf(pidf, "%s/%s.pid", L->dir, name) < 0)
         return -ENAMETOOLONG;
-    char *argv[] = {(char *)exe, "--coordinator", (char *)addr, "--name", name,    "--slots", slots,
-                    "--threads", threads,         "--run-dir",  run,      "--key", key,       NULL};
+    char *argv[] = {(char *)exe, "--coordinator", (char *)addr,      "--name",    name, "--slots",
+                    slots,       "--threads",     threads,           "--run-dir", run,  "--key",
+                    key,         "--device",      (char *)L->device, NULL};
     return spawn_daemon(argv, log, pidf, pid);
 }
 
@@ -565,7 +567,7 @@ fail:
 
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
 {
-    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0"};
+    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0", .device = "cpu"};
     const char *dir = NULL;
     int up;
 
@@ -589,6 +591,12 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
             num = &L.dead_after_ms;
         } else if (strcmp(argv[i], "--metrics") == 0 && v) {
             L.metrics = v;
+        } else if (strcmp(argv[i], "--device") == 0 && v) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+                ctl_errf("local: --device: expected cpu or cuda, got '%s'", v);
+                goto usage;
+            }
+            L.device = v;
         } else {
             ctl_errf("local: unexpected '%s'", argv[i]);
             goto usage;
@@ -608,6 +616,6 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
     return up ? local_up(ctl, &L) : local_down(ctl, &L);
 usage:
     ctl_errf("usage: chorusctl local up|down --dir DIR [--nodes N] [--slots S] "
-             "[--heartbeat-ms N] [--dead-after-ms N] [--metrics HOST:PORT]");
+             "[--heartbeat-ms N] [--dead-after-ms N] [--metrics HOST:PORT] [--device cpu|cuda]");
     return CTL_EXIT_USAGE;
 }
