@@ -25,6 +25,7 @@ static void print_json(const Chorus__NodeList *nl)
         ctl_json_kstr(&j, "rack", n->rack);
         ctl_json_kuint(&j, "last_heartbeat_ms", n->last_heartbeat_ms);
         ctl_json_kuint(&j, "memory_bytes", n->memory_bytes);
+        ctl_json_kstr(&j, "device", n->device && *n->device ? n->device : "cpu");
         ctl_json_obj_end(&j);
     }
     ctl_json_arr_end(&j);
@@ -37,13 +38,14 @@ static void print_table(const Chorus__NodeList *nl)
     uint32_t slots = 0, free_slots = 0;
     size_t alive = 0;
 
-    ctl_table_init(&t, 6);
+    ctl_table_init(&t, 7);
     ctl_table_cell(&t, "NAME");
     ctl_table_cell(&t, "STATE");
     ctl_table_cell(&t, "SLOTS");
     ctl_table_cell(&t, "FREE");
     ctl_table_cell(&t, "RACK");
     ctl_table_cell(&t, "MEMORY");
+    ctl_table_cell(&t, "DEVICE");
     for (size_t i = 0; i < nl->n_nodes; i++) {
         const Chorus__NodeInfo *n = nl->nodes[i];
         ctl_table_cell(&t, "%s", n->name);
@@ -55,6 +57,7 @@ static void print_table(const Chorus__NodeList *nl)
             ctl_table_cell(&t, "%.1f GiB", (double)n->memory_bytes / 1073741824.0);
         else
             ctl_table_cell(&t, "-");
+        ctl_table_cell(&t, "%s", n->device && *n->device ? n->device : "cpu");
         slots += n->slots;
         free_slots += n->free_slots;
         alive += n->state && strcmp(n->state, "alive") == 0;

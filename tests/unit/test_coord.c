@@ -1887,6 +1887,20 @@ Test(coord, cuda_jobs_are_placed_on_gpu_nodes_only)
     cr_assert_null(take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 300),
                    "no rank of the GPU job on the CPU node");
 
+    /* the registry shows each node's device */
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->node_list->n_nodes, 2);
+    for (size_t i = 0; i < 2; i++) {
+        const Chorus__NodeInfo *ni = resp->node_list->nodes[i];
+        cr_expect_str_eq(ni->device, strcmp(ni->name, "gpu1") == 0 ? "cuda" : "cpu", "%s",
+                         ni->name);
+    }
+    ch_msg_free(resp);
+
     const char *cpu = "[job]\nname = c\n[parallel]\ndp = 2\n";
     cr_assert_eq(ctl_submit(ctl, cpu, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
     e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
