@@ -32,6 +32,8 @@ fi
 
 # the GPU tests: kernels, the engine on the CUDA backend, diag on a GPU, NCCL collectives
 TESTS="test_kernels_cuda test_model_cuda test_diag_cuda test_coll"
+# the end-to-end run: a local cluster whose node has a GPU trains on train.device = cuda
+DAEMONS="chorusctl coordinatord workerd chorus-rank"
 STATUS=0
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
@@ -65,10 +67,10 @@ build() {
     }
     grep -q "GPU backend (CUDA + NCCL): ON" "$BUILD/check-configure.log" ||
         die 1 "CUDA toolkit, NCCL or nvcc not found: the GPU targets are not built"
-    say "build $TESTS chorus-bench-kernels-cuda chorus-bench-engine (-j$JOBS)"
+    say "build $TESTS, the daemons, chorus-bench-kernels-cuda chorus-bench-engine (-j$JOBS)"
     # shellcheck disable=SC2086
     run 300 cmake --build "$BUILD" -j "$JOBS" --target $TESTS chorus_engine_cuda \
-        chorus-bench-kernels-cuda chorus-bench-engine >"$BUILD/check-build.log" 2>&1 || {
+        chorus-bench-kernels-cuda chorus-bench-engine $DAEMONS >"$BUILD/check-build.log" 2>&1 || {
         grep -E "error|Error" "$BUILD/check-build.log" | head -n 30
         die 1 "build failed"
     }
@@ -97,6 +99,7 @@ pack() {
     # the engine's CUDA backend module: found next to the programs
     cp "$BIN_BENCH/chorus-bench-kernels-cuda" "$BIN_BENCH/chorus-bench-engine" \
         "$BUILD/bin/libchorus_engine_cuda.so" "$DIR/bin/"
+    for d in $DAEMONS; do cp "$BUILD/bin/$d" "$DIR/bin/"; done
     # every shared library they load except the C library's and CUDA/NCCL's (the device
     # machine has its own, matching its driver)
     ldd "$DIR"/bin/* | awk '/=> \//{print $3}' | sort -u |
@@ -161,8 +164,7 @@ criterion_run() {
 
 criterion_run "CUDA kernels vs CPU" 150 "$BIN_TESTS/test_kernels_cuda"
 # test_model_cuda: the backend's table entries, the model, 20 steps through the model API
-# and through the trainer, checkpoints GPU -> CPU and CPU -> GPU (the trainer tests need the
-# trainer to take eng_trainer_opts_t.backend: until it does they fail here, they do not skip)
+# and through the trainer, checkpoints GPU -> CPU and CPU -> GPU
 criterion_run "the engine on CUDA vs CPU (table, model, 20 steps, trainer, checkpoints)" 150 \
     "$BIN_TESTS/test_model_cuda"
 criterion_run "diag on a GPU (cuBLAS GEMM, NCCL)" 60 "$BIN_TESTS/test_diag_cuda" \
@@ -188,6 +190,49 @@ if grep -q -- '"--device"' "$ROOT/tests/bench/bench_engine.c" && [ -x "$BIN_BENC
     }
 else
     say "chorus-bench-engine --device cuda not run: the benchmark has no --device flag yet"
+fi
+
+# End to end: `chorusctl local up --device cuda` (one node, one GPU slot), the demo model
+# submitted on train.device = cuda (one rank: tp and pp 1), run to completion with
+# checkpoints (the GPU rank's accuracy is evaluated from them); the rank's log must say it
+# computed on the GPU.
+e2e() {
+    local dir ctl=$BIN_BENCH/chorusctl id rc
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/chorus-gpu-e2e.XXXXXX")
+    say "end to end: local cluster on the GPU, demo job on train.device = cuda"
+    run 30 "$ctl" local up --dir "$dir" --nodes 1 --slots 1 --device cuda || {
+        say "FAILED: local up --device cuda"
+        tail -n 20 "$dir"/*.log 2>/dev/null
+        STATUS=1
+        return
+    }
+    export CHORUS_SOCKET=$dir/ctl.sock
+    id=$(run 10 "$ctl" submit "$ROOT/deploy/jobs/demo.ini" --set train.device=cuda \
+        --set parallel.tp=1 --set parallel.pp=1 --set train.steps=1500 \
+        --set checkpoint.every=500 --set "checkpoint.dir=$dir/checkpoints")
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        run 120 "$ctl" watch "$id" | tail -n 3
+        rc=${PIPESTATUS[0]}
+    fi
+    "$ctl" status "$id" 2>&1 | head -n 20
+    "$ctl" logs "$id" --rank 0 2>/dev/null | grep -E "computing on GPU|accuracy=" | tail -n 4
+    if [ $rc -ne 0 ] || ! "$ctl" logs "$id" --rank 0 2>/dev/null | grep -q "computing on GPU"; then
+        say "FAILED: the cuda job (exit $rc); rank 0's last lines:"
+        "$ctl" logs "$id" --rank 0 2>/dev/null | tail -n 20
+        STATUS=1
+    else
+        echo "RESULT name=e2e_cuda_demo value=1 unit=completed"
+        echo "RESULT name=e2e_cuda_demo value=1 unit=completed" >>"$RESULTS"
+    fi
+    "$ctl" local down --dir "$dir" >/dev/null 2>&1
+    unset CHORUS_SOCKET
+    rm -rf "$dir"
+}
+if [ -x "$BIN_BENCH/chorusctl" ]; then
+    e2e
+else
+    say "end to end not run: no chorusctl in $BIN_BENCH"
 fi
 
 say "summary (status $STATUS)"
