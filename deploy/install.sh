@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build Chorus and install it on this machine (Debian 12; run as root or with sudo):
-#   binaries -> $PREFIX/bin              coordinatord, workerd, chorus-rank (next to workerd), chorusctl
+#   binaries -> $PREFIX/bin              coordinatord, workerd, chorus-rank (next to workerd), chorusctl,
+#                                        and libchorus_engine_cuda.so (next to chorus-rank) when the
+#                                        build found CUDA + NCCL (train.device = cuda)
 #   units    -> /etc/systemd/system/     chorus-coordinatord.service, chorus-workerd.service
 #   configs  -> /etc/chorus/*.conf       only when absent: local edits are kept
 #   key      -> /etc/chorus/cluster.key  only when absent; copy the same file to every node
@@ -40,6 +42,10 @@ if [ "$do_build" = 1 ]; then
   [ "$do_deps" = 1 ] && deploy/install-deps.sh
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target coordinatord workerd chorus-rank chorusctl
+  # the GPU backend module, when this machine has CUDA and NCCL (the target exists then)
+  if cmake --build "$build" --target help 2>/dev/null | grep -q chorus_engine_cuda; then
+    cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target chorus_engine_cuda
+  fi
 fi
 for b in coordinatord workerd chorus-rank chorusctl; do
   [ -x "$build/bin/$b" ] || { echo "install: $build/bin/$b is missing (build first)" >&2; exit 1; }
@@ -48,6 +54,10 @@ done
 install -d -m 0755 "$prefix/bin"
 install -m 0755 "$build/bin/coordinatord" "$build/bin/workerd" "$build/bin/chorus-rank" \
   "$build/bin/chorusctl" "$prefix/bin/"
+if [ -f "$build/bin/libchorus_engine_cuda.so" ]; then
+  install -m 0755 "$build/bin/libchorus_engine_cuda.so" "$prefix/bin/"
+  echo "install: the GPU backend module in $prefix/bin (train.device = cuda)"
+fi
 echo "install: binaries in $prefix/bin"
 
 install -d -m 0755 /etc/chorus /etc/systemd/system
