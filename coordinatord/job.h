@@ -93,8 +93,8 @@ typedef struct coord_restart {
     int64_t resumed_from; /* -1: not restarted (yet) */
     uint64_t steps_lost;
     double recover_s; /* -1: not yet */
-    /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged). Kept
-     * in memory: a restarted coordinator shows the job's current layout only. */
+    /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged); kept in
+     * the store with the rest of the restart. */
     coord_layout_t layout_from, layout_to;
 } coord_restart_t;
 

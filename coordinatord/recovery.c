@@ -34,9 +34,32 @@ static coord_cause_t cause_parse(const char *name)
 // ---------------------------------------------------------------------------------------
 // History
 
+/* The store's text of a layout: "tp,pp,dp,microbatches,micro_batch_size"; "" for none. */
+static void layout_store_text(const coord_layout_t *l, char *out, size_t len)
+{
+    if (!l->dp)
+        out[0] = '\0';
+    else
+        snprintf(out, len, "%u,%u,%u,%u,%u", l->tp, l->pp, l->dp, l->microbatches,
+                 l->micro_batch_size);
+}
+
+/* Its inverse; a text that is not one leaves *l none (dp 0). */
+static void layout_store_parse(const char *s, coord_layout_t *l)
+{
+    coord_layout_t v = {0};
+    memset(l, 0, sizeof *l);
+    if (s &&
+        sscanf(s, "%u,%u,%u,%u,%u", &v.tp, &v.pp, &v.dp, &v.microbatches, &v.micro_batch_size) == 5)
+        *l = v;
+}
+
 static void store_restart(coord_t *c, const coord_job_t *j, uint32_t idx)
 {
     const coord_restart_t *h = &j->history[idx];
+    char from[64], to[64];
+    layout_store_text(&h->layout_from, from, sizeof from);
+    layout_store_text(&h->layout_to, to, sizeof to);
     coord_restart_rec_t rec = {
         .job_seq = j->seq,
         .idx = idx,
@@ -50,6 +73,8 @@ static void store_restart(coord_t *c, const coord_job_t *j, uint32_t idx)
         .resumed_from = h->resumed_from,
         .steps_lost = h->steps_lost,
         .recover_s = h->recover_s,
+        .layout_from = from,
+        .layout_to = to,
     };
     coord_store_restart_put(c->store, &rec); /* a failure is logged by the store */
 }
@@ -221,7 +246,7 @@ static coord_layout_t layout_of(const ch_jobspec_t *s)
 }
 
 /* The dp the job was submitted with: the first elastic restart's layout_from, else the
- * current one (also after a coordinator restart, which keeps no layout history). */
+ * current one. */
 static uint32_t dp_submitted(const coord_job_t *j)
 {
     for (uint32_t i = 0; i < j->n_history; i++)
@@ -390,6 +415,8 @@ static int load_one(void *ud, const coord_restart_rec_t *rec)
     h->resumed_from = rec->resumed_from;
     h->steps_lost = rec->steps_lost;
     h->recover_s = rec->recover_s;
+    layout_store_parse(rec->layout_from, &h->layout_from);
+    layout_store_parse(rec->layout_to, &h->layout_to);
     return 0;
 }
 

@@ -37,7 +37,14 @@ static const char SCHEMA[] =
     "  cause TEXT NOT NULL, rank INTEGER NOT NULL, node TEXT NOT NULL, reason TEXT NOT NULL,"
     "  failed_gen INTEGER NOT NULL, failed_step INTEGER NOT NULL,"
     "  resumed_from INTEGER NOT NULL, steps_lost INTEGER NOT NULL, recover_s REAL NOT NULL,"
+    "  layout_from TEXT NOT NULL DEFAULT '', layout_to TEXT NOT NULL DEFAULT '',"
     "  PRIMARY KEY (job_seq, idx));";
+
+/* A database written before the restarts kept their layouts: the two columns added (every
+ * old restart then shows none, as before). */
+static const char RESTARTS_LAYOUT_MIGRATION[] =
+    "ALTER TABLE restarts ADD COLUMN layout_from TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE restarts ADD COLUMN layout_to TEXT NOT NULL DEFAULT '';";
 
 /* The status page's series (series.h), one blob per job. */
 static const char SERIES_SCHEMA[] =
@@ -73,6 +80,20 @@ static int sql_err(sqlite3 *db, int rc, const char *what)
 static int exec(coord_store_t *s, const char *sql, const char *what)
 {
     return sql_err(s->db, sqlite3_exec(s->db, sql, NULL, NULL, NULL), what);
+}
+
+/* Bring an older database's tables up to the schema: restarts' layout columns. */
+static int migrate(coord_store_t *s)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(
+        s->db, "SELECT COUNT(*) FROM pragma_table_info('restarts') WHERE name = 'layout_from'", -1,
+        &st, NULL);
+    if (rc != SQLITE_OK)
+        return sql_err(s->db, rc, "schema check");
+    int have = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    return have ? 0 : exec(s, RESTARTS_LAYOUT_MIGRATION, "schema migration (restarts' layouts)");
 }
 
 /* Writes go into one transaction per loop turn (see store.h): open it on the first. */
@@ -121,6 +142,7 @@ int coord_store_open_path(const char *path, coord_store_t **out)
     CH_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL", "journal_mode"), rc, fail);
     CH_CHECK_GOTO(exec(s, "PRAGMA synchronous=FULL", "synchronous"), rc, fail);
     CH_CHECK_GOTO(exec(s, SCHEMA, "schema"), rc, fail);
+    CH_CHECK_GOTO(migrate(s), rc, fail);
     CH_CHECK_GOTO(exec(s, SERIES_SCHEMA, "series schema"), rc, fail);
     *out = s;
     return 0;
@@ -407,14 +429,17 @@ static void bind_restart(sqlite3_stmt *st, const void *p)
     sqlite3_bind_int64(st, 10, r->resumed_from);
     sqlite3_bind_int64(st, 11, (sqlite3_int64)r->steps_lost);
     sqlite3_bind_double(st, 12, r->recover_s);
+    text(st, 13, r->layout_from ? r->layout_from : "");
+    text(st, 14, r->layout_to ? r->layout_to : "");
 }
 
 int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r)
 {
     return run(s, 1,
                "INSERT OR REPLACE INTO restarts (job_seq, idx, time_ms, cause, rank, node, reason,"
-               " failed_gen, failed_step, resumed_from, steps_lost, recover_s)"
-               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+               " failed_gen, failed_step, resumed_from, steps_lost, recover_s, layout_from,"
+               " layout_to)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                "store restart", bind_restart, r);
 }
 
@@ -423,8 +448,8 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(s->db,
                                 "SELECT job_seq, idx, time_ms, cause, rank, node, reason,"
-                                " failed_gen, failed_step, resumed_from, steps_lost, recover_s"
-                                " FROM restarts ORDER BY job_seq, idx",
+                                " failed_gen, failed_step, resumed_from, steps_lost, recover_s,"
+                                " layout_from, layout_to FROM restarts ORDER BY job_seq, idx",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
         return sql_err(s->db, rc, "load restarts");
@@ -442,6 +467,8 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
             .resumed_from = sqlite3_column_int64(st, 9),
             .steps_lost = (uint64_t)sqlite3_column_int64(st, 10),
             .recover_s = sqlite3_column_double(st, 11),
+            .layout_from = col(st, 12),
+            .layout_to = col(st, 13),
         };
         int crc = cb(ud, &r);
         if (crc < 0) {

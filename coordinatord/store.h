@@ -53,6 +53,9 @@ typedef struct coord_restart_rec {
     int64_t resumed_from; /* step the next generation resumed from; -1: not restarted (yet) */
     uint64_t steps_lost;
     double recover_s; /* detection -> first completed step of the next generation; -1: not yet */
+    /* fault.elastic: the layouts given up and resumed in, "tp,pp,dp,microbatches,
+     * micro_batch_size"; "" (or NULL when writing): unchanged */
+    const char *layout_from, *layout_to;
 } coord_restart_rec_t;
 
 /* Open (creating dir/state.db and the schema when missing). */

@@ -2005,6 +2005,23 @@ static void lose_a_node(int elastic)
         cr_assert_eq(h->layout_to->tp, 1);
         cr_assert_eq(h->layout_to->pp, 1);
         ch_msg_free(e);
+
+        /* a restarted coordinator still shows the layout change: the store keeps it */
+        ch_client_destroy(ctl);
+        coord_down();
+        coord_up();
+        ctl = ctl_open();
+        e = ctl_job(ctl, id);
+        ji = e->job_info;
+        cr_assert_eq(ji->n_history, 1);
+        h = ji->history[0];
+        cr_assert(h->layout_from && h->layout_to, "the layouts were lost across the restart");
+        cr_assert_eq(h->layout_from->dp, 2);
+        cr_assert_eq(h->layout_from->microbatches, 1);
+        cr_assert_eq(h->layout_to->dp, 1);
+        cr_assert_eq(h->layout_to->microbatches, 2);
+        cr_assert_eq(h->layout_to->micro_batch_size, 4);
+        ch_msg_free(e);
     }
     ch_client_destroy(ctl);
     wk_close(&a);

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "common/err.h"
 #include "store.h"
 #include "support.h"
@@ -209,4 +211,73 @@ Test(store, open_fails_cleanly_on_a_bad_directory)
     snprintf(path, sizeof(path), "%s/file/sub", dir); /* a file where a directory should be */
     cr_assert_lt(coord_store_open(path, &s), 0);
     cr_assert_null(s);
+}
+
+typedef struct restarts_seen {
+    int n;
+    char from[4][64], to[4][64], cause[4][32];
+} restarts_seen_t;
+
+static int on_restart(void *ud, const coord_restart_rec_t *r)
+{
+    restarts_seen_t *s = ud;
+    cr_assert_lt(s->n, 4);
+    snprintf(s->from[s->n], sizeof s->from[0], "%s", r->layout_from);
+    snprintf(s->to[s->n], sizeof s->to[0], "%s", r->layout_to);
+    snprintf(s->cause[s->n], sizeof s->cause[0], "%s", r->cause);
+    s->n++;
+    return 0;
+}
+
+/* A database written before restarts kept their layouts (no layout columns) opens, its
+ * old restart reads back without layouts, and a new one keeps its layouts across reopen. */
+Test(store, restarts_keep_their_layouts_and_old_databases_migrate)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/old.db", dir);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_exec(db,
+                     "CREATE TABLE restarts (job_seq INTEGER NOT NULL, idx INTEGER NOT NULL,"
+                     " time_ms INTEGER NOT NULL, cause TEXT NOT NULL, rank INTEGER NOT NULL,"
+                     " node TEXT NOT NULL, reason TEXT NOT NULL, failed_gen INTEGER NOT NULL,"
+                     " failed_step INTEGER NOT NULL, resumed_from INTEGER NOT NULL,"
+                     " steps_lost INTEGER NOT NULL, recover_s REAL NOT NULL,"
+                     " PRIMARY KEY (job_seq, idx));"
+                     "INSERT INTO restarts VALUES (1, 0, 5, 'node_lost', -1, 'n2', 'gone', 1, 7,"
+                     " 5, 2, 1.5);",
+                     NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+
+    coord_store_t *s = NULL;
+    cr_assert_eq(coord_store_open_path(path, &s), 0);
+    coord_restart_rec_t r = {.job_seq = 1,
+                             .idx = 1,
+                             .time_ms = 9,
+                             .cause = "node_lost",
+                             .node = "n2",
+                             .reason = "gone again",
+                             .rank = -1,
+                             .failed_gen = 2,
+                             .failed_step = 12,
+                             .resumed_from = 10,
+                             .steps_lost = 2,
+                             .recover_s = 2.5,
+                             .layout_from = "1,1,2,1,4",
+                             .layout_to = "1,1,1,2,4"};
+    cr_assert_eq(coord_store_restart_put(s, &r), 0);
+    coord_store_close(s);
+
+    cr_assert_eq(coord_store_open_path(path, &s), 0, "a migrated database opens again");
+    restarts_seen_t seen = {0};
+    cr_assert_eq(coord_store_load_restarts(s, on_restart, &seen), 0);
+    coord_store_close(s);
+    cr_assert_eq(seen.n, 2);
+    cr_expect_str_eq(seen.cause[0], "node_lost");
+    cr_expect_str_eq(seen.from[0], "");
+    cr_expect_str_eq(seen.to[0], "");
+    cr_expect_str_eq(seen.from[1], "1,1,2,1,4");
+    cr_expect_str_eq(seen.to[1], "1,1,1,2,4");
 }
