@@ -60,7 +60,8 @@ int ch_key_load(const char *path, ch_key_t *key)
         rc = CH_E_CONFIG;
         goto out;
     }
-    if (st.st_mode & 077) {
+    /* as ssh does with its keys: whoever owns the file could replace the cluster's key */
+    if ((st.st_mode & 077) || (st.st_uid != geteuid() && st.st_uid != 0)) {
         rc = CH_E_KEYPERM;
         goto out;
     }

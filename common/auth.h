@@ -30,7 +30,8 @@ typedef struct ch_key {
 int ch_auth_global_init(void);
 
 /* Load a key file: exactly 32 raw bytes or 64 hex characters (+ optional newline).
- * CH_E_KEYPERM when the file is accessible by group or others (must be 0600 or 0400). */
+ * CH_E_KEYPERM when the file is accessible by group or others (must be 0600 or 0400) or
+ * owned by a user other than the effective one and root. */
 int ch_key_load(const char *path, ch_key_t *key);
 /* Create a new random key file with mode 0600. -EEXIST if the file exists. */
 int ch_key_generate(const char *path);

@@ -12,7 +12,8 @@ static const char *const ch_names[] = {
     [3] = "malformed frame",
     [4] = "over size limit",
     [5] = "configuration error",
-    [6] = "key file is accessible by group or others (must be 0600 or 0400)",
+    [6] = "key file is accessible by group or others (must be 0600 or 0400), or owned by "
+          "another user than this process's or root",
     [7] = "SQLite error",
     [8] = "UCX error",
     [9] = "CUDA error",

@@ -17,7 +17,7 @@ enum {
     CH_E_FRAME = -(CH_E_BASE + 3),   /* malformed frame or undecodable payload */
     CH_E_TOOBIG = -(CH_E_BASE + 4),  /* frame or value over its size limit */
     CH_E_CONFIG = -(CH_E_BASE + 5),  /* bad configuration or job file */
-    CH_E_KEYPERM = -(CH_E_BASE + 6), /* key file readable by group/others */
+    CH_E_KEYPERM = -(CH_E_BASE + 6), /* key file readable by group/others, or not ours */
     CH_E_SQLITE = -(CH_E_BASE + 7),
     CH_E_UCX = -(CH_E_BASE + 8),
     CH_E_CUDA = -(CH_E_BASE + 9),

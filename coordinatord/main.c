@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     rc = ch_key_load(cfg.key, &key);
     if (rc < 0) {
         CH_LOGE("main", "key file %s: %s%s", cfg.key, ch_strerror(rc),
-                rc == CH_E_KEYPERM ? " (chmod 600 it)"
+                rc == CH_E_KEYPERM ? " (chmod 600 it; owner: this user or root)"
                 : rc == -ENOENT    ? " (create one with: chorusctl keygen FILE)"
                                    : "");
         return EXIT_CONFIG;

@@ -169,7 +169,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     rc = ch_key_load(c->key, &w->key);
     if (rc < 0) {
         CH_LOGE("workerd", "key %s: %s%s", c->key, ch_strerror(rc),
-                rc == CH_E_KEYPERM ? " (chmod 600 it)" : "");
+                rc == CH_E_KEYPERM ? " (chmod 600 it; owner: this user or root)" : "");
         return CH_E_CONFIG;
     }
     rc = ch_mkdirs(c->run_dir, 0755);

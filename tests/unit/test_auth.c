@@ -241,6 +241,25 @@ Test(auth, key_file_loose_perms_refused)
     cr_assert_eq(ch_key_load(path, &k), -ENOENT);
 }
 
+/* A key file owned by another user (who could replace the cluster's key) is refused, even
+ * at 0600; one owned by root or by the process's user is taken. Needs root to chown. */
+Test(auth, key_file_of_another_owner_refused)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to give the file another owner");
+    char path[600];
+    ch_key_t k;
+    const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+    snprintf(path, sizeof path, "%s/theirs.key", tmpdir);
+    write_file(path, hex, strlen(hex), 0600);
+    cr_assert_eq(ch_key_load(path, &k), 0, "root's own key");
+    cr_assert_eq(chown(path, 65534, 65534), 0);
+    cr_assert_eq(ch_key_load(path, &k), CH_E_KEYPERM, "a key owned by nobody, loaded by root");
+    cr_assert_str_eq(ch_strerror(CH_E_KEYPERM),
+                     "key file is accessible by group or others (must be 0600 or 0400), or owned "
+                     "by another user than this process's or root");
+}
+
 Test(auth, key_file_bad_content_refused)
 {
     char path[600];
