@@ -598,13 +598,6 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
                  "cuda or precision = fp32");
         return CH_E_CONFIG;
     }
-    if (j->train.device == CH_DEVICE_CUDA && j->parallel.tp > 1) {
-        snprintf(err, errlen,
-                 "parallel.tp: tensor parallelism runs on the CPU only so far (its "
-                 "vocab-parallel embedding and head have no CUDA kernels); with train.device = "
-                 "cuda use tp = 1 and scale with pp and dp");
-        return CH_E_CONFIG;
-    }
     if (!(lr > 0) || !isfinite(lr)) {
         snprintf(err, errlen, "train.lr: must be > 0, got %g", lr);
         return CH_E_CONFIG;

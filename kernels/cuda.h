@@ -154,6 +154,29 @@ int kn_cuda_lmhead_fwdbwd(kn_cuda_t *ctx, float *dx, float *dwte, float *logits,
                           int acc, int N, int C, int V, int Vp, kn_stream_t stream);
 
 // ----------------------------------------------------------------------------
+// tensor parallelism: the vocab-parallel embedding and cross-entropy (kernels/tp.h); this
+// rank's slice [v0, v0+Vl) of the padded vocab, `valid` of its columns real. Tolerances
+// against the CPU loops: kernels/cuda/tp.cu.
+
+/* out overwritten; wpe NULL: no positions. Bit-identical to kn_tp_embed_fwd. */
+int kn_cuda_tp_embed_fwd(float *out, const int32_t *inp, const float *wte, const float *wpe, int v0,
+                         int Vl, int B, int T, int C, kn_stream_t stream);
+/* dwte [Vl,C] and dwpe accumulate, bit-identical to kn_tp_embed_bwd (kn_cuda_encoder_bwd's
+ * sort, runs outside the slice skipped). scratch: kn_cuda_encoder_bwd_scratch_bytes(B, T). */
+int kn_cuda_tp_embed_bwd(float *dwte, float *dwpe, void *scratch, const float *dout,
+                         const int32_t *inp, int v0, int Vl, int B, int T, int C,
+                         kn_stream_t stream);
+int kn_cuda_tp_xent_max(float *mx, const float *logits, int N, int Vl, int valid,
+                        kn_stream_t stream);
+int kn_cuda_tp_xent_sums(float *sum, float *tl, const float *logits, const float *mx,
+                         const int32_t *targets, int v0, int N, int Vl, int valid,
+                         kn_stream_t stream);
+int kn_cuda_tp_xent_finish(float *lse, float *losses, const float *mx, const float *sum,
+                           const float *tl, int N, kn_stream_t stream);
+int kn_cuda_tp_xent_bwd(float *logits, const float *lse, const int32_t *targets, float scale,
+                        int v0, int N, int Vl, int valid, kn_stream_t stream);
+
+// ----------------------------------------------------------------------------
 // optimizer (kernels/adamw.h)
 
 /* The CPU fast kernel's fp32 operation sequence, rounded op by op (no FMA contraction):

@@ -234,8 +234,8 @@ static int sim_sync(const eng_backend_t *be)
 
 // ----------------------------------------------------------------------------
 // kernels: the CPU's on the host views. Nullable per kernels/*.h: matmul's bias and dbias,
-// lmhead_fwd's lse, losses and targets, lmhead_fwdbwd's losses. Elementwise entries with
-// n = 0 do nothing, whatever their pointers.
+// lmhead_fwd's lse, losses and targets, lmhead_fwdbwd's losses, tp_embed_fwd's wpe. Elementwise
+// entries with n = 0 do nothing, whatever their pointers.
 
 static void sim_encoder_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
                             const float *wte, const float *wpe, int B, int T, int C)
@@ -390,6 +390,70 @@ static void sim_scale(const eng_backend_t *be, float *x, size_t n, float c)
         d->cpu->scale(d->cpu, DEV(x), n, c);
 }
 
+/* the vocab-parallel entries (counted): tp_embed_fwd's wpe may be NULL (ranks that add no
+ * positions); the others' pointers are all backend memory. N = 0 rows does nothing. */
+static void count_tp(devsim_t *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->st.tp_kernels++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void sim_tp_embed_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
+                             const float *wte, const float *wpe, int v0, int Vl, int B, int T,
+                             int C)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    d->cpu->tp_embed_fwd(d->cpu, DEV(out), DEV(inp), DEV(wte), OPT(wpe), v0, Vl, B, T, C);
+}
+
+static void sim_tp_embed_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *inp, int v0, int Vl, int B, int T, int C)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    d->cpu->tp_embed_bwd(d->cpu, DEV(dwte), DEV(dwpe), DEV(dout), DEV(inp), v0, Vl, B, T, C);
+}
+
+static void sim_tp_xent_max(const eng_backend_t *be, float *mx, const float *logits, int N, int Vl,
+                            int valid)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    if (N > 0)
+        d->cpu->tp_xent_max(d->cpu, DEV(mx), DEV(logits), N, Vl, valid);
+}
+
+static void sim_tp_xent_sums(const eng_backend_t *be, float *sum, float *tl, const float *logits,
+                             const float *mx, const int32_t *targets, int v0, int N, int Vl,
+                             int valid)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    if (N > 0)
+        d->cpu->tp_xent_sums(d->cpu, DEV(sum), DEV(tl), DEV(logits), DEV(mx), DEV(targets), v0, N,
+                             Vl, valid);
+}
+
+static void sim_tp_xent_finish(const eng_backend_t *be, float *lse, float *losses, const float *mx,
+                               const float *sum, const float *tl, int N)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    if (N > 0)
+        d->cpu->tp_xent_finish(d->cpu, DEV(lse), DEV(losses), DEV(mx), DEV(sum), DEV(tl), N);
+}
+
+static void sim_tp_xent_bwd(const eng_backend_t *be, float *logits, const float *lse,
+                            const int32_t *targets, float scale, int v0, int N, int Vl, int valid)
+{
+    devsim_t *d = ds(be);
+    count_tp(d);
+    if (N > 0)
+        d->cpu->tp_xent_bwd(d->cpu, DEV(logits), DEV(lse), DEV(targets), scale, v0, N, Vl, valid);
+}
+
 // ----------------------------------------------------------------------------
 // the object
 
@@ -430,6 +494,12 @@ int devsim_create(int poison, eng_backend_t **out)
         .sumsq = sim_sumsq,
         .scale = sim_scale,
         .sync = sim_sync,
+        .tp_embed_fwd = sim_tp_embed_fwd,
+        .tp_embed_bwd = sim_tp_embed_bwd,
+        .tp_xent_max = sim_tp_xent_max,
+        .tp_xent_sums = sim_tp_xent_sums,
+        .tp_xent_finish = sim_tp_xent_finish,
+        .tp_xent_bwd = sim_tp_xent_bwd,
     };
     *out = &d->table;
     return 0;

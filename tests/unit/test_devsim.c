@@ -90,7 +90,8 @@ Test(devsim, the_table_is_complete_and_says_device_memory)
                    be->matmul_bwd && be->attention_fwd && be->attention_bwd && be->gelu_fwd &&
                    be->gelu_bwd && be->residual_fwd && be->lmhead_fwd && be->lmhead_bwd &&
                    be->lmhead_fwdbwd && be->axpy && be->adamw && be->adamw_fused && be->sumsq &&
-                   be->scale && be->sync;
+                   be->scale && be->sync && be->tp_embed_fwd && be->tp_embed_bwd &&
+                   be->tp_xent_max && be->tp_xent_sums && be->tp_xent_finish && be->tp_xent_bwd;
     cr_assert(complete, "an entry of the devsim table is NULL");
     devsim_destroy(be);
     devsim_destroy(NULL);
@@ -432,4 +433,95 @@ Test(devsim, the_optimizer_entries_give_the_cpu_bits_poisoned)
 Test(devsim, the_optimizer_entries_give_the_cpu_bits_plain)
 {
     optimizer_entries_match_cpu(0);
+}
+
+// ----------------------------------------------------------------------------
+// the vocab-parallel entries on the CPU's bits
+
+/* n int32 of backend memory holding host[0..n) */
+static int32_t *staged_ints(const eng_backend_t *be, const int32_t *host, size_t n)
+{
+    int32_t *d = dalloc(be, n * sizeof(int32_t));
+    cr_assert_eq(be->copy(be, d, host, n * sizeof(int32_t), ENG_COPY_H2D), 0);
+    return d;
+}
+
+/* One rank's slice (v0 = 32 of a padded vocab of 64, the real vocab 40: 8 valid columns) and
+ * the first rank's (v0 = 0, every column valid), each entry on devsim against the CPU's. */
+static void tp_entries_match_cpu(int poison)
+{
+    const eng_backend_t *cpu = eng_backend_cpu();
+    eng_backend_t *be = make(poison);
+    enum { B = 3, T = 5, N = B * T, C = 8, V = 40, Vl = 32 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 17 + 3) % V); /* repeats, and both slices */
+    float wte[Vl * C], wpe[T * C], dout[N * C], logits[N * Vl];
+    float out[N * C], dwte[Vl * C], dwpe[T * C], rows[3 * N], lse[N], losses[N];
+    fill(wte, Vl * C, 11);
+    fill(wpe, T * C, 12);
+    fill(dout, N * C, 13);
+    fill(dwte, Vl * C, 14);
+    fill(dwpe, T * C, 15);
+    memset(out, 0, sizeof out);
+    memset(rows, 0, sizeof rows);
+    memset(lse, 0, sizeof lse);
+    memset(losses, 0, sizeof losses);
+    int32_t *dtok = staged_ints(be, tok, N);
+    float *dwte_p = staged(be, wte, Vl * C), *dwpe_p = staged(be, wpe, T * C);
+    float *ddout = staged(be, dout, N * C), *dout_p = staged(be, out, N * C);
+    float *dgwte = staged(be, dwte, Vl * C), *dgwpe = staged(be, dwpe, T * C);
+    float *drows = staged(be, rows, 3 * N), *dlse = staged(be, lse, N);
+    float *dlosses = staged(be, losses, N);
+
+    for (int v0 = 0; v0 <= Vl; v0 += Vl) {
+        int valid = V - v0 < Vl ? V - v0 : Vl;
+        const float *wpe_or_none = v0 == 0 ? wpe : NULL;
+        be->tp_embed_fwd(be, dout_p, dtok, dwte_p, v0 == 0 ? dwpe_p : NULL, v0, Vl, B, T, C);
+        cpu->tp_embed_fwd(cpu, out, tok, wte, wpe_or_none, v0, Vl, B, T, C);
+        expect_same(be, dout_p, out, N * C, "tp_embed_fwd");
+        be->tp_embed_bwd(be, dgwte, dgwpe, ddout, dtok, v0, Vl, B, T, C);
+        cpu->tp_embed_bwd(cpu, dwte, dwpe, dout, tok, v0, Vl, B, T, C);
+        expect_same(be, dgwte, dwte, Vl * C, "tp_embed_bwd dwte");
+        expect_same(be, dgwpe, dwpe, T * C, "tp_embed_bwd dwpe");
+
+        /* logits 4x the unit range, so exp spreads; a fresh copy each round */
+        fill(logits, N * Vl, 16 + (uint32_t)v0);
+        for (int i = 0; i < N * Vl; i++)
+            logits[i] *= 4.0f;
+        float *dlogits = staged(be, logits, N * Vl);
+        float *mx = rows, *sum = rows + N, *tl = rows + 2 * N;
+        be->tp_xent_max(be, drows, dlogits, N, Vl, valid);
+        cpu->tp_xent_max(cpu, mx, logits, N, Vl, valid);
+        be->tp_xent_sums(be, drows + N, drows + 2 * N, dlogits, drows, dtok, v0, N, Vl, valid);
+        cpu->tp_xent_sums(cpu, sum, tl, logits, mx, tok, v0, N, Vl, valid);
+        be->tp_xent_finish(be, dlse, dlosses, drows, drows + N, drows + 2 * N, N);
+        cpu->tp_xent_finish(cpu, lse, losses, mx, sum, tl, N);
+        expect_same(be, drows, rows, 3 * N, "tp_xent_max and tp_xent_sums");
+        expect_same(be, dlse, lse, N, "tp_xent_finish lse");
+        expect_same(be, dlosses, losses, N, "tp_xent_finish losses");
+        be->tp_xent_bwd(be, dlogits, dlse, dtok, 0.25f, v0, N, Vl, valid);
+        cpu->tp_xent_bwd(cpu, logits, lse, tok, 0.25f, v0, N, Vl, valid);
+        expect_same(be, dlogits, logits, N * Vl, "tp_xent_bwd");
+        for (int n = 0; n < N; n++)
+            for (int j = valid; j < Vl; j++)
+                cr_expect_eq(bits(logits[n * Vl + j]), 0u, "padded column %d not zero", j);
+        be->free(be, dlogits);
+    }
+
+    float *dev[] = {dwte_p, dwpe_p, ddout, dout_p, dgwte, dgwpe, drows, dlse, dlosses};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        be->free(be, dev[i]);
+    be->free(be, dtok);
+    devsim_destroy(be);
+}
+
+Test(devsim, the_tp_entries_give_the_cpu_bits_poisoned)
+{
+    tp_entries_match_cpu(1);
+}
+
+Test(devsim, the_tp_entries_give_the_cpu_bits_plain)
+{
+    tp_entries_match_cpu(0);
 }

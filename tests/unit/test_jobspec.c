@@ -271,8 +271,9 @@ Test(jobspec, validate_train)
     INVALID(j.train.precision = (ch_precision_t)5, "train.precision: bad precision 5");
     INVALID(j.train.precision = CH_PRECISION_TF32, "train.precision: tf32 is a GPU's");
     VALID((j.train.device = CH_DEVICE_CUDA, j.train.precision = CH_PRECISION_TF32));
-    INVALID((j.train.device = CH_DEVICE_CUDA, j.parallel.tp = 2),
-            "parallel.tp: tensor parallelism runs on the CPU only so far");
+    VALID((j.train.device = CH_DEVICE_CUDA, j.parallel.tp = 2));
+    VALID(
+        (j.train.device = CH_DEVICE_CUDA, j.parallel.tp = 2, j.parallel.pp = 2, j.parallel.dp = 2));
 }
 
 Test(jobspec, validate_checkpoint_fault_diag)

@@ -3,7 +3,7 @@
  * Exact (bit-identical) where the GPU kernel repeats the CPU operation order: encoder,
  * residual, axpy, AdamW and its fused form (against the fast CPU kernels), the fused
  * classifier against the split one, the unscaled fused head against the fused classifier
- * at scale 1.
+ * at scale 1, the vocab-parallel embedding and row max (kernels/tp.h).
  * GEMMs run in full fp32 unless a test turns TF32 on.
  *
  * Without a visible GPU every test that needs one skips with a message; the argument
@@ -25,6 +25,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/tp.h"
 #include "kernels/xent.h"
 
 _Static_assert(KN_E_CUDA == CH_E_CUDA, "kernels/cuda.h's CUDA error code is common/err.h's");
@@ -154,6 +155,12 @@ Test(cuda_args, bad_shapes_are_einval_before_any_launch)
     cr_assert_eq(kn_cuda_lmhead_fwdbwd(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 4,
                                        8, 50, 40, NULL),
                  -EINVAL, "fwdbwd, Vp < V");
+    cr_assert_eq(kn_cuda_tp_embed_fwd(NULL, NULL, NULL, NULL, 0, 0, 1, 4, 8, NULL), -EINVAL,
+                 "tp embedding, empty slice");
+    cr_assert_eq(kn_cuda_tp_xent_max(NULL, NULL, 4, 8, 9, NULL), -EINVAL, "valid > Vl");
+    cr_assert_eq(kn_cuda_tp_xent_bwd(NULL, NULL, NULL, 1.0f, 0, 4, 8, -1, NULL), -EINVAL,
+                 "valid < 0");
+    cr_assert_eq(kn_cuda_tp_xent_finish(NULL, NULL, NULL, NULL, NULL, 0, NULL), -EINVAL);
 }
 
 // ----------------------------------------------------------------------------
@@ -697,4 +704,112 @@ Test(cuda_optim, sumsq_matches_reference)
 
     cudaFree(scratch), cudaFree(d_out), cudaFree(d_x);
     free(x);
+}
+
+// ----------------------------------------------------------------------------
+// vocab-parallel embedding and cross-entropy (kernels/tp.h) against the CPU loops: the
+// embedding and the row max bit for bit; the sums of exponentials (a tree of the same double
+// terms, then float) 1e-6 relative, the target's logit exact; lse and losses (CUDA's logf)
+// 1e-6; dlogits (CUDA's expf) 1e-6 relative + 1e-6 of the largest, padded columns exactly 0.
+
+Test(cuda_tp, embedding_bit_identical_on_a_slice)
+{
+    need_gpu();
+    int B = 3, T = 17, C = 45, V = 11, v0 = 4, Vl = 5, N = B * T;
+    int32_t inp[3 * 17];
+    for (int i = 0; i < N; i++) {
+        inp[i] = (i * 7 + i / 5) % V; /* in and out of the slice, repeated */
+    }
+    inp[4] = inp[5] = inp[6] = 6;
+    float *wte = randn((size_t)Vl * C, "wte", 1), *wpe = randn((size_t)T * C, "wpe", 1);
+    float *dout = randn((size_t)N * C, "dout", 1);
+    float *dwte = randn((size_t)Vl * C, "dwte0", 1), *dwpe = randn((size_t)T * C, "dwpe0", 1);
+    float *out = zeros((size_t)N * C);
+
+    int32_t *d_inp = up(inp, sizeof inp);
+    float *d_wte = upf(wte, (size_t)Vl * C), *d_wpe = upf(wpe, (size_t)T * C);
+    float *d_out = dev_alloc((size_t)N * C * sizeof(float));
+    float *d_dout = upf(dout, (size_t)N * C);
+    float *d_dwte = upf(dwte, (size_t)Vl * C), *d_dwpe = upf(dwpe, (size_t)T * C);
+    void *scratch = dev_alloc(kn_cuda_encoder_bwd_scratch_bytes(B, T));
+
+    for (int with_pos = 1; with_pos >= 0; with_pos--) {
+        cr_assert_eq(kn_cuda_tp_embed_fwd(d_out, d_inp, d_wte, with_pos ? d_wpe : NULL, v0, Vl, B,
+                                          T, C, NULL),
+                     0);
+        kn_tp_embed_fwd(out, inp, wte, with_pos ? wpe : NULL, v0, Vl, B, T, C);
+        check_dev(with_pos ? "tp embedding with positions" : "tp embedding", d_out, out,
+                  (size_t)N * C, 0, 0);
+        cr_assert_eq(
+            kn_cuda_tp_embed_bwd(d_dwte, d_dwpe, scratch, d_dout, d_inp, v0, Vl, B, T, C, NULL), 0);
+        kn_tp_embed_bwd(dwte, dwpe, dout, inp, v0, Vl, B, T, C);
+        check_dev("tp dwte", d_dwte, dwte, (size_t)Vl * C, 0, 0);
+        check_dev("tp dwpe", d_dwpe, dwpe, (size_t)T * C, 0, 0);
+    }
+
+    cudaFree(scratch), cudaFree(d_dwpe), cudaFree(d_dwte), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_wpe), cudaFree(d_wte), cudaFree(d_inp);
+    free(out), free(dwpe), free(dwte), free(dout), free(wpe), free(wte);
+}
+
+/* A slice wider than a block's threads; `valid` all of it (a first rank) or part of it (the
+ * last rank, padding after the real vocab). Each entry gets the CPU's inputs, so each is
+ * checked on its own. */
+static void tp_xent_case(int v0, int Vl, int valid)
+{
+    int N = 37;
+    float scale = 1.0f / 64;
+    int32_t targets[37];
+    for (int n = 0; n < N; n++) {
+        targets[n] = v0 + (n * 131 + 7) % (valid + 40) - 20; /* in the slice and either side */
+        targets[n] = targets[n] < 0 ? 0 : targets[n];
+    }
+    targets[0] = v0 + valid - 1;
+    targets[1] = v0;
+    float *logits = randn((size_t)N * Vl, "tp logits", 3);
+    float *mx = zeros(N), *sum = zeros(N), *tl = zeros(N), *lse = zeros(N), *losses = zeros(N);
+
+    int32_t *d_t = up(targets, sizeof targets);
+    float *d_logits = upf(logits, (size_t)N * Vl);
+    float *d_mx = dev_alloc(N * 4), *d_sum = dev_alloc(N * 4), *d_tl = dev_alloc(N * 4);
+    float *d_lse = dev_alloc(N * 4), *d_losses = dev_alloc(N * 4);
+
+    cr_assert_eq(kn_cuda_tp_xent_max(d_mx, d_logits, N, Vl, valid, NULL), 0);
+    kn_tp_xent_max(mx, logits, N, Vl, valid);
+    check_dev("tp max", d_mx, mx, N, 0, 0);
+
+    cr_assert_eq(kn_cuda_tp_xent_sums(d_sum, d_tl, d_logits, d_mx, d_t, v0, N, Vl, valid, NULL), 0);
+    kn_tp_xent_sums(sum, tl, logits, mx, targets, v0, N, Vl, valid);
+    check_dev("tp sums", d_sum, sum, N, 1e-6, 0);
+    check_dev("tp target logits", d_tl, tl, N, 0, 0);
+
+    float *d_sum_cpu = upf(sum, N);
+    cr_assert_eq(kn_cuda_tp_xent_finish(d_lse, d_losses, d_mx, d_sum_cpu, d_tl, N, NULL), 0);
+    kn_tp_xent_finish(lse, losses, mx, sum, tl, N);
+    check_dev("tp lse", d_lse, lse, N, 1e-6, 1e-7);
+    check_dev("tp losses", d_losses, losses, N, 1e-6, 1e-6);
+
+    float *d_lse_cpu = upf(lse, N);
+    cr_assert_eq(kn_cuda_tp_xent_bwd(d_logits, d_lse_cpu, d_t, scale, v0, N, Vl, valid, NULL), 0);
+    kn_tp_xent_bwd(logits, lse, targets, scale, v0, N, Vl, valid);
+    float *got = down(d_logits, (size_t)N * Vl);
+    assert_close("tp dlogits", got, logits, (size_t)N * Vl, 1e-6, 1e-6);
+    for (int n = 0; n < N; n++) {
+        for (int j = valid; j < Vl; j++) {
+            cr_assert(got[(size_t)n * Vl + j] == 0.0f && !signbit(got[(size_t)n * Vl + j]),
+                      "padded column %d of row %d: %g", j, n, got[(size_t)n * Vl + j]);
+        }
+    }
+
+    free(got);
+    cudaFree(d_lse_cpu), cudaFree(d_sum_cpu), cudaFree(d_losses), cudaFree(d_lse);
+    cudaFree(d_tl), cudaFree(d_sum), cudaFree(d_mx), cudaFree(d_logits), cudaFree(d_t);
+    free(losses), free(lse), free(tl), free(sum), free(mx), free(logits);
+}
+
+Test(cuda_tp, cross_entropy_matches_the_cpu_loops)
+{
+    need_gpu();
+    tp_xent_case(0, 1000, 1000);
+    tp_xent_case(3000, 1000, 777);
 }

@@ -51,7 +51,8 @@ typedef struct rank_run {
     const ch_jobspec_t *spec;
     uint64_t resume;
     int replicate;
-    int device; /* DEV_*: the backend the rank's trainer runs on */
+    int device;          /* DEV_*: the backend the rank's trainer runs on */
+    uint64_t tp_kernels; /* calls of devsim's vocab-parallel entries */
     double losses[STEPS];
     eng_trainer_memory_t mem;
     int breakdown_ok; /* every step's parts non-negative and summing to its time */
@@ -104,6 +105,11 @@ static void *rank_main(void *arg)
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
     wrk_coll_destroy(c);
+    if (dev != NULL) {
+        devsim_stats_t st;
+        devsim_stats(dev, &st);
+        d->tp_kernels = st.tp_kernels;
+    }
     devsim_destroy(dev);
     return NULL;
 }
@@ -324,16 +330,18 @@ static void expect_same_shards(const ch_jobspec_t *j, const char *a, const char 
 /* Issue 13: the trainer on a backend whose memory is not the host's (the GPU's case),
  * here devsim running the CPU's kernels, trains bit for bit like the CPU backend: the same
  * losses and the same checkpoint bytes (parameters and Adam state through host copies),
- * with ZeRO-3 shards and pipeline buffers in its memory; a world of one runs poisoned, so a
- * host access of that memory would fault. A checkpoint written on either resumes on the
- * other bit for bit (the GPU-to-CPU resume of the issue). */
+ * with ZeRO-3 shards, pipeline buffers and tensor parallelism's vocab-parallel embedding and
+ * cross-entropy (the backend's tp_* entries) in its memory; a world of one runs poisoned, so
+ * a host access of that memory would fault (tp > 1 needs a world of more: plain). A checkpoint
+ * written on either resumes on the other bit for bit (the GPU-to-CPU resume of the issue). */
 Test(layouts, a_device_backend_trains_and_checkpoints_like_the_cpu)
 {
     const struct {
         uint32_t tp, pp, dp;
         int device;
-    } cases[] = {
-        {1, 1, 1, DEV_POISON}, {1, 2, 1, DEV_PLAIN}, {1, 1, 2, DEV_PLAIN}, {1, 2, 2, DEV_PLAIN}};
+    } cases[] = {{1, 1, 1, DEV_POISON}, {1, 2, 1, DEV_PLAIN}, {1, 1, 2, DEV_PLAIN},
+                 {1, 2, 2, DEV_PLAIN},  {2, 1, 1, DEV_PLAIN}, {2, 2, 1, DEV_PLAIN},
+                 {2, 1, 2, DEV_PLAIN}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ch_jobspec_t cpu, dev;
         rank_run_t a[MAXR], b[MAXR];
@@ -345,6 +353,10 @@ Test(layouts, a_device_backend_trains_and_checkpoints_like_the_cpu)
         snprintf(dev.checkpoint.dir, sizeof dev.checkpoint.dir, "%s/dev", dir);
         run_on(&cpu, 0, 0, DEV_CPU, a);
         run_on(&dev, 0, 0, cases[k].device, b);
+        for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&dev)); i++)
+            cr_expect((b[i].tp_kernels > 0) == (cases[k].tp > 1),
+                      "%s rank %u: %llu calls of the backend's tp_* entries", name, i,
+                      (unsigned long long)b[i].tp_kernels);
         for (int s = 0; s < STEPS; s++)
             cr_expect_eq(a[0].losses[s], b[0].losses[s], "%s step %d: cpu %.9g, device %.9g", name,
                          s, a[0].losses[s], b[0].losses[s]);

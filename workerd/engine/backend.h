@@ -18,7 +18,9 @@
  * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale, sync)
  * may be NULL in a backend that predates them: their callers then fall back to the older
  * entries (the same results, more passes; sumsq and scale through a host copy when the
- * memory is not the host's; no sync: nothing is ever queued). */
+ * memory is not the host's; no sync: nothing is ever queued). The vocab-parallel entries
+ * (tp_*) may be NULL too: the model then runs the CPU backend's on the backend's memory, so
+ * tensor parallelism (tp > 1) needs host_memory there. */
 #ifndef ENG_BACKEND_H
 #define ENG_BACKEND_H
 
@@ -112,6 +114,37 @@ struct eng_backend {
      * after it measures the work, not its launch. 0, or the pending launch failure. NULL:
      * the backend runs everything before returning (the CPU). */
     int (*sync)(const eng_backend_t *be);
+
+    // ------------------------------------------------------------------------
+    // tensor parallelism: the vocab-parallel embedding and cross-entropy (kernels/tp.h), the
+    // per-rank parts around the TP group's all-reduces. This rank's slice of the padded vocab
+    // is the rows [v0, v0+Vl) (wte, dwte: the slice's [Vl,C]); `valid` of its columns are
+    // real tokens. Every pointer is backend memory.
+
+    /* out [B,T,C] overwritten: the slice's rows of the tokens in it, 0 for the others, plus
+     * wpe [>=T,C] when wpe != NULL (NULL: no positions, the ranks other than the first) */
+    void (*tp_embed_fwd)(const eng_backend_t *be, float *out, const int32_t *inp, const float *wte,
+                         const float *wpe, int v0, int Vl, int B, int T, int C);
+    /* dwte [Vl,C] accumulates dout's rows of the slice's tokens, dwpe [>=T,C] every
+     * position's; in position order (the CPU's bits) */
+    void (*tp_embed_bwd)(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *inp, int v0, int Vl, int B, int T, int C);
+    /* mx [N] overwritten: each row's max over logits [N,Vl]'s first `valid` columns */
+    void (*tp_xent_max)(const eng_backend_t *be, float *mx, const float *logits, int N, int Vl,
+                        int valid);
+    /* sum [N] overwritten: each row's sum of exp(logit - mx) over the valid columns (in
+     * double, then float); tl [N] overwritten: the target's logit when this slice holds it,
+     * else 0. mx: the group's max. */
+    void (*tp_xent_sums)(const eng_backend_t *be, float *sum, float *tl, const float *logits,
+                         const float *mx, const int32_t *targets, int v0, int N, int Vl, int valid);
+    /* lse [N] = mx + logf(sum), losses [N] = lse - tl, both overwritten (the group's sums) */
+    void (*tp_xent_finish)(const eng_backend_t *be, float *lse, float *losses, const float *mx,
+                           const float *sum, const float *tl, int N);
+    /* logits [N,Vl] overwritten in place with dlogits of sum_n scale * losses[n]:
+     * expf(logit - lse) * scale on the valid columns, minus scale on the target's, 0 on the
+     * padded ones */
+    void (*tp_xent_bwd)(const eng_backend_t *be, float *logits, const float *lse,
+                        const int32_t *targets, float scale, int v0, int N, int Vl, int valid);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

@@ -11,6 +11,7 @@
 #include "kernels/matmul.h"
 #include "kernels/pool.h"
 #include "kernels/residual.h"
+#include "kernels/tp.h"
 #include "kernels/xent.h"
 #include "workerd/engine/backend.h"
 
@@ -186,6 +187,50 @@ static void cpu_scale(const eng_backend_t *be, float *x, size_t n, float c)
     kn_scale(x, n, c);
 }
 
+static void cpu_tp_embed_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
+                             const float *wte, const float *wpe, int v0, int Vl, int B, int T,
+                             int C)
+{
+    (void)be;
+    kn_tp_embed_fwd(out, inp, wte, wpe, v0, Vl, B, T, C);
+}
+
+static void cpu_tp_embed_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *inp, int v0, int Vl, int B, int T, int C)
+{
+    (void)be;
+    kn_tp_embed_bwd(dwte, dwpe, dout, inp, v0, Vl, B, T, C);
+}
+
+static void cpu_tp_xent_max(const eng_backend_t *be, float *mx, const float *logits, int N, int Vl,
+                            int valid)
+{
+    (void)be;
+    kn_tp_xent_max(mx, logits, N, Vl, valid);
+}
+
+static void cpu_tp_xent_sums(const eng_backend_t *be, float *sum, float *tl, const float *logits,
+                             const float *mx, const int32_t *targets, int v0, int N, int Vl,
+                             int valid)
+{
+    (void)be;
+    kn_tp_xent_sums(sum, tl, logits, mx, targets, v0, N, Vl, valid);
+}
+
+static void cpu_tp_xent_finish(const eng_backend_t *be, float *lse, float *losses, const float *mx,
+                               const float *sum, const float *tl, int N)
+{
+    (void)be;
+    kn_tp_xent_finish(lse, losses, mx, sum, tl, N);
+}
+
+static void cpu_tp_xent_bwd(const eng_backend_t *be, float *logits, const float *lse,
+                            const int32_t *targets, float scale, int v0, int N, int Vl, int valid)
+{
+    (void)be;
+    kn_tp_xent_bwd(logits, lse, targets, scale, v0, N, Vl, valid);
+}
+
 static const eng_backend_t cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
@@ -213,6 +258,12 @@ static const eng_backend_t cpu_backend = {
     .adamw_fused = cpu_adamw_fused,
     .sumsq = cpu_sumsq,
     .scale = cpu_scale,
+    .tp_embed_fwd = cpu_tp_embed_fwd,
+    .tp_embed_bwd = cpu_tp_embed_bwd,
+    .tp_xent_max = cpu_tp_xent_max,
+    .tp_xent_sums = cpu_tp_xent_sums,
+    .tp_xent_finish = cpu_tp_xent_finish,
+    .tp_xent_bwd = cpu_tp_xent_bwd,
 };
 
 const eng_backend_t *eng_backend_cpu(void)

@@ -327,6 +327,50 @@ static void cu_scale(const eng_backend_t *be, float *x, size_t n, float c)
     note(be, "scale", kn_cuda_scale(x, c, n, S(be)->stream));
 }
 
+static void cu_tp_embed_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
+                            const float *wte, const float *wpe, int v0, int Vl, int B, int T, int C)
+{
+    note(be, "tp_embed_fwd",
+         kn_cuda_tp_embed_fwd(out, inp, wte, wpe, v0, Vl, B, T, C, S(be)->stream));
+}
+
+static void cu_tp_embed_bwd(const eng_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                            const int32_t *inp, int v0, int Vl, int B, int T, int C)
+{
+    void *tmp = scratch(be, kn_cuda_encoder_bwd_scratch_bytes(B, T), "tp_embed_bwd scratch");
+    if (tmp != NULL) {
+        note(be, "tp_embed_bwd",
+             kn_cuda_tp_embed_bwd(dwte, dwpe, tmp, dout, inp, v0, Vl, B, T, C, S(be)->stream));
+    }
+}
+
+static void cu_tp_xent_max(const eng_backend_t *be, float *mx, const float *logits, int N, int Vl,
+                           int valid)
+{
+    note(be, "tp_xent_max", kn_cuda_tp_xent_max(mx, logits, N, Vl, valid, S(be)->stream));
+}
+
+static void cu_tp_xent_sums(const eng_backend_t *be, float *sum, float *tl, const float *logits,
+                            const float *mx, const int32_t *targets, int v0, int N, int Vl,
+                            int valid)
+{
+    note(be, "tp_xent_sums",
+         kn_cuda_tp_xent_sums(sum, tl, logits, mx, targets, v0, N, Vl, valid, S(be)->stream));
+}
+
+static void cu_tp_xent_finish(const eng_backend_t *be, float *lse, float *losses, const float *mx,
+                              const float *sum, const float *tl, int N)
+{
+    note(be, "tp_xent_finish", kn_cuda_tp_xent_finish(lse, losses, mx, sum, tl, N, S(be)->stream));
+}
+
+static void cu_tp_xent_bwd(const eng_backend_t *be, float *logits, const float *lse,
+                           const int32_t *targets, float scale, int v0, int N, int Vl, int valid)
+{
+    note(be, "tp_xent_bwd",
+         kn_cuda_tp_xent_bwd(logits, lse, targets, scale, v0, N, Vl, valid, S(be)->stream));
+}
+
 /* the table's sync and eng_backend_cuda_sync: the kept failure, else the stream's */
 static int cu_sync(const eng_backend_t *be)
 {
@@ -364,6 +408,12 @@ static const eng_backend_t cuda_table = {
     .sumsq = cu_sumsq,
     .scale = cu_scale,
     .sync = cu_sync,
+    .tp_embed_fwd = cu_tp_embed_fwd,
+    .tp_embed_bwd = cu_tp_embed_bwd,
+    .tp_xent_max = cu_tp_xent_max,
+    .tp_xent_sums = cu_tp_xent_sums,
+    .tp_xent_finish = cu_tp_xent_finish,
+    .tp_xent_bwd = cu_tp_xent_bwd,
 };
 
 // ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 
 #define ENG_CUDA_MODULE_FILE   "libchorus_engine_cuda.so"
 #define ENG_CUDA_MODULE_SYMBOL "eng_cuda_module"
-#define ENG_CUDA_MODULE_ABI    1
+#define ENG_CUDA_MODULE_ABI    2 /* 2: backend.h's table grew the tp_* entries */
 
 /* How the module reports an error it cannot return (a launch failure noticed later): one
  * line, logged by the engine. */

@@ -277,9 +277,16 @@ static int part_of(const eng_config_t *c, const eng_model_opts_t *opts, eng_mode
     return 0;
 }
 
+/* Whether be has the vocab-parallel entries (backend.h's tp_*). */
+static int has_tp_kernels(const eng_backend_t *be)
+{
+    return be->tp_embed_fwd && be->tp_embed_bwd && be->tp_xent_max && be->tp_xent_sums &&
+           be->tp_xent_finish && be->tp_xent_bwd;
+}
+
 /* Tensor parallelism's conditions: heads (hence C and 4C) and the padded vocab divide by
- * tp, a group of tp members holding this rank at tp_rank, host memory for the
- * vocab-parallel embedding and head. */
+ * tp, a group of tp members holding this rank at tp_rank, and the vocab-parallel
+ * embedding and head's kernels (the backend's, or the CPU's on host memory). */
 static int check_tp(const eng_config_t *c, const eng_model_opts_t *opts)
 {
     if (opts == NULL || opts->tp <= 1) {
@@ -292,7 +299,12 @@ static int check_tp(const eng_config_t *c, const eng_model_opts_t *opts)
         wrk_coll_group_index(opts->tp_group) != opts->tp_rank) {
         return -EINVAL;
     }
-    return be->host_memory ? 0 : -ENOTSUP;
+    return eng_model_tp_runs_on(be) ? 0 : -ENOTSUP;
+}
+
+int eng_model_tp_runs_on(const eng_backend_t *be)
+{
+    return be->host_memory || has_tp_kernels(be);
 }
 
 static int alloc_floats(const eng_model_t *m, size_t n, float **out)
@@ -350,6 +362,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tp = opts && opts->tp > 1 ? opts->tp : 1;
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
+    m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
     m->external = opts != NULL && opts->external_blocks;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
@@ -376,11 +389,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         m->logits_cap = m->logits_budget_rows;
         CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->logits), rc, fail);
         if (m->tp > 1) {
-            rc = -ENOMEM;
-            m->tp_rows = malloc(3 * m->logits_cap * sizeof *m->tp_rows);
-            if (m->tp_rows == NULL) {
-                goto fail;
-            }
+            CH_CHECK_GOTO(alloc_floats(m, 3 * m->logits_cap, &m->tp_rows), rc, fail);
             CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->tp_dlog), rc, fail);
         }
     }
@@ -403,7 +412,7 @@ void eng_model_destroy(eng_model_t *m)
         return;
     }
     eng_acts_destroy(m->acts);
-    free(m->tp_rows);
+    m->be->free(m->be, m->tp_rows);
     m->be->free(m->be, m->tp_dlog);
     m->be->free(m->be, m->logits);
     m->be->free(m->be, m->scratch);

@@ -92,7 +92,7 @@ typedef struct eng_model_opts {
      * the TP group tp_group (borrowed for the model's life; NULL when tp <= 1). The model
      * then holds its slice of every split tensor (eng_split_t), and its forward and backward
      * are collectives over tp_group that every member must call in step. heads, 4*embd and
-     * padded_vocab must divide by tp; needs a backend with host memory. */
+     * padded_vocab must divide by tp; needs eng_model_tp_runs_on(backend) (-ENOTSUP). */
     uint32_t tp, tp_rank;
     wrk_coll_group_t *tp_group;
     /* ZeRO-3 (DESIGN §5): the blocks' parameters and gradients live outside the model.
@@ -120,6 +120,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
                           uint64_t seed, eng_model_t **out);
 /* Destroy the acts created for m first. */
 void eng_model_destroy(eng_model_t *m);
+/* Whether a model on be can run tensor parallelism (tp > 1): be has the vocab-parallel
+ * entries (backend.h's tp_*) or its memory is the host's (the CPU's entries then run on it). */
+int eng_model_tp_runs_on(const eng_backend_t *be);
 
 const eng_config_t *eng_model_config(const eng_model_t *m);
 const eng_backend_t *eng_model_backend(const eng_model_t *m);

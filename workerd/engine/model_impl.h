@@ -69,8 +69,11 @@ struct eng_model {
     uint32_t tp, tpr;
     wrk_coll_group_t *tpg;
     uint32_t Cl, NHl, Vl; /* C/tp (attention width), heads/tp, padded_vocab/tp */
-    float *tp_rows;       /* host [3 * logits_cap]: per-row max, sum, target logit */
-    float *tp_dlog;       /* [logits_cap, Vl] scratch of the vocab-parallel head's backward */
+    float *tp_rows;       /* [3 * logits_cap]: per-row max, sum, target logit */
+    /* the vocab-parallel kernels (backend.h's tp_*): be's, or the CPU's on be's host memory
+     * when be has none */
+    const eng_backend_t *tpk;
+    float *tp_dlog; /* [logits_cap, Vl] scratch of the vocab-parallel head's backward */
 
     size_t nparams;
     float *params, *grads;

@@ -162,42 +162,26 @@ int eng_model_check_shape(eng_acts_t *a, uint32_t B, uint32_t T)
 // ----------------------------------------------------------------------------
 // embedding
 
-/* Vocab-parallel embedding (host memory): this rank writes the wte rows of the tokens in
+/* Vocab-parallel embedding (kernels/tp.h): this rank writes the wte rows of the tokens in
  * its vocab slice and zero for the others, rank 0 adds the positions, and the sum over the
  * group is the embedding. Adding zeros is exact: the same bits as one rank's lookup. */
 static int embed_tp_forward(eng_model_t *m, eng_acts_t *a, float *out)
 {
-    size_t C = m->cfg.embd, N = (size_t)a->B * a->T, v0 = (size_t)m->tpr * m->Vl;
-    const float *wte = m->params + m->wte, *wpe = m->params + m->wpe;
-    for (size_t n = 0; n < N; n++) {
-        size_t tok = (size_t)a->inputs[n], t = n % a->T;
-        const float *w = tok >= v0 && tok < v0 + m->Vl ? wte + (tok - v0) * C : NULL;
-        float *row = out + n * C;
-        for (size_t i = 0; i < C; i++) {
-            float e = w != NULL ? w[i] : 0.0f;
-            row[i] = m->tpr == 0 ? e + wpe[t * C + i] : e;
-        }
-    }
-    return eng_tp_allreduce(m->tpg, out, N * C, WRK_COLL_SUM);
+    const eng_backend_t *k = m->tpk;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl, v0 = (int)(m->tpr * m->Vl);
+    const float *wpe = m->tpr == 0 ? m->params + m->wpe : NULL;
+    k->tp_embed_fwd(k, out, a->inputs, m->params + m->wte, wpe, v0, Vl, (int)a->B, (int)a->T, C);
+    return eng_tp_allreduce(m->tpg, out, (size_t)a->B * a->T * C, WRK_COLL_SUM);
 }
 
 /* Its backward: the rows of this rank's tokens, and every position (wpe is replicated and
  * dout is the same on every rank). */
 static void embed_tp_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
 {
-    size_t C = m->cfg.embd, N = (size_t)a->B * a->T, v0 = (size_t)m->tpr * m->Vl;
-    float *gwte = m->grads + m->wte, *gwpe = m->grads + m->wpe;
-    for (size_t n = 0; n < N; n++) {
-        size_t tok = (size_t)a->inputs[n], t = n % a->T;
-        const float *d = dout + n * C;
-        float *w = tok >= v0 && tok < v0 + m->Vl ? gwte + (tok - v0) * C : NULL;
-        for (size_t i = 0; i < C; i++) {
-            if (w != NULL) {
-                w[i] += d[i];
-            }
-            gwpe[t * C + i] += d[i];
-        }
-    }
+    const eng_backend_t *k = m->tpk;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl, v0 = (int)(m->tpr * m->Vl);
+    k->tp_embed_bwd(k, m->grads + m->wte, m->grads + m->wpe, dout, a->inputs, v0, Vl, (int)a->B,
+                    (int)a->T, C);
 }
 
 int eng_model_embed_forward(eng_model_t *m, eng_acts_t *a, const int32_t *inputs, uint32_t B,
@@ -323,44 +307,35 @@ static int logits_for(eng_model_t *m, size_t N)
     return 0;
 }
 
-/* Vocab-parallel cross-entropy over rows [r, r+n) (host memory; Megatron's
+/* This rank's vocab slice: its first column v0 and how many of its Vl columns are real. */
+static void tp_slice(const eng_model_t *m, int *v0, int *valid)
+{
+    long first = (long)m->tpr * m->Vl, real = (long)m->cfg.vocab - first;
+    *v0 = (int)first;
+    *valid = (int)(real < 0 ? 0 : real > (long)m->Vl ? (long)m->Vl : real);
+}
+
+/* Vocab-parallel cross-entropy over rows [r, r+n) (kernels/tp.h; Megatron's
  * VocabParallelCrossEntropy): logits [n, Vl] of this rank's vocab slice only, the row max
  * all-reduced (max), then the sums of exponentials and the target's logit (held by one
- * rank, zero elsewhere) all-reduced (sum): lse and the loss without full logits. */
+ * rank, zero elsewhere) all-reduced (sum): lse and the loss without full logits. The
+ * per-row values live in m->tp_rows (backend memory, the collectives' buffers). */
 static int head_tp_loss(eng_model_t *m, eng_acts_t *a, size_t r, size_t n)
 {
-    const eng_backend_t *be = m->be;
-    int C = (int)m->cfg.embd, Vl = (int)m->Vl;
-    long v0 = (long)m->tpr * Vl, valid = (long)m->cfg.vocab - v0;
-    valid = valid < 0 ? 0 : valid > Vl ? Vl : valid;
+    const eng_backend_t *be = m->be, *k = m->tpk;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl, v0, valid;
+    tp_slice(m, &v0, &valid);
     float *mx = m->tp_rows, *sum = mx + n, *tl = sum + n;
     be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf + r * C, m->params + m->wte, NULL, (int)n, C,
                    Vl, Vl);
-    for (size_t i = 0; i < n; i++) {
-        const float *row = m->logits + i * Vl;
-        float v = -INFINITY;
-        for (long j = 0; j < valid; j++) {
-            v = row[j] > v ? row[j] : v;
-        }
-        mx[i] = v;
-    }
+    k->tp_xent_max(k, mx, m->logits, (int)n, Vl, valid);
     int rc = eng_tp_allreduce(m->tpg, mx, n, WRK_COLL_MAX);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        const float *row = m->logits + i * Vl;
-        double acc = 0.0;
-        for (long j = 0; j < valid; j++) {
-            acc += exp((double)row[j] - mx[i]);
-        }
-        long t = a->targets[r + i] - v0;
-        sum[i] = (float)acc;
-        tl[i] = t >= 0 && t < valid ? row[t] : 0.0f;
-    }
     if (rc == 0) {
+        k->tp_xent_sums(k, sum, tl, m->logits, mx, a->targets + r, v0, (int)n, Vl, valid);
         rc = eng_tp_allreduce(m->tpg, sum, 2 * n, WRK_COLL_SUM);
     }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        a->lse[r + i] = mx[i] + logf(sum[i]);
-        a->losses[r + i] = a->lse[r + i] - tl[i];
+    if (rc == 0) {
+        k->tp_xent_finish(k, a->lse + r, a->losses + r, mx, sum, tl, (int)n);
     }
     return rc;
 }
@@ -370,21 +345,11 @@ static int head_tp_loss(eng_model_t *m, eng_acts_t *a, size_t r, size_t n)
  * caller) and the gradient of its wte rows. */
 static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t r, size_t n)
 {
-    const eng_backend_t *be = m->be;
-    int C = (int)m->cfg.embd, Vl = (int)m->Vl;
-    long v0 = (long)m->tpr * Vl, valid = (long)m->cfg.vocab - v0;
-    valid = valid < 0 ? 0 : valid > Vl ? Vl : valid;
+    const eng_backend_t *be = m->be, *k = m->tpk;
+    int C = (int)m->cfg.embd, Vl = (int)m->Vl, v0, valid;
+    tp_slice(m, &v0, &valid);
     const float *wte = m->params + m->wte;
-    for (size_t i = 0; i < n; i++) {
-        float *row = m->logits + i * Vl, lse = a->lse[r + i];
-        long t = a->targets[r + i] - v0;
-        for (long j = 0; j < Vl; j++) {
-            row[j] = j < valid ? expf(row[j] - lse) * scale : 0.0f;
-        }
-        if (t >= 0 && t < valid) {
-            row[t] -= scale;
-        }
-    }
+    k->tp_xent_bwd(k, m->logits, a->lse + r, a->targets + r, scale, v0, (int)n, Vl, valid);
     /* dx [n,C] = dlogits [n,Vl] @ wte [Vl,C]; dwte [Vl,C] += dlogits^T @ x */
     be->matmul_fwd(be, m->dsmall + r * C, m->logits, wte, NULL, (int)n, Vl, C);
     be->matmul_bwd(be, m->tp_dlog, m->grads + m->wte, NULL, a->lnf + r * C, m->logits, wte, (int)n,

@@ -8,8 +8,9 @@
  *
  * The vocab-parallel embedding and cross-entropy use eng_tp_allreduce directly (a sum and
  * a max over per-row values). A NULL group is a TP group of one: every call is a no-op.
- * Buffers are host memory the collectives can read (the CPU backend's memory); the
- * reduction order is fixed, so every member gets the same bits. */
+ * Buffers are the model backend's memory, which the group's collectives read (host memory
+ * over UCX, the GPU's over NCCL); the reduction order is fixed, so every member gets the
+ * same bits. */
 #ifndef ENG_TP_H
 #define ENG_TP_H
 

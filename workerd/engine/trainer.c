@@ -281,12 +281,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         return rc;
     const eng_groups_t *groups = opts ? opts->groups : NULL;
     const eng_backend_t *be = opts && opts->backend ? opts->backend : eng_backend_cpu();
-    if (!be->host_memory && spec->parallel.tp > 1)
+    if (spec->parallel.tp > 1 && !eng_model_tp_runs_on(be))
         return ch_errf(err, errlen, CH_E_CONFIG,
-                       "parallel.tp = %u: tensor parallelism runs on the CPU backend only so far "
-                       "(its vocab-parallel embedding and head have no %s kernels); use tp = 1 "
-                       "with train.device = %s",
-                       spec->parallel.tp, be->name, be->name);
+                       "parallel.tp = %u: backend %s has no vocab-parallel embedding and head "
+                       "kernels and its memory is not the host's; use tp = 1 with it",
+                       spec->parallel.tp, be->name);
     rc = check_groups(spec, groups, err, errlen);
     if (rc < 0)
         return rc;
