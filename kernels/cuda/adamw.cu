@@ -36,9 +36,9 @@ static __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size
     }
 }
 
-static int adamw_launch(float *p, float *g, float *m, float *v, size_t n, double lr,
-                        double beta1, double beta2, double eps, double wd, uint64_t t,
-                        float gscale, int zero_g, kn_stream_t stream)
+static int adamw_launch(float *p, float *g, float *m, float *v, size_t n, double lr, double beta1,
+                        double beta2, double eps, double wd, uint64_t t, float gscale, int zero_g,
+                        kn_stream_t stream)
 {
     if (n == 0) {
         return 0;
