@@ -38,7 +38,8 @@ typedef enum {
     F_KIND,
     F_RESHARD,
     F_DEVICE,
-    F_PRECISION
+    F_PRECISION,
+    F_SPLIT
 } ftype_t;
 
 typedef struct field {
@@ -72,6 +73,7 @@ static const field_t fields[] = {
     JF("parallel", "microbatches", F_U32, parallel.microbatches, 1, UINT32_MAX),
     JF("parallel", "micro_batch_size", F_U32, parallel.micro_batch_size, 1, UINT32_MAX),
     JF("parallel", "reshard", F_RESHARD, parallel.reshard, 0, 0),
+    JF("parallel", "stage_split", F_SPLIT, parallel.stage_split, 0, 0),
     JF("train", "steps", F_I64, train.steps, 1, LLONG_MAX),
     JF("train", "lr", F_DBL, train.lr, 0, 0),
     JF("train", "lr_min", F_DBL, train.lr_min, 0, 0),
@@ -295,6 +297,13 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         }
         snprintf(why, whylen, "expected per-use or per-step, got '%s'", v);
         return CH_E_CONFIG;
+    case F_SPLIT:
+        if (strcmp(v, "even") == 0 || strcmp(v, "balanced") == 0) {
+            *(ch_stage_split_t *)p = v[0] == 'b' ? CH_SPLIT_BALANCED : CH_SPLIT_EVEN;
+            return 0;
+        }
+        snprintf(why, whylen, "expected even or balanced, got '%s'", v);
+        return CH_E_CONFIG;
     case F_DEVICE:
         if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0) {
             *(ch_device_t *)p = v[1] == 'u' ? CH_DEVICE_CUDA : CH_DEVICE_CPU;
@@ -437,6 +446,12 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         if (j->parallel.reshard == CH_RESHARD_PER_USE || j->parallel.reshard == CH_RESHARD_PER_STEP)
             return 0;
         snprintf(why, whylen, "bad policy %d", (int)j->parallel.reshard);
+        return CH_E_CONFIG;
+    case F_SPLIT:
+        if (j->parallel.stage_split == CH_SPLIT_EVEN ||
+            j->parallel.stage_split == CH_SPLIT_BALANCED)
+            return 0;
+        snprintf(why, whylen, "bad split %d", (int)j->parallel.stage_split);
         return CH_E_CONFIG;
     case F_DEVICE:
         if (j->train.device == CH_DEVICE_CPU || j->train.device == CH_DEVICE_CUDA)
@@ -702,6 +717,10 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         return;
     case F_RESHARD:
         fprintf(f, "%s = %s\n", fd->key, reshard_name(j->parallel.reshard));
+        return;
+    case F_SPLIT:
+        fprintf(f, "%s = %s\n", fd->key,
+                j->parallel.stage_split == CH_SPLIT_BALANCED ? "balanced" : "even");
         return;
     case F_DEVICE:
         fprintf(f, "%s = %s\n", fd->key, ch_device_name(j->train.device));

@@ -12,6 +12,8 @@
 
 typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
 typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
+/* parallel.stage_split: how pipeline stages share the blocks (common/layout.h) */
+typedef enum { CH_SPLIT_EVEN = 0, CH_SPLIT_BALANCED = 1 } ch_stage_split_t;
 /* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
 typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
@@ -34,6 +36,7 @@ typedef struct ch_jobspec {
     struct {
         uint32_t tp, pp, dp, microbatches, micro_batch_size;
         ch_reshard_t reshard;
+        ch_stage_split_t stage_split; /* even (default) | balanced: the LM head counted */
     } parallel;
     struct {
         int64_t steps;

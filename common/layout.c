@@ -63,15 +63,52 @@ int64_t ch_layout_pp_next(ch_layout_t l, uint32_t rank)
     return ch_layout_rank(l, c);
 }
 
-void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, uint32_t *first,
-                            uint32_t *count)
+double ch_layout_head_blocks(uint32_t embd, uint32_t vocab, uint32_t seq_len)
+{
+    double C = embd, V = vocab, T = seq_len;
+    double block = 24.0 * C * C + 4.0 * T * C;
+    return block > 0 ? 2.0 * C * V / block : 0.0;
+}
+
+/* The slowest stage's work when the last stage holds `last` blocks and the head. */
+static double split_cost(uint32_t layers, uint32_t pp, uint32_t last, double head)
+{
+    uint32_t rest = layers - last, others = pp - 1;
+    double other = (double)(rest / others + (rest % others != 0 ? 1 : 0));
+    double tail = (double)last + head;
+    return other > tail ? other : tail;
+}
+
+void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, double head,
+                            uint32_t *first, uint32_t *count)
 {
     if (pp == 0 || stage >= pp) {
         *first = layers;
         *count = 0;
         return;
     }
-    uint32_t base = layers / pp, rem = layers % pp;
+    uint32_t last = layers / pp; /* the even split's last stage */
+    if (head > 0 && pp > 1 && layers >= pp) {
+        /* fewer blocks on the last stage while that makes the slowest stage faster (the
+         * most blocks among the best) */
+        double best = split_cost(layers, pp, last, head);
+        for (uint32_t c = last; c >= 1; c--) {
+            double cost = split_cost(layers, pp, c, head);
+            if (cost < best - 1e-9) {
+                best = cost;
+                last = c;
+            }
+        }
+    }
+    if (pp > 1 && stage == pp - 1) {
+        *first = layers - last;
+        *count = last;
+        return;
+    }
+    /* the first pp - 1 stages share the rest, remainder to the first (the even split
+     * when `last` is its own) */
+    uint32_t rest = pp > 1 ? layers - last : layers, others = pp > 1 ? pp - 1 : 1;
+    uint32_t base = rest / others, rem = rest % others;
     *count = base + (stage < rem ? 1 : 0);
     *first = stage * base + (stage < rem ? stage : rem);
 }

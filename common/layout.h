@@ -30,9 +30,19 @@ void ch_layout_pp_group(ch_layout_t l, uint32_t rank, uint32_t *ranks);
 int64_t ch_layout_pp_prev(ch_layout_t l, uint32_t rank);
 int64_t ch_layout_pp_next(ch_layout_t l, uint32_t rank);
 
-/* Blocks of stage s: balanced, remainder to the first stages. */
-void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, uint32_t *first,
-                            uint32_t *count);
+/* The LM head's work in blocks' worth (ch_layout_stage_blocks' `head`): its GEMM per token,
+ * 2·embd·vocab, over a block's, 24·embd² + 4·seq_len·embd (forward FLOPs per token; the
+ * backward is about twice either). GPT-2 124M at seq 1024: 4.46 blocks. */
+double ch_layout_head_blocks(uint32_t embd, uint32_t vocab, uint32_t seq_len);
+/* Blocks of stage s of pp, contiguous, at least one each. head 0 (parallel.stage_split =
+ * even): equal counts, remainder to the first stages. head > 0 (balanced: the LM head on
+ * the last stage counted as `head` blocks, ch_layout_head_blocks): the split whose slowest
+ * stage does least work — the last stage gets fewer blocks when the head is heavy, the
+ * others share the rest evenly, remainder to the first; the even split when it is as
+ * good. Every component computes stages with this function from the job (ch_plan's
+ * ch_plan_head_blocks), so they agree. */
+void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, double head,
+                            uint32_t *first, uint32_t *count);
 /* ZeRO-3 shard of a flat buffer of n elements split into dp equal padded shards:
  * shard length is ceil(n/dp); shard d covers [d*len, d*len+len) of the padded buffer. */
 size_t ch_layout_shard_len(size_t n, uint32_t dp);

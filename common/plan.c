@@ -28,10 +28,16 @@ double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B)
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
 {
     ch_model_cfg_t m = {j->model.layers, j->model.heads, j->model.embd,
-                        j->model.vocab,  j->model.vocab, j->model.seq_len};
+                        j->model.vocab,  j->model.vocab, j->model.seq_len, 0};
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
+    m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
     return m;
+}
+
+double ch_plan_head_blocks(const ch_model_cfg_t *m)
+{
+    return m->balanced_stages ? ch_layout_head_blocks(m->embd, m->vocab, m->seq_len) : 0.0;
 }
 
 /* The whole-model figures: they do not depend on the stage. */
@@ -65,7 +71,7 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     const double wte = p->padded_vocab * C / tp;
 
     p->stage = s;
-    ch_layout_stage_blocks(m->layers, l.pp, s, &p->first_block, &p->blocks);
+    ch_layout_stage_blocks(m->layers, l.pp, s, ch_plan_head_blocks(m), &p->first_block, &p->blocks);
     p->embeddings = s == 0;
     p->head = s == l.pp - 1;
     const double nb = p->blocks;

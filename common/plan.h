@@ -51,6 +51,9 @@
 /* A GPT-2 model's shape. padded_vocab is vocab rounded up (ch_layout_padded_vocab). */
 typedef struct ch_model_cfg {
     uint32_t layers, heads, embd, vocab, padded_vocab, seq_len;
+    /* parallel.stage_split = balanced: pipeline stages weigh the LM head (common/layout.h);
+     * 0: the even split. Not part of the model's identity (checkpoints ignore it). */
+    uint32_t balanced_stages;
 } ch_model_cfg_t;
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
@@ -102,5 +105,8 @@ int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                  uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
 /* The model and parallel sections of a job file. */
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
+/* ch_layout_stage_blocks' `head` for m: the LM head's blocks' worth when its stages are
+ * balanced, else 0 (the even split). */
+double ch_plan_head_blocks(const ch_model_cfg_t *m);
 
 #endif

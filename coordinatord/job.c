@@ -664,8 +664,9 @@ coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r)
     p.pp = c.pp;
     p.dp = c.dp;
     p.shards = l.dp;
-    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, &p.first_block, &p.blocks);
     ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, ch_plan_head_blocks(&m), &p.first_block,
+                           &p.blocks);
     ch_plan_t plan;
     if (s->kind == CH_JOB_TRAIN &&
         ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,

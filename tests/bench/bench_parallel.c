@@ -68,6 +68,7 @@ typedef struct opts {
     uint32_t warmup, steps, reps;
     const char *only;
     int pin;
+    int balanced; /* --balanced: parallel.stage_split = balanced */
 } opts_t;
 
 /* One layout to run: tp x pp x dp with m micro-batches per DP rank (micro-batch size =
@@ -144,6 +145,7 @@ static void spec_for(const opts_t *o, const cfg_t *c, ch_jobspec_t *j)
     j->model.embd = o->embd;
     j->model.vocab = o->vocab;
     j->model.seq_len = o->seq;
+    j->parallel.stage_split = o->balanced ? CH_SPLIT_BALANCED : CH_SPLIT_EVEN;
     j->parallel.tp = c->tp;
     j->parallel.pp = c->pp;
     j->parallel.dp = c->dp;
@@ -676,12 +678,14 @@ static void parse(int argc, char **argv, opts_t *o)
             o->only = a + 7;
         else if (strcmp(a, "--pin") == 0)
             o->pin = 1;
+        else if (strcmp(a, "--balanced") == 0)
+            o->balanced = 1;
         else {
             fprintf(stderr,
                     "usage: chorus-bench-parallel [--layers=8] [--embd=256] [--heads=8] "
                     "[--seq=128] [--vocab=512] [--batch=16 (global sequences, a multiple of "
                     "16)] [--warmup=1] [--steps=1] [--reps=3] [--only=eff|bubble|zero|mem] "
-                    "[--pin]\n");
+                    "[--pin] [--balanced]\n");
             exit(2);
         }
     }

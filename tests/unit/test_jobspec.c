@@ -134,6 +134,8 @@ Test(jobspec, bad_values_name_the_field)
                        "[diag] gemm_size: must be between 1 and 8192, got 9000");
     expect_parse_error("[job]\nkind = eval\n", "[job] kind: expected train or diag");
     expect_parse_error("[parallel]\nreshard = sometimes\n", "[parallel] reshard");
+    expect_parse_error("[parallel]\nstage_split = greedy\n",
+                       "[parallel] stage_split: expected even or balanced, got 'greedy'");
     expect_parse_error("[train]\ndevice = gpu\n",
                        "[train] device: expected cpu or cuda, got 'gpu'");
     expect_parse_error("[train]\nprecision = fp16\n",
@@ -159,6 +161,10 @@ Test(jobspec, set_overrides)
     cr_assert_eq(ch_jobspec_set(&j, "job.kind=diag", err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(ch_jobspec_set(&j, "train.device=cuda", err, sizeof(err)), 0, "%s", err);
     cr_expect_eq(j.train.device, CH_DEVICE_CUDA);
+    cr_expect_eq(j.parallel.stage_split, CH_SPLIT_EVEN, "even by default");
+    cr_assert_eq(ch_jobspec_set(&j, "parallel.stage_split=balanced", err, sizeof(err)), 0, "%s",
+                 err);
+    cr_expect_eq(j.parallel.stage_split, CH_SPLIT_BALANCED);
     cr_expect_eq(j.train.steps, 20);
     cr_expect_eq(j.parallel.tp, 2);
     cr_expect_eq(j.train.lr, 3e-4);
@@ -247,6 +253,7 @@ Test(jobspec, validate_parallel)
     INVALID(j.parallel.microbatches = 0, "parallel.microbatches: must be >= 1");
     INVALID(j.parallel.micro_batch_size = 0, "parallel.micro_batch_size: must be >= 1");
     INVALID(j.parallel.reshard = (ch_reshard_t)9, "parallel.reshard");
+    INVALID(j.parallel.stage_split = (ch_stage_split_t)4, "parallel.stage_split: bad split 4");
     INVALID((j.parallel.dp = 300000, j.parallel.tp = 4, j.model.heads = 4), "world size");
 }
 
@@ -377,6 +384,7 @@ Test(jobspec, format_roundtrip)
     j.model.vocab = 50257;
     j.parallel.tp = 4;
     j.parallel.reshard = CH_RESHARD_PER_STEP;
+    j.parallel.stage_split = CH_SPLIT_BALANCED;
     j.train.steps = INT64_MAX;
     j.train.lr = 0.1 + 0.2;
     j.train.lr_min = 1.0 / 3.0 * 1e-5;

@@ -86,7 +86,7 @@ Test(layout, stage_blocks_cover_layers_balanced)
             uint32_t next = 0, minc = UINT32_MAX, maxc = 0, prevc = UINT32_MAX;
             for (uint32_t s = 0; s < pp; s++) {
                 uint32_t first = 99, count = 99;
-                ch_layout_stage_blocks(layers, pp, s, &first, &count);
+                ch_layout_stage_blocks(layers, pp, s, 0.0, &first, &count);
                 cr_assert_eq(first, next, "contiguous: layers %u pp %u stage %u", layers, pp, s);
                 cr_assert_geq(count, 1);
                 cr_assert_leq(count, prevc, "remainder goes to the first stages");
@@ -100,14 +100,63 @@ Test(layout, stage_blocks_cover_layers_balanced)
         }
     }
     uint32_t first, count;
-    ch_layout_stage_blocks(10, 4, 0, &first, &count);
+    ch_layout_stage_blocks(10, 4, 0, 0.0, &first, &count);
     cr_expect(first == 0 && count == 3);
-    ch_layout_stage_blocks(10, 4, 1, &first, &count);
+    ch_layout_stage_blocks(10, 4, 1, 0.0, &first, &count);
     cr_expect(first == 3 && count == 3);
-    ch_layout_stage_blocks(10, 4, 2, &first, &count);
+    ch_layout_stage_blocks(10, 4, 2, 0.0, &first, &count);
     cr_expect(first == 6 && count == 2);
-    ch_layout_stage_blocks(10, 4, 3, &first, &count);
+    ch_layout_stage_blocks(10, 4, 3, 0.0, &first, &count);
     cr_expect(first == 8 && count == 2);
+}
+
+/* The stages' split for layout pp, as counts. */
+static void split(uint32_t layers, uint32_t pp, double head, uint32_t *counts)
+{
+    uint32_t next = 0;
+    for (uint32_t s = 0; s < pp; s++) {
+        uint32_t first = 0;
+        ch_layout_stage_blocks(layers, pp, s, head, &first, &counts[s]);
+        cr_assert_eq(first, next, "contiguous");
+        cr_assert_geq(counts[s], 1, "a block a stage");
+        next += counts[s];
+    }
+    cr_assert_eq(next, layers);
+}
+
+/* parallel.stage_split = balanced: a heavy LM head (GPT-2's vocab) takes blocks off the
+ * last stage so that the slowest stage does least work; a light one leaves the even
+ * split, and head 0 is the even split itself. */
+Test(layout, balanced_stage_blocks_count_the_lm_head)
+{
+    double h = ch_layout_head_blocks(768, 50257, 1024); /* GPT-2 124M */
+    cr_assert_float_eq(h, 2.0 * 768 * 50257 / (24.0 * 768 * 768 + 4.0 * 1024 * 768), 1e-12);
+    cr_assert(h > 4.4 && h < 4.5, "%g", h);
+    uint32_t c[8];
+    split(12, 4, h, c); /* even: 3 3 3 3+4.46 = 7.46; balanced: 4 4 3 1+4.46 = 5.46 */
+    cr_expect(c[0] == 4 && c[1] == 4 && c[2] == 3 && c[3] == 1, "%u %u %u %u", c[0], c[1], c[2],
+              c[3]);
+    split(12, 2, h, c); /* 6 6+4.46 -> 8 4+4.46: slowest 8.46 instead of 10.46 */
+    cr_expect(c[0] == 8 && c[1] == 4, "%u %u", c[0], c[1]);
+    split(48, 8, ch_layout_head_blocks(1600, 50257, 1024), c); /* GPT-2 XL: head 2.37 */
+    cr_expect(c[7] == 4, "the last stage of 8 takes 4 blocks: %u", c[7]);
+    /* the demo's model: a head far under a block keeps the even split */
+    split(2, 2, ch_layout_head_blocks(64, 32, 16), c);
+    cr_expect(c[0] == 1 && c[1] == 1);
+    split(8, 2, ch_layout_head_blocks(256, 512, 128), c); /* chorus-bench-parallel's */
+    cr_expect(c[0] == 4 && c[1] == 4);
+    /* any head: the layers covered, a block a stage; head 0: the even split */
+    uint32_t all[24], even[24];
+    for (uint32_t layers = 1; layers <= 24; layers++)
+        for (uint32_t pp = 1; pp <= layers; pp++) {
+            for (double hh = 0; hh < 30; hh += 2.5)
+                split(layers, pp, hh, all);
+            split(layers, pp, 0.0, all);
+            for (uint32_t s = 0; s < pp; s++)
+                even[s] = layers / pp + (s < layers % pp ? 1 : 0);
+            for (uint32_t s = 0; s < pp; s++)
+                cr_assert_eq(all[s], even[s], "head 0 is the even split");
+        }
 }
 
 Test(layout, shard_len)

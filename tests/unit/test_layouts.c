@@ -411,6 +411,47 @@ Test(layouts, init_from_on_a_device_backend)
                  a[0].losses[0], fresh);
 }
 
+/* parallel.stage_split = balanced with a vocab whose LM head outweighs blocks (2,000
+ * tokens: 4.8 blocks' worth here) splits pp 2 as 3 + 1 blocks instead of 2 + 2, and trains
+ * the same model as one rank; a resume into the even split continues it. */
+Test(layouts, balanced_stages_train_like_one_rank)
+{
+    ch_jobspec_t one, bal, even;
+    rank_run_t a[MAXR], b[MAXR];
+    spec_for(&one, "b111", 1, 1, 1);
+    one.model.vocab = 2000;
+    spec_for(&bal, "bal", 1, 2, 1);
+    bal.model.vocab = 2000;
+    bal.parallel.stage_split = CH_SPLIT_BALANCED;
+    ch_model_cfg_t m = ch_plan_model_of(&bal);
+    ch_plan_t s0, s1;
+    cr_assert_eq(ch_plan_stage(&m, ch_jobspec_layout(&bal), bal.parallel.micro_batch_size,
+                               bal.parallel.microbatches, bal.parallel.reshard, 0, &s0),
+                 0);
+    cr_assert_eq(ch_plan_stage(&m, ch_jobspec_layout(&bal), bal.parallel.micro_batch_size,
+                               bal.parallel.microbatches, bal.parallel.reshard, 1, &s1),
+                 0);
+    cr_assert(s0.blocks == 3 && s1.blocks == 1, "split %u + %u", s0.blocks, s1.blocks);
+    run(&one, 0, 0, a);
+    run(&bal, 0, 0, b);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double rel = fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]);
+        worst = rel > worst ? rel : worst;
+        cr_expect_leq(rel, 1e-4, "step %d: balanced pp 2 %.9g, one rank %.9g", s, b[0].losses[s],
+                      a[0].losses[s]);
+    }
+    /* its step 10 resumed in the even split (2 + 2), as any layout change */
+    even = bal;
+    even.parallel.stage_split = CH_SPLIT_EVEN;
+    even.checkpoint.every = 0;
+    run(&even, 10, 0, b);
+    for (int s = 10; s < STEPS; s++)
+        cr_expect_leq(fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]), 1e-4,
+                      "step %d after resuming evenly split", s);
+    printf("layouts: pp=2 balanced (3 + 1 blocks, vocab 2000): worst loss rel diff %.3g\n", worst);
+}
+
 Test(layouts, resume_into_another_layout_continues)
 {
     ch_jobspec_t j, k;

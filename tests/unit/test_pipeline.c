@@ -79,7 +79,9 @@ static void *rank_main(void *arg)
         d->params = malloc(d->nparams * sizeof *d->params);
         memcpy(d->params, eng_model_params(eng_trainer_model(t)), d->nparams * sizeof(float));
         uint32_t stage = g ? g->coord.pp : 0, count = 0;
-        ch_layout_stage_blocks(d->spec->model.layers, d->l.pp, stage, &d->first, &count);
+        ch_model_cfg_t mc = ch_plan_model_of(d->spec);
+        ch_layout_stage_blocks(d->spec->model.layers, d->l.pp, stage, ch_plan_head_blocks(&mc),
+                               &d->first, &count);
         d->last = d->first + count;
     }
     eng_trainer_destroy(t);

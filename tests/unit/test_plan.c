@@ -10,7 +10,7 @@
 /* GPT-2 124M (Hugging Face's "gpt2"). */
 static ch_model_cfg_t gpt2(uint32_t seq_len)
 {
-    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len};
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0};
     return m;
 }
 
@@ -143,12 +143,12 @@ Test(plan, absurd_models_do_not_overflow)
 {
     ch_plan_t p;
     /* vocab 2^32 - 1 pads past 2^32: no wrap. */
-    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64};
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0};
     cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(p.padded_vocab, 4294967296.0);
     cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
     /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
-    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024};
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0};
     cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
     cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
     cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);
@@ -163,4 +163,35 @@ Test(plan, bad_input)
     cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 0, 1, CH_RESHARD_PER_USE, 0, &p), -EINVAL);
     m.layers = 0;
     cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), -EINVAL);
+}
+
+/* parallel.stage_split = balanced: GPT-2's LM head (4.46 blocks' worth at seq 1024) moves
+ * two blocks off the last of 2 stages; the stages still hold the whole model between
+ * them, and the memory follows the blocks to stage 0 (the price: it holds the most
+ * micro-batches in flight too). */
+Test(plan, balanced_stages_weigh_the_lm_head)
+{
+    ch_model_cfg_t even = gpt2(1024), bal = gpt2(1024);
+    bal.balanced_stages = 1;
+    cr_assert_eq(ch_plan_head_blocks(&even), 0.0);
+    cr_assert_float_eq(ch_plan_head_blocks(&bal), 2.0 * 50257 / (24.0 * 768 + 4.0 * 1024), 1e-12);
+    ch_plan_t e[2], b[2];
+    for (uint32_t s = 0; s < 2; s++) {
+        cr_assert_eq(ch_plan_stage(&even, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, s, &e[s]), 0);
+        cr_assert_eq(ch_plan_stage(&bal, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, s, &b[s]), 0);
+    }
+    cr_expect(e[0].blocks == 6 && e[1].blocks == 6);
+    cr_expect(b[0].first_block == 0 && b[0].blocks == 8 && b[1].first_block == 8 &&
+              b[1].blocks == 4);
+    /* the same model between the stages: parameters and activations move, not change */
+    cr_expect_eq(b[0].params + b[1].params, e[0].params + e[1].params);
+    cr_expect_eq(b[0].params - e[0].params, 2 * e[0].block_tp);
+    cr_expect_eq(b[0].act_mb_bytes + b[1].act_mb_bytes, e[0].act_mb_bytes + e[1].act_mb_bytes);
+    cr_expect_eq(b[0].flops, e[0].flops);
+    ch_plan_t pe, pb;
+    cr_assert_eq(ch_plan_peak(&even, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, &pe), 0);
+    cr_assert_eq(ch_plan_peak(&bal, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, &pb), 0);
+    cr_expect_eq(pe.stage, 1);
+    cr_expect_eq(pb.stage, 0);
+    cr_expect_gt(pb.total_bytes, pe.total_bytes, "balancing time costs stage 0 memory");
 }

@@ -270,7 +270,7 @@ static int part_of(const eng_config_t *c, const eng_model_opts_t *opts, eng_mode
     if (s >= pp || pp > c->layers) {
         return -EINVAL;
     }
-    ch_layout_stage_blocks(c->layers, pp, s, &p->first, &count);
+    ch_layout_stage_blocks(c->layers, pp, s, ch_plan_head_blocks(c), &p->first, &count);
     p->last = p->first + count;
     p->embedding = s == 0;
     p->head = s == pp - 1;

@@ -96,8 +96,9 @@ void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev)
     ev->coord_pp = c.pp;
     ev->coord_dp = c.dp;
     ev->shards = l.dp;
-    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, &ev->first_block, &ev->blocks);
     ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, ch_plan_head_blocks(&m), &ev->first_block,
+                           &ev->blocks);
     ch_plan_t p;
     if (ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
                       s->parallel.reshard, c.pp, &p) == 0)
