@@ -27,8 +27,12 @@ double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B)
 
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
 {
-    ch_model_cfg_t m = {j->model.layers, j->model.heads, j->model.embd,
-                        j->model.vocab,  j->model.vocab, j->model.seq_len, 0};
+    ch_model_cfg_t m = {.layers = j->model.layers,
+                        .heads = j->model.heads,
+                        .embd = j->model.embd,
+                        .vocab = j->model.vocab,
+                        .padded_vocab = j->model.vocab,
+                        .seq_len = j->model.seq_len};
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
