@@ -300,6 +300,18 @@ static int ctl_submit(ch_client_t *ctl, const char *ini, char *id, size_t idlen,
 }
 
 /* JobInfo of job (caller frees the envelope). */
+/* The node registry, as `chorusctl nodes` asks for it (caller frees). */
+static Chorus__Envelope *ctl_nodes(ch_client_t *ctl)
+{
+    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
+    req.list_nodes = &ln;
+    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_NODE_LIST);
+    return resp;
+}
+
 static Chorus__Envelope *ctl_job(ch_client_t *ctl, const char *job)
 {
     Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
@@ -454,11 +466,7 @@ Test(coord, job_runs_to_completion)
     cr_assert_neq(e->job_info->finished_ms, 0);
     ch_msg_free(e);
 
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     cr_assert_eq(resp->node_list->n_nodes, 2);
     for (size_t i = 0; i < 2; i++) {
         cr_assert_str_eq(resp->node_list->nodes[i]->state, "alive");
@@ -777,11 +785,7 @@ Test(coord, dead_node_fails_its_jobs)
     cr_assert_not_null(k);
     ch_msg_free(k);
 
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     for (size_t i = 0; i < resp->node_list->n_nodes; i++) {
         Chorus__NodeInfo *ni = resp->node_list->nodes[i];
         cr_assert_str_eq(ni->state, strcmp(ni->name, "n2") == 0 ? "dead" : "alive");
@@ -1007,11 +1011,7 @@ static int ctl_forget(ch_client_t *ctl, const char *name)
 
 static size_t ctl_node_count(ch_client_t *ctl, const char *name, int *found)
 {
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     size_t n = resp->node_list->n_nodes;
     *found = 0;
     for (size_t i = 0; i < n; i++)
@@ -1088,11 +1088,7 @@ static Chorus__Envelope *raw_register(ch_client_t *cl, const char *name, uint32_
 static void expect_nodes(const char *name, const char *state, uint32_t slots)
 {
     ch_client_t *ctl = ctl_open();
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     cr_assert_eq(resp->node_list->n_nodes, 1);
     cr_assert_str_eq(resp->node_list->nodes[0]->name, name);
     cr_assert_str_eq(resp->node_list->nodes[0]->state, state);
@@ -1838,11 +1834,7 @@ Test(coord, submit_refuses_a_rank_larger_than_a_slots_memory)
     ch_msg_free(e);
 
     /* The registry shows what each node reported. */
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     cr_assert_eq(resp->node_list->n_nodes, 2);
     for (size_t i = 0; i < 2; i++)
         cr_assert_eq(resp->node_list->nodes[i]->memory_bytes, 64ull << 20);
@@ -1888,11 +1880,7 @@ Test(coord, cuda_jobs_are_placed_on_gpu_nodes_only)
                    "no rank of the GPU job on the CPU node");
 
     /* the registry shows each node's device */
-    Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
-    req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
-    req.list_nodes = &ln;
-    cr_assert_eq(ch_client_call(ctl, &req, 2000, &resp), 0);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
     cr_assert_eq(resp->node_list->n_nodes, 2);
     for (size_t i = 0; i < 2; i++) {
         const Chorus__NodeInfo *ni = resp->node_list->nodes[i];

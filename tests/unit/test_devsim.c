@@ -353,12 +353,18 @@ Test(devsim, the_fused_head_gives_the_cpu_bits_plain)
 // ----------------------------------------------------------------------------
 // the optimizer's entries on the CPU's bits
 
+/* bytes of backend memory holding host's */
+static void *staged_bytes(const eng_backend_t *be, const void *host, size_t bytes)
+{
+    void *d = dalloc(be, bytes);
+    cr_assert_eq(be->copy(be, d, host, bytes, ENG_COPY_H2D), 0);
+    return d;
+}
+
 /* n floats of backend memory holding host[0..n) */
 static float *staged(const eng_backend_t *be, const float *host, size_t n)
 {
-    float *d = dalloc(be, n * sizeof(float));
-    cr_assert_eq(be->copy(be, d, host, n * sizeof(float), ENG_COPY_H2D), 0);
-    return d;
+    return staged_bytes(be, host, n * sizeof(float));
 }
 
 static void expect_same(const eng_backend_t *be, const float *d, const float *want, size_t n,
@@ -441,9 +447,7 @@ Test(devsim, the_optimizer_entries_give_the_cpu_bits_plain)
 /* n int32 of backend memory holding host[0..n) */
 static int32_t *staged_ints(const eng_backend_t *be, const int32_t *host, size_t n)
 {
-    int32_t *d = dalloc(be, n * sizeof(int32_t));
-    cr_assert_eq(be->copy(be, d, host, n * sizeof(int32_t), ENG_COPY_H2D), 0);
-    return d;
+    return staged_bytes(be, host, n * sizeof(int32_t));
 }
 
 /* One rank's slice (v0 = 32 of a padded vocab of 64, the real vocab 40: 8 valid columns) and
