@@ -338,19 +338,25 @@ void eng_zero_begin_step(eng_zero_t *z)
 
 double eng_zero_sumsq(const eng_zero_t *z, int count_replicated)
 {
+    /* pieces that follow each other in the shards are summed as one run: one backend call
+     * (on a GPU, one result copied back) per run, not per tensor */
     double sq = 0;
-    size_t base = (size_t)z->d * z->S;
+    size_t base = (size_t)z->d * z->S, run_lo = 0, run_hi = 0;
     for (uint32_t i = 0; i < z->nb; i++) {
-        const float *g = z->g + (size_t)i * z->S;
         const zero_tensor_t *t;
         FOR_EACH_OWNED(z, t, lo, hi)
         {
             if (t->replicated && !count_replicated)
                 continue;
-            sq += eng_sumsq_on(z->be, g + (lo - base), hi - lo);
+            size_t at = (size_t)i * z->S + (lo - base); /* in the shards' slab */
+            if (at != run_hi) {
+                sq += eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
+                run_lo = at;
+            }
+            run_hi = at + (hi - lo);
         }
     }
-    return sq;
+    return sq + eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
 }
 
 void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef)
