@@ -6,6 +6,7 @@
  *
  * Exit codes: 0 clean stop (SIGTERM/SIGINT), 1 runtime failure, 78 configuration error
  * (bad flag or value, missing or loosely permitted key). */
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,9 +17,11 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "chorus/config.h"
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/err.h"
+#include "common/gpus.h"
 #include "common/log.h"
 #include "common/notify.h"
 #include "common/util.h"
@@ -31,7 +34,7 @@
 typedef struct wrkd_cfg {
     char coordinator[CH_OPT_STRLEN];
     char name[CH_OPT_STRLEN];
-    long slots;
+    char slots[CH_OPT_STRLEN];
     long memory_mib;
     long threads;
     char rack[CH_OPT_STRLEN];
@@ -45,7 +48,8 @@ static const ch_opt_t options[] = {
     {"coordinator", CH_OPT_STR, offsetof(wrkd_cfg_t, coordinator), NULL,
      "coordinatord address HOST:PORT (required)"},
     {"name", CH_OPT_STR, offsetof(wrkd_cfg_t, name), NULL, "node name (default: the hostname)"},
-    {"slots", CH_OPT_INT, offsetof(wrkd_cfg_t, slots), "1", "rank processes this node runs"},
+    {"slots", CH_OPT_STR, offsetof(wrkd_cfg_t, slots), "1",
+     "rank processes this node runs: N, or auto (one per visible GPU on a cuda node, 1 on cpu)"},
     {"memory-mib", CH_OPT_INT, offsetof(wrkd_cfg_t, memory_mib), "0",
      "memory the node reports for admission, MiB; 0: MemTotal of /proc/meminfo"},
     {"threads", CH_OPT_INT, offsetof(wrkd_cfg_t, threads), "0",
@@ -55,7 +59,8 @@ static const ch_opt_t options[] = {
      "cluster key file (mode 0600 or 0400)"},
     {"run-dir", CH_OPT_STR, offsetof(wrkd_cfg_t, run_dir), "/var/lib/chorus/run",
      "job files, rank scratch dirs and rank logs"},
-    {"device", CH_OPT_STR, offsetof(wrkd_cfg_t, device), "cpu", "cpu | cuda"},
+    {"device", CH_OPT_STR, offsetof(wrkd_cfg_t, device), "cpu",
+     "cpu | cuda | auto (cuda when the driver lists a visible GPU and this build has CUDA)"},
     {"log-level", CH_OPT_STR, offsetof(wrkd_cfg_t, log_level), "info",
      "error | warn | info | debug"},
     {NULL, 0, 0, NULL, NULL},
@@ -117,6 +122,55 @@ static void on_signal(uv_signal_t *s, int signum)
 // ----------------------------------------------------------------------------
 // configuration
 
+/* device = cpu | cuda | auto and slots = N | auto, resolved against what the NVIDIA driver
+ * lists (gpus.h) and what this build has (chorus/config.h). Leaves c->device "cpu" or "cuda". */
+static int resolve_device(wrkd_cfg_t *c, long *slots)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int gpus = ch_gpus_visible(ch_gpus_present(CH_GPUS_PROC_DIR), cvd);
+
+    if (strcmp(c->device, "auto") == 0) {
+        if (gpus > 0 && !CHORUS_HAVE_CUDA)
+            CH_LOGW("workerd",
+                    "--device auto: %d GPU(s) visible, but this workerd was built "
+                    "without CUDA/NCCL: the node runs cpu ranks",
+                    gpus);
+        snprintf(c->device, sizeof c->device, "%s", gpus > 0 && CHORUS_HAVE_CUDA ? "cuda" : "cpu");
+        CH_LOGI("workerd", "--device auto: %s (%d GPU(s) visible)", c->device, gpus);
+    } else if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
+        CH_LOGE("workerd", "--device: expected cpu, cuda or auto, got '%s'", c->device);
+        return CH_E_CONFIG;
+    }
+    if (!CHORUS_HAVE_CUDA && strcmp(c->device, "cuda") == 0) {
+        CH_LOGE("workerd", "--device cuda: this workerd was built without CUDA/NCCL "
+                           "(rebuild where the CUDA toolkit and NCCL are installed)");
+        return CH_E_CONFIG;
+    }
+    int cuda = strcmp(c->device, "cuda") == 0;
+    if (strcmp(c->slots, "auto") == 0) {
+        if (cuda && gpus == 0) {
+            CH_LOGE("workerd", "--slots auto: no GPU visible (%s lists none%s%s); set --slots N",
+                    CH_GPUS_PROC_DIR, cvd ? ", CUDA_VISIBLE_DEVICES=" : "", cvd ? cvd : "");
+            return CH_E_CONFIG;
+        }
+        *slots = cuda ? gpus : 1;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    *slots = strtol(c->slots, &end, 10);
+    if (errno || end == c->slots || *end || *slots < 1 || *slots > 4096) {
+        CH_LOGE("workerd", "--slots: expected 1..4096 or auto, got '%s'", c->slots);
+        return CH_E_CONFIG;
+    }
+    if (cuda && gpus > 0 && *slots > gpus)
+        CH_LOGW("workerd",
+                "--slots %ld on a cuda node with %d visible GPU(s): ranks will share "
+                "GPUs",
+                *slots, gpus);
+    return 0;
+}
+
 static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
 {
     wrkd_cfg_t *c = &w->cfg;
@@ -151,21 +205,9 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
         CH_LOGE("workerd", "--threads: expected 0..1024, got %ld", c->threads);
         return CH_E_CONFIG;
     }
-    if (c->slots < 1 || c->slots > 4096) {
-        CH_LOGE("workerd", "--slots: expected 1..4096, got %ld", c->slots);
-        return CH_E_CONFIG;
-    }
-    if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
-        CH_LOGE("workerd", "--device: expected cpu or cuda, got '%s'", c->device);
-        return CH_E_CONFIG;
-    }
-#ifndef CHORUS_HAVE_CUDA
-    if (strcmp(c->device, "cuda") == 0) {
-        CH_LOGE("workerd", "--device cuda: this workerd was built without CUDA/NCCL "
-                           "(rebuild where the CUDA toolkit and NCCL are installed)");
-        return CH_E_CONFIG;
-    }
-#endif
+    long slots = 0;
+    if ((rc = resolve_device(c, &slots)) < 0)
+        return rc;
     rc = ch_key_load(c->key, &w->key);
     if (rc < 0) {
         CH_LOGE("workerd", "key %s: %s%s", c->key, ch_strerror(rc),
@@ -181,7 +223,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     snprintf(ac->rack, sizeof ac->rack, "%s", c->rack);
     strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
-    ac->slots = (uint32_t)c->slots;
+    ac->slots = (uint32_t)slots;
     if (c->memory_mib < 0 || c->memory_mib > (1l << 40)) {
         CH_LOGE("workerd", "--memory-mib: expected 0..%ld, got %ld", 1l << 40, c->memory_mib);
         return CH_E_CONFIG;

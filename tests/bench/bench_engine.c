@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chorus/config.h"
 #include "common/rng.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
@@ -508,7 +509,7 @@ out:
 // ----------------------------------------------------------------------------
 // --device cuda: GPT-2 124M on one GPU
 
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
 
 #define CUDA_PEAK_N   8192
 #define CUDA_WARMUP   3

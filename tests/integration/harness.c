@@ -403,12 +403,10 @@ int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n)
     return 0;
 }
 
-int h_worker_restart(h_cluster_t *c, int i)
+int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const char *device)
 {
-    char exe[PATH_MAX], name[32], slots[16], run[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX];
+    char exe[PATH_MAX], run[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX];
     h_bin("workerd", exe);
-    snprintf(name, sizeof name, "node%d", i);
-    snprintf(slots, sizeof slots, "%d", c->slots);
     snprintf(run, sizeof run, "%s/%s", c->dir, name);
     snprintf(log, sizeof log, "%s/%s.log", c->dir, name);
     snprintf(pidf, sizeof pidf, "%s/%s.pid", c->dir, name);
@@ -416,10 +414,19 @@ int h_worker_restart(h_cluster_t *c, int i)
     char threads[24];
     long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (c->nodes * c->slots);
     snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
-    char *argv[] = {exe,       "--coordinator", c->addr,     "--name", name,
-                    "--slots", slots,           "--run-dir", run,      "--key",
-                    c->key,    "--threads",     threads,     NULL};
+    char *argv[] = {exe,          "--coordinator", c->addr,        "--name",
+                    (char *)name, "--slots",       (char *)slots,  "--run-dir",
+                    run,          "--key",         c->key,         "--threads",
+                    threads,      "--device",      (char *)device, NULL};
     return spawn(argv, log, pidf);
+}
+
+int h_worker_restart(h_cluster_t *c, int i)
+{
+    char name[32], slots[16];
+    snprintf(name, sizeof name, "node%d", i);
+    snprintf(slots, sizeof slots, "%d", c->slots);
+    return h_worker_spawn(c, name, slots, "cpu");
 }
 
 int h_wait_until(int (*pred)(void *ud), void *ud, int timeout_ms, int interval_ms)

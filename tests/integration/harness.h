@@ -81,6 +81,10 @@ int h_coord_restart(h_cluster_t *c);
 int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n);
 /* Start workerd node<i> again with local up's flags (after it was killed). */
 int h_worker_restart(h_cluster_t *c, int i);
+/* Start one more workerd for c's cluster as `local up` would, named name (its log, pid file
+ * and run dir are DIR/name.*, so h_teardown stops it too), with --slots and --device as
+ * given. 0 once it is started, not registered. */
+int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const char *device);
 
 /* Poll pred(ud) every interval_ms until it returns non-zero (returned) or timeout_ms
  * passes (0). A negative return from pred also ends the wait (returned). */

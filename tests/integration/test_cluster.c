@@ -3,7 +3,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "chorus/config.h"
+#include "common/gpus.h"
+#include "common/util.h"
 #include "harness.h"
 
 TestSuite(cluster, .fini = h_teardown, .timeout = 120);
@@ -141,4 +146,70 @@ Test(cluster, diag_job_completes_on_every_rank)
     cr_assert_eq(h_ctl(&c, &o, "logs", id, "--rank", "5", NULL), 0);
     cr_assert_eq(o.status, 0, "logs: exit %d: %s", o.status, o.err);
     h_out_free(&o);
+}
+
+/* The node named name in `chorusctl nodes --json`, alive: its device and slots. */
+typedef struct node_probe {
+    const h_cluster_t *c;
+    const char *name;
+    char device[16];
+    double slots;
+} node_probe_t;
+
+static int node_alive(void *ud)
+{
+    node_probe_t *p = ud;
+    ch_json_t *nodes = h_ctl_json(p->c, "nodes", NULL);
+    int found = 0;
+    for (size_t i = 0; nodes && i < nodes->nkids; i++) {
+        const ch_json_t *n = h_json_at(nodes, i);
+        if (strcmp(h_json_str(n, "name"), p->name) == 0 &&
+            strcmp(h_json_str(n, "state"), "alive") == 0) {
+            snprintf(p->device, sizeof p->device, "%s", h_json_str(n, "device"));
+            p->slots = h_json_num(n, "slots");
+            found = 1;
+        }
+    }
+    ch_json_free(nodes);
+    return found;
+}
+
+/* A GPU node's daemon must start wherever the build has CUDA: registering needs no GPU. A
+ * build without CUDA refuses --device cuda at start (exit 78, configuration) and says why. */
+Test(cluster, workerd_device_cuda_follows_the_build)
+{
+    h_cluster_t c;
+    cr_assert_eq(h_cluster_up(&c, 1, 1), 0, "local up failed");
+    cr_assert_eq(h_worker_spawn(&c, "gpu1", "2", "cuda"), 0);
+    node_probe_t p = {.c = &c, .name = "gpu1"};
+    if (CHORUS_HAVE_CUDA) {
+        cr_assert(h_wait_until(node_alive, &p, 10000, 20) > 0,
+                  "a CUDA build's workerd --device cuda did not register");
+        cr_expect_str_eq(p.device, "cuda");
+        cr_expect_eq(p.slots, 2.0);
+    } else {
+        pid_t pid = h_pid(&c, "gpu1");
+        int st = 0;
+        uint64_t deadline = ch_now_ms() + 10000;
+        while (waitpid(pid, &st, WNOHANG) == 0 && ch_now_ms() < deadline)
+            usleep(10000);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 78,
+                  "workerd --device cuda without CUDA: "
+                  "status %#x, want exit 78",
+                  st);
+        char log[PATH_MAX + 16];
+        snprintf(log, sizeof log, "%s/gpu1.log", c.dir);
+        cr_assert(h_file_has_since(log, 0, "built without CUDA"), "no reason in %s", log);
+    }
+
+    /* auto: what the driver lists and CUDA_VISIBLE_DEVICES leaves (none on a CPU machine:
+     * then a cpu node of one slot, never the 8 GPUs an example config once claimed). */
+    int gpus = ch_gpus_visible(ch_gpus_present(CH_GPUS_PROC_DIR), getenv("CUDA_VISIBLE_DEVICES"));
+    int cuda = gpus > 0 && CHORUS_HAVE_CUDA;
+    cr_assert_eq(h_worker_spawn(&c, "auto1", "auto", "auto"), 0);
+    node_probe_t a = {.c = &c, .name = "auto1"};
+    cr_assert(h_wait_until(node_alive, &a, 10000, 20) > 0,
+              "workerd --device auto did not register");
+    cr_expect_str_eq(a.device, cuda ? "cuda" : "cpu");
+    cr_expect_eq(a.slots, cuda ? (double)gpus : 1.0);
 }

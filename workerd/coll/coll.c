@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chorus/config.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -25,7 +26,7 @@ static const wrk_coll_backend_t *backend_of(wrk_coll_backend_kind_t kind)
     case WRK_COLL_UCX:
         return &wrk_coll_ucx_backend;
     case WRK_COLL_NCCL:
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
         return &wrk_coll_nccl_backend;
 #else
         return NULL;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chorus/config.h"
 #include "workerd/coll/coll.h"
 
 typedef struct wrk_coll_args {
@@ -73,7 +74,7 @@ struct wrk_coll_req {
 };
 
 extern const wrk_coll_backend_t wrk_coll_ucx_backend;
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
 extern const wrk_coll_backend_t wrk_coll_nccl_backend;
 #endif
 

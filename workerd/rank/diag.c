@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chorus/config.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -111,7 +112,7 @@ static double median_of(double *x, int64_t n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
 /* rounds products of fresh n x n data on be (TF32 or not) into *tflops (median); A, B, C are
  * host staging, dA, dB, dC device buffers of n*n floats each. */
 static int gpu_rounds(wrk_rank_t *r, eng_backend_t *be, int tf32, size_t n, float *A, float *B,
@@ -164,7 +165,7 @@ static int gpu_diag(wrk_rank_t *r, size_t n)
     int rc = wrk_rank_gpu(r, "device", &device, err, sizeof err);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "diag: %s", err);
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
     eng_backend_t *be = NULL;
     float *A = NULL, *B = NULL, *C = NULL;
     void *dA = NULL, *dB = NULL, *dC = NULL;

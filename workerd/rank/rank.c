@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chorus/config.h"
 #include "common/auth.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -308,7 +309,7 @@ int wrk_rank_on_gpu(const wrk_rank_t *r)
 int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, size_t errlen)
 {
     *device = -1;
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     int n = 0, rc = eng_backend_cuda_devices(&n);
     if (rc < 0)

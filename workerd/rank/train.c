@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chorus/config.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "kernels/matmul.h"
@@ -155,7 +156,7 @@ static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
     int rc = wrk_rank_gpu(r, "train.device", device, err, sizeof err);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "%s", err);
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
     rc = eng_backend_cuda_create(*device, out);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
@@ -179,7 +180,7 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
     cfg.backend = gpu != NULL ? WRK_COLL_NCCL : WRK_COLL_UCX;
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
     if (gpu != NULL) {
         cfg.device = device;
         cfg.stream = eng_backend_cuda_stream(gpu);
@@ -357,7 +358,7 @@ out:
     eng_trainer_destroy(t);
     eng_groups_destroy(groups);
     wrk_coll_destroy(c);
-#ifdef CHORUS_HAVE_CUDA
+#if CHORUS_HAVE_CUDA
     eng_backend_cuda_destroy(gpu);
 #endif
     return rc;
