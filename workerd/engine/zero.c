@@ -10,15 +10,6 @@
 #include "common/layout.h"
 #include "common/log.h"
 
-/* One tensor of a block: where it sits in the block's flat range. The same for every
- * block of the stage (same shapes and TP slice), so kept once. */
-typedef struct zero_tensor {
-    size_t off, numel;
-    int decay, replicated;
-    eng_slice_t slice;
-    const char *suffix; /* after "h.<l>." */
-} zero_tensor_t;
-
 struct eng_zero {
     eng_model_t *m;
     const eng_backend_t *be;
@@ -28,8 +19,6 @@ struct eng_zero {
     ch_reshard_t policy;
     uint32_t first, nb; /* the stage's blocks [first, first + nb) */
     size_t count, S, padded;
-    zero_tensor_t *tensors; /* the tensors of one block, in block order */
-    size_t ntensors;
     float *p, *g, *am, *av; /* owned shards: nb * S each, block i at i * S */
     /* gathered buffers: per-use 2, per-step nb; which block each holds (-1: none), whether
      * its contents are there, and its gather in flight */
@@ -186,31 +175,19 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
 // ----------------------------------------------------------------------------
 // create / destroy
 
-/* The tensors of block `first` in block order, from the model's table. */
-static int index_tensors(eng_zero_t *z)
+/* Whether m's table shards block `first` as this object will: over dpn ranks, rank d
+ * owning [d*S, (d+1)*S) of the block's range (model.h, external_blocks with dp). */
+static int table_agrees(const eng_zero_t *z)
 {
-    const eng_model_t *m = z->m;
-    z->tensors = calloc(16, sizeof *z->tensors);
-    if (!z->tensors)
-        return -ENOMEM;
-    char prefix[32];
-    int plen = snprintf(prefix, sizeof prefix, "h.%u.", z->first); /* the suffix follows */
-    for (size_t i = 0; i < eng_model_ntensors(m) && z->ntensors < 16; i++) {
-        const eng_tensor_t *t = eng_model_tensor(m, i);
+    for (size_t i = 0; i < eng_model_ntensors(z->m); i++) {
+        const eng_tensor_t *t = eng_model_tensor(z->m, i);
         if (t->block != (int)z->first)
             continue;
-        zero_tensor_t *zt = &z->tensors[z->ntensors++];
-        zt->off = t->offset; /* within the block: external_blocks */
-        zt->numel = t->numel;
-        zt->decay = t->decay;
-        zt->replicated = t->split == ENG_SPLIT_NONE;
-        zt->suffix = t->name + plen;
-        zt->slice.ndim = t->ndim;
-        zt->slice.shape[0] = t->shape[0];
-        zt->slice.shape[1] = t->shape[1];
-        memcpy(zt->slice.lo, t->lo, sizeof t->lo);
-        memcpy(zt->slice.hi, t->hi, sizeof t->hi);
-        zt->slice.parts = t->parts;
+        size_t lo = (size_t)z->d * z->S, hi = lo + z->S;
+        size_t a = t->offset > lo ? t->offset : lo;
+        return t->dp_sharded && t->store == ENG_STORE_SHARDS &&
+               (t->own_lo == t->own_hi || (t->own_lo == a - t->offset && t->own_at == a - lo)) &&
+               (t->own_lo == t->own_hi || t->offset + t->own_hi <= hi);
     }
     return 0;
 }
@@ -244,11 +221,10 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     z->S = ch_layout_shard_len(count, z->dpn);
     z->padded = z->S * z->dpn;
     z->nbuf = policy == CH_RESHARD_PER_STEP ? z->nb : (z->nb < 2 ? z->nb : 2);
-    int rc = index_tensors(z);
+    int rc = table_agrees(z) ? -ENOMEM : -EINVAL;
     float *tmp = NULL;
-    if (rc < 0)
+    if (rc == -EINVAL)
         goto fail;
-    rc = -ENOMEM;
     z->buf = calloc(z->nbuf, sizeof *z->buf);
     z->holds = malloc(z->nbuf * sizeof *z->holds);
     z->valid = calloc(z->nbuf, 1);
@@ -307,7 +283,6 @@ void eng_zero_destroy(eng_zero_t *z)
     free(z->holds);
     free(z->valid);
     free(z->req);
-    free(z->tensors);
     free(z);
 }
 
@@ -325,81 +300,14 @@ void eng_zero_begin_step(eng_zero_t *z)
         eng_model_set_block_params(z->m, z->first + i, NULL);
 }
 
-/* For each tensor t of a block that the owned shard covers: [lo, hi), the covered range
- * in block offsets (the shard starts at block offset d * S). */
-#define FOR_EACH_OWNED(z, t, lo, hi)                                                               \
-    for (size_t t##_i = 0, lo, hi; t##_i < (z)->ntensors; t##_i++)                                 \
-        if ((t = &(z)->tensors[t##_i]),                                                            \
-            (lo = t->off > (size_t)(z)->d * (z)->S ? t->off : (size_t)(z)->d * (z)->S),            \
-            (hi = t->off + t->numel < (size_t)((z)->d + 1) * (z)->S                                \
-                      ? t->off + t->numel                                                          \
-                      : (size_t)((z)->d + 1) * (z)->S),                                            \
-            lo < hi)
-
-double eng_zero_sumsq(const eng_zero_t *z, int count_replicated)
+void eng_zero_end_step(eng_zero_t *z)
 {
-    /* pieces that follow each other in the shards are summed as one run: one backend call
-     * (on a GPU, one result copied back) per run, not per tensor */
-    double sq = 0;
-    size_t base = (size_t)z->d * z->S, run_lo = 0, run_hi = 0;
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            if (t->replicated && !count_replicated)
-                continue;
-            size_t at = (size_t)i * z->S + (lo - base); /* in the shards' slab */
-            if (at != run_hi) {
-                sq += eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
-                run_lo = at;
-            }
-            run_hi = at + (hi - lo);
-        }
-    }
-    return sq + eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
+    drain_all(z);
 }
 
-void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef)
+eng_store_t eng_zero_store(const eng_zero_t *z)
 {
-    const eng_backend_t *be = z->be;
-    size_t base = (size_t)z->d * z->S;
-    drain_all(z); /* no gather may still read the shards */
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            size_t at = (size_t)i * z->S + (lo - base);
-            eng_adamw_piece(be, o, z->p + at, z->g + at, z->am + at, z->av + at, hi - lo, lr,
-                            t->decay ? o->weight_decay : 0.0, grad_coef, 1);
-        }
-    }
-}
-
-int eng_zero_pieces(const eng_zero_t *z, eng_ckpt_piece_t **out, size_t *n)
-{
-    size_t cap = (size_t)z->nb * z->ntensors, k = 0;
-    eng_ckpt_piece_t *pc = calloc(cap ? cap : 1, sizeof *pc);
-    if (!pc)
-        return -ENOMEM;
-    size_t base = (size_t)z->d * z->S;
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            size_t at = (size_t)i * z->S + (lo - base);
-            eng_ckpt_piece_t *q = &pc[k++];
-            snprintf(q->name, sizeof q->name, "h.%u.%s", z->first + i, t->suffix);
-            q->slice = t->slice;
-            q->a = lo - t->off;
-            q->b = hi - t->off;
-            q->p = z->p + at;
-            q->m = z->am + at;
-            q->v = z->av + at;
-        }
-    }
-    *out = pc;
-    *n = k;
-    return 0;
+    return (eng_store_t){.p = z->p, .g = z->g, .m = z->am, .v = z->av};
 }
 
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
