@@ -511,39 +511,52 @@ Test(layouts, resume_into_another_layout_continues)
     }
 }
 
+/* ZeRO-3 shards every tensor, wte, wpe and ln_f included: each rank's state (parameters,
+ * gradients, Adam m and v) is 16 bytes per parameter of its TP slice of its stage over dp,
+ * 16Ψ/N, within 2% (the shards' padding), and is the plan's figure; the gathered buffers
+ * (the blocks', and the tensors outside blocks with their gradients) are the plan's too. */
 Test(layouts, zero3_state_per_rank_follows_the_plan)
 {
+    static const uint32_t cases[][3] = {{1, 1, 1}, {1, 1, 2}, {1, 1, 4},
+                                        {2, 1, 2}, {1, 2, 2}, {2, 2, 2}};
     for (int policy = 0; policy < 2; policy++) {
-        for (uint32_t dp = 1; dp <= 4; dp *= 2) {
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            uint32_t tp = cases[k][0], pp = cases[k][1], dp = cases[k][2];
             ch_jobspec_t j;
             rank_run_t r[MAXR];
-            spec_for(&j, "mem", 1, 1, dp);
+            spec_for(&j, "mem", tp, pp, dp);
             j.model.layers = 6;
             j.model.embd = 64;
-            j.model.vocab = 16;
+            j.model.vocab = 512; /* wte a third of the model, as GPT-2's */
             j.train.steps = 1;
             j.train.warmup = 0;
             j.checkpoint.dir[0] = '\0';
             j.checkpoint.every = 0;
             j.parallel.reshard = policy ? CH_RESHARD_PER_STEP : CH_RESHARD_PER_USE;
             run(&j, 0, 0, r);
-            ch_plan_t p;
             ch_model_cfg_t m = ch_plan_model_of(&j);
-            cr_assert_eq(ch_plan_stage(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
-                                       j.parallel.microbatches, j.parallel.reshard, 0, &p),
-                         0);
-            double state = (double)r[0].mem.state_bytes, want = p.state_bytes;
-            printf("layouts: ZeRO-3 %s dp=%u: state %.0f B per rank (plan %.0f, 16*psi/N %.0f), "
-                   "gathered %zu B (plan %.0f)\n",
-                   policy ? "per-step" : "per-use", dp, state, want, 16.0 * p.params_padded / dp,
-                   r[0].mem.gathered_bytes, dp > 1 ? p.gathered_bytes : 0.0);
-            cr_expect_leq(fabs(state - want) / want, 0.10, "dp %u: state %.0f vs plan %.0f", dp,
-                          state, want);
-            if (dp > 1)
-                cr_expect_leq(fabs((double)r[0].mem.gathered_bytes - p.gathered_bytes) /
-                                  p.gathered_bytes,
-                              0.10, "dp %u: gathered %zu vs plan %.0f", dp, r[0].mem.gathered_bytes,
-                              p.gathered_bytes);
+            for (uint32_t i = 0; i < tp * pp * dp; i++) {
+                ch_plan_t p;
+                uint32_t stage = i / (tp * dp);
+                cr_assert_eq(ch_plan_stage(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
+                                           j.parallel.microbatches, j.parallel.reshard, stage, &p),
+                             0);
+                double state = (double)r[i].mem.state_bytes, ideal = 16.0 * p.params / dp;
+                double gathered = (double)r[i].mem.gathered_bytes;
+                if (i % (tp * dp) == 0) /* the first rank of each stage */
+                    printf("layouts: ZeRO-3 %s tp=%u pp=%u dp=%u stage %u: state %.0f B per rank "
+                           "(16*psi/N %.0f, %+.2f%%; plan %.0f), gathered %.0f B (plan %.0f)\n",
+                           policy ? "per-step" : "per-use", tp, pp, dp, stage, state, ideal,
+                           100 * (state - ideal) / ideal, p.state_bytes, gathered,
+                           p.gathered_bytes);
+                cr_expect_leq(fabs(state - ideal) / ideal, 0.02,
+                              "tp %u pp %u dp %u rank %u: state %.0f vs 16*psi/N %.0f", tp, pp, dp,
+                              i, state, ideal);
+                cr_expect_eq(state, p.state_bytes, "rank %u: state %.0f vs plan %.0f", i, state,
+                             p.state_bytes);
+                cr_expect_eq(gathered, p.gathered_bytes, "rank %u: gathered %.0f vs plan %.0f", i,
+                             gathered, p.gathered_bytes);
+            }
         }
     }
 }

@@ -104,30 +104,50 @@ static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t
     t->split = split;
     t->tp_replicated = split == ENG_SPLIT_NONE && p > 1;
     t->tp_counter = 0;
-    m->nparams += numel;
+    /* ZeRO-3 gathers a tensor outside blocks whole, its padding with it */
+    m->nparams += m->external && block < 0 ? m->dp * ch_layout_shard_len(numel, m->dp) : numel;
+}
+
+/* t is ZeRO-3 sharded: its unit (t itself, or its block's range, where t starts at
+ * unit_off) has S floats per DP rank, this rank's shard of it at `base` in the shards;
+ * the rank owns what of t falls in [d*S, (d+1)*S) of the unit. */
+static void own_shard(eng_tensor_t *t, size_t unit_off, size_t S, uint32_t d, size_t base)
+{
+    size_t lo = (size_t)d * S, hi = lo + S;
+    size_t a = unit_off > lo ? unit_off : lo;
+    size_t b = unit_off + t->numel < hi ? unit_off + t->numel : hi;
+    b = b > a ? b : a;
+    t->dp_sharded = 1;
+    t->store = ENG_STORE_SHARDS;
+    t->shard_base = base;
+    t->shard_len = S;
+    t->own_lo = a - unit_off;
+    t->own_hi = b - unit_off;
+    t->own_at = base + (a - lo);
 }
 
 /* Who owns which copy of each tensor (eng_tensor_t): the tie of wte, the DP ranges, and
- * from them which rank writes and counts what. Under ZeRO-3 DP rank d owns
- * [d*S, (d+1)*S) of each block's padded range; what else it holds, every DP rank holds. */
+ * from them which rank writes and counts what. Under ZeRO-3 every tensor is sharded
+ * (model.h: external_blocks); otherwise every DP rank holds everything. */
 static void assign_owners(eng_model_t *m)
 {
-    size_t S = ch_layout_shard_len(m->blk_numel, m->dp), lo = (size_t)m->dpr * S, hi = lo + S;
-    for (size_t i = 0; i < m->ntensors; i++) {
+    size_t S = ch_layout_shard_len(m->blk_numel, m->dp), base = 0;
+    for (size_t i = 0; i < m->ntensors; i++) { /* the units outside blocks come first */
         eng_tensor_t *t = &m->tensors[i];
         if (t->split == ENG_SPLIT_VOCAB && !(m->part.embedding && m->part.head)) {
             t->tie = m->part.embedding ? ENG_TIE_ORIGINAL : ENG_TIE_COPY;
         }
-        t->dp_sharded = m->external && t->block >= 0;
-        if (t->dp_sharded) {
-            size_t a = t->offset > lo ? t->offset : lo;
-            size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
-            b = b > a ? b : a;
-            t->store = ENG_STORE_SHARDS;
-            t->own_lo = a - t->offset;
-            t->own_hi = b - t->offset;
-            t->own_at = (size_t)(t->block - (int)m->part.first) * S + (a - lo);
-        } else {
+        if (m->external && t->block < 0) {
+            size_t St = ch_layout_shard_len(t->numel, m->dp);
+            own_shard(t, 0, St, m->dpr, base);
+            base += St;
+        }
+    }
+    for (size_t i = 0; i < m->ntensors; i++) {
+        eng_tensor_t *t = &m->tensors[i];
+        if (m->external && t->block >= 0) {
+            own_shard(t, t->offset, S, m->dpr, base + (size_t)(t->block - (int)m->part.first) * S);
+        } else if (!m->external) {
             t->store = ENG_STORE_SLAB;
             t->own_lo = 0;
             t->own_hi = t->numel;

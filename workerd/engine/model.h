@@ -111,6 +111,11 @@ typedef struct eng_tensor {
     size_t own_lo, own_hi;
     eng_store_id_t store;
     size_t own_at;
+    /* ZeRO-3's unit of this tensor (its block's range, or the tensor itself outside
+     * blocks): S = shard_len floats per DP rank, this rank's shard of it at shard_base in
+     * ENG_STORE_SHARDS (element own_at is then shard_base + where the owned range starts
+     * in the shard). 0 and 0 when not dp_sharded. */
+    size_t shard_base, shard_len;
     /* Derived, once over the world: whether this rank writes its owned range into its
      * checkpoint file (not a tied copy; under DP replication only DP rank 0) and whether it
      * counts it in the global gradient norm (written, and under TP replication only
@@ -144,16 +149,19 @@ typedef struct eng_model_opts {
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */
     uint32_t dp, dp_rank;
-    /* ZeRO-3 (DESIGN §5): the blocks' parameters and gradients live outside the model.
-     * The slab (eng_model_params / eng_model_grads, eng_model_nparams) then holds only the
-     * tensors outside blocks (wte, wpe, ln_f), in table order; a block tensor's `offset` is
-     * its offset within its block's range; no block has a base until the caller sets one
-     * (eng_model_set_block_params / grads: NULL leaves it without), typically from the
-     * block hook; eng_model_init_block makes a block's initial parameters. Each block's
-     * range is padded to dp * S (S = ch_layout_shard_len(block floats, dp)) and DP rank d
-     * owns [d*S, (d+1)*S) of it: the table's block tensors are dp_sharded, in
-     * ENG_STORE_SHARDS, whose layout is the stage's blocks' shards one after the other (block
-     * first + i at i * S). */
+    /* ZeRO-3 (DESIGN §5): every tensor is sharded over the DP group (dp, dp_rank), and the
+     * blocks' parameters and gradients live outside the model. The slab
+     * (eng_model_params / eng_model_grads, eng_model_nparams) then holds only the tensors
+     * outside blocks (wte, wpe, ln_f), in table order, each padded to dp * S (S =
+     * ch_layout_shard_len(numel, dp)): the gathered copy ZeRO-3 fills before use. A block
+     * tensor's `offset` is its offset within its block's range; no block has a base until
+     * the caller sets one (eng_model_set_block_params / grads: NULL leaves it without),
+     * typically from the block hook; eng_model_init_block makes a block's initial
+     * parameters. ZeRO-3's units are each tensor outside blocks and each block's range,
+     * padded to dp * S; DP rank d owns [d*S, (d+1)*S) of each. Every tensor is then
+     * dp_sharded in ENG_STORE_SHARDS, whose layout is this rank's shards of the units in
+     * table order: the tensors outside blocks (wte, wpe on stage 0; wte, ln_f on the last),
+     * then the blocks (eng_tensor_t's shard_base and shard_len). */
     int external_blocks;
 } eng_model_opts_t;
 

@@ -338,7 +338,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     eng_model_part_t part = eng_model_part(t->model);
     t->first = part.first;
     t->last = part.last;
-    rc = eng_optim_init_on(&t->optim, be, eng_model_nparams(t->model));
+    /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
+    rc = eng_optim_init_on(&t->optim, be, zero ? 0 : eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
     if (zero) {
@@ -472,7 +473,9 @@ static int stage_pieces(const eng_trainer_t *t, eng_ckpt_piece_t *pc, size_t n, 
     return rc;
 }
 
-/* The host copies back into the pieces' backend memory (after a restore filled them). */
+/* The host copies back into the pieces' backend memory (after a restore filled them);
+ * then, under ZeRO-3, the restored shards of the tensors outside blocks gathered into the
+ * model's slab, which the passes read. */
 static int stage_back(const eng_trainer_t *t, const eng_ckpt_piece_t *pc, size_t n,
                       const staged_t *st)
 {
@@ -484,6 +487,8 @@ static int stage_back(const eng_trainer_t *t, const eng_ckpt_piece_t *pc, size_t
             if (st->dev[3 * i + (size_t)k] && bytes)
                 rc = t->be->copy(t->be, st->dev[3 * i + (size_t)k], host[k], bytes, ENG_COPY_H2D);
     }
+    if (rc == 0 && t->zero)
+        rc = eng_zero_gather_rest(t->zero);
     return rc;
 }
 
@@ -753,7 +758,9 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
             rc = wrk_coll_allreduce(t->emb, grads + x->offset, grads + x->offset, x->numel,
                                     WRK_COLL_F32, WRK_COLL_SUM, NULL);
     }
-    if (rc == 0 && t->dp && n)
+    if (rc == 0 && t->zero)
+        rc = eng_zero_reduce_rest(t->zero);
+    else if (rc == 0 && t->dp && n)
         rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
     if (rc < 0)
         return rc;
@@ -811,6 +818,10 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     state_adamw(t, lr, coef);
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
+    uint64_t o1 = ch_now_ns();
+    /* the updated tensors outside blocks gathered for the next pass (ZeRO-3's time) */
+    if (t->zero && (rc = eng_zero_gather_rest(t->zero)) < 0)
+        return rc;
     t->next_step = step + 1;
 
     uint64_t end = ch_now_ns();
@@ -840,7 +851,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
         info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9;
         info->time.compute = (double)(t->pass_ns - t->pass_comm_ns) * 1e-9;
-        info->time.optim = (double)(end - o0) * 1e-9;
+        info->time.optim = (double)(o1 - o0) * 1e-9;
         info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
         double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
                       info->time.compute - info->time.optim;
@@ -857,8 +868,9 @@ void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem)
     size_t n = eng_model_nparams(t->model), zs = 0, zg = 0;
     if (t->zero)
         eng_zero_bytes(t->zero, &zs, &zg);
-    /* the slab's parameters and gradients, Adam m and v */
-    mem->state_bytes = 4 * n * sizeof(float) + zs;
+    /* the slab's parameters and gradients, Adam m and v (under ZeRO-3 the slab is the
+     * gathered copy: eng_zero_bytes counts it) */
+    mem->state_bytes = (t->zero ? 0 : 4 * n * sizeof(float)) + zs;
     mem->gathered_bytes = zg;
 }
 

@@ -19,7 +19,10 @@ struct eng_zero {
     ch_reshard_t policy;
     uint32_t first, nb; /* the stage's blocks [first, first + nb) */
     size_t count, S, padded;
-    float *p, *g, *am, *av; /* owned shards: nb * S each, block i at i * S */
+    /* owned shards, the table's ENG_STORE_SHARDS: those of the tensors outside blocks
+     * (`rest` floats), then the blocks', block first + i at rest + i * S */
+    size_t rest;
+    float *p, *g, *am, *av;
     /* gathered buffers: per-use 2, per-step nb; which block each holds (-1: none), whether
      * its contents are there, and its gather in flight */
     uint32_t nbuf;
@@ -88,7 +91,7 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
         return rc;
     if (z->holds[s] == (int64_t)l && z->valid[s])
         return 0;
-    const float *shard = z->p + (size_t)(l - z->first) * z->S;
+    const float *shard = z->p + z->rest + (size_t)(l - z->first) * z->S;
     z->holds[s] = l;
     z->valid[s] = 0;
     if (!z->dp) {
@@ -123,30 +126,34 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     return rc;
 }
 
-/* The block's unsharded gradient summed over the DP group; this rank's shard of it added
- * to its reduced gradient. */
-static int scatter(eng_zero_t *z, uint32_t l)
+/* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
+ * this rank's shard of it added to its reduced gradient g (S floats). */
+static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
 {
-    float *g = z->g + (size_t)(l - z->first) * z->S;
-    const float *part = z->full_g;
+    const float *part = full;
     int rc = 0;
     if (z->dp) {
         /* in place: this rank's shard of the sum lands on its own range */
-        part = z->full_g + (size_t)z->d * z->S;
-        rc = wrk_coll_reduce_scatter(z->dp, z->full_g, (float *)part, z->S, WRK_COLL_F32,
-                                     WRK_COLL_SUM, NULL);
+        part = full + (size_t)z->d * S;
+        rc = wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM,
+                                     NULL);
     }
     if (rc < 0)
         return rc;
     if (z->be->axpy) {
-        z->be->axpy(z->be, g, part, z->S, 1.0f); /* g + 1 * part: the sum's bits */
+        z->be->axpy(z->be, g, part, S, 1.0f); /* g + 1 * part: the sum's bits */
     } else if (z->be->host_memory) {
-        for (size_t k = 0; k < z->S; k++)
+        for (size_t k = 0; k < S; k++)
             g[k] += part[k];
     } else {
         return -ENOTSUP; /* eng_zero_create refuses such a backend */
     }
     return 0;
+}
+
+static int scatter(eng_zero_t *z, uint32_t l)
+{
+    return reduce_into(z, z->full_g, z->S, z->g + z->rest + (size_t)(l - z->first) * z->S);
 }
 
 static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
@@ -175,21 +182,41 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
 // ----------------------------------------------------------------------------
 // create / destroy
 
-/* Whether m's table shards block `first` as this object will: over dpn ranks, rank d
- * owning [d*S, (d+1)*S) of the block's range (model.h, external_blocks with dp). */
-static int table_agrees(const eng_zero_t *z)
+/* Where the table puts this rank's shards (model.h, external_blocks with dp): z->rest,
+ * the floats of the tensors outside blocks before the first block's shard; 0 when the
+ * table shards the blocks otherwise than over z's group (S per block). */
+static int table_agrees(eng_zero_t *z)
 {
     for (size_t i = 0; i < eng_model_ntensors(z->m); i++) {
         const eng_tensor_t *t = eng_model_tensor(z->m, i);
         if (t->block != (int)z->first)
             continue;
-        size_t lo = (size_t)z->d * z->S, hi = lo + z->S;
-        size_t a = t->offset > lo ? t->offset : lo;
-        return t->dp_sharded && t->store == ENG_STORE_SHARDS &&
-               (t->own_lo == t->own_hi || (t->own_lo == a - t->offset && t->own_at == a - lo)) &&
-               (t->own_lo == t->own_hi || t->offset + t->own_hi <= hi);
+        z->rest = t->shard_base;
+        return t->dp_sharded && t->shard_len == z->S;
     }
     return 0;
+}
+
+/* Each tensor outside blocks is a unit of its own: in the model's slab at its offset,
+ * padded to dpn * shard_len; this rank's shard at shard_base. */
+#define FOR_EACH_REST(z, t)                                                                        \
+    for (size_t t##_i = 0; t##_i < eng_model_ntensors((z)->m); t##_i++)                            \
+        if ((t = eng_model_tensor((z)->m, t##_i))->block < 0)
+
+/* The owned shards of the tensors outside blocks, from the model's slab. */
+static int init_rest(eng_zero_t *z)
+{
+    const float *params = eng_model_params(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        size_t at = t->offset + (size_t)z->d * t->shard_len;
+        if (rc == 0)
+            rc = z->be->copy(z->be, z->p + t->shard_base, params + at, t->shard_len * sizeof(float),
+                             ENG_COPY_D2D);
+    }
+    return rc;
 }
 
 int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, eng_zero_t **out)
@@ -232,7 +259,7 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     tmp = malloc(z->padded * sizeof *tmp);
     if (!z->buf || !z->holds || !z->valid || !z->req || !tmp)
         goto fail;
-    size_t shards = (size_t)z->nb * z->S;
+    size_t shards = z->rest + (size_t)z->nb * z->S;
     CH_CHECK_GOTO(zalloc(z, shards, &z->p), rc, fail);
     CH_CHECK_GOTO(zalloc(z, shards, &z->g), rc, fail);
     CH_CHECK_GOTO(zalloc(z, shards, &z->am), rc, fail);
@@ -247,10 +274,11 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     size_t lo = (size_t)z->d * z->S;
     for (uint32_t i = 0; i < z->nb; i++) {
         CH_CHECK_GOTO(eng_model_init_block(m, z->first + i, tmp), rc, fail);
-        CH_CHECK_GOTO(be->copy(be, z->p + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
+        CH_CHECK_GOTO(be->copy(be, z->p + z->rest + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
                                be->host_memory ? ENG_COPY_D2D : ENG_COPY_H2D),
                       rc, fail);
     }
+    CH_CHECK_GOTO(init_rest(z), rc, fail);
     free(tmp);
     eng_model_set_block_hook(m, hook, z);
     *out = z;
@@ -305,6 +333,39 @@ void eng_zero_end_step(eng_zero_t *z)
     drain_all(z);
 }
 
+int eng_zero_gather_rest(eng_zero_t *z)
+{
+    float *params = eng_model_params(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        const float *shard = z->p + t->shard_base;
+        if (rc == 0 && z->dp)
+            rc = wrk_coll_allgather(z->dp, shard, params + t->offset, t->shard_len, WRK_COLL_F32,
+                                    NULL);
+        else if (rc == 0)
+            rc = z->be->copy(z->be, params + t->offset, shard, t->shard_len * sizeof(float),
+                             ENG_COPY_D2D);
+    }
+    return rc;
+}
+
+int eng_zero_reduce_rest(eng_zero_t *z)
+{
+    float *grads = eng_model_grads(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        if (rc == 0)
+            rc = reduce_into(z, grads + t->offset, t->shard_len, z->g + t->shard_base);
+    }
+    if (rc == 0)
+        rc = z->be->memset(z->be, grads, 0, eng_model_nparams(z->m) * sizeof(float));
+    return rc;
+}
+
 eng_store_t eng_zero_store(const eng_zero_t *z)
 {
     return (eng_store_t){.p = z->p, .g = z->g, .m = z->am, .v = z->av};
@@ -312,8 +373,10 @@ eng_store_t eng_zero_store(const eng_zero_t *z)
 
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
 {
-    *state = 4 * (size_t)z->nb * z->S * sizeof(float);
-    *gathered = ((size_t)z->nbuf + 1) * z->padded * sizeof(float);
+    *state = 4 * (z->rest + (size_t)z->nb * z->S) * sizeof(float);
+    /* the blocks' buffers, and the model's slab: the tensors outside blocks gathered, and
+     * their unsharded gradients */
+    *gathered = (((size_t)z->nbuf + 1) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
 }
 
 size_t eng_zero_shard_len(const eng_zero_t *z)
