@@ -145,8 +145,10 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
     printf("memory: state = fp32 master + Adam m, v + gradients of the rank's ZeRO-3 shard; "
            "gathered = %s; activations = micro-batches in flight (Nx) + backward scratch\n",
            j->parallel.reshard == CH_RESHARD_PER_STEP
-               ? "the stage's blocks + one block's gradient (per-step)"
-               : "2 blocks (in use + prefetch) + one block's gradient (per-use)");
+               ? "the stage's blocks + one block's gradient (per-step), + wte, wpe, ln_f "
+                 "and their gradients"
+               : "2 blocks (in use + prefetch) + one block's gradient (per-use), + wte, wpe, "
+                 "ln_f and their gradients");
     if (warning)
         printf("warning: %s\n", warning);
 }

@@ -15,6 +15,12 @@ static double padded_vocab(uint32_t vocab, uint32_t tp)
     return ceil(vocab / align) * align;
 }
 
+/* ch_layout_shard_len in doubles (exact below CH_PLAN_EXACT_MAX). */
+static double shard_of(double n, uint32_t dp)
+{
+    return n < CH_PLAN_EXACT_MAX ? (double)ch_layout_shard_len((size_t)n, dp) : ceil(n / dp);
+}
+
 static double flops_per_seq(double s, double l, double h, double V)
 {
     return 72.0 * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
@@ -55,9 +61,7 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->padded_vocab = padded_vocab(m->vocab, l.tp);
     p->block = 12 * C * C + 13 * C;
     p->block_tp = 12 * C * C / tp + 7 * C / tp + 6 * C;
-    p->block_shard = p->block_tp < CH_PLAN_EXACT_MAX
-                         ? (double)ch_layout_shard_len((size_t)p->block_tp, l.dp)
-                         : ceil(p->block_tp / l.dp);
+    p->block_shard = shard_of(p->block_tp, l.dp);
     p->params_total = L * p->block + (double)m->vocab * C + T * C + 2 * C;
     p->params_padded = L * p->block + p->padded_vocab * C + T * C + 2 * C;
     p->sequences = (double)l.dp * mb * micro_batch;
@@ -79,18 +83,29 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->embeddings = s == 0;
     p->head = s == l.pp - 1;
     const double nb = p->blocks;
-    double outside = 0;
+    /* the tensors outside blocks: wte (once when pp = 1), wpe; ln_f's weight and bias */
+    double outside[4] = {0, 0, 0, 0}, whole = 0, owned = 0, padded = 0;
+    if (p->embeddings || p->head)
+        outside[0] = wte;
     if (p->embeddings)
-        outside += wte + T * C;
+        outside[1] = T * C;
     if (p->head)
-        outside += 2 * C + (p->embeddings ? 0 : wte);
-    p->params = nb * p->block_tp + outside;
-    p->owned = nb * p->block_shard + outside;
+        outside[2] = outside[3] = C;
+    for (int i = 0; i < 4; i++) {
+        double shard = shard_of(outside[i], l.dp);
+        whole += outside[i];
+        owned += l.dp > 1 ? shard : outside[i];
+        padded += shard * l.dp;
+    }
+    p->params = nb * p->block_tp + whole;
+    p->owned = nb * p->block_shard + owned;
 
     p->state_bytes = 4 * F32 * p->owned;
-    /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole) */
+    /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole):
+     * the blocks' gathered buffers and one block's unsharded gradient; the tensors outside
+     * blocks gathered (padded) and their unsharded gradients */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    p->gathered_bytes = l.dp > 1 ? F32 * (gathered + 1) * p->block_tp : 0;
+    p->gathered_bytes = l.dp > 1 ? F32 * ((gathered + 1) * p->block_shard * l.dp + 2 * padded) : 0;
 
     double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
     double kept = nb * per_block;

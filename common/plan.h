@@ -14,17 +14,20 @@
  *                       pp = 1); wpe (T·C) on stage 0 and ln_f (2C) on the last stage,
  *                       replicated over tp.
  *   ZeRO-3:             each block's TP slice is one flat buffer split into dp padded
- *                       shards (ch_layout_shard_len); tensors outside blocks are held
- *                       whole by every dp rank of their stage.
+ *                       shards (ch_layout_shard_len), and so is each tensor outside
+ *                       blocks (wte's TP slice, wpe, ln_f's weight, its bias), each on
+ *                       its own.
  * The whole-model count is Hugging Face's (V rows of wte, no separate LM head):
  * 124,439,808 for GPT-2 124M. Per-rank counts are what a rank stores, so they include
  * its padded wte rows.
  *
  * Memory per rank, fp32 (4 bytes a float):
  *   state       owned parameters × 4 floats: master weights, Adam m and v, gradients
- *   gathered    dp > 1 only (ZeRO-3): per-use 2 blocks (the one in use and the next,
- *               prefetched); per-step every block of the stage; either way plus one
- *               block's unsharded gradient waiting for its reduce-scatter
+ *   gathered    dp > 1 only (ZeRO-3), padded to dp shards: per-use 2 blocks (the one in
+ *               use and the next, prefetched); per-step every block of the stage; either
+ *               way plus one block's unsharded gradient waiting for its reduce-scatter;
+ *               and the tensors outside blocks, gathered for the whole step, with their
+ *               unsharded gradients (reduce-scattered once a step)
  *   activations what the engine's model keeps for backward, per micro-batch:
  *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
  *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and

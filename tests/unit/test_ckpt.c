@@ -12,6 +12,8 @@
 #include "common/util.h"
 #include "support.h"
 #include "workerd/engine/ckpt.h"
+#include "workerd/engine/optim.h"
+#include "model_pieces.h"
 #include "workerd/engine/export.h"
 
 static char dir[512];
@@ -75,8 +77,12 @@ static void save(eng_model_t *m, eng_optim_t *o, uint64_t step, int commit)
     eng_ckpt_file_t file = {0, 0, 0};
     char err[512];
     meta_for(&meta, step);
-    cr_assert_eq(eng_ckpt_save(dir, &meta, m, o, &file.bytes, &file.checksum, err, sizeof err), 0,
-                 "%s", err);
+    eng_ckpt_piece_t *pc = NULL;
+    size_t n = model_pieces(m, o, &pc);
+    cr_assert_eq(
+        eng_ckpt_save_pieces(dir, &meta, pc, n, o->t, &file.bytes, &file.checksum, err, sizeof err),
+        0, "%s", err);
+    free(pc);
     cr_expect_gt(file.bytes, 3 * eng_model_nparams(m) * 3); /* params + m + v, roughly */
     if (commit)
         cr_assert_eq(eng_ckpt_write_manifest(dir, &meta, &file, 1, err, sizeof err), 0, "%s", err);
@@ -98,7 +104,7 @@ Test(ckpt, restore_is_bit_exact)
     cr_assert_eq(eng_ckpt_step_dir(dir, "j1", 5, sdir, sizeof sdir), 0);
     cr_expect(strstr(sdir, "/j1/step-00000005") != NULL);
     uint64_t step = 0;
-    cr_assert_eq(eng_ckpt_restore(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(restore_model(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
     cr_expect_eq(step, 5);
     cr_expect_eq(o2.t, 5);
     size_t n = eng_model_nparams(m);
@@ -146,7 +152,7 @@ Test(ckpt, resumes_other_layouts_refuses_other_models_and_corruption)
     eng_model_t *m2 = model(98);
     eng_optim_t o2;
     cr_assert_eq(eng_optim_init(&o2, eng_model_nparams(m2)), 0);
-    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(restore_model(sdir, &expect, m2, &o2, &step, err, sizeof err), 0, "%s", err);
     size_t n = eng_model_nparams(m);
     cr_expect_eq(memcmp(eng_model_params(m), eng_model_params(m2), n * sizeof(float)), 0);
     cr_expect_eq(memcmp(o.v, o2.v, n * sizeof(float)), 0);
@@ -155,7 +161,7 @@ Test(ckpt, resumes_other_layouts_refuses_other_models_and_corruption)
 
     meta_for(&expect, 0);
     expect.cfg.seq_len = 16;
-    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
+    cr_expect_eq(restore_model(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_CONFIG);
     cr_expect(strstr(err, "seq_len") != NULL, "%s", err);
 
     /* flip one byte of the data: the manifest's checksum catches it */
@@ -168,11 +174,11 @@ Test(ckpt, resumes_other_layouts_refuses_other_models_and_corruption)
     fputc(c ^ 0x40, fp);
     fclose(fp);
     meta_for(&expect, 0);
-    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_FORMAT);
+    cr_expect_eq(restore_model(sdir, &expect, m, &o, &step, err, sizeof err), CH_E_FORMAT);
     cr_expect(strstr(err, "checksum") != NULL, "%s", err);
 
     snprintf(sdir, sizeof sdir, "%s/j1/step-00000099", dir);
-    cr_expect_eq(eng_ckpt_restore(sdir, &expect, m, &o, &step, err, sizeof err), -ENOENT);
+    cr_expect_eq(restore_model(sdir, &expect, m, &o, &step, err, sizeof err), -ENOENT);
     eng_optim_fini(&o);
     eng_model_destroy(m);
 }

@@ -15,6 +15,8 @@
 #include "common/util.h"
 #include "support.h"
 #include "workerd/engine/ckpt.h"
+#include "workerd/engine/optim.h"
+#include "model_pieces.h"
 #include "workerd/engine/export.h"
 
 static char dir[512];
@@ -599,8 +601,12 @@ Test(ckpt_piece, model_checkpoints_reshard_and_export)
     eng_ckpt_file_t file = {0, 0, 0};
     char err[512], sdir[1024], out[1024];
     meta_for(&meta, "old", 5, (layout_t){1, 1, 1}, CFG.padded_vocab, 0);
-    cr_assert_eq(eng_ckpt_save(dir, &meta, m, &o, &file.bytes, &file.checksum, err, sizeof err), 0,
-                 "%s", err);
+    eng_ckpt_piece_t *pc = NULL;
+    size_t npc = model_pieces(m, &o, &pc);
+    cr_assert_eq(eng_ckpt_save_pieces(dir, &meta, pc, npc, o.t, &file.bytes, &file.checksum, err,
+                                      sizeof err),
+                 0, "%s", err);
+    free(pc);
     cr_assert_eq(eng_ckpt_write_manifest(dir, &meta, &file, 1, err, sizeof err), 0, "%s", err);
     step_dir("old", sdir, sizeof sdir);
     ch_st_file_t *st = NULL;
@@ -639,7 +645,7 @@ Test(ckpt_piece, model_checkpoints_reshard_and_export)
     cr_assert_eq(eng_optim_init(&o2, eng_model_nparams(m2)), 0);
     uint64_t step = 0;
     meta_for(&meta, "sliced", 0, (layout_t){1, 1, 1}, CFG.padded_vocab, 0);
-    cr_assert_eq(eng_ckpt_restore(sdir, &meta, m2, &o2, &step, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(restore_model(sdir, &meta, m2, &o2, &step, err, sizeof err), 0, "%s", err);
     cr_expect_eq(step, 5);
     cr_expect_eq(o2.t, 42);
     size_t np = eng_model_nparams(m);

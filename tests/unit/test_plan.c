@@ -71,8 +71,8 @@ Test(plan, tp2_pp2_dp2_per_use)
 {
     ch_model_cfg_t m = gpt2(1024);
     const want_t w[2] = {
-        {0, 6, 41429760, 30791040, 492656640, 42554880, 2743861248, 1, 104857600, 3383930368},
-        {6, 6, 40644864, 30006144, 480098304, 42554880, 2743992320, 1, 373293056, 3639938560},
+        {0, 6, 41429760, 20714880, 331438080, 203773440, 2743861248, 1, 104857600, 3383930368},
+        {6, 6, 40644864, 20322432, 325158912, 197494272, 2743992320, 1, 373293056, 3639938560},
     };
     for (uint32_t s = 0; s < 2; s++) {
         ch_plan_t p;
@@ -93,9 +93,9 @@ Test(plan, tp4_pp3_dp8_in_flight)
 {
     ch_model_cfg_t m = gpt2(1024);
     const want_t w[3] = {
-        {0, 4, 17620224, 11406240, 182499840, 21305088, 283246592, 3, 23068672, 1076613376},
+        {0, 4, 17620224, 2202528, 35240448, 105453312, 283246592, 3, 23068672, 1013502208},
         {4, 4, 7101696, 887712, 14203392, 21305088, 276955136, 2, 23068672, 612487424},
-        {8, 4, 16835328, 10621344, 169941504, 21305088, 283279360, 1, 126877696, 601403648},
+        {8, 4, 16835328, 2104416, 33670656, 99174144, 283279360, 1, 126877696, 543001856},
     };
     for (uint32_t s = 0; s < 3; s++) {
         ch_plan_t p;
@@ -111,12 +111,12 @@ Test(plan, tp4_pp3_dp8_in_flight)
 Test(plan, tp3_pp12_dp7_first_middle_last)
 {
     ch_model_cfg_t m = gpt2(512);
-    const want_t w0 = {0,        1,         15636736, 13608997, 217743952,
-                       18925568, 146866176, 12,       42991616, 2042055248};
+    const want_t w0 = {0,         1,         15636736, 2233821,  35741136,
+                       125093976, 146866176, 12,       42991616, 1966220840};
     const want_t w5 = {5,        1,         2365696, 337957,   5407312,
-                       18925568, 134283264, 7,       42991616, 1007307344};
-    const want_t w11 = {11,       1,         15245056, 13217317,  211477072,
-                        18925568, 146931712, 1,        311427072, 688761424};
+                       18925592, 134283264, 7,       42991616, 1007307368};
+    const want_t w11 = {11,        1,         15245056, 2177867,   34845872,
+                        121960552, 146931712, 1,        311427072, 615165208};
     ch_plan_t p;
     cr_assert_eq(ch_plan_stage(&m, lay(3, 12, 7), 8, 16, CH_RESHARD_PER_USE, 0, &p), 0);
     check_stage(&p, &w0);
@@ -133,9 +133,12 @@ Test(plan, per_step_keeps_the_stage_gathered)
     ch_plan_t use, step;
     cr_assert_eq(ch_plan_stage(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_USE, 0, &use), 0);
     cr_assert_eq(ch_plan_stage(&m, lay(2, 2, 2), 8, 1, CH_RESHARD_PER_STEP, 0, &step), 0);
-    /* 6 blocks + one gradient instead of 2 + one. */
-    cr_assert_eq(step.gathered_bytes, 4.0 * 7 * use.block_tp);
-    cr_assert_eq(use.gathered_bytes, 4.0 * 3 * use.block_tp);
+    /* 6 blocks + one gradient instead of 2 + one, each padded to 2 shards of 1,773,120;
+     * either way wte's slice (19,365,888) and wpe (786,432), gathered, and their gradients */
+    double outside = 2.0 * (19365888 + 786432);
+    cr_assert_eq(use.block_shard, 1773120.0);
+    cr_assert_eq(step.gathered_bytes, 4.0 * (7 * 2 * use.block_shard + outside));
+    cr_assert_eq(use.gathered_bytes, 4.0 * (3 * 2 * use.block_shard + outside));
     cr_assert_eq(step.state_bytes, use.state_bytes);
 }
 

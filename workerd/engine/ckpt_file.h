@@ -1,7 +1,7 @@
 /* Checkpoints (DESIGN §8).
  *
  * Step s of job J lives in DIR/J/step-<s, 8 digits>/; each rank writes its shard
- * rank-<r, 5 digits>.safetensors there: the pieces it holds (ckpt.h's eng_ckpt_piece_t),
+ * rank-<r, 5 digits>.safetensors there: the pieces it holds (ckpt_piece.h's eng_ckpt_piece_t),
  * parameters under their Hugging Face names, Adam state as "optim.m.<name>" and
  * "optim.v.<name>" (a whole tensor in its Hugging Face shape, wte without its padding
  * rows; any other piece 1-D with metadata "slice.<name>" saying where it sits), and
@@ -76,7 +76,7 @@ int eng_ckpt_meta_u64(const ch_st_file_t *f, const char *key, uint64_t *out, cha
 // ----------------------------------------------------------------------------
 // reading a committed step, whatever layout wrote it (ckpt_piece.c)
 
-struct eng_ckpt_piece; /* ckpt.h */
+struct eng_ckpt_piece; /* ckpt_piece.h */
 typedef struct eng_ckpt_reader eng_ckpt_reader_t;
 
 /* Open the committed step in step_dir: its manifest (-ENOENT without one) and every shard

@@ -1,4 +1,4 @@
-/* Checkpoint pieces (ckpt.h): a rank's shard file as pieces, and the reader that joins the
+/* Checkpoint pieces (ckpt_piece.h): a rank's shard file as pieces, and the reader that joins the
  * pieces of any layout (ckpt_file.h). No model: chorusctl links this side.
  *
  * Theory of operation. A shard file holds, per piece, the parameters under the Hugging
@@ -23,7 +23,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "workerd/engine/ckpt.h"
+#include "workerd/engine/ckpt_piece.h"
 
 enum { KP, KM, KV, NKINDS }; /* parameters, Adam m, Adam v */
 static const char *const kind_prefix[NKINDS] = {"", "optim.m.", "optim.v."};

@@ -12,7 +12,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/safetensors.h"
-#include "workerd/engine/ckpt.h"
+#include "workerd/engine/ckpt_piece.h"
 
 /* A block's tensors: name, dimensions as multiples of C (cols 0: 1-D). */
 static const struct {

@@ -102,7 +102,69 @@ static void add_tensor(eng_model_t *m, const char *name, uint32_t ndim, uint32_t
     t->decay = ndim == 2;
     t->block = block;
     t->split = split;
-    m->nparams += numel;
+    t->tp_replicated = split == ENG_SPLIT_NONE && p > 1;
+    t->tp_counter = 0;
+    /* ZeRO-3 gathers a tensor outside blocks whole, its padding with it */
+    m->nparams += m->external && block < 0 ? m->dp * ch_layout_shard_len(numel, m->dp) : numel;
+}
+
+/* t is ZeRO-3 sharded: its unit (t itself, or its block's range, where t starts at
+ * unit_off) has S floats per DP rank, this rank's shard of it at `base` in the shards;
+ * the rank owns what of t falls in [d*S, (d+1)*S) of the unit. */
+static void own_shard(eng_tensor_t *t, size_t unit_off, size_t S, uint32_t d, size_t base)
+{
+    size_t lo = (size_t)d * S, hi = lo + S;
+    size_t a = unit_off > lo ? unit_off : lo;
+    size_t b = unit_off + t->numel < hi ? unit_off + t->numel : hi;
+    b = b > a ? b : a;
+    t->dp_sharded = 1;
+    t->store = ENG_STORE_SHARDS;
+    t->shard_base = base;
+    t->shard_len = S;
+    t->own_lo = a - unit_off;
+    t->own_hi = b - unit_off;
+    t->own_at = base + (a - lo);
+}
+
+/* Who owns which copy of each tensor (eng_tensor_t): the tie of wte, the DP ranges, and
+ * from them which rank writes and counts what. Under ZeRO-3 every tensor is sharded
+ * (model.h: external_blocks); otherwise every DP rank holds everything. */
+static void assign_owners(eng_model_t *m)
+{
+    size_t S = ch_layout_shard_len(m->blk_numel, m->dp), base = 0;
+    for (size_t i = 0; i < m->ntensors; i++) { /* the units outside blocks come first */
+        eng_tensor_t *t = &m->tensors[i];
+        if (t->split == ENG_SPLIT_VOCAB && !(m->part.embedding && m->part.head)) {
+            t->tie = m->part.embedding ? ENG_TIE_ORIGINAL : ENG_TIE_COPY;
+        }
+        if (m->external && t->block < 0) {
+            size_t St = ch_layout_shard_len(t->numel, m->dp);
+            own_shard(t, 0, St, m->dpr, base);
+            base += St;
+        }
+    }
+    for (size_t i = 0; i < m->ntensors; i++) {
+        eng_tensor_t *t = &m->tensors[i];
+        if (m->external && t->block >= 0) {
+            own_shard(t, t->offset, S, m->dpr, base + (size_t)(t->block - (int)m->part.first) * S);
+        } else if (!m->external) {
+            t->store = ENG_STORE_SLAB;
+            t->own_lo = 0;
+            t->own_hi = t->numel;
+            t->own_at = t->offset;
+        }
+        t->written = t->tie != ENG_TIE_COPY && (t->dp_sharded || m->dpr == 0);
+        t->counted = t->written && (!t->tp_replicated || m->tpr == t->tp_counter);
+    }
+}
+
+eng_slice_t eng_tensor_slice(const eng_tensor_t *t)
+{
+    eng_slice_t s = {.ndim = t->ndim, .parts = t->parts};
+    memcpy(s.shape, t->shape, sizeof s.shape);
+    memcpy(s.lo, t->lo, sizeof s.lo);
+    memcpy(s.hi, t->hi, sizeof s.hi);
+    return s;
 }
 
 static void build_table(eng_model_t *m)
@@ -347,6 +409,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (rc == 0) {
         rc = check_tp(cfg, opts);
     }
+    if (rc == 0 && opts != NULL && opts->dp > 1 && opts->dp_rank >= opts->dp) {
+        rc = -EINVAL;
+    }
     if (rc < 0) {
         return rc;
     }
@@ -364,6 +429,8 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
     m->external = opts != NULL && opts->external_blocks;
+    m->dp = opts && opts->dp > 1 ? opts->dp : 1;
+    m->dpr = m->dp > 1 ? opts->dp_rank : 0;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
     m->Vl = cfg->padded_vocab / m->tp;
@@ -379,6 +446,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         goto fail;
     }
     build_table(m);
+    assign_owners(m);
     CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->params), rc, fail);
     CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->own_grads), rc, fail);
     m->grads = m->own_grads;

@@ -31,6 +31,7 @@
 #include "common/plan.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/backend.h"
+#include "workerd/engine/slice.h"
 
 /* The model's shape (common/plan.h: the arithmetic over it lives there). */
 typedef ch_model_cfg_t eng_config_t;
@@ -58,6 +59,27 @@ typedef enum eng_split {
     ENG_SPLIT_VOCAB,
 } eng_split_t;
 
+/* Tied tensors: the LM head uses wte. With pp > 1 stage 0 holds wte (the original) and the last
+ * stage a copy, whose gradient the two sum over the embedding group. */
+typedef enum eng_tie {
+    ENG_TIE_NONE = 0,
+    ENG_TIE_ORIGINAL, /* stage 0's wte */
+    ENG_TIE_COPY,     /* the last stage's: neither counted in the norm nor written */
+} eng_tie_t;
+
+/* Where a tensor's owned state lives: the model's slab (parameters, gradients and the
+ * optimizer's m and v in the same layout), or ZeRO-3's shards (zero.h). */
+typedef enum eng_store_id {
+    ENG_STORE_SLAB = 0,
+    ENG_STORE_SHARDS,
+    ENG_NSTORES,
+} eng_store_id_t;
+
+/* One store's arrays (backend memory): element own_at of each is a tensor's owned range. */
+typedef struct eng_store {
+    float *p, *g, *m, *v;
+} eng_store_t;
+
 typedef struct eng_tensor {
     char name[64];     /* "h.3.attn.c_attn.weight" */
     uint32_t ndim;     /* 1 or 2 */
@@ -74,7 +96,36 @@ typedef struct eng_tensor {
      * q, k, v side by side. Unsplit: the whole range, parts 1. */
     uint32_t lo[2], hi[2];
     uint32_t parts;
+    /* Who holds which copy (Megatron keeps these as attributes on each parameter). The
+     * trainer, ZeRO-3, clipping, checkpoints and init_from ask these instead of a name. */
+    /* TP replicates it (split NONE with tp > 1): every rank of the TP group holds the same
+     * numbers; TP rank tp_counter counts it in the gradient norm. */
+    int tp_replicated;
+    uint32_t tp_counter;
+    eng_tie_t tie; /* a tensor with a copy on another stage (wte with pp > 1) */
+    /* Data parallelism: with dp_sharded (ZeRO-3) this DP rank owns the flat range
+     * [own_lo, own_hi) of its slice; otherwise it owns the whole slice [0, numel), the same
+     * numbers as every DP rank. The owned range's parameters, gradient, Adam m and v are in
+     * store `store` (eng_store_id_t) at element own_at. */
+    int dp_sharded;
+    size_t own_lo, own_hi;
+    eng_store_id_t store;
+    size_t own_at;
+    /* ZeRO-3's unit of this tensor (its block's range, or the tensor itself outside
+     * blocks): S = shard_len floats per DP rank, this rank's shard of it at shard_base in
+     * ENG_STORE_SHARDS (element own_at is then shard_base + where the owned range starts
+     * in the shard). 0 and 0 when not dp_sharded. */
+    size_t shard_base, shard_len;
+    /* Derived, once over the world: whether this rank writes its owned range into its
+     * checkpoint file (not a tied copy; under DP replication only DP rank 0) and whether it
+     * counts it in the global gradient norm (written, and under TP replication only
+     * tp_counter). Each element of the model is then counted once over the world and written
+     * once per TP slice (TP-replicated tensors by every TP rank: any copy is taken). */
+    int written, counted;
 } eng_tensor_t;
+
+/* The slice (slice.h) a tensor's lo/hi/parts describe. */
+eng_slice_t eng_tensor_slice(const eng_tensor_t *t);
 
 typedef struct eng_model eng_model_t;
 typedef struct eng_acts eng_acts_t;
@@ -95,12 +146,22 @@ typedef struct eng_model_opts {
      * padded_vocab must divide by tp; needs eng_model_tp_runs_on(backend) (-ENOTSUP). */
     uint32_t tp, tp_rank;
     wrk_coll_group_t *tp_group;
-    /* ZeRO-3 (DESIGN §5): the blocks' parameters and gradients live outside the model.
-     * The slab (eng_model_params / eng_model_grads, eng_model_nparams) then holds only the
-     * tensors outside blocks (wte, wpe, ln_f), in table order; a block tensor's `offset` is
-     * its offset within its block's range; no block has a base until the caller sets one
-     * (eng_model_set_block_params / grads: NULL leaves it without), typically from the
-     * block hook; eng_model_init_block makes a block's initial parameters. */
+    /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
+     * communicate over DP; the table records who owns which copy (eng_tensor_t). */
+    uint32_t dp, dp_rank;
+    /* ZeRO-3 (DESIGN §5): every tensor is sharded over the DP group (dp, dp_rank), and the
+     * blocks' parameters and gradients live outside the model. The slab
+     * (eng_model_params / eng_model_grads, eng_model_nparams) then holds only the tensors
+     * outside blocks (wte, wpe, ln_f), in table order, each padded to dp * S (S =
+     * ch_layout_shard_len(numel, dp)): the gathered copy ZeRO-3 fills before use. A block
+     * tensor's `offset` is its offset within its block's range; no block has a base until
+     * the caller sets one (eng_model_set_block_params / grads: NULL leaves it without),
+     * typically from the block hook; eng_model_init_block makes a block's initial
+     * parameters. ZeRO-3's units are each tensor outside blocks and each block's range,
+     * padded to dp * S; DP rank d owns [d*S, (d+1)*S) of each. Every tensor is then
+     * dp_sharded in ENG_STORE_SHARDS, whose layout is this rank's shards of the units in
+     * table order: the tensors outside blocks (wte, wpe on stage 0; wte, ln_f on the last),
+     * then the blocks (eng_tensor_t's shard_base and shard_len). */
     int external_blocks;
 } eng_model_opts_t;
 

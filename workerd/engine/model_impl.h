@@ -68,6 +68,7 @@ struct eng_model {
     /* tensor parallelism: rank tpr of tp in tpg (NULL when tp == 1); local widths */
     uint32_t tp, tpr;
     wrk_coll_group_t *tpg;
+    uint32_t dp, dpr;     /* data parallelism: this rank's index in dp (the table's owners) */
     uint32_t Cl, NHl, Vl; /* C/tp (attention width), heads/tp, padded_vocab/tp */
     float *tp_rows;       /* [3 * logits_cap]: per-row max, sum, target logit */
     /* the vocab-parallel kernels (backend.h's tp_*): be's, or the CPU's on be's host memory

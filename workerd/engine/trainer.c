@@ -320,6 +320,10 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         goto out;
     eng_model_opts_t mopts = {
         .backend = be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
+    if (t->dp) {
+        mopts.dp = spec->parallel.dp;
+        mopts.dp_rank = t->dpr;
+    }
     if (t->tp) {
         mopts.tp = spec->parallel.tp;
         mopts.tp_rank = t->tpr;
@@ -334,7 +338,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     eng_model_part_t part = eng_model_part(t->model);
     t->first = part.first;
     t->last = part.last;
-    rc = eng_optim_init_on(&t->optim, be, eng_model_nparams(t->model));
+    /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
+    rc = eng_optim_init_on(&t->optim, be, zero ? 0 : eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
     if (zero) {
@@ -396,58 +401,23 @@ void eng_trainer_destroy(eng_trainer_t *t)
 // ----------------------------------------------------------------------------
 // pieces: what this rank holds, for checkpoints and init_from (ckpt.h)
 
-static eng_slice_t slice_of(const eng_tensor_t *x)
+/* The stores of the table's owned ranges (model.h): the slab with the optimizer's state in its
+ * layout, and ZeRO-3's shards. */
+static void stores_of(const eng_trainer_t *t, eng_store_t st[ENG_NSTORES])
 {
-    eng_slice_t s = {.ndim = x->ndim, .parts = x->parts};
-    s.shape[0] = x->shape[0];
-    s.shape[1] = x->shape[1];
-    memcpy(s.lo, x->lo, sizeof s.lo);
-    memcpy(s.hi, x->hi, sizeof s.hi);
-    return s;
+    st[ENG_STORE_SLAB] = (eng_store_t){.p = eng_model_params(t->model),
+                                       .g = eng_model_grads(t->model),
+                                       .m = t->optim.m,
+                                       .v = t->optim.v};
+    st[ENG_STORE_SHARDS] = t->zero ? eng_zero_store(t->zero) : (eng_store_t){0};
 }
 
-/* Every piece this rank holds (writers_only: only those it writes into a checkpoint, each
- * element of the model once per TP slice: the tensors outside blocks that data parallelism
- * replicates are written by DP rank 0, and the last stage's tied copy of wte by stage 0).
- * *out malloc'd. */
-static int pieces_of(eng_trainer_t *t, int writers_only, eng_ckpt_piece_t **out, size_t *n)
+/* Every piece this rank holds (writers_only: those it writes into a checkpoint). */
+static int pieces_of(const eng_trainer_t *t, int writers_only, eng_ckpt_piece_t **out, size_t *n)
 {
-    eng_ckpt_piece_t *zp = NULL;
-    size_t nz = 0, k = 0, nt = eng_model_ntensors(t->model);
-    int rc = t->zero ? eng_zero_pieces(t->zero, &zp, &nz) : 0;
-    if (rc < 0)
-        return rc;
-    eng_ckpt_piece_t *pc = calloc(nt + nz + 1, sizeof *pc);
-    if (!pc) {
-        free(zp);
-        return -ENOMEM;
-    }
-    float *p = eng_model_params(t->model);
-    int skip_replicas = writers_only && t->dpr != 0;
-    for (size_t i = 0; i < nt; i++) {
-        const eng_tensor_t *x = eng_model_tensor(t->model, i);
-        if (t->zero && x->block >= 0)
-            continue; /* in the shards */
-        if (skip_replicas)
-            continue;
-        if (writers_only && t->stages > 1 && t->stage == t->stages - 1 && x->block < 0 &&
-            strcmp(x->name, "wte.weight") == 0)
-            continue;
-        eng_ckpt_piece_t *q = &pc[k++];
-        snprintf(q->name, sizeof q->name, "%s", x->name);
-        q->slice = slice_of(x);
-        q->a = 0;
-        q->b = x->numel;
-        q->p = p + x->offset;
-        q->m = t->optim.m + x->offset;
-        q->v = t->optim.v + x->offset;
-    }
-    if (nz)
-        memcpy(pc + k, zp, nz * sizeof *zp);
-    free(zp);
-    *out = pc;
-    *n = k + nz;
-    return 0;
+    eng_store_t st[ENG_NSTORES];
+    stores_of(t, st);
+    return eng_ckpt_pieces(t->model, st, writers_only, out, n);
 }
 
 /* Host copies of pieces in backend memory, for the checkpoint files (which read and write
@@ -503,7 +473,9 @@ static int stage_pieces(const eng_trainer_t *t, eng_ckpt_piece_t *pc, size_t n, 
     return rc;
 }
 
-/* The host copies back into the pieces' backend memory (after a restore filled them). */
+/* The host copies back into the pieces' backend memory (after a restore filled them);
+ * then, under ZeRO-3, the restored shards of the tensors outside blocks gathered into the
+ * model's slab, which the passes read. */
 static int stage_back(const eng_trainer_t *t, const eng_ckpt_piece_t *pc, size_t n,
                       const staged_t *st)
 {
@@ -515,6 +487,8 @@ static int stage_back(const eng_trainer_t *t, const eng_ckpt_piece_t *pc, size_t
             if (st->dev[3 * i + (size_t)k] && bytes)
                 rc = t->be->copy(t->be, st->dev[3 * i + (size_t)k], host[k], bytes, ENG_COPY_H2D);
     }
+    if (rc == 0 && t->zero)
+        rc = eng_zero_gather_rest(t->zero);
     return rc;
 }
 
@@ -718,52 +692,53 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
 // ----------------------------------------------------------------------------
 // one step
 
-/* Sum of squares of the slab's gradients this rank counts towards the global norm: each
- * element of the model once over the world. Tensors that TP replicates are counted by TP
- * rank 0, those DP replicates (the whole slab without ZeRO-3, the tensors outside blocks
- * with it) by DP rank 0, and the last stage's tied wte by stage 0. Consecutive counted
- * tensors are summed in one pass (a world of one: the whole slab at once, as
- * eng_grad_clip). */
-static double slab_sumsq(const eng_trainer_t *t)
+/* Sum of squares of the gradients this rank counts towards the global norm (the table's
+ * `counted`: each element of the model once over the world), store by store. Owned ranges
+ * that follow each other in a store are summed in one pass (one backend call, on a GPU one
+ * result copied back, per run; a world of one: the whole slab at once, as eng_grad_clip). */
+static double state_sumsq(const eng_trainer_t *t)
 {
-    if (t->dpr != 0)
-        return 0;
-    const float *g = eng_model_grads(t->model);
+    eng_store_t st[ENG_NSTORES];
     double sq = 0;
-    size_t run_lo = 0, run_hi = 0;
-    for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
-        const eng_tensor_t *x = eng_model_tensor(t->model, i);
-        int counted = !(t->zero && x->block >= 0) && !(x->split == ENG_SPLIT_NONE && t->tpr != 0) &&
-                      !(t->stages > 1 && t->stage == t->stages - 1 && x->block < 0 &&
-                        strcmp(x->name, "wte.weight") == 0);
-        if (!counted)
-            continue;
-        if (x->offset != run_hi) {
-            sq += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
-            run_lo = x->offset;
+    stores_of(t, st);
+    for (int s = 0; s < ENG_NSTORES; s++) {
+        const float *g = st[s].g;
+        double part = 0;
+        size_t run_lo = 0, run_hi = 0;
+        for (size_t i = 0; g && i < eng_model_ntensors(t->model); i++) {
+            const eng_tensor_t *x = eng_model_tensor(t->model, i);
+            if (x->store != (eng_store_id_t)s || !x->counted || x->own_lo == x->own_hi)
+                continue;
+            if (x->own_at != run_hi) {
+                part += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
+                run_lo = x->own_at;
+            }
+            run_hi = x->own_at + (x->own_hi - x->own_lo);
         }
-        run_hi = x->offset + x->numel;
+        if (g)
+            part += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
+        sq += part;
     }
-    sq += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
     return sq;
 }
 
-/* The slab's update, fused with clipping (grad_coef) and the gradient reset: AdamW on each
- * of its tensors (ZeRO-3: those outside blocks; the shards are eng_zero_adamw's). o->t
- * already advanced. */
-static void slab_adamw(eng_trainer_t *t, double lr, float grad_coef)
+/* The update, fused with clipping (grad_coef) and the gradient reset: AdamW on each owned
+ * range, wherever its store. o->t already advanced. */
+static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
 {
-    eng_optim_t *o = &t->optim;
-    const eng_backend_t *be = eng_model_backend(t->model);
-    float *p = eng_model_params(t->model);
-    float *g = eng_model_grads(t->model);
+    const eng_optim_t *o = &t->optim;
+    eng_store_t st[ENG_NSTORES];
+    stores_of(t, st);
+    if (t->zero)
+        eng_zero_end_step(t->zero); /* no gather may still read the shards */
     for (size_t i = 0; i < eng_model_ntensors(t->model); i++) {
         const eng_tensor_t *x = eng_model_tensor(t->model, i);
-        if (t->zero && x->block >= 0)
+        const eng_store_t *s = &st[x->store];
+        size_t at = x->own_at;
+        if (s->p == NULL || x->own_lo == x->own_hi)
             continue;
-        size_t off = x->offset;
-        eng_adamw_piece(be, o, p + off, g + off, o->m + off, o->v + off, x->numel, lr,
-                        x->decay ? o->weight_decay : 0.0, grad_coef, 1);
+        eng_adamw_piece(t->be, o, s->p + at, s->g + at, s->m + at, s->v + at, x->own_hi - x->own_lo,
+                        lr, x->decay ? o->weight_decay : 0.0, grad_coef, 1);
     }
 }
 
@@ -777,15 +752,19 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     float *grads = eng_model_grads(t->model);
     size_t n = eng_model_nparams(t->model);
     int rc = 0;
-    const eng_tensor_t *wte = eng_model_find(t->model, "wte.weight");
-    if (t->emb && wte)
-        rc = wrk_coll_allreduce(t->emb, grads + wte->offset, grads + wte->offset, wte->numel,
-                                WRK_COLL_F32, WRK_COLL_SUM, NULL);
-    if (rc == 0 && t->dp && n)
+    for (size_t i = 0; t->emb && rc == 0 && i < eng_model_ntensors(t->model); i++) {
+        const eng_tensor_t *x = eng_model_tensor(t->model, i);
+        if (x->tie != ENG_TIE_NONE)
+            rc = wrk_coll_allreduce(t->emb, grads + x->offset, grads + x->offset, x->numel,
+                                    WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    }
+    if (rc == 0 && t->zero)
+        rc = eng_zero_reduce_rest(t->zero);
+    else if (rc == 0 && t->dp && n)
         rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
     if (rc < 0)
         return rc;
-    double sq = slab_sumsq(t) + (t->zero ? eng_zero_sumsq(t->zero, t->tpr == 0) : 0.0);
+    double sq = state_sumsq(t);
     int last = t->stage + 1 == t->stages;
     if (!t->tp && !t->dp && !t->pp) {
         *loss_sum = t->loss_sum;
@@ -836,11 +815,13 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     double lr = eng_lr_at(&t->sched, (int64_t)step);
     float coef = eng_clip_coef(norm, t->optim.max_grad_norm);
     t->optim.t++;
-    slab_adamw(t, lr, coef);
-    if (t->zero)
-        eng_zero_adamw(t->zero, &t->optim, lr, coef);
+    state_adamw(t, lr, coef);
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
+    uint64_t o1 = ch_now_ns();
+    /* the updated tensors outside blocks gathered for the next pass (ZeRO-3's time) */
+    if (t->zero && (rc = eng_zero_gather_rest(t->zero)) < 0)
+        return rc;
     t->next_step = step + 1;
 
     uint64_t end = ch_now_ns();
@@ -870,7 +851,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
         info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9;
         info->time.compute = (double)(t->pass_ns - t->pass_comm_ns) * 1e-9;
-        info->time.optim = (double)(end - o0) * 1e-9;
+        info->time.optim = (double)(o1 - o0) * 1e-9;
         info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
         double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
                       info->time.compute - info->time.optim;
@@ -887,8 +868,9 @@ void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem)
     size_t n = eng_model_nparams(t->model), zs = 0, zg = 0;
     if (t->zero)
         eng_zero_bytes(t->zero, &zs, &zg);
-    /* the slab's parameters and gradients, Adam m and v */
-    mem->state_bytes = 4 * n * sizeof(float) + zs;
+    /* the slab's parameters and gradients, Adam m and v (under ZeRO-3 the slab is the
+     * gathered copy: eng_zero_bytes counts it) */
+    mem->state_bytes = (t->zero ? 0 : 4 * n * sizeof(float)) + zs;
     mem->gathered_bytes = zg;
 }
 

@@ -15,11 +15,12 @@
  *     group (first and last stage).
  *   Tensor (tp): each rank holds its TP slice of its stage (model.h, Megatron-LM); all TP
  *     ranks of a DP slice read the same data.
- *   Data (dp): DP rank coord.dp reads its share of the global batch. With dp > 1 the
- *     blocks are ZeRO-3 sharded over the DP group (zero.h, parallel.reshard): gathered
- *     before use, gradients reduce-scattered, AdamW on the shards; the tensors outside
- *     blocks stay whole on every DP rank and their gradients are all-reduced. (A
- *     benchmark may ask for replicated data parallelism instead: opts.replicate_dp.)
+ *   Data (dp): DP rank coord.dp reads its share of the global batch. With dp > 1 every
+ *     tensor is ZeRO-3 sharded over the DP group (zero.h, parallel.reshard): the blocks
+ *     gathered before use and their gradients reduce-scattered after it; wte, wpe and
+ *     ln_f gathered after each update and their gradients reduce-scattered once a step
+ *     (after the tied wte's sum); AdamW on the shards. (A benchmark may ask for
+ *     replicated data parallelism instead: opts.replicate_dp.)
  * The global gradient norm sums each element of the model once over the world (replicas
  * counted once), so every layout clips the same gradient. Same seed and global batch:
  * every layout trains the same model within float tolerance; the same layout twice, or
@@ -117,8 +118,9 @@ eng_model_t *eng_trainer_model(eng_trainer_t *t);
 int eng_trainer_holds_whole_model(const eng_trainer_t *t);
 
 /* What this rank holds, in bytes, as allocated: state = parameters, gradients, Adam m and
- * v (the slab and, under ZeRO-3, the owned shards); gathered = ZeRO-3's gathered blocks, the
- * unsharded gradient of the block in its backward.
+ * v (the slab, or under ZeRO-3 the owned shards); gathered = ZeRO-3's gathered blocks, the
+ * unsharded gradient of the block in its backward, and the slab: wte, wpe and ln_f
+ * gathered, with their unsharded gradients.
  * Activations are not counted. */
 typedef struct eng_trainer_memory {
     size_t state_bytes, gathered_bytes;

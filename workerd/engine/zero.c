@@ -10,15 +10,6 @@
 #include "common/layout.h"
 #include "common/log.h"
 
-/* One tensor of a block: where it sits in the block's flat range. The same for every
- * block of the stage (same shapes and TP slice), so kept once. */
-typedef struct zero_tensor {
-    size_t off, numel;
-    int decay, replicated;
-    eng_slice_t slice;
-    const char *suffix; /* after "h.<l>." */
-} zero_tensor_t;
-
 struct eng_zero {
     eng_model_t *m;
     const eng_backend_t *be;
@@ -28,9 +19,10 @@ struct eng_zero {
     ch_reshard_t policy;
     uint32_t first, nb; /* the stage's blocks [first, first + nb) */
     size_t count, S, padded;
-    zero_tensor_t *tensors; /* the tensors of one block, in block order */
-    size_t ntensors;
-    float *p, *g, *am, *av; /* owned shards: nb * S each, block i at i * S */
+    /* owned shards, the table's ENG_STORE_SHARDS: those of the tensors outside blocks
+     * (`rest` floats), then the blocks', block first + i at rest + i * S */
+    size_t rest;
+    float *p, *g, *am, *av;
     /* gathered buffers: per-use 2, per-step nb; which block each holds (-1: none), whether
      * its contents are there, and its gather in flight */
     uint32_t nbuf;
@@ -99,7 +91,7 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
         return rc;
     if (z->holds[s] == (int64_t)l && z->valid[s])
         return 0;
-    const float *shard = z->p + (size_t)(l - z->first) * z->S;
+    const float *shard = z->p + z->rest + (size_t)(l - z->first) * z->S;
     z->holds[s] = l;
     z->valid[s] = 0;
     if (!z->dp) {
@@ -134,30 +126,34 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     return rc;
 }
 
-/* The block's unsharded gradient summed over the DP group; this rank's shard of it added
- * to its reduced gradient. */
-static int scatter(eng_zero_t *z, uint32_t l)
+/* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
+ * this rank's shard of it added to its reduced gradient g (S floats). */
+static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
 {
-    float *g = z->g + (size_t)(l - z->first) * z->S;
-    const float *part = z->full_g;
+    const float *part = full;
     int rc = 0;
     if (z->dp) {
         /* in place: this rank's shard of the sum lands on its own range */
-        part = z->full_g + (size_t)z->d * z->S;
-        rc = wrk_coll_reduce_scatter(z->dp, z->full_g, (float *)part, z->S, WRK_COLL_F32,
-                                     WRK_COLL_SUM, NULL);
+        part = full + (size_t)z->d * S;
+        rc = wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM,
+                                     NULL);
     }
     if (rc < 0)
         return rc;
     if (z->be->axpy) {
-        z->be->axpy(z->be, g, part, z->S, 1.0f); /* g + 1 * part: the sum's bits */
+        z->be->axpy(z->be, g, part, S, 1.0f); /* g + 1 * part: the sum's bits */
     } else if (z->be->host_memory) {
-        for (size_t k = 0; k < z->S; k++)
+        for (size_t k = 0; k < S; k++)
             g[k] += part[k];
     } else {
         return -ENOTSUP; /* eng_zero_create refuses such a backend */
     }
     return 0;
+}
+
+static int scatter(eng_zero_t *z, uint32_t l)
+{
+    return reduce_into(z, z->full_g, z->S, z->g + z->rest + (size_t)(l - z->first) * z->S);
 }
 
 static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
@@ -186,33 +182,41 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
 // ----------------------------------------------------------------------------
 // create / destroy
 
-/* The tensors of block `first` in block order, from the model's table. */
-static int index_tensors(eng_zero_t *z)
+/* Where the table puts this rank's shards (model.h, external_blocks with dp): z->rest,
+ * the floats of the tensors outside blocks before the first block's shard; 0 when the
+ * table shards the blocks otherwise than over z's group (S per block). */
+static int table_agrees(eng_zero_t *z)
 {
-    const eng_model_t *m = z->m;
-    z->tensors = calloc(16, sizeof *z->tensors);
-    if (!z->tensors)
-        return -ENOMEM;
-    char prefix[32];
-    int plen = snprintf(prefix, sizeof prefix, "h.%u.", z->first); /* the suffix follows */
-    for (size_t i = 0; i < eng_model_ntensors(m) && z->ntensors < 16; i++) {
-        const eng_tensor_t *t = eng_model_tensor(m, i);
+    for (size_t i = 0; i < eng_model_ntensors(z->m); i++) {
+        const eng_tensor_t *t = eng_model_tensor(z->m, i);
         if (t->block != (int)z->first)
             continue;
-        zero_tensor_t *zt = &z->tensors[z->ntensors++];
-        zt->off = t->offset; /* within the block: external_blocks */
-        zt->numel = t->numel;
-        zt->decay = t->decay;
-        zt->replicated = t->split == ENG_SPLIT_NONE;
-        zt->suffix = t->name + plen;
-        zt->slice.ndim = t->ndim;
-        zt->slice.shape[0] = t->shape[0];
-        zt->slice.shape[1] = t->shape[1];
-        memcpy(zt->slice.lo, t->lo, sizeof t->lo);
-        memcpy(zt->slice.hi, t->hi, sizeof t->hi);
-        zt->slice.parts = t->parts;
+        z->rest = t->shard_base;
+        return t->dp_sharded && t->shard_len == z->S;
     }
     return 0;
+}
+
+/* Each tensor outside blocks is a unit of its own: in the model's slab at its offset,
+ * padded to dpn * shard_len; this rank's shard at shard_base. */
+#define FOR_EACH_REST(z, t)                                                                        \
+    for (size_t t##_i = 0; t##_i < eng_model_ntensors((z)->m); t##_i++)                            \
+        if ((t = eng_model_tensor((z)->m, t##_i))->block < 0)
+
+/* The owned shards of the tensors outside blocks, from the model's slab. */
+static int init_rest(eng_zero_t *z)
+{
+    const float *params = eng_model_params(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        size_t at = t->offset + (size_t)z->d * t->shard_len;
+        if (rc == 0)
+            rc = z->be->copy(z->be, z->p + t->shard_base, params + at, t->shard_len * sizeof(float),
+                             ENG_COPY_D2D);
+    }
+    return rc;
 }
 
 int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, eng_zero_t **out)
@@ -244,11 +248,10 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     z->S = ch_layout_shard_len(count, z->dpn);
     z->padded = z->S * z->dpn;
     z->nbuf = policy == CH_RESHARD_PER_STEP ? z->nb : (z->nb < 2 ? z->nb : 2);
-    int rc = index_tensors(z);
+    int rc = table_agrees(z) ? -ENOMEM : -EINVAL;
     float *tmp = NULL;
-    if (rc < 0)
+    if (rc == -EINVAL)
         goto fail;
-    rc = -ENOMEM;
     z->buf = calloc(z->nbuf, sizeof *z->buf);
     z->holds = malloc(z->nbuf * sizeof *z->holds);
     z->valid = calloc(z->nbuf, 1);
@@ -256,7 +259,7 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     tmp = malloc(z->padded * sizeof *tmp);
     if (!z->buf || !z->holds || !z->valid || !z->req || !tmp)
         goto fail;
-    size_t shards = (size_t)z->nb * z->S;
+    size_t shards = z->rest + (size_t)z->nb * z->S;
     CH_CHECK_GOTO(zalloc(z, shards, &z->p), rc, fail);
     CH_CHECK_GOTO(zalloc(z, shards, &z->g), rc, fail);
     CH_CHECK_GOTO(zalloc(z, shards, &z->am), rc, fail);
@@ -271,10 +274,11 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     size_t lo = (size_t)z->d * z->S;
     for (uint32_t i = 0; i < z->nb; i++) {
         CH_CHECK_GOTO(eng_model_init_block(m, z->first + i, tmp), rc, fail);
-        CH_CHECK_GOTO(be->copy(be, z->p + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
+        CH_CHECK_GOTO(be->copy(be, z->p + z->rest + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
                                be->host_memory ? ENG_COPY_D2D : ENG_COPY_H2D),
                       rc, fail);
     }
+    CH_CHECK_GOTO(init_rest(z), rc, fail);
     free(tmp);
     eng_model_set_block_hook(m, hook, z);
     *out = z;
@@ -307,7 +311,6 @@ void eng_zero_destroy(eng_zero_t *z)
     free(z->holds);
     free(z->valid);
     free(z->req);
-    free(z->tensors);
     free(z);
 }
 
@@ -325,87 +328,55 @@ void eng_zero_begin_step(eng_zero_t *z)
         eng_model_set_block_params(z->m, z->first + i, NULL);
 }
 
-/* For each tensor t of a block that the owned shard covers: [lo, hi), the covered range
- * in block offsets (the shard starts at block offset d * S). */
-#define FOR_EACH_OWNED(z, t, lo, hi)                                                               \
-    for (size_t t##_i = 0, lo, hi; t##_i < (z)->ntensors; t##_i++)                                 \
-        if ((t = &(z)->tensors[t##_i]),                                                            \
-            (lo = t->off > (size_t)(z)->d * (z)->S ? t->off : (size_t)(z)->d * (z)->S),            \
-            (hi = t->off + t->numel < (size_t)((z)->d + 1) * (z)->S                                \
-                      ? t->off + t->numel                                                          \
-                      : (size_t)((z)->d + 1) * (z)->S),                                            \
-            lo < hi)
-
-double eng_zero_sumsq(const eng_zero_t *z, int count_replicated)
+void eng_zero_end_step(eng_zero_t *z)
 {
-    /* pieces that follow each other in the shards are summed as one run: one backend call
-     * (on a GPU, one result copied back) per run, not per tensor */
-    double sq = 0;
-    size_t base = (size_t)z->d * z->S, run_lo = 0, run_hi = 0;
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            if (t->replicated && !count_replicated)
-                continue;
-            size_t at = (size_t)i * z->S + (lo - base); /* in the shards' slab */
-            if (at != run_hi) {
-                sq += eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
-                run_lo = at;
-            }
-            run_hi = at + (hi - lo);
-        }
-    }
-    return sq + eng_sumsq_on(z->be, z->g + run_lo, run_hi - run_lo);
+    drain_all(z);
 }
 
-void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef)
+int eng_zero_gather_rest(eng_zero_t *z)
 {
-    const eng_backend_t *be = z->be;
-    size_t base = (size_t)z->d * z->S;
-    drain_all(z); /* no gather may still read the shards */
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            size_t at = (size_t)i * z->S + (lo - base);
-            eng_adamw_piece(be, o, z->p + at, z->g + at, z->am + at, z->av + at, hi - lo, lr,
-                            t->decay ? o->weight_decay : 0.0, grad_coef, 1);
-        }
+    float *params = eng_model_params(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        const float *shard = z->p + t->shard_base;
+        if (rc == 0 && z->dp)
+            rc = wrk_coll_allgather(z->dp, shard, params + t->offset, t->shard_len, WRK_COLL_F32,
+                                    NULL);
+        else if (rc == 0)
+            rc = z->be->copy(z->be, params + t->offset, shard, t->shard_len * sizeof(float),
+                             ENG_COPY_D2D);
     }
+    return rc;
 }
 
-int eng_zero_pieces(const eng_zero_t *z, eng_ckpt_piece_t **out, size_t *n)
+int eng_zero_reduce_rest(eng_zero_t *z)
 {
-    size_t cap = (size_t)z->nb * z->ntensors, k = 0;
-    eng_ckpt_piece_t *pc = calloc(cap ? cap : 1, sizeof *pc);
-    if (!pc)
-        return -ENOMEM;
-    size_t base = (size_t)z->d * z->S;
-    for (uint32_t i = 0; i < z->nb; i++) {
-        const zero_tensor_t *t;
-        FOR_EACH_OWNED(z, t, lo, hi)
-        {
-            size_t at = (size_t)i * z->S + (lo - base);
-            eng_ckpt_piece_t *q = &pc[k++];
-            snprintf(q->name, sizeof q->name, "h.%u.%s", z->first + i, t->suffix);
-            q->slice = t->slice;
-            q->a = lo - t->off;
-            q->b = hi - t->off;
-            q->p = z->p + at;
-            q->m = z->am + at;
-            q->v = z->av + at;
-        }
+    float *grads = eng_model_grads(z->m);
+    const eng_tensor_t *t;
+    int rc = 0;
+    FOR_EACH_REST(z, t)
+    {
+        if (rc == 0)
+            rc = reduce_into(z, grads + t->offset, t->shard_len, z->g + t->shard_base);
     }
-    *out = pc;
-    *n = k;
-    return 0;
+    if (rc == 0)
+        rc = z->be->memset(z->be, grads, 0, eng_model_nparams(z->m) * sizeof(float));
+    return rc;
+}
+
+eng_store_t eng_zero_store(const eng_zero_t *z)
+{
+    return (eng_store_t){.p = z->p, .g = z->g, .m = z->am, .v = z->av};
 }
 
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
 {
-    *state = 4 * (size_t)z->nb * z->S * sizeof(float);
-    *gathered = ((size_t)z->nbuf + 1) * z->padded * sizeof(float);
+    *state = 4 * (z->rest + (size_t)z->nb * z->S) * sizeof(float);
+    /* the blocks' buffers, and the model's slab: the tensors outside blocks gathered, and
+     * their unsharded gradients */
+    *gathered = (((size_t)z->nbuf + 1) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
 }
 
 size_t eng_zero_shard_len(const eng_zero_t *z)

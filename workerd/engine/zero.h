@@ -16,16 +16,21 @@
  *                                   zeroed first;
  *   after the backward of block l   that buffer is reduce-scattered (sum) over the DP group
  *                                   and each rank adds its shard to its reduced gradient.
+ * The tensors outside blocks (wte, wpe, ln_f) are sharded the same way, each tensor a unit
+ * of its own (so the last stage's tied copy of wte is sharded exactly as stage 0's, and
+ * the two stay the same bits): gathered into the model's slab once per step, after the
+ * update, and kept whole for the step (they are used at both ends of every micro-batch);
+ * their gradients accumulate unsharded in the slab and are reduce-scattered once, after
+ * the tied copies' sum over the embedding group (eng_zero_gather_rest / reduce_rest).
  * Policies: reshard = per-use keeps two gathered buffers (the block in use and the next)
  * and gathers a block again at each use (a buffer that still holds the block from its last
  * use this step is reused); per-step keeps every block of the stage gathered from its first
  * use until the end of the step (one gather per block per step, the stage's full
- * parameters in memory). The tensors outside blocks (wte, wpe, ln_f) stay whole in the
- * model's slab on every DP rank; the trainer all-reduces their gradients.
+ * parameters in memory).
  *
- * Clipping and AdamW run on the shards (eng_zero_sumsq, eng_zero_adamw),
- * with the same per-element arithmetic as the unsharded optimizer, so the cost per rank
- * falls with dp. A DP group of one (dp == 1) is valid: the shard is the whole block. */
+ * Clipping, AdamW and checkpoints run on the shards through the model's table
+ * (eng_zero_store), so the cost per rank falls with dp. A DP group of one (dp == 1) is
+ * valid: the shard is the whole block. */
 #ifndef ENG_ZERO_H
 #define ENG_ZERO_H
 
@@ -34,7 +39,6 @@
 
 #include "common/jobspec.h"
 #include "workerd/coll/coll.h"
-#include "workerd/engine/ckpt.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 
@@ -42,8 +46,9 @@ typedef struct eng_zero eng_zero_t;
 
 /* Shard m's blocks over dp (NULL: a group of one) under policy, initialise the owned shards
  * from the model's initial parameters (eng_model_init_block) and install the block hook.
- * m must have been created with external_blocks; its backend's memory is the shards' and
- * the gathered buffers' (through dp's collectives' memory, which must be the same kind:
+ * m must have been created with external_blocks and dp, dp_rank of this group (its table
+ * then names the owned ranges this object holds: -EINVAL otherwise); its backend's memory is the
+ * shards' and the gathered buffers' (through dp's collectives' memory, which must be the same kind:
  * host for UCX, the GPU's for NCCL), and off the host the backend needs axpy (-ENOTSUP).
  * m and dp are borrowed for the object's life. Caller owns *out (eng_zero_destroy, before
  * m). */
@@ -54,22 +59,26 @@ void eng_zero_destroy(eng_zero_t *z);
  * reduced gradients are zero already: new, or reset by the previous eng_zero_adamw (the
  * shards' padding is never written but with zeros). */
 void eng_zero_begin_step(eng_zero_t *z);
-/* Sum of squares of the owned reduced gradients (in double), counting tensors that tensor
- * parallelism replicates (eng_split_t NONE) only when count_replicated is set (so that a
- * sum over the TP group counts them once). */
-double eng_zero_sumsq(const eng_zero_t *z, int count_replicated);
-/* One AdamW update of the owned shards at lr with o's hyper-parameters, on the gradients
- * times grad_coef (clipping, fused), leaving the gradients zero; update number o->t (the
- * caller advances it first). */
-void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef);
+/* The tensors outside blocks (wte, wpe, ln_f: model.h's slab under external_blocks), each a
+ * unit of its own: gather_rest all-gathers them from the owned shards into the model's
+ * slab (after the update, and after the shards were restored); reduce_rest reduce-scatters
+ * their gradients, accumulated unsharded in the slab over the step's micro-batches, adds
+ * this rank's shard to its reduced gradients and zeroes the slab's. Collective over the
+ * DP group. */
+int eng_zero_gather_rest(eng_zero_t *z);
+int eng_zero_reduce_rest(eng_zero_t *z);
+/* Before the update: no gather in flight may still read the shards (waits for any). */
+void eng_zero_end_step(eng_zero_t *z);
+/* The owned shards as the table's ENG_STORE_SHARDS (model.h): master parameters, reduced
+ * gradients, Adam m and v, laid out as the table says (shard_base). Clipping, AdamW
+ * and checkpoint pieces reach them through the table's own_lo, own_hi and own_at, with the
+ * same per-element arithmetic as the unsharded optimizer; an update must leave the
+ * gradients zero (the next step accumulates into them). */
+eng_store_t eng_zero_store(const eng_zero_t *z);
 
-/* The checkpoint pieces of the owned shards (ckpt.h): for each block and each of its
- * tensors that the shard covers, the covered range of the tensor's TP slice with pointers
- * into the shards. *out is malloc'd (caller frees); *n pieces. */
-int eng_zero_pieces(const eng_zero_t *z, eng_ckpt_piece_t **out, size_t *n);
-
-/* Bytes this object holds: state = owned parameters, gradients, m and v; gathered = the
- * gathered buffers and the unsharded gradient buffer (reduce-scattered in place). */
+/* Bytes this rank holds for ZeRO-3: state = owned parameters, gradients, m and v; gathered
+ * = the blocks' gathered buffers and their unsharded gradient buffer (reduce-scattered in
+ * place), and the model's slab: the tensors outside blocks gathered, with their gradients. */
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered);
 /* Floats per shard of block l (S), and the block's unpadded count. */
 size_t eng_zero_shard_len(const eng_zero_t *z);
