@@ -67,3 +67,24 @@ int ch_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
     }
     return rc;
 }
+
+const char *ch_err_lasting(int rc)
+{
+    switch (rc) {
+    case -EACCES:
+    case -EPERM:
+    case -EROFS:
+        return "permission";
+    case -ENOENT:
+    case -ENOTDIR:
+        return "missing";
+    case -ENOMEM:
+    case CH_E_CAPACITY:
+        return "does_not_fit";
+    case CH_E_CONFIG:
+    case CH_E_FORMAT:
+        return "bad_input";
+    default:
+        return NULL;
+    }
+}

@@ -39,6 +39,13 @@ const char *ch_strerror(int rc);
 int ch_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The class of a failure code that a restart cannot change: "permission" (EACCES, EPERM,
+ * EROFS), "missing" (ENOENT, ENOTDIR), "does_not_fit" (ENOMEM, CH_E_CAPACITY), "bad_input"
+ * (CH_E_CONFIG, CH_E_FORMAT: a job or data file that does not parse); NULL for any other
+ * code. Ranks and workerd tag their failures with it; the coordinator decides, seeing
+ * every node, whether the job can heal. */
+const char *ch_err_lasting(int rc);
+
 /* Convert a libuv status (already a negative errno on Linux) to a Chorus code. */
 int ch_err_from_uv(int uv_status);
 

@@ -27,6 +27,8 @@
 #define MAX_RESTARTS 1000
 /* Seconds; 0 disables the hang check. A week. */
 #define STEP_TIMEOUT_MAX (7ll * 24 * 3600)
+/* Seconds: the longest pause fault.backoff may put between two restarts. */
+#define BACKOFF_MAX 3600
 
 typedef enum {
     F_STR,
@@ -39,7 +41,9 @@ typedef enum {
     F_RESHARD,
     F_DEVICE,
     F_PRECISION,
-    F_SPLIT
+    F_SPLIT,
+    F_NONFINITE,
+    F_STRAGGLER
 } ftype_t;
 
 typedef struct field {
@@ -89,6 +93,11 @@ static const field_t fields[] = {
     JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, MAX_RESTARTS),
     JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, STEP_TIMEOUT_MAX),
     JF("fault", "elastic", F_BOOL, fault.elastic, 0, 0),
+    JF("fault", "backoff", F_DBL, fault.backoff, 0, 0),
+    JF("fault", "backoff_max", F_DBL, fault.backoff_max, 0, 0),
+    JF("fault", "crash_loop", F_I64, fault.crash_loop, 0, MAX_RESTARTS),
+    JF("fault", "nonfinite", F_NONFINITE, fault.nonfinite, 0, 0),
+    JF("fault", "straggler", F_STRAGGLER, fault.straggler, 0, 0),
     JF("diag", "rounds", F_I64, diag.rounds, 1, LLONG_MAX),
     JF("diag", "gemm_size", F_I64, diag.gemm_size, 1, GEMM_SIZE_MAX),
     JF("diag", "collectives", F_BOOL, diag.collectives, 0, 0),
@@ -126,6 +135,9 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     j->checkpoint.keep = 3;
     j->fault.max_restarts = 3;
     j->fault.step_timeout_s = 300;
+    j->fault.backoff = 1;
+    j->fault.backoff_max = 60;
+    j->fault.crash_loop = 5;
     j->diag.rounds = 5;
     j->diag.gemm_size = 256;
     j->diag.collectives = 0;
@@ -150,6 +162,16 @@ const char *ch_device_name(ch_device_t d)
 const char *ch_precision_name(ch_precision_t p)
 {
     return p == CH_PRECISION_TF32 ? "tf32" : "fp32";
+}
+
+const char *ch_nonfinite_name(ch_nonfinite_t p)
+{
+    return p == CH_NONFINITE_SKIP ? "skip" : "fail";
+}
+
+const char *ch_straggler_name(ch_straggler_t p)
+{
+    return p == CH_STRAGGLER_REPLACE ? "replace" : "report";
 }
 
 static const char *reshard_name(ch_reshard_t r)
@@ -304,6 +326,22 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         }
         snprintf(why, whylen, "expected even or balanced, got '%s'", v);
         return CH_E_CONFIG;
+    case F_NONFINITE:
+        if (strcmp(v, "fail") == 0 || strcmp(v, "skip") == 0) {
+            *(ch_nonfinite_t *)p = v[0] == 's' ? CH_NONFINITE_SKIP : CH_NONFINITE_FAIL;
+            return 0;
+        }
+        snprintf(why, whylen, "expected fail or skip, got '%s'%s", v,
+                 strcmp(v, "rewind") == 0 ? " (rewind is not built yet)" : "");
+        return CH_E_CONFIG;
+    case F_STRAGGLER:
+        if (strcmp(v, "report") == 0 || strcmp(v, "replace") == 0) {
+            *(ch_straggler_t *)p =
+                v[2] == 'p' && v[3] == 'l' ? CH_STRAGGLER_REPLACE : CH_STRAGGLER_REPORT;
+            return 0;
+        }
+        snprintf(why, whylen, "expected report or replace, got '%s'", v);
+        return CH_E_CONFIG;
     case F_DEVICE:
         if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0) {
             *(ch_device_t *)p = v[1] == 'u' ? CH_DEVICE_CUDA : CH_DEVICE_CPU;
@@ -457,6 +495,16 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         if (j->train.device == CH_DEVICE_CPU || j->train.device == CH_DEVICE_CUDA)
             return 0;
         snprintf(why, whylen, "bad device %d", (int)j->train.device);
+        return CH_E_CONFIG;
+    case F_NONFINITE:
+        if (j->fault.nonfinite == CH_NONFINITE_FAIL || j->fault.nonfinite == CH_NONFINITE_SKIP)
+            return 0;
+        snprintf(why, whylen, "bad policy %d", (int)j->fault.nonfinite);
+        return CH_E_CONFIG;
+    case F_STRAGGLER:
+        if (j->fault.straggler == CH_STRAGGLER_REPORT || j->fault.straggler == CH_STRAGGLER_REPLACE)
+            return 0;
+        snprintf(why, whylen, "bad policy %d", (int)j->fault.straggler);
         return CH_E_CONFIG;
     case F_PRECISION:
         if (j->train.precision == CH_PRECISION_FP32 || j->train.precision == CH_PRECISION_TF32)
@@ -629,6 +677,17 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
                  j->train.steps, j->train.warmup);
         return CH_E_CONFIG;
     }
+    if (!(j->fault.backoff >= 0 && j->fault.backoff <= BACKOFF_MAX)) {
+        snprintf(err, errlen, "fault.backoff: must be between 0 and %d seconds, got %g",
+                 BACKOFF_MAX, j->fault.backoff);
+        return CH_E_CONFIG;
+    }
+    if (!(j->fault.backoff_max >= j->fault.backoff && j->fault.backoff_max <= BACKOFF_MAX)) {
+        snprintf(err, errlen,
+                 "fault.backoff_max: must be between fault.backoff %g and %d seconds, got %g",
+                 j->fault.backoff, BACKOFF_MAX, j->fault.backoff_max);
+        return CH_E_CONFIG;
+    }
     if (j->checkpoint.every > 0 && j->checkpoint.dir[0] == '\0') {
         snprintf(err, errlen, "checkpoint.dir: required when checkpoint.every is %" PRId64,
                  j->checkpoint.every);
@@ -727,6 +786,12 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         return;
     case F_PRECISION:
         fprintf(f, "%s = %s\n", fd->key, ch_precision_name(j->train.precision));
+        return;
+    case F_NONFINITE:
+        fprintf(f, "%s = %s\n", fd->key, ch_nonfinite_name(j->fault.nonfinite));
+        return;
+    case F_STRAGGLER:
+        fprintf(f, "%s = %s\n", fd->key, ch_straggler_name(j->fault.straggler));
         return;
     }
 }

@@ -19,6 +19,13 @@ typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
  * tf32: TF32 tensor cores on a GPU (train.device = cuda only). */
 typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
+/* fault.nonfinite: what a step whose loss or gradient norm is NaN or infinite does. fail:
+ * the job fails naming the step; skip: that step's update is dropped (the batch is
+ * consumed), as llm.c's outlier detector does. */
+typedef enum { CH_NONFINITE_FAIL = 0, CH_NONFINITE_SKIP = 1 } ch_nonfinite_t;
+/* fault.straggler: what a rank named as a straggler does. report: shown and logged;
+ * replace: also treated as failed, so the job restarts placing it elsewhere. */
+typedef enum { CH_STRAGGLER_REPORT = 0, CH_STRAGGLER_REPLACE = 1 } ch_straggler_t;
 
 #define CH_PATH_LEN 1024
 
@@ -56,6 +63,14 @@ typedef struct ch_jobspec {
         int64_t max_restarts;
         int64_t step_timeout_s;
         int elastic; /* a restart that no longer fits resumes with a smaller dp */
+        /* Restarts back off: none before the first of a run of failures, then backoff
+         * seconds doubling up to backoff_max; the run ends when a generation completes a
+         * step. crash_loop: that many generations in a row failing before their first
+         * step stop the job (0: never). */
+        double backoff, backoff_max;
+        int64_t crash_loop;
+        ch_nonfinite_t nonfinite;
+        ch_straggler_t straggler;
     } fault;
     struct {
         int64_t rounds, gemm_size;
@@ -90,6 +105,8 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
 const char *ch_job_kind_name(ch_job_kind_t k);
 const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
 const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
+const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" */
+const char *ch_straggler_name(ch_straggler_t p); /* "report" | "replace" */
 /* The cosine schedule's floor: train.lr_min, or lr / 10 when lr_min is negative. */
 double ch_jobspec_lr_min(const ch_jobspec_t *j);
 

@@ -850,6 +850,7 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         if (coord_rank_holds(r->state))
             coord_rank_set_state(c, j, ev->rank, COORD_RANK_FAILING, "reported a failure");
         const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
+        coord_recovery_rank_failed(c, j, ev->rank, ev->cause_class, ev->before_first_step, msg);
         if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
             /* A collective timed out: the rank it waited for is the culprit. */
             const coord_rank_t *p = &j->ranks[ev->timeout_peer];

@@ -96,6 +96,11 @@ typedef struct coord_restart {
     /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged); kept in
      * the store with the rest of the restart. */
     coord_layout_t layout_from, layout_to;
+    /* In memory only: what the failure looked like, to tell a job failing the same way
+     * every generation (recovery.c): "" when not comparable (a node lost, a kill -9), and
+     * whether its generation failed before completing a step. */
+    char sig[200];
+    int unstepped;
 } coord_restart_t;
 
 /* A training rank's place in the layout (DESIGN §5), as it reported at start
@@ -125,6 +130,9 @@ typedef struct coord_rank {
     size_t n_metrics;
     coord_rank_place_t place;
     coord_step_time_t time;
+    /* It failed before its first step with a cause no restart changes (ch_err_lasting's
+     * class; "" none): the coordinator ends the job when every node says the same. */
+    char lasting[16];
 } coord_rank_t;
 
 /* One entry of a job's rank index by node (coord_job_t.by_node). */
@@ -159,6 +167,14 @@ typedef struct coord_job {
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
     coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */
     uint32_t n_history;
+    /* Recovery's bookkeeping (recovery.c), monotonic ms; 0: none. */
+    uint64_t kill_due_ms;   /* a failure that may not heal: the generation's kill, postponed
+                               until the other nodes had a moment to say the same */
+    uint64_t kill_sent_ms;  /* the failed generation's kill went out */
+    uint64_t restart_at_ms; /* backoff: the next generation starts no sooner */
+    int gen_stepped;        /* the current generation completed a step */
+    uint32_t unstepped_run; /* generations in a row that failed before their first step */
+    char fail_sig[200];     /* the rank's own words for the failure being recorded */
 } coord_job_t;
 
 typedef struct coord_jobs {

@@ -342,6 +342,19 @@ static void expire(coord_t *c, uint64_t now_ms)
     }
 }
 
+void coord_node_declare_dead(coord_t *c, coord_node_t *n, const char *why)
+{
+    set_state(c, n, COORD_NODE_DEAD, why);
+    if (n->link) {
+        /* A link that stays open while its node is dead is a hung workerd: cut it so
+         * the worker reconnects and re-registers. */
+        coord_link_t *l = n->link;
+        l->node = NULL;
+        n->link = NULL;
+        coord_link_close(l);
+    }
+}
+
 void coord_node_check(coord_t *c, uint64_t now_ms)
 {
     expire(c, now_ms);
@@ -356,15 +369,7 @@ void coord_node_check(coord_t *c, uint64_t now_ms)
         if (quiet > (uint64_t)c->cfg.dead_after_ms) {
             char why[64];
             snprintf(why, sizeof(why), "no heartbeat for %llu ms", (unsigned long long)quiet);
-            set_state(c, n, COORD_NODE_DEAD, why);
-            if (n->link) {
-                /* A link that stays open without heartbeats is a hung workerd: cut it so
-                 * the worker reconnects and re-registers. */
-                coord_link_t *l = n->link;
-                l->node = NULL;
-                n->link = NULL;
-                coord_link_close(l);
-            }
+            coord_node_declare_dead(c, n, why);
         }
     }
 }

@@ -75,6 +75,9 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
 void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb);
 /* The node's link closed (not a replacement): suspect at once. */
 void coord_node_link_closed(coord_t *c, coord_node_t *n);
+/* Declare n dead now (its ranks are lost, its jobs fail over) and cut its link, which a
+ * live workerd answers by registering again. */
+void coord_node_declare_dead(coord_t *c, coord_node_t *n, const char *why);
 /* Periodic liveness check: dead after dead_after_ms without a heartbeat; forgotten after
  * forget_dead_after_ms dead (when no active job has ranks on it). */
 void coord_node_check(coord_t *c, uint64_t now_ms);

@@ -4,6 +4,8 @@
 #include "recovery.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,12 @@
 #include "common/util.h"
 #include "coord.h"
 #include "scheduler.h"
+
+/* How long the kill of a generation waits, after a rank's report of a cause no restart
+ * changes, for the other nodes' ranks to report theirs. They meet it within moments of
+ * each other (a missing data file is opened right after the same rendezvous), and the
+ * ranks that fail exit on their own, so the wait rarely runs out. */
+#define LASTING_WAIT_MS 2000
 
 static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
     "rank_exit", "rank_failed",     "collective_timeout", "hang",
@@ -143,6 +151,96 @@ static void upgrade_cause(coord_t *c, coord_job_t *j, coord_cause_t cause, int64
     store_restart(c, j, j->n_history - 1);
 }
 
+void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const char *lasting,
+                                int before_first_step, const char *message)
+{
+    (void)c;
+    if (!j->ranks || rank >= j->world)
+        return;
+    int is_lasting = lasting && *lasting;
+    if (is_lasting && before_first_step)
+        snprintf(j->ranks[rank].lasting, sizeof j->ranks[rank].lasting, "%s", lasting);
+    if (j->state != COORD_JOB_RECOVERING) /* the failure about to be recorded */
+        snprintf(j->fail_sig, sizeof j->fail_sig, "%s", is_lasting && message ? message : "");
+}
+
+/* What the failure looked like, comparable across generations: a rank's own words for a
+ * lasting cause, or how a rank died by itself (a kill -9 comes from outside: a drill, the
+ * OOM killer). "" for anything else. Consumes j->fail_sig. */
+static void failure_sig(coord_job_t *j, coord_cause_t cause, int64_t rank, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (cause == COORD_CAUSE_RANK_FAILED && j->fail_sig[0]) {
+        snprintf(out, len, "%s", j->fail_sig);
+    } else if (cause == COORD_CAUSE_RANK_EXIT && j->ranks && rank >= 0 && rank < j->world) {
+        const coord_rank_t *rk = &j->ranks[rank];
+        if (rk->signal && rk->signal != SIGKILL)
+            snprintf(out, len, "killed by signal %d", rk->signal);
+        else if (!rk->signal && rk->exit_code)
+            snprintf(out, len, "exited with code %d", rk->exit_code);
+    }
+    j->fail_sig[0] = '\0';
+}
+
+/* The failure just recorded repeats the previous generation's: the same signature, both
+ * before their first step or at the same step. */
+static int same_way(const coord_job_t *j, char *why, size_t len)
+{
+    if (j->n_history < 2)
+        return 0;
+    const coord_restart_t *h = &j->history[j->n_history - 1], *p = &j->history[j->n_history - 2];
+    if (!h->sig[0] || strcmp(h->sig, p->sig) != 0 || p->failed_gen + 1 != h->failed_gen)
+        return 0;
+    if (!(h->unstepped && p->unstepped) && h->failed_step != p->failed_step)
+        return 0;
+    snprintf(why, len,
+             "failed the same way in generations %" PRIu64 " and %" PRIu64 " (%s), not retried: %s",
+             p->failed_gen, h->failed_gen,
+             h->unstepped ? "before their first step" : "at the same step", h->reason);
+    return 1;
+}
+
+/* fault.crash_loop generations in a row failed before their first step: the causes of
+ * the run, each with its count and latest reason. */
+static int crash_loop(const coord_job_t *j, char *why, size_t len)
+{
+    int64_t limit = j->spec.fault.crash_loop;
+    if (limit <= 0 || j->unstepped_run < (uint64_t)limit)
+        return 0;
+    size_t n = (size_t)snprintf(why, len,
+                                "crash loop: %u generations in a row failed before their first "
+                                "step (fault.crash_loop = %lld), stopped:",
+                                j->unstepped_run, (long long)limit);
+    uint32_t first = j->n_history - j->unstepped_run;
+    for (int k = 0; k < COORD_CAUSE_NCAUSES && n < len; k++) {
+        uint32_t count = 0, last = 0;
+        for (uint32_t i = first; i < j->n_history; i++)
+            if (j->history[i].cause == (coord_cause_t)k) {
+                count++;
+                last = i;
+            }
+        if (count)
+            n += (size_t)snprintf(why + n, len - n, " %s x%u (last: %.160s);",
+                                  coord_cause_name((coord_cause_t)k), count,
+                                  j->history[last].reason);
+    }
+    if (n > 0 && n < len && why[n - 1] == ';')
+        why[n - 1] = '\0';
+    return 1;
+}
+
+/* The pause before the next generation: none for the first failure of a run, then
+ * fault.backoff seconds doubling up to fault.backoff_max. */
+static uint64_t backoff_ms(const coord_job_t *j)
+{
+    uint32_t k = j->unstepped_run;
+    double base = j->spec.fault.backoff, cap = j->spec.fault.backoff_max;
+    if (k < 2 || !(base > 0))
+        return 0;
+    double sec = base * ldexp(1.0, (int)(k - 2 < 30 ? k - 2 : 30));
+    return (uint64_t)((sec < cap ? sec : cap) * 1000.0);
+}
+
 void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,
                             const char *node, const char *reason)
 {
@@ -167,10 +265,17 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     snprintf(h->reason, sizeof(h->reason), "%s", reason);
     h->failed_gen = j->generation;
     h->failed_step = j->step;
+    failure_sig(j, cause, rank, h->sig, sizeof h->sig);
+    h->unstepped = !j->gen_stepped;
+    j->unstepped_run = h->unstepped ? j->unstepped_run + 1 : 0;
     store_restart(c, j, j->n_history - 1);
     CH_LOGW("recovery", "job=%s gen=%" PRIu64 " rank=%" PRId64 " node=%s failure (%s): %s", j->id,
             j->generation, rank, node ? node : "-", coord_cause_name(cause), reason);
 
+    if (same_way(j, why, sizeof why) || crash_loop(j, why, sizeof why)) {
+        coord_job_fail(c, j, why);
+        return;
+    }
     if (j->spec.fault.max_restarts < 0 || j->restarts >= (uint64_t)j->spec.fault.max_restarts) {
         if (j->n_history == 1)
             snprintf(why, sizeof(why), "%s", reason);
@@ -187,7 +292,22 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     /* Journal first, then kill: a coordinator that crashes in between finds the job
      * recovering and its ranks lost, and carries on the same way. */
     coord_job_set_state(c, j, COORD_JOB_RECOVERING, why);
-    coord_job_kill_gen(c, j, why);
+    uint64_t now = ch_now_ms(), pause = backoff_ms(j);
+    if (pause) {
+        j->restart_at_ms = now + pause;
+        CH_LOGW("recovery",
+                "job=%s gen=%" PRIu64 " restart %u backs off %.1f s (%u generations in a row "
+                "failed before their first step)",
+                j->id, j->generation, j->restarts, (double)pause / 1000.0, j->unstepped_run);
+    }
+    int lasting = cause == COORD_CAUSE_RANK_FAILED && j->ranks && rank >= 0 && rank < j->world &&
+                  j->ranks[rank].lasting[0];
+    if (lasting) {
+        j->kill_due_ms = now + LASTING_WAIT_MS; /* the other nodes may say the same */
+    } else {
+        coord_job_kill_gen(c, j, why);
+        j->kill_sent_ms = now;
+    }
     coord_kv_drop_gen(c->kv, j->id, j->generation);
 }
 
@@ -204,6 +324,81 @@ void coord_recovery_waiting(coord_t *c, coord_job_t *j, const char *why)
     ch_log(j->state == COORD_JOB_RECOVERING ? CH_LOG_INFO : CH_LOG_DEBUG, "recovery",
            "job=%s gen=%" PRIu64 " %s: %s", j->id, j->generation, coord_job_state_name(j->state),
            why);
+}
+
+static const char *lasting_text(const char *cls)
+{
+    if (strcmp(cls, "permission") == 0)
+        return "permission denied";
+    if (strcmp(cls, "missing") == 0)
+        return "a file that does not exist";
+    if (strcmp(cls, "does_not_fit") == 0)
+        return "a model that does not fit";
+    return "a file that does not parse";
+}
+
+/* Every node of j's failed generation had a rank fail before its first step with the
+ * lasting cause of the restart under way: 1 and why (the job's reason); else 0. */
+static int cannot_heal(coord_t *c, coord_job_t *j, char *why, size_t len)
+{
+    const coord_restart_t *h = current(j);
+    if (!h || h->resumed_from >= 0 || h->failed_gen != j->generation || !j->ranks || h->rank < 0 ||
+        h->rank >= j->world || !j->ranks[h->rank].lasting[0])
+        return 0;
+    const char *cls = j->ranks[h->rank].lasting;
+    uint64_t agree = ++c->stamp, seen = ++c->stamp;
+    for (uint32_t r = 0; r < j->world; r++) {
+        coord_node_t *n = j->ranks[r].node;
+        if (n->mark != agree)
+            n->mark = strcmp(j->ranks[r].lasting, cls) == 0 ? agree : seen;
+    }
+    uint64_t counted = ++c->stamp;
+    uint32_t nodes = 0, agreeing = 0;
+    for (uint32_t r = 0; r < j->world; r++) {
+        coord_node_t *n = j->ranks[r].node;
+        if (n->mark == counted)
+            continue;
+        nodes++;
+        agreeing += n->mark == agree;
+        n->mark = counted;
+    }
+    if (agreeing < nodes) {
+        CH_LOGI("recovery",
+                "job=%s gen=%" PRIu64 " %s on %u of %u nodes only: restarting (the others may "
+                "heal it)",
+                j->id, j->generation, lasting_text(cls), agreeing, nodes);
+        return 0;
+    }
+    snprintf(why, len, "cannot heal: %s on every node (%u) before the first step, not retried: %s",
+             lasting_text(cls), nodes, h->reason);
+    return 1;
+}
+
+/* The failed generation is gone: 1 when the next may start now. A failure no restart
+ * heals ends the job instead, and does not count as a restart. */
+static int restart_allowed(coord_t *c, coord_job_t *j)
+{
+    char why[sizeof(j->reason)];
+    if (cannot_heal(c, j, why, sizeof why)) {
+        const coord_restart_t *h = current(j);
+        if (j->restarts > 0)
+            j->restarts--;
+        if (c->recoveries_total > 0)
+            c->recoveries_total--;
+        if (c->restarts_by_cause[h->cause] > 0)
+            c->restarts_by_cause[h->cause]--;
+        coord_job_fail(c, j, why);
+        return 0;
+    }
+    if (j->restart_at_ms) {
+        char wait[160];
+        uint64_t now = ch_now_ms();
+        snprintf(wait, sizeof wait, "restart %u backs off for %.1f s more", j->restarts,
+                 j->restart_at_ms > now ? (double)(j->restart_at_ms - now) / 1000.0 : 0.0);
+        coord_recovery_waiting(c, j, wait);
+        return 0;
+    }
+    return 1;
 }
 
 int coord_recovery_ready(coord_t *c, coord_job_t *j)
@@ -227,7 +422,7 @@ int coord_recovery_ready(coord_t *c, coord_job_t *j)
             left++;
     }
     if (left == 0)
-        return 1;
+        return restart_allowed(c, j);
     char why[160];
     snprintf(why, sizeof(why), "restart %u: waiting for %u ranks of generation %" PRIu64 " to exit",
              j->restarts, left, j->generation);
@@ -327,6 +522,8 @@ int coord_recovery_shrink(coord_t *c, coord_job_t *j)
 void coord_recovery_started(coord_t *c, coord_job_t *j)
 {
     coord_restart_t *h = current(j);
+    j->gen_stepped = 0;
+    j->kill_due_ms = j->kill_sent_ms = j->restart_at_ms = 0;
     if (!h || h->resumed_from >= 0)
         return;
     h->resumed_from = j->last_ckpt_step > 0 ? j->last_ckpt_step : 0;
@@ -343,6 +540,7 @@ void coord_recovery_started(coord_t *c, coord_job_t *j)
 void coord_recovery_progress(coord_t *c, coord_job_t *j)
 {
     coord_restart_t *h = current(j);
+    j->gen_stepped = 1;
     if (!h || h->resumed_from < 0 || h->recover_s >= 0)
         return;
     uint64_t now = ch_wall_ms();
@@ -356,8 +554,43 @@ void coord_recovery_progress(coord_t *c, coord_job_t *j)
 // ---------------------------------------------------------------------------------------
 // Hangs
 
+/* A recovering job's timers: the postponed kill, the end of the backoff, and nodes
+ * that did not confirm their ranks' exit within dead-after of the kill (declared dead, so
+ * the restart does not wait for them forever). */
+static void recovering_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
+{
+    if (j->kill_due_ms && now_ms >= j->kill_due_ms) {
+        j->kill_due_ms = 0;
+        coord_job_kill_gen(c, j, j->reason);
+        j->kill_sent_ms = now_ms;
+    }
+    if (j->restart_at_ms && now_ms >= j->restart_at_ms) {
+        j->restart_at_ms = 0;
+        coord_changed(c);
+    }
+    if (!j->kill_sent_ms || j->grace_deadline || !j->ranks ||
+        now_ms - j->kill_sent_ms <= (uint64_t)c->cfg.dead_after_ms)
+        return;
+    j->kill_sent_ms = 0;
+    for (uint32_t r = 0; r < j->world; r++) {
+        coord_node_t *n = j->ranks[r].node;
+        if (!coord_rank_holds(j->ranks[r].state) || n->state == COORD_NODE_DEAD)
+            continue;
+        char why[160];
+        snprintf(why, sizeof why,
+                 "did not confirm the exit of job %s rank %u within dead-after (%ld ms) of its "
+                 "kill",
+                 j->id, r, c->cfg.dead_after_ms);
+        coord_node_declare_dead(c, n, why);
+    }
+}
+
 void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
 {
+    if (j->state == COORD_JOB_RECOVERING) {
+        recovering_check(c, j, now_ms);
+        return;
+    }
     if ((j->state != COORD_JOB_STARTING && j->state != COORD_JOB_RUNNING) || !j->ranks ||
         j->spec.fault.step_timeout_s <= 0)
         return;

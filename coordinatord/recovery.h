@@ -13,7 +13,22 @@
  * slots are missing the job stays recovering with the reason, unless fault.elastic lets
  * it resume with a smaller dp (coord_recovery_shrink). Each restart is one entry
  * of the job's history (stored): time, cause, rank and node, the step resumed from, the
- * steps lost, and the seconds from detection to the first completed step after it. */
+ * steps lost, and the seconds from detection to the first completed step after it.
+ *
+ * Only what can heal is retried. The job fails at once, with the reason, when
+ *   - every node of the failed generation had a rank fail before its first step with the
+ *     same lasting cause (permission denied, a file missing, a model that does not fit, a
+ *     file that does not parse: common/err.h ch_err_lasting). The kill of the generation
+ *     waits a moment (LASTING_WAIT_MS) after the first such report so the other nodes can
+ *     say the same;
+ *   - two generations in a row failed the same way (the same rank message, exit code or
+ *     signal) before their first step;
+ *   - fault.crash_loop generations in a row failed before their first step (the causes
+ *     are listed).
+ * Restarts back off: the first of a run of failures restarts at once, each next one after
+ * fault.backoff seconds doubling up to fault.backoff_max; a generation that completes a
+ * step ends the run. A node that does not confirm its ranks' exit within dead-after of
+ * the kill is declared dead, so recovering always ends. */
 #ifndef COORD_RECOVERY_H
 #define COORD_RECOVERY_H
 
@@ -24,6 +39,13 @@
 typedef struct coord coord_t;
 
 const char *coord_cause_name(coord_cause_t cause);
+
+/* A rank of j's current generation reported its failure (RANK_FAILED), before the
+ * failure itself enters coord_recovery_failure: the class of a cause no restart changes
+ * (ch_err_lasting's; "" or NULL: none), whether the rank had completed a step, and its own
+ * message (without who it is), which says whether generations fail the same way. */
+void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const char *lasting,
+                                int before_first_step, const char *message);
 
 /* The one job-failure entry point. rank: the failed or culprit rank (-1: none); node may
  * be NULL. A failure while the job already recovers (its old ranks dying) is ignored. */

@@ -612,6 +612,26 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
     return 0;
 }
 
+/* A rank that could not be started: RANK_FAILED, tagged with the class of a cause no
+ * restart changes (ch_err_lasting: the run dir not writable, the rank binary missing), then
+ * RANK_EXITED as if it had run. */
+static void send_spawn_failure(wrk_agent_t *a, const Chorus__StartRanks *s, uint32_t rank, int rc,
+                               const char *why)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    const char *cls = ch_err_lasting(rc);
+    ev.job_id = s->job_id;
+    ev.generation = s->generation;
+    ev.rank = rank;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_FAILED;
+    ev.message = (char *)why;
+    ev.cause_class = cls ? (char *)cls : "";
+    ev.before_first_step = 1;
+    send_event(a, &ev);
+    send_rank_event(a, s->job_id, s->generation, rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 127, 0,
+                    why);
+}
+
 static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
 {
     char gdir[CH_PATH_LEN], job_file[CH_PATH_LEN];
@@ -656,10 +676,7 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
         if (src < 0) {
             CH_LOGE("agent", "job=%s gen=%" PRIu64 " rank=%u: %s", s->job_id, s->generation,
                     ra->rank, why);
-            send_rank_event(a, s->job_id, s->generation, ra->rank,
-                            CHORUS__RANK_EVENT_KIND__RANK_FAILED, 0, 0, why);
-            send_rank_event(a, s->job_id, s->generation, ra->rank,
-                            CHORUS__RANK_EVENT_KIND__RANK_EXITED, 127, 0, why);
+            send_spawn_failure(a, s, ra->rank, src, why);
         }
     }
 }

@@ -452,6 +452,11 @@ report:
             ev.timeout_group = r->timeout_group;
             ev.timeout_peer = r->timeout_peer;
         }
+        /* What the coordinator needs to tell a cause no restart can change (it decides,
+         * seeing every node) from one worth a restart. */
+        const char *cls = ch_err_lasting(rc);
+        ev.cause_class = cls ? (char *)cls : "";
+        ev.before_first_step = !r->stepped;
         wrk_rank_report(r, &ev);
     }
 out:

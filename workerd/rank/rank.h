@@ -29,6 +29,7 @@ typedef struct wrk_rank {
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */
+    int stepped;               /* a training step completed in this process */
 } wrk_rank_t;
 
 /* chorus-rank's main (rank/main.c): returns the exit status. */

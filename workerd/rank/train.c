@@ -9,6 +9,7 @@
  * visible ones) through the engine's CUDA backend, handed to the trainer in
  * eng_trainer_opts_t.backend, and its collectives use NCCL on that GPU, waiting for the
  * backend's stream. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "chorus/config.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
@@ -203,6 +205,25 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     return 0;
 }
 
+/* checkpoint.dir must take this job's checkpoints: found now, before the first step,
+ * rather than at the first checkpoint after steps that a restart would only redo. */
+static int ckpt_dir_check(wrk_rank_t *r)
+{
+    const ch_jobspec_t *s = &r->spec;
+    char dir[CH_PATH_LEN];
+    if (!s->checkpoint.dir[0])
+        return 0;
+    int n = snprintf(dir, sizeof dir, "%s/%s", s->checkpoint.dir, r->job_id);
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return wrk_rank_fail(r, -ENAMETOOLONG, "checkpoint.dir: path too long");
+    int rc = ch_mkdirs(dir, 0755);
+    if (rc == 0 && access(dir, W_OK | X_OK) < 0)
+        rc = -errno;
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "checkpoint.dir: %s: %s", dir, ch_strerror(rc));
+    return 0;
+}
+
 int wrk_train_run(wrk_rank_t *r)
 {
     char err[512] = "";
@@ -266,6 +287,8 @@ int wrk_train_run(wrk_rank_t *r)
             }
         }
     }
+    if ((rc = ckpt_dir_check(r)) < 0)
+        goto out;
     /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
      * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
     int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
@@ -304,6 +327,7 @@ int wrk_train_run(wrk_rank_t *r)
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
+        r->stepped = 1;
         Chorus__Metric m[5] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
                                CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
         Chorus__Metric *mp[5] = {&m[0], &m[1], &m[2], &m[3], &m[4]};

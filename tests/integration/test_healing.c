@@ -1,0 +1,155 @@
+/* Failures that cannot heal are not retried, and restarts cannot flood: a job whose every
+ * node fails the same way before its first step (a data file missing, a checkpoint folder
+ * it may not write) ends after one try with that reason, whatever
+ * fault.max_restarts allows; a job whose generations keep failing before their first step
+ * is stopped as a crash loop with its causes listed, and backs off between restarts. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/msg.h"
+#include "harness.h"
+#include "recovery_util.h"
+
+TestSuite(healing, .fini = h_teardown, .timeout = 180);
+
+/* A dp 2 job of the demo model on two nodes, allowed many restarts; `train` and `ckpt`
+ * go to their sections (may be ""). */
+static void submit_dp2(const h_cluster_t *c, const char *train, const char *ckpt, const char *fault,
+                       char *id, size_t n)
+{
+    char ini[4096];
+    snprintf(ini, sizeof ini,
+             "[job]\nname = heal\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 4\nembd = 64\nseq_len = 16\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n"
+             "[train]\nsteps = 50\n%s\n"
+             "[checkpoint]\n%s\n"
+             "[fault]\nmax_restarts = 1000\n%s\n",
+             train, ckpt, fault);
+    /* straight to the coordinator: chorusctl would refuse the missing file itself */
+    cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
+}
+
+/* The job ended failed in its first generation with no restart counted, its reason
+ * saying so and naming the cause. */
+static void check_one_try(const h_cluster_t *c, const char *id, const char *cause)
+{
+    rt_job_t w;
+    cr_assert(rt_wait(&w, c, id, NULL, 0, 0, 60000), "job still %s: %s", w.state, w.reason);
+    cr_assert_str_eq(w.state, "failed", "job ended %s: %s", w.state, w.reason);
+    cr_assert_eq(w.gen, 1, "job ran %llu generations: %s", (unsigned long long)w.gen, w.reason);
+    cr_assert_eq(w.restarts, 0, "%u restarts counted: %s", w.restarts, w.reason);
+    cr_assert(h_has(w.reason, "cannot heal") && h_has(w.reason, "every node (2)"), "reason: %s",
+              w.reason);
+    cr_assert(h_has(w.reason, cause), "reason does not say '%s': %s", cause, w.reason);
+}
+
+Test(healing, missing_data_file_on_every_node_ends_after_one_try)
+{
+    h_cluster_t c;
+    char id[64], train[PATH_MAX + 32];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    snprintf(train, sizeof train, "data = %s/deleted.bin", c.dir);
+    submit_dp2(&c, train, "", "", id, sizeof id);
+    check_one_try(&c, id, "a file that does not exist");
+}
+
+Test(healing, checkpoint_folder_not_writable_ends_after_one_try)
+{
+    h_cluster_t c;
+    char id[64];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    /* not even root may make a folder in sysfs (EPERM) */
+    submit_dp2(&c, "", "dir = /sys/chorus-no-such-dir\nevery = 10", "", id, sizeof id);
+    check_one_try(&c, id, "permission denied");
+}
+
+Test(healing, data_path_through_a_file_ends_after_one_try)
+{
+    h_cluster_t c;
+    char id[64], path[PATH_MAX], train[PATH_MAX + 32];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    snprintf(path, sizeof path, "%s/plain.txt", c.dir);
+    cr_assert_eq(h_write_file(path, "not a folder"), 0);
+    snprintf(train, sizeof train, "data = %s/train.bin", path); /* ENOTDIR */
+    submit_dp2(&c, train, "", "", id, sizeof id);
+    check_one_try(&c, id, "a file that does not exist");
+}
+
+/* kill -9 rank 0 of generation gen as soon as it is placed, long before its first step
+ * (the model below takes a while to set up and step). */
+static void kill_before_first_step(const h_cluster_t *c, const char *id, uint64_t gen)
+{
+    rt_job_t w;
+    h_out_t o;
+    cr_assert(rt_wait(&w, c, id, "starting", 0, gen, 60000), "generation %llu never started: %s %s",
+              (unsigned long long)gen, w.state, w.reason);
+    cr_assert_eq(h_ctl(c, &o, "kill-rank", id, "0", NULL), 0);
+    cr_assert_eq(o.status, 0, "kill-rank: %s", o.err);
+    h_out_free(&o);
+}
+
+static void submit_slow_start(const h_cluster_t *c, const char *fault, char *id, size_t n)
+{
+    char ini[2048];
+    snprintf(ini, sizeof ini,
+             "[job]\nname = loop\nkind = train\n"
+             "[model]\nlayers = 6\nheads = 6\nembd = 384\nseq_len = 128\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n"
+             "[train]\nsteps = 50\n"
+             "[fault]\nmax_restarts = 1000\n%s\n",
+             fault);
+    cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
+}
+
+/* On a new cluster, a job whose first two generations lose a rank before their first
+ * step. */
+static void fail_twice_before_a_step(h_cluster_t *c, const char *fault, char *id, size_t n)
+{
+    cr_assert_eq(h_cluster_up(c, 2, 1), 0);
+    submit_slow_start(c, fault, id, n);
+    kill_before_first_step(c, id, 1);
+    kill_before_first_step(c, id, 2);
+}
+
+Test(healing, crash_loop_is_stopped_with_its_causes)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    fail_twice_before_a_step(&c, "crash_loop = 2\nbackoff = 0", id, sizeof id);
+    cr_assert(rt_wait(&w, &c, id, NULL, 0, 0, 60000), "job still %s: %s", w.state, w.reason);
+    cr_assert_str_eq(w.state, "failed", "job ended %s: %s", w.state, w.reason);
+    cr_assert_eq(w.gen, 2, "generations: %llu", (unsigned long long)w.gen);
+    cr_assert(h_has(w.reason, "crash loop") && h_has(w.reason, "rank_exit x2"), "reason: %s",
+              w.reason);
+}
+
+static int backing_off(void *ud)
+{
+    rt_job_t *w = ud;
+    int rc = rt_job_poll(w);
+    return rc < 0 ? rc : rc > 0 && h_has(w->reason, "backs off");
+}
+
+Test(healing, repeated_failures_back_off)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    /* the first failure of a run restarts at once; the second waits fault.backoff */
+    fail_twice_before_a_step(&c, "crash_loop = 0\nbackoff = 300\nbackoff_max = 300", id, sizeof id);
+    /* its ranks gone, the restart waits, and the reason says for how long */
+    memset(&w, 0, sizeof w);
+    w.c = &c;
+    w.id = id;
+    w.want = "recovering";
+    w.min_gen = 2;
+    cr_assert(h_wait_until(backing_off, &w, 30000, 10), "job %s: %s", w.state, w.reason);
+    cr_assert(h_has(w.reason, "backs off"), "reason: %s", w.reason);
+    cr_assert_eq(w.gen, 2);
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
+    h_out_free(&o);
+}
