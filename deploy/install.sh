@@ -39,7 +39,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 if [ "$do_build" = 1 ]; then
-  [ "$do_deps" = 1 ] && deploy/install-deps.sh
+  [ "$do_deps" = 1 ] && deploy/install-deps.sh build
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target coordinatord workerd chorus-rank chorusctl
   # the GPU backend module, when this machine has CUDA and NCCL (the target exists then)
