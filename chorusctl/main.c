@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/auth.h"
+#include "common/config.h"
 #include "common/err.h"
 #include "ctl.h"
 #include "json.h"
@@ -153,6 +154,11 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            status = CTL_EXIT_OK;
+            goto out;
+        }
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            ch_config_version(stdout, "chorusctl");
             status = CTL_EXIT_OK;
             goto out;
         }

@@ -111,11 +111,11 @@ static int set_opt(const ch_opt_t *o, void *cfg, const char *value, const char *
 // flags
 
 /* One flag at argv[*i]. Outputs the option (NULL for --config), its value, and whether it is
- * --help. Advances *i past a separate value. */
+ * --help (stop = 1) or --version (stop = 2). Advances *i past a separate value. */
 typedef struct flag {
     const ch_opt_t *opt;
     const char *value;
-    int help;
+    int stop;
     int is_config;
 } flag_t;
 
@@ -125,7 +125,11 @@ static int next_flag(const ch_opt_t *table, int argc, char **argv, int *i, flag_
     const char *arg = argv[*i];
     memset(f, 0, sizeof(*f));
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-        f->help = 1;
+        f->stop = 1;
+        return 0;
+    }
+    if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0) {
+        f->stop = 2;
         return 0;
     }
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
@@ -165,7 +169,7 @@ static int next_flag(const ch_opt_t *table, int argc, char **argv, int *i, flag_
     return 0;
 }
 
-/* apply = 0: check syntax, find --help and --config. apply = 1: store the values. */
+/* apply = 0: check syntax, find --help, --version and --config. apply = 1: store the values. */
 static int scan_flags(const ch_opt_t *table, void *cfg, int argc, char **argv, int apply,
                       const char **config_path, char *err, size_t errlen)
 {
@@ -174,8 +178,8 @@ static int scan_flags(const ch_opt_t *table, void *cfg, int argc, char **argv, i
         int rc = next_flag(table, argc, argv, &i, &f, err, errlen);
         if (rc < 0)
             return rc;
-        if (f.help)
-            return 1;
+        if (f.stop)
+            return f.stop;
         if (f.is_config) {
             *config_path = f.value;
             continue;
@@ -326,4 +330,10 @@ void ch_config_usage(FILE *f, const char *prog, const ch_opt_t *table)
                 def[0] != '\0' ? "" : "\"", def, def[0] != '\0' ? "" : "\"", var);
     }
     fprintf(f, "  --%-22s %s\n", "help", "print this text and exit");
+    fprintf(f, "  --%-22s %s\n", "version", "print the version and exit");
+}
+
+void ch_config_version(FILE *f, const char *prog)
+{
+    fprintf(f, "%s (Chorus) %s\n", prog, CHORUS_VERSION);
 }

@@ -25,10 +25,13 @@ typedef struct ch_opt {
 
 /* The table ends with an entry whose name is NULL.
  * Fill cfg from the table. Unknown flags or keys, bad numbers: CH_E_CONFIG with the
- * option named in err. "--help" returns 1 (caller prints usage and exits 0). */
+ * option named in err. "--help" returns 1 (caller prints usage and exits 0), "--version" 2
+ * (caller prints ch_config_version and exits 0). */
 int ch_config_load(const ch_opt_t *table, const char *section, void *cfg, int argc, char **argv,
                    char *err, size_t errlen);
 void ch_config_usage(FILE *f, const char *prog, const ch_opt_t *table);
+/* "PROG (Chorus) VERSION": every binary's --version line, the version from the build. */
+void ch_config_version(FILE *f, const char *prog);
 
 /* Value parsers shared with the job file reader. Booleans: yes/no, true/false, on/off,
  * 1/0 (any case). Integers: base 10, whole string, no junk; -EINVAL for junk, -ERANGE

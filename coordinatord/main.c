@@ -118,6 +118,10 @@ int main(int argc, char **argv)
         ch_config_usage(stdout, "coordinatord", OPTIONS);
         return 0;
     }
+    if (rc == 2) {
+        ch_config_version(stdout, "coordinatord");
+        return 0;
+    }
     if (rc == 0)
         rc = check_cfg(&cfg, err, sizeof(err));
     if (rc == 0 && ch_log_level_parse(cfg.log_level, &level) < 0) {

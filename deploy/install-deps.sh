@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Install Chorus's build and test dependencies from Debian 12 packages.
-# Idempotent: does nothing when everything is already there. Needs root (or sudo).
+# Install Chorus's dependencies from Debian 12 packages, by set:
+#   runtime  what the installed daemons and chorusctl load (a node that only runs Chorus)
+#   build    runtime + compilers, CMake and the -dev packages (deploy/quickstart.sh demo)
+#   test     build + what the test suite and its reference benchmarks use
+#            (Criterion, Open MPI, python3, chromium; deploy/quickstart.sh test)
+# usage: deploy/install-deps.sh [runtime|build|test]   (default: test, everything)
+# Idempotent: does nothing when the set is already there. Needs root (or sudo).
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config git
-      libuv1-dev libprotobuf-c-dev protobuf-c-compiler libucx-dev ucx-utils
-      libcriterion-dev libsqlite3-dev libopenblas-dev libsodium-dev libsystemd-dev
-      openmpi-bin libopenmpi-dev python3
-      libjansson-dev chromium)
+runtime=(libuv1 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4 libucx0 ucx-utils
+         libopenblas0)
+build=(build-essential cmake pkg-config git protobuf-c-compiler
+       libuv1-dev libprotobuf-c-dev libsodium-dev libsqlite3-dev libjansson-dev libucx-dev
+       libopenblas-dev)
+test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium)
+
+case "${1:-test}" in
+runtime) pkgs=("${runtime[@]}") ;;
+build) pkgs=("${runtime[@]}" "${build[@]}") ;;
+test) pkgs=("${runtime[@]}" "${build[@]}" "${test[@]}") ;;
+-h | --help) sed -n '2,8p' "$0"; exit 0 ;;
+*) echo "install-deps: unknown set '$1' (runtime, build or test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# Build Chorus and install it on this machine (Debian 12; run as root or with sudo):
-#   binaries -> $PREFIX/bin              coordinatord, workerd, chorus-rank (next to workerd), chorusctl,
-#                                        and libchorus_engine_cuda.so (next to chorus-rank) when the
-#                                        build found CUDA + NCCL (train.device = cuda)
-#   units    -> /etc/systemd/system/     chorus-coordinatord.service, chorus-workerd.service
-#   configs  -> /etc/chorus/*.conf       only when absent: local edits are kept
-#   key      -> /etc/chorus/cluster.key  only when absent; copy the same file to every node
+# Build Chorus and install it on this machine: a thin wrapper over `cmake --install`
+# (deploy/package.cmake says what goes where), plus the two things an install rule should not
+# do to /etc: copy the example configs to /etc/chorus/ when none exist (local edits are kept)
+# and reload systemd. It makes no key: `chorusctl keygen /etc/chorus/cluster.key` on the head
+# node, then copy that file to every node.
 #
 # usage: deploy/install.sh [--prefix DIR] [--build-dir DIR] [--no-build] [--no-deps]
 #                          [--enable coordinatord|workerd|both]
-# Nothing is started unless --enable is given (it runs systemctl enable --now).
+# Default prefix /usr/local. DESTDIR=/some/root installs under that root instead (no root
+# needed, nothing reloaded or enabled). --enable runs systemctl enable --now.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -33,61 +32,42 @@ done
 case "$enable" in "" | coordinatord | workerd | both) ;; *)
   echo "install: --enable takes coordinatord, workerd or both" >&2; exit 2 ;;
 esac
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install: must run as root (try sudo $0 $*)" >&2
+dest=${DESTDIR:-}
+if [ -z "$dest" ] && [ "$(id -u)" -ne 0 ]; then
+  echo "install: must run as root (try sudo $0 $*), or set DESTDIR" >&2
   exit 1
 fi
 
+[ "$do_build" = 1 ] && [ "$do_deps" = 1 ] && deploy/install-deps.sh build
+# Configure even with --no-build: the units name the binaries under this prefix.
+cmake -S "$root" -B "$build" -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
 if [ "$do_build" = 1 ]; then
-  [ "$do_deps" = 1 ] && deploy/install-deps.sh
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target coordinatord workerd chorus-rank chorusctl
+  targets=(coordinatord workerd chorus-rank chorusctl)
   # the GPU backend module, when this machine has CUDA and NCCL (the target exists then)
-  if cmake --build "$build" --target help 2>/dev/null | grep -q chorus_engine_cuda; then
-    cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target chorus_engine_cuda
-  fi
+  cmake --build "$build" --target help 2>/dev/null | grep -q chorus_engine_cuda &&
+    targets+=(chorus_engine_cuda)
+  cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}"
 fi
-for b in coordinatord workerd chorus-rank chorusctl; do
-  [ -x "$build/bin/$b" ] || { echo "install: $build/bin/$b is missing (build first)" >&2; exit 1; }
-done
+cmake --install "$build"
 
-install -d -m 0755 "$prefix/bin"
-install -m 0755 "$build/bin/coordinatord" "$build/bin/workerd" "$build/bin/chorus-rank" \
-  "$build/bin/chorusctl" "$prefix/bin/"
-if [ -f "$build/bin/libchorus_engine_cuda.so" ]; then
-  install -m 0755 "$build/bin/libchorus_engine_cuda.so" "$prefix/bin/"
-  echo "install: the GPU backend module in $prefix/bin (train.device = cuda)"
-fi
-echo "install: binaries in $prefix/bin"
-
-install -d -m 0755 /etc/chorus /etc/systemd/system
-for u in chorus-coordinatord chorus-workerd; do
-  sed "s|/usr/local/bin/|$prefix/bin/|g" "deploy/systemd/$u.service" >"/etc/systemd/system/$u.service"
-  chmod 0644 "/etc/systemd/system/$u.service"
-done
-echo "install: units in /etc/systemd/system"
-
+etc=$dest/etc/chorus
+install -d -m 0755 "$etc"
 for c in coordinatord workerd; do
-  if [ -e "/etc/chorus/$c.conf" ]; then
-    echo "install: keeping /etc/chorus/$c.conf (new example: deploy/etc/$c.conf)"
+  if [ -e "$etc/$c.conf" ]; then
+    echo "install: keeping $etc/$c.conf (new example: $prefix/share/chorus/etc/$c.conf)"
   else
-    install -m 0644 "deploy/etc/$c.conf" "/etc/chorus/$c.conf"
-    echo "install: wrote /etc/chorus/$c.conf"
+    install -m 0644 "$dest$prefix/share/chorus/etc/$c.conf" "$etc/$c.conf"
+    echo "install: wrote $etc/$c.conf"
   fi
 done
-
-if [ -e /etc/chorus/cluster.key ]; then
+if [ -z "$dest" ] && [ -e /etc/chorus/cluster.key ]; then
   # The daemons run as root: the key is root's alone (a key another user owns, or can
   # read, lets that user act as any worker of the cluster).
   chown root:root /etc/chorus/cluster.key
   chmod 0600 /etc/chorus/cluster.key
-  echo "install: keeping /etc/chorus/cluster.key (made root's, mode 0600)"
-else
-  "$prefix/bin/chorusctl" keygen /etc/chorus/cluster.key
-  echo "install: copy /etc/chorus/cluster.key (mode 0600) to every node of the cluster"
 fi
 
-if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+if [ -z "$dest" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   case "$enable" in
   coordinatord) systemctl enable --now chorus-coordinatord.service ;;
@@ -95,13 +75,14 @@ if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   both) systemctl enable --now chorus-coordinatord.service chorus-workerd.service ;;
   esac
 elif [ -n "$enable" ]; then
-  echo "install: systemd is not running here; not enabling anything" >&2
+  echo "install: systemd is not running here (or DESTDIR is set); not enabling anything" >&2
 fi
 
 cat <<MSG
-install: done. Next:
-  head node:  edit /etc/chorus/coordinatord.conf, then systemctl enable --now chorus-coordinatord
-  each node:  set coordinator= in /etc/chorus/workerd.conf, copy the key, then
+install: done ($dest$prefix). Next, as README's "Deploying on a cluster" says:
+  head node:  chorusctl keygen /etc/chorus/cluster.key, and copy it to every node (mode 0600)
+              edit /etc/chorus/coordinatord.conf, then systemctl enable --now chorus-coordinatord
+  each node:  set coordinator= in /etc/chorus/workerd.conf, then
               systemctl enable --now chorus-workerd
   check:      chorusctl nodes
 MSG

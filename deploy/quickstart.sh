@@ -15,12 +15,12 @@ build() { # build DIR [cmake args...]
 
 case "${1:-}" in
 demo)
-  deploy/install-deps.sh
+  deploy/install-deps.sh build
   build build
   exec deploy/demo.sh build
   ;;
 test)
-  deploy/install-deps.sh
+  deploy/install-deps.sh test
   build build -DCHORUS_WERROR=ON
   (cd build && ctest --output-on-failure -j 1 --timeout 900)
   # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.

@@ -291,6 +291,10 @@ int main(int argc, char **argv)
         ch_config_usage(stdout, "workerd", options);
         return 0;
     }
+    if (rc == 2) {
+        ch_config_version(stdout, "workerd");
+        return 0;
+    }
     if (rc < 0) {
         fprintf(stderr, "workerd: %s\n", err[0] ? err : ch_strerror(rc));
         return EXIT_CONFIG;

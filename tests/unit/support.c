@@ -2,12 +2,14 @@
 #include "support.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <ftw.h>
 #include <string.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -24,6 +26,33 @@ int ts_tmpdir(const char *tag, char *out, size_t n)
     if (len < 0 || (size_t)len >= n)
         return -ENAMETOOLONG;
     return mkdtemp(out) ? 0 : -errno;
+}
+
+/* Whether uid/gid may search path (every folder on the way): a child switches and looks. */
+static int reachable(const char *path, unsigned uid, unsigned gid)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+            _exit(2);
+        _exit(access(path, X_OK) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid)
+        return 0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int ts_tmp_reachable_by(unsigned uid, unsigned gid)
+{
+    const char *base = getenv("CHORUS_TEST_TMP");
+    if (base && *base && ch_mkdirs(base, 0755) == 0 && reachable(base, uid, gid))
+        return 0;
+    if (!reachable("/tmp", uid, gid))
+        return -EACCES;
+    return setenv("CHORUS_TEST_TMP", "/tmp", 1) < 0 ? -errno : 0;
 }
 
 /* Children come before their directory (FTW_DEPTH), so each directory is empty when

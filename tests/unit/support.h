@@ -11,6 +11,13 @@
  * bytes). 0 or a negative errno. The caller removes it with ts_rmrf. */
 int ts_tmpdir(const char *tag, char *out, size_t n);
 
+/* Tests that switch to another user (uid/gid) need scratch directories that user can reach.
+ * A clone in a 0700 home (/root/chorus) puts $CHORUS_TEST_TMP out of reach, so this points
+ * $CHORUS_TEST_TMP, for the rest of this process, at the first of it and /tmp that uid may
+ * search; later ts_tmpdir calls land there. 0, or -EACCES when neither is reachable: the
+ * caller skips and says why. Needs root (it forks a child that switches user to look). */
+int ts_tmp_reachable_by(unsigned uid, unsigned gid);
+
 /* rm -rf dir: remove the tree, not following symlinks or crossing mounts. 0 (also when dir
  * is already gone) or the negative errno of the first failure. */
 int ts_rmrf(const char *dir);

@@ -191,6 +191,23 @@ Test(config, help_returns_one, .init = clean_env)
                  "help wins before the file is read");
 }
 
+/* A daemon asked its version answers it, however broken the rest of the line or its
+ * config file: an install check runs `coordinatord --version` before any config exists. */
+Test(config, version_returns_two_before_the_file_is_read, .init = clean_env)
+{
+    cfg_t c;
+    char err[256];
+    cr_expect_eq(LOAD(&c, err, "--version"), 2);
+    cr_expect_eq(LOAD(&c, err, "--config", "/nonexistent", "-V"), 2);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ch_config_version(f, "workerd");
+    fclose(f);
+    cr_expect(strncmp(buf, "workerd (Chorus) ", 17) == 0 && strchr(buf, '.') != NULL, "%s", buf);
+    free(buf);
+}
+
 Test(config, usage_lists_every_option_with_default_and_help)
 {
     char *buf = NULL;
