@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/escape.h"
 #include "common/msg.h"
 #include "ctl.h"
 #include "json.h"
@@ -360,6 +361,7 @@ static void print_layout(const Chorus__JobInfo *ji)
 void ctl_job_print(const Chorus__JobInfo *ji)
 {
     char tps[32], sub[32], start[32], fin[32], run[32];
+    char name[4 * 64 + 1], reason[4 * 512 + 1]; /* peer text, escaped (common/escape.h) */
 
     ctl_fmt_si(tps, sizeof tps, ji->tokens_per_s > 0 ? ji->tokens_per_s : -1);
     fmt_wall(sub, sizeof sub, ji->submitted_ms);
@@ -369,11 +371,12 @@ void ctl_job_print(const Chorus__JobInfo *ji)
                      ji->started_ms && ji->finished_ms >= ji->started_ms
                          ? (double)(ji->finished_ms - ji->started_ms) / 1000.0
                          : -1.0);
-    printf("job          %s (%s)\n", ji->id, ji->name && *ji->name ? ji->name : "-");
-    printf("kind         %s\n", ji->kind);
-    printf("state        %s\n", ji->state);
+    printf("job          %s (%s)\n", ch_escape(name, sizeof name, ji->id),
+           ji->name && *ji->name ? ch_escape(name, sizeof name, ji->name) : "-");
+    printf("kind         %s\n", ch_escape(name, sizeof name, ji->kind));
+    printf("state        %s\n", ch_escape(name, sizeof name, ji->state));
     if (ji->reason && *ji->reason)
-        printf("reason       %s\n", ji->reason);
+        printf("reason       %s\n", ch_escape(reason, sizeof reason, ji->reason));
     printf("step         %" PRIu64 "/%" PRIu64 "\n", ji->step, ji->total_steps);
     if (has_loss(ji))
         printf("loss         %.4f\n", ji->loss);
@@ -404,7 +407,7 @@ void ctl_job_print(const Chorus__JobInfo *ji)
             snprintf(took, sizeof took, "%.2f s", h->recover_s);
         printf("%s %s gen %" PRIu64 " step %" PRIu64 ": %s: %s",
                i ? "            " : "restarts    ", when, h->failed_generation, h->failed_step,
-               h->cause, h->reason);
+               ch_escape(name, sizeof name, h->cause), ch_escape(reason, sizeof reason, h->reason));
         if (h->resumed_from >= 0)
             printf(" -> resumed from %" PRId64 " (%" PRIu64 " steps lost, recovered in %s)",
                    h->resumed_from, h->steps_lost, took);
@@ -571,7 +574,8 @@ static void print_done(const ctl_t *ctl, const char *job, const char *what)
         ctl_json_obj_end(&j);
         ctl_json_finish(&j);
     } else {
-        printf("%s: %s\n", job, what);
+        char esc[4 * 64 + 1];
+        printf("%s: %s\n", ch_escape(esc, sizeof esc, job), what);
     }
 }
 

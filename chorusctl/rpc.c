@@ -9,17 +9,19 @@
 
 #include "common/auth.h"
 #include "common/err.h"
+#include "common/escape.h"
 #include "common/msg.h"
 #include "ctl.h"
 
 void ctl_errf(const char *fmt, ...)
 {
-    char line[2048];
+    char line[2048], esc[4 * sizeof line];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "chorusctl: %s\n", line);
+    /* Diagnostics quote the coordinator's refusals and the user's arguments. */
+    fprintf(stderr, "chorusctl: %s\n", ch_escape(esc, sizeof esc, line));
 }
 
 int ctl_parse_long(const char *s, long min, long max, long *out)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/escape.h"
 #include "common/jobspec.h"
 #include "common/msg.h"
 #include "common/util.h"
@@ -136,8 +137,11 @@ int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv)
             goto out;
         const Chorus__JobInfo *ji = final->job_info;
         st = ctl_job_exit_status(ji->state);
-        if (!ctl->json)
-            printf("%s %s%s%s\n", id, ji->state, ji->reason && *ji->reason ? ": " : "", ji->reason);
+        if (!ctl->json) {
+            char esc[4 * 1024 + 1];
+            printf("%s %s%s%s\n", id, ji->state, ji->reason && *ji->reason ? ": " : "",
+                   ch_escape(esc, sizeof esc, ji->reason));
+        }
     }
     if (ctl->json) {
         ctl_json_t j;

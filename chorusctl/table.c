@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
+
 void ctl_table_init(ctl_table_t *t, size_t ncols)
 {
     memset(t, 0, sizeof *t);
@@ -38,7 +40,17 @@ int ctl_table_cell(ctl_table_t *t, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return -ENOMEM;
-    t->cells[t->ncells++] = s;
+    /* Cells quote the coordinator (job names, reasons, node names): escaped, so no peer
+     * writes terminal controls or a fake row. */
+    size_t cap = 4 * (size_t)n + 1;
+    char *esc = malloc(cap);
+    if (!esc) {
+        free(s);
+        return -ENOMEM;
+    }
+    ch_escape_n(esc, cap, s, (size_t)n);
+    free(s);
+    t->cells[t->ncells++] = esc;
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "common/escape.h"
 #include "common/msg.h"
 #include "common/util.h"
 #include "ctl.h"
@@ -121,7 +122,7 @@ static int term_width(void)
 /* "\r", erase the line, the bar: j1 running [=========>      ]  45%  step 18/40  ... */
 static void show_bar(watch_t *w, const Chorus__JobInfo *ji, const figures_t *f)
 {
-    char bar[BAR_WIDTH + 1], rest[768], line[1024];
+    char bar[BAR_WIDTH + 1], rest[768], line[1024], esc[4 * sizeof line];
     double pc = isfinite(f->percent) ? f->percent : 0.0;
     int fill = (int)(pc / 100.0 * BAR_WIDTH + 0.5);
     for (int i = 0; i < BAR_WIDTH; i++)
@@ -130,20 +131,23 @@ static void show_bar(watch_t *w, const Chorus__JobInfo *ji, const figures_t *f)
     tail(rest, sizeof rest, ji, f);
     int len = snprintf(line, sizeof line, "%s %-9s [%s] %3.0f%%  step %" PRIu64 "/%" PRIu64 "%s",
                        ji->id, ji->state, bar, pc, ji->step, ji->total_steps, rest);
+    /* The line quotes the coordinator (state, reason): escaped before our own controls. */
+    len = len < 0 ? 0 : (int)ch_escape_n(esc, sizeof esc, line, strlen(line));
     int width = term_width() - 1; /* never wrap: a wrapped line cannot be redrawn */
     if (len > width)
         len = width;
-    printf("\r\033[2K%.*s", len < 0 ? 0 : len, line);
+    printf("\r\033[2K%.*s", len, esc);
     fflush(stdout);
     w->drawn = 1;
 }
 
 static void show_line(const Chorus__JobInfo *ji, const figures_t *f)
 {
-    char rest[768];
+    char rest[768], line[1024], esc[4 * sizeof line];
     tail(rest, sizeof rest, ji, f);
-    printf("%s %-10s step %" PRIu64 "/%" PRIu64 "%s\n", ji->id, ji->state, ji->step,
-           ji->total_steps, rest);
+    snprintf(line, sizeof line, "%s %-10s step %" PRIu64 "/%" PRIu64 "%s", ji->id, ji->state,
+             ji->step, ji->total_steps, rest);
+    printf("%s\n", ch_escape(esc, sizeof esc, line));
     fflush(stdout);
 }
 

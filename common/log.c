@@ -2,6 +2,8 @@
  * single write(2) to stderr, so lines from threads and processes never interleave. */
 #include "common/log.h"
 
+#include "common/escape.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -111,25 +113,29 @@ void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
                      "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s: ", tm.tm_year + 1900,
                      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      ts.tv_nsec / 1000000L, g_name, level_names[level], subsys ? subsys : "-");
-    if (n < 0)
+    if (n < 0 || (size_t)n >= sizeof line - 8)
         goto out;
-    if ((size_t)n < sizeof line) {
-        va_list ap;
-        va_start(ap, fmt);
-        int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-        va_end(ap);
-        if (m > 0)
-            n += m;
+    /* The message may quote a peer (a rank's failure, a node's name): newlines become
+     * spaces, so one event stays one line, and the rest is escaped (common/escape.h), so
+     * no peer writes terminal controls or fake lines into the log. */
+    char msg[LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    size_t mlen = (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
+    for (size_t i = 0; i < mlen; i++) {
+        if (msg[i] == '\n' || msg[i] == '\r')
+            msg[i] = ' ';
     }
-    /* Keep one line per event: truncate long messages and turn newlines into spaces. */
-    if ((size_t)n > sizeof line - 2) {
-        n = (int)sizeof line - 5;
+    size_t room = sizeof line - (size_t)n - 5; /* "...", newline, NUL */
+    size_t w = ch_escape_n(line + n, room, msg, mlen);
+    n += (int)w;
+    if ((size_t)m >= sizeof msg || w + 4 >= room) {
         memcpy(line + n, "...", 3);
         n += 3;
-    }
-    for (int i = 0; i < n; i++) {
-        if (line[i] == '\n' || line[i] == '\r')
-            line[i] = ' ';
     }
     line[n++] = '\n';
     write_all(2, line, (size_t)n);
