@@ -72,6 +72,7 @@ int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_export(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_jobfile(ctl_t *ctl, int argc, char **argv);
 
 /* ---- job files, shared by submit and plan (jobfile.c) ---- */
 

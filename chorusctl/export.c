@@ -1,5 +1,7 @@
-/* chorusctl export CKPT_DIR --out FILE: consolidate a committed checkpoint into one
- * Hugging Face GPT-2 safetensors file (DESIGN §8). CKPT_DIR is either one step
+/* chorusctl export CKPT_DIR --out DIR|FILE.safetensors [--dtype fp32|fp16|bf16]:
+ * consolidate a committed checkpoint into a Hugging Face GPT-2 (DESIGN §8): a folder with
+ * model.safetensors and config.json (what transformers' from_pretrained loads), or, when
+ * --out ends in .safetensors, that one file. CKPT_DIR is either one step
  * directory (DIR/JOB/step-00000020) or a job's checkpoint directory (DIR/JOB), in which
  * case its newest committed step is exported. Runs locally: it reads the files, it does
  * not talk to the coordinator. */
@@ -38,10 +40,14 @@ static int resolve_step_dir(const char *in, char *out, size_t outlen)
 
 int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
 {
-    const char *src = NULL, *out = NULL;
+    const char *src = NULL, *out = NULL, *dtype_s = "fp32";
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
+        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
+            dtype_s = argv[++i];
+        else if (strncmp(argv[i], "--dtype=", 8) == 0)
+            dtype_s = argv[i] + 8;
         else if (strncmp(argv[i], "--out=", 6) == 0)
             out = argv[i] + 6;
         else if (!src && argv[i][0] != '-')
@@ -51,10 +57,22 @@ int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
-    if (!src || !out) {
-        ctl_errf("usage: chorusctl export CKPT_DIR --out FILE");
+    ch_st_dtype_t dtype = CH_ST_F32;
+    if (strcmp(dtype_s, "fp16") == 0)
+        dtype = CH_ST_F16;
+    else if (strcmp(dtype_s, "bf16") == 0)
+        dtype = CH_ST_BF16;
+    else if (strcmp(dtype_s, "fp32") != 0) {
+        ctl_errf("export: --dtype: expected fp32, fp16 or bf16, got '%s'", dtype_s);
         return CTL_EXIT_USAGE;
     }
+    if (!src || !out) {
+        ctl_errf("usage: chorusctl export CKPT_DIR --out DIR|FILE.safetensors [--dtype "
+                 "fp32|fp16|bf16]");
+        return CTL_EXIT_USAGE;
+    }
+    size_t olen = strlen(out), sfx = strlen(".safetensors");
+    int hf_dir = !(olen > sfx && strcmp(out + olen - sfx, ".safetensors") == 0);
 
     char step_dir[PATH_MAX], err[512] = "";
     int rc = resolve_step_dir(src, step_dir, sizeof step_dir);
@@ -62,7 +80,7 @@ int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
         ctl_errf("export: %s: no committed checkpoint here (%s)", src, ch_strerror(rc));
         return CTL_EXIT_FAILED;
     }
-    rc = eng_export(step_dir, out, err, sizeof err);
+    rc = eng_export_as(step_dir, out, dtype, hf_dir, err, sizeof err);
     if (rc < 0) {
         ctl_errf("export: %s", err[0] ? err : ch_strerror(rc));
         return rc == CH_E_CONFIG ? CTL_EXIT_CONFIG : CTL_EXIT_FAILED;
@@ -73,6 +91,7 @@ int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
         ctl_json_obj_begin(&j);
         ctl_json_kstr(&j, "checkpoint", step_dir);
         ctl_json_kstr(&j, "out", out);
+        ctl_json_kstr(&j, "dtype", dtype_s);
         ctl_json_obj_end(&j);
         ctl_json_finish(&j);
     } else {

@@ -50,3 +50,32 @@ int ctl_jobfile_load(const char *file, char *const *sets, int nsets, ch_jobspec_
     }
     return CTL_EXIT_OK;
 }
+
+int ctl_cmd_jobfile(ctl_t *ctl, int argc, char **argv)
+{
+    (void)ctl;
+    int tmpl = 0, markdown = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--template") == 0)
+            tmpl = 1;
+        else if (strcmp(argv[i], "--markdown") == 0)
+            markdown = 1;
+        else {
+            ctl_errf("jobfile: unknown argument %s", argv[i]);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    if (!tmpl) {
+        ctl_errf("jobfile: usage: chorusctl jobfile --template [--markdown]");
+        return CTL_EXIT_USAGE;
+    }
+    char *text = NULL;
+    int rc = ch_jobspec_template(markdown, &text);
+    if (rc < 0) {
+        ctl_errf("jobfile: %s", ch_strerror(rc));
+        return CTL_EXIT_FAILED;
+    }
+    fputs(text, stdout);
+    free(text);
+    return CTL_EXIT_OK;
+}

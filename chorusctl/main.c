@@ -42,9 +42,13 @@ static const cmd_t commands[] = {
      "[--metrics HOST:PORT]",
      "run a whole cluster on this machine (control socket DIR/ctl.sock; status page and "
      "metrics on 127.0.0.1, an ephemeral port, unless --metrics says otherwise)"},
-    {"export", ctl_cmd_export, "CKPT_DIR --out FILE",
-     "write a committed checkpoint (a step dir, or a job's dir: newest step) as one GPT-2 "
-     "safetensors file"},
+    {"export", ctl_cmd_export, "CKPT_DIR --out DIR|FILE.safetensors [--dtype fp32|fp16|bf16]",
+     "write a committed checkpoint (a step dir, or a job's dir: newest step) as a Hugging Face "
+     "GPT-2: DIR/model.safetensors and DIR/config.json (from_pretrained(DIR) loads it), or one "
+     ".safetensors file"},
+    {"jobfile", ctl_cmd_jobfile, "--template [--markdown]",
+     "print every job-file key with its default, unit, range and meaning: a job file to start "
+     "from, or with --markdown the reference docs/jobfile.md"},
     {"plan", ctl_cmd_plan, "JOBFILE [--set section.key=value]...",
      "check a job file and show its layout, parameters, memory per rank, FLOPs and pipeline "
      "bubble (no coordinator needed)"},

@@ -1,7 +1,7 @@
 /* Job files (DESIGN §10). One table lists every field with its section, key, type, place in
  * ch_jobspec_t and, for integers, its allowed range; that table drives parsing, --set
  * overrides, range validation and the canonical text, so a new field is one row here.
- * Rules that relate two fields (heads % tp, warmup <= steps, ...) are in validate(). */
+ * Rules that relate two fields (heads %% tp, warmup <= steps, ...) are in validate(). */
 #include "common/jobspec.h"
 
 #include <fcntl.h>
@@ -16,6 +16,8 @@
 
 #include "common/config.h"
 #include "common/err.h"
+#include "common/gpt2.h"
+#include "common/jobspec_doc.h"
 #include "common/ini.h"
 #include "common/plan.h"
 #include "common/tokens.h"
@@ -78,6 +80,7 @@ static const field_t fields[] = {
     JF("parallel", "micro_batch_size", F_U32, parallel.micro_batch_size, 1, UINT32_MAX),
     JF("parallel", "reshard", F_RESHARD, parallel.reshard, 0, 0),
     JF("parallel", "stage_split", F_SPLIT, parallel.stage_split, 0, 0),
+    JF("parallel", "global_batch_size", F_U32, parallel.global_batch_size, 0, UINT32_MAX),
     JF("train", "steps", F_I64, train.steps, 1, LLONG_MAX),
     JF("train", "lr", F_DBL, train.lr, 0, 0),
     JF("train", "lr_min", F_DBL, train.lr_min, 0, 0),
@@ -87,6 +90,14 @@ static const field_t fields[] = {
     JF("train", "init_from", F_STR, train.init_from, 0, 0),
     JF("train", "device", F_DEVICE, train.device, 0, 0),
     JF("train", "precision", F_PRECISION, train.precision, 0, 0),
+    JF("train", "val_data", F_STR, train.val_data, 0, 0),
+    JF("train", "eval_every", F_I64, train.eval_every, 0, LLONG_MAX),
+    JF("train", "eval_tokens", F_I64, train.eval_tokens, 1, LLONG_MAX),
+    JF("optim", "weight_decay", F_DBL, optim.weight_decay, 0, 0),
+    JF("optim", "beta1", F_DBL, optim.beta1, 0, 0),
+    JF("optim", "beta2", F_DBL, optim.beta2, 0, 0),
+    JF("optim", "eps", F_DBL, optim.eps, 0, 0),
+    JF("optim", "grad_clip", F_DBL, optim.grad_clip, 0, 0),
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
@@ -131,6 +142,13 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     strcpy(j->train.data, "builtin");
     j->train.device = CH_DEVICE_CPU;
     j->train.precision = CH_PRECISION_FP32;
+    j->train.eval_every = 0;
+    j->train.eval_tokens = 65536;
+    j->optim.weight_decay = 0.1;
+    j->optim.beta1 = 0.9;
+    j->optim.beta2 = 0.95;
+    j->optim.eps = 1e-8;
+    j->optim.grad_clip = 1.0;
     j->checkpoint.every = 0;
     j->checkpoint.keep = 3;
     j->fault.max_restarts = 3;
@@ -365,6 +383,24 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
 // ---------------------------------------------------------------------------------------
 // parse and --set
 
+/* parallel.global_batch_size, when set, decides microbatches: global / (dp x B). */
+static int derive_microbatches(ch_jobspec_t *j, char *err, size_t errlen)
+{
+    uint32_t g = j->parallel.global_batch_size;
+    uint64_t per = (uint64_t)j->parallel.dp * j->parallel.micro_batch_size;
+    if (g == 0 || per == 0)
+        return 0;
+    if (g % per != 0) {
+        snprintf(err, errlen,
+                 "parallel.global_batch_size: %" PRIu32 " sequences is not divisible by dp %" PRIu32
+                 " x micro_batch_size %" PRIu32 " = %" PRIu64,
+                 g, j->parallel.dp, j->parallel.micro_batch_size, per);
+        return CH_E_CONFIG;
+    }
+    j->parallel.microbatches = (uint32_t)(g / per);
+    return 0;
+}
+
 typedef struct parse_ctx {
     ch_jobspec_t *j;
     int seen[NFIELDS]; /* line of the first assignment, 0 if none */
@@ -409,6 +445,10 @@ int ch_jobspec_parse(const char *text, ch_jobspec_t *j, char *err, size_t errlen
     ch_jobspec_defaults(j);
     c->j = j;
     int rc = ch_ini_parse(text, parse_key, c, err, errlen);
+    /* microbatches given beside global_batch_size is checked against it by validate */
+    size_t micro = (size_t)(find_field("parallel", "microbatches") - fields);
+    if (rc == 0 && !c->seen[micro])
+        rc = derive_microbatches(j, err, errlen);
     free(c);
     return rc;
 }
@@ -447,6 +487,8 @@ int ch_jobspec_set(ch_jobspec_t *j, const char *assignment, char *err, size_t er
     rc = set_field(f, j, value, why, sizeof(why));
     if (rc < 0)
         snprintf(err, errlen, "%s.%s: %s", section, key, why);
+    else if (strcmp(section, "parallel") == 0 && strcmp(key, "microbatches") != 0)
+        rc = derive_microbatches(j, err, errlen);
 out:
     free(buf);
     return rc;
@@ -624,6 +666,51 @@ int ch_jobspec_check_text(const char *text, size_t len, char *err, size_t errlen
     return 0;
 }
 
+static int validate_batch_and_eval(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    uint64_t g = (uint64_t)j->parallel.dp * j->parallel.microbatches * j->parallel.micro_batch_size;
+    if (j->parallel.global_batch_size != 0 && g != j->parallel.global_batch_size)
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "parallel.global_batch_size: %" PRIu32 " sequences, but dp %" PRIu32
+                       " x microbatches %" PRIu32 " x micro_batch_size %" PRIu32 " = %" PRIu64
+                       " (leave microbatches out: it is derived)",
+                       j->parallel.global_batch_size, j->parallel.dp, j->parallel.microbatches,
+                       j->parallel.micro_batch_size, g);
+    if (j->train.eval_every > 0 && j->train.val_data[0] == '\0')
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "train.eval_every: %" PRId64 " needs train.val_data (what to evaluate on)",
+                       j->train.eval_every);
+    if (j->train.val_data[0] && strcmp(j->train.val_data, "builtin") == 0)
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "train.val_data: builtin is not a validation set; name a file");
+    return 0;
+}
+
+static int validate_optim(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    const struct {
+        const char *key;
+        double v, lo, hi;
+        int lo_open, hi_open;
+    } r[] = {
+        {"weight_decay", j->optim.weight_decay, 0, 1e9, 0, 0},
+        {"beta1", j->optim.beta1, 0, 1, 0, 1},
+        {"beta2", j->optim.beta2, 0, 1, 0, 1},
+        {"eps", j->optim.eps, 0, 1, 1, 0},
+        {"grad_clip", j->optim.grad_clip, 0, 1e9, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        double v = r[i].v;
+        int ok = isfinite(v) && (r[i].lo_open ? v > r[i].lo : v >= r[i].lo) &&
+                 (r[i].hi_open ? v < r[i].hi : v <= r[i].hi);
+        if (!ok)
+            return ch_errf(err, errlen, CH_E_CONFIG, "optim.%s: must be %s %g and %s %g, got %g",
+                           r[i].key, r[i].lo_open ? ">" : ">=", r[i].lo,
+                           r[i].hi_open ? "<" : "<=", r[i].hi, v);
+    }
+    return 0;
+}
+
 /* Rules that relate fields, or that the table cannot express. */
 static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
 {
@@ -688,6 +775,11 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
                  j->fault.backoff, BACKOFF_MAX, j->fault.backoff_max);
         return CH_E_CONFIG;
     }
+    int rc = validate_batch_and_eval(j, err, errlen);
+    if (rc == 0)
+        rc = validate_optim(j, err, errlen);
+    if (rc < 0)
+        return rc;
     if (j->checkpoint.every > 0 && j->checkpoint.dir[0] == '\0') {
         snprintf(err, errlen, "checkpoint.dir: required when checkpoint.every is %" PRId64,
                  j->checkpoint.every);
@@ -696,24 +788,34 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
     return check_memory(j, err, errlen);
 }
 
-/* The whole token file is checked (format, size, every token < vocab) so a bad file is
- * refused at submit, before anything is queued, rather than when the rank starts. */
-static int check_tokens(const ch_jobspec_t *j, char *err, size_t errlen)
+/* Every file of a data source is checked (format, size, every token < vocab) so a bad
+ * file is refused at submit, before anything is queued, rather than when ranks start. */
+static int check_source(const char *field, const char *source, const ch_jobspec_t *j, char *err,
+                        size_t errlen)
 {
     char why[512] = "";
-    ch_tokens_t *t = NULL;
-    int rc = ch_tokens_open(j->train.data, j->model.vocab, &t, why, sizeof why);
-    if (rc < 0) {
-        snprintf(err, errlen, "train.data: %s", why[0] ? why : ch_strerror(rc));
-        return CH_E_CONFIG;
+    ch_source_kind_t kind = ch_tokens_source_kind(source);
+    if (kind == CH_SOURCE_FILE || kind == CH_SOURCE_TEXT) {
+        const char *path = source + (kind == CH_SOURCE_TEXT ? strlen(CH_TOKENS_TEXT_PREFIX) : 0);
+        int frc = check_file(field, path, err, errlen);
+        if (frc < 0)
+            return frc;
     }
-    size_t n = ch_tokens_count(t);
-    ch_tokens_close(t);
-    if (n <= j->model.seq_len) {
-        snprintf(err, errlen, "train.data: %s holds %zu tokens, fewer than seq_len + 1 = %u",
-                 j->train.data, n, j->model.seq_len + 1);
-        return CH_E_CONFIG;
-    }
+    int rc = ch_tokens_source_check(source, j->model.vocab, j->model.seq_len, why, sizeof why);
+    if (rc < 0)
+        return ch_errf(err, errlen, CH_E_CONFIG, "%s: %s", field, why[0] ? why : ch_strerror(rc));
+    return 0;
+}
+
+/* init_from against [model]: each tensor's name and shape (wpe may hold more positions). */
+static int check_init(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    char why[512] = "";
+    ch_model_cfg_t m = ch_plan_model_of(j);
+    int rc = ch_gpt2_check_file(j->train.init_from, &m, why, sizeof why);
+    if (rc < 0)
+        return ch_errf(err, errlen, CH_E_CONFIG, "train.init_from: %s",
+                       why[0] ? why : ch_strerror(rc));
     return 0;
 }
 
@@ -724,16 +826,16 @@ int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_
         rc = validate_relations(j, err, errlen);
     if (rc < 0 || !check_files)
         return rc;
-    if (j->train.data[0] != '\0' && strcmp(j->train.data, "builtin") != 0) {
-        rc = check_file("train.data", j->train.data, err, errlen);
+    if (ch_tokens_source_kind(j->train.data) != CH_SOURCE_BUILTIN && j->kind == CH_JOB_TRAIN)
+        rc = check_source("train.data", j->train.data, j, err, errlen);
+    if (rc == 0 && j->train.val_data[0] && j->kind == CH_JOB_TRAIN)
+        rc = check_source("train.val_data", j->train.val_data, j, err, errlen);
+    if (rc == 0 && j->train.init_from[0] != '\0') {
+        rc = check_file("train.init_from", j->train.init_from, err, errlen);
         if (rc == 0 && j->kind == CH_JOB_TRAIN)
-            rc = check_tokens(j, err, errlen);
-        if (rc < 0)
-            return rc;
+            rc = check_init(j, err, errlen);
     }
-    if (j->train.init_from[0] != '\0')
-        return check_file("train.init_from", j->train.init_from, err, errlen);
-    return 0;
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -813,6 +915,125 @@ int ch_jobspec_format(const ch_jobspec_t *j, char **out)
     }
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
+        free(buf);
+        return -ENOMEM;
+    }
+    *out = buf;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// template: every key with its default, unit, range and meaning
+
+/* The integer range of f as text ("1 to 8192", ">= 0"). */
+static void int_range(const field_t *f, char *buf, size_t len)
+{
+    if (f->max == LLONG_MAX || f->max == UINT32_MAX)
+        snprintf(buf, len, ">= %lld", f->min);
+    else
+        snprintf(buf, len, "%lld to %lld", f->min, f->max);
+}
+
+/* f's value in j as the canonical text writes it, without "key = ". */
+static void value_text(const field_t *f, const ch_jobspec_t *j, char *buf, size_t len)
+{
+    char *line = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&line, &n);
+    buf[0] = '\0';
+    if (!m)
+        return;
+    format_field(m, f, j);
+    fclose(m);
+    const char *eq = line ? strchr(line, '=') : NULL;
+    if (eq) {
+        eq += eq[1] == ' ' ? 2 : 1;
+        snprintf(buf, len, "%.*s", (int)strcspn(eq, "\n"), eq);
+    }
+    free(line);
+}
+
+/* text as "# " comment lines of at most 92 columns, broken at spaces. */
+static void comment_wrapped(FILE *o, const char *text)
+{
+    const size_t width = 90;
+    while (*text) {
+        size_t n = strlen(text);
+        if (n > width) {
+            n = width;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = strcspn(text, " ");
+        }
+        fprintf(o, "# %.*s\n", (int)n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+static void template_key(FILE *o, int markdown, const field_t *f, const ch_jobspec_t *def)
+{
+    const ch_jobspec_doc_t *d = ch_jobspec_doc(f->section, f->key);
+    char range[64] = "", value[CH_PATH_LEN + 8];
+    if (d && d->range)
+        snprintf(range, sizeof range, "%s", d->range);
+    else if (f->type == F_U32 || f->type == F_I64)
+        int_range(f, range, sizeof range);
+    value_text(f, def, value, sizeof value);
+    const char *unit = d && d->unit[0] ? d->unit : "-";
+    const char *meaning = d ? d->meaning : "(undocumented)";
+    if (markdown)
+        fprintf(o, "| `%s` | `%s` | %s | %s | %s |\n", f->key, value, unit, range[0] ? range : "-",
+                meaning);
+    else {
+        comment_wrapped(o, meaning);
+        fprintf(o, "#   unit: %s; range: %s\n%s = %s\n", unit, range[0] ? range : "any", f->key,
+                value);
+    }
+}
+
+int ch_jobspec_template(int markdown, char **out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    ch_jobspec_t def;
+    ch_jobspec_defaults(&def);
+    FILE *o = open_memstream(&buf, &len);
+    if (!o)
+        return -ENOMEM;
+    if (markdown)
+        fprintf(o, "# Job file keys\n\n"
+                   "Every key of a job file with its default, unit, range and meaning. This page "
+                   "is the output of\n`chorusctl jobfile --template --markdown`, generated from "
+                   "the table the parser uses;\n`chorusctl jobfile --template` prints the same "
+                   "as a job file to start from. A key left out\ntakes its default. Rules "
+                   "between keys (heads %% tp, warmup <= steps, ...) are checked at submit\nand "
+                   "by `chorusctl plan`.\n");
+    else
+        fprintf(o, "# Chorus job file: every key with its default (chorusctl jobfile "
+                   "--template).\n# Keep the keys you change; a key left out takes its "
+                   "default.\n");
+    const char *section = NULL;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field_t *f = &fields[i];
+        if (strcmp(f->section, "job") == 0 && (strstr(f->key, "_uid") || strstr(f->key, "_gid")))
+            continue; /* the coordinator's, not the user's */
+        if (!section || strcmp(section, f->section) != 0) {
+            section = f->section;
+            if (markdown)
+                fprintf(o,
+                        "\n## [%s]\n\n| key | default | unit | range | meaning |\n"
+                        "|---|---|---|---|---|\n",
+                        section);
+            else
+                fprintf(o, "\n[%s]\n", section);
+        }
+        template_key(o, markdown, f, &def);
+    }
+    int bad = ferror(o);
+    if (fclose(o) != 0 || bad) {
         free(buf);
         return -ENOMEM;
     }

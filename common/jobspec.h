@@ -44,6 +44,9 @@ typedef struct ch_jobspec {
         uint32_t tp, pp, dp, microbatches, micro_batch_size;
         ch_reshard_t reshard;
         ch_stage_split_t stage_split; /* even (default) | balanced: the LM head counted */
+        /* sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches
+         * is derived from it (ch_jobspec_parse, ch_jobspec_set) */
+        uint32_t global_batch_size;
     } parallel;
     struct {
         int64_t steps;
@@ -54,7 +57,14 @@ typedef struct ch_jobspec {
         char init_from[CH_PATH_LEN]; /* "" or a GPT-2 safetensors file */
         ch_device_t device;          /* cpu (default) | cuda */
         ch_precision_t precision;    /* fp32 (default) | tf32 */
+        char val_data[CH_PATH_LEN];  /* "": no validation loss; forms as data (data.h) */
+        int64_t eval_every;          /* steps between validation losses; 0: at the end only */
+        int64_t eval_tokens;         /* tokens of val_data each evaluation reads */
     } train;
+    /* AdamW and clipping (torch.optim.AdamW, clip_grad_norm_); grad_clip 0: no clipping */
+    struct {
+        double weight_decay, beta1, beta2, eps, grad_clip;
+    } optim;
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
         int64_t every, keep;
@@ -96,6 +106,10 @@ int ch_jobspec_set(ch_jobspec_t *j, const char *assignment, char *err, size_t er
 int ch_jobspec_validate(const ch_jobspec_t *j, int check_files, char *err, size_t errlen);
 /* Canonical INI text; malloc'd, caller frees. */
 int ch_jobspec_format(const ch_jobspec_t *j, char **out);
+/* Every key with its default, unit, range and meaning, from the parser's own table: as a
+ * job file whose comments document each key (markdown 0: it parses to the defaults), or
+ * as the Markdown reference docs/jobfile.md (markdown 1). malloc'd, caller frees. */
+int ch_jobspec_template(int markdown, char **out);
 
 static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
 {

@@ -460,6 +460,66 @@ int ch_st_read_f32(const ch_st_file_t *f, const ch_st_tensor_t *t, float *dst, c
     }
 }
 
+/* Round to nearest even, as torch's .half() does; overflow to infinity, NaN kept. */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xFF, man = x & 0x7FFFFFu;
+    if (exp == 0xFF)
+        return (uint16_t)(sign | 0x7C00u | (man ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 0x1F)
+        return (uint16_t)(sign | 0x7C00u);
+    if (e <= 0) { /* subnormal or zero: shift the implicit bit in */
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e), half = 1u << (shift - 1);
+        uint32_t r = man >> shift, rest = man & ((1u << shift) - 1);
+        if (rest > half || (rest == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (man >> 13), rest = man & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (r & 1)))
+        r++; /* may carry into the exponent, up to infinity: correct */
+    return (uint16_t)(sign | r);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu))
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7FFFu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+int ch_st_convert_f32(ch_st_dtype_t dtype, const float *src, void *dst, size_t n)
+{
+    unsigned char *out = dst;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        switch (dtype) {
+        case CH_ST_F32:
+            memcpy(out + 4 * i, &src[i], 4);
+            continue;
+        case CH_ST_F16:
+            h = f32_to_f16(src[i]);
+            break;
+        case CH_ST_BF16:
+            h = f32_to_bf16(src[i]);
+            break;
+        default:
+            return -EINVAL;
+        }
+        memcpy(out + 2 * i, &h, 2);
+    }
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // writer
 

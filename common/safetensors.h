@@ -78,6 +78,10 @@ int ch_st_read_f32(const ch_st_file_t *f, const ch_st_tensor_t *t, float *dst, c
 // ----------------------------------------------------------------------------
 // writing
 
+/* dst[0..n) in dtype (F32, F16 or BF16; round to nearest even) from floats; -EINVAL for
+ * another dtype. dst holds n * ch_st_dtype_size(dtype) bytes. */
+int ch_st_convert_f32(ch_st_dtype_t dtype, const float *src, void *dst, size_t n);
+
 typedef struct ch_st_writer ch_st_writer_t;
 
 int ch_st_writer_create(const char *path, ch_st_writer_t **out);

@@ -2,6 +2,7 @@
 #include "common/tokens.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 struct ch_tokens {
     void *map;
     size_t size;
+    uint16_t *owned; /* a text file's bytes widened to tokens */
     const uint16_t *tok;
     size_t n;
     ch_tokens_format_t format;
@@ -112,6 +114,7 @@ void ch_tokens_close(ch_tokens_t *t)
     if (!t)
         return;
     ch_file_unmap(t->map, t->size);
+    free(t->owned);
     free(t);
 }
 
@@ -143,5 +146,150 @@ int ch_tokens_write(const char *path, const uint16_t *tokens, size_t n)
     memcpy(buf + CH_TOKENS_HEADER, tokens, 2 * n);
     int rc = ch_file_write_atomic(path, buf, len, 0644);
     free(buf);
+    return rc;
+}
+
+int ch_tokens_open_text(const char *path, ch_tokens_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    ch_tokens_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    int rc = ch_file_map(path, &t->map, &t->size, err, errlen);
+    if (rc < 0)
+        goto out;
+    if (t->size == 0) {
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: the text file is empty (0 bytes)", path);
+        goto out;
+    }
+    t->owned = malloc(t->size * sizeof *t->owned);
+    if (!t->owned) {
+        rc = ch_errf(err, errlen, -ENOMEM, "%s: out of memory for %zu tokens", path, t->size);
+        goto out;
+    }
+    const unsigned char *b = t->map;
+    for (size_t i = 0; i < t->size; i++)
+        t->owned[i] = b[i];
+    /* the tokens are in memory now: the mapping is not needed */
+    ch_file_unmap(t->map, t->size);
+    t->map = NULL;
+    t->tok = t->owned;
+    t->n = t->size;
+    t->size = 0;
+    t->format = CH_TOKENS_RAW;
+    *out = t;
+    t = NULL;
+out:
+    ch_tokens_close(t);
+    return rc;
+}
+
+ch_source_kind_t ch_tokens_source_kind(const char *source)
+{
+    if (!source[0] || strcmp(source, "builtin") == 0)
+        return CH_SOURCE_BUILTIN;
+    if (strncmp(source, CH_TOKENS_TEXT_PREFIX, strlen(CH_TOKENS_TEXT_PREFIX)) == 0)
+        return CH_SOURCE_TEXT;
+    return strpbrk(source, "*?[") ? CH_SOURCE_SHARDS : CH_SOURCE_FILE;
+}
+
+void ch_tokens_files_free(char **files, size_t n)
+{
+    for (size_t i = 0; files && i < n; i++)
+        free(files[i]);
+    free(files);
+}
+
+static int files_of_glob(const char *pattern, char ***files, size_t *n, char *err, size_t errlen)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int grc = glob(pattern, GLOB_ERR, NULL, &g); /* sorted by name (no GLOB_NOSORT) */
+    int rc = 0;
+    if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
+        rc = ch_errf(err, errlen, CH_E_CONFIG, "%s: the glob matches no file", pattern);
+        goto out;
+    }
+    if (grc != 0) {
+        rc = ch_errf(err, errlen, CH_E_CONFIG, "%s: cannot expand the glob (%s)", pattern,
+                     grc == GLOB_ABORTED ? "a directory could not be read" : "out of memory");
+        goto out;
+    }
+    *files = calloc(g.gl_pathc, sizeof **files);
+    if (!*files) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        if (!((*files)[i] = strdup(g.gl_pathv[i]))) {
+            ch_tokens_files_free(*files, i);
+            *files = NULL;
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    *n = g.gl_pathc;
+out:
+    globfree(&g);
+    return rc;
+}
+
+int ch_tokens_source_files(const char *source, char ***files, size_t *n, char *err, size_t errlen)
+{
+    *files = NULL;
+    *n = 0;
+    switch (ch_tokens_source_kind(source)) {
+    case CH_SOURCE_BUILTIN:
+        return 0;
+    case CH_SOURCE_SHARDS:
+        return files_of_glob(source, files, n, err, errlen);
+    case CH_SOURCE_TEXT:
+        source += strlen(CH_TOKENS_TEXT_PREFIX);
+        break;
+    case CH_SOURCE_FILE:
+        break;
+    }
+    *files = calloc(1, sizeof **files);
+    if (!*files || !((*files)[0] = strdup(source))) {
+        free(*files);
+        *files = NULL;
+        return -ENOMEM;
+    }
+    *n = 1;
+    return 0;
+}
+
+int ch_tokens_open_source(ch_source_kind_t kind, const char *file, uint32_t vocab,
+                          ch_tokens_t **out, char *err, size_t errlen)
+{
+    if (kind == CH_SOURCE_TEXT)
+        return ch_tokens_open_text(file, out, err, errlen);
+    return ch_tokens_open(file, vocab, out, err, errlen);
+}
+
+int ch_tokens_source_check(const char *source, uint32_t vocab, uint32_t seq_len, char *err,
+                           size_t errlen)
+{
+    ch_source_kind_t kind = ch_tokens_source_kind(source);
+    char **files = NULL;
+    size_t n = 0;
+    if (kind == CH_SOURCE_TEXT && vocab < CH_TOKENS_TEXT_VOCAB)
+        return ch_errf(err, errlen, CH_E_CONFIG,
+                       "%s: a text file's tokens are its bytes, so model.vocab must be >= %d, got "
+                       "%u",
+                       source, CH_TOKENS_TEXT_VOCAB, vocab);
+    int rc = ch_tokens_source_files(source, &files, &n, err, errlen);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        ch_tokens_t *t = NULL;
+        rc = ch_tokens_open_source(kind, files[i], vocab, &t, err, errlen);
+        if (rc == 0 && ch_tokens_count(t) <= seq_len)
+            rc = ch_errf(err, errlen, CH_E_CONFIG,
+                         "%s holds %zu tokens, fewer than seq_len + 1 = %u", files[i],
+                         ch_tokens_count(t), seq_len + 1);
+        ch_tokens_close(t);
+        if (rc < 0)
+            rc = CH_E_CONFIG;
+    }
+    ch_tokens_files_free(files, n);
     return rc;
 }

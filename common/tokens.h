@@ -30,6 +30,38 @@ const uint16_t *ch_tokens_data(const ch_tokens_t *t); /* borrowed until close; 2
 size_t ch_tokens_count(const ch_tokens_t *t);
 ch_tokens_format_t ch_tokens_format(const ch_tokens_t *t);
 
+/* A text file as tokens: each byte one token (vocab 256, nanoGPT's shakespeare_char
+ * without its character table). Refuses an empty file. */
+int ch_tokens_open_text(const char *path, ch_tokens_t **out, char *err, size_t errlen);
+
+// ----------------------------------------------------------------------------
+// sources: what train.data and train.val_data name
+
+#define CH_TOKENS_TEXT_PREFIX "text:"
+#define CH_TOKENS_TEXT_VOCAB  256
+
+typedef enum {
+    CH_SOURCE_BUILTIN = 0, /* "" or "builtin": the generated corpus */
+    CH_SOURCE_TEXT,        /* "text:FILE" */
+    CH_SOURCE_FILE,        /* one token file */
+    CH_SOURCE_SHARDS       /* a glob (* ? [): token files, sorted by name, read in order */
+} ch_source_kind_t;
+
+ch_source_kind_t ch_tokens_source_kind(const char *source);
+/* The files a source names: the text file, the token file, or the glob's matches in
+ * sorted order (CH_E_CONFIG "glob matches no file" when none). *files and its strings
+ * malloc'd: ch_tokens_files_free. A builtin source has none. */
+int ch_tokens_source_files(const char *source, char ***files, size_t *n, char *err, size_t errlen);
+void ch_tokens_files_free(char **files, size_t n);
+/* Open file i of a source of that kind (text: bytes; else a token file checked < vocab). */
+int ch_tokens_open_source(ch_source_kind_t kind, const char *file, uint32_t vocab,
+                          ch_tokens_t **out, char *err, size_t errlen);
+/* Check a whole source as a job will read it: every file opens, is not empty, holds more
+ * than seq_len tokens and every token is < vocab (a text source needs vocab >= 256).
+ * CH_E_CONFIG with the reason (the caller prefixes the field). */
+int ch_tokens_source_check(const char *source, uint32_t vocab, uint32_t seq_len, char *err,
+                           size_t errlen);
+
 /* Write tokens as an llm.c file (atomic). For tests, tools and the reference check. */
 int ch_tokens_write(const char *path, const uint16_t *tokens, size_t n);
 

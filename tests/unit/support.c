@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <ftw.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/gpt2.h"
+#include "common/safetensors.h"
 #include "common/util.h"
 
 int ts_tmpdir(const char *tag, char *out, size_t n)
@@ -170,5 +173,46 @@ int ts_run_threads(void *ranks, size_t stride, uint32_t n, void *(*fn)(void *))
     for (uint32_t i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     free(th);
+    return rc;
+}
+
+int ts_write_gpt2(const char *path, const struct ch_model_cfg *cfg, uint32_t positions, int dtype,
+                  int prefixed)
+{
+    ch_st_writer_t *w = NULL;
+    size_t n = ch_gpt2_count(cfg);
+    void **bufs = calloc(n, sizeof *bufs);
+    int rc = bufs ? ch_st_writer_create(path, &w) : -ENOMEM;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        ch_gpt2_tensor_t t;
+        char name[96];
+        ch_gpt2_tensor(cfg, i, &t);
+        if (i == 1)
+            t.shape[0] = positions;
+        size_t numel = t.shape[0] * (t.ndim > 1 ? t.shape[1] : 1);
+        float *f = malloc((numel ? numel : 1) * sizeof *f);
+        bufs[i] = malloc((numel ? numel : 1) * ch_st_dtype_size((ch_st_dtype_t)dtype));
+        if (!f || !bufs[i]) {
+            free(f);
+            rc = -ENOMEM;
+            break;
+        }
+        for (size_t k = 0; k < numel; k++)
+            f[k] = 0.02f * (float)sin((double)(k * 7 + i * 131) * 0.37);
+        rc = ch_st_convert_f32((ch_st_dtype_t)dtype, f, bufs[i], numel);
+        free(f);
+        snprintf(name, sizeof name, "%s%s", prefixed ? "transformer." : "", t.name);
+        if (rc == 0)
+            rc = ch_st_writer_add(w, name, (ch_st_dtype_t)dtype, t.ndim, t.shape, bufs[i]);
+    }
+    if (rc == 0)
+        rc = ch_st_writer_meta(w, "format", "pt");
+    if (rc == 0)
+        rc = ch_st_writer_finish(w, NULL, NULL, NULL, 0);
+    else
+        ch_st_writer_destroy(w);
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
     return rc;
 }

@@ -22,6 +22,14 @@ int ts_tmp_reachable_by(unsigned uid, unsigned gid);
  * is already gone) or the negative errno of the first failure. */
 int ts_rmrf(const char *dir);
 
+/* A GPT-2 safetensors file shaped as Hugging Face writes one: every tensor of cfg with HF
+ * names ("transformer." prefixed when `prefixed`), wpe with `positions` rows, in dtype
+ * (F32, F16 or BF16), values a deterministic function of the element index (0.02 scale).
+ * 0 or a negative code. */
+struct ch_model_cfg;
+int ts_write_gpt2(const char *path, const struct ch_model_cfg *cfg, uint32_t positions, int dtype,
+                  int prefixed);
+
 /* An in-process rendezvous store (ch_rdzv_t set/get) for ranks run as threads of one test:
  * a list under a mutex, get waits on a condition variable up to its timeout. */
 typedef struct ts_kv {

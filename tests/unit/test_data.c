@@ -116,6 +116,84 @@ Test(data, token_file_source_and_its_errors)
     cr_expect_eq(ts_rmrf(dir), 0);
 }
 
+/* Shards: sorted by name, cut into windows of T + 1 starting every T tokens (none crossing a
+ * file's end), read in order G windows per step, DP ranks taking consecutive samples, and
+ * starting over after the last window. */
+Test(data, shards_are_read_in_order_and_shared_over_dp)
+{
+    char dir[512], path[600], glob[600], err[512];
+    cr_assert_eq(ts_tmpdir("data-shards", dir, sizeof dir), 0);
+    /* shard b holds 3 windows (3T + 1 + 5 tokens), shard a 2 (2T + 1): token = file*1000 + i */
+    uint16_t tok[100];
+    const struct {
+        const char *name;
+        int file, n;
+    } sh[] = {{"s_b.bin", 1, 3 * T + 6}, {"s_a.bin", 0, 2 * T + 1}};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < sh[k].n; i++)
+            tok[i] = (uint16_t)(sh[k].file * 1000 + i);
+        snprintf(path, sizeof path, "%s/%s", dir, sh[k].name);
+        cr_assert_eq(ch_tokens_write(path, tok, (size_t)sh[k].n), 0);
+    }
+    snprintf(glob, sizeof glob, "%s/s_*.bin", dir);
+    eng_data_t *d = NULL;
+    cr_assert_eq(eng_data_open(glob, 2000, T, 1, &d, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(eng_data_windows(d), 5);
+    eng_data_set_global_batch(d, 2);
+    int32_t in[2 * T], tg[2 * T];
+    /* window w: file (w < 2 ? a : b), start (w mod) * T. Step s, sample j: w = 2s + j */
+    const int first[] = {0, T, 1000, 1000 + T, 1000 + 2 * T, 0, T};
+    for (uint64_t step = 0; step < 3; step++) {
+        for (uint32_t dp = 0; dp < 2; dp++) { /* dp 2 x B 1 == dp 1 x B 2 */
+            eng_data_micro_batch(d, step, dp, 0, 1, 1, in, tg);
+            int w = (int)(2 * step + dp) % 5;
+            cr_expect_eq(in[0], first[w], "step %lu dp %u", (unsigned long)step, dp);
+            cr_expect_eq(tg[T - 1], first[w] + T, "targets are the inputs shifted by one");
+        }
+        eng_data_micro_batch(d, step, 0, 0, 1, 2, in, tg);
+        cr_expect_eq(in[T], first[(2 * step + 1) % 5]);
+    }
+    size_t file;
+    uint64_t off;
+    eng_data_position(d, 1, &file, &off);
+    cr_expect(file == 1 && off == 0, "step 1 starts shard b at 0: file %zu offset %lu", file,
+              (unsigned long)off);
+    eng_data_close(d);
+    cr_expect_eq(ts_rmrf(dir), 0);
+}
+
+/* text:FILE: every byte a token, values up to 255. A validation set is read in order. */
+Test(data, text_files_are_bytes_and_validation_reads_in_order)
+{
+    char dir[512], path[600], src[640], err[512];
+    cr_assert_eq(ts_tmpdir("data-text", dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/in.txt", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 100; i++)
+        fputc(i == 3 ? 0xE9 : 'a' + i % 26, f); /* one byte over 127 */
+    fclose(f);
+    snprintf(src, sizeof src, "text:%s", path);
+    eng_data_t *d = NULL;
+    cr_expect_eq(eng_data_open(src, 128, T, 1, &d, err, sizeof err), CH_E_CONFIG);
+    cr_expect(strstr(err, "vocab must be >= 256") != NULL, "%s", err);
+    cr_assert_eq(eng_data_open_eval(src, 256, T, &d, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(eng_data_ntokens(d), 100);
+    cr_expect_eq(eng_data_windows(d), (100 - 1) / T);
+    int32_t in[T], tg[T];
+    eng_data_sample(d, 0, 0, in, tg);
+    cr_expect_eq(in[0], 'a');
+    cr_expect_eq(in[3], 0xE9);
+    eng_data_sample(d, 0, 1, in, tg);
+    cr_expect_eq(in[0], 'a' + T % 26, "the second window starts T bytes in");
+    eng_data_close(d);
+    f = fopen(path, "wb");
+    fclose(f);
+    cr_expect_eq(eng_data_open(src, 256, T, 1, &d, err, sizeof err), CH_E_FORMAT);
+    cr_expect(strstr(err, "empty") != NULL, "%s", err);
+    cr_expect_eq(ts_rmrf(dir), 0);
+}
+
 /* The number whose digits, least significant first, are s ("74" is 47). */
 static int reversed_value(const char *s)
 {

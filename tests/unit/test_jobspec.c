@@ -11,6 +11,11 @@
 #include "common/err.h"
 #include "common/jobspec.h"
 #include "common/tokens.h"
+#include "common/gpt2.h"
+#include "common/plan.h"
+#include "common/safetensors.h"
+#include "common/util.h"
+#include "support.h"
 
 static void expect_has(const char *err, const char *needle)
 {
@@ -345,8 +350,10 @@ Test(jobspec, check_files)
     strcpy(j.train.init_from, "/nonexistent/gpt2.safetensors");
     cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
     expect_has(err, "train.init_from: cannot read /nonexistent/gpt2.safetensors");
+    /* a token file is no GPT-2 safetensors file */
     strcpy(j.train.init_from, path);
-    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), 0, "%s", err);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof(err)), CH_E_CONFIG);
+    expect_has(err, "train.init_from: ");
     unlink(path);
 }
 
@@ -451,4 +458,223 @@ Test(jobspec, absurd_models_are_refused_naming_the_field)
     j.model.seq_len = 1024;
     j.parallel.micro_batch_size = 8;
     cr_assert_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
+}
+
+// ---------------------------------------------------------------------------------------
+// data sources, the optimizer section, the global batch, init_from's shapes, the template
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(jobspec, data_sources_refused_at_submit_with_the_field)
+{
+    char dir[512], path[640], glob[640], err[512] = "";
+    cr_assert_eq(ts_tmpdir("jobspec-src", dir, sizeof dir), 0);
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    j.model.vocab = 256;
+    j.model.seq_len = 16;
+    uint16_t tok[100];
+    for (int i = 0; i < 100; i++)
+        tok[i] = (uint16_t)(i % 256);
+
+    /* a glob that matches nothing */
+    snprintf(glob, sizeof glob, "%s/shard_*.bin", dir);
+    strcpy(j.train.data, glob);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.data: ");
+    expect_has(err, "matches no file");
+    /* two good shards: accepted */
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/shard_%d.bin", dir, k);
+        cr_assert_eq(ch_tokens_write(path, tok, 100), 0);
+    }
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), 0, "%s", err);
+    /* an empty shard among them: refused naming it */
+    snprintf(path, sizeof path, "%s/shard_2.bin", dir);
+    write_text(path, "");
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.data: ");
+    expect_has(err, "shard_2.bin");
+    /* a token >= vocab in a shard */
+    tok[50] = 300;
+    cr_assert_eq(ch_tokens_write(path, tok, 100), 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "not below the model vocab 256");
+    unlink(path);
+    /* a missing file (no glob) */
+    snprintf(j.train.data, sizeof j.train.data, "%s/missing.bin", dir);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.data: cannot read");
+
+    /* text: a 0-byte file refused; a text file accepted at vocab 256, refused below */
+    snprintf(path, sizeof path, "%s/input.txt", dir);
+    write_text(path, "");
+    snprintf(j.train.data, sizeof j.train.data, "text:%s", path);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.data: ");
+    expect_has(err, "empty (0 bytes)");
+    write_text(path, "First Citizen:\nBefore we proceed any further, hear me speak.\n");
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), 0, "%s", err);
+    j.model.vocab = 100;
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "model.vocab must be >= 256");
+    j.model.vocab = 256;
+
+    /* val_data: the same checks under its own name; eval_every needs it */
+    snprintf(j.train.val_data, sizeof j.train.val_data, "%s/val_*.bin", dir);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.val_data: ");
+    j.train.val_data[0] = '\0';
+    j.train.eval_every = 10;
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.eval_every: 10 needs train.val_data");
+    ts_rmrf(dir);
+}
+
+Test(jobspec, optim_keys_default_to_the_old_constants_and_are_checked)
+{
+    ch_jobspec_t j;
+    char err[512] = "";
+    cr_assert_eq(ch_jobspec_parse("[job]\nname = x\n", &j, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(j.optim.weight_decay, 0.1);
+    cr_expect_eq(j.optim.beta1, 0.9);
+    cr_expect_eq(j.optim.beta2, 0.95);
+    cr_expect_eq(j.optim.eps, 1e-8);
+    cr_expect_eq(j.optim.grad_clip, 1.0);
+    cr_assert_eq(ch_jobspec_parse("[optim]\nweight_decay = 0\nbeta1 = 0.8\nbeta2 = 0.999\n"
+                                  "eps = 1e-6\ngrad_clip = 0\n",
+                                  &j, err, sizeof err),
+                 0, "%s", err);
+    cr_expect_eq(j.optim.beta2, 0.999);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
+    j.optim.beta2 = 1.0;
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "optim.beta2: must be >= 0 and < 1, got 1");
+    j.optim.beta2 = 0.95;
+    j.optim.eps = 0;
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "optim.eps");
+    j.optim.eps = 1e-8;
+    j.optim.weight_decay = -0.1;
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "optim.weight_decay");
+}
+
+Test(jobspec, global_batch_size_derives_microbatches)
+{
+    ch_jobspec_t j;
+    char err[512] = "";
+    cr_assert_eq(ch_jobspec_parse("[parallel]\nglobal_batch_size = 64\ndp = 2\n"
+                                  "micro_batch_size = 8\n",
+                                  &j, err, sizeof err),
+                 0, "%s", err);
+    cr_expect_eq(j.parallel.microbatches, 4);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
+    /* --set of dp keeps the global batch: microbatches follows */
+    cr_assert_eq(ch_jobspec_set(&j, "parallel.dp=4", err, sizeof err), 0, "%s", err);
+    cr_expect_eq(j.parallel.microbatches, 2);
+    cr_expect_eq(ch_jobspec_set(&j, "parallel.dp=3", err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "parallel.global_batch_size: 64 sequences is not divisible by dp 3");
+    /* not dividing: refused at parse */
+    cr_expect_eq(ch_jobspec_parse("[parallel]\nglobal_batch_size = 60\nmicro_batch_size = 8\n", &j,
+                                  err, sizeof err),
+                 CH_E_CONFIG);
+    expect_has(err, "parallel.global_batch_size");
+    /* microbatches given too, and disagreeing: refused by validate */
+    cr_assert_eq(ch_jobspec_parse("[parallel]\nglobal_batch_size = 64\nmicrobatches = 2\n", &j, err,
+                                  sizeof err),
+                 0, "%s", err);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "leave microbatches out");
+    /* unset: the old meaning */
+    cr_assert_eq(ch_jobspec_parse("[parallel]\nmicrobatches = 3\n", &j, err, sizeof err), 0);
+    cr_expect_eq(j.parallel.microbatches, 3);
+    cr_expect_eq(j.parallel.global_batch_size, 0);
+}
+
+Test(jobspec, init_from_checked_against_the_model)
+{
+    char dir[512], path[640], err[512] = "";
+    cr_assert_eq(ts_tmpdir("jobspec-hf", dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/gpt2.safetensors", dir);
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    j.model.layers = 2;
+    j.model.heads = 2;
+    j.model.embd = 16;
+    j.model.vocab = 64;
+    j.model.seq_len = 32;
+    ch_model_cfg_t m = ch_plan_model_of(&j);
+    /* HF's layout: transformer. prefix, fp16, 1,024 positions: accepted (wpe cropped) */
+    cr_assert_eq(ts_write_gpt2(path, &m, 1024, CH_ST_F16, 1), 0);
+    strcpy(j.train.init_from, path);
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), 0, "%s", err);
+    /* fewer positions than seq_len: refused naming the tensor and both shapes */
+    j.model.seq_len = 2048;
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "train.init_from: ");
+    expect_has(err, "tensor transformer.wpe.weight has shape [1024, 16]");
+    expect_has(err, "needs [2048, 16] or more rows");
+    j.model.seq_len = 32;
+    /* another width */
+    j.model.embd = 32;
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "tensor transformer.wte.weight has shape [64, 16]");
+    expect_has(err, "needs [64, 32]");
+    j.model.embd = 16;
+    /* fewer layers in [model] than in the file, and more */
+    j.model.layers = 1;
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "h.1.ln_1.weight, more blocks than [model] layers = 1");
+    j.model.layers = 3;
+    cr_expect_eq(ch_jobspec_validate(&j, 1, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "tensor h.2.ln_1.weight is missing");
+    ts_rmrf(dir);
+}
+
+Test(jobspec, template_documents_every_key_and_parses_to_the_defaults)
+{
+    char *ini = NULL, *md = NULL, err[512] = "";
+    ch_jobspec_t j, def;
+    cr_assert_eq(ch_jobspec_template(0, &ini), 0);
+    cr_assert_eq(ch_jobspec_template(1, &md), 0);
+    cr_expect_null(strstr(ini, "(undocumented)"), "a key without documentation");
+    cr_assert_eq(ch_jobspec_parse(ini, &j, err, sizeof err), 0, "%s", err);
+    ch_jobspec_defaults(&def);
+    cr_expect_eq(memcmp(&j, &def, sizeof j), 0, "the template's values are the defaults");
+    /* every key of the canonical text appears in both, with its range and unit */
+    char *canon = NULL;
+    cr_assert_eq(ch_jobspec_format(&def, &canon), 0);
+    for (char *line = strtok(canon, "\n"); line; line = strtok(NULL, "\n")) {
+        char key[64], cell[80];
+        if (line[0] == '[' || sscanf(line, "%63s =", key) != 1 || strstr(key, "_uid") ||
+            strstr(key, "_gid"))
+            continue;
+        snprintf(cell, sizeof cell, "| `%s` |", key);
+        cr_expect_not_null(strstr(md, cell), "%s missing from the markdown", key);
+    }
+    cr_expect_not_null(strstr(md, "| `global_batch_size` | `0` | sequences | >= 0 |"));
+    cr_expect_not_null(strstr(ini, "# AdamW's second-moment decay.\n#   unit: -; range: 0 <= "
+                                   "beta2 < 1\nbeta2 = 0.95\n"));
+    free(canon);
+    /* docs/jobfile.md is this output */
+    const char *src = getenv("CHORUS_SRC_DIR");
+    if (src && src[0]) {
+        char path[1024], *doc = NULL;
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/docs/jobfile.md", src);
+        cr_assert_eq(ch_file_read(path, 1 << 20, &doc, &len), 0, "cannot read %s", path);
+        cr_expect_str_eq(doc, md,
+                         "docs/jobfile.md differs from `chorusctl jobfile --template --markdown`: "
+                         "regenerate it");
+        free(doc);
+    }
+    free(ini);
+    free(md);
 }

@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/safetensors.h"
+#include "common/tokens.h"
 #include "common/util.h"
 #include "support.h"
 #include "workerd/coll/coll.h"
@@ -237,7 +238,8 @@ typedef struct dp_rank {
     const ch_jobspec_t *spec;
     uint64_t resume;
     double losses[DP_STEPS];
-    float *params; /* copy at the end, caller frees */
+    double val[DP_STEPS]; /* the validation loss after step s, NAN when none was due */
+    float *params;        /* copy at the end, caller frees */
     size_t nparams;
     int rc;
     char msg[512];
@@ -264,6 +266,7 @@ static void *dp_main(void *arg)
         if ((d->rc = eng_trainer_step(t, &info)) < 0)
             break;
         d->losses[info.step] = info.loss;
+        d->val[info.step] = info.val_loss;
         if (eng_trainer_checkpoint_due(t))
             d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
     }
@@ -422,4 +425,102 @@ Test(trainer, init_from_a_hugging_face_file)
     cr_expect(strstr(err, "hf.safetensors") != NULL && strstr(err, "shape") != NULL, "%s", err);
     eng_trainer_destroy(other);
     eng_trainer_destroy(src);
+}
+
+// ----------------------------------------------------------------------------
+// validation loss and the [optim] keys
+
+/* A validation file of random tokens below vocab 32 (not the corpus: its loss differs). */
+static void write_val(char *path, size_t len)
+{
+    uint16_t tok[4096];
+    uint64_t x = 12345;
+    for (size_t i = 0; i < 4096; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (uint16_t)((x >> 33) % 32);
+    }
+    snprintf(path, len, "%s/val.bin", dir);
+    cr_assert_eq(ch_tokens_write(path, tok, 4096), 0);
+}
+
+/* Evaluating on the live model leaves training bit-identical, and dp = 2 reports the
+ * validation loss dp = 1 does (the same tokens, split over the ranks). */
+Test(trainer, validation_loss_same_over_dp_and_training_unchanged)
+{
+    char val[700];
+    write_val(val, sizeof val);
+    ch_jobspec_t with, without;
+    dp_spec(&with, 1);
+    dp_spec(&without, 1);
+    with.checkpoint.every = without.checkpoint.every = 0;
+    with.checkpoint.dir[0] = without.checkpoint.dir[0] = '\0';
+    snprintf(with.train.val_data, sizeof with.train.val_data, "%s", val);
+    with.train.eval_every = 5;
+    with.train.eval_tokens = 2 * 8 * 32; /* two global batches of 8 sequences */
+    dp_rank_t a[DP_MAX], b[DP_MAX], c[DP_MAX];
+    run_dp(&with, 0, a);
+    run_dp(&without, 0, b);
+    size_t n = a[0].nparams;
+    cr_expect_eq(memcmp(a[0].params, b[0].params, n * sizeof(float)), 0,
+                 "evaluating changed the training");
+    for (int s = 0; s < DP_STEPS; s++) {
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d", s);
+        int due = (s + 1) % 5 == 0;
+        cr_expect(due ? isfinite(a[0].val[s]) : isnan(a[0].val[s]), "step %d: val %g", s,
+                  a[0].val[s]);
+    }
+    /* a model that trained has a validation loss near ln(32) on random tokens */
+    cr_expect(a[0].val[9] > 3.0 && a[0].val[9] < 4.5, "val loss %g", a[0].val[9]);
+    ch_jobspec_t two = with;
+    two.parallel.dp = 2;
+    two.parallel.micro_batch_size = 2;
+    run_dp(&two, 0, c);
+    for (int s = 4; s < DP_STEPS; s += 5)
+        cr_expect(fabs(c[0].val[s] - a[0].val[s]) <= 1e-5 * a[0].val[s] &&
+                      c[1].val[s] == c[0].val[s],
+                  "step %d: val %.9g with dp=2 (rank 1 %.9g), %.9g with dp=1", s, c[0].val[s],
+                  c[1].val[s], a[0].val[s]);
+    for (int i = 0; i < 2; i++)
+        free(c[i].params);
+    free(a[0].params);
+    free(b[0].params);
+}
+
+/* optim.weight_decay reaches AdamW: decoupled decay is p -= lr * wd * p on 2-D weights only,
+ * so one step with wd and one without differ by exactly that on weights, not on biases. */
+Test(trainer, optim_weight_decay_reaches_adamw)
+{
+    ch_jobspec_t j;
+    tiny_spec(&j);
+    j.train.steps = 1;
+    j.train.warmup = 0;
+    j.train.lr_min = j.train.lr;
+    j.checkpoint.every = 0;
+    j.checkpoint.dir[0] = '\0';
+    j.optim.weight_decay = 0;
+    eng_trainer_t *t0 = make(&j);
+    size_t n = eng_model_nparams(eng_trainer_model(t0));
+    float *init = malloc(n * sizeof *init);
+    memcpy(init, eng_model_params(eng_trainer_model(t0)), n * sizeof *init);
+    cr_assert_eq(eng_trainer_step(t0, NULL), 0);
+    j.optim.weight_decay = 0.5;
+    eng_trainer_t *t1 = make(&j);
+    cr_assert_eq(eng_trainer_step(t1, NULL), 0);
+    eng_model_t *m0 = eng_trainer_model(t0), *m1 = eng_trainer_model(t1);
+    const eng_tensor_t *w = eng_model_find(m0, "h.0.mlp.c_fc.weight");
+    const eng_tensor_t *bias = eng_model_find(m0, "h.0.mlp.c_fc.bias");
+    cr_assert(w && bias);
+    double worst = 0;
+    for (size_t i = w->offset; i < w->offset + w->numel; i++) {
+        double want = eng_model_params(m0)[i] - j.train.lr * 0.5 * init[i];
+        double d = fabs(eng_model_params(m1)[i] - want);
+        worst = d > worst ? d : worst;
+    }
+    cr_expect_lt(worst, 1e-7, "weights: %g from p - lr * wd * p", worst);
+    cr_expect_eq(memcmp(eng_model_params(m0) + bias->offset, eng_model_params(m1) + bias->offset,
+                        bias->numel * sizeof(float)),
+                 0, "biases decayed");
+    free(init);
+    eng_trainer_destroy(t0);
+    eng_trainer_destroy(t1);
 }

@@ -590,8 +590,12 @@ int eng_ckpt_load_hf(const char *path, eng_ckpt_piece_t *pieces, size_t n, char 
             rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: tensor \"%s\" missing", path, pc->name);
             goto out;
         }
-        if (st->ndim != s->ndim || st->shape[0] != s->shape[0] ||
-            (s->ndim == 2 && st->shape[1] != s->shape[1])) {
+        /* wpe with more positions than seq_len is cropped to its first rows, as nanoGPT
+         * does with Hugging Face's 1,024-position GPT-2 */
+        int crop = s->ndim == 2 && st->ndim == 2 && strcmp(pc->name, "wpe.weight") == 0 &&
+                   st->shape[0] > s->shape[0] && st->shape[1] == s->shape[1];
+        if (!crop && (st->ndim != s->ndim || st->shape[0] != s->shape[0] ||
+                      (s->ndim == 2 && st->shape[1] != s->shape[1]))) {
             eng_slice_t got = {.ndim = st->ndim};
             got.shape[0] = st->ndim ? (uint32_t)st->shape[0] : 0;
             got.shape[1] = st->ndim > 1 ? (uint32_t)st->shape[1] : 0;
@@ -607,7 +611,7 @@ int eng_ckpt_load_hf(const char *path, eng_ckpt_piece_t *pieces, size_t n, char 
         }
         if (pc->a == pc->b)
             continue;
-        if (piece_is_whole(s, pc->a, pc->b)) { /* straight in; padding rows zero */
+        if (!crop && piece_is_whole(s, pc->a, pc->b)) { /* straight in; padding rows zero */
             CH_CHECK_GOTO(ch_st_read_f32(f, st, pc->p, err, errlen), rc, out);
             memset(pc->p + st->numel, 0, (pc->b - st->numel) * sizeof(float));
             continue;

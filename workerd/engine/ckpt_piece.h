@@ -41,7 +41,8 @@ int eng_ckpt_restore_pieces(const char *step_dir, const eng_ckpt_meta_t *expect,
                             char *err, size_t errlen);
 /* init_from: the parameters of every piece (m and v untouched) from a Hugging Face GPT-2
  * safetensors file (names with or without "transformer."; F32, F16 or BF16; extra tensors
- * ignored); a missing tensor or a wrong shape is CH_E_FORMAT naming both shapes. */
+ * ignored; a wpe with more rows than the model's is cropped to its first rows); a missing
+ * tensor or a wrong shape is CH_E_FORMAT naming both shapes. */
 int eng_ckpt_load_hf(const char *path, eng_ckpt_piece_t *pieces, size_t n, char *err,
                      size_t errlen);
 

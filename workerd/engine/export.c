@@ -8,53 +8,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/gpt2.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "common/safetensors.h"
 #include "workerd/engine/ckpt_piece.h"
 
-/* A block's tensors: name, dimensions as multiples of C (cols 0: 1-D). */
-static const struct {
-    const char *suffix;
-    uint32_t rows, cols;
-} block[] = {
-    {"ln_1.weight", 1, 0},      {"ln_1.bias", 1, 0},          {"attn.c_attn.weight", 1, 3},
-    {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
-    {"ln_2.weight", 1, 0},      {"ln_2.bias", 1, 0},          {"mlp.c_fc.weight", 1, 4},
-    {"mlp.c_fc.bias", 4, 0},    {"mlp.c_proj.weight", 4, 1},  {"mlp.c_proj.bias", 1, 0},
-};
-#define NBLOCK (sizeof block / sizeof block[0])
-
-static void whole(eng_ckpt_piece_t *pc, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1)
-{
-    snprintf(pc->name, sizeof pc->name, "%s", name);
-    pc->slice = eng_slice_whole(ndim, d0, d1);
-    pc->a = 0;
-    pc->b = eng_slice_full_numel(&pc->slice);
-}
-
-/* Every tensor of a GPT-2 of cfg, whole, in the model's order (wte, wpe, h.*, ln_f.*). */
+/* Every tensor of a GPT-2 of cfg, whole, in the model's order (common/gpt2.h). */
 static size_t gpt2_pieces(const ch_model_cfg_t *c, eng_ckpt_piece_t *out)
 {
-    char name[64];
-    size_t n = 0;
-    uint32_t C = c->embd;
-    whole(&out[n++], "wte.weight", 2, c->vocab, C);
-    whole(&out[n++], "wpe.weight", 2, c->seq_len, C);
-    for (uint32_t l = 0; l < c->layers; l++) {
-        for (size_t i = 0; i < NBLOCK; i++) {
-            snprintf(name, sizeof name, "h.%u.%s", l, block[i].suffix);
-            whole(&out[n++], name, block[i].cols ? 2 : 1, block[i].rows * C, block[i].cols * C);
-        }
+    size_t n = ch_gpt2_count(c);
+    for (size_t i = 0; i < n; i++) {
+        ch_gpt2_tensor_t t;
+        ch_gpt2_tensor(c, i, &t);
+        snprintf(out[i].name, sizeof out[i].name, "%s", t.name);
+        out[i].slice = eng_slice_whole(t.ndim, (uint32_t)t.shape[0], (uint32_t)t.shape[1]);
+        out[i].a = 0;
+        out[i].b = eng_slice_full_numel(&out[i].slice);
     }
-    whole(&out[n++], "ln_f.weight", 1, C, 0);
-    whole(&out[n++], "ln_f.bias", 1, C, 0);
     return n;
 }
 
-static int write_file(const char *out_file, const eng_ckpt_meta_t *meta,
-                      const eng_ckpt_piece_t *pieces, size_t n, char *err, size_t errlen)
+/* pieces[i].p converted in place to dtype (2-byte types use the first half of each buffer) */
+static int write_file(const char *out_file, const eng_ckpt_meta_t *meta, eng_ckpt_piece_t *pieces,
+                      size_t n, ch_st_dtype_t dtype, char *err, size_t errlen)
 {
     ch_st_writer_t *w = NULL;
     char v[32];
@@ -62,7 +42,10 @@ static int write_file(const char *out_file, const eng_ckpt_meta_t *meta,
     for (size_t i = 0; i < n && rc == 0; i++) {
         const eng_slice_t *s = &pieces[i].slice;
         uint64_t shape[2] = {s->shape[0], s->shape[1]};
-        rc = ch_st_writer_add(w, pieces[i].name, CH_ST_F32, s->ndim, shape, pieces[i].p);
+        /* front to back: element k's 2 bytes land before element k is read again */
+        rc = ch_st_convert_f32(dtype, pieces[i].p, pieces[i].p, pieces[i].b);
+        if (rc == 0)
+            rc = ch_st_writer_add(w, pieces[i].name, dtype, s->ndim, shape, pieces[i].p);
     }
     const struct {
         const char *key;
@@ -88,8 +71,54 @@ static int write_file(const char *out_file, const eng_ckpt_meta_t *meta,
     return ch_st_writer_finish(w, NULL, NULL, err, errlen);
 }
 
+/* config.json as transformers' GPT2Config writes it, for GPT2LMHeadModel.from_pretrained:
+ * GELU tanh ("gelu_new"), LayerNorm eps 1e-5, no dropout, the head tied to wte. */
+static int write_config(const char *path, const ch_model_cfg_t *c, ch_st_dtype_t dtype, char *err,
+                        size_t errlen)
+{
+    char buf[1024];
+    const char *torch_dtype = dtype == CH_ST_F16    ? "float16"
+                              : dtype == CH_ST_BF16 ? "bfloat16"
+                                                    : "float32";
+    int len = snprintf(buf, sizeof buf,
+                       "{\n"
+                       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+                       "  \"model_type\": \"gpt2\",\n"
+                       "  \"vocab_size\": %u,\n"
+                       "  \"n_positions\": %u,\n"
+                       "  \"n_ctx\": %u,\n"
+                       "  \"n_embd\": %u,\n"
+                       "  \"n_layer\": %u,\n"
+                       "  \"n_head\": %u,\n"
+                       "  \"n_inner\": null,\n"
+                       "  \"activation_function\": \"gelu_new\",\n"
+                       "  \"layer_norm_epsilon\": 1e-05,\n"
+                       "  \"resid_pdrop\": 0.0,\n"
+                       "  \"embd_pdrop\": 0.0,\n"
+                       "  \"attn_pdrop\": 0.0,\n"
+                       "  \"initializer_range\": 0.02,\n"
+                       "  \"bos_token_id\": %u,\n"
+                       "  \"eos_token_id\": %u,\n"
+                       "  \"tie_word_embeddings\": true,\n"
+                       "  \"torch_dtype\": \"%s\"\n"
+                       "}\n",
+                       c->vocab, c->seq_len, c->seq_len, c->embd, c->layers, c->heads, c->vocab - 1,
+                       c->vocab - 1, torch_dtype);
+    int rc = ch_file_write_atomic(path, buf, (size_t)len, 0644);
+    if (rc < 0)
+        return ch_errf(err, errlen, rc, "%s: %s", path, ch_strerror(rc));
+    return 0;
+}
+
 int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen)
 {
+    return eng_export_as(ckpt_step_dir, out_file, CH_ST_F32, 0, err, errlen);
+}
+
+int eng_export_as(const char *ckpt_step_dir, const char *out, ch_st_dtype_t dtype, int hf_dir,
+                  char *err, size_t errlen)
+{
+    char file[4096], config[4096];
     eng_ckpt_reader_t *r = NULL;
     eng_ckpt_piece_t *pieces = NULL;
     size_t n = 0;
@@ -106,7 +135,7 @@ int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
                      ckpt_step_dir);
         goto out;
     }
-    pieces = calloc((size_t)c->layers * NBLOCK + 4, sizeof *pieces);
+    pieces = calloc(ch_gpt2_count(c), sizeof *pieces);
     if (!pieces) {
         rc = ch_errf(err, errlen, -ENOMEM, "%s: out of memory", ckpt_step_dir);
         goto out;
@@ -119,7 +148,18 @@ int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_
         }
     }
     CH_CHECK_GOTO(eng_ckpt_reader_fill(r, pieces, n, err, errlen), rc, out);
-    rc = write_file(out_file, meta, pieces, n, err, errlen);
+    snprintf(file, sizeof file, "%s", out);
+    if (hf_dir) {
+        if (mkdir(out, 0755) < 0 && errno != EEXIST) {
+            rc = ch_errf(err, errlen, -errno, "%s: %s", out, strerror(errno));
+            goto out;
+        }
+        snprintf(file, sizeof file, "%s/model.safetensors", out);
+        snprintf(config, sizeof config, "%s/config.json", out);
+    }
+    rc = write_file(file, meta, pieces, n, dtype, err, errlen);
+    if (rc == 0 && hf_dir)
+        rc = write_config(config, c, dtype, err, errlen);
 out:
     for (size_t i = 0; pieces && i < n; i++)
         free(pieces[i].p);

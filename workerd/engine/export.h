@@ -14,7 +14,14 @@
 
 #include <stddef.h>
 
-/* ckpt_step_dir: DIR/JOB/step-XXXXXXXX. Writes out_file atomically. */
+#include "common/safetensors.h"
+
+/* ckpt_step_dir: DIR/JOB/step-XXXXXXXX. Writes out_file (F32) atomically. */
 int eng_export(const char *ckpt_step_dir, const char *out_file, char *err, size_t errlen);
+/* The same in dtype (F32, F16 or BF16, rounded to nearest even). hf_dir: out is a folder
+ * (created if missing) that gets model.safetensors and the config.json of a GPT-2 that
+ * transformers' from_pretrained(out) loads. */
+int eng_export_as(const char *ckpt_step_dir, const char *out, ch_st_dtype_t dtype, int hf_dir,
+                  char *err, size_t errlen);
 
 #endif

@@ -30,6 +30,8 @@ struct eng_trainer {
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */
     eng_data_t *data;
+    eng_data_t *val;  /* train.val_data, read in order; NULL: none */
+    eng_data_t *feed; /* what stage_forward reads: data, or val during an evaluation */
     eng_lr_t sched;
     int32_t *inputs, *targets; /* one micro-batch, [B, T] */
     uint64_t next_step;
@@ -195,7 +197,7 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
     int rc = 0;
     uint64_t t0 = ch_now_ns();
     if (first || last)
-        eng_data_micro_batch(t->data, t->step_now, t->dpr, mb, s->parallel.microbatches, B,
+        eng_data_micro_batch(t->feed, t->step_now, t->dpr, mb, s->parallel.microbatches, B,
                              t->inputs, t->targets);
     uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
     if (first) {
@@ -316,8 +318,15 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
     rc = eng_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
                        errlen);
+    if (rc == 0 && spec->train.val_data[0])
+        rc = eng_data_open_eval(spec->train.val_data, spec->model.vocab, T, &t->val, err, errlen);
     if (rc < 0)
         goto out;
+    uint64_t global = (uint64_t)B * spec->parallel.microbatches * spec->parallel.dp;
+    eng_data_set_global_batch(t->data, global);
+    if (t->val)
+        eng_data_set_global_batch(t->val, global);
+    t->feed = t->data;
     eng_model_opts_t mopts = {
         .backend = be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
     if (t->dp) {
@@ -342,6 +351,12 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     rc = eng_optim_init_on(&t->optim, be, zero ? 0 : eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
+    t->optim.weight_decay = spec->optim.weight_decay;
+    t->optim.beta1 = spec->optim.beta1;
+    t->optim.beta2 = spec->optim.beta2;
+    t->optim.eps = spec->optim.eps;
+    /* grad_clip 0: no clipping (eng_clip_coef of an infinite bound is 1) */
+    t->optim.max_grad_norm = spec->optim.grad_clip > 0 ? spec->optim.grad_clip : INFINITY;
     if (zero) {
         rc = eng_zero_create(t->model, t->dp, spec->parallel.reshard, &t->zero);
         if (rc < 0) {
@@ -395,6 +410,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
     if (t->be)
         t->be->free(t->be, t->small);
     eng_data_close(t->data);
+    eng_data_close(t->val);
     free(t);
 }
 
@@ -783,6 +799,64 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     return 0;
 }
 
+/* Global batches one evaluation reads: eval_tokens over the global batch's tokens (at least
+ * one), and no more than cover the validation set once. */
+static uint64_t eval_batches(const eng_trainer_t *t)
+{
+    const ch_jobspec_t *s = &t->spec;
+    uint64_t G = (uint64_t)s->parallel.micro_batch_size * s->parallel.microbatches * s->parallel.dp;
+    uint64_t n = (uint64_t)s->train.eval_tokens / (G * s->model.seq_len);
+    uint64_t all = (eng_data_windows(t->val) + G - 1) / G;
+    if (n > all)
+        n = all;
+    return n ? n : 1;
+}
+
+int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
+{
+    const ch_jobspec_t *s = &t->spec;
+    if (!t->val)
+        return CH_E_CONFIG;
+    uint32_t micro = s->parallel.microbatches;
+    uint64_t n = eval_batches(t);
+    double sum = 0;
+    int rc = 0;
+    /* The live model's forward through the same schedule, with the loss's gradient scaled
+     * by 0: every gradient stays exactly zero, so training continues unchanged, and every
+     * layout's stages, TP slices and ZeRO-3 gathers work as in a step. */
+    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
+    t->feed = t->val;
+    for (uint64_t e = 0; e < n && rc == 0; e++) {
+        if (t->zero)
+            eng_zero_begin_step(t->zero);
+        t->step_now = e;
+        t->loss_sum = 0;
+        t->grad_scale = 0;
+        rc = eng_pipeline_run(&t->pipe, &ops, micro, NULL);
+        sum += t->loss_sum;
+    }
+    t->feed = t->data;
+    if (rc < 0)
+        return rc;
+    int last = t->stage + 1 == t->stages;
+    float l = last && t->tpr == 0 ? (float)sum : 0.0f;
+    wrk_coll_group_t *order[3] = {t->tp, t->dp, t->pp};
+    if ((t->tp || t->dp || t->pp) && (rc = reduce_small(t, &l, 1, WRK_COLL_SUM, order, 3)) < 0)
+        return rc;
+    *val_loss = (t->tp || t->dp || t->pp ? (double)l : sum) / ((double)micro * s->parallel.dp * n);
+    return 0;
+}
+
+int eng_trainer_eval_due(const eng_trainer_t *t)
+{
+    const ch_jobspec_t *s = &t->spec;
+    if (!t->val || t->next_step == 0)
+        return 0;
+    if (t->next_step == (uint64_t)s->train.steps)
+        return 1;
+    return s->train.eval_every > 0 && t->next_step % (uint64_t)s->train.eval_every == 0;
+}
+
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
@@ -856,6 +930,15 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
                       info->time.compute - info->time.optim;
         info->time.idle = rest > 0 ? rest : 0;
+        info->val_loss = NAN;
+    }
+    /* after the step's figures: an evaluation is not part of the step's time */
+    if (eng_trainer_eval_due(t)) {
+        double vl = NAN;
+        if ((rc = eng_trainer_evaluate(t, &vl)) < 0)
+            return rc;
+        if (info)
+            info->val_loss = vl;
     }
     return 0;
 }

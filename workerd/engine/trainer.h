@@ -68,6 +68,9 @@ typedef struct eng_step_info {
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
     double bubble; /* pp > 1: time.pp_wait over the step time; else 0 */
+    /* the validation loss after this step's update when an evaluation was due
+     * (eng_trainer_eval_due), else NAN; its time is not in `seconds` */
+    double val_loss;
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
      * send/recv and in the step's closing all-reduces over the pipeline column and the
@@ -97,6 +100,14 @@ int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen
 
 /* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info);
+/* The mean loss of the current model over train.val_data's first eval_tokens tokens (whole
+ * global batches, read in order): the same tokens and, within float tolerance, the same
+ * value on every layout. Collective over the job's groups, like a step; gradients and
+ * optimizer state untouched. CH_E_CONFIG without val_data. */
+int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss);
+/* Whether an evaluation is due after the steps run so far: every train.eval_every steps
+ * and after the last step (when val_data is set). eng_trainer_step runs it. */
+int eng_trainer_eval_due(const eng_trainer_t *t);
 /* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
  * and after the last step (when checkpoint.dir is set). */
 int eng_trainer_checkpoint_due(const eng_trainer_t *t);

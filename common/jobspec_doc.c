@@ -1,0 +1,96 @@
+/* The meaning of every job-file key (jobspec_doc.h). Keep one row per row of jobspec.c's
+ * field table; test_jobspec checks that each key has one. */
+#include "common/jobspec_doc.h"
+
+#include <string.h>
+
+static const ch_jobspec_doc_t docs[] = {
+    {"job", "name", "text", "1-63 of A-Z a-z 0-9 . _ -",
+     "The job's name; checkpoints go under checkpoint.dir/<job id>/."},
+    {"job", "kind", "", "train | diag",
+     "train: train the model; diag: check the nodes' GEMMs and collectives."},
+    {"job", "owner_uid", "uid", NULL,
+     "Written by the coordinator from the submitter's credentials (-1: unset); not for users."},
+    {"job", "owner_gid", "gid", NULL, "As owner_uid, the submitter's group."},
+    {"job", "run_uid", "uid", NULL,
+     "Whom the ranks run as; written by the coordinator (-1: unset)."},
+    {"job", "run_gid", "gid", NULL, "As run_uid, the ranks' group."},
+    {"model", "layers", "blocks", NULL, "Transformer blocks (GPT-2 124M: 12)."},
+    {"model", "heads", "", NULL, "Attention heads; must divide embd, and tp must divide it."},
+    {"model", "embd", "channels", NULL, "Model width C (GPT-2 124M: 768)."},
+    {"model", "vocab", "tokens", NULL,
+     "Vocabulary size; every token of the data must be below it (GPT-2: 50257; text: 256)."},
+    {"model", "seq_len", "tokens", NULL,
+     "Sequence length T; init_from's wpe may hold more positions (cropped)."},
+    {"parallel", "tp", "ranks", NULL, "Tensor-parallel degree (Megatron); divides model.heads."},
+    {"parallel", "pp", "stages", NULL, "Pipeline stages (1F1B); at most model.layers."},
+    {"parallel", "dp", "ranks", NULL,
+     "Data-parallel degree; dp > 1 shards parameters, gradients and Adam state (ZeRO-3)."},
+    {"parallel", "microbatches", "micro-batches", NULL,
+     "Micro-batches per step per DP rank (gradient accumulation, the pipeline's m); derived "
+     "when global_batch_size is set."},
+    {"parallel", "micro_batch_size", "sequences", NULL, "Sequences in one micro-batch (B)."},
+    {"parallel", "reshard", "", "per-use | per-step",
+     "ZeRO-3: free gathered parameters after each use (least memory) or keep them for the "
+     "step's micro-batches (less traffic)."},
+    {"parallel", "stage_split", "", "even | balanced",
+     "How pipeline stages share the blocks: evenly, or counting the LM head's cost."},
+    {"parallel", "global_batch_size", "sequences", NULL,
+     "Sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches = "
+     "global_batch_size / (dp x micro_batch_size), refused when that does not divide."},
+    {"train", "steps", "steps", NULL, "Optimizer steps to run."},
+    {"train", "lr", "", "> 0", "Peak learning rate."},
+    {"train", "lr_min", "", "-1, or 0 to lr",
+     "Where the cosine ends at the last step; -1: lr / 10. lr_min = lr with warmup 0: "
+     "constant."},
+    {"train", "warmup", "steps", "0 to steps", "Linear warm-up from lr / warmup to lr."},
+    {"train", "seed", "", "0 to 2^64-1",
+     "Seeds the initial weights and the data sampling; same seed, same run on any layout."},
+    {"train", "data", "path", "builtin | text:FILE | FILE | GLOB",
+     "Training tokens: the built-in arithmetic corpus; a text file read as bytes (vocab 256); "
+     "an llm.c or raw uint16 token file (random windows); or a glob of llm.c shards, sorted "
+     "and read in order. See docs/data.md."},
+    {"train", "init_from", "path", "",
+     "A GPT-2 safetensors file (Hugging Face names; F32, F16 or BF16) to start from; checked "
+     "against [model] at submit; wpe cropped to seq_len."},
+    {"train", "device", "", "cpu | cuda", "Where each rank computes (cuda: one GPU per rank)."},
+    {"train", "precision", "", "fp32 | tf32",
+     "The GEMMs' arithmetic; tf32 needs device = cuda. State stays fp32."},
+    {"train", "val_data", "path", "\"\" | text:FILE | FILE | GLOB",
+     "Validation tokens (same forms as data, read in order from the start); \"\": no "
+     "validation loss."},
+    {"train", "eval_every", "steps", NULL,
+     "Validation loss every this many steps and after the last; 0: after the last only. "
+     "Needs val_data."},
+    {"train", "eval_tokens", "tokens", NULL,
+     "Tokens each validation reads (rounded down to whole global batches, at least one): "
+     "the same tokens on every layout."},
+    {"optim", "weight_decay", "", "0 to 1e9",
+     "AdamW's decoupled weight decay, on 2-D weights only (not biases, LayerNorms)."},
+    {"optim", "beta1", "", "0 <= beta1 < 1", "AdamW's first-moment decay."},
+    {"optim", "beta2", "", "0 <= beta2 < 1", "AdamW's second-moment decay."},
+    {"optim", "eps", "", "0 < eps <= 1", "AdamW's epsilon."},
+    {"optim", "grad_clip", "", "0 to 1e9",
+     "Clip the global gradient norm to this (clip_grad_norm_); 0: no clipping."},
+    {"checkpoint", "dir", "path", "", "Where checkpoints go; \"\": none."},
+    {"checkpoint", "every", "steps", NULL,
+     "A checkpoint every this many steps (and after the last); 0: only after the last."},
+    {"checkpoint", "keep", "checkpoints", NULL, "Committed checkpoints kept; older are pruned."},
+    {"fault", "max_restarts", "restarts", NULL, "Restarts before the job fails; 0: none."},
+    {"fault", "step_timeout", "seconds", NULL,
+     "A rank without progress this long (first step included) is a failure; 0: never."},
+    {"fault", "elastic", "", "yes | no",
+     "A restart that no longer fits may continue with a smaller dp (same global batch)."},
+    {"diag", "rounds", "rounds", NULL, "diag jobs: measurement rounds."},
+    {"diag", "gemm_size", "n", NULL, "diag jobs: n x n SGEMM size."},
+    {"diag", "collectives", "", "yes | no", "diag jobs: also measure collectives."},
+    {"diag", "bytes", "bytes", NULL, "diag jobs: message size of the collectives."},
+};
+
+const ch_jobspec_doc_t *ch_jobspec_doc(const char *section, const char *key)
+{
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++)
+        if (strcmp(docs[i].section, section) == 0 && strcmp(docs[i].key, key) == 0)
+            return &docs[i];
+    return NULL;
+}
