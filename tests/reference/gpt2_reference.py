@@ -13,7 +13,9 @@ Subcommands:
   make    OUT_DIR [--layers L --heads H --embd C --vocab V --seq-len T --tokens N --seed S]
           random GPT-2 weights (init.safetensors) and an llm.c token file (tokens.bin)
   train   INIT TOKENS STEPS OUT [--heads H --batch B --microbatches K --lr X --lr-min X
-          --warmup N --seed S]   prints "step S loss L lr X grad_norm G" per step
+          --warmup N --seed S --val VAL --eval-tokens N]   prints "step S loss L lr X
+          grad_norm G" per step and, with --val, "val_loss V" after the last (TOKENS and VAL
+          may be text:FILE, each byte a token)
   compare A.safetensors B.safetensors A.log B.log
           relative differences of weights and per-step losses
 
@@ -70,6 +72,8 @@ def st_write(path, tensors, meta=None):
 
 
 def tokens_read(path):
+    if path.startswith("text:"):  # Chorus's text:FILE: each byte a token
+        return np.fromfile(path[5:], dtype=np.uint8).astype(np.uint16)
     raw = np.fromfile(path, dtype=np.uint8)
     hdr = raw[:1024].view(np.int32)
     if len(raw) >= 1024 and hdr[0] == 20240520:
@@ -109,6 +113,27 @@ def global_batch(toks, seed, step, nseq, T):
         rows.append(toks[o:o + T + 1].astype(np.int64))
     w = torch.from_numpy(np.stack(rows))
     return w[:, :-1], w[:, 1:]
+
+
+def val_loss(P, L, H, toks, T, nseq, eval_tokens):
+    """Chorus's validation loss (workerd/engine/data.h, trainer.h): windows of T + 1 tokens
+    every T tokens, read in order, whole global batches of nseq windows, eval_tokens //
+    (nseq * T) of them (at least one, at most enough to cover the windows once)."""
+    W = (len(toks) - 1) // T
+    n = min(eval_tokens // (nseq * T), (W + nseq - 1) // nseq)
+    n = max(n, 1)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for e in range(n):
+            rows = [toks[((e * nseq + j) % W) * T:((e * nseq + j) % W) * T + T + 1]
+                    for j in range(nseq)]
+            w = torch.from_numpy(np.stack(rows).astype(np.int64))
+            logits = forward(P, w[:, :-1], L, H)
+            V = logits.shape[-1]
+            total += torch.nn.functional.cross_entropy(logits.reshape(-1, V),
+                                                       w[:, 1:].reshape(-1)).item()
+            count += 1
+    return total / count
 
 
 def lr_at(step, lr, lr_min, warmup, steps):
@@ -223,7 +248,12 @@ def cmd_train(a):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        print("step %d loss %.9g lr %.9g grad_norm %.9g" % (s, loss.item(), lr, norm.item()))
+        print("step %d loss %.9g lr %.9g grad_norm %.9g" % (s, loss.item(), lr, norm.item()),
+              flush=True)
+    if a.val:
+        vt = tokens_read(a.val)
+        print("val_loss %.9g after step %d" % (val_loss(P, L, a.heads, vt, T, nseq,
+                                                        a.eval_tokens), a.steps - 1))
     st_write(a.out, {k: P[k].data for k in names}, {"format": "pt"})
 
 
@@ -287,6 +317,8 @@ def main():
     t.add_argument("--lr-min", type=float, default=-1)
     t.add_argument("--warmup", type=int, default=0)
     t.add_argument("--seed", type=int, default=1337)
+    t.add_argument("--val", default="", help="validation tokens (text:FILE allowed)")
+    t.add_argument("--eval-tokens", type=int, default=65536)
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
