@@ -8,6 +8,12 @@ pkgs=(build-essential cmake pkg-config git
       libcriterion-dev libsqlite3-dev libopenblas-dev libsodium-dev libsystemd-dev
       openmpi-bin libopenmpi-dev python3
       libjansson-dev chromium)
+# Optional, for the PyTorch reference checks (tests/reference/: run_reference.sh,
+# bytes_run.sh) and tests/bench/torch_engine.py; CI does not need them. CHORUS_TORCH=1 adds
+# them (about 70 MB to download).
+if [ "${CHORUS_TORCH:-0}" = 1 ]; then
+  pkgs+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
