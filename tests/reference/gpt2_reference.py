@@ -16,6 +16,8 @@ Subcommands:
           --warmup N --seed S --val VAL --eval-tokens N]   prints "step S loss L lr X
           grad_norm G" per step and, with --val, "val_loss V" after the last (TOKENS and VAL
           may be text:FILE, each byte a token)
+  hfeval  DIR TOKENS [--batch G --eval-tokens N]   the validation loss (Chorus's rule) of a
+          folder written by `chorusctl export --out DIR`, built from its config.json
   compare A.safetensors B.safetensors A.log B.log
           relative differences of weights and per-step losses
 
@@ -48,7 +50,11 @@ def st_read(path):
     out = {}
     for name, e in header.items():
         b, en = e["data_offsets"]
-        arr = np.frombuffer(data[b:en], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
+        if e["dtype"] == "BF16":  # the top half of a float32
+            arr = (np.frombuffer(data[b:en], dtype=np.uint16).astype(np.uint32) << 16)
+            arr = arr.view(np.float32).reshape(e["shape"])
+        else:
+            arr = np.frombuffer(data[b:en], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
         out[name] = torch.from_numpy(arr.astype(np.float32).copy())
     return out, meta
 
@@ -257,6 +263,20 @@ def cmd_train(a):
     st_write(a.out, {k: P[k].data for k in names}, {"format": "pt"})
 
 
+def cmd_hfeval(a):
+    """An exported Hugging Face folder (chorusctl export --out DIR): its config.json gives
+    the model, model.safetensors the weights; prints the validation loss over TOKENS by
+    Chorus's rule (val_loss above)."""
+    with open(a.dir + "/config.json") as f:
+        cfg = json.load(f)
+    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new"
+    P, _ = st_read(a.dir + "/model.safetensors")
+    L, H, T = cfg["n_layer"], cfg["n_head"], cfg["n_positions"]
+    assert P["wte.weight"].shape[0] == cfg["vocab_size"] and P["wpe.weight"].shape[0] == T
+    toks = tokens_read(a.tokens)
+    print("val_loss %.9g" % val_loss(P, L, H, toks, T, a.batch, a.eval_tokens))
+
+
 def read_losses(path):
     out = {}
     with open(path) as f:
@@ -320,6 +340,11 @@ def main():
     t.add_argument("--val", default="", help="validation tokens (text:FILE allowed)")
     t.add_argument("--eval-tokens", type=int, default=65536)
     c = sub.add_parser("compare")
+    h = sub.add_parser("hfeval", help="validation loss of an exported Hugging Face folder")
+    h.add_argument("dir")
+    h.add_argument("tokens")
+    h.add_argument("--batch", type=int, default=16, help="global batch, in sequences")
+    h.add_argument("--eval-tokens", type=int, default=65536)
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("log_a")
@@ -332,6 +357,8 @@ def main():
         return cmd_make(a)
     if a.cmd == "train":
         return cmd_train(a)
+    if a.cmd == "hfeval":
+        return cmd_hfeval(a)
     return cmd_compare(a)
 
 
