@@ -192,6 +192,14 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
         ctl_json_double(j, ji->loss);
     else
         ctl_json_null(j);
+    /* train.val_data's loss and the steps done when it was taken; null, 0 before one */
+    ctl_json_key(j, "val_loss");
+    if (ji->val_step > 0 && isfinite(ji->val_loss))
+        ctl_json_double(j, ji->val_loss);
+    else
+        ctl_json_null(j);
+    ctl_json_key(j, "val_step");
+    ctl_json_uint(j, ji->val_step);
     ctl_json_kuint(j, "generation", ji->generation);
     ctl_json_kuint(j, "restarts", ji->restarts);
     ctl_json_kuint(j, "world_size", ji->world_size);
@@ -380,6 +388,8 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     printf("step         %" PRIu64 "/%" PRIu64 "\n", ji->step, ji->total_steps);
     if (has_loss(ji))
         printf("loss         %.4f\n", ji->loss);
+    if (ji->val_step > 0 && isfinite(ji->val_loss))
+        printf("val loss     %.4f (after step %" PRIu64 ")\n", ji->val_loss, ji->val_step);
     printf("layout       tp=%" PRIu32 " pp=%" PRIu32 " dp=%" PRIu32 " (world %" PRIu32 ")\n",
            ji->tp, ji->pp, ji->dp, ji->world_size);
     printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);

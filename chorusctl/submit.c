@@ -18,20 +18,24 @@
 #include "common/escape.h"
 #include "common/jobspec.h"
 #include "common/msg.h"
+#include "common/tokens.h"
 #include "common/util.h"
 #include "ctl.h"
 #include "json.h"
 
 #define POLL_WAIT_MS 200
 
-/* Make a path in the job absolute (relative to our working directory). */
+/* Make a path in the job absolute (relative to our working directory); a data source's
+ * "text:" prefix stays in front. */
 static int absolutize(char path[CH_PATH_LEN], const char *field, const char *file)
 {
     char cwd[PATH_MAX], tmp[CH_PATH_LEN];
-    if (!path[0] || path[0] == '/' || strcmp(path, "builtin") == 0)
+    const char *text = CH_TOKENS_TEXT_PREFIX;
+    size_t pre = strncmp(path, text, strlen(text)) == 0 ? strlen(text) : 0;
+    if (!path[pre] || path[pre] == '/' || strcmp(path, "builtin") == 0)
         return 0;
-    if (!getcwd(cwd, sizeof cwd) ||
-        snprintf(tmp, sizeof tmp, "%s/%s", cwd, path) >= (int)sizeof tmp) {
+    if (!getcwd(cwd, sizeof cwd) || snprintf(tmp, sizeof tmp, "%.*s%s/%s", (int)pre, path, cwd,
+                                             path + pre) >= (int)sizeof tmp) {
         ctl_errf("%s: %s: path too long", file, field);
         return -ENAMETOOLONG;
     }
@@ -50,6 +54,7 @@ static int load_job(const char *file, char **sets, int nsets, char **ini)
     if (st != CTL_EXIT_OK)
         return st;
     if (absolutize(spec.train.data, "train.data", file) < 0 ||
+        absolutize(spec.train.val_data, "train.val_data", file) < 0 ||
         absolutize(spec.train.init_from, "train.init_from", file) < 0 ||
         absolutize(spec.checkpoint.dir, "checkpoint.dir", file) < 0)
         return CTL_EXIT_CONFIG;

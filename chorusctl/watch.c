@@ -96,7 +96,7 @@ static figures_t figures(watch_t *w, const Chorus__JobInfo *ji)
 /* The figures after the state and step, as "  loss 2.7710  tok/s 63.2k ...". */
 static void tail(char *buf, size_t n, const Chorus__JobInfo *ji, const figures_t *f)
 {
-    char tps[32], eta[32], loss[32] = "-", mfu[32] = "-", bub[48] = "";
+    char tps[32], eta[32], loss[32] = "-", mfu[32] = "-", bub[48] = "", val[32] = "";
     ctl_fmt_si(tps, sizeof tps, isfinite(f->tokens_per_s) ? f->tokens_per_s : -1);
     ctl_fmt_duration(eta, sizeof eta, f->eta_s);
     if (isfinite(f->loss))
@@ -106,8 +106,10 @@ static void tail(char *buf, size_t n, const Chorus__JobInfo *ji, const figures_t
     if (isfinite(f->bubble))
         snprintf(bub, sizeof bub, "  bubble %.1f%% (1F1B %.1f%%)", 100.0 * f->bubble,
                  100.0 * ji->bubble_theory);
-    snprintf(buf, n, "  loss %s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s", loss, tps,
-             mfu, bub, ji->restarts, eta, ji->reason && *ji->reason ? "  reason: " : "",
+    if (ji->val_step > 0 && isfinite(ji->val_loss)) /* train.val_data's, when taken */
+        snprintf(val, sizeof val, "  val %.4f", ji->val_loss);
+    snprintf(buf, n, "  loss %s%s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s", loss, val,
+             tps, mfu, bub, ji->restarts, eta, ji->reason && *ji->reason ? "  reason: " : "",
              ji->reason ? ji->reason : "");
 }
 

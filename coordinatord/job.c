@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,6 +631,17 @@ static void store_step_time(coord_rank_t *r, const Chorus__RankEvent *ev)
                                   .bubble = ev->bubble};
 }
 
+double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *name)
+{
+    if (!j->ranks || rank >= j->world)
+        return NAN;
+    const coord_rank_t *r = &j->ranks[rank];
+    for (size_t k = 0; k < r->n_metrics; k++)
+        if (strcmp(r->metrics[k].name, name) == 0)
+            return r->metrics[k].value;
+    return NAN;
+}
+
 double coord_job_bubble(const coord_job_t *j)
 {
     double sum = 0;
@@ -1126,6 +1138,9 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     ji->microbatches = j->spec.parallel.microbatches;
     ji->bubble = coord_job_bubble(j);
     ji->bubble_theory = coord_job_bubble_theory(j);
+    ji->val_loss = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
+    double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
+    ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
     if (!view)
         return 0;
     ji->job_ini = j->ini;

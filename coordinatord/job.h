@@ -231,6 +231,9 @@ void coord_job_check(coord_t *c, uint64_t now_ms);
 /* The job's pipeline bubble: the mean over ranks of pp_wait / step time of their last
  * reported step (-1 when none reported one), and 1F1B's (pp - 1) / (microbatches + pp - 1). */
 double coord_job_bubble(const coord_job_t *j);
+/* A figure rank `rank` reported by name (RankEvent.metrics, the last value); NaN when it
+ * did not or the job has no such rank. */
+double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *name);
 double coord_job_bubble_theory(const coord_job_t *j);
 /* Rank r's place in j's layout: what it reported, else derived from the layout. */
 coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r);

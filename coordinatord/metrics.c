@@ -36,28 +36,29 @@ static const char *label(const char *s, char *buf, size_t cap)
     return buf;
 }
 
-/* A figure a rank reported by name (RankEvent.metrics); NaN when it did not. */
-static double rank_metric(const coord_rank_t *r, const char *name)
-{
-    for (size_t k = 0; k < r->n_metrics; k++)
-        if (strcmp(r->metrics[k].name, name) == 0)
-            return r->metrics[k].value;
-    return NAN;
-}
-
 /* The slowest rank's last step time, in seconds: what a step costs the job. */
 static double step_seconds(const coord_job_t *j)
 {
     double worst = NAN;
     for (uint32_t r = 0; j->ranks && r < j->world; r++) {
-        double ms = rank_metric(&j->ranks[r], COORD_METRIC_STEP_MS);
+        double ms = coord_job_rank_metric(j, r, COORD_METRIC_STEP_MS);
         if (isfinite(ms) && !(worst >= ms / 1e3))
             worst = ms / 1e3;
     }
     return worst;
 }
 
-typedef enum { G_STEP, G_LOSS, G_TPS, G_MFU, G_STEP_S, G_BUBBLE, G_RESTARTS, G_GEN } gauge_kind_t;
+typedef enum {
+    G_STEP,
+    G_LOSS,
+    G_VAL_LOSS,
+    G_TPS,
+    G_MFU,
+    G_STEP_S,
+    G_BUBBLE,
+    G_RESTARTS,
+    G_GEN
+} gauge_kind_t;
 
 typedef struct job_gauge {
     const char *name, *help;
@@ -67,6 +68,7 @@ typedef struct job_gauge {
 static const job_gauge_t JOB_GAUGES[] = {
     {"chorus_job_step", "Last training step reported by the job.", G_STEP},
     {"chorus_job_loss", "Loss at the last reported step (rank 0).", G_LOSS},
+    {"chorus_job_val_loss", "Validation loss last reported (train.val_data, rank 0).", G_VAL_LOSS},
     {"chorus_job_tokens_per_second", "Training throughput (rank 0).", G_TPS},
     {"chorus_job_mfu", "Model FLOPs utilisation, 0..1 (rank 0).", G_MFU},
     {"chorus_job_step_seconds", "Time of the last step on the slowest rank.", G_STEP_S},
@@ -83,6 +85,8 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
         return (double)j->step;
     case G_LOSS:
         return j->loss;
+    case G_VAL_LOSS:
+        return coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
     case G_TPS:
         return j->tokens_per_s;
     case G_MFU:
@@ -90,7 +94,7 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
     case G_STEP_S:
         return step_seconds(j);
     case G_BUBBLE:
-        return j->ranks && j->world ? rank_metric(&j->ranks[0], COORD_METRIC_BUBBLE) : NAN;
+        return coord_job_rank_metric(j, 0, COORD_METRIC_BUBBLE);
     case G_RESTARTS:
         return (double)j->restarts;
     case G_GEN:

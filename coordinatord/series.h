@@ -38,6 +38,9 @@ typedef struct coord_job coord_job_t;
  * and the pipeline's idle fraction once the engine reports it. */
 #define COORD_METRIC_STEP_MS "step_ms"
 #define COORD_METRIC_BUBBLE  "bubble"
+/* rank 0's validation loss (train.val_data) and the steps done when it was taken */
+#define COORD_METRIC_VAL_LOSS "val_loss"
+#define COORD_METRIC_VAL_STEP "val_step"
 
 /* One reported step; NaN where a figure was not reported. */
 typedef struct coord_point {

@@ -439,6 +439,11 @@ static void summary(const coord_job_t *j, const coord_point_t *last, coord_buf_t
     coord_buf_printf(b, " &nbsp; step %" PRIu64 " of %" PRIu64 "</tr>", j->step, j->total_steps);
     if (has_loss(j))
         coord_buf_printf(b, "<tr><th>loss<td>%.4f</tr>", j->loss);
+    double val = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
+    double val_step = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
+    if (isfinite(val) && isfinite(val_step)) /* train.val_data's, when one was taken */
+        coord_buf_printf(b, "<tr><th>validation loss<td>%.4f (after step %.0f)</tr>", val,
+                         val_step);
     coord_buf_printf(b, "<tr><th>tokens/s<td>%s</tr>", tps);
     if (mfu > 0 && isfinite(mfu))
         coord_buf_printf(b, "<tr><th>MFU<td>%.2f%%</tr>", 100.0 * mfu);

@@ -22,6 +22,12 @@ test) pkgs=("${runtime[@]}" "${build[@]}" "${test[@]}") ;;
 -h | --help) sed -n '2,8p' "$0"; exit 0 ;;
 *) echo "install-deps: unknown set '$1' (runtime, build or test)" >&2; exit 2 ;;
 esac
+# Optional, for the PyTorch reference checks (tests/reference/: run_reference.sh,
+# bytes_run.sh) and tests/bench/torch_engine.py; CI does not need them. CHORUS_TORCH=1 adds
+# them (about 70 MB to download).
+if [ "${CHORUS_TORCH:-0}" = 1 ]; then
+  pkgs+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

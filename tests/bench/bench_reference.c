@@ -10,6 +10,7 @@
  * "step S loss L lr X grad_norm G". Without arguments it trains a small model on the
  * built-in corpus for a few seconds and prints a RESULT line (loss after / before). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,9 @@ static int usage(void)
 {
     fprintf(stderr, "usage: chorus-bench-reference INIT.safetensors TOKENS.bin STEPS "
                     "OUT.safetensors [--heads N] [--batch B] [--microbatches K] "
-                    "[--lr X] [--lr-min X] [--warmup N] [--seed S]\n");
+                    "[--lr X] [--lr-min X] [--warmup N] [--seed S] [--val VAL_SOURCE] "
+                    "[--eval-tokens N]\n(TOKENS and VAL_SOURCE: any train.data form, e.g. "
+                    "text:FILE)\n");
     return 2;
 }
 
@@ -105,6 +108,8 @@ static int run(const ch_jobspec_t *j, const char *init, const char *out, double 
         if (init)
             printf("step %" PRIu64 " loss %.9g lr %.9g grad_norm %.9g\n", info.step, info.loss,
                    info.lr, info.grad_norm);
+        if (init && !isnan(info.val_loss))
+            printf("val_loss %.9g after step %" PRIu64 "\n", info.val_loss, info.step);
         if (info.step == 0)
             *first = info.loss;
         *last = info.loss;
@@ -160,6 +165,10 @@ int main(int argc, char **argv)
             j.train.warmup = atoll(v);
         else if (!strcmp(k, "--seed"))
             j.train.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "--val"))
+            snprintf(j.train.val_data, sizeof j.train.val_data, "%s", v);
+        else if (!strcmp(k, "--eval-tokens"))
+            j.train.eval_tokens = atoll(v);
         else
             return usage();
     }

@@ -13,7 +13,11 @@ Subcommands:
   make    OUT_DIR [--layers L --heads H --embd C --vocab V --seq-len T --tokens N --seed S]
           random GPT-2 weights (init.safetensors) and an llm.c token file (tokens.bin)
   train   INIT TOKENS STEPS OUT [--heads H --batch B --microbatches K --lr X --lr-min X
-          --warmup N --seed S]   prints "step S loss L lr X grad_norm G" per step
+          --warmup N --seed S --val VAL --eval-tokens N]   prints "step S loss L lr X
+          grad_norm G" per step and, with --val, "val_loss V" after the last (TOKENS and VAL
+          may be text:FILE, each byte a token)
+  hfeval  DIR TOKENS [--batch G --eval-tokens N]   the validation loss (Chorus's rule) of a
+          folder written by `chorusctl export --out DIR`, built from its config.json
   compare A.safetensors B.safetensors A.log B.log
           relative differences of weights and per-step losses
 
@@ -46,7 +50,11 @@ def st_read(path):
     out = {}
     for name, e in header.items():
         b, en = e["data_offsets"]
-        arr = np.frombuffer(data[b:en], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
+        if e["dtype"] == "BF16":  # the top half of a float32
+            arr = (np.frombuffer(data[b:en], dtype=np.uint16).astype(np.uint32) << 16)
+            arr = arr.view(np.float32).reshape(e["shape"])
+        else:
+            arr = np.frombuffer(data[b:en], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
         out[name] = torch.from_numpy(arr.astype(np.float32).copy())
     return out, meta
 
@@ -70,6 +78,8 @@ def st_write(path, tensors, meta=None):
 
 
 def tokens_read(path):
+    if path.startswith("text:"):  # Chorus's text:FILE: each byte a token
+        return np.fromfile(path[5:], dtype=np.uint8).astype(np.uint16)
     raw = np.fromfile(path, dtype=np.uint8)
     hdr = raw[:1024].view(np.int32)
     if len(raw) >= 1024 and hdr[0] == 20240520:
@@ -109,6 +119,27 @@ def global_batch(toks, seed, step, nseq, T):
         rows.append(toks[o:o + T + 1].astype(np.int64))
     w = torch.from_numpy(np.stack(rows))
     return w[:, :-1], w[:, 1:]
+
+
+def val_loss(P, L, H, toks, T, nseq, eval_tokens):
+    """Chorus's validation loss (workerd/engine/data.h, trainer.h): windows of T + 1 tokens
+    every T tokens, read in order, whole global batches of nseq windows, eval_tokens //
+    (nseq * T) of them (at least one, at most enough to cover the windows once)."""
+    W = (len(toks) - 1) // T
+    n = min(eval_tokens // (nseq * T), (W + nseq - 1) // nseq)
+    n = max(n, 1)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for e in range(n):
+            rows = [toks[((e * nseq + j) % W) * T:((e * nseq + j) % W) * T + T + 1]
+                    for j in range(nseq)]
+            w = torch.from_numpy(np.stack(rows).astype(np.int64))
+            logits = forward(P, w[:, :-1], L, H)
+            V = logits.shape[-1]
+            total += torch.nn.functional.cross_entropy(logits.reshape(-1, V),
+                                                       w[:, 1:].reshape(-1)).item()
+            count += 1
+    return total / count
 
 
 def lr_at(step, lr, lr_min, warmup, steps):
@@ -223,8 +254,27 @@ def cmd_train(a):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
-        print("step %d loss %.9g lr %.9g grad_norm %.9g" % (s, loss.item(), lr, norm.item()))
+        print("step %d loss %.9g lr %.9g grad_norm %.9g" % (s, loss.item(), lr, norm.item()),
+              flush=True)
+    if a.val:
+        vt = tokens_read(a.val)
+        print("val_loss %.9g after step %d" % (val_loss(P, L, a.heads, vt, T, nseq,
+                                                        a.eval_tokens), a.steps - 1))
     st_write(a.out, {k: P[k].data for k in names}, {"format": "pt"})
+
+
+def cmd_hfeval(a):
+    """An exported Hugging Face folder (chorusctl export --out DIR): its config.json gives
+    the model, model.safetensors the weights; prints the validation loss over TOKENS by
+    Chorus's rule (val_loss above)."""
+    with open(a.dir + "/config.json") as f:
+        cfg = json.load(f)
+    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new"
+    P, _ = st_read(a.dir + "/model.safetensors")
+    L, H, T = cfg["n_layer"], cfg["n_head"], cfg["n_positions"]
+    assert P["wte.weight"].shape[0] == cfg["vocab_size"] and P["wpe.weight"].shape[0] == T
+    toks = tokens_read(a.tokens)
+    print("val_loss %.9g" % val_loss(P, L, H, toks, T, a.batch, a.eval_tokens))
 
 
 def read_losses(path):
@@ -287,7 +337,14 @@ def main():
     t.add_argument("--lr-min", type=float, default=-1)
     t.add_argument("--warmup", type=int, default=0)
     t.add_argument("--seed", type=int, default=1337)
+    t.add_argument("--val", default="", help="validation tokens (text:FILE allowed)")
+    t.add_argument("--eval-tokens", type=int, default=65536)
     c = sub.add_parser("compare")
+    h = sub.add_parser("hfeval", help="validation loss of an exported Hugging Face folder")
+    h.add_argument("dir")
+    h.add_argument("tokens")
+    h.add_argument("--batch", type=int, default=16, help="global batch, in sequences")
+    h.add_argument("--eval-tokens", type=int, default=65536)
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("log_a")
@@ -300,6 +357,8 @@ def main():
         return cmd_make(a)
     if a.cmd == "train":
         return cmd_train(a)
+    if a.cmd == "hfeval":
+        return cmd_hfeval(a)
     return cmd_compare(a)
 
 

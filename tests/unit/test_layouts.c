@@ -15,6 +15,7 @@
 #include "common/layout.h"
 #include "common/plan.h"
 #include "common/safetensors.h"
+#include "common/tokens.h"
 #include "common/util.h"
 #include "support.h"
 #include "workerd/coll/coll.h"
@@ -29,6 +30,17 @@ static char dir[512];
 static void setup(void)
 {
     cr_assert_eq(ts_tmpdir("layouts", dir, sizeof dir), 0);
+    /* the validation set every layout evaluates: pseudo-random tokens below 16, the
+     * smallest vocab of these tests */
+    uint16_t tok[2000];
+    uint64_t x = 99;
+    for (size_t i = 0; i < 2000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (uint16_t)((x >> 33) % 16);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/val.bin", dir);
+    cr_assert_eq(ch_tokens_write(path, tok, 2000), 0);
 }
 
 static void teardown(void)
@@ -54,6 +66,7 @@ typedef struct rank_run {
     int device;          /* DEV_*: the backend the rank's trainer runs on */
     uint64_t tp_kernels; /* calls of devsim's vocab-parallel entries */
     double losses[STEPS];
+    double val[STEPS]; /* validation loss after step s; NAN when none was due */
     eng_trainer_memory_t mem;
     int breakdown_ok; /* every step's parts non-negative and summing to its time */
     int rc;
@@ -90,6 +103,7 @@ static void *rank_main(void *arg)
         if ((d->rc = eng_trainer_step(t, &info)) < 0)
             break;
         d->losses[info.step] = info.loss;
+        d->val[info.step] = info.val_loss;
         double part[6] = {info.time.compute, info.time.tp,    info.time.pp_wait,
                           info.time.zero,    info.time.optim, info.time.idle};
         double sum = 0;
@@ -137,6 +151,10 @@ static void spec_for(ch_jobspec_t *j, const char *name, uint32_t tp, uint32_t pp
     snprintf(j->checkpoint.dir, sizeof j->checkpoint.dir, "%s", dir);
     j->checkpoint.every = 10;
     j->checkpoint.keep = 3;
+    /* a validation loss at steps 10 and 20 over two global batches */
+    snprintf(j->train.val_data, sizeof j->train.val_data, "%s/val.bin", dir);
+    j->train.eval_every = 10;
+    j->train.eval_tokens = 2 * GLOBAL_SEQS * 16;
 }
 
 static void run_on(const ch_jobspec_t *j, uint64_t resume, int replicate, int device, rank_run_t *r)
@@ -163,9 +181,13 @@ static void run_on(const ch_jobspec_t *j, uint64_t resume, int replicate, int de
                   i);
     }
     for (uint32_t i = 1; i < n; i++)
-        for (int s = 0; s < STEPS; s++)
+        for (int s = 0; s < STEPS; s++) {
             cr_assert_eq(r[i].losses[s], r[0].losses[s], "%s step %d: rank %u %.9g, rank 0 %.9g",
                          j->name, s, i, r[i].losses[s], r[0].losses[s]);
+            cr_assert(r[i].val[s] == r[0].val[s] || (isnan(r[i].val[s]) && isnan(r[0].val[s])),
+                      "%s step %d: rank %u val %.9g, rank 0 %.9g", j->name, s, i, r[i].val[s],
+                      r[0].val[s]);
+        }
 }
 
 static void run(const ch_jobspec_t *j, uint64_t resume, int replicate, rank_run_t *r)
@@ -272,11 +294,19 @@ Test(layouts, every_layout_trains_like_one_rank)
             worst = rel > worst ? rel : worst;
             cr_expect_leq(rel, 1e-4, "%s step %d: loss %.9g, one rank %.9g", name, s,
                           b[0].losses[s], a[0].losses[s]);
+            /* the validation loss: the same tokens, the same value within the tolerance */
+            int due = (s + 1) % 10 == 0;
+            double vrel = fabs(b[0].val[s] - a[0].val[s]) / fabs(a[0].val[s]);
+            cr_expect(due ? vrel <= 1e-4 : isnan(b[0].val[s]),
+                      "%s step %d: val loss %.9g, one rank %.9g", name, s, b[0].val[s],
+                      a[0].val[s]);
+            worst = due && vrel > worst ? vrel : worst;
         }
         export_step(name, STEPS, pb, sizeof pb);
         print_bits(&j, b[0].losses, pb);
         double w = weights_diff(pa, pb);
-        printf("layouts: tp=%u pp=%u dp=%u: worst loss rel diff %.3g, worst exported tensor "
+        printf("layouts: tp=%u pp=%u dp=%u: worst loss (and val loss) rel diff %.3g, worst "
+               "exported tensor "
                "rel L2 %.3g\n",
                x[0], x[1], x[2], worst, w);
     }

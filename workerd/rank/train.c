@@ -328,9 +328,10 @@ int wrk_train_run(wrk_rank_t *r)
             goto out;
         }
         r->stepped = 1;
-        Chorus__Metric m[5] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[5] = {&m[0], &m[1], &m[2], &m[3], &m[4]};
+        Chorus__Metric m[7] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+                               CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[7] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6]};
         size_t nm = 0;
         m[nm].name = "lr";
         m[nm++].value = info.lr;
@@ -350,6 +351,12 @@ int wrk_train_run(wrk_rank_t *r)
             m[nm].name = "accuracy";
             m[nm++].value = acc;
             acc = NAN;
+        }
+        if (!isnan(info.val_loss)) { /* train.val_data's loss, when one was due */
+            m[nm].name = "val_loss";
+            m[nm++].value = info.val_loss;
+            m[nm].name = "val_step";
+            m[nm++].value = (double)done;
         }
         rc = report_step(r, &info, total, mp, nm);
         if (rc < 0) {
