@@ -60,6 +60,14 @@ if [ -f "$build/bin/libchorus_engine_cuda.so" ]; then
 fi
 echo "install: binaries in $prefix/bin"
 
+# Root's jobs run as chorus-jobs (coordinatord's run-as-user): a system user of their own,
+# with no shell and no home, so no unrelated process shares their uid (nobody would).
+if ! getent passwd chorus-jobs >/dev/null; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin --comment "Chorus: root's training jobs" chorus-jobs
+  echo "install: created the system user chorus-jobs (root's jobs run as it)"
+fi
+
 install -d -m 0755 /etc/chorus /etc/systemd/system
 for u in chorus-coordinatord chorus-workerd; do
   sed "s|/usr/local/bin/|$prefix/bin/|g" "deploy/systemd/$u.service" >"/etc/systemd/system/$u.service"
