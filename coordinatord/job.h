@@ -159,6 +159,7 @@ typedef struct coord_job {
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
     coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */
     uint32_t n_history;
+    uint32_t queue_place; /* queued: 1 + jobs ahead in the scheduler's order; else 0 */
 } coord_job_t;
 
 typedef struct coord_jobs {

@@ -222,6 +222,8 @@ static void on_connection(uv_stream_t *server, int status)
     }
     l->c = c;
     l->is_unix = is_unix;
+    l->log_rl.burst = COORD_PEER_LOG_BURST;
+    l->log_rl.window_ms = COORD_PEER_LOG_WINDOW_MS;
     if (!is_unix)
         unauth_make_room(c);
     ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key,
@@ -380,4 +382,9 @@ void coord_server_stop(coord_t *c)
     }
     for (coord_link_t *l = c->srv.links; l; l = l->next)
         coord_link_close(l);
+}
+
+int coord_link_log_ok(coord_link_t *l, uint32_t *suppressed)
+{
+    return ch_ratelimit_ok(&l->log_rl, ch_now_ms(), suppressed);
 }
