@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <grp.h>
+#include <pwd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -68,6 +69,7 @@ typedef struct fake {
     volatile int stop, gone;
     fake_rank_t r[FAKE_RANKS];
     char started[FAKE_STARTS][32]; /* job ids, in the order they were started here */
+    char last_ini[4096];           /* the job file of the last StartRanks */
     int n_started;
 } fake_t;
 
@@ -113,8 +115,9 @@ static void coord_spawn(const char *listen)
     free(text);
 }
 
-/* Start coordinatord with these config lines (besides the test's own). */
-static void coord_start(const char *extra)
+/* Write coordinatord's config (the test's lines, then extra) into a fresh scratch
+ * folder; root's jobs run as root unless the extra lines say otherwise. */
+static void coord_prepare(const char *extra)
 {
     struct group *g = getgrgid(USER_GID);
     cr_assert_not_null(g, "no group %u", USER_GID);
@@ -132,10 +135,16 @@ static void coord_start(const char *extra)
     cr_assert_eq(ch_key_load(P.key, &P.k), 0);
     cr_assert_eq(mkdir(P.state, 0700), 0);
     snprintf(P.args, sizeof P.args,
-             "[coordinatord]\nctl-group = %s\nallow-root-jobs = yes\nheartbeat-ms = 100\n"
-             "dead-after-ms = 1000\ngrace-ms = 3000\nmetrics =\n%s",
-             g->gr_name, extra);
+             "[coordinatord]\nctl-group = %s\nheartbeat-ms = 100\ndead-after-ms = 1000\n"
+             "grace-ms = 3000\nmetrics =\n%s%s",
+             g->gr_name, strstr(extra, "run-as-user") ? "" : "allow-root-jobs = yes\n", extra);
     cr_assert_eq(h_write_file(P.conf, P.args), 0);
+}
+
+/* Start coordinatord with these config lines (besides the test's own). */
+static void coord_start(const char *extra)
+{
+    coord_prepare(extra);
     coord_spawn("127.0.0.1:0");
 }
 
@@ -173,6 +182,7 @@ static void fake_start(fake_t *f, const Chorus__StartRanks *s)
     pthread_mutex_lock(&f->mu);
     if (f->n_started < FAKE_STARTS)
         snprintf(f->started[f->n_started++], 32, "%s", s->job_id);
+    snprintf(f->last_ini, sizeof f->last_ini, "%s", s->job_ini ? s->job_ini : "");
     pthread_mutex_unlock(&f->mu);
     for (size_t i = 0; i < s->n_ranks; i++) {
         for (int k = 0; k < FAKE_RANKS; k++) {
@@ -505,6 +515,55 @@ Test(tenancy, queued_jobs_past_the_limit_are_refused_and_memory_stays_flat)
               e->job_info->reason);
     ch_msg_free(e);
     ch_client_destroy(root);
+
+    /* chorusctl jobs shows the place in the STATE column, and why in REASON. */
+    char exe[PATH_MAX];
+    h_bin("chorusctl", exe);
+    char *argv[] = {exe, "--socket", P.sock, "jobs", NULL};
+    h_out_t o;
+    cr_assert_eq(h_run(&o, 20000, argv), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    char want[64];
+    snprintf(want, sizeof want, "\n%s ", id);
+    const char *row = strstr(o.out, want);
+    cr_assert_not_null(row, "no row for %s", id);
+    cr_assert(strncmp(strstr(row, "queued"), "queued #1", 9) == 0, "%.200s", row);
+    h_out_free(&o);
+}
+
+/* Root's jobs run as the dedicated chorus-jobs user (deploy/install.sh creates it), and
+ * coordinatord refuses to start when the configured run-as user does not exist. */
+Test(tenancy, roots_jobs_run_as_chorus_jobs_and_a_missing_user_is_refused)
+{
+    need_root();
+    coord_prepare("run-as-user = chorus-no-such-user\n");
+    char exe[PATH_MAX];
+    h_bin("coordinatord", exe);
+    char *argv[] = {exe,    "--config",    P.conf,  "--listen", "127.0.0.1:0", "--ctl-socket",
+                    P.sock, "--state-dir", P.state, "--key",    P.key,         NULL};
+    h_out_t o;
+    cr_assert_eq(h_run(&o, 10000, argv), 0);
+    cr_assert_eq(o.status, 78, "coordinatord with a missing run-as-user: exit %d", o.status);
+    cr_assert(h_has(o.err, "chorus-no-such-user"), "%s", o.err);
+    h_out_free(&o);
+    ts_rmrf(P.dir);
+
+    struct passwd *pw = getpwnam("chorus-jobs");
+    if (!pw)
+        cr_skip_test("no chorus-jobs user here (deploy/install.sh creates it)");
+    uid_t jobs_uid = pw->pw_uid;
+    coord_start("run-as-user = chorus-jobs\n");
+    fake_up("w1", 1, 0, NULL);
+    char id[32], want[64];
+    root_submit("[job]\nname = r\nkind = diag\n[parallel]\ndp = 1\n", id, sizeof id);
+    int one = 1;
+    cr_assert(h_wait_until(fake_started, &one, 5000, 10));
+    snprintf(want, sizeof want, "run_uid = %u\n", (unsigned)jobs_uid);
+    pthread_mutex_lock(&F.mu);
+    int ok = strstr(F.last_ini, want) != NULL && strstr(F.last_ini, "owner_uid = 0\n") != NULL;
+    pthread_mutex_unlock(&F.mu);
+    cr_assert(ok, "root's job does not run as chorus-jobs (uid %u):\n%s", (unsigned)jobs_uid,
+              F.last_ini);
 }
 
 /* max-submits-per-minute: the next submission is refused naming the limit. */
