@@ -64,7 +64,7 @@ echo "install: binaries in $prefix/bin"
 # with no shell and no home, so no unrelated process shares their uid (nobody would).
 if ! getent passwd chorus-jobs >/dev/null; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent \
-    --shell /usr/sbin/nologin --comment "Chorus: root's training jobs" chorus-jobs
+    --shell /usr/sbin/nologin --comment "Chorus training jobs of root" chorus-jobs
   echo "install: created the system user chorus-jobs (root's jobs run as it)"
 fi
 
