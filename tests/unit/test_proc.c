@@ -84,16 +84,15 @@ static wrk_proc_spec_t sh_spec(char *const *argv, const char *log)
     return s;
 }
 
-/* Spawn, wait for the exit, release; returns the outcome. */
-static outcome_t spawn_and_wait(char *const *argv, const char *log)
+/* Spawn s, wait for the exit, release; returns the outcome. */
+static outcome_t spawn_spec_and_wait(const wrk_proc_spec_t *s)
 {
     uv_loop_t loop;
     outcome_t o = {0, -1, -1};
     wrk_proc_t *p = NULL;
     int fd = -1;
     cr_assert_eq(uv_loop_init(&loop), 0);
-    wrk_proc_spec_t s = sh_spec(argv, log);
-    cr_assert_eq(wrk_proc_spawn(&loop, &s, on_exit_cb, &o, &p, &fd), 0);
+    cr_assert_eq(wrk_proc_spawn(&loop, s, on_exit_cb, &o, &p, &fd), 0);
     cr_assert_gt(wrk_proc_pid(p), 0);
     run_until(&loop, &o.done, 10000);
     cr_assert(o.done, "child did not exit in time");
@@ -103,6 +102,12 @@ static outcome_t spawn_and_wait(char *const *argv, const char *log)
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&loop), 0, "handles left open");
     return o;
+}
+
+static outcome_t spawn_and_wait(char *const *argv, const char *log)
+{
+    wrk_proc_spec_t s = sh_spec(argv, log);
+    return spawn_spec_and_wait(&s);
 }
 
 Test(proc, rank_environment_and_log)
@@ -327,21 +332,10 @@ Test(proc, job_folder_and_log_are_the_jobs_users_alone)
     cr_assert_eq(wrk_proc_give_dir(job, gdir), 0);
 
     char *argv[] = {"sh", "-c", "echo secret", NULL};
-    uv_loop_t loop;
-    outcome_t o = {0, -1, -1};
-    wrk_proc_t *p = NULL;
-    int fd = -1;
-    cr_assert_eq(uv_loop_init(&loop), 0);
     wrk_proc_spec_t s = sh_spec(argv, log);
     s.job_file = job;
     s.run_dir = NULL;
-    cr_assert_eq(wrk_proc_spawn(&loop, &s, on_exit_cb, &o, &p, &fd), 0);
-    run_until(&loop, &o.done, 10000);
-    cr_assert(o.done);
-    wrk_proc_close(p);
-    close(fd);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    cr_assert_eq(uv_loop_close(&loop), 0);
+    cr_assert_eq(spawn_spec_and_wait(&s).code, 0);
 
     struct stat st;
     cr_assert_eq(stat(gdir, &st), 0);
