@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <grp.h>
+#include <inttypes.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,9 +150,14 @@ static void on_ready(ch_conn_t *conn, void *ud)
         gid_t gid = (gid_t)-1;
         int rc = ch_conn_peer_cred(conn, &pid, &uid, &gid);
         if (rc < 0 || !ctl_allowed(c, uid, gid)) {
-            CH_LOGW("net", "control socket: peer pid %d uid %d refused (allowed: root, uid %d%s%s)",
-                    (int)pid, (int)uid, (int)c->uid, c->have_ctl_gid ? ", group " : "",
-                    c->have_ctl_gid ? c->cfg.ctl_group : "");
+            /* A local user may connect at will: within the pre-authentication budget. */
+            uint32_t quiet = 0;
+            if (ch_ratelimit_ok(&c->srv.unauth_log, ch_now_ms(), &quiet))
+                CH_LOGW("net",
+                        "control socket: peer pid %d uid %d refused (allowed: root, uid %d%s%s)"
+                        " (%" PRIu32 " similar lines left out)",
+                        (int)pid, (int)uid, (int)c->uid, c->have_ctl_gid ? ", group " : "",
+                        c->have_ctl_gid ? c->cfg.ctl_group : "", quiet);
             coord_link_error(l, 0, -EACCES,
                              "permission denied: uid %d is not allowed on the control socket",
                              (int)uid);
