@@ -579,6 +579,21 @@ Test(tenancy, submissions_per_minute_are_capped)
     cr_assert(h_has(b->first_refusal, "max-submits-per-minute"), "%s", b->first_refusal);
 }
 
+/* group-max-queued-jobs: the users of one primary group together; the refusal names it. */
+Test(tenancy, queued_jobs_per_group_are_capped)
+{
+    need_root();
+    coord_start("group-max-queued-jobs = 3\nmax-submits-per-minute = 0\n");
+    fake_up("w1", 1, 0, NULL); /* the first job holds the only slot */
+    batch_t *a = batch_new(3, "u1"), *b = batch_new(2, "u2");
+    cr_assert_eq(as_user(U1, submit_batch, a), 0);
+    cr_assert_eq(a->accepted, 3, "%s", a->first_refusal); /* one runs, two queue */
+    cr_assert_eq(as_user(U2, submit_batch, b), 0);
+    cr_assert_eq(b->accepted, 1, "%s", b->first_refusal);
+    cr_assert_eq(b->refused, 1);
+    cr_assert(h_has(b->first_refusal, "group-max-queued-jobs"), "%s", b->first_refusal);
+}
+
 /* Two users with a backlog on a 2-slot cluster, the first having queued all its jobs
  * before the second: over the first 20 starts (10 job lengths) each user gets its fair
  * share, 10 +- 3 (strict FIFO would give the second user none). */
