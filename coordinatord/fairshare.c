@@ -47,7 +47,7 @@ static coord_usage_t *account(coord_share_t *L, uid_t uid)
         L->cap = cap;
     }
     u = &L->v[L->n++];
-    *u = (coord_usage_t){.uid = uid};
+    *u = (coord_usage_t){.uid = uid, .exempt = -1};
     return u;
 }
 
@@ -196,9 +196,13 @@ int coord_share_hold(coord_t *c, const coord_job_t *j, char *why, size_t len)
     long cap = c->cfg.max_running_ranks;
     if (cap <= 0)
         return 0;
-    const coord_usage_t *u = find(&c->share, owner_of(j));
+    coord_usage_t *u = find(&c->share, owner_of(j));
     uint32_t running = u ? u->running : 0;
-    if ((uint64_t)running + j->world <= (uint64_t)cap || exempt_owner(c, &j->spec))
+    if ((uint64_t)running + j->world <= (uint64_t)cap)
+        return 0;
+    if (u && u->exempt < 0)
+        u->exempt = exempt_owner(c, &j->spec);
+    if (u ? u->exempt : exempt_owner(c, &j->spec))
         return 0;
     snprintf(why, len,
              "waits: limit max-running-ranks: uid %lu runs %" PRIu32

@@ -33,6 +33,9 @@ typedef struct coord_usage {
     uint32_t running;      /* ranks of their active jobs, as of the last pass */
     uint64_t win_start_ms; /* submissions: the current minute and its count */
     uint32_t win_n;
+    /* root, the daemon's user or admin-group: looked up once (group files are slow to
+     * read on every scheduling pass); -1: not yet */
+    int exempt;
 } coord_usage_t;
 
 typedef struct coord_share {

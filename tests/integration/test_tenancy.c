@@ -715,6 +715,14 @@ Test(tenancy, another_users_job_text_and_admin_commands_are_refused)
               "root was refused: %s", e->error->message);
     ch_msg_free(e);
     ch_client_destroy(root);
+
+    /* Root is exempt from max-running-ranks: both its jobs start (u1's one, then these). */
+    char id[32];
+    root_submit("[job]\nname = r1\nkind = diag\n[parallel]\ndp = 1\n", id, sizeof id);
+    root_submit("[job]\nname = r2\nkind = diag\n[parallel]\ndp = 1\n", id, sizeof id);
+    int three = 3;
+    cr_assert(h_wait_until(fake_started, &three, 5000, 10), "root's jobs were held: %d started",
+              F.n_started);
 }
 
 // ---------------------------------------------------------------------------------------
