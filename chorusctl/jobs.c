@@ -185,6 +185,7 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_kstr(j, "name", ji->name);
     ctl_json_kstr(j, "kind", ji->kind);
     ctl_json_kstr(j, "state", ji->state);
+    ctl_json_kuint(j, "queue_place", ji->queue_place); /* queued: 1 = next to start */
     ctl_json_kuint(j, "step", ji->step);
     ctl_json_kuint(j, "total_steps", ji->total_steps);
     ctl_json_key(j, "loss");
@@ -382,7 +383,10 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     printf("job          %s (%s)\n", ch_escape(name, sizeof name, ji->id),
            ji->name && *ji->name ? ch_escape(name, sizeof name, ji->name) : "-");
     printf("kind         %s\n", ch_escape(name, sizeof name, ji->kind));
-    printf("state        %s\n", ch_escape(name, sizeof name, ji->state));
+    printf("state        %s", ch_escape(name, sizeof name, ji->state));
+    if (ji->queue_place)
+        printf(" (place %" PRIu32 " in the queue)", ji->queue_place);
+    printf("\n");
     if (ji->reason && *ji->reason)
         printf("reason       %s\n", ch_escape(reason, sizeof reason, ji->reason));
     printf("step         %" PRIu64 "/%" PRIu64 "\n", ji->step, ji->total_steps);
@@ -489,7 +493,10 @@ int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
             ctl_table_cell(&t, "%s", ji->id);
             ctl_table_cell(&t, "%s", ji->name && *ji->name ? ji->name : "-");
             ctl_table_cell(&t, "%s", ji->kind);
-            ctl_table_cell(&t, "%s", ji->state);
+            if (ji->queue_place) /* its place in the queue; REASON says why it waits */
+                ctl_table_cell(&t, "%s #%" PRIu32, ji->state, ji->queue_place);
+            else
+                ctl_table_cell(&t, "%s", ji->state);
             ctl_table_cell(&t, "%" PRIu64 "/%" PRIu64, ji->step, ji->total_steps);
             if (has_loss(ji))
                 ctl_table_cell(&t, "%.4f", ji->loss);

@@ -149,6 +149,15 @@ static void hmac_nonces(const uint8_t *key, const char *label, const uint8_t *nc
     sodium_memzero(&st, sizeof st);
 }
 
+uint64_t ch_auth_mac64(const ch_key_t *key, const void *msg, size_t len)
+{
+    uint8_t mac[crypto_auth_hmacsha256_BYTES];
+    uint64_t v = 0;
+    crypto_auth_hmacsha256(mac, msg, len, key->bytes);
+    memcpy(&v, mac, sizeof v);
+    return v;
+}
+
 void ch_auth_proof(const ch_key_t *key, const char *label, const uint8_t nc[CH_NONCE_LEN],
                    const uint8_t ns[CH_NONCE_LEN], uint8_t out[CH_PROOF_LEN])
 {

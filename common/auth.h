@@ -35,6 +35,9 @@ int ch_auth_global_init(void);
 int ch_key_load(const char *path, ch_key_t *key);
 /* Create a new random key file with mode 0600. -EEXIST if the file exists. */
 int ch_key_generate(const char *path);
+/* The first 8 bytes of HMAC-SHA256(key, msg) as an integer: a tag that only holders of
+ * key can make (launch tokens, coordinatord/launch.h). */
+uint64_t ch_auth_mac64(const ch_key_t *key, const void *msg, size_t len);
 
 typedef struct ch_session {
     int enabled; /* 0: no key, tags are zero */

@@ -68,6 +68,7 @@ static const field_t fields[] = {
     JF("job", "owner_gid", F_I64, owner.gid, -1, UINT32_MAX - 1),
     JF("job", "run_uid", F_I64, run_as.uid, -1, UINT32_MAX - 1),
     JF("job", "run_gid", F_I64, run_as.gid, -1, UINT32_MAX - 1),
+    JF("job", "priority", F_I64, priority, -1000000, 1000000),
     JF("model", "layers", F_U32, model.layers, 1, UINT32_MAX),
     JF("model", "heads", F_U32, model.heads, 1, UINT32_MAX),
     JF("model", "embd", F_U32, model.embd, 1, UINT32_MAX),

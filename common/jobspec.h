@@ -37,6 +37,7 @@ typedef struct ch_jobspec {
     struct {
         int64_t uid, gid;
     } owner, run_as;
+    int64_t priority; /* [job] priority: higher starts first; only admins may set it */
     struct {
         uint32_t layers, heads, embd, vocab, seq_len;
     } model;

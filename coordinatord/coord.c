@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/notify.h"
 #include "common/util.h"
+#include "launch.h"
 #include "recovery.h"
 #include "rpc.h"
 #include "scheduler.h"
@@ -118,7 +119,10 @@ int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key
         c->have_ctl_gid = 1;
     }
     if (coord_users_init(&c->users, cfg->run_as_user, cfg->admin_group, cfg->allow_root_jobs) < 0) {
-        CH_LOGE("main", "run-as-user \"%s\" or admin-group \"%s\": no such user or group",
+        CH_LOGE("main",
+                "run-as-user \"%s\" or admin-group \"%s\": no such user or group (root's "
+                "jobs run as run-as-user: deploy/install.sh creates chorus-jobs; or set "
+                "run-as-user, or allow-root-jobs)",
                 cfg->run_as_user, cfg->admin_group);
         return CH_E_CONFIG;
     }
@@ -128,6 +132,7 @@ int coord_init(coord_t *c, uv_loop_t *loop, const coord_cfg_t *cfg, const ch_key
         CH_LOGE("main", "state store in %s: %s", cfg->state_dir, ch_strerror(rc));
         goto fail;
     }
+    CH_CHECK_GOTO(coord_launch_init(c), rc, fail);
     CH_CHECK_GOTO(coord_nodes_load(c), rc, fail);
     CH_CHECK_GOTO(coord_jobs_load(c), rc, fail);
     CH_CHECK_GOTO(coord_recovery_load(c), rc, fail);
@@ -203,6 +208,7 @@ void coord_stop(coord_t *c)
 void coord_fini(coord_t *c)
 {
     coord_series_fini(c);
+    coord_share_fini(c);
     coord_jobs_fini(c);
     coord_nodes_fini(c);
     coord_kv_destroy(c->kv);

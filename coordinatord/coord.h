@@ -12,6 +12,7 @@
 
 #include "common/auth.h"
 #include "common/config.h"
+#include "fairshare.h"
 #include "job.h"
 #include "kv.h"
 #include "http.h"
@@ -35,12 +36,17 @@ typedef struct coord_cfg {
     char admin_group[CH_OPT_STRLEN]; /* may act on every job */
     int allow_root_jobs;
     long keep_ended_jobs; /* ended jobs kept in memory; 0: COORD_JOBS_KEEP_ENDED */
+    int launch_tokens;    /* rank reports must present their launch token (launch.h) */
+    /* fairshare.h: per-user (and per-group) limits, 0: none; the usage half-life */
+    long max_queued_jobs, group_max_queued_jobs, max_running_ranks, max_submits_per_minute;
+    long fairshare_halflife_s;
 } coord_cfg_t;
 
 struct coord {
     uv_loop_t *loop;
     coord_cfg_t cfg;
     ch_key_t key;
+    ch_key_t launch_key; /* launch.h: mints the launch tokens */
     int have_ctl_gid;
     gid_t ctl_gid;
     uid_t uid; /* the daemon's own uid, allowed on the control socket */
@@ -53,6 +59,7 @@ struct coord {
     coord_http_t http;         /* cfg.metrics: /metrics and the status page */
     coord_series_set_t series; /* the status page's per-job series (series.h) */
     coord_users_t users;
+    coord_share_t share; /* fairshare.h: per-user usage and submission counts */
 
     uv_timer_t cron, kv_timer, watchdog;
     uv_prepare_t before_sleep;

@@ -12,6 +12,7 @@
 #include "common/plan.h"
 #include "common/util.h"
 #include "coord.h"
+#include "launch.h"
 #include "recovery.h"
 #include "scheduler.h"
 
@@ -479,6 +480,7 @@ static void send_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
         sr.ranks = &rp[begin];
         sr.local_world_size = count;
         sr.resume_step = j->last_ckpt_step > 0 ? (uint64_t)j->last_ckpt_step : 0;
+        sr.launch_token = coord_launch_token(c, j->id, j->generation, nodes[i]->name);
         env.body_case = CHORUS__ENVELOPE__BODY_START_RANKS;
         env.start_ranks = &sr;
         int rc = coord_node_send(nodes[i], &env);

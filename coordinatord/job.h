@@ -175,6 +175,7 @@ typedef struct coord_job {
     int gen_stepped;        /* the current generation completed a step */
     uint32_t unstepped_run; /* generations in a row that failed before their first step */
     char fail_sig[200];     /* the rank's own words for the failure being recorded */
+    uint32_t queue_place; /* queued: 1 + jobs ahead in the scheduler's order; else 0 */
 } coord_job_t;
 
 typedef struct coord_jobs {

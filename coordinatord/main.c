@@ -39,8 +39,10 @@ static const ch_opt_t OPTIONS[] = {
         "a node without heartbeat for this long is dead"),
     OPT("forget-dead-after-ms", CH_OPT_INT, forget_dead_after_ms, "86400000",
         "a node dead this long, with no ranks of an active job, is forgotten (0: never)"),
-    OPT("run-as-user", CH_OPT_STR, run_as_user, "nobody",
-        "user whom root's jobs run as (\"\": refuse root's jobs unless allow-root-jobs)"),
+    OPT("run-as-user", CH_OPT_STR, run_as_user, "chorus-jobs",
+        "user whom root's jobs run as: a system user of their own (deploy/install.sh makes "
+        "chorus-jobs); the daemon refuses to start when it does not exist (\"\": refuse "
+        "root's jobs unless allow-root-jobs)"),
     OPT("allow-root-jobs", CH_OPT_BOOL, allow_root_jobs, "no",
         "let jobs submitted by root run as root"),
     OPT("admin-group", CH_OPT_STR, admin_group, NULL,
@@ -49,6 +51,19 @@ static const ch_opt_t OPTIONS[] = {
         "group whose members may use the control socket (besides root and the daemon's user)"),
     OPT("grace-ms", CH_OPT_INT, grace_ms, "3000",
         "after a restart, how long running jobs wait for their ranks to be re-reported"),
+    OPT("max-queued-jobs", CH_OPT_INT, max_queued_jobs, "1000",
+        "jobs one user may have queued (0: no limit; root and admin-group are exempt)"),
+    OPT("group-max-queued-jobs", CH_OPT_INT, group_max_queued_jobs, "0",
+        "jobs the users of one primary group may have queued together (0: no limit)"),
+    OPT("max-running-ranks", CH_OPT_INT, max_running_ranks, "0",
+        "ranks one user's jobs may run at once; more wait (0: no limit)"),
+    OPT("max-submits-per-minute", CH_OPT_INT, max_submits_per_minute, "120",
+        "submissions one user may make per minute (0: no limit)"),
+    OPT("fairshare-halflife-s", CH_OPT_INT, fairshare_halflife_s, "3600",
+        "half-life of the usage (rank-seconds) that orders users' queued jobs"),
+    OPT("launch-tokens", CH_OPT_BOOL, launch_tokens, "yes",
+        "rank reports and re-adoption must present the token their StartRanks carried "
+        "(\"no\" only for workerds that predate tokens)"),
     OPT("log-level", CH_OPT_STR, log_level, "info", "error, warn, info or debug"),
     {0},
 };
@@ -94,6 +109,13 @@ static int check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
     }
     if (cfg->grace_ms < 0) {
         snprintf(err, errlen, "grace-ms: %ld must not be negative", cfg->grace_ms);
+        return CH_E_CONFIG;
+    }
+    if (cfg->max_queued_jobs < 0 || cfg->group_max_queued_jobs < 0 || cfg->max_running_ranks < 0 ||
+        cfg->max_submits_per_minute < 0 || cfg->fairshare_halflife_s < 1) {
+        snprintf(err, errlen,
+                 "max-queued-jobs, group-max-queued-jobs, max-running-ranks, "
+                 "max-submits-per-minute: 0 or more; fairshare-halflife-s: 1 or more");
         return CH_E_CONFIG;
     }
     if (!cfg->state_dir[0]) {

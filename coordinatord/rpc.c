@@ -2,6 +2,7 @@
 #include "rpc.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "common/msg.h"
 #include "common/util.h"
 #include "coord.h"
+#include "launch.h"
 
 typedef void (*rpc_fn)(coord_t *c, coord_link_t *l, const Chorus__Envelope *req);
 
@@ -19,8 +21,29 @@ typedef struct rpc {
     Chorus__Envelope__BodyCase body;
     unsigned roles; /* COORD_ROLE_* allowed to send it */
     int need_node;  /* the sender must have registered */
+    int admin;      /* control links: root, the daemon's user or admin-group only */
     rpc_fn fn;
 } rpc_t;
+
+/* A line the peer on l caused (a refusal, a rejected report): within the link's budget
+ * (server.h), naming the peer and how many such lines were left out before it. */
+static void __attribute__((format(printf, 4, 5)))
+peer_log(coord_link_t *l, ch_log_level_t level, const char *subsys, const char *fmt, ...)
+{
+    char msg[768];
+    uint32_t quiet = 0;
+    if (!ch_log_enabled(level, subsys) || !coord_link_log_ok(l, &quiet))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (quiet)
+        ch_log(level, subsys, "peer %s: %s (%" PRIu32 " similar lines left out)",
+               coord_link_peer(l), msg, quiet);
+    else
+        ch_log(level, subsys, "peer %s: %s", coord_link_peer(l), msg);
+}
 
 static void reply(coord_link_t *l, const Chorus__Envelope *req, Chorus__Envelope *resp)
 {
@@ -47,19 +70,32 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     coord_node_t *n = NULL;
     int rc = coord_node_register(c, l, reg, &n, err, sizeof(err));
     if (rc < 0) {
-        CH_LOGW("node", "peer %s: %s", coord_link_peer(l), err);
+        peer_log(l, CH_LOG_WARN, "node", "%s", err);
         coord_link_error(l, req->request_id, rc, "%s", err);
         if (rc == -EADDRINUSE)
             coord_link_close(l);
         return;
     }
+    /* Only ranks launched on this node (their token) are re-adopted or reported. */
+    Chorus__Register mine;
+    size_t refused = 0;
+    if (coord_launch_register(c, n, reg, &mine, &refused) < 0) {
+        coord_link_error(l, req->request_id, -ENOMEM, "out of memory");
+        coord_link_close(l);
+        return;
+    }
+    if (refused)
+        peer_log(l, CH_LOG_WARN, "node",
+                 "node=%s: %zu ranks reported without their launch token: not adopted", n->name,
+                 refused);
     Chorus__RegisterAck ack = CHORUS__REGISTER_ACK__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     ack.heartbeat_ms = (uint32_t)c->cfg.heartbeat_ms;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER_ACK;
     env.register_ack = &ack;
     reply(l, req, &env);
-    coord_job_node_registered(c, n, reg);
+    coord_job_node_registered(c, n, &mine);
+    coord_launch_register_free(&mine);
 }
 
 static void h_heartbeat(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
@@ -69,7 +105,15 @@ static void h_heartbeat(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
 
 static void h_rank_event(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
-    coord_job_rank_event(c, l->node, req->rank_event);
+    const Chorus__RankEvent *ev = req->rank_event;
+    if (!coord_launch_ok(c, ev->job_id, ev->generation, l->node, ev->launch_token)) {
+        peer_log(l, CH_LOG_WARN, "job",
+                 "job=%.64s gen=%" PRIu64 " rank=%" PRIu32 " node=%s: event without the launch "
+                 "token of that generation on this node: dropped",
+                 ev->job_id, ev->generation, ev->rank, l->node->name);
+        return;
+    }
+    coord_job_rank_event(c, l->node, ev);
 }
 
 /* A generation's rendezvous keys belong to the nodes running its ranks, and hold at most
@@ -113,10 +157,10 @@ static int kv_check(coord_t *c, coord_link_t *l, const Chorus__Envelope *req, co
         return -ENOMEM;
     }
     if (!coord_kv_allowed(c->kv, j->id, gen, l->node)) {
-        CH_LOGW("kv",
-                "job=%s gen=%" PRIu64 " node=%s: rendezvous refused: it runs no rank of "
-                "the job",
-                j->id, gen, l->node->name);
+        peer_log(l, CH_LOG_WARN, "kv",
+                 "job=%s gen=%" PRIu64 " node=%s: rendezvous refused: it runs no rank of "
+                 "the job",
+                 j->id, gen, l->node->name);
         coord_link_error(l, req->request_id, -EPERM,
                          "rendezvous: node %s runs no rank of job %s generation %" PRIu64,
                          l->node->name, j->id, gen);
@@ -214,7 +258,8 @@ out:
 }
 
 /* The job text with its owner and run-as identity written in from the link's
- * credentials (whatever the client put there); *out malloc'd. A text that does not parse
+ * credentials (whatever the client put there), within the submitter's limits
+ * (fairshare.h); *out malloc'd. A text that does not parse
  * goes on unchanged, for coord_job_submit to refuse with its own message. */
 static int stamp_owner(coord_t *c, const coord_link_t *l, const char *ini, char **out, char *err,
                        size_t errlen)
@@ -229,6 +274,8 @@ static int stamp_owner(coord_t *c, const coord_link_t *l, const char *ini, char 
     }
     if (rc == 0)
         rc = coord_users_stamp(&c->users, &l->cred, spec, err, errlen);
+    if (rc == 0)
+        rc = coord_share_submit(c, &l->cred, spec, err, errlen);
     if (rc == 0)
         rc = ch_jobspec_format(spec, out);
 done:
@@ -250,7 +297,7 @@ static void h_submit(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
         rc = coord_job_submit(c, stamped, id, sizeof(id), err, sizeof(err));
     free(stamped);
     if (rc < 0) {
-        CH_LOGI("job", "submit from %s refused: %s", coord_link_peer(l), err);
+        peer_log(l, CH_LOG_INFO, "job", "submit refused: %s", err);
         coord_link_error(l, req->request_id, rc, "%s", err);
         return;
     }
@@ -279,6 +326,24 @@ static coord_job_t *find_or_reply(coord_t *c, coord_link_t *l, const Chorus__Env
     return NULL;
 }
 
+/* What a JobInfo adds to coord_job_info for this asker: the job's place in the queue;
+ * and for another user's job its row only. Its text (paths, data, owner), its reasons
+ * and its restart history (which quote the job's files and errors) are its owner's and
+ * admins'. */
+static void for_asker(const coord_link_t *l, const coord_job_t *j, Chorus__JobInfo *ji)
+{
+    static char hidden[] = "(another user's job: details for its owner and admins only)";
+    static char none[] = "";
+    ji->queue_place = j->state == COORD_JOB_QUEUED ? j->queue_place : 0;
+    if (coord_users_may_see(&l->cred, &j->spec))
+        return;
+    ji->job_ini = none;
+    if (ji->reason && ji->reason[0])
+        ji->reason = hidden;
+    for (size_t i = 0; i < ji->n_history; i++)
+        ji->history[i]->reason = hidden;
+}
+
 static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
     const char *id = req->job_query->job_id;
@@ -296,6 +361,7 @@ static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         coord_job_free(old);
         return;
     }
+    for_asker(l, j, &ji);
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     env.body_case = CHORUS__ENVELOPE__BODY_JOB_INFO;
     env.job_info = &ji;
@@ -315,6 +381,7 @@ static void h_list_jobs(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
     }
     for (size_t i = 0; i < n; i++) {
         coord_job_info(c->jobs.v[i], NULL, &ji[i]); /* no allocation without ranks */
+        for_asker(l, c->jobs.v[i], &ji[i]);
         jp[i] = &ji[i];
     }
     Chorus__JobList jl = CHORUS__JOB_LIST__INIT;
@@ -377,18 +444,18 @@ static void h_forget_node(coord_t *c, coord_link_t *l, const Chorus__Envelope *r
 #define C COORD_ROLE_CTL
 
 static const rpc_t RPCS[] = {
-    {CHORUS__ENVELOPE__BODY_REGISTER, W, 0, h_register},
-    {CHORUS__ENVELOPE__BODY_HEARTBEAT, W, 1, h_heartbeat},
-    {CHORUS__ENVELOPE__BODY_RANK_EVENT, W, 1, h_rank_event},
-    {CHORUS__ENVELOPE__BODY_KV_SET, W, 1, h_kv_set},
-    {CHORUS__ENVELOPE__BODY_KV_GET, W, 1, h_kv_get},
-    {CHORUS__ENVELOPE__BODY_LIST_NODES, C, 0, h_list_nodes},
-    {CHORUS__ENVELOPE__BODY_SUBMIT, C, 0, h_submit},
-    {CHORUS__ENVELOPE__BODY_JOB_QUERY, C, 0, h_job_query},
-    {CHORUS__ENVELOPE__BODY_LIST_JOBS, C, 0, h_list_jobs},
-    {CHORUS__ENVELOPE__BODY_CANCEL, C, 0, h_cancel},
-    {CHORUS__ENVELOPE__BODY_KILL_RANK, C, 0, h_kill_rank},
-    {CHORUS__ENVELOPE__BODY_FORGET_NODE, C, 0, h_forget_node},
+    {CHORUS__ENVELOPE__BODY_REGISTER, W, 0, 0, h_register},
+    {CHORUS__ENVELOPE__BODY_HEARTBEAT, W, 1, 0, h_heartbeat},
+    {CHORUS__ENVELOPE__BODY_RANK_EVENT, W, 1, 0, h_rank_event},
+    {CHORUS__ENVELOPE__BODY_KV_SET, W, 1, 0, h_kv_set},
+    {CHORUS__ENVELOPE__BODY_KV_GET, W, 1, 0, h_kv_get},
+    {CHORUS__ENVELOPE__BODY_LIST_NODES, C, 0, 0, h_list_nodes},
+    {CHORUS__ENVELOPE__BODY_SUBMIT, C, 0, 0, h_submit},
+    {CHORUS__ENVELOPE__BODY_JOB_QUERY, C, 0, 0, h_job_query},
+    {CHORUS__ENVELOPE__BODY_LIST_JOBS, C, 0, 0, h_list_jobs},
+    {CHORUS__ENVELOPE__BODY_CANCEL, C, 0, 0, h_cancel},
+    {CHORUS__ENVELOPE__BODY_KILL_RANK, C, 0, 0, h_kill_rank},
+    {CHORUS__ENVELOPE__BODY_FORGET_NODE, C, 0, 1, h_forget_node},
 };
 
 #undef W
@@ -406,10 +473,18 @@ void coord_rpc_dispatch(coord_t *c, coord_link_t *l, Chorus__Envelope *env)
         return;
     }
     if (!(rpc->roles & l->role)) {
-        CH_LOGW("net", "peer %s: %s not allowed for this role", coord_link_peer(l),
-                ch_msg_name(env));
+        peer_log(l, CH_LOG_WARN, "net", "%s not allowed for this role", ch_msg_name(env));
         coord_link_error(l, env->request_id, -EPERM, "%s is not allowed on a %s link",
                          ch_msg_name(env), l->role == COORD_ROLE_WORKER ? "worker" : "control");
+        return;
+    }
+    if (rpc->admin && !l->cred.admin) {
+        peer_log(l, CH_LOG_WARN, "net", "uid %lu: %s refused: not an admin",
+                 (unsigned long)l->cred.uid, ch_msg_name(env));
+        coord_link_error(l, env->request_id, -EACCES,
+                         "permission denied: %s is for root and members of coordinatord's "
+                         "admin-group",
+                         ch_msg_name(env));
         return;
     }
     if (rpc->need_node && !l->node) {

@@ -1,6 +1,7 @@
-/* FIFO scheduler and admission; see scheduler.h. */
+/* Scheduler (fair share, fairshare.h) and admission; see scheduler.h. */
 #include "scheduler.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/plan.h"
+#include "common/util.h"
 #include "coord.h"
 #include "placement.h"
 #include "recovery.h"
@@ -267,11 +269,71 @@ out:
     return rc;
 }
 
+/* The queued jobs in fair-share order (fairshare.h); NULL when out of memory. */
+static coord_job_t **queue_order(coord_t *c, size_t *n)
+{
+    coord_job_t **q = malloc((c->jobs.n ? c->jobs.n : 1) * sizeof(*q));
+    *n = 0;
+    if (!q)
+        return NULL;
+    for (size_t i = 0; i < c->jobs.n; i++)
+        if (c->jobs.v[i]->state == COORD_JOB_QUEUED)
+            q[(*n)++] = c->jobs.v[i];
+    coord_share_order(c, q, *n);
+    return q;
+}
+
+/* Start queued jobs in order while the next one fits; each one left gets its place and
+ * why it waits. */
+static void run_queue(coord_t *c, coord_place_node_t *pn, coord_node_t **nodes)
+{
+    size_t n = 0;
+    coord_job_t **q = queue_order(c, &n);
+    const coord_job_t *head = NULL;
+    uint32_t place = 0;
+    char why[384];
+    if (!q)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        coord_job_t *j = q[i];
+        if (coord_share_hold(c, j, why, sizeof(why))) {
+            j->queue_place = ++place;
+            coord_recovery_waiting(c, j, why);
+            continue;
+        }
+        if (head) {
+            j->queue_place = ++place;
+            snprintf(why, sizeof(why),
+                     "waits: place %" PRIu32 " in the queue, behind %s (order: priority, then "
+                     "each user's fair share of recent use, then first in, first out)",
+                     place, head->id);
+            coord_recovery_waiting(c, j, why);
+            continue;
+        }
+        int rc = start_head(c, j, pn, nodes);
+        if (rc < 0)
+            CH_LOGE("sched", "job=%s cannot start: %s", j->id, ch_strerror(rc));
+        if (rc == 1) {
+            j->queue_place = 0;
+            coord_share_started(c, j);
+            continue;
+        }
+        j->queue_place = ++place;
+        /* The next job in order waits, so does everyone behind it (no backfill: a big
+         * job is never starved); unless it cannot fit the alive nodes at all (nodes died
+         * since its admission), which would block the queue for good. */
+        if (coord_sched_fits(c, &j->spec))
+            head = j;
+    }
+    free(q);
+}
+
 void coord_sched_run(coord_t *c)
 {
     coord_place_node_t *pn = NULL;
     coord_node_t **nodes = NULL;
 
+    coord_share_tick(c, ch_now_ms());
     if (c->nodes.n == 0)
         return;
     pn = calloc(c->nodes.n, sizeof(*pn));
@@ -289,24 +351,7 @@ void coord_sched_run(coord_t *c)
         if (rc < 0)
             CH_LOGE("sched", "job=%s cannot restart: %s", j->id, ch_strerror(rc));
     }
-    int blocked = 0;
-    for (size_t i = 0; i < c->jobs.n; i++) {
-        coord_job_t *j = c->jobs.v[i];
-        if (j->state != COORD_JOB_QUEUED)
-            continue;
-        if (blocked) {
-            coord_recovery_waiting(c, j, "waits behind an earlier job (first in, first out)");
-            continue;
-        }
-        int rc = start_head(c, j, pn, nodes);
-        if (rc < 0)
-            CH_LOGE("sched", "job=%s cannot start: %s", j->id, ch_strerror(rc));
-        /* FIFO: the head waits, so does everyone behind it; unless the head cannot fit
-         * the alive nodes at all (nodes died since its admission), which would block the
-         * queue for good. */
-        if (rc <= 0 && coord_sched_fits(c, &j->spec))
-            blocked = 1;
-    }
+    run_queue(c, pn, nodes);
 out:
     free(nodes);
     free(pn);

@@ -1,6 +1,7 @@
-/* FIFO scheduler: on every change (coord_changed), start queued jobs in submission order
- * while the head fits on the free slots of alive nodes; a head that does not fit blocks
- * the queue (no backfill, so a big job is never starved). Admission at submit checks
+/* Scheduler: on every change (coord_changed), start queued jobs in fairshare.h's order
+ * (priority, each user's fair share of recent use, then submission) while the next one
+ * fits on the free slots of alive nodes; one that does not fit blocks those behind it
+ * (no backfill, so a big job is never starved). Admission at submit checks
  * the job could ever fit the cluster. (Named scheduler.h: a sched.h in this include
  * directory would shadow the system <sched.h>.) */
 #ifndef COORD_SCHEDULER_H

@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <grp.h>
+#include <inttypes.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,9 +150,14 @@ static void on_ready(ch_conn_t *conn, void *ud)
         gid_t gid = (gid_t)-1;
         int rc = ch_conn_peer_cred(conn, &pid, &uid, &gid);
         if (rc < 0 || !ctl_allowed(c, uid, gid)) {
-            CH_LOGW("net", "control socket: peer pid %d uid %d refused (allowed: root, uid %d%s%s)",
-                    (int)pid, (int)uid, (int)c->uid, c->have_ctl_gid ? ", group " : "",
-                    c->have_ctl_gid ? c->cfg.ctl_group : "");
+            /* A local user may connect at will: within the pre-authentication budget. */
+            uint32_t quiet = 0;
+            if (ch_ratelimit_ok(&c->srv.unauth_log, ch_now_ms(), &quiet))
+                CH_LOGW("net",
+                        "control socket: peer pid %d uid %d refused (allowed: root, uid %d%s%s)"
+                        " (%" PRIu32 " similar lines left out)",
+                        (int)pid, (int)uid, (int)c->uid, c->have_ctl_gid ? ", group " : "",
+                        c->have_ctl_gid ? c->cfg.ctl_group : "", quiet);
             coord_link_error(l, 0, -EACCES,
                              "permission denied: uid %d is not allowed on the control socket",
                              (int)uid);
@@ -222,6 +228,8 @@ static void on_connection(uv_stream_t *server, int status)
     }
     l->c = c;
     l->is_unix = is_unix;
+    l->log_rl.burst = COORD_PEER_LOG_BURST;
+    l->log_rl.window_ms = COORD_PEER_LOG_WINDOW_MS;
     if (!is_unix)
         unauth_make_room(c);
     ch_conn_opts_t opts = {.key = is_unix ? NULL : &c->key,
@@ -380,4 +388,9 @@ void coord_server_stop(coord_t *c)
     }
     for (coord_link_t *l = c->srv.links; l; l = l->next)
         coord_link_close(l);
+}
+
+int coord_link_log_ok(coord_link_t *l, uint32_t *suppressed)
+{
+    return ch_ratelimit_ok(&l->log_rl, ch_now_ms(), suppressed);
 }

@@ -29,7 +29,14 @@ typedef struct coord_link {
     /* In srv's queue of unauthenticated TCP links (oldest first) while unauth is set. */
     int unauth;
     struct coord_link *uprev, *unext;
+    ch_ratelimit_t log_rl; /* lines this peer can cause: coord_link_log_ok */
 } coord_link_t;
+
+/* Log lines a peer can cause at will (refused requests, rejected reports): at most
+ * COORD_PEER_LOG_BURST per window per link; the next line allowed says how many were
+ * left out. */
+#define COORD_PEER_LOG_BURST     20
+#define COORD_PEER_LOG_WINDOW_MS 10000
 
 /* What the coordinator reads is small (Register, RankEvent, KvSet <= 64 KiB, Submit):
  * a peer's frame over 1 MiB closes its link before anything is allocated for it. */
@@ -72,6 +79,9 @@ void coord_link_close(coord_link_t *l);
  * have no connection). */
 void coord_link_gone(coord_t *c, coord_link_t *l, int reason);
 const char *coord_link_peer(const coord_link_t *l);
+/* 1 when one more peer-caused line may be logged for l; *suppressed then holds how many
+ * were left out before it. */
+int coord_link_log_ok(coord_link_t *l, uint32_t *suppressed);
 
 /* "IP:PORT" (IPv6 as "[::1]:PORT") into ss; CH_E_CONFIG when malformed. */
 int coord_addr_parse(const char *hostport, struct sockaddr_storage *ss);

@@ -15,11 +15,15 @@ int coord_users_init(coord_users_t *u, const char *run_as_user, const char *admi
     *u = (coord_users_t){.self = getuid(), .allow_root = allow_root};
     if (run_as_user && run_as_user[0]) {
         struct passwd pw, *res = NULL;
-        if (getpwnam_r(run_as_user, &pw, buf, sizeof buf, &res) != 0 || !res)
+        int found = getpwnam_r(run_as_user, &pw, buf, sizeof buf, &res) == 0 && res;
+        /* With allow-root-jobs root's jobs run as root and the user is never used. */
+        if (!found && !allow_root)
             return CH_E_CONFIG;
-        u->service_uid = res->pw_uid;
-        u->service_gid = res->pw_gid;
-        u->have_service = 1;
+        if (found) {
+            u->service_uid = res->pw_uid;
+            u->service_gid = res->pw_gid;
+            u->have_service = 1;
+        }
     }
     if (admin_group && admin_group[0]) {
         struct group gr, *res = NULL;
@@ -81,10 +85,15 @@ int coord_users_stamp(const coord_users_t *u, const coord_cred_t *who, ch_jobspe
     return 0;
 }
 
+int coord_users_may_see(const coord_cred_t *who, const ch_jobspec_t *spec)
+{
+    return who->admin || (spec->owner.uid >= 0 && (uid_t)spec->owner.uid == who->uid);
+}
+
 int coord_users_may_act(const coord_cred_t *who, const ch_jobspec_t *spec, const char *job_id,
                         char *err, size_t errlen)
 {
-    if (who->admin || (spec->owner.uid >= 0 && (uid_t)spec->owner.uid == who->uid))
+    if (coord_users_may_see(who, spec))
         return 0;
     return ch_errf(err, errlen, -EACCES,
                    "permission denied: job %s belongs to uid %lld, not to uid %lu", job_id,

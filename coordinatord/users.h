@@ -43,6 +43,9 @@ coord_cred_t coord_users_cred(const coord_users_t *u, int is_unix, uid_t uid, gi
 int coord_users_stamp(const coord_users_t *u, const coord_cred_t *who, ch_jobspec_t *spec,
                       char *err, size_t errlen);
 /* 0 when who may cancel or kill ranks of a job owned by spec->owner; -EACCES with err. */
+/* 1 when who may read the job's text, its reasons and its history (its owner, root,
+ * the daemon's user, admin-group); others see only its row. */
+int coord_users_may_see(const coord_cred_t *who, const ch_jobspec_t *spec);
 int coord_users_may_act(const coord_cred_t *who, const ch_jobspec_t *spec, const char *job_id,
                         char *err, size_t errlen);
 

@@ -50,6 +50,14 @@ if [ "$do_build" = 1 ]; then
 fi
 cmake --install "$build"
 
+# Root's jobs run as chorus-jobs (coordinatord's run-as-user): a system user of their own,
+# with no shell and no home, so no unrelated process shares their uid (nobody would).
+if [ -z "$dest" ] && ! getent passwd chorus-jobs >/dev/null; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin --comment "Chorus training jobs of root" chorus-jobs
+  echo "install: created the system user chorus-jobs (root's jobs run as it)"
+fi
+
 etc=$dest/etc/chorus
 install -d -m 0755 "$etc"
 for c in coordinatord workerd; do

@@ -51,6 +51,7 @@ typedef struct rank_ent {
     wrk_agent_t *a;
     char job_id[64];
     uint64_t gen;
+    uint64_t token; /* StartRanks.launch_token: every report about the rank presents it */
     uint32_t rank;
     wrk_proc_t *proc; /* NULL once reaped */
     ch_conn_t *link;  /* NULL once closed */
@@ -66,7 +67,7 @@ typedef struct rank_ent {
 typedef struct fin_ent {
     struct fin_ent *next;
     char job_id[64];
-    uint64_t gen;
+    uint64_t gen, token;
     uint32_t rank;
     int done, exit_code, signal;
 } fin_ent_t;
@@ -255,12 +256,14 @@ static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
 }
 
 /* An event about ent that workerd itself originates (spawn failure, exit). */
-static void send_rank_event(wrk_agent_t *a, const char *job, uint64_t gen, uint32_t rank,
-                            Chorus__RankEventKind kind, int code, int sig, const char *msg)
+static void send_rank_event(wrk_agent_t *a, const char *job, uint64_t gen, uint64_t token,
+                            uint32_t rank, Chorus__RankEventKind kind, int code, int sig,
+                            const char *msg)
 {
     Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
     ev.job_id = (char *)job;
     ev.generation = gen;
+    ev.launch_token = token;
     ev.rank = rank;
     ev.kind = kind;
     ev.exit_code = code;
@@ -410,6 +413,7 @@ static void fin_keep(wrk_agent_t *a, const rank_ent_t *ent)
     }
     snprintf(f->job_id, sizeof f->job_id, "%s", ent->job_id);
     f->gen = ent->gen;
+    f->token = ent->token;
     f->rank = ent->rank;
     f->done = ent->done;
     f->exit_code = ent->exit_code;
@@ -451,8 +455,8 @@ static void ent_finish(rank_ent_t *ent)
     fin_keep(a, ent);
     CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u pid=%d exited code=%d signal=%d", ent->job_id,
             ent->gen, ent->rank, ent->pid, ent->exit_code, ent->signal);
-    send_rank_event(a, ent->job_id, ent->gen, ent->rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED,
-                    ent->exit_code, ent->signal, NULL);
+    send_rank_event(a, ent->job_id, ent->gen, ent->token, ent->rank,
+                    CHORUS__RANK_EVENT_KIND__RANK_EXITED, ent->exit_code, ent->signal, NULL);
     relays_fail(a, ent, 0);
     for (rank_ent_t **pp = &a->ranks; *pp; pp = &(*pp)->next) {
         if (*pp == ent) {
@@ -488,6 +492,7 @@ static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         ev->job_id = ent->job_id;
         ev->generation = ent->gen;
         ev->rank = ent->rank;
+        ev->launch_token = ent->token;
         if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_DONE)
             ent->done = 1;
         if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_FAILED)
@@ -573,6 +578,7 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
     ent->a = a;
     snprintf(ent->job_id, sizeof ent->job_id, "%s", s->job_id);
     ent->gen = s->generation;
+    ent->token = s->launch_token;
     ent->rank = ra->rank;
 
     wrk_proc_spec_t ps = {
@@ -627,9 +633,10 @@ static void send_spawn_failure(wrk_agent_t *a, const Chorus__StartRanks *s, uint
     ev.message = (char *)why;
     ev.cause_class = cls ? (char *)cls : "";
     ev.before_first_step = 1;
+    ev.launch_token = s->launch_token;
     send_event(a, &ev);
-    send_rank_event(a, s->job_id, s->generation, rank, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 127, 0,
-                    why);
+    send_rank_event(a, s->job_id, s->generation, s->launch_token, rank,
+                    CHORUS__RANK_EVENT_KIND__RANK_EXITED, 127, 0, why);
 }
 
 static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
@@ -656,13 +663,17 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
         CH_LOGW("agent", "job=%s gen=%" PRIu64 ": %zu ranks asked, %u slots, %u in use", s->job_id,
                 s->generation, s->n_ranks, a->cfg.slots, alive_count(a));
     rc = gen_dir(a, s->job_id, s->generation, gdir, sizeof gdir);
+    /* The job's folder only lets through (0711); its generation folder, job file and logs
+     * are the job user's alone (wrk_proc_give_dir). */
     if (rc == 0)
-        rc = ch_mkdirs(gdir, 0755);
+        rc = ch_mkdirs(gdir, 0711);
     if (rc == 0 &&
         (size_t)snprintf(job_file, sizeof job_file, "%s/job.ini", gdir) >= sizeof job_file)
         rc = -ENAMETOOLONG;
     if (rc == 0)
-        rc = ch_file_write_atomic(job_file, s->job_ini, strlen(s->job_ini), 0644);
+        rc = ch_file_write_atomic(job_file, s->job_ini, strlen(s->job_ini), 0600);
+    if (rc == 0)
+        rc = wrk_proc_give_dir(job_file, gdir);
     if (rc < 0)
         snprintf(why, sizeof why, "workerd: job dir %s: %s", gdir, ch_strerror(rc));
 
@@ -736,6 +747,7 @@ static void send_register(wrk_agent_t *a)
         frefs[k] = init;
         frefs[k].job_id = (char *)f->job_id;
         frefs[k].generation = f->gen;
+        frefs[k].launch_token = f->token;
         frefs[k].rank = f->rank;
         frefs[k].done = f->done;
         frefs[k].exit_code = f->exit_code;
@@ -751,6 +763,7 @@ static void send_register(wrk_agent_t *a)
         refs[i] = init;
         refs[i].job_id = e->job_id;
         refs[i].generation = e->gen;
+        refs[i].launch_token = e->token;
         refs[i].rank = e->rank;
         refs[i].pid = e->pid;
         pr[i] = &refs[i];

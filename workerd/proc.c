@@ -192,6 +192,19 @@ static int run_identity(const char *job_file, int64_t *uid, int64_t *gid)
     return rc;
 }
 
+int wrk_proc_give_dir(const char *job_file, const char *dir)
+{
+    int64_t uid = -1, gid = -1;
+    if (chmod(dir, 0700) < 0 || chmod(job_file, 0600) < 0)
+        return -errno;
+    int rc = run_identity(job_file, &uid, &gid);
+    if (rc < 0 || uid < 0 || gid < 0 || (uid_t)uid == geteuid() || geteuid() != 0)
+        return rc;
+    if (chown(dir, (uid_t)uid, (gid_t)gid) < 0 || chown(job_file, (uid_t)uid, (gid_t)gid) < 0)
+        return -errno;
+    return 0;
+}
+
 /* Switch the child to the job's user when it is not workerd's own; its run dir is made
  * here and given to it, since the job's directory belongs to workerd. */
 static int set_identity(const wrk_proc_spec_t *spec, uv_process_options_t *o)
@@ -241,7 +254,7 @@ int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_c
         rc = -errno;
         goto out;
     }
-    logfd = open(spec->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    logfd = open(spec->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
         rc = -errno;
         goto out;
@@ -267,6 +280,11 @@ int wrk_proc_spawn(uv_loop_t *loop, const wrk_proc_spec_t *spec, wrk_proc_exit_c
     o.stdio_count = 4;
     o.stdio = stdio;
     CH_CHECK_GOTO(set_identity(spec, &o), rc, out);
+    /* The log is the rank's user's, and only theirs (0600). */
+    if ((o.flags & UV_PROCESS_SETUID) && fchown(logfd, (uid_t)o.uid, (gid_t)o.gid) < 0) {
+        rc = -errno;
+        goto out;
+    }
 
     p->handle.data = p;
     p->cb = cb;

@@ -28,6 +28,12 @@ typedef struct wrk_proc wrk_proc_t;
  * -ENAMETOOLONG. */
 int wrk_proc_rank_exe(char *path, size_t n);
 
+/* A generation's folder and job file private to the job's user (its run_uid / run_gid):
+ * dir 0700 and job_file 0600, given to that user when workerd is root and the job runs as
+ * someone else, so other users read neither the job's text nor its logs while workerd,
+ * as root, still manages them. 0 or a negative code. */
+int wrk_proc_give_dir(const char *job_file, const char *dir);
+
 typedef struct wrk_proc_spec {
     const char *exe;      /* the program (required): wrk_proc_rank_exe for a rank */
     char *const *argv;    /* NULL: {"chorus-rank", "JOB:gGEN:rRANK", NULL} */

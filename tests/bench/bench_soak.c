@@ -11,7 +11,11 @@
  *     nonsense (events and rendezvous calls for jobs that do not exist, control requests
  *     on a worker link, a 200-entry Register), then a frame whose tag is wrong;
  *   - pipelines control requests (ListJobs) on a link it never reads, kept for one round;
- *   - submits diag jobs over the control socket and cancels every other one at once.
+ *   - submits diag jobs over the control socket and cancels every other one at once;
+ *   - when run as root, as another user of the cluster (uid 60001, in the control group):
+ *     submits TENANT_SUBMITS jobs a round past its limits (max-queued-jobs 50,
+ *     max-running-ranks 1, the default 120 submissions a minute), reads root's latest
+ *     job, tries to cancel it, to forget a node and to give its own job a priority.
  * Each round samples coordinatord's RSS and descriptors and times `nodes` (ListNodes
  * over the control socket). At the end the attacks stop, every job is waited for, and
  * each must be in the state its history says (cancelled when the cancel was
@@ -21,13 +25,17 @@
  * RESULT lines: peak RSS against the 64 MB goal; RSS growth from the first to the last
  * quarter of the run (flat: under 10%); descriptors after the attacks stopped against
  * before they started; `nodes` latency (median, max) against the 100 ms goal; jobs lost
- * or wrongly stated (must be 0); the volume of the attacks. SAMPLE lines on stderr give
+ * or wrongly stated (must be 0); the volume of the attacks; the other user's attempts
+ * and how many of the forbidden ones succeeded (must be 0). SAMPLE lines on stderr give
  * the series. Exit status 1 when a goal is missed. */
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "attack.h"
@@ -64,6 +72,17 @@ static sample_t samples[MAX_ROUNDS];
 static int n_samples;
 static uint64_t rng = 0x536f616bull;
 static long sent_unauth, sent_garbage, sent_nonsense, sent_pipelined;
+
+#define TENANT_UID     60001u
+#define TENANT_GID     65534u
+#define TENANT_SUBMITS 20
+
+/* What the other user did, over the run. breaches: forbidden things that worked. */
+typedef struct tenant {
+    long submitted, accepted, refused, breaches;
+} tenant_t;
+static tenant_t tenant;
+static int tenant_on; /* running as root: the other user takes part */
 
 static uint64_t rnd(void)
 {
@@ -133,6 +152,111 @@ static void job_churn(ch_client_t *cl, int cancel)
     cenv.cancel = &can;
     j->cancelled = call(cl, &cenv, &resp) == 0; /* else it had ended already */
     ch_msg_free(resp);
+}
+
+/* 1 when the request was answered with an error of code (the refusal expected). */
+static int refused_with(ch_client_t *cl, Chorus__Envelope *env, int code)
+{
+    Chorus__Envelope *resp = NULL;
+    int rc = call(cl, env, &resp);
+    ch_msg_free(resp);
+    return rc == code;
+}
+
+/* The other user's round, in the child (already that user): tallies into t. */
+static void tenant_try(ch_client_t *cl, const char *root_job, tenant_t *t)
+{
+    Chorus__Submit sub = CHORUS__SUBMIT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    char ini[128];
+    env.body_case = CHORUS__ENVELOPE__BODY_SUBMIT;
+    env.submit = &sub;
+    sub.job_ini = ini;
+    for (int i = 0; i < TENANT_SUBMITS; i++) {
+        snprintf(ini, sizeof ini, "[job]\nname = tenant-%d\nkind = diag\n", i);
+        int rc = call(cl, &env, &resp);
+        ch_msg_free(resp);
+        t->submitted++;
+        t->accepted += rc == 0;
+        t->refused += rc == -EDQUOT;
+    }
+    snprintf(ini, sizeof ini, "[job]\nname = tenant-first\nkind = diag\npriority = 9\n");
+    t->breaches += !refused_with(cl, &env, -EPERM);
+    if (root_job[0]) {
+        Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
+        Chorus__Envelope qe = CHORUS__ENVELOPE__INIT;
+        q.job_id = (char *)root_job;
+        qe.body_case = CHORUS__ENVELOPE__BODY_JOB_QUERY;
+        qe.job_query = &q;
+        if (call(cl, &qe, &resp) == 0 && resp->job_info->job_ini && resp->job_info->job_ini[0])
+            t->breaches++;
+        ch_msg_free(resp);
+        Chorus__Cancel can = CHORUS__CANCEL__INIT;
+        Chorus__Envelope ce = CHORUS__ENVELOPE__INIT;
+        can.job_id = (char *)root_job;
+        ce.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
+        ce.cancel = &can;
+        t->breaches += !refused_with(cl, &ce, -EACCES);
+    }
+    Chorus__ForgetNode fn = CHORUS__FORGET_NODE__INIT;
+    Chorus__Envelope fe = CHORUS__ENVELOPE__INIT;
+    fn.name = "node1";
+    fe.body_case = CHORUS__ENVELOPE__BODY_FORGET_NODE;
+    fe.forget_node = &fn;
+    t->breaches += !refused_with(cl, &fe, -EACCES);
+}
+
+/* One round of the other user, in a child as TENANT_UID; its tallies come back over a
+ * pipe. */
+static void tenant_round(void)
+{
+    int p[2];
+    tenant_t t = {0};
+    if (!tenant_on || chmod(C.dir, 0711) < 0 || pipe(p) < 0)
+        return;
+    const char *root_job = n_jobs ? jobs[n_jobs - 1].id : "";
+    pid_t pid = fork();
+    if (pid == 0) {
+        ch_client_t *cl = NULL;
+        close(p[0]);
+        /* From inside the cluster folder (0711): the socket is reached by a relative
+         * path, whatever the modes of the folders above it (a 0700 home). */
+        if (chdir(C.dir) == 0 && setgroups(0, NULL) == 0 && setgid(TENANT_GID) == 0 &&
+            setuid(TENANT_UID) == 0 && ch_client_connect_unix("ctl.sock", 5000, &cl) == 0)
+            tenant_try(cl, root_job, &t);
+        else
+            t.breaches = -1; /* could not act as the user at all */
+        ssize_t w = write(p[1], &t, sizeof t);
+        _exit(w == (ssize_t)sizeof t ? 0 : 1);
+    }
+    close(p[1]);
+    if (pid > 0 && read(p[0], &t, sizeof t) == (ssize_t)sizeof t && t.breaches >= 0) {
+        tenant.submitted += t.submitted;
+        tenant.accepted += t.accepted;
+        tenant.refused += t.refused;
+        tenant.breaches += t.breaches;
+    } else {
+        fprintf(stderr, "soak: the other user's round did not run\n");
+    }
+    close(p[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
+/* As root: let uid 60001 (group 65534) on the control socket, with limits that a round
+ * of its submissions reaches. Set before `local up`, which passes the environment on to
+ * coordinatord (CHORUS_<OPTION>). */
+static void tenant_setup(void)
+{
+    const struct group *g = getgrgid(TENANT_GID);
+    if (geteuid() != 0 || !g) {
+        fprintf(stderr, "soak: not root: no attacks as another user\n");
+        return;
+    }
+    setenv("CHORUS_CTL_GROUP", g->gr_name, 1);
+    setenv("CHORUS_MAX_QUEUED_JOBS", "50", 1);
+    setenv("CHORUS_MAX_RUNNING_RANKS", "1", 1);
+    tenant_on = 1;
 }
 
 /* The job's state now ("" when status does not know it). */
@@ -302,6 +426,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    tenant_setup();
     if (ch_auth_global_init() < 0 || h_cluster_up(&C, 2, 2) < 0) {
         fprintf(stderr, "soak: local cluster did not start\n");
         return 2;
@@ -341,6 +466,7 @@ int main(int argc, char **argv)
             job_churn(cl, 0);
             job_churn(cl, 1);
         }
+        tenant_round();
         sample(pid, cl, (double)(ch_now_ms() - t0) / 1000);
         (void)round;
     }
@@ -407,8 +533,11 @@ int main(int argc, char **argv)
     printf("RESULT name=soak.attacks value=%.0f unit=s unauth_connections=%ld garbage_links=%ld "
            "nonsense_frames=%ld pipelined_requests=%ld rounds=%d\n",
            secs, sent_unauth, sent_garbage, sent_nonsense, sent_pipelined, n_samples - 1);
+    printf("RESULT name=soak.tenant_breaches value=%ld unit=requests ref=goal ref_value=0 "
+           "submitted=%ld accepted=%ld refused_by_limits=%ld on=%d\n",
+           tenant.breaches, tenant.submitted, tenant.accepted, tenant.refused, tenant_on);
     rc = peak < RSS_GOAL && growth < 0.10 && fd_end <= fd0 + 2 && max < NODES_GOAL &&
-                 failed_calls == 0 && lost == 0 && wrong == 0
+                 failed_calls == 0 && lost == 0 && wrong == 0 && tenant.breaches == 0
              ? 0
              : 1;
 out:

@@ -378,10 +378,9 @@ int h_coord_restart(h_cluster_t *c)
     snprintf(hb, sizeof hb, "%d", H_HEARTBEAT_MS);
     snprintf(dead, sizeof dead, "%d", H_DEAD_AFTER_MS);
     char metrics[] = "127.0.0.1:0";
-    char *argv[] = {exe,     "--listen",       c->addr, "--ctl-socket",
-                    c->sock, "--state-dir",    state,   "--key",
-                    c->key,  "--heartbeat-ms", hb,      "--dead-after-ms",
-                    dead,    "--metrics",      metrics, NULL};
+    char *argv[] = {exe,   "--listen",  c->addr, "--ctl-socket",      c->sock, "--state-dir",
+                    state, "--key",     c->key,  "--heartbeat-ms",    hb,      "--dead-after-ms",
+                    dead,  "--metrics", metrics, "--allow-root-jobs", NULL};
     int rc = spawn(argv, log, pidf);
     if (rc < 0)
         return rc;

@@ -2,11 +2,15 @@
  * process group, and their exit is reported with its code or signal. The tests spawn
  * /bin/sh through the exe/argv override instead of workerd --rank. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -80,16 +84,15 @@ static wrk_proc_spec_t sh_spec(char *const *argv, const char *log)
     return s;
 }
 
-/* Spawn, wait for the exit, release; returns the outcome. */
-static outcome_t spawn_and_wait(char *const *argv, const char *log)
+/* Spawn s, wait for the exit, release; returns the outcome. */
+static outcome_t spawn_spec_and_wait(const wrk_proc_spec_t *s)
 {
     uv_loop_t loop;
     outcome_t o = {0, -1, -1};
     wrk_proc_t *p = NULL;
     int fd = -1;
     cr_assert_eq(uv_loop_init(&loop), 0);
-    wrk_proc_spec_t s = sh_spec(argv, log);
-    cr_assert_eq(wrk_proc_spawn(&loop, &s, on_exit_cb, &o, &p, &fd), 0);
+    cr_assert_eq(wrk_proc_spawn(&loop, s, on_exit_cb, &o, &p, &fd), 0);
     cr_assert_gt(wrk_proc_pid(p), 0);
     run_until(&loop, &o.done, 10000);
     cr_assert(o.done, "child did not exit in time");
@@ -99,6 +102,12 @@ static outcome_t spawn_and_wait(char *const *argv, const char *log)
     uv_run(&loop, UV_RUN_DEFAULT);
     cr_assert_eq(uv_loop_close(&loop), 0, "handles left open");
     return o;
+}
+
+static outcome_t spawn_and_wait(char *const *argv, const char *log)
+{
+    wrk_proc_spec_t s = sh_spec(argv, log);
+    return spawn_spec_and_wait(&s);
 }
 
 Test(proc, rank_environment_and_log)
@@ -288,4 +297,61 @@ Test(proc, rank_runs_as_the_jobs_user)
     cr_assert_eq(ch_file_read(log, 1 << 16, &text, &len), 0);
     cr_assert(strstr(text, "id=65534:65534:65534\n"), "%s", text);
     free(text);
+}
+
+/* Open path as uid (group 65534, no others) in a child: 0 or the errno it met. */
+static int open_as(uid_t uid, const char *path)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(uid) < 0)
+            _exit(120);
+        int fd = open(path, O_RDONLY);
+        _exit(fd >= 0 ? 0 : errno);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 120);
+    return WEXITSTATUS(st);
+}
+
+/* A generation's folder, job file and rank log are the job's user's alone (0700, 0600,
+ * owned by it): another user reads neither the job's text nor its log, while workerd
+ * (root) still manages them. Set up in a scratch folder under /tmp that the other users
+ * can traverse, whatever the build tree's permissions. */
+Test(proc, job_folder_and_log_are_the_jobs_users_alone)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root to switch users");
+    char base[] = "/tmp/chorus-proc.XXXXXX", gdir[64], job[96], log[96];
+    cr_assert_not_null(mkdtemp(base));
+    cr_assert_eq(chmod(base, 0755), 0);
+    snprintf(gdir, sizeof gdir, "%s/g1", base);
+    snprintf(job, sizeof job, "%s/job.ini", gdir);
+    snprintf(log, sizeof log, "%s/rank-0.log", gdir);
+    cr_assert_eq(mkdir(gdir, 0755), 0);
+    const char ini[] = "[job]\nrun_uid = 60001\nrun_gid = 65534\n";
+    cr_assert_eq(ch_file_write_atomic(job, ini, sizeof ini - 1, 0644), 0);
+    cr_assert_eq(wrk_proc_give_dir(job, gdir), 0);
+
+    char *argv[] = {"sh", "-c", "echo secret", NULL};
+    wrk_proc_spec_t s = sh_spec(argv, log);
+    s.job_file = job;
+    s.run_dir = NULL;
+    cr_assert_eq(spawn_spec_and_wait(&s).code, 0);
+
+    struct stat st;
+    cr_assert_eq(stat(gdir, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    cr_assert_eq(st.st_uid, 60001);
+    const char *files[] = {job, log};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(stat(files[i], &st), 0);
+        cr_assert_eq(st.st_mode & 0777, 0600, "%s: mode %o", files[i], st.st_mode & 0777);
+        cr_assert_eq(st.st_uid, 60001, "%s: owner %u", files[i], (unsigned)st.st_uid);
+        cr_assert_eq(open_as(60002, files[i]), EACCES, "another user opened %s", files[i]);
+        cr_assert_eq(open_as(60001, files[i]), 0, "the job's user cannot open %s", files[i]);
+    }
+    cr_assert_eq(ts_rmrf(base), 0);
 }

@@ -41,6 +41,18 @@
 // ----------------------------------------------------------------------------
 // events
 
+/* FNV-1a over the metric names of ev, in order. */
+static uint64_t metric_names(const Chorus__RankEvent *ev)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < ev->n_metrics; i++) {
+        for (const char *p = ev->metrics[i]->name; p && *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;
+    }
+    return h;
+}
+
 int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev)
 {
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
@@ -64,6 +76,12 @@ int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
     ev.mfu = mfu;
     ev.n_metrics = n;
     ev.metrics = metrics;
+    uint64_t now = ch_now_ms(), names = metric_names(&ev);
+    if (step < total && names == r->progress_names && r->progress_ms &&
+        now - r->progress_ms < WRK_RANK_PROGRESS_MIN_MS)
+        return 0; /* a later report carries the same figures, newer */
+    r->progress_ms = now;
+    r->progress_names = names;
     return wrk_rank_report(r, &ev);
 }
 

@@ -30,7 +30,15 @@ typedef struct wrk_rank {
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */
     int stepped;               /* a training step completed in this process */
+    uint64_t progress_ms;      /* monotonic: when the last RANK_PROGRESS went out */
+    uint64_t progress_names;   /* a hash of the metric names it carried */
 } wrk_rank_t;
+
+/* wrk_rank_progress reports at most once per this many ms: a tiny diag job running
+ * thousands of rounds a second would otherwise flood workerd and the coordinator with
+ * reports nobody reads. Its last round, and a report naming other metrics than the last
+ * one sent (which no later report would repeat), always go out. */
+#define WRK_RANK_PROGRESS_MIN_MS 50
 
 /* chorus-rank's main (rank/main.c): returns the exit status. */
 int wrk_rank_main(int argc, char **argv);
@@ -43,7 +51,10 @@ int wrk_rank_fail(wrk_rank_t *r, int rc, const char *fmt, ...)
 
 /* Send one event; fills in job_id, generation and rank. */
 int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev);
-/* Convenience: a RANK_PROGRESS event. metrics may be NULL when n == 0. */
+/* Convenience: a RANK_PROGRESS event (the diag kinds' rounds). metrics may be NULL when
+ * n == 0. Within WRK_RANK_PROGRESS_MIN_MS of the previous one it is left out (returns 0)
+ * unless it is the last step or names other metrics. (A training step reports through
+ * wrk_rank_report, every step: the status page draws each step's loss.) */
 int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
                       double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n);
 

@@ -48,6 +48,7 @@ typedef struct sim_group {
     struct sim_group *next;
     char job_id[64];
     uint64_t gen;
+    uint64_t token; /* StartRanks.launch_token: every report presents it */
     ch_layout_t layout;
     uint64_t total, every;
     uint32_t n, n_alive;
@@ -110,6 +111,7 @@ static void send_event(sim_node_t *n, const sim_group_t *g, uint32_t rank, Choru
     ev->job_id = (char *)g->job_id;
     ev->generation = g->gen;
     ev->rank = rank;
+    ev->launch_token = g->token;
     env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
     env.rank_event = ev;
     if (send_env(n, &env) == 0)
@@ -321,6 +323,7 @@ static void on_start_ranks(sim_node_t *n, const Chorus__StartRanks *sr)
     }
     snprintf(g->job_id, sizeof g->job_id, "%s", sr->job_id);
     g->gen = sr->generation;
+    g->token = sr->launch_token;
     g->layout = ch_jobspec_layout(&spec);
     g->total = spec.train.steps > 0 ? (uint64_t)spec.train.steps : 1;
     g->every =
@@ -457,6 +460,7 @@ static void send_register(sim_node_t *n)
             chorus__rank_ref__init(&refs[i]);
             refs[i].job_id = (char *)g->job_id;
             refs[i].generation = g->gen;
+            refs[i].launch_token = g->token;
             refs[i].rank = g->ranks[r].rank;
             refs[i].pid = (int32_t)(100000 + n->idx * 64 + r);
             pr[i] = &refs[i];
