@@ -109,13 +109,19 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
 
     double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
     double kept = nb * per_block;
-    if (p->embeddings)
-        kept += N * C;
-    if (p->head)
-        kept += N * C + 4 * N;
-    double scratch = 2 * N * C + 4 * N * C / tp + T * T;
-    if (p->head)
-        scratch += fmin(N * p->padded_vocab / tp, CH_PLAN_LOGITS_FLOATS);
+    const int first = s == 0, last = s + 1 == l.pp;
+    if (first)
+        kept += N + N * C;
+    if (last)
+        kept += N * C + 5 * N;
+    if (!first)
+        kept += 2 * N * C;
+    double scratch = 3 * N * C + 4 * N * C / tp + T * T + (last ? 0 : N * C);
+    if (p->head) {
+        double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
+        double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
+        scratch += logits + (tp > 1 ? logits + 3 * rows : 0);
+    }
     p->in_flight = l.pp - s < microbatches ? l.pp - s : microbatches;
     p->act_mb_bytes = F32 * kept;
     p->scratch_bytes = F32 * scratch;

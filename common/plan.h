@@ -28,18 +28,26 @@
  *               way plus one block's unsharded gradient waiting for its reduce-scatter;
  *               and the tensors outside blocks, gathered for the whole step, with their
  *               unsharded gradients (reduce-scattered once a step)
- *   activations what the engine's model keeps for backward, per micro-batch:
+ *   activations what the engine allocates for micro-batches, per micro-batch in flight:
  *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
  *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and
  *                             fch_gelu 4 split over tp; LayerNorm mean and rstd; attention
  *                             probabilities of this rank's heads)
- *                 stage 0     + N·C (embedding output)
- *                 last stage  + N·C + 4N (ln_f output, mean, rstd; log-sum-exp, losses)
+ *                 stage 0     + N + N·C (token ids, the embedding's output)
+ *                 last stage  + N·C + 5N (ln_f output, mean, rstd; targets, log-sum-exp,
+ *                             losses)
+ *                 pipeline    + 2·N·C received and its gradient (s > 0); what a stage sends
+ *                             is its last block's output, already counted
  *               times the micro-batches 1F1B keeps in flight on stage s,
- *               min(pp - s, microbatches); plus backward scratch used once,
- *               2·N·C + 4·N·C/tp + T·T, and on the last stage the logits buffer,
- *               min(N·Vp/tp, CH_PLAN_LOGITS_FLOATS) (the model's chunking budget).
- * Not counted: communication buffers, the CUDA context, allocator slack.
+ *               min(pp - s, microbatches); plus scratch used once: the backward's
+ *               2·N·C + 4·N·C/tp + T·T, one gradient N·C (and one received, s < pp - 1),
+ *               and on the
+ *               last stage the logits buffer, min(N·Vp/tp, CH_PLAN_LOGITS_FLOATS) (the
+ *               model's chunking budget), with tp > 1 as much again for the vocab-parallel
+ *               backward and 3 floats a row.
+ * That is every allocation of the engine (tests/unit/test_layouts.c measures it: the
+ * ledger of workerd/engine/mem.h). Not counted: the collectives' own buffers, the CUDA
+ * context, allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
  * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */

@@ -125,7 +125,8 @@ static int stage_memory(const ctx_t *x, ch_layout_t l, uint32_t mbs, uint32_t mb
     const double C = x->m->embd, T = x->m->seq_len, B = mbs, N = B * T;
     const double per_block =
         N * C * (4 + 12.0 / l.tp) + 4 * N + B * ((double)x->m->heads / l.tp) * T * T;
-    double kept = p->blocks * N * C + (p->head ? N * C + 4 * N : 0);
+    /* each block keeps only its input; the stage's other buffers stay */
+    double kept = p->act_mb_bytes / F32 - p->blocks * (per_block - N * C);
     p->act_mb_bytes = F32 * kept;
     p->scratch_bytes += F32 * per_block;
     p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
@@ -167,7 +168,7 @@ static int eval_split(const ctx_t *x, ch_layout_t l, uint32_t mbs, ch_reshard_t 
     const uint64_t per_dp = x->o->global_batch / l.dp;
     const uint32_t mb = (uint32_t)(per_dp / mbs);
     const double usable = x->c->mem_per_slot * (1 - x->o->mem_reserve);
-    ch_plan_t st[2];
+    ch_plan_t st[3], mid; /* the first and last stage, a middle one; the peak middle one */
     uint32_t nst = l.pp > 1 ? 2 : 1;
 
     memset(out, 0, sizeof *out);
@@ -184,7 +185,22 @@ static int eval_split(const ctx_t *x, ch_layout_t l, uint32_t mbs, ch_reshard_t 
             return ch_errf(reason, reasonlen, CH_E_TOOBIG,
                            "too large to plan: over 2^53 parameters or bytes per rank");
     }
-    const ch_plan_t *peak = nst == 2 && st[1].total_bytes > st[0].total_bytes ? &st[1] : &st[0];
+    /* the peak: the first stage of the most memory, as ch_plan_peak (a middle stage, which
+     * holds what it receives, can pass stage 0 when the embedding is small) */
+    const ch_plan_t *peak = &st[0];
+    for (uint32_t s = 1; s < l.pp; s++) {
+        const ch_plan_t *p = &st[1];
+        if (s + 1 < l.pp) {
+            if (stage_memory(x, l, mbs, mb, reshard, s, &st[2]) < 0)
+                return ch_errf(reason, reasonlen, CH_E_TOOBIG,
+                               "too large to plan: over 2^53 parameters or bytes per rank");
+            p = &st[2];
+        }
+        if (p->total_bytes > peak->total_bytes) {
+            mid = *p;
+            peak = p == &st[2] ? &mid : p;
+        }
+    }
     out->peak_stage = peak->stage;
     out->mem_bytes = peak->total_bytes;
     out->state_bytes = peak->state_bytes;

@@ -16,7 +16,9 @@
  *   3. ZeRO-3, reshard per-use and per-step, against replicated data parallelism
  *      (eng_trainer_opts_t.replicate_dp) at dp = 2 and 4, micro-batch size 2;
  *   4. resident state bytes per rank (eng_trainer_memory) against 16Ψ/N and against
- *      common/plan.h's ch_plan_stage (state and gathered) for N = 1, 2, 4 ranks;
+ *      common/plan.h's ch_plan_stage (state and gathered) for N = 1, 2, 4 ranks, and each
+ *      rank's measured high-water mark of backend memory over a step (eng_trainer_mem,
+ *      the allocator's ledger) against the plan's per-rank total;
  *   5. for every layout run, each rank's step time split as eng_step_info_t.time.
  *
  * Ranks are threads of this process, meeting through an in-process rendezvous table
@@ -89,6 +91,8 @@ typedef struct result {
     double round_s[MAXREPS];
     eng_step_info_t mean[MAXR]; /* seconds, bubble and time.* averaged over the steps */
     eng_trainer_memory_t mem[MAXR];
+    eng_mem_stats_t measured[MAXR]; /* the allocator's ledger after the last round */
+    int stepped;                    /* measured holds a step's high-water mark */
 } result_t;
 
 typedef struct bench {
@@ -171,6 +175,7 @@ typedef struct rank_run {
     eng_step_info_t info[MAXSTEPS];
     uint32_t steps_done;
     eng_trainer_memory_t mem;
+    eng_mem_stats_t measured; /* after its last step */
     int rc;
     char msg[512];
 } rank_run_t;
@@ -203,6 +208,7 @@ static void rank_steps(rank_run_t *d, eng_trainer_t *t, uint32_t n)
 {
     for (uint32_t i = 0; i < n && d->rc == 0; i++)
         d->rc = eng_trainer_step(t, &d->info[d->steps_done++]);
+    eng_trainer_mem(t, &d->measured);
 }
 
 static void *rank_main(void *arg)
@@ -323,6 +329,9 @@ static void live_round(live_t *lv, uint32_t k)
     pthread_cond_broadcast(&lv->cv);
     pthread_mutex_unlock(&lv->mu);
     live_wait(lv, &lv->done, "step");
+    for (uint32_t i = 0; i < r->world; i++)
+        r->measured[i] = lv->ranks[i].measured;
+    r->stepped = 1;
     uint32_t first = o->warmup + k * o->steps;
     double mean = 0;
     for (uint32_t s = 0; s < o->steps; s++) {
@@ -567,8 +576,35 @@ static void bench_zero(bench_t *b)
 // ----------------------------------------------------------------------------
 // 4. resident state per rank
 
+/* A stepped layout's high-water mark of backend memory per rank, as its allocator counted
+ * it (eng_trainer_mem), against the plan's per-rank total (chorusctl plan's figure). */
+static void peak_of(const result_t *r, const ch_model_cfg_t *mc, const ch_jobspec_t *spec,
+                    const char *tag)
+{
+    const double MiB = 1024.0 * 1024.0;
+    ch_layout_t l = ch_jobspec_layout(spec);
+    double worst = 0, at = 0, at_plan = 0;
+    char name[96];
+    printf("      peak per rank, measured (plan) MiB:");
+    for (uint32_t k = 0; k < r->world; k++) {
+        ch_plan_t p;
+        if (ch_plan_stage(mc, l, spec->parallel.micro_batch_size, spec->parallel.microbatches,
+                          r->c.reshard, ch_layout_coord(l, k).pp, &p) < 0)
+            continue;
+        double got = (double)r->measured[k].total_peak, rel = fabs(p.total_bytes / got - 1);
+        printf(" r%u %.2f (%.2f)", k, got / MiB, p.total_bytes / MiB);
+        if (rel >= worst)
+            worst = rel, at = got, at_plan = p.total_bytes;
+    }
+    printf("; plan off by %.2f%% at worst (goal within 10%%: %s)%s\n", 100 * worst,
+           worst <= 0.10 ? "met" : "missed",
+           r->c.replicate ? " (replicated: the plan assumes ZeRO-3)" : "");
+    snprintf(name, sizeof name, "peak_bytes_%s_worst_rank_vs_plan", tag);
+    result_line(name, at / MiB, "MiB", "ch_plan_stage", at_plan / MiB);
+}
+
 /* One layout's memory: each rank against ch_plan_stage, the peak rank's state against
- * 16Ψ/N. */
+ * 16Ψ/N; with steps run, the measured peak against the plan's. */
 static void memory_of(const bench_t *b, const cfg_t *c)
 {
     const double MiB = 1024.0 * 1024.0;
@@ -606,6 +642,8 @@ static void memory_of(const bench_t *b, const cfg_t *c)
     else
         printf("; against ch_plan_stage: state off by %.1f%% at worst, gathered by %.2f MiB\n",
                100 * worst_state, worst_gathered);
+    if (r->stepped)
+        peak_of(r, &mc, &spec, tag);
     snprintf(name, sizeof name, "state_bytes_%s_peak_rank", tag);
     result_line(name, peak / MiB, "MiB", "16Psi/N", ideal / MiB);
     if (!c->replicate) {
@@ -616,23 +654,24 @@ static void memory_of(const bench_t *b, const cfg_t *c)
 
 static void bench_mem(bench_t *b)
 {
-    /* N = 1, 2, 4; ZeRO-3 in both policies; replicated DP for contrast. m: for the plan's
-     * activations only (not compared), micro-batch size 2 */
+    /* N = 1, 2, 4; ZeRO-3 in both policies; replicated DP for contrast; micro-batch size 2.
+     * Each layout steps, so its allocator's high-water mark is measured. */
     cfg_t cfgs[] = {
-        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 1},  {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 1},
-        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 1},  {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 1},
-        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 1}, {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 1},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 1},  {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 1},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 1},  {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 1},
-        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 1},  {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 1},
-        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 1},
+        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},
+        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0}, {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 0},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 0},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 0},  {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},
+        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0},
+        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0},
     };
     size_t n = sizeof cfgs / sizeof cfgs[0];
     for (size_t i = 0; i < n; i++)
         cfgs[i].m = b->o.batch / cfgs[i].dp / 2;
     printf("\n== Resident state per rank (eng_trainer_memory: parameters, gradients, Adam m "
-           "and v; gathered: ZeRO-3's gathered blocks and unsharded gradient) against 16Ψ/N and "
-           "ch_plan_stage ==\n");
+           "and v; gathered: ZeRO-3's gathered blocks and unsharded gradient, wte, wpe, ln_f and "
+           "theirs) against 16Ψ/N and ch_plan_stage; each rank's measured peak (eng_trainer_mem) "
+           "against the plan's total ==\n");
     measure_group(b, cfgs, n);
     for (size_t i = 0; i < n; i++)
         memory_of(b, &cfgs[i]);

@@ -27,6 +27,7 @@
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 
 #define LOGITS_BUDGET ((size_t)64 << 20) /* floats held for logits: 256 MiB */
@@ -369,25 +370,28 @@ int eng_model_tp_runs_on(const eng_backend_t *be)
     return be->host_memory || has_tp_kernels(be);
 }
 
-static int alloc_floats(const eng_model_t *m, size_t n, float **out)
+/* n floats of kind (mem.h: counted when the backend is a ledger's view) */
+static int alloc_floats(const eng_model_t *m, eng_mem_kind_t kind, size_t n, float **out)
 {
     void *p = NULL;
-    int rc = m->be->alloc(m->be, n * sizeof(float), &p);
+    const eng_backend_t *be = eng_mem_view(m->be, kind);
+    int rc = be->alloc(be, n * sizeof(float), &p);
     *out = p;
     return rc;
 }
 
-/* The backward scratch: dres, dsmall [N,C], dbig [N,4C], datt [T,T]. */
+/* The backward scratch: dres, dsmall [N,C], dbig [N,4C/tp] (this rank's MLP hidden units,
+ * or its heads' q, k, v), datt [T,T]. */
 static int alloc_scratch(eng_model_t *m)
 {
     size_t N = (size_t)m->max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
-    size_t NC = (N * C + 15) & ~(size_t)15;
-    int rc = alloc_floats(m, 2 * NC + 4 * NC + T * T, &m->scratch);
+    size_t NC = (N * C + 15) & ~(size_t)15, NCl = (N * m->Cl + 15) & ~(size_t)15;
+    int rc = alloc_floats(m, ENG_MEM_SCRATCH, 2 * NC + 4 * NCl + T * T, &m->scratch);
     if (rc == 0) {
         m->dres = m->scratch;
         m->dsmall = m->dres + NC;
         m->dbig = m->dsmall + NC;
-        m->datt = m->dbig + 4 * NC;
+        m->datt = m->dbig + 4 * NCl;
     }
     return rc;
 }
@@ -447,18 +451,26 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     }
     build_table(m);
     assign_owners(m);
-    CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->params), rc, fail);
-    CH_CHECK_GOTO(alloc_floats(m, m->nparams, &m->own_grads), rc, fail);
+    /* under ZeRO-3 the slab is the gathered copy of the tensors outside blocks */
+    CH_CHECK_GOTO(
+        alloc_floats(m, m->external ? ENG_MEM_GATHERED : ENG_MEM_PARAMS, m->nparams, &m->params),
+        rc, fail);
+    CH_CHECK_GOTO(
+        alloc_floats(m, m->external ? ENG_MEM_GATHERED : ENG_MEM_GRADS, m->nparams, &m->own_grads),
+        rc, fail);
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
     if (part.head) {
         size_t budget_rows = LOGITS_BUDGET / m->Vl;
         m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
         m->logits_cap = m->logits_budget_rows;
-        CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->logits), rc, fail);
+        CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->logits), rc,
+                      fail);
         if (m->tp > 1) {
-            CH_CHECK_GOTO(alloc_floats(m, 3 * m->logits_cap, &m->tp_rows), rc, fail);
-            CH_CHECK_GOTO(alloc_floats(m, m->logits_cap * m->Vl, &m->tp_dlog), rc, fail);
+            CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, 3 * m->logits_cap, &m->tp_rows), rc,
+                          fail);
+            CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->tp_dlog), rc,
+                          fail);
         }
     }
     for (size_t i = 0; i < nblocks && !m->external; i++) {
@@ -690,7 +702,8 @@ int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
             goto fail;
         }
     }
-    CH_CHECK_GOTO(m->be->alloc(m->be, carve(a, NULL), &a->mem), rc, fail);
+    const eng_backend_t *acts_be = eng_mem_view(m->be, ENG_MEM_ACTS);
+    CH_CHECK_GOTO(acts_be->alloc(acts_be, carve(a, NULL), &a->mem), rc, fail);
     carve(a, a->mem);
     *out = a;
     return 0;
@@ -720,6 +733,17 @@ void eng_acts_reset(eng_acts_t *a)
     for (uint32_t i = 0; i < a->m->part.last - a->m->part.first; i++) {
         a->blk[i].live = 0;
     }
+}
+
+float *eng_acts_embed_out(eng_acts_t *a)
+{
+    return a->m->part.embedding ? a->encoded : NULL;
+}
+
+float *eng_acts_blocks_out(eng_acts_t *a)
+{
+    uint32_t n = a->m->part.last - a->m->part.first;
+    return n > 0 ? a->blk[n - 1].res3 : NULL;
 }
 
 // ----------------------------------------------------------------------------

@@ -246,6 +246,12 @@ int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out);
 void eng_acts_destroy(eng_acts_t *a);
 /* Forget a forward in flight (e.g. one run for evaluation only). */
 void eng_acts_reset(eng_acts_t *a);
+/* [B,T,C] buffers of a that the stage API may write its outputs into, so that no second
+ * copy is kept: the embedding's output (NULL when the model holds no embedding) and the
+ * output of the last block the model holds (NULL without blocks). Each is overwritten by
+ * the next forward on a that writes it. */
+float *eng_acts_embed_out(eng_acts_t *a);
+float *eng_acts_blocks_out(eng_acts_t *a);
 
 // ----------------------------------------------------------------------------
 // the whole model (m holds every part)

@@ -31,6 +31,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 #include "workerd/engine/tp.h"
 
@@ -297,7 +298,8 @@ static int logits_for(eng_model_t *m, size_t N)
         return 0;
     }
     void *bigger = NULL;
-    int rc = m->be->alloc(m->be, N * m->Vl * sizeof(float), &bigger);
+    const eng_backend_t *be = eng_mem_view(m->be, ENG_MEM_SCRATCH);
+    int rc = be->alloc(be, N * m->Vl * sizeof(float), &bigger);
     if (rc < 0) {
         return rc;
     }

@@ -47,11 +47,9 @@ int eng_pipeline_init(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group
         p->x = zalloc(p, n);
         p->dx = zalloc(p, n);
     }
-    if (!last) {
-        p->y = zalloc(p, n);
+    if (!last)
         p->dy = zalloc(p, count);
-    }
-    if (!p->ysend || !p->dxsend || (!first && (!p->x || !p->dx)) || (!last && (!p->y || !p->dy))) {
+    if (!p->ysend || !p->dxsend || (!first && (!p->x || !p->dx)) || (!last && !p->dy)) {
         eng_pipeline_fini(p);
         return -ENOMEM;
     }
@@ -68,7 +66,6 @@ void eng_pipeline_fini(eng_pipeline_t *p)
     free(p->dxsend);
     if (p->be) {
         p->be->free(p->be, p->x);
-        p->be->free(p->be, p->y);
         p->be->free(p->be, p->dx);
         p->be->free(p->be, p->dy);
     }
@@ -79,16 +76,17 @@ static int fwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb)
 {
     uint32_t slot = mb % p->slots;
     float *x = p->x ? p->x + (size_t)slot * p->count : NULL;
-    float *y = p->y ? p->y + (size_t)slot * p->count : NULL;
+    int send = p->stage + 1 < p->stages;
+    const float *y = NULL;
     int rc = 0;
     if (x)
         rc = eng_p2p_recv_prev(&p->p2p, x, p->count);
-    if (rc == 0 && y)
+    if (rc == 0 && send)
         rc = eng_p2p_finish(&p->p2p, &p->ysend[slot]); /* the slot's last send is done */
     if (rc == 0)
-        rc = ops->forward(ops->ctx, mb, slot, x, y);
-    if (rc == 0 && y)
-        rc = eng_p2p_send_next(&p->p2p, y, p->count, &p->ysend[slot]);
+        rc = ops->forward(ops->ctx, mb, slot, x, send ? &y : NULL);
+    if (rc == 0 && send)
+        rc = y ? eng_p2p_send_next(&p->p2p, y, p->count, &p->ysend[slot]) : -EINVAL;
     return rc;
 }
 

@@ -27,9 +27,12 @@
 typedef struct eng_stage_ops {
     void *ctx;
     /* Forward of micro-batch mb in slot: x is the input received from the previous stage
-     * (NULL on stage 0), y the output to send (NULL on the last stage). x stays untouched
-     * until the backward of mb on the same slot returns. */
-    int (*forward)(void *ctx, uint32_t mb, uint32_t slot, const float *x, float *y);
+     * (NULL on stage 0). y (NULL on the last stage): *y set to the output to send, count
+     * floats of the backend's memory the stage keeps untouched until its next forward on
+     * the same slot (the send is complete by then); the stage's own activations, so no
+     * buffer of the schedule holds a copy. x stays untouched until the backward of mb on
+     * the same slot returns. */
+    int (*forward)(void *ctx, uint32_t mb, uint32_t slot, const float *x, const float **y);
     /* Backward of mb: dy the gradient of its output (NULL on the last stage), dx written
      * with the gradient of its input (NULL on stage 0). */
     int (*backward)(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx);
@@ -40,7 +43,7 @@ typedef struct eng_pipeline {
     size_t count; /* floats in one activation, B*T*C */
     eng_p2p_t p2p;
     const eng_backend_t *be; /* whose memory the buffers are (borrowed) */
-    float *x, *y, *dx, *dy;  /* slots * count each (dy: count), zeroed at init */
+    float *x, *dx, *dy;      /* slots * count each (dy: count), zeroed at init */
     eng_p2p_req_t *ysend, *dxsend;
 } eng_pipeline_t;
 

@@ -25,7 +25,10 @@ struct eng_trainer {
     ch_jobspec_t spec;
     char job[64];
     eng_config_t cfg;
-    const eng_backend_t *be; /* the model's, its optimizer state's and the schedule's memory */
+    /* the model's, its optimizer state's and the schedule's memory: a view of the ledger
+     * `mem` (mem.h) over the job's backend, which counts what the rank holds by kind */
+    const eng_backend_t *be;
+    eng_mem_t *mem;
     eng_model_t *model;
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */
@@ -41,13 +44,12 @@ struct eng_trainer {
     float *coll_grads; /* dp > 1: the slab's gradients, in the collectives' memory */
     float *small;      /* SMALL_FLOATS of backend memory: the step's loss and norm reductions */
     uint32_t tpr, dpr, rank;
-    /* this rank's stage: blocks [first, last); the schedule, one acts per slot, the [B,T,C]
-     * buffers inside the stage (the embedding's output, the blocks' output on a stage that
-     * is both first and last) and the gradient scratch */
+    /* this rank's stage: blocks [first, last); the schedule, one acts per slot (which hold
+     * the embedding's and the blocks' outputs too) and the [B,T,C] gradient scratch */
     uint32_t stage, stages, first, last;
     eng_pipeline_t pipe;
     eng_acts_t **acts;
-    float *emb_out, *blk_out, *grad;
+    float *grad;
     uint64_t step_now;
     double loss_sum, grad_scale;
     uint64_t data_ns, pass_ns, pass_comm_ns; /* this step: data loading, passes, comm inside */
@@ -143,16 +145,14 @@ static void pipe_fini(eng_trainer_t *t)
     t->acts = NULL;
     eng_pipeline_fini(&t->pipe);
     const eng_backend_t *be = t->be;
-    be->free(be, t->emb_out);
-    be->free(be, t->blk_out);
     be->free(be, t->grad);
-    t->emb_out = t->blk_out = t->grad = NULL;
+    t->grad = NULL;
 }
 
 /* n floats of the backend's memory, zeroed */
-static int alloc_floats(const eng_trainer_t *t, size_t n, float **out)
+static int alloc_floats(const eng_trainer_t *t, eng_mem_kind_t kind, size_t n, float **out)
 {
-    const eng_backend_t *be = t->be;
+    const eng_backend_t *be = eng_mem_view(t->be, kind);
     void *p = NULL;
     size_t bytes = (n ? n : 1) * sizeof(float);
     int rc = be->alloc(be, bytes, &p);
@@ -164,21 +164,16 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
 {
     size_t n = (size_t)B * T * t->cfg.embd;
     uint32_t m = t->spec.parallel.microbatches;
-    int rc = eng_pipeline_init(&t->pipe, t->be, t->pp, t->stages, t->stage,
-                               t->groups ? t->groups->pp_prev : -1,
+    int rc = eng_pipeline_init(&t->pipe, eng_mem_view(t->be, ENG_MEM_ACTS), t->pp, t->stages,
+                               t->stage, t->groups ? t->groups->pp_prev : -1,
                                t->groups ? t->groups->pp_next : -1, m, n);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
-    int first = t->stage == 0, last = t->stage + 1 == t->stages;
     t->acts = calloc(slots, sizeof *t->acts);
     if (!t->acts)
         return -ENOMEM;
-    if (first && (rc = alloc_floats(t, (size_t)slots * n, &t->emb_out)) < 0)
-        return rc;
-    if (last && (rc = alloc_floats(t, (size_t)slots * n, &t->blk_out)) < 0)
-        return rc;
-    if ((rc = alloc_floats(t, n, &t->grad)) < 0)
+    if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, n, &t->grad)) < 0)
         return rc;
     for (uint32_t i = 0; i < slots; i++)
         if ((rc = eng_acts_create(t->model, B, &t->acts[i])) < 0)
@@ -186,12 +181,11 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     return 0;
 }
 
-static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, float *y)
+static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, const float **y)
 {
     eng_trainer_t *t = ctx;
     const ch_jobspec_t *s = &t->spec;
     uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len;
-    size_t n = (size_t)B * T * t->cfg.embd;
     eng_acts_t *a = t->acts[slot];
     int first = t->stage == 0, last = t->stage + 1 == t->stages;
     int rc = 0;
@@ -200,11 +194,14 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
         eng_data_micro_batch(t->feed, t->step_now, t->dpr, mb, s->parallel.microbatches, B,
                              t->inputs, t->targets);
     uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
+    /* the embedding's and the blocks' outputs are the slot's activations: sent from there */
     if (first) {
-        x = t->emb_out + (size_t)slot * n;
+        x = eng_acts_embed_out(a);
         rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, (float *)x);
     }
-    float *out = last ? t->blk_out + (size_t)slot * n : y;
+    float *out = eng_acts_blocks_out(a);
+    if (y)
+        *y = out;
     if (rc == 0)
         rc = eng_model_blocks_forward(t->model, a, t->first, t->last, x, out, B, T);
     if (rc == 0 && last) {
@@ -297,6 +294,9 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     t->spec = *spec;
     t->be = be;
     t->stages = 1;
+    if ((rc = eng_mem_create(be, &t->mem)) < 0)
+        goto out;
+    t->be = eng_mem_backend(t->mem, ENG_MEM_SCRATCH);
     if (groups) {
         t->groups = groups;
         t->tp = groups->tp;
@@ -328,7 +328,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         eng_data_set_global_batch(t->val, global);
     t->feed = t->data;
     eng_model_opts_t mopts = {
-        .backend = be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
+        .backend = t->be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;
@@ -348,7 +348,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     t->first = part.first;
     t->last = part.last;
     /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
-    rc = eng_optim_init_on(&t->optim, be, zero ? 0 : eng_model_nparams(t->model));
+    rc = eng_optim_init_on(&t->optim, eng_mem_view(t->be, ENG_MEM_OPTIM),
+                           zero ? 0 : eng_model_nparams(t->model));
     if (rc < 0)
         goto out;
     t->optim.weight_decay = spec->optim.weight_decay;
@@ -371,9 +372,12 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                                 (void **)&t->coll_grads);
         if (rc < 0)
             goto out;
+        /* under ZeRO-3 the slab is the gathered copy (zero.h) */
+        eng_mem_note(t->be, zero ? ENG_MEM_GATHERED : ENG_MEM_GRADS, t->coll_grads,
+                     eng_model_nparams(t->model) * sizeof(float));
         eng_model_lend_grads(t->model, t->coll_grads);
     }
-    if ((rc = alloc_floats(t, SMALL_FLOATS, &t->small)) < 0)
+    if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, SMALL_FLOATS, &t->small)) < 0)
         goto out;
     rc = pipe_init(t, B, T);
     if (rc < 0)
@@ -405,10 +409,13 @@ void eng_trainer_destroy(eng_trainer_t *t)
     eng_zero_destroy(t->zero);
     eng_optim_fini(&t->optim);
     eng_model_destroy(t->model);
-    if (t->coll_grads)
+    if (t->coll_grads) {
+        eng_mem_forget(t->be, t->coll_grads);
         wrk_coll_mem_free(wrk_coll_group_context(t->dp), t->coll_grads);
+    }
     if (t->be)
         t->be->free(t->be, t->small);
+    eng_mem_destroy(t->mem);
     eng_data_close(t->data);
     eng_data_close(t->val);
     free(t);
@@ -870,6 +877,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint64_t w_tp = wrk_coll_group_wait_ns(t->tp), w_dp = wrk_coll_group_wait_ns(t->dp);
     uint64_t w_pp = wrk_coll_group_wait_ns(t->pp), w_emb = wrk_coll_group_wait_ns(t->emb);
 
+    eng_mem_mark(t->mem); /* the ledger's peaks: this step's */
     /* the slab's gradients are zero: left so by the previous step's fused update, or new */
     if (t->zero)
         eng_zero_begin_step(t->zero);
@@ -955,6 +963,11 @@ void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem)
      * gathered copy: eng_zero_bytes counts it) */
     mem->state_bytes = (t->zero ? 0 : 4 * n * sizeof(float)) + zs;
     mem->gathered_bytes = zg;
+}
+
+void eng_trainer_mem(const eng_trainer_t *t, eng_mem_stats_t *out)
+{
+    eng_mem_stats(t->mem, out);
 }
 
 uint64_t eng_trainer_next_step(const eng_trainer_t *t)

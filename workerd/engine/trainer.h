@@ -40,6 +40,7 @@
 #include "workerd/coll/coll.h"
 #include "workerd/engine/data.h"
 #include "workerd/engine/groups.h"
+#include "workerd/engine/mem.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 
@@ -137,6 +138,12 @@ typedef struct eng_trainer_memory {
     size_t state_bytes, gathered_bytes;
 } eng_trainer_memory_t;
 void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem);
+/* What this rank's engine holds in backend memory, measured (mem.h): every allocation of
+ * the model, its activations, the optimizer, ZeRO-3 and the schedule, by kind, now and at
+ * its high-water mark during the last step run (eng_mem_stats_t's peaks; total_max: since
+ * the trainer was created). Not counted: the collectives' own buffers, the peak-FLOPs
+ * probe. */
+void eng_trainer_mem(const eng_trainer_t *t, eng_mem_stats_t *out);
 eng_optim_t *eng_trainer_optim(eng_trainer_t *t);
 const eng_data_t *eng_trainer_data(const eng_trainer_t *t);
 

@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "workerd/engine/mem.h"
 
 struct eng_zero {
     eng_model_t *m;
@@ -33,12 +34,17 @@ struct eng_zero {
     float *full_g; /* padded: the block's unsharded gradient during its backward */
 };
 
-static int zalloc(const eng_zero_t *z, size_t floats, float **out)
+/* floats of kind (mem.h), zeroed: the collectives' memory, or the backend's without a
+ * group */
+static int zalloc(const eng_zero_t *z, eng_mem_kind_t kind, size_t floats, float **out)
 {
     void *p = NULL;
     size_t bytes = (floats ? floats : 1) * sizeof(float);
-    int rc = z->coll ? wrk_coll_mem_alloc(z->coll, bytes, &p) : z->be->alloc(z->be, bytes, &p);
+    const eng_backend_t *be = eng_mem_view(z->be, kind);
+    int rc = z->coll ? wrk_coll_mem_alloc(z->coll, bytes, &p) : be->alloc(be, bytes, &p);
     *out = p;
+    if (rc == 0 && z->coll)
+        eng_mem_note(z->be, kind, p, bytes);
     /* the collectives' memory is the backend's kind (host for UCX, the GPU's for NCCL) */
     return rc == 0 ? z->be->memset(z->be, p, 0, bytes) : rc;
 }
@@ -47,10 +53,12 @@ static void zfree(const eng_zero_t *z, float *p)
 {
     if (!p)
         return;
-    if (z->coll)
+    if (z->coll) {
+        eng_mem_forget(z->be, p);
         wrk_coll_mem_free(z->coll, p);
-    else
+    } else {
         z->be->free(z->be, p);
+    }
 }
 
 /* Wait for buffer s's gather in flight, if any. */
@@ -260,13 +268,13 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     if (!z->buf || !z->holds || !z->valid || !z->req || !tmp)
         goto fail;
     size_t shards = z->rest + (size_t)z->nb * z->S;
-    CH_CHECK_GOTO(zalloc(z, shards, &z->p), rc, fail);
-    CH_CHECK_GOTO(zalloc(z, shards, &z->g), rc, fail);
-    CH_CHECK_GOTO(zalloc(z, shards, &z->am), rc, fail);
-    CH_CHECK_GOTO(zalloc(z, shards, &z->av), rc, fail);
-    CH_CHECK_GOTO(zalloc(z, z->padded, &z->full_g), rc, fail);
+    CH_CHECK_GOTO(zalloc(z, ENG_MEM_PARAMS, shards, &z->p), rc, fail);
+    CH_CHECK_GOTO(zalloc(z, ENG_MEM_GRADS, shards, &z->g), rc, fail);
+    CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->am), rc, fail);
+    CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->av), rc, fail);
+    CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->full_g), rc, fail);
     for (uint32_t s = 0; s < z->nbuf; s++) {
-        CH_CHECK_GOTO(zalloc(z, z->padded, &z->buf[s]), rc, fail);
+        CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->buf[s]), rc, fail);
         z->holds[s] = -1;
     }
     /* each rank makes its own shard of the initial parameters (the padding stays zero) */
