@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -727,6 +728,20 @@ static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Cho
     }
 }
 
+/* Every rank finished its work: completed, unless the loss it ended with is not a number
+ * (fault.nonfinite = skip dropped the last updates): a job never completes so. */
+static void job_finished(coord_t *c, coord_job_t *j)
+{
+    char why[160];
+    if (j->spec.kind != CH_JOB_TRAIN || isfinite(j->loss)) {
+        coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
+        return;
+    }
+    snprintf(why, sizeof why, "ended with a non-finite loss (%g) at step %" PRIu64, j->loss,
+             j->step);
+    coord_job_fail(c, j, why);
+}
+
 static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
 {
     coord_rank_t *r = &j->ranks[rank];
@@ -745,7 +760,7 @@ static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__R
         return;
     if (clean && done && j->state != COORD_JOB_RECOVERING) {
         if (++j->n_finished == j->world)
-            coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
+            job_finished(c, j);
         return;
     }
     if (ev->signal)

@@ -158,7 +158,8 @@ void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const
     if (!j->ranks || rank >= j->world)
         return;
     int is_lasting = lasting && *lasting;
-    if (is_lasting && before_first_step)
+    /* a non-finite global loss replays the same way after any restart: at any step */
+    if (is_lasting && (before_first_step || strcmp(lasting, "nonfinite") == 0))
         snprintf(j->ranks[rank].lasting, sizeof j->ranks[rank].lasting, "%s", lasting);
     if (j->state != COORD_JOB_RECOVERING) /* the failure about to be recorded */
         snprintf(j->fail_sig, sizeof j->fail_sig, "%s", is_lasting && message ? message : "");
@@ -272,6 +273,11 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     CH_LOGW("recovery", "job=%s gen=%" PRIu64 " rank=%" PRId64 " node=%s failure (%s): %s", j->id,
             j->generation, rank, node ? node : "-", coord_cause_name(cause), reason);
 
+    if (cause == COORD_CAUSE_RANK_FAILED && j->ranks && rank >= 0 && rank < j->world &&
+        strcmp(j->ranks[rank].lasting, "nonfinite") == 0) {
+        coord_job_fail(c, j, reason); /* fault.nonfinite = fail */
+        return;
+    }
     if (same_way(j, why, sizeof why) || crash_loop(j, why, sizeof why)) {
         coord_job_fail(c, j, why);
         return;

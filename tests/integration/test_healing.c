@@ -153,3 +153,52 @@ Test(healing, repeated_failures_back_off)
     cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
     h_out_free(&o);
 }
+
+/* On a new cluster, a job whose lr = 1e308 makes every weight huge after the first
+ * update, so that the second step's loss is not a number, under fault.nonfinite = policy:
+ * it ended failed (w says how). */
+static void run_diverging(h_cluster_t *c, const char *policy, char *id, size_t n, rt_job_t *w)
+{
+    char ini[1024];
+    cr_assert_eq(h_cluster_up(c, 2, 1), 0);
+    snprintf(ini, sizeof ini,
+             "[job]\nname = nan\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 4\nembd = 64\nseq_len = 16\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n"
+             "[train]\nsteps = 20\nlr = 1e308\n"
+             "[fault]\nmax_restarts = 1000\nnonfinite = %s\n",
+             policy);
+    cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
+    cr_assert(rt_wait(w, c, id, NULL, 0, 0, 60000), "job still %s: %s", w->state, w->reason);
+    cr_assert_str_eq(w->state, "failed", "job ended %s: %s", w->state, w->reason);
+}
+
+Test(healing, nonfinite_loss_fails_naming_the_step)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    run_diverging(&c, "fail", id, sizeof id, &w);
+    cr_assert_eq(w.gen, 1, "generations: %llu (%s)", (unsigned long long)w.gen, w.reason);
+    cr_assert(h_has(w.reason, "step 2: loss") && h_has(w.reason, "not finite"), "reason: %s",
+              w.reason);
+}
+
+/* Every step ran (the bad ones without an update), and the loss it ended with is not a
+ * number: failed, not completed. */
+Test(healing, nonfinite_skip_drops_updates_and_never_completes_with_nan)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    run_diverging(&c, "skip", id, sizeof id, &w);
+    cr_assert_eq(w.step, 20, "step %llu", (unsigned long long)w.step);
+    cr_assert(h_has(w.reason, "non-finite loss"), "reason: %s", w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *ranks = ch_json_get(st, "ranks");
+    const ch_json_t *r0 = ranks ? h_json_at(ranks, 0) : NULL;
+    cr_assert(r0 && h_json_num(r0, "skipped_steps") >= 18, "skipped_steps %g",
+              r0 ? h_json_num(r0, "skipped_steps") : -1.0);
+    ch_json_free(st);
+}

@@ -67,6 +67,7 @@ typedef struct eng_step_info {
     double lr, grad_norm; /* norm before clipping */
     double seconds, tokens_per_s, mfu;
     double bubble; /* pp > 1: time.pp_wait over the step time; else 0 */
+    int skipped;   /* loss or norm not finite, fault.nonfinite = skip: no update was made */
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
      * send/recv and in the step's closing all-reduces over the pipeline column and the
@@ -96,6 +97,11 @@ int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen
 
 /* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info);
+/* (eng_trainer_step) A step whose global loss or gradient norm is NaN or infinite makes
+ * no update: with fault.nonfinite = fail it returns CH_E_NUMERIC with info's step, loss
+ * and grad_norm set (the step is not counted done); with skip its gradients are dropped,
+ * the step counts as done and info->skipped is set. Every rank holds the same reduced
+ * loss and norm, so all of them take the same branch. */
 /* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
  * and after the last step (when checkpoint.dir is set). */
 int eng_trainer_checkpoint_due(const eng_trainer_t *t);

@@ -375,6 +375,12 @@ void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_c
     }
 }
 
+void eng_zero_drop_grads(eng_zero_t *z)
+{
+    drain_all(z);
+    z->be->memset(z->be, z->g, 0, (size_t)z->nb * z->S * sizeof(float));
+}
+
 int eng_zero_pieces(const eng_zero_t *z, eng_ckpt_piece_t **out, size_t *n)
 {
     size_t cap = (size_t)z->nb * z->ntensors, k = 0;

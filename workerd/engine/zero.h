@@ -63,6 +63,10 @@ double eng_zero_sumsq(const eng_zero_t *z, int count_replicated);
  * caller advances it first). */
 void eng_zero_adamw(eng_zero_t *z, const eng_optim_t *o, double lr, float grad_coef);
 
+/* Drop the step's reduced gradients (zero them) without an update: a step whose loss or
+ * norm is not finite under fault.nonfinite = skip. */
+void eng_zero_drop_grads(eng_zero_t *z);
+
 /* The checkpoint pieces of the owned shards (ckpt.h): for each block and each of its
  * tensors that the shard covers, the covered range of the tensor's TP slice with pointers
  * into the shards. *out is malloc'd (caller frees); *n pieces. */

@@ -453,7 +453,7 @@ report:
         }
         /* What the coordinator needs to tell a cause no restart can change (it decides,
          * seeing every node) from one worth a restart. */
-        const char *cls = ch_err_lasting(rc);
+        const char *cls = r->cause_class ? r->cause_class : ch_err_lasting(rc);
         ev.cause_class = cls ? (char *)cls : "";
         ev.before_first_step = !r->stepped;
         wrk_rank_report(r, &ev);

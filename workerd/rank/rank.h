@@ -30,6 +30,8 @@ typedef struct wrk_rank {
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */
     int stepped;               /* a training step completed in this process */
+    const char *cause_class;   /* the failure's class when the kind knows it (static
+                                  string; NULL: ch_err_lasting of the code) */
 } wrk_rank_t;
 
 /* chorus-rank's main (rank/main.c): returns the exit status. */

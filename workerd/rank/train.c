@@ -309,7 +309,8 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
-    double acc = NAN; /* an accuracy not reported yet */
+    double acc = NAN;     /* an accuracy not reported yet */
+    uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
     while (eng_trainer_next_step(t) < total) {
         eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
         rc = eng_trainer_step(t, &info);
@@ -323,18 +324,40 @@ int wrk_train_run(wrk_rank_t *r)
                                    eng_trainer_next_step(t), g, peer);
                 goto out;
             }
+            if (rc == CH_E_NUMERIC && (!isfinite(info.loss) || !isfinite(info.grad_norm))) {
+                /* the loss is global: a restart would replay the same step to the same end */
+                r->cause_class = "nonfinite";
+                rc = wrk_rank_fail(r, rc,
+                                   "step %" PRIu64 ": loss %g, gradient norm %g: not finite "
+                                   "(fault.nonfinite = fail)",
+                                   info.step + 1, info.loss, info.grad_norm);
+                goto out;
+            }
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
         r->stepped = 1;
-        Chorus__Metric m[5] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[5] = {&m[0], &m[1], &m[2], &m[3], &m[4]};
+        if (info.skipped) {
+            skipped++;
+            CH_LOGW("train",
+                    "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+                    ": loss %g, gradient norm %g not finite: update skipped (fault.nonfinite = "
+                    "skip; %" PRIu64 " so far)",
+                    r->job_id, r->generation, r->rank, info.step + 1, info.loss, info.grad_norm,
+                    skipped);
+        }
+        Chorus__Metric m[6] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[6] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]};
         size_t nm = 0;
         m[nm].name = "lr";
         m[nm++].value = info.lr;
         m[nm].name = "grad_norm";
         m[nm++].value = info.grad_norm;
+        if (skipped) { /* fault.nonfinite = skip: updates dropped by this generation */
+            m[nm].name = "skipped_steps";
+            m[nm++].value = (double)skipped;
+        }
         m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
         m[nm++].value = info.seconds * 1e3;
         if (s->parallel.pp > 1) { /* the status page's and Prometheus' bubble (rank 0's) */
