@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/msg.h"
 #include "harness.h"
@@ -103,27 +104,55 @@ static void submit_slow_start(const h_cluster_t *c, const char *fault, char *id,
     cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
 }
 
-/* On a new cluster, a job whose first two generations lose a rank before their first
- * step. */
-static void fail_twice_before_a_step(h_cluster_t *c, const char *fault, char *id, size_t n)
+/* On a new cluster, a job whose first n generations lose a rank before their first step. */
+static void fail_before_a_step(h_cluster_t *c, const char *fault, int n, char *id, size_t idlen)
 {
     cr_assert_eq(h_cluster_up(c, 2, 1), 0);
-    submit_slow_start(c, fault, id, n);
-    kill_before_first_step(c, id, 1);
-    kill_before_first_step(c, id, 2);
+    submit_slow_start(c, fault, id, idlen);
+    for (int g = 1; g <= n; g++)
+        kill_before_first_step(c, id, (uint64_t)g);
 }
 
-Test(healing, crash_loop_is_stopped_with_its_causes)
+/* The run folders (g<N>) workerd keeps for job id on all nodes, as a bit set of N. */
+static unsigned run_folders(const h_cluster_t *c, const char *id)
+{
+    unsigned set = 0;
+    for (int i = 0; i <= c->nodes; i++) {
+        char path[PATH_MAX + 64];
+        for (unsigned g = 1; g < 32; g++) {
+            snprintf(path, sizeof path, "%s/node%d/%s/g%u", c->dir, i, id, g);
+            if (access(path, F_OK) == 0)
+                set |= 1u << g;
+        }
+    }
+    return set;
+}
+
+Test(healing, crash_loop_is_stopped_with_its_causes_and_old_folders_go)
 {
     h_cluster_t c;
     char id[64];
     rt_job_t w;
-    fail_twice_before_a_step(&c, "crash_loop = 2\nbackoff = 0", id, sizeof id);
+    fail_before_a_step(&c, "crash_loop = 5\nbackoff = 0", 5, id, sizeof id);
     cr_assert(rt_wait(&w, &c, id, NULL, 0, 0, 60000), "job still %s: %s", w.state, w.reason);
     cr_assert_str_eq(w.state, "failed", "job ended %s: %s", w.state, w.reason);
-    cr_assert_eq(w.gen, 2, "generations: %llu", (unsigned long long)w.gen);
-    cr_assert(h_has(w.reason, "crash loop") && h_has(w.reason, "rank_exit x2"), "reason: %s",
+    cr_assert_eq(w.gen, 5, "generations: %llu", (unsigned long long)w.gen);
+    cr_assert(h_has(w.reason, "crash loop") && h_has(w.reason, "rank_exit x5"), "reason: %s",
               w.reason);
+    /* the last generation's folder and the 3 failed ones before it, with their logs */
+    unsigned want = 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5;
+    cr_assert_eq(run_folders(&c, id), want, "run folders 0x%x, want 0x%x", run_folders(&c, id),
+                 want);
+    /* status sums the history up and lists the last entries; --history lists them all */
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "status", id, NULL), 0);
+    cr_assert(h_has(o.out, "5 in all") && h_has(o.out, "rank_exit 5") && h_has(o.out, "--history"),
+              "%s", o.out);
+    cr_assert(!h_has(o.out, "gen 1 step") && h_has(o.out, "gen 5 step"), "%s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "status", id, "--history", NULL), 0);
+    cr_assert(h_has(o.out, "gen 1 step") && !h_has(o.out, "in all"), "%s", o.out);
+    h_out_free(&o);
 }
 
 static int backing_off(void *ud)
@@ -139,7 +168,7 @@ Test(healing, repeated_failures_back_off)
     char id[64];
     rt_job_t w;
     /* the first failure of a run restarts at once; the second waits fault.backoff */
-    fail_twice_before_a_step(&c, "crash_loop = 0\nbackoff = 300\nbackoff_max = 300", id, sizeof id);
+    fail_before_a_step(&c, "crash_loop = 0\nbackoff = 300\nbackoff_max = 300", 2, id, sizeof id);
     /* its ranks gone, the restart waits, and the reason says for how long */
     memset(&w, 0, sizeof w);
     w.c = &c;
