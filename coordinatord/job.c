@@ -867,6 +867,7 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
         coord_recovery_rank_failed(c, j, ev->rank, ev->cause_class, ev->before_first_step, msg);
         if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
+            coord_recovery_timeout(c, j, ev->rank, ev);
             /* A collective timed out: the rank it waited for is the culprit. */
             const coord_rank_t *p = &j->ranks[ev->timeout_peer];
             snprintf(reason, sizeof(reason),

@@ -4,6 +4,7 @@
  * fault.max_restarts allows; a job whose generations keep failing before their first step
  * is stopped as a crash loop with its causes listed, and backs off between restarts. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -229,5 +230,34 @@ Test(healing, nonfinite_skip_drops_updates_and_never_completes_with_nan)
     const ch_json_t *r0 = ranks ? h_json_at(ranks, 0) : NULL;
     cr_assert(r0 && h_json_num(r0, "skipped_steps") >= 18, "skipped_steps %g",
               r0 ? h_json_num(r0, "skipped_steps") : -1.0);
+    ch_json_free(st);
+}
+
+/* Rank 1 of a dp 4 group stops (SIGSTOP) mid-run: the three others wait in the group's
+ * collective and time out; the culprit on record is the rank that never arrived, not a
+ * waiting rank's ring predecessor. */
+Test(healing, collective_timeout_names_the_rank_that_never_arrived)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    rt_job_t w;
+    cr_assert_eq(h_cluster_up(&c, 2, 2), 0);
+    cr_assert_eq(rt_job_text(&c, text, sizeof text, "stop", 4, 400, 10, "step_timeout = 4\n"), 0);
+    cr_assert_eq(rt_submit(&c, "stop.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&w, &c, id, "running", 5, 1, 60000), "%s: %s", w.state, w.reason);
+    pid_t pid = -1;
+    for (int i = 0; i <= c.nodes && pid <= 0; i++)
+        pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(pid > 0, "no pid for rank 1");
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    cr_assert(rt_wait(&w, &c, id, "running", 0, 2, 60000), "%s: %s", w.state, w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *h0 = h_json_at(ch_json_get(st, "history"), 0);
+    cr_assert_not_null(h0);
+    cr_assert_str_eq(h_json_str(h0, "cause"), "collective_timeout", "%s", h_json_str(h0, "reason"));
+    cr_assert_eq(h_json_num(h0, "rank"), 1, "culprit %g: %s", h_json_num(h0, "rank"),
+                 h_json_str(h0, "reason"));
+    cr_assert(h_has(h_json_str(h0, "reason"), "never arrived"), "%s", h_json_str(h0, "reason"));
     ch_json_free(st);
 }

@@ -192,8 +192,10 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
+    /* half the step timeout: a wait that long is a hang the collective names exactly (who
+     * never arrived), before the coordinator's coarser no-progress check fires */
     cfg.timeout_ms =
-        s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 1000) : COLL_TIMEOUT_MS;
+        s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 500) : COLL_TIMEOUT_MS;
     int rc = wrk_coll_create(&cfg, c);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "%s collectives: %s", wrk_coll_backend_name(cfg.backend),
@@ -221,6 +223,22 @@ static int ckpt_dir_check(wrk_rank_t *r)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "checkpoint.dir: %s: %s", dir, ch_strerror(rc));
     return 0;
+}
+
+/* After a collective timeout: the collective it waited in and how many this rank had
+ * entered in each of its groups, for the coordinator to find who never arrived. */
+static void note_entered(wrk_rank_t *r, const wrk_coll_t *c, const eng_groups_t *gs)
+{
+    const wrk_coll_group_t *g[4] = {gs->tp, gs->dp, gs->pp, gs->emb};
+    const char *names[4] = {"tp", "dp", "pp", "emb"};
+    r->timeout_seq = wrk_coll_timeout_seq(c);
+    r->n_entered = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!g[i])
+            continue;
+        r->entered[r->n_entered].group = names[i];
+        r->entered[r->n_entered++].entered = wrk_coll_group_entered(g[i]);
+    }
 }
 
 int wrk_train_run(wrk_rank_t *r)
@@ -320,6 +338,7 @@ int wrk_train_run(wrk_rank_t *r)
             if (wrk_coll_timed_out(c, &g, &peer)) {
                 snprintf(r->timeout_group, sizeof r->timeout_group, "%s", g);
                 r->timeout_peer = peer;
+                note_entered(r, c, groups);
                 rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s collective waited for rank %u",
                                    eng_trainer_next_step(t), g, peer);
                 goto out;
