@@ -193,6 +193,8 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
         ctl_json_null(j);
     ctl_json_kuint(j, "generation", ji->generation);
     ctl_json_kuint(j, "restarts", ji->restarts);
+    ctl_json_kuint(j, "stragglers", ji->stragglers);
+    ctl_json_kstr(j, "straggler", ji->straggler ? ji->straggler : "");
     ctl_json_kuint(j, "world_size", ji->world_size);
     ctl_json_key(j, "layout");
     ctl_json_obj_begin(j);
@@ -411,6 +413,8 @@ void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
     printf("layout       tp=%" PRIu32 " pp=%" PRIu32 " dp=%" PRIu32 " (world %" PRIu32 ")\n",
            ji->tp, ji->pp, ji->dp, ji->world_size);
     printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);
+    if (ji->stragglers > 0)
+        printf("straggler    %s\n", ji->straggler);
     if (ji->last_checkpoint_step >= 0)
         printf("checkpoint   step %" PRId64 "\n", ji->last_checkpoint_step);
     else

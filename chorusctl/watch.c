@@ -105,8 +105,9 @@ static void tail(char *buf, size_t n, const Chorus__JobInfo *ji, const figures_t
     if (isfinite(f->bubble))
         snprintf(bub, sizeof bub, "  bubble %.1f%% (1F1B %.1f%%)", 100.0 * f->bubble,
                  100.0 * ji->bubble_theory);
-    snprintf(buf, n, "  loss %s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s", loss, tps,
-             mfu, bub, ji->restarts, eta, ji->reason && *ji->reason ? "  reason: " : "",
+    snprintf(buf, n, "  loss %s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s%s%s", loss,
+             tps, mfu, bub, ji->restarts, eta, ji->stragglers ? "  straggler: " : "",
+             ji->stragglers ? ji->straggler : "", ji->reason && *ji->reason ? "  reason: " : "",
              ji->reason ? ji->reason : "");
 }
 
@@ -167,6 +168,7 @@ static void show_json(const Chorus__JobInfo *ji, const figures_t *f)
     ctl_json_kuint(&j, "restarts", ji->restarts);
     ctl_json_kdouble(&j, "eta_s", f->eta_s >= 0 ? f->eta_s : NAN);
     ctl_json_kstr(&j, "reason", ji->reason);
+    ctl_json_kstr(&j, "straggler", ji->stragglers ? ji->straggler : "");
     ctl_json_obj_end(&j);
     ctl_json_finish(&j);
 }

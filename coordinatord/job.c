@@ -14,6 +14,7 @@
 #include "coord.h"
 #include "recovery.h"
 #include "scheduler.h"
+#include "straggler.h"
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
     "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};
@@ -276,6 +277,7 @@ static void job_free(coord_job_t *j)
 {
     if (!j)
         return;
+    coord_straggler_free(j);
     free(j->history);
     free(j->ranks);
     free(j->by_node);
@@ -685,6 +687,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
     store_step_time(r, ev);
+    coord_straggler_step(c, j, rank);
     coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
@@ -1142,6 +1145,7 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     ji->microbatches = j->spec.parallel.microbatches;
     ji->bubble = coord_job_bubble(j);
     ji->bubble_theory = coord_job_bubble_theory(j);
+    ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
     if (!view)
         return 0;
     ji->job_ini = j->ini;

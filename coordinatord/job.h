@@ -185,6 +185,7 @@ typedef struct coord_job {
     int timeout_kind;
     uint32_t timeout_rank;
     uint64_t timeout_seq;
+    struct coord_straggler *strag; /* straggler.c's windows; NULL until a step came */
 } coord_job_t;
 
 typedef struct coord_jobs {

@@ -261,3 +261,60 @@ Test(healing, collective_timeout_names_the_rank_that_never_arrived)
     cr_assert(h_has(h_json_str(h0, "reason"), "never arrived"), "%s", h_json_str(h0, "reason"));
     ch_json_free(st);
 }
+
+typedef struct slow_wait {
+    rt_job_t w;
+    pid_t pid;
+    char line[256];
+    uint32_t count;
+} slow_wait_t;
+
+/* Slow the rank down (stopped a third of the time) while waiting for the coordinator to
+ * name a straggler. */
+static int straggler_named(void *ud)
+{
+    slow_wait_t *s = ud;
+    kill(s->pid, SIGSTOP);
+    usleep(40000);
+    kill(s->pid, SIGCONT);
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(s->w.c, s->w.id, &r) < 0)
+        return 0;
+    s->count = r->job_info->stragglers;
+    snprintf(s->line, sizeof s->line, "%s", r->job_info->straggler ? r->job_info->straggler : "");
+    ch_msg_free(r);
+    return s->count > 0;
+}
+
+Test(healing, straggler_is_named)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    slow_wait_t s;
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    /* steps of a few tens of milliseconds */
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 100000\n");
+    cr_assert_eq(rt_submit(&c, "slow.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&s.w, &c, id, "running", 5, 1, 60000), "%s: %s", s.w.state, s.w.reason);
+    /* calm: nobody is named */
+    cr_assert(rt_wait(&s.w, &c, id, "running", s.w.step + 30, 1, 60000), "%s", s.w.state);
+    Chorus__Envelope *r = NULL;
+    cr_assert_eq(h_job_query(&c, id, &r), 0);
+    cr_assert_eq(r->job_info->stragglers, 0, "calm run named %s", r->job_info->straggler);
+    ch_msg_free(r);
+    s.pid = -1;
+    for (int i = 0; i <= c.nodes && s.pid <= 0; i++)
+        s.pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(s.pid > 0, "no pid for rank 1");
+    cr_assert(h_wait_until(straggler_named, &s, 60000, 40), "no straggler named");
+    kill(s.pid, SIGCONT);
+    cr_assert(h_has(s.line, "rank 1 on node"), "%s", s.line);
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "status", id, NULL), 0);
+    cr_assert(h_has(o.out, "straggler    rank 1"), "%s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
+    h_out_free(&o);
+}
