@@ -95,7 +95,7 @@ struct ctl_json;
 /* One status object (DESIGN §10 plus mfu, reason, ranks). */
 void ctl_job_json(struct ctl_json *j, const Chorus__JobInfo *ji);
 /* Human-readable status: a key/value block and a table of ranks. */
-void ctl_job_print(const Chorus__JobInfo *ji);
+void ctl_job_print(const Chorus__JobInfo *ji, int all_history);
 /* "12.3k" style number with an SI suffix; "-" when v is not finite or negative. */
 void ctl_fmt_si(char *buf, size_t n, double v);
 /* "1:02:03" / "4:05" / "7s"; "-" when unknown (negative). */

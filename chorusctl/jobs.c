@@ -203,6 +203,8 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_uint(j, ji->val_step);
     ctl_json_kuint(j, "generation", ji->generation);
     ctl_json_kuint(j, "restarts", ji->restarts);
+    ctl_json_kuint(j, "stragglers", ji->stragglers);
+    ctl_json_kstr(j, "straggler", ji->straggler ? ji->straggler : "");
     ctl_json_kuint(j, "world_size", ji->world_size);
     ctl_json_key(j, "layout");
     ctl_json_obj_begin(j);
@@ -367,7 +369,38 @@ static void print_layout(const Chorus__JobInfo *ji)
     ctl_table_fini(&t);
 }
 
-void ctl_job_print(const Chorus__JobInfo *ji)
+/* Restarts status lists one by one unless asked for all (--history); a job that restarted
+ * a thousand times gets a summary line instead of a thousand. */
+#define HISTORY_SHOWN 3
+
+/* "restarts    1000 in all since <time>: rank_exit 990, hang 10; the last 3 below
+ * (--history for all)". */
+static void history_summary(const Chorus__JobInfo *ji, size_t hidden)
+{
+    const char *causes[16];
+    size_t counts[16], nc = 0;
+    for (size_t i = 0; i < ji->n_history; i++) {
+        const char *cause = ji->history[i]->cause ? ji->history[i]->cause : "?";
+        size_t k = 0;
+        while (k < nc && strcmp(causes[k], cause) != 0)
+            k++;
+        if (k == nc && nc == 16)
+            continue;
+        if (k == nc) {
+            causes[nc] = cause;
+            counts[nc++] = 0;
+        }
+        counts[k]++;
+    }
+    char since[32];
+    fmt_wall(since, sizeof since, ji->history[0]->time_ms);
+    printf("restarts    %zu in all since %s:", ji->n_history, since);
+    for (size_t k = 0; k < nc; k++)
+        printf("%s %s %zu", k ? "," : "", causes[k], counts[k]);
+    printf("; the last %zu below (%zu earlier: --history)\n", ji->n_history - hidden, hidden);
+}
+
+void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
 {
     char tps[32], sub[32], start[32], fin[32], run[32];
     char name[4 * 64 + 1], reason[4 * 512 + 1]; /* peer text, escaped (common/escape.h) */
@@ -397,6 +430,8 @@ void ctl_job_print(const Chorus__JobInfo *ji)
     printf("layout       tp=%" PRIu32 " pp=%" PRIu32 " dp=%" PRIu32 " (world %" PRIu32 ")\n",
            ji->tp, ji->pp, ji->dp, ji->world_size);
     printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);
+    if (ji->stragglers > 0)
+        printf("straggler    %s\n", ji->straggler);
     if (ji->last_checkpoint_step >= 0)
         printf("checkpoint   step %" PRId64 "\n", ji->last_checkpoint_step);
     else
@@ -413,7 +448,11 @@ void ctl_job_print(const Chorus__JobInfo *ji)
                measured, 100.0 * ji->bubble_theory, ji->microbatches);
     }
     printf("submitted    %s\nstarted      %s\nfinished     %s (ran %s)\n", sub, start, fin, run);
-    for (size_t i = 0; i < ji->n_history; i++) {
+    size_t first =
+        all_history || ji->n_history <= HISTORY_SHOWN ? 0 : ji->n_history - HISTORY_SHOWN;
+    if (first > 0)
+        history_summary(ji, first);
+    for (size_t i = first; i < ji->n_history; i++) {
         const Chorus__RestartInfo *h = ji->history[i];
         char when[32], took[32] = "-";
         fmt_wall(when, sizeof when, h->time_ms);
@@ -519,6 +558,7 @@ int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
     Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
     const char *job = NULL;
+    int all_history = 0;
 
     /* A job of more than 1,024 ranks shows its ranks per state unless asked for more. */
     for (int i = 0; i < argc; i++) {
@@ -528,6 +568,8 @@ int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
             q.all_ranks = 1;
         } else if (strcmp(argv[i], "--metrics") == 0) {
             q.metrics = 1;
+        } else if (strcmp(argv[i], "--history") == 0) {
+            all_history = 1;
         } else if (strcmp(argv[i], "--rank") == 0 && has_val &&
                    ctl_parse_long(argv[i + 1], 0, UINT32_MAX, &v) == 0) {
             q.rank_first = (uint32_t)v;
@@ -550,7 +592,7 @@ int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
     }
     if (!job) {
         ctl_errf("usage: chorusctl status JOB [--ranks | --rank N | --first N [--limit N]] "
-                 "[--metrics] [--json]");
+                 "[--metrics] [--history] [--json]");
         return CTL_EXIT_USAGE;
     }
     /* --first alone pages to the end */
@@ -572,7 +614,7 @@ int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
         ctl_job_json(&j, resp->job_info);
         ctl_json_finish(&j);
     } else {
-        ctl_job_print(resp->job_info);
+        ctl_job_print(resp->job_info, all_history);
     }
     ch_msg_free(resp);
     return CTL_EXIT_OK;

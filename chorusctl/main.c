@@ -28,7 +28,8 @@ static const cmd_t commands[] = {
     {"jobs", ctl_cmd_jobs, "", "list jobs"},
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
      "check and submit a job file; print its id"},
-    {"status", ctl_cmd_status, "JOB [--ranks | --rank N | --first N [--limit N]] [--metrics]",
+    {"status", ctl_cmd_status,
+     "JOB [--ranks | --rank N | --first N [--limit N]] [--metrics] [--history]",
      "show a job and its ranks (over 1,024 ranks: per state, detail on request)"},
     {"watch", ctl_cmd_watch, "JOB",
      "follow a job until it ends: a progress bar on a terminal, a line per change otherwise, a "

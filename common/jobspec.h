@@ -24,7 +24,8 @@ typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
  * consumed), as llm.c's outlier detector does. */
 typedef enum { CH_NONFINITE_FAIL = 0, CH_NONFINITE_SKIP = 1 } ch_nonfinite_t;
 /* fault.straggler: what a rank named as a straggler does. report: shown and logged;
- * replace: also treated as failed, so the job restarts placing it elsewhere. */
+ * replace (treat it as failed and re-place it on a spare) is parsed but refused by
+ * validation: not built yet. */
 typedef enum { CH_STRAGGLER_REPORT = 0, CH_STRAGGLER_REPLACE = 1 } ch_straggler_t;
 
 #define CH_PATH_LEN 1024

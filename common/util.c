@@ -1,6 +1,7 @@
 /* Clocks, whole-file I/O and small parsers shared by every binary (util.h). */
 #include "common/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -339,4 +340,47 @@ int ch_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
     host[hl] = '\0';
     *port = (int)v;
     return 0;
+}
+
+/* Empty the directory open as fd (consumed), depth first. */
+static int rm_under(int fd)
+{
+    DIR *d = fdopendir(fd);
+    int rc = 0;
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            continue;
+        int sub = errno == EISDIR || errno == EPERM
+                      ? openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                      : -1;
+        int err = sub < 0 ? -errno : rm_under(sub);
+        if (err == 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) < 0)
+            err = -errno;
+        if (err < 0 && rc == 0)
+            rc = err;
+    }
+    closedir(d);
+    return rc;
+}
+
+int ch_rmtree(const char *path)
+{
+    if (unlink(path) == 0 || errno == ENOENT)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -errno;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = rm_under(fd);
+    if (rmdir(path) < 0 && rc == 0)
+        rc = -errno;
+    return rc;
 }

@@ -28,6 +28,9 @@ int ch_write_full(int fd, const void *data, size_t len);
 int ch_fsync_dir_of(const char *path);
 /* mkdir -p */
 int ch_mkdirs(const char *path, int mode);
+/* rm -r: path and, when it is a directory, everything under it (symbolic links removed,
+ * never followed). 0 (also when path does not exist) or the first -errno met. */
+int ch_rmtree(const char *path);
 /* Map a regular file read-only (private). On success *map and *size describe the whole file;
  * an empty file gives *map == NULL, *size == 0 (nothing to map), which callers needing a
  * minimum size reject with their own message. Errors: -errno from open or mmap, CH_E_FORMAT

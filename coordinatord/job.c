@@ -15,6 +15,7 @@
 #include "launch.h"
 #include "recovery.h"
 #include "scheduler.h"
+#include "straggler.h"
 
 static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
     "queued", "starting", "running", "recovering", "completed", "failed", "cancelled"};
@@ -277,6 +278,7 @@ static void job_free(coord_job_t *j)
 {
     if (!j)
         return;
+    coord_straggler_free(j);
     free(j->history);
     free(j->ranks);
     free(j->by_node);
@@ -698,6 +700,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
     store_step_time(r, ev);
+    coord_straggler_step(c, j, rank);
     coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)
         j->step = ev->step;
@@ -741,6 +744,20 @@ static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Cho
     }
 }
 
+/* Every rank finished its work: completed, unless the loss it ended with is not a number
+ * (fault.nonfinite = skip dropped the last updates): a job never completes so. */
+static void job_finished(coord_t *c, coord_job_t *j)
+{
+    char why[160];
+    if (j->spec.kind != CH_JOB_TRAIN || isfinite(j->loss)) {
+        coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
+        return;
+    }
+    snprintf(why, sizeof why, "ended with a non-finite loss (%g) at step %" PRIu64, j->loss,
+             j->step);
+    coord_job_fail(c, j, why);
+}
+
 static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
 {
     coord_rank_t *r = &j->ranks[rank];
@@ -759,7 +776,7 @@ static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__R
         return;
     if (clean && done && j->state != COORD_JOB_RECOVERING) {
         if (++j->n_finished == j->world)
-            coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
+            job_finished(c, j);
         return;
     }
     if (ev->signal)
@@ -866,6 +883,7 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
         coord_recovery_rank_failed(c, j, ev->rank, ev->cause_class, ev->before_first_step, msg);
         if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
+            coord_recovery_timeout(c, j, ev->rank, ev);
             /* A collective timed out: the rank it waited for is the culprit. */
             const coord_rank_t *p = &j->ranks[ev->timeout_peer];
             snprintf(reason, sizeof(reason),
@@ -1143,6 +1161,7 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     ji->val_loss = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
     double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
+    ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
     if (!view)
         return 0;
     ji->job_ini = j->ini;

@@ -133,6 +133,10 @@ typedef struct coord_rank {
     /* It failed before its first step with a cause no restart changes (ch_err_lasting's
      * class; "" none): the coordinator ends the job when every node says the same. */
     char lasting[16];
+    /* After a collective timeout, the collectives it had entered per group (tp, dp, pp,
+     * emb: bit k of entered_known when reported). */
+    uint64_t entered[4];
+    uint8_t entered_known;
 } coord_rank_t;
 
 /* One entry of a job's rank index by node (coord_job_t.by_node). */
@@ -176,6 +180,13 @@ typedef struct coord_job {
     uint32_t unstepped_run; /* generations in a row that failed before their first step */
     char fail_sig[200];     /* the rank's own words for the failure being recorded */
     uint32_t queue_place; /* queued: 1 + jobs ahead in the scheduler's order; else 0 */
+    /* A collective timeout in a group of more than 2 ranks, whose culprit is named when the
+     * kill is due (kill_due_ms): the group (0 tp, 1 dp, 2 pp; -1 none), the rank that first
+     * reported it and the collective it waited in. */
+    int timeout_kind;
+    uint32_t timeout_rank;
+    uint64_t timeout_seq;
+    struct coord_straggler *strag; /* straggler.c's windows; NULL until a step came */
 } coord_job_t;
 
 typedef struct coord_jobs {

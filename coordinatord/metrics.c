@@ -13,6 +13,7 @@
 #include "recovery.h"
 #include "series.h"
 #include "statuspage.h"
+#include "straggler.h"
 
 // ---------------------------------------------------------------------------------------
 // Rendering
@@ -57,7 +58,8 @@ typedef enum {
     G_STEP_S,
     G_BUBBLE,
     G_RESTARTS,
-    G_GEN
+    G_GEN,
+    G_STRAGGLERS
 } gauge_kind_t;
 
 typedef struct job_gauge {
@@ -76,6 +78,9 @@ static const job_gauge_t JOB_GAUGES[] = {
      G_BUBBLE},
     {"chorus_job_restarts", "Restarts of the job so far.", G_RESTARTS},
     {"chorus_job_generation", "Current generation of the job's ranks.", G_GEN},
+    {"chorus_job_stragglers",
+     "Ranks whose compute time is persistently above their stage's peers' (straggler.h).",
+     G_STRAGGLERS},
 };
 
 static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
@@ -99,6 +104,11 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
         return (double)j->restarts;
     case G_GEN:
         return (double)j->generation;
+    case G_STRAGGLERS: {
+        uint32_t n = 0;
+        coord_straggler_line(j, &n);
+        return (double)n;
+    }
     }
     return NAN;
 }

@@ -21,6 +21,8 @@
  * each other (a missing data file is opened right after the same rendezvous), and the
  * ranks that fail exit on their own, so the wait rarely runs out. */
 #define LASTING_WAIT_MS 2000
+/* The same wait serves a collective timeout: the other members that entered the
+ * collective time out within moments of the first and report what they had entered. */
 
 static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
     "rank_exit", "rank_failed",     "collective_timeout", "hang",
@@ -158,10 +160,111 @@ void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const
     if (!j->ranks || rank >= j->world)
         return;
     int is_lasting = lasting && *lasting;
-    if (is_lasting && before_first_step)
+    /* a non-finite global loss replays the same way after any restart: at any step */
+    if (is_lasting && (before_first_step || strcmp(lasting, "nonfinite") == 0))
         snprintf(j->ranks[rank].lasting, sizeof j->ranks[rank].lasting, "%s", lasting);
     if (j->state != COORD_JOB_RECOVERING) /* the failure about to be recorded */
         snprintf(j->fail_sig, sizeof j->fail_sig, "%s", is_lasting && message ? message : "");
+}
+
+static const char *const GROUPS[4] = {"tp", "dp", "pp", "emb"};
+
+static int group_kind(const char *name)
+{
+    for (int k = 0; k < 4; k++)
+        if (name && strcmp(name, GROUPS[k]) == 0)
+            return k;
+    return -1;
+}
+
+void coord_recovery_timeout(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
+{
+    (void)c;
+    if (!j->ranks || rank >= j->world)
+        return;
+    coord_rank_t *rk = &j->ranks[rank];
+    for (size_t i = 0; i < ev->n_group_entered; i++) {
+        int k = group_kind(ev->group_entered[i]->name);
+        if (k < 0 || !(ev->group_entered[i]->value >= 0))
+            continue;
+        rk->entered[k] = (uint64_t)ev->group_entered[i]->value;
+        rk->entered_known |= (uint8_t)(1u << k);
+    }
+    if (j->state == COORD_JOB_RECOVERING)
+        return; /* a later victim's report: its counts are all it brings */
+    int k = group_kind(ev->timeout_group);
+    ch_layout_t l = ch_jobspec_layout(&j->spec);
+    uint32_t size = k == 0 ? l.tp : k == 1 ? l.dp : k == 2 ? l.pp : 0;
+    j->timeout_kind = size > 2 && ev->timeout_seq > 0 ? k : -1;
+    j->timeout_rank = rank;
+    j->timeout_seq = ev->timeout_seq;
+}
+
+/* Group k (0 tp, 1 dp, 2 pp) of j's rank that reported the timeout: its members' world
+ * ranks into m; the count (0 when over cap). */
+static uint32_t group_members(const coord_job_t *j, int k, uint32_t *m, uint32_t cap)
+{
+    ch_layout_t l = ch_jobspec_layout(&j->spec);
+    uint32_t size = k == 0 ? l.tp : k == 1 ? l.dp : l.pp;
+    if (size > cap || j->timeout_rank >= ch_layout_world(l))
+        return 0;
+    if (k == 0)
+        ch_layout_tp_group(l, j->timeout_rank, m);
+    else if (k == 1)
+        ch_layout_dp_group(l, j->timeout_rank, m);
+    else
+        ch_layout_pp_group(l, j->timeout_rank, m);
+    return size;
+}
+
+/* The kill of a generation whose collective timed out in a group of more than 2 ranks is
+ * due: the members that entered the collective waited in it and said so; the culprit is
+ * the member whose count is behind, else one that never reported (stopped, or hung
+ * outside any collective). It replaces the ring predecessor on the restart's record. */
+static void name_laggard(coord_t *c, coord_job_t *j)
+{
+    coord_restart_t *h = current(j);
+    uint32_t m[256], n = 0;
+    int k = j->timeout_kind;
+    j->timeout_kind = -1;
+    if (k < 0 || !h || h->cause != COORD_CAUSE_COLLECTIVE || !j->ranks ||
+        (n = group_members(j, k, m, 256)) == 0)
+        return;
+    int64_t behind = -1, silent = -1;
+    uint32_t n_silent = 0;
+    for (uint32_t i = 0; i < n && m[i] < j->world; i++) {
+        const coord_rank_t *rk = &j->ranks[m[i]];
+        if (!(rk->entered_known & (1u << k))) {
+            n_silent++;
+            if (silent < 0)
+                silent = m[i];
+        } else if (rk->entered[k] < j->timeout_seq &&
+                   (behind < 0 || rk->entered[k] < j->ranks[behind].entered[k])) {
+            behind = m[i];
+        }
+    }
+    int64_t who = behind >= 0 ? behind : silent;
+    if (who < 0)
+        return;
+    char why[sizeof(h->reason)];
+    const coord_rank_t *rk = &j->ranks[who];
+    if (behind >= 0)
+        snprintf(why, sizeof why,
+                 "collective timeout in group %s: rank %" PRId64 " on node %s had entered %" PRIu64
+                 " collectives of the group, the others waited in collective %" PRIu64,
+                 GROUPS[k], who, rk->node->name, rk->entered[k], j->timeout_seq);
+    else
+        snprintf(why, sizeof why,
+                 "collective timeout in group %s: rank %" PRId64 " on node %s never arrived at "
+                 "collective %" PRIu64 " (%u of %u members silent, the others waited in it)",
+                 GROUPS[k], who, rk->node->name, j->timeout_seq, n_silent, n);
+    CH_LOGW("recovery", "job=%s gen=%" PRIu64 " culprit: %s (was rank %" PRId64 ")", j->id,
+            j->generation, why, h->rank);
+    h->rank = who;
+    snprintf(h->node, sizeof h->node, "%s", rk->node->name);
+    snprintf(h->reason, sizeof h->reason, "%s", why);
+    store_restart(c, j, j->n_history - 1);
+    coord_event(c, j->id, j->generation, who, rk->node->name, why);
 }
 
 /* What the failure looked like, comparable across generations: a rank's own words for a
@@ -272,6 +375,11 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     CH_LOGW("recovery", "job=%s gen=%" PRIu64 " rank=%" PRId64 " node=%s failure (%s): %s", j->id,
             j->generation, rank, node ? node : "-", coord_cause_name(cause), reason);
 
+    if (cause == COORD_CAUSE_RANK_FAILED && j->ranks && rank >= 0 && rank < j->world &&
+        strcmp(j->ranks[rank].lasting, "nonfinite") == 0) {
+        coord_job_fail(c, j, reason); /* fault.nonfinite = fail */
+        return;
+    }
     if (same_way(j, why, sizeof why) || crash_loop(j, why, sizeof why)) {
         coord_job_fail(c, j, why);
         return;
@@ -302,7 +410,9 @@ void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int
     }
     int lasting = cause == COORD_CAUSE_RANK_FAILED && j->ranks && rank >= 0 && rank < j->world &&
                   j->ranks[rank].lasting[0];
-    if (lasting) {
+    if (cause != COORD_CAUSE_COLLECTIVE)
+        j->timeout_kind = -1;
+    if (lasting || j->timeout_kind >= 0) {
         j->kill_due_ms = now + LASTING_WAIT_MS; /* the other nodes may say the same */
     } else {
         coord_job_kill_gen(c, j, why);
@@ -524,6 +634,7 @@ void coord_recovery_started(coord_t *c, coord_job_t *j)
     coord_restart_t *h = current(j);
     j->gen_stepped = 0;
     j->kill_due_ms = j->kill_sent_ms = j->restart_at_ms = 0;
+    j->timeout_kind = -1;
     if (!h || h->resumed_from >= 0)
         return;
     h->resumed_from = j->last_ckpt_step > 0 ? j->last_ckpt_step : 0;
@@ -561,6 +672,7 @@ static void recovering_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
 {
     if (j->kill_due_ms && now_ms >= j->kill_due_ms) {
         j->kill_due_ms = 0;
+        name_laggard(c, j);
         coord_job_kill_gen(c, j, j->reason);
         j->kill_sent_ms = now_ms;
     }

@@ -47,6 +47,14 @@ const char *coord_cause_name(coord_cause_t cause);
 void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const char *lasting,
                                 int before_first_step, const char *message);
 
+/* A rank of j's current generation reported a collective timeout (ev: timeout_group,
+ * timeout_seq, group_entered), before the failure enters coord_recovery_failure: the
+ * collectives it had entered per group are kept, so that in a group of more than 2 ranks
+ * the one behind, or the one that never reported, is named the culprit, not the waiting
+ * rank's ring predecessor (the kill of the generation waits a moment for the others'
+ * reports). */
+void coord_recovery_timeout(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev);
+
 /* The one job-failure entry point. rank: the failed or culprit rank (-1: none); node may
  * be NULL. A failure while the job already recovers (its old ranks dying) is ignored. */
 void coord_recovery_failure(coord_t *c, coord_job_t *j, coord_cause_t cause, int64_t rank,

@@ -23,6 +23,7 @@
  *  - A 100 ms cron expires relays the coordinator never answered and closes stale links. */
 #include "workerd/agent.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -561,6 +562,57 @@ static int gen_dir(const wrk_agent_t *a, const char *job, uint64_t gen, char *ou
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* Run folders of a job's failed generations kept next to the running one: their logs
+ * say why they failed; older ones go, so a job restarting many times cannot fill the
+ * disk. */
+#define KEEP_FAILED_GENS 3
+
+static int gen_cmp_desc(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a < b) - (a > b);
+}
+
+/* Generation gen of job starts here: remove the run folders of its generations before it
+ * but the KEEP_FAILED_GENS newest. */
+static void prune_gens(const wrk_agent_t *a, const char *job, uint64_t gen)
+{
+    char dir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
+    uint64_t *olds = NULL;
+    size_t n = 0, cap = 0;
+    int w = snprintf(dir, sizeof dir, "%s/%s", a->cfg.run_dir, job);
+    DIR *d = w < 0 || (size_t)w >= sizeof dir ? NULL : opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end = NULL;
+        if (e->d_name[0] != 'g' || e->d_name[1] < '0' || e->d_name[1] > '9')
+            continue;
+        unsigned long long g = strtoull(e->d_name + 1, &end, 10);
+        if (*end != '\0' || g >= gen)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            uint64_t *v = realloc(olds, nc * sizeof *v);
+            if (!v)
+                break;
+            olds = v;
+            cap = nc;
+        }
+        olds[n++] = g;
+    }
+    closedir(d);
+    qsort(olds, n, sizeof *olds, gen_cmp_desc);
+    for (size_t i = KEEP_FAILED_GENS; i < n; i++) {
+        snprintf(path, sizeof path, "%s/g%" PRIu64, dir, olds[i]);
+        int rc = ch_rmtree(path);
+        CH_LOGD("agent", "job=%s: run folder %s of a failed generation removed%s%s", job, path,
+                rc < 0 ? ": " : "", rc < 0 ? ch_strerror(rc) : "");
+    }
+    free(olds);
+}
+
 static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus__RankAssign *ra,
                       const char *gdir, const char *job_file)
 {
@@ -662,6 +714,7 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
     if (alive_count(a) + s->n_ranks > a->cfg.slots)
         CH_LOGW("agent", "job=%s gen=%" PRIu64 ": %zu ranks asked, %u slots, %u in use", s->job_id,
                 s->generation, s->n_ranks, a->cfg.slots, alive_count(a));
+    prune_gens(a, s->job_id, s->generation);
     rc = gen_dir(a, s->job_id, s->generation, gdir, sizeof gdir);
     /* The job's folder only lets through (0711); its generation folder, job file and logs
      * are the job user's alone (wrk_proc_give_dir). */

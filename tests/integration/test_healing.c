@@ -4,8 +4,10 @@
  * fault.max_restarts allows; a job whose generations keep failing before their first step
  * is stopped as a crash loop with its causes listed, and backs off between restarts. */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/msg.h"
 #include "harness.h"
@@ -103,27 +105,55 @@ static void submit_slow_start(const h_cluster_t *c, const char *fault, char *id,
     cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
 }
 
-/* On a new cluster, a job whose first two generations lose a rank before their first
- * step. */
-static void fail_twice_before_a_step(h_cluster_t *c, const char *fault, char *id, size_t n)
+/* On a new cluster, a job whose first n generations lose a rank before their first step. */
+static void fail_before_a_step(h_cluster_t *c, const char *fault, int n, char *id, size_t idlen)
 {
     cr_assert_eq(h_cluster_up(c, 2, 1), 0);
-    submit_slow_start(c, fault, id, n);
-    kill_before_first_step(c, id, 1);
-    kill_before_first_step(c, id, 2);
+    submit_slow_start(c, fault, id, idlen);
+    for (int g = 1; g <= n; g++)
+        kill_before_first_step(c, id, (uint64_t)g);
 }
 
-Test(healing, crash_loop_is_stopped_with_its_causes)
+/* The run folders (g<N>) workerd keeps for job id on all nodes, as a bit set of N. */
+static unsigned run_folders(const h_cluster_t *c, const char *id)
+{
+    unsigned set = 0;
+    for (int i = 0; i <= c->nodes; i++) {
+        char path[PATH_MAX + 64];
+        for (unsigned g = 1; g < 32; g++) {
+            snprintf(path, sizeof path, "%s/node%d/%s/g%u", c->dir, i, id, g);
+            if (access(path, F_OK) == 0)
+                set |= 1u << g;
+        }
+    }
+    return set;
+}
+
+Test(healing, crash_loop_is_stopped_with_its_causes_and_old_folders_go)
 {
     h_cluster_t c;
     char id[64];
     rt_job_t w;
-    fail_twice_before_a_step(&c, "crash_loop = 2\nbackoff = 0", id, sizeof id);
+    fail_before_a_step(&c, "crash_loop = 5\nbackoff = 0", 5, id, sizeof id);
     cr_assert(rt_wait(&w, &c, id, NULL, 0, 0, 60000), "job still %s: %s", w.state, w.reason);
     cr_assert_str_eq(w.state, "failed", "job ended %s: %s", w.state, w.reason);
-    cr_assert_eq(w.gen, 2, "generations: %llu", (unsigned long long)w.gen);
-    cr_assert(h_has(w.reason, "crash loop") && h_has(w.reason, "rank_exit x2"), "reason: %s",
+    cr_assert_eq(w.gen, 5, "generations: %llu", (unsigned long long)w.gen);
+    cr_assert(h_has(w.reason, "crash loop") && h_has(w.reason, "rank_exit x5"), "reason: %s",
               w.reason);
+    /* the last generation's folder and the 3 failed ones before it, with their logs */
+    unsigned want = 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5;
+    cr_assert_eq(run_folders(&c, id), want, "run folders 0x%x, want 0x%x", run_folders(&c, id),
+                 want);
+    /* status sums the history up and lists the last entries; --history lists them all */
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "status", id, NULL), 0);
+    cr_assert(h_has(o.out, "5 in all") && h_has(o.out, "rank_exit 5") && h_has(o.out, "--history"),
+              "%s", o.out);
+    cr_assert(!h_has(o.out, "gen 1 step") && h_has(o.out, "gen 5 step"), "%s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "status", id, "--history", NULL), 0);
+    cr_assert(h_has(o.out, "gen 1 step") && !h_has(o.out, "in all"), "%s", o.out);
+    h_out_free(&o);
 }
 
 static int backing_off(void *ud)
@@ -139,7 +169,7 @@ Test(healing, repeated_failures_back_off)
     char id[64];
     rt_job_t w;
     /* the first failure of a run restarts at once; the second waits fault.backoff */
-    fail_twice_before_a_step(&c, "crash_loop = 0\nbackoff = 300\nbackoff_max = 300", id, sizeof id);
+    fail_before_a_step(&c, "crash_loop = 0\nbackoff = 300\nbackoff_max = 300", 2, id, sizeof id);
     /* its ranks gone, the restart waits, and the reason says for how long */
     memset(&w, 0, sizeof w);
     w.c = &c;
@@ -150,6 +180,141 @@ Test(healing, repeated_failures_back_off)
     cr_assert(h_has(w.reason, "backs off"), "reason: %s", w.reason);
     cr_assert_eq(w.gen, 2);
     h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
+    h_out_free(&o);
+}
+
+/* On a new cluster, a job whose lr = 1e308 makes every weight huge after the first
+ * update, so that the second step's loss is not a number, under fault.nonfinite = policy:
+ * it ended failed (w says how). */
+static void run_diverging(h_cluster_t *c, const char *policy, char *id, size_t n, rt_job_t *w)
+{
+    char ini[1024];
+    cr_assert_eq(h_cluster_up(c, 2, 1), 0);
+    snprintf(ini, sizeof ini,
+             "[job]\nname = nan\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 4\nembd = 64\nseq_len = 16\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n"
+             "[train]\nsteps = 20\nlr = 1e308\n"
+             "[fault]\nmax_restarts = 1000\nnonfinite = %s\n",
+             policy);
+    cr_assert_eq(h_submit_raw(c, ini, id, n), 0, "submit refused");
+    cr_assert(rt_wait(w, c, id, NULL, 0, 0, 60000), "job still %s: %s", w->state, w->reason);
+    cr_assert_str_eq(w->state, "failed", "job ended %s: %s", w->state, w->reason);
+}
+
+Test(healing, nonfinite_loss_fails_naming_the_step)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    run_diverging(&c, "fail", id, sizeof id, &w);
+    cr_assert_eq(w.gen, 1, "generations: %llu (%s)", (unsigned long long)w.gen, w.reason);
+    cr_assert(h_has(w.reason, "step 2: loss") && h_has(w.reason, "not finite"), "reason: %s",
+              w.reason);
+}
+
+/* Every step ran (the bad ones without an update), and the loss it ended with is not a
+ * number: failed, not completed. */
+Test(healing, nonfinite_skip_drops_updates_and_never_completes_with_nan)
+{
+    h_cluster_t c;
+    char id[64];
+    rt_job_t w;
+    run_diverging(&c, "skip", id, sizeof id, &w);
+    cr_assert_eq(w.step, 20, "step %llu", (unsigned long long)w.step);
+    cr_assert(h_has(w.reason, "non-finite loss"), "reason: %s", w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *ranks = ch_json_get(st, "ranks");
+    const ch_json_t *r0 = ranks ? h_json_at(ranks, 0) : NULL;
+    cr_assert(r0 && h_json_num(r0, "skipped_steps") >= 18, "skipped_steps %g",
+              r0 ? h_json_num(r0, "skipped_steps") : -1.0);
+    ch_json_free(st);
+}
+
+/* Rank 1 of a dp 4 group stops (SIGSTOP) mid-run: the three others wait in the group's
+ * collective and time out; the culprit on record is the rank that never arrived, not a
+ * waiting rank's ring predecessor. */
+Test(healing, collective_timeout_names_the_rank_that_never_arrived)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    rt_job_t w;
+    cr_assert_eq(h_cluster_up(&c, 2, 2), 0);
+    cr_assert_eq(rt_job_text(&c, text, sizeof text, "stop", 4, 400, 10, "step_timeout = 4\n"), 0);
+    cr_assert_eq(rt_submit(&c, "stop.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&w, &c, id, "running", 5, 1, 60000), "%s: %s", w.state, w.reason);
+    pid_t pid = -1;
+    for (int i = 0; i <= c.nodes && pid <= 0; i++)
+        pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(pid > 0, "no pid for rank 1");
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    cr_assert(rt_wait(&w, &c, id, "running", 0, 2, 60000), "%s: %s", w.state, w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *h0 = h_json_at(ch_json_get(st, "history"), 0);
+    cr_assert_not_null(h0);
+    cr_assert_str_eq(h_json_str(h0, "cause"), "collective_timeout", "%s", h_json_str(h0, "reason"));
+    cr_assert_eq(h_json_num(h0, "rank"), 1, "culprit %g: %s", h_json_num(h0, "rank"),
+                 h_json_str(h0, "reason"));
+    cr_assert(h_has(h_json_str(h0, "reason"), "never arrived"), "%s", h_json_str(h0, "reason"));
+    ch_json_free(st);
+}
+
+typedef struct slow_wait {
+    rt_job_t w;
+    pid_t pid;
+    char line[256];
+    uint32_t count;
+} slow_wait_t;
+
+/* Slow the rank down (stopped a third of the time) while waiting for the coordinator to
+ * name a straggler. */
+static int straggler_named(void *ud)
+{
+    slow_wait_t *s = ud;
+    kill(s->pid, SIGSTOP);
+    usleep(40000);
+    kill(s->pid, SIGCONT);
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(s->w.c, s->w.id, &r) < 0)
+        return 0;
+    s->count = r->job_info->stragglers;
+    snprintf(s->line, sizeof s->line, "%s", r->job_info->straggler ? r->job_info->straggler : "");
+    ch_msg_free(r);
+    return s->count > 0;
+}
+
+Test(healing, straggler_is_named)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    slow_wait_t s;
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    /* steps of a few tens of milliseconds */
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 100000\n");
+    cr_assert_eq(rt_submit(&c, "slow.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&s.w, &c, id, "running", 5, 1, 60000), "%s: %s", s.w.state, s.w.reason);
+    /* calm: nobody is named */
+    cr_assert(rt_wait(&s.w, &c, id, "running", s.w.step + 30, 1, 60000), "%s", s.w.state);
+    Chorus__Envelope *r = NULL;
+    cr_assert_eq(h_job_query(&c, id, &r), 0);
+    cr_assert_eq(r->job_info->stragglers, 0, "calm run named %s", r->job_info->straggler);
+    ch_msg_free(r);
+    s.pid = -1;
+    for (int i = 0; i <= c.nodes && s.pid <= 0; i++)
+        s.pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(s.pid > 0, "no pid for rank 1");
+    cr_assert(h_wait_until(straggler_named, &s, 60000, 40), "no straggler named");
+    kill(s.pid, SIGCONT);
+    cr_assert(h_has(s.line, "rank 1 on node"), "%s", s.line);
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "status", id, NULL), 0);
+    cr_assert(h_has(o.out, "straggler    rank 1"), "%s", o.out);
+    h_out_free(&o);
     cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
     h_out_free(&o);
 }

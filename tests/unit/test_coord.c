@@ -351,11 +351,11 @@ static Chorus__Envelope *wait_state(ch_client_t *ctl, worker_t **ws, int n, cons
 static const char *JOB_2x1x2 = "[job]\nname = t1\nkind = diag\n[parallel]\ntp = 2\npp = 1\ndp = 2\n"
                                "[fault]\nmax_restarts = 0\n";
 
-/* Submit the 4-rank job on n1+n2 and bring every rank to started. */
-static void start_4_ranks(ch_client_t *ctl, worker_t **ws, char *id)
+/* Submit a 4-rank job file like JOB_2x1x2 on n1+n2 and bring every rank to started. */
+static void start_4_ranks_of(ch_client_t *ctl, worker_t **ws, char *id, const char *ini)
 {
     char msg[256] = "";
-    cr_assert_eq(ctl_submit(ctl, JOB_2x1x2, id, 32, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(ctl_submit(ctl, ini, id, 32, msg, sizeof(msg)), 0, "%s", msg);
     for (int i = 0; i < 2; i++) {
         Chorus__Envelope *e = take(ws, 2, ws[i], CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
         cr_assert_not_null(e, "%s got StartRanks", ws[i]->name);
@@ -374,6 +374,12 @@ static void start_4_ranks(ch_client_t *ctl, worker_t **ws, char *id)
             wk_event(ws[i], id, 1, sr->ranks[k]->rank, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
         ch_msg_free(e);
     }
+}
+
+/* Submit the 4-rank job on n1+n2 and bring every rank to started. */
+static void start_4_ranks(ch_client_t *ctl, worker_t **ws, char *id)
+{
+    start_4_ranks_of(ctl, ws, id, JOB_2x1x2);
 }
 
 /* Which worker runs rank r of a JobInfo. */
@@ -804,6 +810,47 @@ Test(coord, dead_node_fails_its_jobs)
     ch_client_destroy(ctl);
     wk_close(&a);
     wk_close(&b);
+    coord_down();
+}
+
+/* A node that keeps heartbeating but never confirms that its ranks exited after the kill
+ * of a failed generation is declared dead at dead-after: the restart goes on without it. */
+Test(coord, node_that_never_confirms_its_ranks_exit_is_declared_dead)
+{
+    worker_t a, b, s, *ws[3] = {&a, &b, &s};
+    char id[32];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks_of(ctl, ws, id,
+                     "[job]\nname = t1\nkind = diag\n[parallel]\ntp = 2\ndp = 2\n"
+                     "[fault]\nmax_restarts = 2\n");
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    worker_t *w1 = owner(e->job_info, 1, ws, 2);
+    worker_t *mute = w1 == &a ? &b : &a;
+    ch_msg_free(e);
+    wk_connect(&s, "n3", 2, "", NULL, 0); /* a spare for the next generation */
+
+    /* rank 1 dies; its node confirms both its ranks gone, the other node never does */
+    wk_event(w1, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    wk_event(w1, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = wait_state(ctl, ws, 3, id, "starting", 4000);
+    cr_assert_str_eq(e->job_info->state, "starting", "job %s: %s", e->job_info->state,
+                     e->job_info->reason);
+    cr_assert_eq(e->job_info->generation, 2);
+    ch_msg_free(e);
+    Chorus__Envelope *resp = ctl_nodes(ctl);
+    for (size_t i = 0; i < resp->node_list->n_nodes; i++) {
+        Chorus__NodeInfo *ni = resp->node_list->nodes[i];
+        cr_assert_str_eq(ni->state, strcmp(ni->name, mute->name) == 0 ? "dead" : "alive", "%s",
+                         ni->name);
+    }
+    ch_msg_free(resp);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    wk_close(&s);
     coord_down();
 }
 

@@ -372,6 +372,8 @@ static int start(wrk_coll_group_t *g, const wrk_coll_args_t *a, wrk_coll_req_t *
     r->g = g;
     r->a = *a;
     r->rc = 1;
+    if (a->kind != WRK_COLL_OP_SEND && a->kind != WRK_COLL_OP_RECV)
+        g->entered++;
     rc = c->ops->start(r);
     if (rc < 0) {
         free(r);
@@ -548,6 +550,7 @@ static void note_timeout(const wrk_coll_req_t *req)
         idx = req->a.peer;
     snprintf(c->timeout_group, sizeof(c->timeout_group), "%s", g->name);
     c->timeout_peer = g->ranks[idx];
+    c->timeout_seq = g->entered;
 }
 
 int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer)
@@ -557,6 +560,16 @@ int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer)
     *group = c->timeout_group;
     *peer = c->timeout_peer;
     return 1;
+}
+
+uint64_t wrk_coll_group_entered(const wrk_coll_group_t *g)
+{
+    return g ? g->entered : 0;
+}
+
+uint64_t wrk_coll_timeout_seq(const wrk_coll_t *c)
+{
+    return c ? c->timeout_seq : 0;
 }
 
 uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g)

@@ -140,6 +140,12 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
  * (the peer of a send/recv, the root of a broadcast, else the ring predecessor: exact for
  * groups of two), both borrowed from c. */
 int wrk_coll_timed_out(const wrk_coll_t *c, const char **group, uint32_t *peer);
+/* Collectives (send and recv not counted) the caller has entered in g so far: members
+ * of a group enter them in the same order, so after a timeout the member whose count is
+ * behind the others' is the one that never arrived (the coordinator compares them). The
+ * count the timed-out wait had entered: wrk_coll_timeout_seq. 0 for NULL. */
+uint64_t wrk_coll_group_entered(const wrk_coll_group_t *g);
+uint64_t wrk_coll_timeout_seq(const wrk_coll_t *c);
 /* Nanoseconds the caller has spent blocked waiting on g's requests so far (the blocking
  * forms included; a request that completes without waiting costs nothing here): how the
  * engine splits a step into compute and communication. 0 for NULL. */

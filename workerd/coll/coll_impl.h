@@ -51,6 +51,7 @@ struct wrk_coll {
     int ngroups, nreqs;     /* live objects, checked at destroy */
     char timeout_group[32]; /* the first wait that timed out: its group ("" if none) */
     uint32_t timeout_peer;  /* and the world rank it waited for */
+    uint64_t timeout_seq;   /* and its entered count (the number of the collective) */
 };
 
 struct wrk_coll_group {
@@ -60,6 +61,7 @@ struct wrk_coll_group {
     uint32_t n, me;                 /* size and the caller's index */
     uint32_t *ranks;                /* n world ranks, owned */
     uint32_t seq;                   /* collectives started so far (tags) */
+    uint64_t entered;               /* collectives (not p2p) this member entered, front end */
     uint32_t *p2p_sent, *p2p_recvd; /* per peer: p2p messages started (tags) */
     atomic_int failed;              /* a member failed (backend sets it) */
     uint64_t wait_ns;               /* time blocked in waits on this group's requests */

@@ -864,6 +864,17 @@ int eng_trainer_eval_due(const eng_trainer_t *t)
     return s->train.eval_every > 0 && t->next_step % (uint64_t)s->train.eval_every == 0;
 }
 
+/* A skipped step's gradients, dropped: the slab's and ZeRO-3's shards are zero again, as
+ * the fused update would have left them. */
+static void drop_grads(eng_trainer_t *t)
+{
+    size_t n = eng_model_nparams(t->model);
+    if (n)
+        t->be->memset(t->be, eng_model_grads(t->model), 0, n * sizeof(float));
+    if (t->zero)
+        eng_zero_drop_grads(t->zero);
+}
+
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
@@ -893,11 +904,24 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         rc = finish_grads(t, &loss_sum, &norm);
     if (rc < 0)
         return rc;
+    int bad = !isfinite(loss_sum) || !isfinite(norm);
+    if (bad && s->fault.nonfinite != CH_NONFINITE_SKIP) {
+        if (info) {
+            info->step = step;
+            info->loss = loss_sum / ((double)micro * s->parallel.dp);
+            info->grad_norm = norm;
+        }
+        return CH_E_NUMERIC;
+    }
     uint64_t o0 = ch_now_ns();
     double lr = eng_lr_at(&t->sched, (int64_t)step);
-    float coef = eng_clip_coef(norm, t->optim.max_grad_norm);
-    t->optim.t++;
-    state_adamw(t, lr, coef);
+    if (bad) { /* skip: the update is dropped, as llm.c's outlier detector does */
+        drop_grads(t);
+    } else {
+        float coef = eng_clip_coef(norm, t->optim.max_grad_norm);
+        t->optim.t++;
+        state_adamw(t, lr, coef);
+    }
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
     uint64_t o1 = ch_now_ns();
@@ -922,6 +946,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         double flops = ch_plan_flops(&t->cfg, B * micro) / s->parallel.tp / t->stages;
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
         info->bubble = 0;
+        info->skipped = bad;
         double tp_s = (double)(wrk_coll_group_wait_ns(t->tp) - w_tp) * 1e-9;
         double pp_all = (double)(wrk_coll_group_wait_ns(t->pp) - w_pp) * 1e-9;
         double p2p = (double)p2p_ns * 1e-9;

@@ -72,6 +72,7 @@ typedef struct eng_step_info {
     /* the validation loss after this step's update when an evaluation was due
      * (eng_trainer_eval_due), else NAN; its time is not in `seconds` */
     double val_loss;
+    int skipped;   /* loss or norm not finite, fault.nonfinite = skip: no update was made */
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
      * send/recv and in the step's closing all-reduces over the pipeline column and the
@@ -109,6 +110,11 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss);
 /* Whether an evaluation is due after the steps run so far: every train.eval_every steps
  * and after the last step (when val_data is set). eng_trainer_step runs it. */
 int eng_trainer_eval_due(const eng_trainer_t *t);
+/* (eng_trainer_step) A step whose global loss or gradient norm is NaN or infinite makes
+ * no update: with fault.nonfinite = fail it returns CH_E_NUMERIC with info's step, loss
+ * and grad_norm set (the step is not counted done); with skip its gradients are dropped,
+ * the step counts as done and info->skipped is set. Every rank holds the same reduced
+ * loss and norm, so all of them take the same branch. */
 /* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
  * and after the last step (when checkpoint.dir is set). */
 int eng_trainer_checkpoint_due(const eng_trainer_t *t);

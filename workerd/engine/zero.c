@@ -359,6 +359,12 @@ int eng_zero_gather_rest(eng_zero_t *z)
     return rc;
 }
 
+void eng_zero_drop_grads(eng_zero_t *z)
+{
+    drain_all(z);
+    z->be->memset(z->be, z->g, 0, (z->rest + (size_t)z->nb * z->S) * sizeof(float));
+}
+
 int eng_zero_reduce_rest(eng_zero_t *z)
 {
     float *grads = eng_model_grads(z->m);

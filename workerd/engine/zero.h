@@ -76,6 +76,10 @@ void eng_zero_end_step(eng_zero_t *z);
  * gradients zero (the next step accumulates into them). */
 eng_store_t eng_zero_store(const eng_zero_t *z);
 
+/* Drop the step's reduced gradients (zero them) without an update: a step whose loss or
+ * norm is not finite under fault.nonfinite = skip. */
+void eng_zero_drop_grads(eng_zero_t *z);
+
 /* Bytes this rank holds for ZeRO-3: state = owned parameters, gradients, m and v; gathered
  * = the blocks' gathered buffers and their unsharded gradient buffer (reduce-scattered in
  * place), and the model's slab: the tensors outside blocks gathered, with their gradients. */

@@ -466,13 +466,23 @@ report:
         Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
         ev.kind = CHORUS__RANK_EVENT_KIND__RANK_FAILED;
         ev.message = msg;
+        Chorus__Metric gm[4], *gp[4];
         if (r->timeout_group[0]) { /* name the culprit, not only this victim */
             ev.timeout_group = r->timeout_group;
             ev.timeout_peer = r->timeout_peer;
+            ev.timeout_seq = r->timeout_seq;
+            for (uint32_t i = 0; i < r->n_entered && i < 4; i++) {
+                chorus__metric__init(&gm[i]);
+                gm[i].name = (char *)r->entered[i].group;
+                gm[i].value = (double)r->entered[i].entered;
+                gp[i] = &gm[i];
+            }
+            ev.n_group_entered = r->n_entered < 4 ? r->n_entered : 4;
+            ev.group_entered = gp;
         }
         /* What the coordinator needs to tell a cause no restart can change (it decides,
          * seeing every node) from one worth a restart. */
-        const char *cls = ch_err_lasting(rc);
+        const char *cls = r->cause_class ? r->cause_class : ch_err_lasting(rc);
         ev.cause_class = cls ? (char *)cls : "";
         ev.before_first_step = !r->stepped;
         wrk_rank_report(r, &ev);

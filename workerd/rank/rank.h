@@ -29,9 +29,18 @@ typedef struct wrk_rank {
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */
-    int stepped;               /* a training step completed in this process */
     uint64_t progress_ms;      /* monotonic: when the last RANK_PROGRESS went out */
     uint64_t progress_names;   /* a hash of the metric names it carried */
+    uint64_t timeout_seq;      /* in its collective number timeout_seq */
+    /* collectives entered per group at the failure (wrk_coll_group_entered) */
+    struct {
+        const char *group; /* "tp", "dp", "pp", "emb" */
+        uint64_t entered;
+    } entered[4];
+    uint32_t n_entered;
+    int stepped;             /* a training step completed in this process */
+    const char *cause_class; /* the failure's class when the kind knows it (static
+                                string; NULL: ch_err_lasting of the code) */
 } wrk_rank_t;
 
 /* wrk_rank_progress reports at most once per this many ms: a tiny diag job running

@@ -193,8 +193,10 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
+    /* half the step timeout: a wait that long is a hang the collective names exactly (who
+     * never arrived), before the coordinator's coarser no-progress check fires */
     cfg.timeout_ms =
-        s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 1000) : COLL_TIMEOUT_MS;
+        s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 500) : COLL_TIMEOUT_MS;
     int rc = wrk_coll_create(&cfg, c);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "%s collectives: %s", wrk_coll_backend_name(cfg.backend),
@@ -222,6 +224,22 @@ static int ckpt_dir_check(wrk_rank_t *r)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "checkpoint.dir: %s: %s", dir, ch_strerror(rc));
     return 0;
+}
+
+/* After a collective timeout: the collective it waited in and how many this rank had
+ * entered in each of its groups, for the coordinator to find who never arrived. */
+static void note_entered(wrk_rank_t *r, const wrk_coll_t *c, const eng_groups_t *gs)
+{
+    const wrk_coll_group_t *g[4] = {gs->tp, gs->dp, gs->pp, gs->emb};
+    const char *names[4] = {"tp", "dp", "pp", "emb"};
+    r->timeout_seq = wrk_coll_timeout_seq(c);
+    r->n_entered = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!g[i])
+            continue;
+        r->entered[r->n_entered].group = names[i];
+        r->entered[r->n_entered++].entered = wrk_coll_group_entered(g[i]);
+    }
 }
 
 int wrk_train_run(wrk_rank_t *r)
@@ -310,7 +328,8 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
-    double acc = NAN; /* an accuracy not reported yet */
+    double acc = NAN;     /* an accuracy not reported yet */
+    uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
     while (eng_trainer_next_step(t) < total) {
         eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
         rc = eng_trainer_step(t, &info);
@@ -320,23 +339,46 @@ int wrk_train_run(wrk_rank_t *r)
             if (wrk_coll_timed_out(c, &g, &peer)) {
                 snprintf(r->timeout_group, sizeof r->timeout_group, "%s", g);
                 r->timeout_peer = peer;
+                note_entered(r, c, groups);
                 rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s collective waited for rank %u",
                                    eng_trainer_next_step(t), g, peer);
+                goto out;
+            }
+            if (rc == CH_E_NUMERIC && (!isfinite(info.loss) || !isfinite(info.grad_norm))) {
+                /* the loss is global: a restart would replay the same step to the same end */
+                r->cause_class = "nonfinite";
+                rc = wrk_rank_fail(r, rc,
+                                   "step %" PRIu64 ": loss %g, gradient norm %g: not finite "
+                                   "(fault.nonfinite = fail)",
+                                   info.step + 1, info.loss, info.grad_norm);
                 goto out;
             }
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
             goto out;
         }
         r->stepped = 1;
-        Chorus__Metric m[7] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
+        if (info.skipped) {
+            skipped++;
+            CH_LOGW("train",
+                    "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+                    ": loss %g, gradient norm %g not finite: update skipped (fault.nonfinite = "
+                    "skip; %" PRIu64 " so far)",
+                    r->job_id, r->generation, r->rank, info.step + 1, info.loss, info.grad_norm,
+                    skipped);
+        }
+        Chorus__Metric m[8] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
                                CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[7] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6]};
+                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
+        Chorus__Metric *mp[8] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6], &m[7]};
         size_t nm = 0;
         m[nm].name = "lr";
         m[nm++].value = info.lr;
         m[nm].name = "grad_norm";
         m[nm++].value = info.grad_norm;
+        if (skipped) { /* fault.nonfinite = skip: updates dropped by this generation */
+            m[nm].name = "skipped_steps";
+            m[nm++].value = (double)skipped;
+        }
         m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
         m[nm++].value = info.seconds * 1e3;
         if (s->parallel.pp > 1) { /* the status page's and Prometheus' bubble (rank 0's) */
