@@ -38,6 +38,7 @@ units=("$scratch/deb$prefix"/lib/systemd/system/chorus-*.service)
 [ ${#units[@]} -eq 2 ] || fail "expected 2 units, found ${units[*]}"
 for u in "${units[@]}"; do
   grep -q "^ExecStart=$prefix/bin/" "$u" || fail "$(basename "$u") does not run $prefix/bin/"
+  grep -q '^RestartPreventExitStatus=78' "$u" || fail "$(basename "$u") restarts on a config error"
 done
 if command -v systemd-analyze >/dev/null; then
   # Copies whose ExecStart= names the unpacked binaries (verify checks they exist); --root
