@@ -10,6 +10,7 @@
 #   lib/systemd/system/      the units, naming the binaries under this prefix
 #   share/chorus/            example configs (etc/), job files, Slurm script, Grafana dashboard
 #   share/doc/chorus/        README, LICENSE, docs
+#   share/bash-completion/completions/chorusctl
 # The daemons read /etc/chorus whatever the prefix: deploy/install.sh and the package's
 # postinst copy the example configs there when none exist.
 include(GNUInstallDirs)
@@ -34,6 +35,15 @@ install(FILES deploy/jobs/demo.ini deploy/jobs/diag.ini DESTINATION ${CHORUS_SHA
 install(PROGRAMS deploy/slurm/chorus.sbatch DESTINATION ${CHORUS_SHARE}/slurm)
 install(FILES deploy/grafana-dashboard.json DESTINATION ${CHORUS_SHARE})
 install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# bash completion, generated from chorusctl's command table by the chorusctl just built
+set(CHORUS_COMPLETION ${CMAKE_BINARY_DIR}/deploy/chorusctl.bash)
+add_custom_command(OUTPUT ${CHORUS_COMPLETION}
+                   COMMAND sh -c "$<TARGET_FILE:chorusctl> completion bash > ${CHORUS_COMPLETION}"
+                   DEPENDS chorusctl VERBATIM)
+add_custom_target(chorusctl_completion ALL DEPENDS ${CHORUS_COMPLETION})
+install(FILES ${CHORUS_COMPLETION} RENAME chorusctl
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 
 set(CPACK_GENERATOR DEB)

@@ -34,6 +34,8 @@ for b in coordinatord workerd chorus-rank chorusctl; do
   [[ $out == "$b (Chorus) "* ]] || fail "$b --version printed '$out'"
   echo "$out"
 done
+grep -q "complete -F _chorusctl chorusctl" "$scratch/deb$prefix/share/bash-completion/completions/chorusctl" ||
+  fail "no bash completion for chorusctl"
 units=("$scratch/deb$prefix"/lib/systemd/system/chorus-*.service)
 [ ${#units[@]} -eq 2 ] || fail "expected 2 units, found ${units[*]}"
 for u in "${units[@]}"; do

@@ -1,0 +1,112 @@
+/* chorusctl's conventions, as a user meets them: `help COMMAND` and `COMMAND --help` give
+ * that command's usage, bash completion offers commands and each command's flags, and every
+ * --json document says its schema. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "harness.h"
+#include "support.h"
+
+TestSuite(cli, .fini = h_teardown, .timeout = 120);
+
+Test(cli, help_and_command_help_give_the_commands_usage)
+{
+    h_out_t a, b, o;
+    cr_assert_eq(h_ctl(NULL, &a, "help", "submit", NULL), 0);
+    cr_expect_eq(a.status, 0);
+    cr_expect(strncmp(a.out, "usage: chorusctl submit JOBFILE", 31) == 0, "%s", a.out);
+    cr_assert_eq(h_ctl(NULL, &b, "submit", "--help", NULL), 0);
+    cr_expect_eq(b.status, 0);
+    cr_expect_str_eq(b.out, a.out, "help submit and submit --help differ");
+    h_out_free(&a);
+    h_out_free(&b);
+
+    cr_assert_eq(h_ctl(NULL, &o, "help", "plan", NULL), 0);
+    cr_expect(strstr(o.out, "chorusctl plan JOBFILE") && strstr(o.out, "chorusctl plan --auto"),
+              "both plan forms: %s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(NULL, &o, "help", "no-such-command", NULL), 0);
+    cr_expect_eq(o.status, 2, "an unknown command is a usage error");
+    cr_expect(strstr(o.err, "unknown command 'no-such-command'"), "%s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(NULL, &o, "--version", NULL), 0);
+    cr_expect_eq(o.status, 0);
+    cr_expect(strncmp(o.out, "chorusctl (Chorus) ", 19) == 0, "%s", o.out);
+    h_out_free(&o);
+}
+
+/* What bash offers after `words` (the last one being completed). */
+static void complete(const char *script, const char *words, char *out, size_t n)
+{
+    char cmd[1024];
+    h_out_t o;
+    snprintf(cmd, sizeof cmd,
+             "source '%s'; COMP_WORDS=(%s); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "
+             "_chorusctl; echo \"${COMPREPLY[*]}\"",
+             script, words);
+    char *argv[] = {"/bin/bash", "-c", cmd, NULL};
+    cr_assert_eq(h_run(&o, 10000, argv), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    snprintf(out, n, "%.*s", (int)strcspn(o.out, "\n"), o.out);
+    h_out_free(&o);
+}
+
+Test(cli, bash_completion_offers_commands_and_their_flags)
+{
+    char dir[512], script[600], got[1024];
+    h_out_t o;
+    cr_assert_eq(ts_tmpdir("cli", dir, sizeof dir), 0);
+    snprintf(script, sizeof script, "%s/chorusctl.bash", dir);
+    cr_assert_eq(h_ctl(NULL, &o, "completion", "bash", NULL), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    cr_assert_eq(ch_file_write_atomic(script, o.out, strlen(o.out), 0644), 0);
+    h_out_free(&o);
+
+    complete(script, "chorusctl su", got, sizeof got);
+    cr_expect_str_eq(got, "submit");
+    complete(script, "chorusctl --socket /x/ctl.sock wa", got, sizeof got);
+    cr_expect_str_eq(got, "watch", "the global option's value is skipped");
+    complete(script, "chorusctl status j1 --r", got, sizeof got);
+    cr_expect_str_eq(got, "--ranks --rank");
+    complete(script, "chorusctl plan x.ini --mem-", got, sizeof got);
+    cr_expect_str_eq(got, "--mem-per-slot --mem-reserve", "plan --auto's cluster options");
+    complete(script, "chorusctl help ca", got, sizeof got);
+    cr_expect_str_eq(got, "cancel");
+    cr_expect_eq(ts_rmrf(dir), 0);
+}
+
+static void expect_schema(const ch_json_t *obj, const char *what)
+{
+    cr_assert_not_null(obj, "%s printed no JSON", what);
+    cr_expect_eq(h_json_num(obj, "schema"), 1.0, "%s lacks \"schema\": 1", what);
+}
+
+Test(cli, every_json_document_carries_its_schema)
+{
+    char dir[512], key[600], job[700];
+    cr_assert_eq(ts_tmpdir("cli", dir, sizeof dir), 0);
+    snprintf(key, sizeof key, "%s/k", dir);
+    ch_json_t *j = h_ctl_json(NULL, "keygen", key, NULL);
+    expect_schema(j, "keygen");
+    ch_json_free(j);
+    const char *src = getenv("CHORUS_SRC_DIR");
+    snprintf(job, sizeof job, "%s/deploy/jobs/demo.ini", src ? src : ".");
+    j = h_ctl_json(NULL, "plan", job, NULL);
+    expect_schema(j, "plan");
+    ch_json_free(j);
+    cr_expect_eq(ts_rmrf(dir), 0);
+
+    h_cluster_t c;
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    j = h_ctl_json(&c, "nodes", NULL);
+    cr_assert_not_null(j);
+    cr_assert_eq(j->type, CH_JSON_ARRAY, "nodes stays an array");
+    cr_assert_eq(j->nkids, 2);
+    for (size_t i = 0; i < j->nkids; i++)
+        expect_schema(h_json_at(j, i), "each node of nodes");
+    ch_json_free(j);
+    h_cluster_down(&c);
+}
