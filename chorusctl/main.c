@@ -32,7 +32,9 @@ static const cmd_t commands[] = {
     {"node", ctl_cmd_node, "forget NAME",
      "forget a node that is gone (no link, no ranks of an active job); dead nodes are also "
      "forgotten after coordinatord's forget-dead-after-ms"},
-    {"jobs", ctl_cmd_jobs, "", "list jobs"},
+    {"jobs", ctl_cmd_jobs, "[--state STATE[,STATE...]] [--user USER]",
+     "list jobs: id, name, user, state, step, elapsed time, nodes, loss, layout; --state and "
+     "--user keep the jobs in those states, of that user"},
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
      "check and submit a job file; print its id"},
     {"status", ctl_cmd_status, "JOB [--ranks | --rank N | --first N [--limit N]] [--metrics]",

@@ -1099,6 +1099,17 @@ static int state_counts(const coord_job_t *j, Chorus__JobInfo *ji)
     return 0;
 }
 
+/* Distinct nodes of the placed generation: by_node is sorted by node. */
+static uint32_t job_nodes(const coord_job_t *j)
+{
+    uint32_t n = 0;
+    if (!j->ranks || !j->by_node)
+        return 0;
+    for (uint32_t i = 0; i < j->world; i++)
+        n += i == 0 || j->by_node[i].node != j->by_node[i - 1].node;
+    return n;
+}
+
 int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
 {
     chorus__job_info__init(ji);
@@ -1125,6 +1136,8 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     ji->microbatches = j->spec.parallel.microbatches;
     ji->bubble = coord_job_bubble(j);
     ji->bubble_theory = coord_job_bubble_theory(j);
+    ji->owner_uid = j->spec.owner.uid;
+    ji->nodes = job_nodes(j);
     if (!view)
         return 0;
     ji->job_ini = j->ini;

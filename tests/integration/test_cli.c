@@ -2,9 +2,11 @@
  * that command's usage, bash completion offers commands and each command's flags, and every
  * --json document says its schema. */
 #include <criterion/criterion.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "harness.h"
@@ -108,5 +110,48 @@ Test(cli, every_json_document_carries_its_schema)
     for (size_t i = 0; i < j->nkids; i++)
         expect_schema(h_json_at(j, i), "each node of nodes");
     ch_json_free(j);
+    h_cluster_down(&c);
+}
+
+/* jobs as squeue shows them: whose, how long, on how many nodes, and only those asked for. */
+Test(cli, jobs_show_user_elapsed_nodes_and_filter_by_state_and_user)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char job[PATH_MAX + 16];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    snprintf(job, sizeof job, "%s/diag.ini", c.dir);
+    cr_assert_eq(h_write_file(job, "[job]\nname = tiny\nkind = diag\n[parallel]\ndp = 2\n"
+                                   "[diag]\nrounds = 1\ngemm_size = 64\n"),
+                 0);
+    cr_assert_eq(h_ctl(&c, &o, "submit", job, "--wait", NULL), 0);
+    cr_assert_eq(o.status, 0, "%s%s", o.out, o.err);
+    h_out_free(&o);
+    struct passwd *pw = getpwuid(getuid());
+    cr_assert_not_null(pw);
+
+    cr_assert_eq(h_ctl(&c, &o, "jobs", NULL), 0);
+    cr_expect(strstr(o.out, "USER") && strstr(o.out, "ELAPSED") && strstr(o.out, "NODES"), "%s",
+              o.out);
+    cr_expect(strstr(o.out, pw->pw_name), "the submitter is named: %s", o.out);
+    h_out_free(&o);
+
+    ch_json_t *j = h_ctl_json(&c, "jobs", "--state=completed", "--user", pw->pw_name, NULL);
+    cr_assert(j && j->nkids == 1, "the completed job of this user");
+    const ch_json_t *r = h_json_at(j, 0);
+    cr_expect_str_eq(h_json_str(r, "user"), pw->pw_name);
+    cr_expect_eq(h_json_num(r, "owner_uid"), (double)getuid());
+    cr_expect_eq(h_json_num(r, "nodes"), 2.0, "dp 2 on 2 nodes of 1 slot");
+    cr_expect(h_json_num(r, "elapsed_s") >= 0.0);
+    ch_json_free(j);
+    j = h_ctl_json(&c, "jobs", "--state", "queued,running", NULL);
+    cr_assert(j && j->nkids == 0, "the job is neither queued nor running");
+    ch_json_free(j);
+    j = h_ctl_json(&c, "jobs", "--user", getuid() == 0 ? "65534" : "0", NULL);
+    cr_assert(j && j->nkids == 0, "another user has no jobs");
+    ch_json_free(j);
+    cr_assert_eq(h_ctl(&c, &o, "jobs", "--user", "no-such-user-here", NULL), 0);
+    cr_expect_eq(o.status, 2, "an unknown user is a usage error: %s", o.err);
+    h_out_free(&o);
     h_cluster_down(&c);
 }
