@@ -32,6 +32,9 @@ static const cmd_t commands[] = {
     {"node", ctl_cmd_node, "forget NAME",
      "forget a node that is gone (no link, no ranks of an active job); dead nodes are also "
      "forgotten after coordinatord's forget-dead-after-ms"},
+    {"drain", ctl_cmd_drain, "NODE [--reason TEXT]",
+     "stop placing new ranks on a node (it keeps those it runs); root and admin-group only"},
+    {"resume", ctl_cmd_resume, "NODE", "let a drained node take ranks again"},
     {"jobs", ctl_cmd_jobs, "[--state STATE[,STATE...]] [--user USER]",
      "list jobs: id, name, user, state, step, elapsed time, nodes, loss, layout; --state and "
      "--user keep the jobs in those states, of that user"},

@@ -155,3 +155,62 @@ Test(cli, jobs_show_user_elapsed_nodes_and_filter_by_state_and_user)
     h_out_free(&o);
     h_cluster_down(&c);
 }
+
+static const char *node_state(const h_cluster_t *c, const char *name, const char **reason)
+{
+    static char state[32];
+    ch_json_t *j = h_ctl_json(c, "nodes", NULL);
+    state[0] = '\0';
+    for (size_t i = 0; j && i < j->nkids; i++) {
+        const ch_json_t *n = h_json_at(j, i);
+        if (strcmp(h_json_str(n, "name"), name) != 0)
+            continue;
+        snprintf(state, sizeof state, "%s", h_json_str(n, "state"));
+        static char why[128];
+        snprintf(why, sizeof why, "%s", h_json_str(n, "drain_reason"));
+        *reason = why;
+    }
+    ch_json_free(j);
+    return state;
+}
+
+/* A drained node takes no new ranks, says why, and takes them again once resumed. */
+Test(cli, drain_keeps_new_ranks_off_a_node_until_resume)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char job[PATH_MAX + 16], id[64] = "";
+    const char *reason = "";
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    cr_assert_eq(h_ctl(&c, &o, "drain", "node1", "--reason", "disk swap", NULL), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    h_out_free(&o);
+    cr_expect_str_eq(node_state(&c, "node1", &reason), "draining");
+    cr_expect_str_eq(reason, "disk swap");
+
+    snprintf(job, sizeof job, "%s/diag.ini", c.dir);
+    cr_assert_eq(h_write_file(job, "[job]\nname = two\nkind = diag\n[parallel]\ndp = 2\n"
+                                   "[diag]\nrounds = 1\ngemm_size = 64\n"),
+                 0);
+    cr_assert_eq(h_ctl(&c, &o, "submit", job, NULL), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(o.out, " \n"), o.out);
+    h_out_free(&o);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    cr_expect_str_eq(h_json_str(st, "state"), "queued", "two slots needed, one placeable");
+    ch_json_free(st);
+
+    cr_assert_eq(h_ctl(&c, &o, "resume", "node1", NULL), 0);
+    cr_assert_eq(o.status, 0, "%s", o.err);
+    h_out_free(&o);
+    cr_expect_str_eq(node_state(&c, "node1", &reason), "alive");
+    cr_assert_eq(h_ctl(&c, &o, "watch", id, NULL), 0);
+    cr_expect_eq(o.status, 0, "the job ran once node1 was back: %s%s", o.out, o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "drain", "no-such-node", NULL), 0);
+    cr_expect_neq(o.status, 0);
+    cr_expect(strstr(o.err, "no node"), "%s", o.err);
+    h_out_free(&o);
+    h_cluster_down(&c);
+}
