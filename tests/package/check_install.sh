@@ -34,6 +34,12 @@ for b in coordinatord workerd chorus-rank chorusctl; do
   [[ $out == "$b (Chorus) "* ]] || fail "$b --version printed '$out'"
   echo "$out"
 done
+if command -v help2man >/dev/null; then
+  for m in man1/chorusctl.1 man8/coordinatord.8 man8/workerd.8; do
+    grep -q '^\.SH DESCRIPTION' "$scratch/deb$prefix/share/man/$m" || fail "no man page $m"
+  done
+  echo "man pages: chorusctl(1), coordinatord(8), workerd(8)"
+fi
 grep -q "complete -F _chorusctl chorusctl" "$scratch/deb$prefix/share/bash-completion/completions/chorusctl" ||
   fail "no bash completion for chorusctl"
 units=("$scratch/deb$prefix"/lib/systemd/system/chorus-*.service)
