@@ -62,6 +62,8 @@ int ctl_query_job(const ctl_t *ctl, ch_client_t *cl, const char *job, Chorus__En
 int ctl_cmd_keygen(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_node(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_drain(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_resume(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_status(ctl_t *ctl, int argc, char **argv);

@@ -2,6 +2,7 @@
  * a JSON status object or as text, shared with submit --wait and watch. */
 #include <inttypes.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "common/escape.h"
 #include "common/msg.h"
+#include "common/util.h"
 #include "ctl.h"
 #include "json.h"
 #include "table.h"
@@ -178,14 +180,64 @@ static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
     ctl_json_obj_end(j);
 }
 
+/* The submitter's login name, or the uid in decimal when this machine does not know it;
+ * "-" when the coordinator did not say. */
+static const char *job_user(const Chorus__JobInfo *ji, char *buf, size_t n)
+{
+    if (ji->owner_uid < 0)
+        return "-";
+    struct passwd *pw = getpwuid((uid_t)ji->owner_uid);
+    if (pw)
+        snprintf(buf, n, "%s", pw->pw_name);
+    else
+        snprintf(buf, n, "%" PRId64, ji->owner_uid);
+    return buf;
+}
+
+/* Seconds the job has run: from its start to its end, or to now; -1 before it started. */
+static int64_t job_elapsed_s(const Chorus__JobInfo *ji)
+{
+    if (!ji->started_ms)
+        return -1;
+    uint64_t end = ji->finished_ms ? ji->finished_ms : ch_wall_ms();
+    return end > ji->started_ms ? (int64_t)((end - ji->started_ms) / 1000) : 0;
+}
+
+/* Slurm's elapsed form: M:SS, H:MM:SS, D-HH:MM:SS. */
+static void fmt_elapsed(int64_t s, char *buf, size_t n)
+{
+    if (s < 0)
+        snprintf(buf, n, "-");
+    else if (s < 3600)
+        snprintf(buf, n, "%d:%02d", (int)(s / 60), (int)(s % 60));
+    else if (s < 86400)
+        snprintf(buf, n, "%d:%02d:%02d", (int)(s / 3600), (int)(s / 60 % 60), (int)(s % 60));
+    else
+        snprintf(buf, n, "%d-%02d:%02d:%02d", (int)(s / 86400), (int)(s / 3600 % 24),
+                 (int)(s / 60 % 60), (int)(s % 60));
+}
+
 void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
 {
+    char user[64];
     ctl_json_obj_begin(j);
     ctl_json_kstr(j, "id", ji->id);
     ctl_json_kstr(j, "name", ji->name);
     ctl_json_kstr(j, "kind", ji->kind);
     ctl_json_kstr(j, "state", ji->state);
     ctl_json_kuint(j, "queue_place", ji->queue_place); /* queued: 1 = next to start */
+    ctl_json_key(j, "owner_uid");
+    if (ji->owner_uid >= 0)
+        ctl_json_int(j, ji->owner_uid);
+    else
+        ctl_json_null(j);
+    ctl_json_kstr(j, "user", ji->owner_uid >= 0 ? job_user(ji, user, sizeof user) : NULL);
+    ctl_json_kuint(j, "nodes", ji->nodes);
+    ctl_json_key(j, "elapsed_s");
+    if (job_elapsed_s(ji) >= 0)
+        ctl_json_int(j, job_elapsed_s(ji));
+    else
+        ctl_json_null(j);
     ctl_json_kuint(j, "step", ji->step);
     ctl_json_kuint(j, "total_steps", ji->total_steps);
     ctl_json_key(j, "loss");
@@ -497,18 +549,113 @@ void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
 // ----------------------------------------------------------------------------
 // commands
 
+/* jobs' filters: --state S[,S...] and --user NAME|UID (either as --opt=value too). */
+typedef struct jobs_filter {
+    const char *states; /* ",running,queued," or NULL */
+    char states_buf[256];
+    int64_t uid; /* -1: any */
+} jobs_filter_t;
+
+static int jobs_parse(int argc, char **argv, jobs_filter_t *f)
+{
+    f->states = NULL;
+    f->uid = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        size_t n = strcspn(a, "=");
+        if (a[n] == '=')
+            v = a + n + 1;
+        else if (i + 1 < argc)
+            v = argv[i + 1];
+        int state = strncmp(a, "--state", n) == 0 && n == 7;
+        int user = strncmp(a, "--user", n) == 0 && n == 6;
+        if ((!state && !user) || !v) {
+            ctl_errf("usage: chorusctl jobs [--state STATE[,STATE...]] [--user USER]");
+            return CTL_EXIT_USAGE;
+        }
+        if (a[n] != '=')
+            i++;
+        if (state) {
+            snprintf(f->states_buf, sizeof f->states_buf, ",%s,", v);
+            f->states = f->states_buf;
+            continue;
+        }
+        long uid = 0;
+        struct passwd *pw = getpwnam(v);
+        if (pw)
+            f->uid = pw->pw_uid;
+        else if (ctl_parse_long(v, 0, INT32_MAX, &uid) == 0)
+            f->uid = uid;
+        else {
+            ctl_errf("--user: no user '%s' on this machine", v);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    return CTL_EXIT_OK;
+}
+
+static int jobs_match(const jobs_filter_t *f, const Chorus__JobInfo *ji)
+{
+    char key[80];
+    snprintf(key, sizeof key, ",%s,", ji->state);
+    if (f->states && !strstr(f->states, key))
+        return 0;
+    return f->uid < 0 || ji->owner_uid == f->uid;
+}
+
+static void jobs_table(const Chorus__JobList *jl, const jobs_filter_t *f)
+{
+    static const char *const hdr[] = {"ID",      "NAME",  "USER", "KIND",     "STATE",    "STEP",
+                                      "ELAPSED", "NODES", "LOSS", "TPxPPxDP", "RESTARTS", "REASON"};
+    const size_t ncols = sizeof hdr / sizeof hdr[0];
+    ctl_table_t t;
+    char user[64], elapsed[32];
+    ctl_table_init(&t, ncols);
+    for (size_t h = 0; h < ncols; h++)
+        ctl_table_cell(&t, "%s", hdr[h]);
+    for (size_t i = 0; i < jl->n_jobs; i++) {
+        const Chorus__JobInfo *ji = jl->jobs[i];
+        if (!jobs_match(f, ji))
+            continue;
+        fmt_elapsed(job_elapsed_s(ji), elapsed, sizeof elapsed);
+        ctl_table_cell(&t, "%s", ji->id);
+        ctl_table_cell(&t, "%s", ji->name && *ji->name ? ji->name : "-");
+        ctl_table_cell(&t, "%s", job_user(ji, user, sizeof user));
+        ctl_table_cell(&t, "%s", ji->kind);
+        if (ji->queue_place) /* its place in the queue; REASON says why it waits */
+            ctl_table_cell(&t, "%s #%" PRIu32, ji->state, ji->queue_place);
+        else
+            ctl_table_cell(&t, "%s", ji->state);
+        ctl_table_cell(&t, "%" PRIu64 "/%" PRIu64, ji->step, ji->total_steps);
+        ctl_table_cell(&t, "%s", elapsed);
+        if (ji->nodes)
+            ctl_table_cell(&t, "%" PRIu32, ji->nodes);
+        else
+            ctl_table_cell(&t, "-");
+        if (has_loss(ji))
+            ctl_table_cell(&t, "%.4f", ji->loss);
+        else
+            ctl_table_cell(&t, "-");
+        ctl_table_cell(&t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32, ji->tp, ji->pp, ji->dp);
+        ctl_table_cell(&t, "%" PRIu32, ji->restarts);
+        ctl_table_cell(&t, "%s", ji->reason && *ji->reason ? ji->reason : "");
+    }
+    ctl_table_print(&t, stdout);
+    ctl_table_fini(&t);
+}
+
 int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
 {
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
     Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
+    jobs_filter_t f;
 
-    if (argc != 0) {
-        ctl_errf("usage: chorusctl jobs [--json]");
-        return CTL_EXIT_USAGE;
-    }
+    int st = jobs_parse(argc, argv, &f);
+    if (st != CTL_EXIT_OK)
+        return st;
     req.body_case = CHORUS__ENVELOPE__BODY_LIST_JOBS;
     req.list_jobs = &lj;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_JOB_LIST, NULL, &resp);
+    st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_JOB_LIST, NULL, &resp);
     if (st != CTL_EXIT_OK)
         return st;
     const Chorus__JobList *jl = resp->job_list;
@@ -517,36 +664,12 @@ int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
         ctl_json_init(&j, stdout);
         ctl_json_arr_begin(&j);
         for (size_t i = 0; i < jl->n_jobs; i++)
-            ctl_job_json(&j, jl->jobs[i]);
+            if (jobs_match(&f, jl->jobs[i]))
+                ctl_job_json(&j, jl->jobs[i]);
         ctl_json_arr_end(&j);
         ctl_json_finish(&j);
     } else {
-        ctl_table_t t;
-        ctl_table_init(&t, 9);
-        const char *hdr[] = {"ID",   "NAME",     "KIND",     "STATE", "STEP",
-                             "LOSS", "TPxPPxDP", "RESTARTS", "REASON"};
-        for (size_t h = 0; h < 9; h++)
-            ctl_table_cell(&t, "%s", hdr[h]);
-        for (size_t i = 0; i < jl->n_jobs; i++) {
-            const Chorus__JobInfo *ji = jl->jobs[i];
-            ctl_table_cell(&t, "%s", ji->id);
-            ctl_table_cell(&t, "%s", ji->name && *ji->name ? ji->name : "-");
-            ctl_table_cell(&t, "%s", ji->kind);
-            if (ji->queue_place) /* its place in the queue; REASON says why it waits */
-                ctl_table_cell(&t, "%s #%" PRIu32, ji->state, ji->queue_place);
-            else
-                ctl_table_cell(&t, "%s", ji->state);
-            ctl_table_cell(&t, "%" PRIu64 "/%" PRIu64, ji->step, ji->total_steps);
-            if (has_loss(ji))
-                ctl_table_cell(&t, "%.4f", ji->loss);
-            else
-                ctl_table_cell(&t, "-");
-            ctl_table_cell(&t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32, ji->tp, ji->pp, ji->dp);
-            ctl_table_cell(&t, "%" PRIu32, ji->restarts);
-            ctl_table_cell(&t, "%s", ji->reason && *ji->reason ? ji->reason : "");
-        }
-        ctl_table_print(&t, stdout);
-        ctl_table_fini(&t);
+        jobs_table(jl, &f);
     }
     ch_msg_free(resp);
     return CTL_EXIT_OK;

@@ -12,6 +12,8 @@ static void init(ctl_json_t *j, FILE *f, int style)
 {
     j->f = f;
     j->style = style;
+    j->depth = 0;
+    j->top_array = 0;
     if (ch_jb_create(&j->b) < 0)
         j->b = NULL;
 }
@@ -47,26 +49,38 @@ int ctl_json_finish(ctl_json_t *j)
 
 void ctl_json_obj_begin(ctl_json_t *j)
 {
-    if (j->b)
-        ch_jb_obj_begin(j->b);
+    if (!j->b)
+        return;
+    int record = j->depth == 0 || (j->depth == 1 && j->top_array);
+    ch_jb_obj_begin(j->b);
+    j->depth++;
+    if (record)
+        ctl_json_kint(j, "schema", CTL_JSON_SCHEMA);
 }
 
 void ctl_json_obj_end(ctl_json_t *j)
 {
-    if (j->b)
+    if (j->b) {
         ch_jb_obj_end(j->b);
+        j->depth--;
+    }
 }
 
 void ctl_json_arr_begin(ctl_json_t *j)
 {
-    if (j->b)
+    if (j->b) {
         ch_jb_arr_begin(j->b);
+        j->top_array |= j->depth == 0;
+        j->depth++;
+    }
 }
 
 void ctl_json_arr_end(ctl_json_t *j)
 {
-    if (j->b)
+    if (j->b) {
         ch_jb_arr_end(j->b);
+        j->depth--;
+    }
 }
 
 void ctl_json_key(ctl_json_t *j, const char *key)

@@ -2,7 +2,11 @@
  * (common/json.h's document builder) when it is finished: two-space indented, or on one
  * line for streams (watch --json prints one document per update). Strings must be UTF-8;
  * a double that is NaN or infinite is written as null, since JSON has no spelling for it.
- * Errors are sticky; ctl_json_finish reports them once. */
+ * Errors are sticky; ctl_json_finish reports them once.
+ *
+ * Every document says which version of its shape it has: a top-level object, or each object
+ * of a top-level array (nodes, jobs), starts with "schema": CTL_JSON_SCHEMA. Fields may be
+ * added under one schema; renaming or removing one, or changing its meaning, takes the next. */
 #ifndef CTL_JSON_H
 #define CTL_JSON_H
 
@@ -11,10 +15,14 @@
 
 struct ch_jb;
 
+#define CTL_JSON_SCHEMA 1
+
 typedef struct ctl_json {
     FILE *f;
     struct ch_jb *b; /* NULL when it could not be made: every call is then a no-op */
     int style;       /* CH_JB_PRETTY or CH_JB_LINE */
+    int depth;       /* objects and arrays open */
+    int top_array;   /* the document is an array: its objects are the records */
 } ctl_json_t;
 
 /* An indented document for f. */

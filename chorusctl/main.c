@@ -19,13 +19,25 @@ typedef struct cmd {
     const char *help;
 } cmd_t;
 
+static int cmd_help(ctl_t *ctl, int argc, char **argv);
+static int cmd_completion(ctl_t *ctl, int argc, char **argv);
+
+/* One row per command: it drives dispatch, `help`, the usage text and bash completion (the
+ * --flags named in args and help are what completion offers after the command). */
 static const cmd_t commands[] = {
+    {"help", cmd_help, "[COMMAND]",
+     "show every command, or one command's usage (also COMMAND --help)"},
     {"keygen", ctl_cmd_keygen, "FILE", "write a new random cluster key (mode 0600)"},
     {"nodes", ctl_cmd_nodes, "", "list nodes"},
     {"node", ctl_cmd_node, "forget NAME",
      "forget a node that is gone (no link, no ranks of an active job); dead nodes are also "
      "forgotten after coordinatord's forget-dead-after-ms"},
-    {"jobs", ctl_cmd_jobs, "", "list jobs"},
+    {"drain", ctl_cmd_drain, "NODE [--reason TEXT]",
+     "stop placing new ranks on a node (it keeps those it runs); root and admin-group only"},
+    {"resume", ctl_cmd_resume, "NODE", "let a drained node take ranks again"},
+    {"jobs", ctl_cmd_jobs, "[--state STATE[,STATE...]] [--user USER]",
+     "list jobs: id, name, user, state, step, elapsed time, nodes, loss, layout; --state and "
+     "--user keep the jobs in those states, of that user"},
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
      "check and submit a job file; print its id"},
     {"status", ctl_cmd_status,
@@ -61,6 +73,8 @@ static const cmd_t commands[] = {
      "--slots-per-node; CLUSTER OPTIONS (defaults: an A100 80 GB cluster): --mem-per-slot 80GiB "
      "--flops-per-slot 312T --mfu 0.5 --tp-busbw 300GB --dp-busbw 25GB --mem-reserve 0.05 "
      "--recompute none|full; --verbose says why layouts were refused"},
+    {"completion", cmd_completion, "bash",
+     "print a bash completion script: source <(chorusctl completion bash)"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -81,6 +95,106 @@ static void usage(FILE *f)
             "exit status: 0 ok, 1 failed, 2 usage, 69 coordinator unreachable, 78 config "
             "error\n",
             CTL_DEFAULT_SOCKET);
+}
+
+/* Rows named name: "plan" matches "plan" and "plan --auto". */
+static int row_is(const cmd_t *c, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(c->name, name, n) == 0 && (c->name[n] == '\0' || c->name[n] == ' ');
+}
+
+/* `chorusctl help [COMMAND]`, `chorusctl COMMAND --help`. */
+static int help(const char *name)
+{
+    int found = 0;
+    if (!name) {
+        usage(stdout);
+        return CTL_EXIT_OK;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (!row_is(&commands[i], name))
+            continue;
+        printf("%susage: chorusctl %s%s%s\n    %s\n", found ? "\n" : "", commands[i].name,
+               commands[i].args[0] ? " " : "", commands[i].args, commands[i].help);
+        found = 1;
+    }
+    if (!found) {
+        ctl_errf("unknown command '%s' (try chorusctl help)", name);
+        return CTL_EXIT_USAGE;
+    }
+    printf("\nglobal options: --socket PATH | --coordinator HOST:PORT --key FILE, --json\n");
+    return CTL_EXIT_OK;
+}
+
+static int cmd_help(ctl_t *ctl, int argc, char **argv)
+{
+    (void)ctl;
+    return help(argc > 0 ? argv[0] : NULL);
+}
+
+/* The --flags of a row's args, space-separated, each once ("--set --wait"). */
+static void row_flags(const char *args, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (const char *p = strstr(args, "--"); p; p = strstr(p + 2, "--")) {
+        char flag[64];
+        size_t len = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
+        if (len < 3 || len >= sizeof flag)
+            continue;
+        snprintf(flag, sizeof flag, " %.*s ", (int)len, p);
+        char padded[1100];
+        snprintf(padded, sizeof padded, " %s ", out);
+        if (!strstr(padded, flag) && strlen(out) + len + 2 < n)
+            snprintf(out + strlen(out), n - strlen(out), "%s%.*s", out[0] ? " " : "", (int)len, p);
+    }
+}
+
+/* bash completion from the table: command names first, then each command's flags (and
+ * files). A new row completes without touching this. */
+static int cmd_completion(ctl_t *ctl, int argc, char **argv)
+{
+    (void)ctl;
+    if (argc != 1 || strcmp(argv[0], "bash") != 0) {
+        ctl_errf("usage: chorusctl completion bash");
+        return CTL_EXIT_USAGE;
+    }
+    printf("# chorusctl completion for bash: source <(chorusctl completion bash)\n"
+           "_chorusctl() {\n"
+           "  local cur=${COMP_WORDS[COMP_CWORD]} cmd='' i\n"
+           "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+           "    case ${COMP_WORDS[i]} in\n"
+           "    --socket | --coordinator | --key) ((i++)) ;;\n"
+           "    -*) ;;\n"
+           "    *) cmd=${COMP_WORDS[i]}; break ;;\n"
+           "    esac\n"
+           "  done\n"
+           "  local words\n"
+           "  case $cmd in\n"
+           "  '' | help) words='");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strchr(commands[i].name, ' '))
+            printf("%s ", commands[i].name);
+    printf("'\n    [[ -z $cmd ]] && words+=' --socket --coordinator --key --json --help "
+           "--version' ;;\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        char text[4096] = "--json --help", flags[1024];
+        if (strchr(commands[i].name, ' ') || commands[i].fn == cmd_help)
+            continue;
+        for (size_t k = 0; k < NCOMMANDS; k++)
+            if (row_is(&commands[k], commands[i].name))
+                snprintf(text + strlen(text), sizeof text - strlen(text), " %s %s %s",
+                         commands[k].name, commands[k].args, commands[k].help);
+        row_flags(text, flags, sizeof flags);
+        printf("  %s) words='%s' ;;\n", commands[i].name, flags);
+    }
+    printf("  esac\n"
+           "  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
+           "  [[ -n $cmd && $cur != -* ]] && COMPREPLY+=($(compgen -f -- \"$cur\"))\n"
+           "  return 0\n"
+           "}\n"
+           "complete -F _chorusctl chorusctl\n");
+    return CTL_EXIT_OK;
 }
 
 /* "--name VALUE" or "--name=VALUE" at argv[*i]: 1 and *val (advancing *i past VALUE),
@@ -139,7 +253,7 @@ int main(int argc, char **argv)
     ctl_t ctl = {0};
     const char *sock_flag = NULL, *coord_flag = NULL, *val = NULL;
     char **words = calloc((size_t)argc + 1, sizeof *words);
-    int nwords = 0, status = CTL_EXIT_USAGE;
+    int nwords = 0, status = CTL_EXIT_USAGE, want_help = 0;
 
     if (!words) {
         ctl_errf("out of memory");
@@ -158,9 +272,8 @@ int main(int argc, char **argv)
             continue;
         }
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            status = CTL_EXIT_OK;
-            goto out;
+            want_help = 1; /* of the command, when one is named */
+            continue;
         }
         if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
             ch_config_version(stdout, "chorusctl");
@@ -193,6 +306,10 @@ int main(int argc, char **argv)
     } else {
         ctl.coordinator = env_or("CHORUS_COORDINATOR", NULL);
         ctl.socket_path = CTL_DEFAULT_SOCKET;
+    }
+    if (want_help) {
+        status = help(nwords > 0 ? words[0] : NULL);
+        goto out;
     }
     if (nwords == 0) {
         usage(stderr);

@@ -1,6 +1,7 @@
 /* chorusctl nodes: the coordinator's node registry as a table or a JSON array of
  * {name, state, slots, free_slots, rack, last_heartbeat_ms, memory_bytes} (0: not reported).
- * chorusctl node forget NAME: drop a node that is gone. */
+ * chorusctl node forget NAME: drop a node that is gone.
+ * chorusctl drain NODE [--reason TEXT] / resume NODE: stop and restart new placements. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,9 @@ static void print_json(const Chorus__NodeList *nl)
         ctl_json_kuint(&j, "last_heartbeat_ms", n->last_heartbeat_ms);
         ctl_json_kuint(&j, "memory_bytes", n->memory_bytes);
         ctl_json_kstr(&j, "device", n->device && *n->device ? n->device : "cpu");
+        ctl_json_key(&j, "drained");
+        ctl_json_bool(&j, n->drained);
+        ctl_json_kstr(&j, "drain_reason", n->drained ? n->drain_reason : NULL);
         ctl_json_obj_end(&j);
     }
     ctl_json_arr_end(&j);
@@ -38,7 +42,7 @@ static void print_table(const Chorus__NodeList *nl)
     uint32_t slots = 0, free_slots = 0;
     size_t alive = 0;
 
-    ctl_table_init(&t, 7);
+    ctl_table_init(&t, 8);
     ctl_table_cell(&t, "NAME");
     ctl_table_cell(&t, "STATE");
     ctl_table_cell(&t, "SLOTS");
@@ -46,6 +50,7 @@ static void print_table(const Chorus__NodeList *nl)
     ctl_table_cell(&t, "RACK");
     ctl_table_cell(&t, "MEMORY");
     ctl_table_cell(&t, "DEVICE");
+    ctl_table_cell(&t, "REASON");
     for (size_t i = 0; i < nl->n_nodes; i++) {
         const Chorus__NodeInfo *n = nl->nodes[i];
         ctl_table_cell(&t, "%s", n->name);
@@ -58,6 +63,7 @@ static void print_table(const Chorus__NodeList *nl)
         else
             ctl_table_cell(&t, "-");
         ctl_table_cell(&t, "%s", n->device && *n->device ? n->device : "cpu");
+        ctl_table_cell(&t, "%s", n->drained && n->drain_reason ? n->drain_reason : "");
         slots += n->slots;
         free_slots += n->free_slots;
         alive += n->state && strcmp(n->state, "alive") == 0;
@@ -90,9 +96,33 @@ int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv)
     return CTL_EXIT_OK;
 }
 
+/* Send req about node name, answered Ok; say so as {"name": name, key: val} or "name: text". */
+static int node_act(ctl_t *ctl, Chorus__Envelope *req, const char *name, const char *key, int val,
+                    const char *text)
+{
+    Chorus__Envelope *resp = NULL;
+    int st = ctl_rpc(ctl, req, CHORUS__ENVELOPE__BODY_OK, name, &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    ch_msg_free(resp);
+    if (ctl->json) {
+        ctl_json_t j;
+        ctl_json_init(&j, stdout);
+        ctl_json_obj_begin(&j);
+        ctl_json_kstr(&j, "name", name);
+        ctl_json_key(&j, key);
+        ctl_json_bool(&j, val);
+        ctl_json_obj_end(&j);
+        ctl_json_finish(&j);
+    } else {
+        printf("%s: %s\n", name, text);
+    }
+    return CTL_EXIT_OK;
+}
+
 int ctl_cmd_node(ctl_t *ctl, int argc, char **argv)
 {
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     Chorus__ForgetNode f = CHORUS__FORGET_NODE__INIT;
 
     if (argc != 2 || strcmp(argv[0], "forget") != 0) {
@@ -102,21 +132,46 @@ int ctl_cmd_node(ctl_t *ctl, int argc, char **argv)
     f.name = argv[1];
     req.body_case = CHORUS__ENVELOPE__BODY_FORGET_NODE;
     req.forget_node = &f;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[1], &resp);
-    if (st != CTL_EXIT_OK)
-        return st;
-    ch_msg_free(resp);
-    if (ctl->json) {
-        ctl_json_t j;
-        ctl_json_init(&j, stdout);
-        ctl_json_obj_begin(&j);
-        ctl_json_kstr(&j, "name", argv[1]);
-        ctl_json_key(&j, "forgotten");
-        ctl_json_bool(&j, 1);
-        ctl_json_obj_end(&j);
-        ctl_json_finish(&j);
-    } else {
-        printf("%s: forgotten\n", argv[1]);
+    return node_act(ctl, &req, argv[1], "forgotten", 1, "forgotten");
+}
+
+/* drain NODE [--reason TEXT] (on = 1) or resume NODE (on = 0). */
+static int drain(ctl_t *ctl, int argc, char **argv, int on)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
+    Chorus__DrainNode d = CHORUS__DRAIN_NODE__INIT;
+    const char *usage =
+        on ? "usage: chorusctl drain NODE [--reason TEXT]" : "usage: chorusctl resume NODE";
+    const char *name = NULL; /* d's strings start as "", not NULL */
+    for (int i = 0; i < argc; i++) {
+        if (on && strcmp(argv[i], "--reason") == 0 && i + 1 < argc)
+            d.reason = argv[++i];
+        else if (on && strncmp(argv[i], "--reason=", 9) == 0)
+            d.reason = argv[i] + 9;
+        else if (argv[i][0] != '-' && !name)
+            name = argv[i];
+        else {
+            ctl_errf("%s", usage);
+            return CTL_EXIT_USAGE;
+        }
     }
-    return CTL_EXIT_OK;
+    if (!name) {
+        ctl_errf("%s", usage);
+        return CTL_EXIT_USAGE;
+    }
+    d.name = (char *)name;
+    d.drain = on;
+    req.body_case = CHORUS__ENVELOPE__BODY_DRAIN_NODE;
+    req.drain_node = &d;
+    return node_act(ctl, &req, name, "drained", on, on ? "drained (no new ranks)" : "resumed");
+}
+
+int ctl_cmd_drain(ctl_t *ctl, int argc, char **argv)
+{
+    return drain(ctl, argc, argv, 1);
+}
+
+int ctl_cmd_resume(ctl_t *ctl, int argc, char **argv)
+{
+    return drain(ctl, argc, argv, 0);
 }

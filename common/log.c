@@ -1,5 +1,11 @@
 /* Logging (log.h). Each line is formatted into one stack buffer and written with a
- * single write(2) to stderr, so lines from threads and processes never interleave. */
+ * single write(2) to stderr, so lines from threads and processes never interleave.
+ *
+ * When stderr is journald's stream (systemd sets JOURNAL_STREAM to its "device:inode"), a
+ * line starts with its syslog priority, "<3>" for an error (sd-daemon(3)), so that
+ * `journalctl -p err` finds it, and carries no timestamp of its own: the journal stamps
+ * every line. A rank process inherits the variable but writes to its log file, whose
+ * device and inode differ, so it keeps the timestamps. */
 #include "common/log.h"
 
 #include "common/escape.h"
@@ -10,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,8 +27,21 @@
 static char g_name[64] = "chorus";
 static ch_log_level_t g_level = CH_LOG_INFO;
 static char g_subsys[LOG_SUBSYS_MAX]; /* ",net,sched," or "" for all */
+static int g_journal;                 /* stderr is journald's stream */
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+static const char *const journal_prio[] = {"<3>", "<4>", "<6>", "<7>"}; /* err .. debug */
+
+/* Whether stderr is the stream JOURNAL_STREAM names ("device:inode", both decimal). */
+static int stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev = 0, ino = 0;
+    struct stat st;
+    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st) < 0)
+        return 0;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 int ch_log_level_parse(const char *s, ch_log_level_t *out)
 {
@@ -54,6 +74,7 @@ void ch_log_init(const char *name)
     ch_log_level_t lv;
     if (ch_log_level_parse(getenv("CHORUS_LOG_LEVEL"), &lv) == 0)
         g_level = lv;
+    g_journal = stderr_is_journal();
     const char *sub = getenv("CHORUS_LOG_SUBSYS");
     g_subsys[0] = '\0';
     if (sub && *sub && strcmp(sub, "all") != 0) {
@@ -99,20 +120,30 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
+/* "2026-12-03T16:38:36.123Z workerd INFO net: ", or under journald "<6>workerd INFO net: ". */
+static int line_head(char *line, size_t size, ch_log_level_t level, const char *subsys)
+{
+    const char *sub = subsys ? subsys : "-";
+    if (g_journal)
+        return snprintf(line, size, "%s%s %s %s: ", journal_prio[level], g_name, level_names[level],
+                        sub);
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    return snprintf(line, size,
+                    "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s: ", tm.tm_year + 1900,
+                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                    ts.tv_nsec / 1000000L, g_name, level_names[level], sub);
+}
+
 void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
 {
     if (level < CH_LOG_ERROR || level > CH_LOG_DEBUG || !ch_log_enabled(level, subsys))
         return;
     int saved_errno = errno;
     char line[LOG_LINE_MAX];
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line,
-                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s: ", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     ts.tv_nsec / 1000000L, g_name, level_names[level], subsys ? subsys : "-");
+    int n = line_head(line, sizeof line, level, subsys);
     if (n < 0 || (size_t)n >= sizeof line - 8)
         goto out;
     /* The message may quote a peer (a rank's failure, a node's name): newlines become

@@ -10,7 +10,9 @@
 typedef enum { CH_LOG_ERROR = 0, CH_LOG_WARN, CH_LOG_INFO, CH_LOG_DEBUG } ch_log_level_t;
 
 /* name is the program name printed in every line ("coordinatord"). Reads
- * CHORUS_LOG_LEVEL (error|warn|info|debug) and CHORUS_LOG_SUBSYS. */
+ * CHORUS_LOG_LEVEL (error|warn|info|debug) and CHORUS_LOG_SUBSYS, and JOURNAL_STREAM: when
+ * stderr is journald's stream, lines start with a syslog priority ("<3>") instead of a
+ * timestamp. Call it again after redirecting stderr. */
 void ch_log_init(const char *name);
 void ch_log_set_level(ch_log_level_t level);
 int ch_log_level_parse(const char *s, ch_log_level_t *out);

@@ -212,6 +212,10 @@ static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
             coord_buf_printf(&a->body, "%.*s", (int)len, text);
         }
         free(text);
+    } else if (strcmp(target, "/healthz") == 0) {
+        /* Answered from the event loop: a wedged loop answers nothing (a probe's timeout). */
+        plain(a, "200 OK", "ok\n");
+        return;
     } else if (strcmp(target, "/") == 0) {
         a->status = "200 OK";
         a->type = "text/html; charset=utf-8";
@@ -225,7 +229,7 @@ static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
     }
     if (rc == CH_E_NOTFOUND) {
         coord_buf_fini(&a->body);
-        plain(a, "404 Not Found", "not found: try / or /metrics\n");
+        plain(a, "404 Not Found", "not found: try /, /metrics or /healthz\n");
     } else if (rc < 0 || a->body.err) {
         coord_buf_fini(&a->body);
         plain(a, "500 Internal Server Error", "could not render the page\n");

@@ -1132,6 +1132,17 @@ static int state_counts(const coord_job_t *j, Chorus__JobInfo *ji)
     return 0;
 }
 
+/* Distinct nodes of the placed generation: by_node is sorted by node. */
+static uint32_t job_nodes(const coord_job_t *j)
+{
+    uint32_t n = 0;
+    if (!j->ranks || !j->by_node)
+        return 0;
+    for (uint32_t i = 0; i < j->world; i++)
+        n += i == 0 || j->by_node[i].node != j->by_node[i - 1].node;
+    return n;
+}
+
 int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
 {
     chorus__job_info__init(ji);
@@ -1162,6 +1173,8 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
     ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
+    ji->owner_uid = j->spec.owner.uid;
+    ji->nodes = job_nodes(j);
     if (!view)
         return 0;
     ji->job_ini = j->ini;

@@ -92,7 +92,7 @@ coord_node_t *coord_node_get(coord_t *c, const char *name)
 
 uint32_t coord_node_free(const coord_node_t *n)
 {
-    if (n->state != COORD_NODE_ALIVE || n->used >= n->slots)
+    if (n->state != COORD_NODE_ALIVE || n->drained || n->used >= n->slots)
         return 0;
     return n->slots - n->used;
 }
@@ -222,6 +222,27 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
         set_state(c, n, COORD_NODE_ALIVE, why);
     }
     *out = n;
+    return 0;
+}
+
+const char *coord_node_shown_state(const coord_node_t *n)
+{
+    if (n->drained && n->state == COORD_NODE_ALIVE)
+        return coord_node_state_name(COORD_NODE_DRAINING);
+    return coord_node_state_name(n->state);
+}
+
+int coord_node_drain(coord_t *c, const char *name, int on, const char *reason, char *err,
+                     size_t errlen)
+{
+    coord_node_t *n = coord_node_find(c, name);
+    if (!n)
+        return ch_errf(err, errlen, CH_E_NOTFOUND, "no node \"%.64s\"", name);
+    n->drained = on;
+    snprintf(n->drain_reason, sizeof n->drain_reason, "%s", on && reason ? reason : "");
+    CH_LOGI("node", "node=%s %s%s%s", n->name, on ? "drained" : "resumed",
+            on && reason && *reason ? ": " : "", on && reason ? reason : "");
+    coord_changed(c); /* a resumed node may start queued jobs */
     return 0;
 }
 

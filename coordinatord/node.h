@@ -2,7 +2,11 @@
  *
  *   Register -> alive (a reconnect under the same name replaces the old link)
  *   link closed -> suspect at once;  no heartbeat for dead_after_ms -> dead
- *   heartbeat on a suspect node -> alive;  draining is reserved for `chorusctl drain`.
+ *   heartbeat on a suspect node -> alive.
+ * Drained (`chorusctl drain`) is a mark beside the state, kept across link loss until
+ * `chorusctl resume`: the node takes no new ranks and keeps those it runs. It is shown as
+ * the state "draining" while the node is alive; not stored (a coordinator restart forgets
+ * it).
  * Every change is logged ("node=n1 state alive->dead (no heartbeat for 5012 ms)") and
  * stored. Nodes are never freed before coord_nodes_fini, so jobs keep pointers to them. */
 #ifndef COORD_NODE_H
@@ -41,6 +45,8 @@ typedef struct coord_node {
     coord_link_t *link;     /* NULL while disconnected; owned by the server */
     uint64_t mark;          /* scratch for de-duplicating walks (job.c, node.c) */
     uint64_t dead_since_ms; /* monotonic; while dead */
+    int drained;            /* chorusctl drain: no new ranks */
+    char drain_reason[128];
 } coord_node_t;
 
 typedef struct coord_nodes {
@@ -58,12 +64,18 @@ typedef struct coord_nodes {
 } coord_nodes_t;
 
 const char *coord_node_state_name(coord_node_state_t s);
+/* The state chorusctl nodes shows: "draining" for a drained alive node, else the state. */
+const char *coord_node_shown_state(const coord_node_t *n);
+/* Drain node name (on = 1: no new ranks, reason shown beside it) or resume it (on = 0).
+ * 0, or -ENOENT with the reason in err. */
+int coord_node_drain(coord_t *c, const char *name, int on, const char *reason, char *err,
+                     size_t errlen);
 /* By name, O(1) (a hash of the registered names). */
 coord_node_t *coord_node_find(coord_t *c, const char *name);
 /* Find or add (as dead, with no slots) a node known only by name, e.g. from a stored
  * placement. NULL when out of memory. */
 coord_node_t *coord_node_get(coord_t *c, const char *name);
-/* Slots free for scheduling (0 unless alive). */
+/* Slots free for scheduling (0 unless alive and not drained). */
 uint32_t coord_node_free(const coord_node_t *n);
 
 /* A Register arrived on link: validate, bind the node to the link, mark it alive.

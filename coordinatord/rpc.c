@@ -236,7 +236,9 @@ static void h_list_nodes(coord_t *c, coord_link_t *l, const Chorus__Envelope *re
         const coord_node_t *node = c->nodes.v[i];
         chorus__node_info__init(&ni[i]);
         ni[i].name = (char *)node->name;
-        ni[i].state = (char *)coord_node_state_name(node->state);
+        ni[i].state = (char *)coord_node_shown_state(node);
+        ni[i].drained = node->drained;
+        ni[i].drain_reason = (char *)node->drain_reason;
         ni[i].slots = node->slots;
         ni[i].free_slots = coord_node_free(node);
         ni[i].rack = (char *)node->rack;
@@ -437,6 +439,26 @@ static void h_forget_node(coord_t *c, coord_link_t *l, const Chorus__Envelope *r
         reply_ok(l, req);
 }
 
+/* Draining is an operator's act: root, the daemon's user, admin-group members and
+ * cluster-key holders only. */
+static void h_drain_node(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    char err[256];
+    const Chorus__DrainNode *d = req->drain_node;
+    if (!l->cred.admin) {
+        coord_link_error(l, req->request_id, -EACCES,
+                         "permission denied: uid %lu may not drain or resume nodes (root and "
+                         "admin-group only)",
+                         (unsigned long)l->cred.uid);
+        return;
+    }
+    int rc = coord_node_drain(c, d->name ? d->name : "", d->drain, d->reason, err, sizeof err);
+    if (rc < 0)
+        coord_link_error(l, req->request_id, rc, "%s", err);
+    else
+        reply_ok(l, req);
+}
+
 // ---------------------------------------------------------------------------------------
 // The table
 
@@ -456,6 +478,7 @@ static const rpc_t RPCS[] = {
     {CHORUS__ENVELOPE__BODY_CANCEL, C, 0, 0, h_cancel},
     {CHORUS__ENVELOPE__BODY_KILL_RANK, C, 0, 0, h_kill_rank},
     {CHORUS__ENVELOPE__BODY_FORGET_NODE, C, 0, 1, h_forget_node},
+    {CHORUS__ENVELOPE__BODY_DRAIN_NODE, C, 0, 1, h_drain_node},
 };
 
 #undef W

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Install Chorus's dependencies from Debian 12 packages, by set:
 #   runtime  what the installed daemons and chorusctl load (a node that only runs Chorus)
-#   build    runtime + compilers, CMake and the -dev packages (deploy/quickstart.sh demo)
+#   build    runtime + compilers, CMake, the -dev packages and help2man (man pages)
+#            (deploy/quickstart.sh demo)
 #   test     build + what the test suite and its reference benchmarks use
-#            (Criterion, Open MPI, python3, chromium; deploy/quickstart.sh test)
+#            (Criterion, Open MPI, python3, chromium, prometheus for promtool;
+#            deploy/quickstart.sh test)
 # usage: deploy/install-deps.sh [runtime|build|test]   (default: test, everything)
 # Idempotent: does nothing when the set is already there. Needs root (or sudo).
 set -euo pipefail
 
 runtime=(libuv1 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4 libucx0 ucx-utils
          libopenblas0)
-build=(build-essential cmake pkg-config git protobuf-c-compiler
+build=(build-essential cmake pkg-config git protobuf-c-compiler help2man
        libuv1-dev libprotobuf-c-dev libsodium-dev libsqlite3-dev libjansson-dev libucx-dev
        libopenblas-dev)
-test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium)
+test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium prometheus)
 
 case "${1:-test}" in
 runtime) pkgs=("${runtime[@]}") ;;

@@ -10,6 +10,8 @@
 #   lib/systemd/system/      the units, naming the binaries under this prefix
 #   share/chorus/            example configs (etc/), job files, Slurm script, Grafana dashboard
 #   share/doc/chorus/        README, LICENSE, docs
+#   share/bash-completion/completions/chorusctl
+#   share/man/man1/chorusctl.1, man8/coordinatord.8, man8/workerd.8 (when help2man is there)
 # The daemons read /etc/chorus whatever the prefix: deploy/install.sh and the package's
 # postinst copy the example configs there when none exist.
 include(GNUInstallDirs)
@@ -34,7 +36,39 @@ install(FILES deploy/jobs/demo.ini deploy/jobs/diag.ini DESTINATION ${CHORUS_SHA
 install(PROGRAMS deploy/slurm/chorus.sbatch DESTINATION ${CHORUS_SHARE}/slurm)
 install(FILES deploy/grafana-dashboard.json DESTINATION ${CHORUS_SHARE})
 install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# bash completion, generated from chorusctl's command table by the chorusctl just built
+set(CHORUS_COMPLETION ${CMAKE_BINARY_DIR}/deploy/chorusctl.bash)
+add_custom_command(OUTPUT ${CHORUS_COMPLETION}
+                   COMMAND sh -c "$<TARGET_FILE:chorusctl> completion bash > ${CHORUS_COMPLETION}"
+                   DEPENDS chorusctl VERBATIM)
+add_custom_target(chorusctl_completion ALL DEPENDS ${CHORUS_COMPLETION})
+install(FILES ${CHORUS_COMPLETION} RENAME chorusctl
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+
+# Man pages from each binary's --help and --version (help2man), when help2man is installed:
+# chorusctl(1), coordinatord(8), workerd(8). The text is the one --help prints, so they never
+# disagree.
+find_program(HELP2MAN help2man)
+if(HELP2MAN)
+  set(CHORUS_MAN_PAGES "")
+  file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/man)
+  foreach(spec "chorusctl;1;Chorus cluster control: submit, watch and inspect jobs"
+               "coordinatord;8;Chorus cluster coordinator" "workerd;8;Chorus node agent")
+    list(GET spec 0 prog)
+    list(GET spec 1 sect)
+    list(GET spec 2 what)
+    set(page ${CMAKE_BINARY_DIR}/man/${prog}.${sect})
+    add_custom_command(OUTPUT ${page}
+                       COMMAND ${HELP2MAN} --no-info --section ${sect} --name ${what}
+                               --output ${page} $<TARGET_FILE:${prog}>
+                       DEPENDS ${prog} VERBATIM)
+    list(APPEND CHORUS_MAN_PAGES ${page})
+    install(FILES ${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${sect})
+  endforeach()
+  add_custom_target(chorus_man ALL DEPENDS ${CHORUS_MAN_PAGES})
+endif()
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME chorus)

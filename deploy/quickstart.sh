@@ -16,7 +16,10 @@ build() { # build DIR [cmake args...]
 case "${1:-}" in
 demo)
   deploy/install-deps.sh build
-  build build
+  # Only what the demo runs (with the GPU module where CUDA is installed): not the tests
+  # and benchmarks, most of a full build.
+  cmake -S "$root" -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j "$jobs" --target coordinatord workerd chorus-rank chorusctl
   exec deploy/demo.sh build
   ;;
 test)

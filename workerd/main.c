@@ -73,7 +73,6 @@ typedef struct workerd {
     wrk_agent_t *agent;
     uv_signal_t sigterm, sigint;
     uv_timer_t watchdog, grace;
-    int ready_sent;
 } workerd_t;
 
 static void on_watchdog(uv_timer_t *t)
@@ -86,13 +85,21 @@ static void on_registered(void *ud, int first)
 {
     workerd_t *w = ud;
     char status[2 * CH_OPT_STRLEN + 64];
+    (void)first;
     snprintf(status, sizeof status, "STATUS=registered with %s as %s", w->cfg.coordinator,
              w->cfg.name);
     ch_notify(status);
-    if (first && !w->ready_sent) {
-        w->ready_sent = 1;
-        ch_notify("READY=1");
-    }
+}
+
+/* Ready once started, not once registered: a node whose head is down (or not yet up) must
+ * not hold `systemctl enable --now` until the start times out; the status line says what
+ * it waits for, and on_registered replaces it. */
+static void notify_started(const workerd_t *w)
+{
+    char status[CH_OPT_STRLEN + 64];
+    snprintf(status, sizeof status, "STATUS=waiting for coordinator %s", w->cfg.coordinator);
+    ch_notify(status);
+    ch_notify("READY=1");
 }
 
 // ----------------------------------------------------------------------------
@@ -267,6 +274,7 @@ static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
     CH_LOGI("workerd", "node=%s slots=%u rack=%s device=%s coordinator=%s run-dir=%s", ac->name,
             ac->slots, ac->rack, ac->device, w->cfg.coordinator, ac->run_dir);
     wrk_agent_start(w->agent);
+    notify_started(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
 
     uv_close((uv_handle_t *)&w->grace, NULL);

@@ -182,6 +182,26 @@ static int job_state_is(const h_cluster_t *c, const char *id, const char *state)
 // ----------------------------------------------------------------------------
 // watch
 
+/* promtool (Debian package prometheus) finds nothing to say about the exposition, when it
+ * is installed; otherwise the format is only as checked above. */
+static void promtool_check(const char *dir, const char *body)
+{
+    char path[PATH_MAX + 16], cmd[PATH_MAX + 64];
+    if (access("/usr/bin/promtool", X_OK) != 0) {
+        fprintf(stderr, "promtool not installed (Debian package prometheus): not run\n");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/metrics.txt", dir);
+    cr_assert_eq(h_write_file(path, body), 0);
+    snprintf(cmd, sizeof cmd, "/usr/bin/promtool check metrics < '%s' 2>&1", path);
+    h_out_t o;
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    cr_assert_eq(h_run(&o, 30000, argv), 0);
+    cr_expect_eq(o.status, 0, "promtool check metrics:\n%s%s", o.out, o.err);
+    cr_expect_str_eq(o.out, "", "promtool has remarks");
+    h_out_free(&o);
+}
+
 Test(view, watch_redraws_on_a_terminal_lines_in_a_pipe_json_per_update)
 {
     h_cluster_t c;
@@ -339,6 +359,19 @@ Test(view, bad_requests_get_404_405_413)
     cr_expect_eq(http(addr, big, NULL), 413, "oversized head");
     cr_expect_eq(get(addr, "/metrics", &body), 200);
     cr_expect(h_has(body, "chorus_nodes{state=\"alive\"} 1"), "%s", body);
+    cr_expect(h_has(body, "chorus_build_info{version=\"" CHORUS_VERSION "\"} 1"), "%s", body);
+    cr_expect(h_has(body, "\nprocess_resident_memory_bytes ") &&
+                  h_has(body, "\nprocess_cpu_seconds_total ") && h_has(body, "\nprocess_open_fds "),
+              "process_* metrics: %s", body);
+    cr_expect(!h_has(body, "{job=\""), "a job label would clash with the scrape's: %s", body);
+    char *ok = NULL;
+    cr_expect_eq(get(addr, "/healthz", &ok), 200);
+    const char *ok_body = ok ? strstr(ok, "\r\n\r\n") : NULL; /* get() keeps the head */
+    cr_expect(ok_body && strcmp(ok_body + 4, "ok\n") == 0, "/healthz said %s", ok ? ok : "-");
+    free(ok);
+    const char *text = strstr(body, "\r\n\r\n");
+    cr_assert_not_null(text);
+    promtool_check(c.dir, text + 4);
 
     /* Every metric the Grafana dashboard queries is one /metrics declares. */
     char path[PATH_MAX];

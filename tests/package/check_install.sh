@@ -34,10 +34,19 @@ for b in coordinatord workerd chorus-rank chorusctl; do
   [[ $out == "$b (Chorus) "* ]] || fail "$b --version printed '$out'"
   echo "$out"
 done
+if command -v help2man >/dev/null; then
+  for m in man1/chorusctl.1 man8/coordinatord.8 man8/workerd.8; do
+    grep -q '^\.SH DESCRIPTION' "$scratch/deb$prefix/share/man/$m" || fail "no man page $m"
+  done
+  echo "man pages: chorusctl(1), coordinatord(8), workerd(8)"
+fi
+grep -q "complete -F _chorusctl chorusctl" "$scratch/deb$prefix/share/bash-completion/completions/chorusctl" ||
+  fail "no bash completion for chorusctl"
 units=("$scratch/deb$prefix"/lib/systemd/system/chorus-*.service)
 [ ${#units[@]} -eq 2 ] || fail "expected 2 units, found ${units[*]}"
 for u in "${units[@]}"; do
   grep -q "^ExecStart=$prefix/bin/" "$u" || fail "$(basename "$u") does not run $prefix/bin/"
+  grep -q '^RestartPreventExitStatus=78' "$u" || fail "$(basename "$u") restarts on a config error"
 done
 if command -v systemd-analyze >/dev/null; then
   # Copies whose ExecStart= names the unpacked binaries (verify checks they exist); --root

@@ -468,8 +468,8 @@ Test(coord, job_runs_to_completion)
     cr_assert(strstr(page, "HTTP/1.0 200 OK") != NULL, "%s", page);
     cr_assert(strstr(page, "chorus_nodes{state=\"alive\"} 2\n") != NULL, "%s", page);
     cr_assert(strstr(page, "chorus_jobs{state=\"running\"} 1\n") != NULL, "%s", page);
-    cr_assert(strstr(page, "chorus_job_step{job=\"j1\",name=\"t1\"} 3\n") != NULL, "%s", page);
-    cr_assert(strstr(page, "chorus_job_loss{job=\"j1\",name=\"t1\"} 1.5\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_job_step{job_id=\"j1\",name=\"t1\"} 3\n") != NULL, "%s", page);
+    cr_assert(strstr(page, "chorus_job_loss{job_id=\"j1\",name=\"t1\"} 1.5\n") != NULL, "%s", page);
     cr_assert(strstr(page, "chorus_heartbeats_total ") != NULL, "%s", page);
 
     /* Every rank done, then exited cleanly: completed, slots free again. */
