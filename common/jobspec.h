@@ -47,10 +47,15 @@ typedef struct ch_jobspec {
         char init_from[CH_PATH_LEN]; /* "" or a GPT-2 safetensors file */
         ch_device_t device;          /* cpu (default) | cuda */
         ch_precision_t precision;    /* fp32 (default) | tf32 */
+        /* "" (a fresh run), "auto" (the newest committed step of this run, if any) or
+         * PATH (a committed step dir, or a run folder's newest step): common/run.h */
+        char resume[CH_PATH_LEN];
+        int64_t log_every; /* rank 0 logs a loss line every log_every steps; 0: never */
     } train;
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
         int64_t every, keep;
+        char run_id[40]; /* stamped by the coordinator at submit (common/run.h) */
     } checkpoint;
     struct {
         int64_t max_restarts;
