@@ -168,7 +168,7 @@ static int denied(const char *field, const char *what, const char *path, int e, 
 /* A file the job reads. */
 static int check_read(const char *field, const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
     if (fd < 0)
         return denied(field, "read", path, errno, err, errlen);
     close(fd);
