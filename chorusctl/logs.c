@@ -174,15 +174,20 @@ static int show_remote(const ctl_t *ctl, ch_client_t *cl, const char *job, uint6
     char err[512];
     uint64_t off = 0, size = 1;
     int head = 0, bol = 1;
+    char *text = NULL; /* JSON: the whole log */
+    size_t tlen = 0;
+    int ret;
     while (off < size) {
         Chorus__Envelope *resp = NULL;
         int rc = read_chunk(cl, job, g, r, off, &resp, err, sizeof err);
-        if (rc == -ENOENT)
-            return head;
+        if (rc == -ENOENT && !head) {
+            ret = 0; /* not on that node: this rank ran elsewhere in generation g */
+            goto out;
+        }
         if (rc < 0) {
             ctl_errf("%s: rank %u, generation %" PRIu64 ": %s", job, r, g, err);
-            return rc == -EACCES ? -CTL_EXIT_FAILED : -(rc == -ETIMEDOUT ? CTL_EXIT_UNREACHABLE
-                                                                         : CTL_EXIT_FAILED);
+            ret = -(rc == -ETIMEDOUT || rc == -ENOTCONN ? CTL_EXIT_UNREACHABLE : CTL_EXIT_FAILED);
+            goto out;
         }
         const Chorus__LogChunk *lc = resp->log_chunk;
         if (!head && j) {
@@ -197,11 +202,18 @@ static int show_remote(const ctl_t *ctl, ch_client_t *cl, const char *job, uint6
         }
         head = 1;
         size = lc->size;
-        if (j) { /* the text is one string: gather it (a log is small next to memory) */
-            char *text = strndup((const char *)lc->data.data, lc->data.len);
-            ctl_json_str(j, text ? text : "");
-            free(text);
-            size = off; /* one chunk in JSON */
+        if (j) { /* the text is one string: gathered whole (a log is small next to memory) */
+            char *more = realloc(text, tlen + lc->data.len + 1);
+            if (!more) {
+                ch_msg_free(resp);
+                ctl_errf("out of memory");
+                ret = -CTL_EXIT_FAILED;
+                goto out;
+            }
+            text = more;
+            memcpy(text + tlen, lc->data.data, lc->data.len);
+            tlen += lc->data.len;
+            text[tlen] = '\0';
         } else {
             print_prefixed(lc->data.data, lc->data.len, -1, &bol);
         }
@@ -210,12 +222,17 @@ static int show_remote(const ctl_t *ctl, ch_client_t *cl, const char *job, uint6
             size = off;
         ch_msg_free(resp);
     }
-    if (j && head)
+    if (j && head) {
+        ctl_json_str(j, text ? text : "");
         ctl_json_obj_end(j);
-    else if (many && head && !bol)
+    } else if (many && head && !bol) {
         printf("\n");
+    }
+    ret = head;
+out:
+    free(text);
     (void)ctl;
-    return head;
+    return ret;
 }
 
 /* Print what each followed rank's log gained; *grew: whether any did. An exit status. */
@@ -276,8 +293,8 @@ static int follow(const ctl_t *ctl, ch_client_t *cl, const char *job, uint64_t g
         ch_msg_free(resp);
         resp = NULL;
         int grew = 0;
-        if (g > 0 && (st = follow_pass(cl, id, g, lo, hi, off, bol, hi - lo > 1, &grew)) !=
-                         CTL_EXIT_OK)
+        if (g > 0 &&
+            (st = follow_pass(cl, id, g, lo, hi, off, bol, hi - lo > 1, &grew)) != CTL_EXIT_OK)
             break;
         if (!active && !grew) { /* ended, and one pass after the end found nothing new */
             if (last_pass++)

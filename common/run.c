@@ -364,9 +364,9 @@ int ch_run_check(const ch_jobspec_t *s, int ranks, ch_run_resume_t *out, char *e
         rc = ch_errf(err, errlen, CH_E_CONFIG, "train.resume: auto needs checkpoint.dir");
         goto out;
     }
-    /* a rank of a job stamped with its run, in a folder whose run.json is that run's
-     * (checked above): written by this job's rank 0 in an earlier generation */
-    int ours = ranks && own.id[0] && s->checkpoint.run_id[0];
+    /* a rank: the submit-time rules held, and run.json is this job's run (checked above
+     * when the job is stamped with one): its rank 0 wrote it in an earlier generation */
+    int ours = ranks && own.id[0];
     rc = check_resume(s, folder, &own, ours, &res, err, errlen);
 out:
     if (rc == 0 && out)
