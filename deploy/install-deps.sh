@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install Chorus's build and test dependencies from Debian 12 packages.
 # Idempotent: does nothing when everything is already there. Needs root (or sudo).
+#   --test  also what only tests need: a real Slurm for tests/slurm/requeue.sh
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
@@ -8,6 +9,9 @@ pkgs=(build-essential cmake pkg-config git
       libcriterion-dev libsqlite3-dev libopenblas-dev libsodium-dev libsystemd-dev
       openmpi-bin libopenmpi-dev python3
       libjansson-dev chromium)
+# test-only: Slurm and munge, run by hand by tests/slurm/requeue.sh (it skips without them)
+test_pkgs=(slurm-wlm munge)
+[ "${1:-}" = --test ] && pkgs+=("${test_pkgs[@]}")
 
 missing=()
 for p in "${pkgs[@]}"; do
