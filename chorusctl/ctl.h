@@ -69,6 +69,7 @@ int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_status(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_watch(ctl_t *ctl, int argc, char **argv); /* watch.c */
 int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv);
+int ctl_cmd_checkpoint(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv);
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv);

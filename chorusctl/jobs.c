@@ -781,6 +781,26 @@ int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv)
     return CTL_EXIT_OK;
 }
 
+int ctl_cmd_checkpoint(ctl_t *ctl, int argc, char **argv)
+{
+    Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    Chorus__Checkpoint c = CHORUS__CHECKPOINT__INIT;
+
+    if (argc != 1) {
+        ctl_errf("usage: chorusctl checkpoint JOB");
+        return CTL_EXIT_USAGE;
+    }
+    c.job_id = argv[0];
+    req.body_case = CHORUS__ENVELOPE__BODY_CHECKPOINT;
+    req.checkpoint = &c;
+    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    if (st != CTL_EXIT_OK)
+        return st;
+    ch_msg_free(resp);
+    print_done(ctl, argv[0], "checkpoint_requested");
+    return CTL_EXIT_OK;
+}
+
 int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv)
 {
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;

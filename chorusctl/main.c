@@ -48,8 +48,14 @@ static const cmd_t commands[] = {
      "JSON object per line with --json; exits 0 when it completed, 1 when it failed or was "
      "cancelled"},
     {"cancel", ctl_cmd_cancel, "JOB", "cancel a job"},
+    {"checkpoint", ctl_cmd_checkpoint, "JOB",
+     "commit a checkpoint at the job's next step (what SIGUSR1 to coordinatord does for every "
+     "running job)"},
     {"kill-rank", ctl_cmd_kill_rank, "JOB RANK", "kill one rank process (fault drill)"},
-    {"logs", ctl_cmd_logs, "JOB [--rank R] [--dir DIR]", "print rank logs of a local cluster"},
+    {"logs", ctl_cmd_logs, "JOB [--rank R] [--generation G] [--follow] [--dir DIR]",
+     "print the ranks' logs, served by the workerd of each rank (every generation, oldest "
+     "first; --follow: the current one as it grows, until the job ends); --dir reads a local "
+     "cluster's files instead"},
     {"local", ctl_cmd_local,
      "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N] "
      "[--metrics HOST:PORT]",

@@ -99,9 +99,12 @@ static const field_t fields[] = {
     JF("optim", "beta2", F_DBL, optim.beta2, 0, 0),
     JF("optim", "eps", F_DBL, optim.eps, 0, 0),
     JF("optim", "grad_clip", F_DBL, optim.grad_clip, 0, 0),
+    JF("train", "resume", F_STR, train.resume, 0, 0),
+    JF("train", "log_every", F_I64, train.log_every, 0, LLONG_MAX),
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
+    JF("checkpoint", "run_id", F_STR, checkpoint.run_id, 0, 0),
     JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, MAX_RESTARTS),
     JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, STEP_TIMEOUT_MAX),
     JF("fault", "elastic", F_BOOL, fault.elastic, 0, 0),
@@ -150,6 +153,7 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     j->optim.beta2 = 0.95;
     j->optim.eps = 1e-8;
     j->optim.grad_clip = 1.0;
+    j->train.log_every = 10;
     j->checkpoint.every = 0;
     j->checkpoint.keep = 3;
     j->fault.max_restarts = 3;
@@ -787,6 +791,15 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
         rc = validate_optim(j, err, errlen);
     if (rc < 0)
         return rc;
+    if (strcmp(j->name, ".") == 0 || strcmp(j->name, "..") == 0) {
+        snprintf(err, errlen, "job.name: '%s' cannot name a checkpoint folder", j->name);
+        return CH_E_CONFIG;
+    }
+    if (strcmp(j->train.resume, "auto") == 0 && j->checkpoint.dir[0] == '\0') {
+        snprintf(err, errlen, "train.resume: auto continues this run's checkpoints: set "
+                              "checkpoint.dir");
+        return CH_E_CONFIG;
+    }
     if (j->checkpoint.every > 0 && j->checkpoint.dir[0] == '\0') {
         snprintf(err, errlen, "checkpoint.dir: required when checkpoint.every is %" PRId64,
                  j->checkpoint.every);

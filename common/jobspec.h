@@ -62,6 +62,10 @@ typedef struct ch_jobspec {
         char val_data[CH_PATH_LEN];  /* "": no validation loss; forms as data (data.h) */
         int64_t eval_every;          /* steps between validation losses; 0: at the end only */
         int64_t eval_tokens;         /* tokens of val_data each evaluation reads */
+        /* "" (a fresh run), "auto" (the newest committed step of this run, if any) or
+         * PATH (a committed step dir, or a run folder's newest step): common/run.h */
+        char resume[CH_PATH_LEN];
+        int64_t log_every; /* rank 0 logs a loss line every log_every steps; 0: never */
     } train;
     /* AdamW and clipping (torch.optim.AdamW, clip_grad_norm_); grad_clip 0: no clipping */
     struct {
@@ -70,6 +74,7 @@ typedef struct ch_jobspec {
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
         int64_t every, keep;
+        char run_id[40]; /* stamped by the coordinator at submit (common/run.h) */
     } checkpoint;
     struct {
         int64_t max_restarts;

@@ -6,6 +6,7 @@
  * iteration after anything changed (Redis's beforeSleep), so a burst of events costs
  * one scheduling pass, and then commits the loop turn's writes in one transaction. */
 #include "coord.h"
+#include "logs.h"
 
 #include <grp.h>
 #include <limits.h>
@@ -68,6 +69,7 @@ static void on_cron(uv_timer_t *t)
     uint64_t now = ch_now_ms();
     coord_node_check(c, now);
     coord_job_check(c, now);
+    coord_logs_expire(c, now);
     coord_series_tick(c, now);
     update_status(c);
 }
@@ -209,6 +211,7 @@ void coord_fini(coord_t *c)
 {
     coord_series_fini(c);
     coord_share_fini(c);
+    coord_logs_fini(c);
     coord_jobs_fini(c);
     coord_nodes_fini(c);
     coord_kv_destroy(c->kv);

@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "coord.h"
 #include "metrics.h"
+#include "jobjson.h"
 #include "statuspage.h"
 
 // ---------------------------------------------------------------------------------------
@@ -182,6 +183,13 @@ static int has_body(const char *head)
 }
 
 /* Route one complete request head. */
+/* /jobs/<id>.json, whose id is not empty */
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
 static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
 {
     char method[8], target[256];
@@ -220,6 +228,11 @@ static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
         a->status = "200 OK";
         a->type = "text/html; charset=utf-8";
         rc = coord_page_index(c, &a->body);
+    } else if (strncmp(target, "/jobs/", 6) == 0 && ends_with(target + 6, ".json")) {
+        a->status = "200 OK";
+        a->type = "application/json";
+        target[strlen(target) - 5] = '\0';
+        rc = coord_page_job_json(c, target + 6, &a->body);
     } else if (strncmp(target, "/jobs/", 6) == 0 && target[6]) {
         a->status = "200 OK";
         a->type = "text/html; charset=utf-8";

@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "coord.h"
+#include "runs.h"
 
 #define EXIT_CONFIG 78
 
@@ -70,7 +71,7 @@ static const ch_opt_t OPTIONS[] = {
 
 typedef struct daemon {
     coord_t c;
-    uv_signal_t sig[2]; /* SIGTERM, SIGINT */
+    uv_signal_t sig[3]; /* SIGTERM, SIGINT, SIGUSR1 */
     int sig_open;
 } daemon_t;
 
@@ -81,6 +82,17 @@ static void close_signals(daemon_t *d)
     d->sig_open = 0;
     uv_close((uv_handle_t *)&d->sig[0], NULL);
     uv_close((uv_handle_t *)&d->sig[1], NULL);
+    uv_close((uv_handle_t *)&d->sig[2], NULL);
+}
+
+/* SIGUSR1 (what sbatch --signal=B:USR1@T sends before a walltime ends): every running
+ * train job commits a checkpoint at its next step. */
+static void on_usr1(uv_signal_t *h, int signum)
+{
+    daemon_t *d = h->data;
+    (void)signum;
+    CH_LOGI("main", "SIGUSR1: a checkpoint of every running job at its next step");
+    coord_runs_checkpoint_all(&d->c);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -180,6 +192,9 @@ int main(int argc, char **argv)
         d.sig[i].data = &d;
         uv_signal_start(&d.sig[i], on_signal, i == 0 ? SIGTERM : SIGINT);
     }
+    uv_signal_init(&loop, &d.sig[2]);
+    d.sig[2].data = &d;
+    uv_signal_start(&d.sig[2], on_usr1, SIGUSR1);
     d.sig_open = 1;
     rc = coord_start(&d.c);
     if (rc < 0) {

@@ -14,6 +14,8 @@
 #include "common/util.h"
 #include "coord.h"
 #include "launch.h"
+#include "logs.h"
+#include "runs.h"
 
 typedef void (*rpc_fn)(coord_t *c, coord_link_t *l, const Chorus__Envelope *req);
 
@@ -276,6 +278,9 @@ static int stamp_owner(coord_t *c, const coord_link_t *l, const char *ini, char 
     }
     if (rc == 0)
         rc = coord_users_stamp(&c->users, &l->cred, spec, err, errlen);
+    /* the file check needs a valid spec: an invalid one goes on to be refused by name */
+    if (rc == 0 && ch_jobspec_validate(spec, 0, err, errlen) == 0)
+        rc = coord_runs_stamp(c, spec, err, errlen);
     if (rc == 0)
         rc = coord_share_submit(c, &l->cred, spec, err, errlen);
     if (rc == 0)
@@ -428,6 +433,36 @@ static void h_kill_rank(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         reply_ok(l, req);
 }
 
+static void h_checkpoint(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    char err[256];
+    coord_job_t *j = find_or_reply(c, l, req, req->checkpoint->job_id);
+    if (!j)
+        return;
+    int rc = coord_users_may_act(&l->cred, &j->spec, j->id, err, sizeof(err));
+    if (rc == 0)
+        rc = coord_runs_checkpoint(c, j, err, sizeof(err));
+    if (rc < 0)
+        coord_link_error(l, req->request_id, rc, "%s", err);
+    else
+        reply_ok(l, req);
+}
+
+static void h_log_read(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    coord_logs_read(c, l, req);
+}
+
+/* A worker's answer to a relayed read; any other Error from a worker is only logged. */
+static void h_worker_reply(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    if (coord_logs_reply(c, l, req))
+        return;
+    if (req->body_case == CHORUS__ENVELOPE__BODY_ERROR)
+        CH_LOGD("net", "peer %s: error %d: %s", coord_link_peer(l), req->error->code,
+                req->error->message);
+}
+
 static void h_forget_node(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
 {
     char err[256];
@@ -479,6 +514,10 @@ static const rpc_t RPCS[] = {
     {CHORUS__ENVELOPE__BODY_KILL_RANK, C, 0, 0, h_kill_rank},
     {CHORUS__ENVELOPE__BODY_FORGET_NODE, C, 0, 1, h_forget_node},
     {CHORUS__ENVELOPE__BODY_DRAIN_NODE, C, 0, 1, h_drain_node},
+    {CHORUS__ENVELOPE__BODY_CHECKPOINT, C, 0, 0, h_checkpoint},
+    {CHORUS__ENVELOPE__BODY_LOG_READ, C, 0, 0, h_log_read},
+    {CHORUS__ENVELOPE__BODY_LOG_CHUNK, W, 1, 0, h_worker_reply},
+    {CHORUS__ENVELOPE__BODY_ERROR, W, 1, 0, h_worker_reply},
 };
 
 #undef W

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord.h"
+#include "logs.h"
 #include "rpc.h"
 
 // ---------------------------------------------------------------------------------------
@@ -192,6 +193,7 @@ static void on_msg(ch_conn_t *conn, Chorus__Envelope *env, void *ud)
 void coord_link_gone(coord_t *c, coord_link_t *l, int reason)
 {
     coord_kv_drop_waiter(c->kv, l);
+    coord_logs_link_gone(c, l);
     if (l->node && l->node->link == l) {
         CH_LOGI("net", "node=%s link %s closed%s%s", l->node->name, coord_link_peer(l),
                 reason ? ": " : "", reason ? ch_strerror(reason) : "");

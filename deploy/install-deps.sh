@@ -15,7 +15,8 @@ runtime=(libuv1 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4 libucx0 ucx-
 build=(build-essential cmake pkg-config git protobuf-c-compiler help2man
        libuv1-dev libprotobuf-c-dev libsodium-dev libsqlite3-dev libjansson-dev libucx-dev
        libopenblas-dev)
-test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium prometheus)
+# slurm-wlm and munge: a real Slurm, run by hand by tests/slurm/requeue.sh
+test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium prometheus slurm-wlm munge)
 
 case "${1:-test}" in
 runtime) pkgs=("${runtime[@]}") ;;

@@ -36,6 +36,7 @@
 #include "common/msg.h"
 #include "common/rdzv.h"
 #include "common/util.h"
+#include "workerd/logs.h"
 #include "workerd/proc.h"
 
 #define BACKOFF_MIN_MS       100
@@ -863,6 +864,48 @@ static void on_coord_ready(ch_conn_t *c, void *ud)
     send_register(a);
 }
 
+/* CheckpointRanks to each rank of that job and generation here (each polls its link
+ * once a step). */
+static void forward_checkpoint(wrk_agent_t *a, const Chorus__CheckpointRanks *cr)
+{
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    env.body_case = CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS;
+    env.checkpoint_ranks = (Chorus__CheckpointRanks *)cr;
+    for (rank_ent_t *e = a->ranks; e; e = e->next)
+        if (e->link && !e->exited && e->gen == cr->generation && strcmp(e->job_id, cr->job_id) == 0)
+            ch_conn_send(e->link, &env);
+    CH_LOGI("agent", "job=%s gen=%" PRIu64 ": checkpoint requested", cr->job_id, cr->generation);
+}
+
+/* LogRead: a chunk of a rank's log under run_dir (wrk_logs_read), or an Error. */
+static void serve_log(wrk_agent_t *a, const Chorus__Envelope *req)
+{
+    Chorus__LogChunk lc = CHORUS__LOG_CHUNK__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    char path[CH_PATH_LEN], err[CH_PATH_LEN + 64];
+    const Chorus__LogRead *lr = req->log_read;
+    int rc = safe_name(lr->job_id)
+                 ? wrk_logs_read(a->cfg.run_dir, lr, &lc, path, sizeof path, err, sizeof err)
+                 : ch_errf(err, sizeof err, -EINVAL, "bad job id");
+    if (rc < 0) {
+        Chorus__Error e = CHORUS__ERROR__INIT;
+        e.code = rc;
+        e.message = err;
+        env.body_case = CHORUS__ENVELOPE__BODY_ERROR;
+        env.error = &e;
+        env.request_id = req->request_id;
+        coord_send(a, &env);
+        return;
+    }
+    lc.node = a->cfg.name;
+    lc.path = path;
+    env.body_case = CHORUS__ENVELOPE__BODY_LOG_CHUNK;
+    env.log_chunk = &lc;
+    env.request_id = req->request_id;
+    coord_send(a, &env);
+    free(lc.data.data);
+}
+
 void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env)
 {
     switch (env->body_case) {
@@ -874,6 +917,12 @@ void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env)
         return;
     case CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK:
         fin_ack(a, env->rank_exit_ack);
+        return;
+    case CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS:
+        forward_checkpoint(a, env->checkpoint_ranks);
+        return;
+    case CHORUS__ENVELOPE__BODY_LOG_READ:
+        serve_log(a, env);
         return;
     case CHORUS__ENVELOPE__BODY_KILL_RANKS:
         CH_LOGI("agent", "job=%s: kill ranks of gen <= %" PRIu64 " (%s)", env->kill_ranks->job_id,

@@ -6,6 +6,7 @@
 #ifndef H_RECOVERY_UTIL_H
 #define H_RECOVERY_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,46 @@ out:
     ch_st_close(x);
     ch_st_close(y);
     return same;
+}
+
+/* The largest relative L2 difference ||a - b|| / ||a|| over the tensors of two exported
+ * models (same names and shapes, fp32), its tensor's name in worst; 0 means bit for bit
+ * the same numbers. -1 (worst says why) when a file cannot be read or the tensors differ
+ * in names, types or sizes. */
+static inline double rt_worst_rel_l2(const char *pa, const char *pb, char *worst, size_t n)
+{
+    ch_st_file_t *x = NULL, *y = NULL;
+    double max = 0;
+    if (ch_st_open(pa, &x, worst, n) < 0 || ch_st_open(pb, &y, worst, n) < 0 ||
+        ch_st_count(x) != ch_st_count(y)) {
+        max = -1;
+        goto out;
+    }
+    for (size_t i = 0; i < ch_st_count(x) && max >= 0; i++) {
+        const ch_st_tensor_t *t = ch_st_at(x, i), *u = ch_st_find(y, t->name);
+        if (!u || t->dtype != CH_ST_F32 || u->dtype != CH_ST_F32 || t->numel != u->numel) {
+            snprintf(worst, n, "tensor %s: not the same in both", t->name);
+            max = -1;
+            break;
+        }
+        double diff = 0, norm = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            float a, b;
+            memcpy(&a, (const char *)t->data + 4 * k, 4);
+            memcpy(&b, (const char *)u->data + 4 * k, 4);
+            diff += ((double)a - b) * ((double)a - b);
+            norm += (double)a * a;
+        }
+        double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+        if (rel >= max) {
+            max = rel;
+            snprintf(worst, n, "%s", t->name);
+        }
+    }
+out:
+    ch_st_close(x);
+    ch_st_close(y);
+    return max;
 }
 
 #endif

@@ -33,7 +33,7 @@ static void export_job(const h_cluster_t *c, const char *id, const char *name, c
 {
     h_out_t o;
     char dir[PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s/ckpt/%s", c->dir, id);
+    snprintf(dir, sizeof dir, "%s/ckpt/%s", c->dir, name); /* the run folder: job.name */
     snprintf(out, n, "%s/%s.safetensors", c->dir, name);
     cr_assert_eq(h_ctl(NULL, &o, "export", dir, "--out", out, NULL), 0);
     cr_assert_eq(o.status, 0, "export %s: %s", id, o.err);

@@ -127,12 +127,12 @@ static void check_text_status(const h_cluster_t *c, const char *id, unsigned pp)
 
 /* Export the job's newest checkpoint; 0 when it worked. Unless required, a refusal that
  * says the shards are sliced is what export does today and passes. */
-static int export_ckpt(const char *ckpt, const char *id, const char *out, int required)
+static int export_ckpt(const char *ckpt, const char *name, const char *out, int required)
 {
     char jobdir[PATH_MAX + 64];
     h_out_t o;
     struct stat st;
-    snprintf(jobdir, sizeof jobdir, "%s/%s", ckpt, id);
+    snprintf(jobdir, sizeof jobdir, "%s/%s", ckpt, name); /* the run folder: job.name */
     cr_assert_eq(h_ctl(NULL, &o, "export", jobdir, "--out", out, NULL), 0);
     int status = o.status;
     if (status == 0) {
@@ -186,7 +186,7 @@ Test(parallel, pp2_job_completes_shows_the_bubble_and_checkpoints)
     ch_json_free(js);
     check_text_status(&c, id, 2);
     snprintf(out, sizeof out, "%s/pp2.safetensors", c.dir);
-    cr_assert_eq(export_ckpt(ckpt, id, out, 1), 0);
+    cr_assert_eq(export_ckpt(ckpt, "pp2", out, 1), 0);
 }
 
 Test(parallel, tp2_pp2_job_trains_places_and_exports)
@@ -210,5 +210,5 @@ Test(parallel, tp2_pp2_job_trains_places_and_exports)
     ch_json_free(js);
     check_text_status(&c, id, 2);
     snprintf(out, sizeof out, "%s/tp2pp2.safetensors", c.dir);
-    cr_assert_eq(export_ckpt(ckpt, id, out, 1), 0);
+    cr_assert_eq(export_ckpt(ckpt, "tp2pp2", out, 1), 0);
 }

@@ -75,7 +75,7 @@ Test(train, builtin_corpus_learns_checkpoints_and_exports)
     ch_json_free(js);
 
     /* (b) export the newest checkpoint of the job and start a new job from it. */
-    snprintf(jobdir, sizeof jobdir, "%s/%s", ckpt, id);
+    snprintf(jobdir, sizeof jobdir, "%s/train-small", ckpt); /* the run folder: job.name */
     snprintf(model, sizeof model, "%s/model.safetensors", c.dir);
     cr_assert_eq(h_ctl(NULL, &o, "export", jobdir, "--out", model, NULL), 0);
     cr_assert_eq(o.status, 0, "export: exit %d: %s", o.status, o.err);
@@ -135,10 +135,10 @@ Test(train, data_parallel_job_across_two_nodes)
     static const char *const files[] = {"manifest.json", "rank-00000.safetensors",
                                         "rank-00001.safetensors"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s/step-00000030/%s", ckpt, id, files[i]);
+        snprintf(path, sizeof path, "%s/train-dp/step-00000030/%s", ckpt, files[i]);
         cr_expect(h_file_size(path) > 0, "%s is missing", path);
     }
-    snprintf(path, sizeof path, "%s/%s", ckpt, id);
+    snprintf(path, sizeof path, "%s/train-dp", ckpt);
     char model[PATH_MAX];
     snprintf(model, sizeof model, "%s/dp.safetensors", c.dir);
     cr_assert_eq(h_ctl(NULL, &o, "export", path, "--out", model, NULL), 0);

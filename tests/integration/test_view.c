@@ -2,6 +2,7 @@
  * the status page's structure, limits and survival of a coordinator restart; the page in
  * a real browser (headless Chromium, skipped when it is not installed). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
@@ -328,6 +329,25 @@ Test(view, job_page_draws_every_step_and_the_layout_and_survives_a_restart)
     cr_expect_null(strstr(page, "<script"), "the page runs no script");
     cr_expect_eq(count(page, "http://"), count(page, "xmlns=\"http://www.w3.org/2000/svg\""),
                  "the page refers to nothing outside");
+    free(page);
+
+    /* the same job as JSON, for scripts: the status fields and the series */
+    char jpath[80];
+    snprintf(jpath, sizeof jpath, "/jobs/%s.json", id);
+    cr_assert_eq(get(addr, jpath, &page), 200, "%s", page);
+    ch_json_t *js = NULL;
+    char why[256] = "";
+    const char *body = strstr(page, "\r\n\r\n"); /* after the headers */
+    cr_assert_not_null(body);
+    cr_expect(h_has(page, "application/json"), "content type");
+    body += 4;
+    cr_assert_eq(ch_json_parse(body, strlen(body), NULL, &js, why, sizeof why), 0, "%s", why);
+    cr_expect_str_eq(h_json_str(js, "state"), "completed");
+    cr_expect_eq(h_json_num(js, "step"), 30.0);
+    const ch_json_t *series = ch_json_get(js, "series");
+    cr_expect(series && series->nkids == 30, "series: one point per step");
+    cr_expect(series && series->nkids && isfinite(h_json_num(h_json_at(series, 29), "loss")));
+    ch_json_free(js);
     free(page);
 
     /* Restart the coordinator: the curve comes back from SQLite. */

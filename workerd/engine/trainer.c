@@ -52,6 +52,8 @@ struct eng_trainer {
     float *grad;
     uint64_t step_now;
     double loss_sum, grad_scale;
+    int ckpt_asked; /* this rank heard a checkpoint request (eng_trainer_request_checkpoint) */
+    int ckpt_now;   /* some rank had, by the last step's closing all-reduce */
     uint64_t data_ns, pass_ns, pass_comm_ns; /* this step: data loading, passes, comm inside */
 };
 
@@ -557,15 +559,28 @@ static void fill_meta(const eng_trainer_t *t, eng_ckpt_meta_t *m)
 int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen)
 {
     char sdir[CH_PATH_LEN];
-    eng_ckpt_meta_t expect;
-    uint64_t got = 0, optim_t = 0;
-    eng_ckpt_piece_t *pc = NULL;
-    size_t n = 0;
     if (!t->spec.checkpoint.dir[0])
         return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set, nothing to resume from");
     int rc = eng_ckpt_step_dir(t->spec.checkpoint.dir, t->job, step, sdir, sizeof sdir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
+    uint64_t next = t->next_step;
+    rc = eng_trainer_resume_dir(t, sdir, err, errlen);
+    if (rc == 0 && t->next_step != step) {
+        rc = ch_errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64,
+                     sdir, t->next_step, step);
+        t->next_step = next;
+    }
+    return rc;
+}
+
+int eng_trainer_resume_dir(eng_trainer_t *t, const char *sdir, char *err, size_t errlen)
+{
+    eng_ckpt_meta_t expect;
+    uint64_t got = 0, optim_t = 0;
+    eng_ckpt_piece_t *pc = NULL;
+    size_t n = 0;
+    int rc;
     fill_meta(t, &expect);
     rc = pieces_of(t, 0, &pc, &n);
     if (rc < 0)
@@ -583,13 +598,18 @@ int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen
     free(pc);
     if (rc < 0)
         return rc;
-    if (got != step || got > (uint64_t)t->spec.train.steps)
-        return ch_errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", expected %" PRIu64,
-                       sdir, got, step);
+    if (got > (uint64_t)t->spec.train.steps)
+        return ch_errf(err, errlen, CH_E_FORMAT, "%s: holds step %" PRIu64 ", past train.steps %" PRId64,
+                       sdir, got, t->spec.train.steps);
     /* wte's padding rows are zero and stay so (they never receive gradient) */
     t->optim.t = optim_t;
-    t->next_step = step;
+    t->next_step = got;
     return 0;
+}
+
+void eng_trainer_request_checkpoint(eng_trainer_t *t)
+{
+    t->ckpt_asked = 1;
 }
 
 int eng_trainer_checkpoint_due(const eng_trainer_t *t)
@@ -597,7 +617,7 @@ int eng_trainer_checkpoint_due(const eng_trainer_t *t)
     const ch_jobspec_t *s = &t->spec;
     if (!s->checkpoint.dir[0] || t->next_step == 0)
         return 0;
-    if (t->next_step == (uint64_t)s->train.steps)
+    if (t->next_step == (uint64_t)s->train.steps || t->ckpt_now)
         return 1;
     return s->checkpoint.every > 0 && t->next_step % (uint64_t)s->checkpoint.every == 0;
 }
@@ -705,6 +725,7 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     rc = commit(t, &meta, &file, err, errlen);
     if (rc < 0)
         return rc;
+    t->ckpt_asked = t->ckpt_now = 0;
     if (bytes)
         *bytes = file.bytes;
     if (checksum)
@@ -792,16 +813,19 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     if (!t->tp && !t->dp && !t->pp) {
         *loss_sum = t->loss_sum;
         *norm = sqrt(sq);
+        t->ckpt_now = t->ckpt_asked;
     } else {
         /* the loss lives on the last stage, the same on each of its TP ranks: counted
-         * once per DP rank, by TP rank 0 */
-        float l[2] = {last && t->tpr == 0 ? (float)t->loss_sum : 0.0f, (float)sq};
+         * once per DP rank, by TP rank 0; l[2] counts the ranks asking for a checkpoint */
+        float l[3] = {last && t->tpr == 0 ? (float)t->loss_sum : 0.0f, (float)sq,
+                      t->ckpt_asked ? 1.0f : 0.0f};
         wrk_coll_group_t *order[3] = {t->tp, t->dp, t->pp};
-        rc = reduce_small(t, l, 2, WRK_COLL_SUM, order, 3);
+        rc = reduce_small(t, l, 3, WRK_COLL_SUM, order, 3);
         if (rc < 0)
             return rc;
         *loss_sum = l[0];
         *norm = sqrt((double)l[1]);
+        t->ckpt_now = l[2] > 0;
     }
     return 0;
 }

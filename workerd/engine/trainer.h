@@ -99,6 +99,13 @@ int eng_trainer_init_from(eng_trainer_t *t, const char *path, char *err, size_t 
 /* Restore the committed checkpoint of `step` from checkpoint.dir/<job>/; the next
  * step run is `step`. */
 int eng_trainer_resume(eng_trainer_t *t, uint64_t step, char *err, size_t errlen);
+/* The same from any committed step dir (train.resume = PATH: another run's folder),
+ * whatever layout wrote it; the next step run is the one stored there. */
+int eng_trainer_resume_dir(eng_trainer_t *t, const char *step_dir, char *err, size_t errlen);
+/* Ask for a checkpoint after the next step (chorusctl checkpoint, SIGUSR1): any rank's
+ * request travels in the step's closing all-reduce, so every rank of the job commits
+ * the same step whichever of them heard it first. */
+void eng_trainer_request_checkpoint(eng_trainer_t *t);
 
 /* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info);
@@ -115,8 +122,9 @@ int eng_trainer_eval_due(const eng_trainer_t *t);
  * and grad_norm set (the step is not counted done); with skip its gradients are dropped,
  * the step counts as done and info->skipped is set. Every rank holds the same reduced
  * loss and norm, so all of them take the same branch. */
-/* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps
- * and after the last step (when checkpoint.dir is set). */
+/* Whether a checkpoint is due after the steps run so far: every checkpoint.every steps,
+ * after the last step, and after a step some rank asked for one (when checkpoint.dir is
+ * set). */
 int eng_trainer_checkpoint_due(const eng_trainer_t *t);
 /* Write this rank's shard for the current step and commit the step (manifest.json,
  * written by DP rank 0 once every rank's shard is there; collective over the DP group),

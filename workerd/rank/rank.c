@@ -64,6 +64,24 @@ int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev)
     return ch_client_send(r->link, &env);
 }
 
+int wrk_rank_poll_checkpoint(wrk_rank_t *r)
+{
+    Chorus__Envelope *env = NULL;
+    int asked = 0;
+    /* drain what workerd sent: only CheckpointRanks of this job and generation counts */
+    while (ch_client_recv(r->link, 0, &env) == 0) {
+        const Chorus__CheckpointRanks *cr = env->body_case ==
+                                                    CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS
+                                                ? env->checkpoint_ranks
+                                                : NULL;
+        if (cr && cr->generation == r->generation && strcmp(cr->job_id, r->job_id) == 0)
+            asked = 1;
+        ch_msg_free(env);
+        env = NULL;
+    }
+    return asked;
+}
+
 int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
                       double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n)
 {

@@ -67,6 +67,10 @@ int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev);
 int wrk_rank_progress(wrk_rank_t *r, uint64_t step, uint64_t total, double loss,
                       double tokens_per_s, double mfu, Chorus__Metric **metrics, size_t n);
 
+/* 1 when workerd relayed a checkpoint request (CheckpointRanks) for this rank's job and
+ * generation since the last call; never waits. Other messages are dropped. */
+int wrk_rank_poll_checkpoint(wrk_rank_t *r);
+
 /* Fill ev's placed fields for a training rank (RANK_STARTED): its coordinates in the
  * layout, its stage's blocks (ch_layout_stage_blocks), its ZeRO-3 shard (coord_dp of dp)
  * and the parameters it owns (common/plan.h `owned`). Leaves ev alone for other kinds. */

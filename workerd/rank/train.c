@@ -28,6 +28,7 @@
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
+#include "workerd/rank/history.h"
 #include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
 
@@ -111,7 +112,7 @@ static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *
     const ch_jobspec_t *s = &r->spec;
     char dir[CH_PATH_LEN], file[CH_PATH_LEN];
     eng_trainer_t *t = NULL;
-    int rc = eng_ckpt_step_dir(s->checkpoint.dir, r->job_id, step, dir, sizeof dir);
+    int rc = eng_ckpt_step_dir(s->checkpoint.dir, s->name, step, dir, sizeof dir);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
     int n = snprintf(file, sizeof file, "%s/eval.safetensors", r->run_dir);
@@ -125,6 +126,7 @@ static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *
     one.train.device = CH_DEVICE_CPU; /* a host copy, whatever the job runs on */
     one.checkpoint.dir[0] = '\0';
     one.checkpoint.every = 0;
+    one.train.resume[0] = '\0';
     memcpy(one.train.init_from, file, sizeof file);
     eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 1};
     rc = eng_trainer_create(&one, &opts, &t, err, errlen);
@@ -135,6 +137,41 @@ static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *
     eng_trainer_destroy(t);
     unlink(file);
     return rc;
+}
+
+/* Continue the run: the coordinator's committed step (a restart of this job), else
+ * train.resume's (ch_run_check resolved it: this run's newest step, or PATH). */
+static int resume(wrk_rank_t *r, eng_trainer_t *t, const ch_run_resume_t *res)
+{
+    char err[512] = "";
+    int rc = 0;
+    if (r->resume_step > 0)
+        rc = eng_trainer_resume(t, r->resume_step, err, sizeof err);
+    else if (res->step_dir[0])
+        rc = eng_trainer_resume_dir(t, res->step_dir, err, sizeof err);
+    else
+        return 0;
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "resume from %s: %s",
+                             r->resume_step > 0 ? "the last committed step" : res->step_dir, err);
+    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64 " (%s)",
+            r->job_id, r->generation, r->rank, eng_trainer_next_step(t),
+            r->resume_step > 0 ? "this job's last commit" : res->step_dir);
+    return 0;
+}
+
+/* Rank 0's loss line every train.log_every steps (and at the last step). */
+static void log_step(const wrk_rank_t *r, const eng_step_info_t *info, uint64_t total)
+{
+    uint64_t done = info->step + 1;
+    int64_t every = r->spec.train.log_every;
+    if (r->rank != 0 || every <= 0 || (done % (uint64_t)every != 0 && done != total))
+        return;
+    CH_LOGI("train",
+            "job=%s gen=%" PRIu64 " step %" PRIu64 "/%" PRIu64 " loss=%.6f lr=%.3e grad_norm=%.4f "
+            "tokens/s=%.0f mfu=%.3f step_ms=%.1f",
+            r->job_id, r->generation, done, total, info->loss, info->lr, info->grad_norm,
+            info->tokens_per_s, info->mfu, info->seconds * 1e3);
 }
 
 /* workerd --threads when given (a local cluster's nodes share one machine), else this
@@ -250,10 +287,15 @@ int wrk_train_run(wrk_rank_t *r)
     eng_groups_t *groups = NULL;
     eng_backend_t *gpu = NULL;
     int device = -1;
-    eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 0};
+    /* checkpoints go to the run's folder, checkpoint.dir/<job.name> (common/run.h) */
+    eng_trainer_opts_t opts = {.job_id = r->spec.name, .peak_flops = 0};
     const ch_jobspec_t *s = &r->spec;
+    wrk_history_t hist = {NULL};
+    ch_run_resume_t res;
     int rc;
 
+    if ((rc = wrk_history_prepare(r, &res)) < 0)
+        return rc;
     set_threads(r);
     if (s->train.device == CH_DEVICE_CUDA) {
         if ((rc = gpu_setup(r, &device, &gpu)) < 0)
@@ -281,22 +323,9 @@ int wrk_train_run(wrk_rank_t *r)
                            "model on the CUDA backend it was given");
         goto out;
     }
-    if (r->resume_step > 0) {
-        rc = eng_trainer_resume(t, r->resume_step, err, sizeof err);
-        if (rc < 0) {
-            rc = wrk_rank_fail(r, rc, "resume from step %" PRIu64 ": %s", r->resume_step, err);
-            goto out;
-        }
-        CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64, r->job_id,
-                r->generation, r->rank, r->resume_step);
-    } else {
-        uint64_t old;
-        if (s->checkpoint.dir[0] && eng_ckpt_latest(s->checkpoint.dir, r->job_id, &old) == 0)
-            CH_LOGW("train",
-                    "job=%s gen=%" PRIu64 " rank=%u: %s/%s holds step %" PRIu64
-                    " from an earlier run; starting fresh as told (resume is the coordinator's "
-                    "decision)",
-                    r->job_id, r->generation, r->rank, s->checkpoint.dir, r->job_id, old);
+    if ((rc = resume(r, t, &res)) < 0)
+        goto out;
+    if (eng_trainer_next_step(t) == 0) {
         if (s->train.init_from[0]) {
             rc = eng_trainer_init_from(t, s->train.init_from, err, sizeof err);
             if (rc < 0) {
@@ -328,10 +357,13 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
+    wrk_history_open(r, eng_trainer_next_step(t), &hist);
     double acc = NAN;     /* an accuracy not reported yet */
     uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
     while (eng_trainer_next_step(t) < total) {
         eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
+        if (wrk_rank_poll_checkpoint(r))
+            eng_trainer_request_checkpoint(t);
         rc = eng_trainer_step(t, &info);
         if (rc < 0) {
             const char *g;
@@ -400,6 +432,8 @@ int wrk_train_run(wrk_rank_t *r)
             m[nm].name = "val_step";
             m[nm++].value = (double)done;
         }
+        log_step(r, &info, total);
+        wrk_history_step(&hist, r, &info);
         rc = report_step(r, &info, total, mp, nm);
         if (rc < 0) {
             rc = wrk_rank_fail(r, rc, "reporting progress to workerd");
@@ -428,6 +462,7 @@ int wrk_train_run(wrk_rank_t *r)
         }
     }
 out:
+    wrk_history_close(&hist);
     eng_trainer_destroy(t);
     eng_groups_destroy(groups);
     wrk_coll_destroy(c);
