@@ -25,6 +25,7 @@
 #include "workerd/engine/export.h"
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/groups.h"
+#include "workerd/engine/stage.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
@@ -180,8 +181,16 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
     cfg.backend = gpu != NULL ? WRK_COLL_NCCL : WRK_COLL_UCX;
+    wrk_coll_stage_t stage;
+    if (gpu != NULL && wrk_rank_gpu_shared(r)) {
+        /* ranks share this GPU: NCCL refuses that; device buffers go through the host */
+        eng_stage_of(gpu, &stage);
+        cfg.backend = WRK_COLL_UCX;
+        cfg.stage = &stage;
+        CH_LOGI("train", "rank %u: collectives host-staged (ranks share GPU %d)", r->rank, device);
+    }
 #if CHORUS_HAVE_CUDA
-    if (gpu != NULL) {
+    if (cfg.backend == WRK_COLL_NCCL) {
         cfg.device = device;
         cfg.stream = eng_backend_cuda_stream(gpu);
     }
