@@ -82,8 +82,13 @@ static void *rank_main(void *arg)
     wrk_coll_t *c = NULL;
     eng_groups_t *g = NULL;
     eng_trainer_t *t = NULL;
-    if (d->gpu && (d->rc = eng_backend_cuda_create(0, &be)) == 0)
+    if (d->gpu && (d->rc = eng_backend_cuda_create(0, &be)) == 0) {
         eng_backend_cuda_set_tf32(be, d->tf32);
+        /* as a GPU rank does: the scratch before the first step */
+        d->rc = eng_backend_cuda_reserve(be, (int)d->spec->parallel.micro_batch_size,
+                                         (int)d->spec->model.seq_len, (int)d->spec->model.embd,
+                                         (int)d->spec->model.heads);
+    }
     if (d->rc == 0 && world > 1 && (d->rc = coll_for(d, world, be, &c)) == 0)
         d->rc = eng_groups_create(c, l, d->rank, &g);
     eng_trainer_opts_t opts = {

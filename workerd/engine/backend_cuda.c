@@ -3,8 +3,9 @@
  * kernels/cuda and loaded on demand (backend_cuda.h says why); it links nothing of ours.
  *
  * Theory of operation. Every kernel is enqueued on the backend's stream and returns at
- * once; work is ordered by the stream alone, so one scratch buffer (grown on demand) serves
- * every launcher that needs one. Kernels cannot fail in the table's contract: the first
+ * once; work is ordered by the stream alone, so one scratch buffer serves every launcher
+ * that needs one: reserved before the first step (eng_backend_cuda_reserve), else grown on
+ * demand. Kernels cannot fail in the table's contract: the first
  * launch error is kept and returned by the next copy, memset or sync (the model copies the
  * losses back after every head forward, so an error surfaces within a step). Copies to and
  * from the host wait for the stream, so host buffers are free to reuse on return; device to
@@ -497,6 +498,23 @@ static void *cu_stream(const eng_backend_t *be)
     return S(be)->stream;
 }
 
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The largest scratch any launcher asks for at this shape, allocated now. */
+static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) {
+        return -EINVAL;
+    }
+    size_t bytes = max_size(kn_cuda_encoder_bwd_scratch_bytes(B, T),
+                            max_size(KN_CUDA_LN_BWD_SCRATCH(C) * sizeof(float),
+                                     KN_CUDA_ATT_BWD_SCRATCH(T, NH) * sizeof(float)));
+    return scratch(be, bytes, "reserved scratch") != NULL ? 0 : -ENOMEM;
+}
+
 /* The module's one export (backend_cuda.h). */
 __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module = {
     .abi = ENG_CUDA_MODULE_ABI,
@@ -506,4 +524,5 @@ __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module =
     .set_tf32 = cu_set_tf32,
     .stream = cu_stream,
     .sync = cu_sync,
+    .reserve = cu_reserve,
 };

@@ -162,6 +162,13 @@ static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
     eng_backend_cuda_set_tf32(*out, r->spec.train.precision == CH_PRECISION_TF32);
+    /* the launchers' scratch now, not grown inside the first steps */
+    const ch_jobspec_t *s = &r->spec;
+    rc = eng_backend_cuda_reserve(*out, (int)s->parallel.micro_batch_size, (int)s->model.seq_len,
+                                  (int)s->model.embd, (int)s->model.heads);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: scratch: %s", *device,
+                             ch_strerror(rc));
     CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u), %s",
             r->job_id, r->generation, r->rank, *device, r->local_rank,
             ch_precision_name(r->spec.train.precision));
