@@ -55,7 +55,13 @@ UNPACKED=
 trap 'rm -f "$RESULTS"; [ -z "$UNPACKED" ] || rm -rf "$UNPACKED"' EXIT
 
 say() { echo "== check.sh [${SECONDS}s] $*"; }
-die() { say "FAIL: $2"; exit "$1"; }
+# the RESULT lines so far, then the end: also when the deadline stops the check early
+summary() {
+    say "summary (status $1)"
+    grep '^RESULT ' "$RESULTS" 2>/dev/null || true
+    exit "$1"
+}
+die() { say "FAIL: $2"; summary "$1"; }
 
 # run SECONDS_MAX CMD...: under timeout, capped by what is left of the budget (30 s kept for
 # the summary); a timeout counts as a failure and is named.
@@ -327,6 +333,19 @@ else
     say "end to end not run: no chorusctl in $BIN_BENCH"
 fi
 
-say "summary (status $STATUS)"
-grep '^RESULT ' "$RESULTS" || true
-exit $STATUS
+# Last, as the least needed: the fused attention (CHORUS_CUDA_ATTENTION=flash, opt-in until
+# measured) on the same 20 trainer steps against the CPU, and its speed at tf32.
+if [ $((BUDGET - SECONDS)) -gt 180 ]; then
+    CHORUS_CUDA_ATTENTION=flash criterion_run "fused (flash) attention: 20 trainer steps vs CPU" \
+        90 "$BIN_TESTS/test_model_cuda" --filter 'model_cuda/twenty_trainer_steps*'
+    say "benchmark chorus-bench-engine --device cuda, fused attention"
+    CHORUS_CUDA_ATTENTION=flash run 120 "$BIN_BENCH/chorus-bench-engine" --device cuda \
+        --precision tf32 --no-torch | tee -a "$RESULTS" || {
+        say "FAILED: chorus-bench-engine with the fused attention"
+        STATUS=1
+    }
+else
+    say "fused attention not checked: $((BUDGET - SECONDS)) s left"
+fi
+
+summary $STATUS
