@@ -150,8 +150,8 @@ static __global__ void fill_kernel(float *x, float v, size_t n)
     }
 }
 
-/* Grows ctx->ones to n. Freeing the old vector waits for the device, so this happens only
- * while the largest row count is still being found (the first steps). */
+/* Grows ctx->ones to n. Freeing the old vector waits for the device: a backend reserves the
+ * largest row count before the first step (kn_cuda_reserve_rows), so steps do not grow it. */
 static int ones_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
 {
     if (n <= ctx->ones_cap) {
@@ -173,6 +173,11 @@ static int ones_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
         ctx->ones_cap = n;
     }
     return rc;
+}
+
+extern "C" int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream)
+{
+    return ones_reserve(ctx, stream, rows);
 }
 
 int kn_cu_colsum_acc(kn_cuda_t *ctx, cudaStream_t stream, float *y, const float *A, int m, int n,

@@ -578,7 +578,10 @@ static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
     size_t att = max_size(KN_CUDA_ATT_BWD_SCRATCH(T, NH), KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH));
     size_t bytes = max_size(kn_cuda_encoder_bwd_scratch_bytes(B, T),
                             max_size(KN_CUDA_LN_BWD_SCRATCH(C), att) * sizeof(float));
-    return scratch(be, bytes, "reserved scratch") != NULL ? 0 : -ENOMEM;
+    if (scratch(be, bytes, "reserved scratch") == NULL) {
+        return -ENOMEM;
+    }
+    return kn_cuda_reserve_rows(S(be)->ctx, (size_t)B * (size_t)T, S(be)->stream);
 }
 
 /* The module's one export (backend_cuda.h). */
