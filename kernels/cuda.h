@@ -43,6 +43,9 @@ typedef struct kn_cuda kn_cuda_t;
 int kn_cuda_create(kn_cuda_t **out, int tf32);
 void kn_cuda_destroy(kn_cuda_t *ctx);
 void kn_cuda_set_tf32(kn_cuda_t *ctx, int tf32);
+/* Allocate now what GEMMs over up to `rows` rows need (the column sums' vector of ones), so
+ * that no launch grows it later (a wait for the device, a free and an allocation). */
+int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream);
 /* The last cuBLAS failure seen by this context ("" if none). */
 const char *kn_cuda_ctx_error(const kn_cuda_t *ctx);
 

@@ -12,6 +12,18 @@
 
 #include "kernels/cuda.h"
 
+/* A cuBLASLt bias-epilogue GEMM planned once per shape, precision and pointer alignment:
+ * its descriptor, layouts and the heuristic's algorithm (matmul.cu). */
+typedef struct kn_cu_lt_plan {
+    int N, C, OC, tf32, align; /* align: bytes every pointer of the call is aligned to */
+    int usable;                /* 1: an algorithm; 0: none offered or the run refused */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} kn_cu_lt_plan_t;
+
+#define KN_CU_LT_PLANS 64
+
 struct kn_cuda {
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -19,6 +31,10 @@ struct kn_cuda {
     float *ones;     /* ones_cap ones, for column sums as a GEMV */
     size_t ones_cap;
     int tf32;
+    cudaStream_t bound; /* the stream the cuBLAS handle is on (bound_set: it was set) */
+    int bound_set;
+    kn_cu_lt_plan_t plans[KN_CU_LT_PLANS];
+    int nplans;
     char err[160]; /* last cuBLAS failure */
 };
 
@@ -33,6 +49,12 @@ static inline int kn_cu_launched(void)
 {
     return kn_cu_err(cudaPeekAtLastError());
 }
+
+/* Put the cuBLAS handle on stream (once per stream change) with ctx's workspace:
+ * cublasSetStream resets the workspace to cuBLAS's default pool, so it is set again. */
+int kn_cu_bind(kn_cuda_t *ctx, cudaStream_t stream);
+/* Release the cuBLASLt plans (matmul.cu). */
+void kn_cu_lt_plans_free(kn_cuda_t *ctx);
 
 /* Column-major C = alpha op(A) op(B) + beta C over `batch` matrices at the given strides
  * (elements), on ctx's stream setting, fp32 or TF32 per ctx. */

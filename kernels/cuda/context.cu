@@ -82,6 +82,7 @@ extern "C" void kn_cuda_destroy(kn_cuda_t *ctx)
     if (ctx == NULL) {
         return;
     }
+    kn_cu_lt_plans_free(ctx);
     if (ctx->lt != NULL) {
         cublasLtDestroy(ctx->lt);
     }
@@ -101,13 +102,28 @@ extern "C" void kn_cuda_set_tf32(kn_cuda_t *ctx, int tf32)
 // ----------------------------------------------------------------------------
 // GEMM helpers
 
+int kn_cu_bind(kn_cuda_t *ctx, cudaStream_t stream)
+{
+    if (ctx->bound_set && ctx->bound == stream) {
+        return 0;
+    }
+    int rc = kn_cu_blas_err(ctx, cublasSetStream(ctx->blas, stream), "cublasSetStream");
+    if (rc == 0) {
+        rc = kn_cu_blas_err(ctx, cublasSetWorkspace(ctx->blas, ctx->workspace, KN_CU_WORKSPACE),
+                            "cublasSetWorkspace");
+    }
+    ctx->bound = stream;
+    ctx->bound_set = rc == 0;
+    return rc;
+}
+
 int kn_cu_gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
                int m, int n, int k, float alpha, const float *A, int lda, long long sA,
                const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                int batch)
 {
     cublasComputeType_t compute = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    int rc = kn_cu_blas_err(ctx, cublasSetStream(ctx->blas, stream), "cublasSetStream");
+    int rc = kn_cu_bind(ctx, stream);
     if (rc < 0) {
         return rc;
     }
@@ -134,8 +150,8 @@ static __global__ void fill_kernel(float *x, float v, size_t n)
     }
 }
 
-/* Grows ctx->ones to n. Freeing the old vector waits for the device, so this happens only
- * while the largest row count is still being found (the first steps). */
+/* Grows ctx->ones to n. Freeing the old vector waits for the device: a backend reserves the
+ * largest row count before the first step (kn_cuda_reserve_rows), so steps do not grow it. */
 static int ones_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
 {
     if (n <= ctx->ones_cap) {
@@ -159,13 +175,18 @@ static int ones_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
     return rc;
 }
 
+extern "C" int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream)
+{
+    return ones_reserve(ctx, stream, rows);
+}
+
 int kn_cu_colsum_acc(kn_cuda_t *ctx, cudaStream_t stream, float *y, const float *A, int m, int n,
                      int lda)
 {
     // GEMV in plain fp32 (cuBLAS has no TF32 GEMV), deterministic (no atomics by default)
     int rc = ones_reserve(ctx, stream, (size_t)n);
     if (rc == 0) {
-        rc = kn_cu_blas_err(ctx, cublasSetStream(ctx->blas, stream), "cublasSetStream");
+        rc = kn_cu_bind(ctx, stream);
     }
     if (rc < 0) {
         return rc;

@@ -5,8 +5,14 @@
  *   dinp[N,C] = dout[N,OC] @ W^T            is  dinp' (C x N) = (W')^T @ dout'
  *   dW[C,OC] += inp^T @ dout                is  dW' (OC x C) += dout' @ (inp')^T
  * where X' is X read column-major. The forward fuses the bias into the GEMM with cuBLASLt's
- * bias epilogue; if cuBLASLt offers no algorithm (an unaligned bias, say) it seeds out with
- * the bias and lets the GEMM add onto it. */
+ * bias epilogue, planned once per shape, precision and pointer alignment (descriptor,
+ * layouts and the heuristic's algorithm cached in the context); if cuBLASLt offers no
+ * algorithm (an unaligned bias, say) or refuses to run it, it seeds out with the bias and
+ * lets a plain GEMM add onto it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 
 static __global__ void bias_rows_kernel(float *out, const float *bias, int N, int OC)
@@ -17,82 +23,147 @@ static __global__ void bias_rows_kernel(float *out, const float *bias, int N, in
     }
 }
 
-/* out' = W' @ inp' + bias through cuBLASLt; *done = 0 when no algorithm fits. */
-static int lt_bias_gemm(kn_cuda_t *ctx, float *out, const float *inp, const float *weight,
-                        const float *bias, int N, int C, int OC, cudaStream_t stream, int *done)
+static void plan_release(kn_cu_lt_plan_t *p)
 {
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    if (p->lc != NULL) {
+        cublasLtMatrixLayoutDestroy(p->lc);
+    }
+    if (p->lb != NULL) {
+        cublasLtMatrixLayoutDestroy(p->lb);
+    }
+    if (p->la != NULL) {
+        cublasLtMatrixLayoutDestroy(p->la);
+    }
+    if (p->desc != NULL) {
+        cublasLtMatmulDescDestroy(p->desc);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+void kn_cu_lt_plans_free(kn_cuda_t *ctx)
+{
+    for (int i = 0; i < ctx->nplans; i++) {
+        plan_release(&ctx->plans[i]);
+    }
+    ctx->nplans = 0;
+}
+
+/* the alignment (16, 8 or 4 bytes) every one of the call's pointers has */
+static int common_alignment(const void *a, const void *b, const void *c, const void *d)
+{
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : 4;
+}
+
+/* Descriptor, layouts and the heuristic's best algorithm for out' = W' @ inp' + bias at
+ * this shape, with the pointers' alignment stated (the heuristic may then pick kernels that
+ * need it). p->usable = 0 when cuBLASLt offers none. */
+static int plan_build(kn_cuda_t *ctx, kn_cu_lt_plan_t *p)
+{
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasComputeType_t compute = p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    cublasComputeType_t compute = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     size_t ws = KN_CU_WORKSPACE;
+    uint32_t align = (uint32_t)p->align;
     int found = 0;
-    const float one = 1.0f, zero = 0.0f;
-    *done = 0;
-
-    int rc = kn_cu_blas_err(ctx, cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "lt desc");
-    if (rc == 0) {
-        rc = kn_cu_blas_err(
-            ctx,
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
-            "lt epilogue");
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof epi);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx,
-                            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                           &bias, sizeof bias),
-                            "lt bias");
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, p->OC, p->C, p->OC);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx, cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, OC, C, OC), "lt A");
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, p->C, p->N, p->C);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx, cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, C, N, C), "lt B");
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->OC, p->N, p->OC);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx, cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, OC, N, OC), "lt C");
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceCreate(&pref);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx, cublasLtMatmulPreferenceCreate(&pref), "lt pref");
+    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
+        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
     }
-    if (rc == 0) {
-        rc = kn_cu_blas_err(ctx,
-                            cublasLtMatmulPreferenceSetAttribute(
-                                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                            "lt pref ws");
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
     }
-    if (rc == 0) {
-        cublasStatus_t s =
-            cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            found = 0; // treated as "no algorithm": the caller falls back
-        }
-    }
-    if (rc == 0 && found > 0) {
-        rc = kn_cu_blas_err(ctx,
-                            cublasLtMatmul(ctx->lt, desc, &one, weight, la, inp, lb, &zero, out, lc,
-                                           out, lc, &heur.algo, ctx->workspace, ws, stream),
-                            "cublasLtMatmul");
-        *done = rc == 0;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                           &heur, &found);
     }
     if (pref != NULL) {
         cublasLtMatmulPreferenceDestroy(pref);
     }
-    if (lc != NULL) {
-        cublasLtMatrixLayoutDestroy(lc);
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+        return kn_cu_blas_err(ctx, s, "cuBLASLt plan");
     }
-    if (lb != NULL) {
-        cublasLtMatrixLayoutDestroy(lb);
+    /* any other refusal only means: no fused epilogue at this shape */
+    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->usable) {
+        p->algo = heur.algo;
     }
-    if (la != NULL) {
-        cublasLtMatrixLayoutDestroy(la);
+    return 0;
+}
+
+/* The plan for this call: cached (the first KN_CU_LT_PLANS shapes), NULL when the cache is
+ * full (the caller falls back). */
+static kn_cu_lt_plan_t *plan_for(kn_cuda_t *ctx, int N, int C, int OC, int align, int *rc)
+{
+    *rc = 0;
+    for (int i = 0; i < ctx->nplans; i++) {
+        kn_cu_lt_plan_t *p = &ctx->plans[i];
+        if (p->N == N && p->C == C && p->OC == OC && p->tf32 == ctx->tf32 && p->align == align) {
+            return p;
+        }
     }
-    if (desc != NULL) {
-        cublasLtMatmulDescDestroy(desc);
+    if (ctx->nplans == KN_CU_LT_PLANS) {
+        return NULL;
     }
-    return rc;
+    kn_cu_lt_plan_t *p = &ctx->plans[ctx->nplans];
+    memset(p, 0, sizeof *p);
+    p->N = N, p->C = C, p->OC = OC, p->tf32 = ctx->tf32, p->align = align;
+    if ((*rc = plan_build(ctx, p)) < 0) {
+        plan_release(p);
+        return NULL;
+    }
+    ctx->nplans++;
+    return p;
+}
+
+/* out' = W' @ inp' + bias through cuBLASLt's bias epilogue; *done = 0 when it has no
+ * algorithm for the shape or refuses to run it: the caller computes the same without. */
+static int lt_bias_gemm(kn_cuda_t *ctx, float *out, const float *inp, const float *weight,
+                        const float *bias, int N, int C, int OC, cudaStream_t stream, int *done)
+{
+    const float one = 1.0f, zero = 0.0f;
+    int rc = 0;
+    *done = 0;
+    kn_cu_lt_plan_t *p = plan_for(ctx, N, C, OC, common_alignment(out, inp, weight, bias), &rc);
+    if (p == NULL || !p->usable) {
+        return rc;
+    }
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias, sizeof bias);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmul(ctx->lt, p->desc, &one, weight, p->la, inp, p->lb, &zero, out, p->lc,
+                           out, p->lc, &p->algo, ctx->workspace, KN_CU_WORKSPACE, stream);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        *done = 1;
+        return 0;
+    }
+    /* refused: remembered, and this shape takes the plain GEMM from now on */
+    snprintf(ctx->err, sizeof ctx->err, "cublasLtMatmul (N %d C %d OC %d): %s; plain GEMM", N, C,
+             OC, cublasGetStatusString(s));
+    p->usable = 0;
+    return 0;
 }
 
 extern "C" int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, const float *weight,

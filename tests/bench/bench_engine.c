@@ -28,15 +28,20 @@
  * --no-torch skips PyTorch.
  *
  * --device cuda (default cpu) runs none of the above but GPT-2 124M at seq 1024 on GPU 0
- * through the CUDA backend (backend.h), B 16 (--batch N; halved while the GPU's memory
- * does not take it), for each precision of --precision fp32|tf32|both (default both):
+ * through the CUDA backend (backend.h), the largest micro-batch that fits: B 64 halved while
+ * the GPU's memory does not take it (--batch N: N only), for each precision of --precision
+ * fp32|tf32|both (default both):
  *   1. the GEMM peak at that precision: an 8192^3 SGEMM through the backend's matmul_fwd
  *      (cuBLAS), synchronised, best of 5 rounds of 4;
  *   2. warm-up steps, then timed training steps as the trainer takes them (forward and
  *      backward on device memory, the global norm by the backend's sumsq, clipping, AdamW
  *      and the gradient reset by its adamw_fused; the Adam state in device memory), the
  *      backend synchronised before every clock read; tokens/s and MFU from the mean step,
- *      model FLOPs by the DESIGN §7 formula against the peak of 1.
+ *      model FLOPs by the DESIGN §7 formula against the peak of 1;
+ *   3. unless --no-torch, once Chorus has freed the GPU: the same model, batch and precision
+ *      in PyTorch on the same GPU (tests/bench/torch_gpu.py, found beside the program or the
+ *      source; python3 on the PATH or CHORUS_PYTHON), eager and torch.compile, tokens/s
+ *      against Chorus's in a RESULT line each.
  * Without a GPU (or a build without CUDA) it says so and exits 2 at once.
  * Each comparison ends with a RESULT line (DESIGN §12). */
 #include <errno.h>
@@ -44,6 +49,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "chorus/config.h"
 #include "common/rng.h"
@@ -55,7 +62,7 @@
 
 #define THREADS 2
 
-static int cuda_main(uint32_t batch, const char *precision);
+static int cuda_main(uint32_t batch, const char *precision, int no_torch);
 
 typedef struct bench_cfg {
     const char *name;
@@ -514,7 +521,7 @@ out:
 #define CUDA_PEAK_N   8192
 #define CUDA_WARMUP   3
 #define CUDA_STEPS    10
-#define CUDA_MAX_B    16
+#define CUDA_MAX_B    64 /* halved until the model, its Adam state and activations fit */
 #define CUDA_FILL_MAX ((size_t)1 << 20)
 
 static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0};
@@ -665,8 +672,9 @@ static int cuda_bench_init(cuda_bench_t *cb, const eng_backend_t *be, uint32_t B
     return 0;
 }
 
-/* Warm-up and timed steps at the backend's current precision, the RESULT line. */
-static int cuda_measure(cuda_bench_t *cb, const char *prec, double peak_tflops)
+/* Warm-up and timed steps at the backend's current precision, the RESULT line; *tps_out
+ * the tokens/s. */
+static int cuda_measure(cuda_bench_t *cb, const char *prec, double peak_tflops, double *tps_out)
 {
     uint32_t T = gpt2_124m.seq_len;
     size_t N = (size_t)cb->B * T;
@@ -695,14 +703,79 @@ static int cuda_measure(cuda_bench_t *cb, const char *prec, double peak_tflops)
            "%.0f tokens/s, %.1f model TFLOP/s, MFU %.3f of the %s GEMM peak %.1f TFLOP/s\n",
            prec, cb->B, T, mean * 1e3, best * 1e3, opt_total / CUDA_STEPS * 1e3, tps, tflops, mfu,
            prec, peak_tflops);
-    printf("RESULT name=engine_cuda_%s value=%.1f unit=TFLOP/s ref=cublas_gemm_peak(%s,%d^3,"
+    /* the fused attention (backend_cuda.c, opt-in) is measured under a name of its own */
+    const char *att = getenv("CHORUS_CUDA_ATTENTION");
+    printf("RESULT name=engine_cuda_%s%s value=%.1f unit=TFLOP/s ref=cublas_gemm_peak(%s,%d^3,"
            "best_of_5) ref_value=%.1f ratio=%.3f tokens_per_s=%.0f mfu=%.3f peak_tflops=%.1f "
            "batch=%u seq=%u\n",
-           prec, tflops, prec, CUDA_PEAK_N, peak_tflops, mfu, tps, mfu, peak_tflops, cb->B, T);
+           prec, att != NULL && strcmp(att, "flash") == 0 ? "_flash" : "", tflops, prec,
+           CUDA_PEAK_N, peak_tflops, mfu, tps, mfu, peak_tflops, cb->B, T);
+    *tps_out = tps;
     return 0;
 }
 
-static int cuda_main(uint32_t batch, const char *precision)
+/* torch_gpu.py: beside this program (a bundle) or beside this source file. */
+static int torch_gpu_script(char *path, size_t len)
+{
+    char exe[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            snprintf(path, len, "%s/torch_gpu.py", exe);
+            if (access(path, R_OK) == 0) {
+                return 0;
+            }
+        }
+    }
+    snprintf(path, len, "%s", __FILE__);
+    char *slash = strrchr(path, '/');
+    if (slash == NULL || (size_t)(slash - path) + sizeof "/torch_gpu.py" > len) {
+        return -1;
+    }
+    strcpy(slash, "/torch_gpu.py");
+    return access(path, R_OK) == 0 ? 0 : -1;
+}
+
+/* PyTorch on the same GPU at the same batch and precision (after Chorus freed its memory):
+ * eager and torch.compile, each against Chorus's tokens/s, a RESULT line each. python3 on
+ * the PATH (CHORUS_PYTHON to choose another); nothing when it has no torch with CUDA. */
+static void cuda_vs_torch(uint32_t B, const char *prec, double tps)
+{
+    char script[600], cmd[1024], line[512];
+    const char *py = getenv("CHORUS_PYTHON") ? getenv("CHORUS_PYTHON") : "python3";
+    if (torch_gpu_script(script, sizeof script) < 0) {
+        printf("PyTorch comparison not run: torch_gpu.py not found\n");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s %s --batch %u --seq %u --precision %s 2>&1", py, script, B,
+             gpt2_124m.seq_len, prec);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof line, f) != NULL) {
+        char mode[32], p[16];
+        double step_ms = 0.0, ttps = 0.0;
+        printf("    torch: %s", line);
+        if (sscanf(line, "mode=%31s precision=%15s step_ms=%lf tokens_per_s=%lf", mode, p, &step_ms,
+                   &ttps) == 4 &&
+            ttps > 0) {
+            printf("RESULT name=engine_cuda_%s_vs_torch_%s value=%.3f unit=ratio "
+                   "tokens_per_s=%.0f ref=torch_%s(%s) ref_value=%.0f batch=%u seq=%u\n",
+                   prec, mode, tps / ttps, tps, mode, prec, ttps, B, gpt2_124m.seq_len);
+        }
+    }
+    int st = pclose(f);
+    if (st != 0) {
+        printf("PyTorch comparison: %s exited with status %d (no torch with CUDA there?)\n", py,
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+}
+
+static int cuda_main(uint32_t batch, const char *precision, int no_torch)
 {
     int n = 0, rc = eng_backend_cuda_devices(&n);
     if (rc < 0) {
@@ -742,6 +815,7 @@ static int cuda_main(uint32_t batch, const char *precision)
     printf("gpt2_124m on the GPU: batch %u x seq %u = %u tokens per step; set up in %.1f s\n", B,
            c->seq_len, B * c->seq_len, secs(t0));
     const char *precs[2] = {"fp32", "tf32"};
+    double tps[2] = {0.0, 0.0};
     for (int p = 0; rc == 0 && p < 2; p++) {
         if (strcmp(precision, "both") != 0 && strcmp(precision, precs[p]) != 0) {
             continue;
@@ -750,18 +824,23 @@ static int cuda_main(uint32_t batch, const char *precision)
         double peak = cuda_gemm_peak(be, CUDA_PEAK_N);
         printf("%s GEMM peak (matmul_fwd %d^3, cuBLAS, best of 5 rounds of 4): %.1f TFLOP/s\n",
                precs[p], CUDA_PEAK_N, peak);
-        rc = peak > 0 ? cuda_measure(&cb, precs[p], peak) : -1;
+        rc = peak > 0 ? cuda_measure(&cb, precs[p], peak, &tps[p]) : -1;
     }
     cuda_bench_free(&cb);
+    for (int p = 0; rc == 0 && !no_torch && p < 2; p++) {
+        if (tps[p] > 0) {
+            cuda_vs_torch(B, precs[p], tps[p]);
+        }
+    }
     eng_backend_cuda_destroy(be);
     return rc < 0 ? 1 : 0;
 }
 
 #else
 
-static int cuda_main(uint32_t batch, const char *precision)
+static int cuda_main(uint32_t batch, const char *precision, int no_torch)
 {
-    (void)batch, (void)precision;
+    (void)batch, (void)precision, (void)no_torch;
     fprintf(stderr, "chorus-bench-engine --device cuda: this build has no CUDA backend "
                     "(configure with -DCHORUS_CUDA=ON where the CUDA toolkit and NCCL are)\n");
     return 2;
@@ -846,7 +925,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench-engine: --precision %s: fp32, tf32 or both\n", precision);
             return 1;
         }
-        return cuda_main(batch, precision);
+        return cuda_main(batch, precision, no_torch);
     }
     if (strcmp(device, "cpu") != 0) {
         fprintf(stderr, "bench-engine: --device %s: cpu or cuda\n", device);

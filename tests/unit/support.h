@@ -60,5 +60,10 @@ int ts_run_threads(void *ranks, size_t stride, uint32_t n, void *(*fn)(void *));
 typedef struct wrk_coll wrk_coll_t;
 int ts_coll_create(ts_rdzv_table_t *table, uint32_t rank, uint32_t n, int timeout_ms,
                    wrk_coll_t **out);
+/* The configuration ts_coll_create uses, for a caller that changes it before
+ * wrk_coll_create (another backend table, host staging). */
+struct wrk_coll_config;
+void ts_coll_config(ts_rdzv_table_t *table, uint32_t rank, uint32_t n, int timeout_ms,
+                    struct wrk_coll_config *cfg);
 
 #endif

@@ -228,6 +228,16 @@ static int all_ops_at(rank_ctx_t *t, wrk_coll_group_t *g, size_t count, size_t b
             rc = fail(t, "send/recv n=%u count=%zu: [%zu] = %g", n, count, i, (double)dst[i]);
             goto out;
         }
+    /* the grouped exchange, blocking, every member at once: to the next, from the previous */
+    memset(dst, 0, count * sizeof *dst);
+    if ((rc = wrk_coll_sendrecv(g, src, count, (me + 1) % n, dst, count, (me + n - 1) % n,
+                                WRK_COLL_F32, NULL)) < 0)
+        goto out;
+    for (size_t i = 0; i < count; i++)
+        if (dst[i] != ival((me + n - 1) % n, i)) {
+            rc = fail(t, "sendrecv n=%u count=%zu: [%zu] = %g", n, count, i, (double)dst[i]);
+            goto out;
+        }
     rc = wrk_coll_barrier(g, NULL);
 out:
     if (rc < 0 && !t->msg[0])
@@ -748,6 +758,8 @@ Test(coll, bad_arguments)
     float f = 1;
     uint8_t b = 1;
     cr_expect_eq(wrk_coll_send(g, &f, 1, WRK_COLL_F32, 0, NULL), -EINVAL, "send to self");
+    cr_expect_eq(wrk_coll_sendrecv(g, &f, 1, 0, &f, 1, 0, WRK_COLL_F32, NULL), -EINVAL,
+                 "exchange with self");
     cr_expect_eq(wrk_coll_broadcast(g, &f, 1, WRK_COLL_F32, 1, NULL), -EINVAL, "bad root");
     cr_expect_eq(wrk_coll_allreduce(g, &b, &b, 1, WRK_COLL_U8, WRK_COLL_SUM, NULL), -EINVAL,
                  "u8 reduction");

@@ -102,6 +102,14 @@ Test(rank_gpu, local_rank_picks_the_gpu_or_the_refusal_says_why)
     r.local_rank = (uint32_t)n;
     cr_expect_eq(wrk_rank_gpu(&r, "train.device", &device, err, sizeof err), -ENODEV);
     cr_expect(strstr(err, "one GPU per rank") != NULL, "%s", err);
+    /* more ranks on the node than GPUs: they share (host-staged collectives), round robin */
+    r.local_world_size = (uint32_t)n + 1;
+    cr_expect(wrk_rank_gpu_shared(&r));
+    cr_expect_eq(wrk_rank_gpu(&r, "train.device", &device, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(device, 0);
+    setenv("CHORUS_COLL_STAGED", "0", 1); /* sharing forbidden: the refusal again */
+    cr_expect_eq(wrk_rank_gpu(&r, "train.device", &device, err, sizeof err), -ENODEV);
+    unsetenv("CHORUS_COLL_STAGED");
 }
 
 Test(rank_gpu, a_cuda_diag_without_a_gpu_fails_naming_why)

@@ -297,6 +297,39 @@ Test(cuda_matmul, tf32)
     matmul_case(256, 128, 384, 1, 1);
 }
 
+/* One context over several calls: the cuBLASLt plans (cached per shape, precision and the
+ * pointers' alignment) give the reference's result on a repeated call, on pointers aligned
+ * to 4 bytes only (one float off: the plan states that alignment, or the plain GEMM takes
+ * over), and after switching to TF32 and back. */
+Test(cuda_matmul, cached_plans_across_calls_alignments_and_precisions)
+{
+    need_gpu();
+    kn_cuda_t *ctx = ctx_new(0);
+    const int N = 64, C = 96, OC = 192;
+    size_t nI = (size_t)N * C, nW = (size_t)C * OC, nO = (size_t)N * OC;
+    float *x = randn(nI + 1, "x", 1), *w = randn(nW + 1, "w", 0.1f), *b = randn(OC + 1, "b", 1);
+    float *out = zeros(nO + 1);
+    float *d_x = upf(x, nI + 1), *d_w = upf(w, nW + 1), *d_b = upf(b, OC + 1);
+    float *d_out = upf(out, nO + 1);
+    const int tf32s[3] = {0, 1, 0};
+    for (int k = 0; k < 3; k++) {
+        kn_cuda_set_tf32(ctx, tf32s[k]);
+        for (int off = 0; off < 2; off++) {
+            for (int rep = 0; rep < 2; rep++) {
+                cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out + off, d_x + off, d_w + off, d_b + off,
+                                                N, C, OC, NULL),
+                             0, "%s", kn_cuda_ctx_error(ctx));
+                kn_matmul_fwd_ref(out, x + off, w + off, b + off, N, C, OC);
+                check_dev("matmul out (cached plan)", d_out + off, out, nO, tf32s[k] ? 0.0 : 1e-5,
+                          tf32s[k] ? 5e-3 : 1e-5);
+            }
+        }
+    }
+    cudaFree(d_out), cudaFree(d_b), cudaFree(d_w), cudaFree(d_x);
+    free(out), free(b), free(w), free(x);
+    kn_cuda_destroy(ctx);
+}
+
 // ----------------------------------------------------------------------------
 // attention: materialised and fused against the reference; forward 1e-5, backward 1e-4
 

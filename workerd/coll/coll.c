@@ -70,7 +70,7 @@ const char *wrk_coll_op_name(wrk_coll_op_kind_t kind)
         [WRK_COLL_OP_SEND] = "send",           [WRK_COLL_OP_RECV] = "recv",
         [WRK_COLL_OP_ALLREDUCE] = "allreduce", [WRK_COLL_OP_REDUCE_SCATTER] = "reduce_scatter",
         [WRK_COLL_OP_ALLGATHER] = "allgather", [WRK_COLL_OP_BROADCAST] = "broadcast",
-        [WRK_COLL_OP_BARRIER] = "barrier",
+        [WRK_COLL_OP_BARRIER] = "barrier",     [WRK_COLL_OP_SENDRECV] = "sendrecv",
     };
     return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
@@ -81,12 +81,15 @@ const char *wrk_coll_op_name(wrk_coll_op_kind_t kind)
 int wrk_coll_create(const wrk_coll_config_t *cfg, wrk_coll_t **out)
 {
     *out = NULL;
-    const wrk_coll_backend_t *be = backend_of(cfg->backend);
+    const wrk_coll_backend_t *be = cfg->impl ? cfg->impl : backend_of(cfg->backend);
     if (!be) {
         CH_LOGE("coll", "backend %s not built in", wrk_coll_backend_name(cfg->backend));
         return -ENOTSUP;
     }
     if (cfg->world_size == 0 || cfg->rank >= cfg->world_size || !cfg->rdzv.set || !cfg->rdzv.get)
+        return -EINVAL;
+    if (cfg->stage && (cfg->backend != WRK_COLL_UCX || cfg->impl || !cfg->stage->copy ||
+                       !cfg->stage->alloc || !cfg->stage->free))
         return -EINVAL;
     wrk_coll_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -96,6 +99,8 @@ int wrk_coll_create(const wrk_coll_config_t *cfg, wrk_coll_t **out)
     c->world_size = cfg->world_size;
     c->rdzv = cfg->rdzv;
     c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
+    if (cfg->stage)
+        c->stage = *cfg->stage;
     atomic_init(&c->aborted, 0);
     int rc = be->init(c, cfg);
     if (rc < 0) {
@@ -152,17 +157,23 @@ static int check_aborted(wrk_coll_t *c)
 
 int wrk_coll_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
 {
+    if (c->stage.copy)
+        return c->stage.alloc(c->stage.ud, bytes, out);
     return c->ops->mem_alloc(c, bytes, out);
 }
 
 void wrk_coll_mem_free(wrk_coll_t *c, void *p)
 {
-    if (p)
+    if (p && c->stage.copy)
+        c->stage.free(c->stage.ud, p);
+    else if (p)
         c->ops->mem_free(c, p);
 }
 
 int wrk_coll_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)
 {
+    if (c->stage.copy)
+        return c->stage.copy(c->stage.ud, dst, src, bytes, to_backend);
     return c->ops->mem_copy(c, dst, src, bytes, to_backend);
 }
 
@@ -325,6 +336,16 @@ const char *wrk_coll_group_transport(const wrk_coll_group_t *g)
 // ----------------------------------------------------------------------------
 // requests
 
+/* SENDRECV's checks on top of check_args's (the send half's): the receive half's. */
+static int check_recv_half(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
+{
+    if (a->rpeer >= g->n || a->rpeer == g->me)
+        return -EINVAL;
+    if (a->rcount > SIZE_MAX / wrk_coll_dtype_size(a->dt))
+        return -EOVERFLOW;
+    return a->rcount && !a->recvbuf ? -EINVAL : 0;
+}
+
 static int check_args(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
 {
     size_t esz = wrk_coll_dtype_size(a->dt);
@@ -341,6 +362,11 @@ static int check_args(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
     }
     if (total > SIZE_MAX / esz)
         return -EOVERFLOW;
+    if (a->kind == WRK_COLL_OP_SENDRECV) {
+        if (a->peer >= g->n || a->peer == g->me || (a->count && !a->sendbuf))
+            return -EINVAL;
+        return check_recv_half(g, a);
+    }
     int p2p = a->kind == WRK_COLL_OP_SEND || a->kind == WRK_COLL_OP_RECV;
     if ((p2p || a->kind == WRK_COLL_OP_BROADCAST) && a->peer >= g->n)
         return -EINVAL;
@@ -372,9 +398,10 @@ static int start(wrk_coll_group_t *g, const wrk_coll_args_t *a, wrk_coll_req_t *
     r->g = g;
     r->a = *a;
     r->rc = 1;
-    if (a->kind != WRK_COLL_OP_SEND && a->kind != WRK_COLL_OP_RECV)
+    if (a->kind != WRK_COLL_OP_SEND && a->kind != WRK_COLL_OP_RECV &&
+        a->kind != WRK_COLL_OP_SENDRECV)
         g->entered++;
-    rc = c->ops->start(r);
+    rc = wrk_coll_front_start(r);
     if (rc < 0) {
         free(r);
         return rc;
@@ -402,6 +429,21 @@ int wrk_coll_recv(wrk_coll_group_t *g, void *buf, size_t count, wrk_coll_dtype_t
 {
     wrk_coll_args_t a = {
         .kind = WRK_COLL_OP_RECV, .recvbuf = buf, .count = count, .dt = dt, .peer = peer};
+    return start(g, &a, req);
+}
+
+int wrk_coll_sendrecv(wrk_coll_group_t *g, const void *sendbuf, size_t scount, uint32_t speer,
+                      void *recvbuf, size_t rcount, uint32_t rpeer, wrk_coll_dtype_t dt,
+                      wrk_coll_req_t **req)
+{
+    wrk_coll_args_t a = {.kind = WRK_COLL_OP_SENDRECV,
+                         .sendbuf = sendbuf,
+                         .recvbuf = recvbuf,
+                         .count = scount,
+                         .dt = dt,
+                         .peer = speer,
+                         .rcount = rcount,
+                         .rpeer = rpeer};
     return start(g, &a, req);
 }
 
@@ -515,7 +557,7 @@ static int poll_once(wrk_coll_req_t *r, int *moved)
         return rc;
     }
     *moved = c->ops->progress(c) > 0;
-    rc = c->ops->test(r);
+    rc = wrk_coll_front_test(r);
     if (rc <= 0)
         r->rc = rc;
     if (rc < 0) {
@@ -546,6 +588,7 @@ static void note_timeout(const wrk_coll_req_t *req)
         return;
     uint32_t idx = (g->me + g->n - 1) % g->n;
     if (req->a.kind == WRK_COLL_OP_SEND || req->a.kind == WRK_COLL_OP_RECV ||
+        req->a.kind == WRK_COLL_OP_SENDRECV ||
         (req->a.kind == WRK_COLL_OP_BROADCAST && req->a.peer != g->me))
         idx = req->a.peer;
     snprintf(c->timeout_group, sizeof(c->timeout_group), "%s", g->name);
@@ -617,7 +660,7 @@ void wrk_coll_req_free(wrk_coll_req_t *req)
         wrk_coll_abort(c);
         check_aborted(c);
     }
-    c->ops->req_fini(req);
+    wrk_coll_front_fini(req);
     c->nreqs--;
     free(req);
 }

@@ -57,6 +57,19 @@ typedef enum {
 } wrk_coll_group_kind_t;
 #define WRK_COLL_GROUP_ID_MAX 4095
 
+struct wrk_coll_backend;
+
+/* Host-staged collectives for device buffers: the context's operations take device memory
+ * (alloc), copy it to host buffers (copy, to_device = 0; it must see every device write
+ * enqueued before it), run on the host over the UCX/shm backend and copy the results back
+ * (to_device = 1). For GPU ranks that NCCL cannot serve: several ranks on one GPU. */
+typedef struct wrk_coll_stage {
+    void *ud;
+    int (*alloc)(void *ud, size_t bytes, void **out);
+    void (*free)(void *ud, void *p);
+    int (*copy)(void *ud, void *dst, const void *src, size_t bytes, int to_device);
+} wrk_coll_stage_t;
+
 typedef struct wrk_coll_config {
     wrk_coll_backend_kind_t backend;
     uint32_t rank, world_size;
@@ -65,6 +78,11 @@ typedef struct wrk_coll_config {
     int device;     /* NCCL: CUDA device ordinal (usually LOCAL_RANK) */
     void *stream;   /* NCCL: cudaStream_t the caller's buffers are produced on; NULL:
                      * the legacy default stream. Ops wait for it before they start. */
+    const wrk_coll_stage_t *stage; /* UCX only: host-staged device buffers (copied); NULL none */
+    /* A backend table of the caller's instead of the one `backend` names (tests: a fake
+     * with NCCL's stream semantics, tests/unit/ncclsim.h), and its argument. */
+    const struct wrk_coll_backend *impl;
+    void *impl_ud;
 } wrk_coll_config_t;
 
 void wrk_coll_config_defaults(wrk_coll_config_t *cfg);
@@ -117,6 +135,15 @@ int wrk_coll_send(wrk_coll_group_t *g, const void *buf, size_t count, wrk_coll_d
                   uint32_t peer, wrk_coll_req_t **req);
 int wrk_coll_recv(wrk_coll_group_t *g, void *buf, size_t count, wrk_coll_dtype_t dt, uint32_t peer,
                   wrk_coll_req_t **req);
+/* Paired exchange as one grouped operation: send scount elements of sendbuf to member speer
+ * and receive rcount into recvbuf from member rpeer (speer == rpeer is fine). Both halves
+ * progress together (NCCL: one ncclGroupStart/End; UCX: the two non-blocking halves), so
+ * two members that each send to the other before receiving from it cannot deadlock on a
+ * backend whose send completes only when its receive is posted. Messages match the plain
+ * send/recv of the same pair in the order they were started. */
+int wrk_coll_sendrecv(wrk_coll_group_t *g, const void *sendbuf, size_t scount, uint32_t speer,
+                      void *recvbuf, size_t rcount, uint32_t rpeer, wrk_coll_dtype_t dt,
+                      wrk_coll_req_t **req);
 int wrk_coll_allreduce(wrk_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                        wrk_coll_dtype_t dt, wrk_coll_redop_t op, wrk_coll_req_t **req);
 /* sendbuf holds size*recvcount elements; member i receives the reduced block i. */
@@ -164,6 +191,7 @@ typedef enum {
     WRK_COLL_OP_ALLGATHER,
     WRK_COLL_OP_BROADCAST,
     WRK_COLL_OP_BARRIER,
+    WRK_COLL_OP_SENDRECV,
 } wrk_coll_op_kind_t;
 
 /* out = a op b elementwise (fp32), out may alias a or b. Elementwise and commutative, so

@@ -19,7 +19,9 @@ typedef struct wrk_coll_args {
     size_t count;  /* per-member block for REDUCE_SCATTER (recv) and ALLGATHER (send) */
     wrk_coll_dtype_t dt;
     wrk_coll_redop_t op;
-    uint32_t peer; /* SEND/RECV: peer index; BROADCAST: root index */
+    uint32_t peer;  /* SEND/RECV/SENDRECV's send: peer index; BROADCAST: root index */
+    size_t rcount;  /* SENDRECV: elements received into recvbuf */
+    uint32_t rpeer; /* SENDRECV: the member received from */
 } wrk_coll_args_t;
 
 typedef struct wrk_coll_backend {
@@ -30,6 +32,8 @@ typedef struct wrk_coll_backend {
     void (*group_fini)(wrk_coll_group_t *g);
     const char *(*transport)(const wrk_coll_group_t *g); /* NULL: the backend's name */
     int (*start)(wrk_coll_req_t *r);                     /* r->g, r->a set; sets r->be */
+    /* SENDRECV as one grouped operation; NULL: the front end starts a SEND and a RECV */
+    int (*start_sendrecv)(wrk_coll_req_t *r);
     int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
     int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
     void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
@@ -52,6 +56,7 @@ struct wrk_coll {
     char timeout_group[32]; /* the first wait that timed out: its group ("" if none) */
     uint32_t timeout_peer;  /* and the world rank it waited for */
     uint64_t timeout_seq;   /* and its entered count (the number of the collective) */
+    wrk_coll_stage_t stage; /* host staging of device buffers (copy NULL: none) */
 };
 
 struct wrk_coll_group {
@@ -73,7 +78,17 @@ struct wrk_coll_req {
     wrk_coll_args_t a;
     int rc; /* 1 pending, 0 done, < 0 failed */
     void *be;
+    /* Requests the front end runs for this one (coll_front.c): a SENDRECV's two halves on a
+     * backend without start_sendrecv, or the host-staged operation and its buffers. */
+    struct wrk_coll_req *part[2];
+    void *host_in, *host_out;
 };
+
+/* coll_front.c: start, test and release a request through the pairing and staging above
+ * (they call the backend's entries); the context's memory under staging. */
+int wrk_coll_front_start(wrk_coll_req_t *r);
+int wrk_coll_front_test(wrk_coll_req_t *r);
+void wrk_coll_front_fini(wrk_coll_req_t *r);
 
 extern const wrk_coll_backend_t wrk_coll_ucx_backend;
 #if CHORUS_HAVE_CUDA

@@ -11,6 +11,8 @@
  *   asynchronous error, so a failed peer surfaces instead of a hang.
  * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
+ * - A paired exchange (wrk_coll_sendrecv) is one ncclGroupStart/End around its send and
+ *   receive: ungrouped, two peers that each send first would both block their streams.
  * The GPU makes progress on its own: progress() has nothing to drive. */
 #include "workerd/coll/coll_impl.h"
 
@@ -250,6 +252,26 @@ static ncclDataType_t nccl_dtype(wrk_coll_dtype_t dt)
     return dt == WRK_COLL_F32 ? ncclFloat32 : ncclUint8;
 }
 
+/* The paired exchange as one NCCL group: the send and the receive are launched together, so
+ * neither blocks the stream waiting for a peer that is itself blocked sending first (each
+ * send of an ungrouped [send][recv] pair waits for the peer's receive once the message
+ * exceeds NCCL's buffers: two neighbouring pipeline stages would deadlock). */
+static ncclResult_t enqueue_sendrecv(const wrk_coll_args_t *a, nccl_group_t *ng)
+{
+    ncclDataType_t dt = nccl_dtype(a->dt);
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess)
+        return r;
+    ncclResult_t rs = ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+    ncclResult_t rr = ncclRecv(a->recvbuf, a->rcount, dt, (int)a->rpeer, ng->comm, ng->stream);
+    r = ncclGroupEnd(); /* always closes the group, whatever the two calls answered */
+    if (rs != ncclSuccess && rs != ncclInProgress)
+        return rs;
+    if (rr != ncclSuccess && rr != ncclInProgress)
+        return rr;
+    return r;
+}
+
 static ncclResult_t enqueue(wrk_coll_req_t *r, nccl_group_t *ng)
 {
     const wrk_coll_args_t *a = &r->a;
@@ -271,6 +293,8 @@ static ncclResult_t enqueue(wrk_coll_req_t *r, nccl_group_t *ng)
                              ng->stream);
     case WRK_COLL_OP_BARRIER:
         return ncclAllReduce(ng->one, ng->one, 1, ncclFloat32, ncclSum, ng->comm, ng->stream);
+    case WRK_COLL_OP_SENDRECV:
+        return enqueue_sendrecv(a, ng);
     }
     return ncclInvalidArgument;
 }
@@ -379,6 +403,7 @@ const wrk_coll_backend_t wrk_coll_nccl_backend = {
     .group_init = nccl_group_init,
     .group_fini = nccl_group_fini,
     .start = nccl_start,
+    .start_sendrecv = nccl_start,
     .progress = nccl_progress,
     .test = nccl_test,
     .req_fini = nccl_req_fini,

@@ -436,6 +436,8 @@ int wrk_ucx_build(ucx_ctx_t *u, ucx_op_t *o)
         o->is_pipe = 1;
         p->kind = PIPE_ALLGATHER;
         return pipe_setup(u, o, a->count, n - 1, 0, 0);
+    case WRK_COLL_OP_SENDRECV: /* the front end starts its two halves (coll_front.c) */
+        break;
     }
     return -EINVAL;
 }

@@ -168,5 +168,10 @@ void eng_backend_cuda_set_tf32(eng_backend_t *be, int on);
 void *eng_backend_cuda_stream(const eng_backend_t *be);
 /* Wait for every kernel enqueued so far; the pending launch failure if any. */
 int eng_backend_cuda_sync(const eng_backend_t *be);
+/* Allocate now the launchers' scratch a step of B sequences of T tokens, C channels and NH
+ * heads needs (the encoder's and layernorm's backward, the attention backward's NH*T*T), so
+ * that no step grows it (a sync, a cudaFree and a cudaMalloc while collectives may be in
+ * flight). 0 or -ENOMEM. */
+int eng_backend_cuda_reserve(eng_backend_t *be, int B, int T, int C, int NH);
 
 #endif

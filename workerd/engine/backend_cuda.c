@@ -3,16 +3,21 @@
  * kernels/cuda and loaded on demand (backend_cuda.h says why); it links nothing of ours.
  *
  * Theory of operation. Every kernel is enqueued on the backend's stream and returns at
- * once; work is ordered by the stream alone, so one scratch buffer (grown on demand) serves
- * every launcher that needs one. Kernels cannot fail in the table's contract: the first
+ * once; work is ordered by the stream alone, so one scratch buffer serves every launcher
+ * that needs one: reserved before the first step (eng_backend_cuda_reserve), else grown on
+ * demand. Kernels cannot fail in the table's contract: the first
  * launch error is kept and returned by the next copy, memset or sync (the model copies the
  * losses back after every head forward, so an error surfaces within a step). Copies to and
  * from the host wait for the stream, so host buffers are free to reuse on return; device to
  * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
  * double comes back to the host (0 after a failure, which stays kept for the next copy).
- * The attention is the materialised one (the table's attention_bwd gets no output to
- * recompute a fused backward from); its backward's scratch (NH*T*T floats) is the
- * backend's, not the model's T*T. */
+ * The attention is the materialised one by default; its backward's scratch (NH*T*T floats)
+ * is the backend's, not the model's T*T. CHORUS_CUDA_ATTENTION=flash takes the fused kernels
+ * (kernels/cuda/flash.cu: no T*T in global memory, fp32 without tensor cores): the model's
+ * att buffer then holds each row's log-sum-exp, and the backend remembers the output each
+ * att buffer's forward wrote, which the fused backward needs and the table does not pass.
+ * Opt-in until a GPU has measured it against the materialised one at TF32 (the device
+ * check runs both); the model still allocates its att buffers either way. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +40,15 @@ typedef struct cuda_state {
     /* sumsq's device result (element 0) and its KN_CUDA_SUMSQ_PARTIALS partial sums; its
      * own, so a sum of squares never waits to grow the launchers' scratch */
     double *sumsq_dev;
+    /* CHORUS_CUDA_ATTENTION=flash: the fused kernels, the model's att buffer holding each
+     * row's log-sum-exp; the forward's output of each att buffer, which the fused backward
+     * needs and the table's attention_bwd is not given */
+    int flash;
+    struct {
+        const float *att;
+        const float *out;
+    } flash_out[256]; /* layers x pipeline slots */
+    int nflash;
     int err;           /* first launch failure not yet reported */
     char errtext[160]; /* what it was */
 } cuda_state_t;
@@ -211,11 +225,58 @@ static void cu_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, 
                             S(be)->stream));
 }
 
+/* the fused kernels for this call (opted in, head size within their limit) */
+static int use_flash(const eng_backend_t *be, int C, int NH)
+{
+    return S(be)->flash && NH > 0 && C / NH <= KN_CUDA_FLASH_MAX_HS;
+}
+
+/* where the forward that wrote att's log-sum-exps put its output (NULL: none seen) */
+static const float **flash_slot(const eng_backend_t *be, const float *att, int add)
+{
+    cuda_state_t *s = S(be);
+    for (int i = 0; i < s->nflash; i++) {
+        if (s->flash_out[i].att == att) {
+            return &s->flash_out[i].out;
+        }
+    }
+    if (!add || s->nflash == (int)(sizeof s->flash_out / sizeof s->flash_out[0])) {
+        return NULL;
+    }
+    s->flash_out[s->nflash].att = att;
+    return &s->flash_out[s->nflash++].out;
+}
+
 static void cu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
                              int B, int T, int C, int NH)
 {
+    const float **slot = use_flash(be, C, NH) ? flash_slot(be, att, 1) : NULL;
+    if (slot != NULL) {
+        *slot = out;
+        note(be, "flash attention_fwd",
+             kn_cuda_flash_attention_fwd(out, att, qkv, B, T, C, NH, S(be)->stream));
+        return;
+    }
     note(be, "attention_fwd",
          kn_cuda_attention_fwd(S(be)->ctx, out, att, qkv, B, T, C, NH, S(be)->stream));
+}
+
+/* The fused backward from the log-sum-exps in att and the forward's output. */
+static void flash_bwd(const eng_backend_t *be, float *dqkv, const float *dout, const float *qkv,
+                      const float *att, int B, int T, int C, int NH)
+{
+    const float **slot = flash_slot(be, att, 0);
+    if (slot == NULL) {
+        note(be, "flash attention_bwd: no forward of this att buffer", -EINVAL);
+        return;
+    }
+    float *tmp = scratch(be, KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH) * sizeof(float),
+                         "flash attention_bwd scratch");
+    if (tmp != NULL) {
+        note(be, "flash attention_bwd",
+             kn_cuda_flash_attention_bwd(dqkv, tmp, dout, qkv, *slot, att, B, T, C, NH,
+                                         S(be)->stream));
+    }
 }
 
 /* the model's scratch (T*T floats) is too small for the batched backward: the backend's own */
@@ -224,6 +285,10 @@ static void cu_attention_bwd(const eng_backend_t *be, float *dqkv, float *model_
                              int C, int NH)
 {
     (void)model_scratch;
+    if (use_flash(be, C, NH) && flash_slot(be, att, 0) != NULL) {
+        flash_bwd(be, dqkv, dout, qkv, att, B, T, C, NH);
+        return;
+    }
     float *tmp =
         scratch(be, KN_CUDA_ATT_BWD_SCRATCH(T, NH) * sizeof(float), "attention_bwd scratch");
     if (tmp != NULL) {
@@ -451,6 +516,8 @@ static int cu_create(int device, eng_cuda_log_fn logfn, eng_backend_t **out)
     s->table = cuda_table;
     s->table.ud = s;
     s->device = device;
+    const char *att = getenv("CHORUS_CUDA_ATTENTION");
+    s->flash = att != NULL && strcmp(att, "flash") == 0;
     s->log = logfn;
     /* the context and the stream belong to the device current when they are made */
     CH_CHECK_GOTO(cu_err(cudaSetDevice(device)), rc, fail);
@@ -497,6 +564,26 @@ static void *cu_stream(const eng_backend_t *be)
     return S(be)->stream;
 }
 
+static size_t max_size(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The largest scratch any launcher asks for at this shape, allocated now. */
+static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) {
+        return -EINVAL;
+    }
+    size_t att = max_size(KN_CUDA_ATT_BWD_SCRATCH(T, NH), KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH));
+    size_t bytes = max_size(kn_cuda_encoder_bwd_scratch_bytes(B, T),
+                            max_size(KN_CUDA_LN_BWD_SCRATCH(C), att) * sizeof(float));
+    if (scratch(be, bytes, "reserved scratch") == NULL) {
+        return -ENOMEM;
+    }
+    return kn_cuda_reserve_rows(S(be)->ctx, (size_t)B * (size_t)T, S(be)->stream);
+}
+
 /* The module's one export (backend_cuda.h). */
 __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module = {
     .abi = ENG_CUDA_MODULE_ABI,
@@ -506,4 +593,5 @@ __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module =
     .set_tf32 = cu_set_tf32,
     .stream = cu_stream,
     .sync = cu_sync,
+    .reserve = cu_reserve,
 };

@@ -13,7 +13,7 @@
 
 #define ENG_CUDA_MODULE_FILE   "libchorus_engine_cuda.so"
 #define ENG_CUDA_MODULE_SYMBOL "eng_cuda_module"
-#define ENG_CUDA_MODULE_ABI    2 /* 2: backend.h's table grew the tp_* entries */
+#define ENG_CUDA_MODULE_ABI    3 /* 2: backend.h's table grew the tp_* entries; 3: reserve */
 
 /* How the module reports an error it cannot return (a launch failure noticed later): one
  * line, logged by the engine. */
@@ -28,6 +28,7 @@ typedef struct eng_cuda_module {
     void (*set_tf32)(eng_backend_t *be, int on);
     void *(*stream)(const eng_backend_t *be);
     int (*sync)(const eng_backend_t *be);
+    int (*reserve)(eng_backend_t *be, int B, int T, int C, int NH);
 } eng_cuda_module_t;
 
 #endif

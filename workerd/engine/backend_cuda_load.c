@@ -123,3 +123,8 @@ int eng_backend_cuda_sync(const eng_backend_t *be)
 {
     return module->sync(be);
 }
+
+int eng_backend_cuda_reserve(eng_backend_t *be, int B, int T, int C, int NH)
+{
+    return module->reserve(be, B, T, C, NH);
+}

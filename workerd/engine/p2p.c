@@ -30,6 +30,27 @@ static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
     return rc;
 }
 
+static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, size_t n)
+{
+    if (!p->pp || peer < 0)
+        return CH_E_STATE;
+    uint64_t t0 = ch_now_ns();
+    int rc = wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n, (uint32_t)peer,
+                               WRK_COLL_F32, NULL);
+    p->wait_ns += ch_now_ns() - t0;
+    return rc;
+}
+
+int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n)
+{
+    return exchange(p, p->next, send, recv, n);
+}
+
+int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n)
+{
+    return exchange(p, p->prev, send, recv, n);
+}
+
 int eng_p2p_send_next(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r)
 {
     return send_to(p, p->next, buf, n, r);

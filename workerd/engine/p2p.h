@@ -2,7 +2,8 @@
  * next stage, their gradients come back to the previous one, over the pipeline column
  * (groups.h: pp, pp_prev, pp_next). Sends are non-blocking so they overlap the next
  * compute; a receive blocks, and the time spent blocked is counted as pipeline wait (what
- * the bubble is measured from).
+ * the bubble is measured from). An exchange (a send paired with a receive from the same
+ * neighbour) is one grouped operation: neither half can wait on the other's peer.
  *
  * Ordering: messages between two stages match in the order they were started (coll.h);
  * each direction of a pair carries one kind only (activations down, gradients up), so
@@ -33,6 +34,11 @@ int eng_p2p_send_prev(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r
 /* Receive n floats from the previous / next stage into buf (blocking; counted as wait). */
 int eng_p2p_recv_prev(eng_p2p_t *p, float *buf, size_t n);
 int eng_p2p_recv_next(eng_p2p_t *p, float *buf, size_t n);
+/* One grouped exchange with the next (previous) stage: send n floats of `send` to it and
+ * receive n floats from it into `recv` (wrk_coll_sendrecv), blocking until both are done;
+ * counted as wait. */
+int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n);
+int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
 

@@ -72,37 +72,80 @@ void eng_pipeline_fini(eng_pipeline_t *p)
     memset(p, 0, sizeof *p);
 }
 
-static int fwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb)
+/* mb's slot of base (x, y or dx; NULL where the stage has none) */
+static float *slot_of(const eng_pipeline_t *p, float *base, uint32_t mb)
+{
+    return base ? base + (size_t)(mb % p->slots) * p->count : NULL;
+}
+
+/* mb's input from the previous stage on its own (stage 0 has none) */
+static int recv_x(eng_pipeline_t *p, uint32_t mb)
+{
+    float *x = slot_of(p, p->x, mb);
+    return x ? eng_p2p_recv_prev(&p->p2p, x, p->count) : 0;
+}
+
+/* mb's forward; *y (y NULL on the last stage) the stage's output to send (pipeline.h) */
+static int fwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb, const float **y)
 {
     uint32_t slot = mb % p->slots;
-    float *x = p->x ? p->x + (size_t)slot * p->count : NULL;
-    int send = p->stage + 1 < p->stages;
-    const float *y = NULL;
-    int rc = 0;
-    if (x)
-        rc = eng_p2p_recv_prev(&p->p2p, x, p->count);
-    if (rc == 0 && send)
-        rc = eng_p2p_finish(&p->p2p, &p->ysend[slot]); /* the slot's last send is done */
+    int rc = y ? eng_p2p_finish(&p->p2p, &p->ysend[slot]) : 0; /* the slot's last send */
     if (rc == 0)
-        rc = ops->forward(ops->ctx, mb, slot, x, send ? &y : NULL);
-    if (rc == 0 && send)
-        rc = y ? eng_p2p_send_next(&p->p2p, y, p->count, &p->ysend[slot]) : -EINVAL;
-    return rc;
+        rc = ops->forward(ops->ctx, mb, slot, slot_of(p, p->x, mb), y);
+    return rc == 0 && y && !*y ? -EINVAL : rc;
 }
 
 static int bwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb)
 {
     uint32_t slot = mb % p->slots;
-    float *dx = p->dx ? p->dx + (size_t)slot * p->count : NULL;
-    int rc = 0;
-    if (p->dy)
-        rc = eng_p2p_recv_next(&p->p2p, p->dy, p->count);
-    if (rc == 0 && dx)
-        rc = eng_p2p_finish(&p->p2p, &p->dxsend[slot]);
-    if (rc == 0)
-        rc = ops->backward(ops->ctx, mb, slot, p->dy, dx);
-    if (rc == 0 && dx)
-        rc = eng_p2p_send_prev(&p->p2p, dx, p->count, &p->dxsend[slot]);
+    float *dx = slot_of(p, p->dx, mb);
+    int rc = dx ? eng_p2p_finish(&p->p2p, &p->dxsend[slot]) : 0;
+    return rc ? rc : ops->backward(ops->ctx, mb, slot, p->dy, dx);
+}
+
+/* After mb's forward: its output to the next stage, with (steady state) the gradient the
+ * next stage sends back in the same exchange; alone, a non-blocking send (the last stage
+ * has neither). */
+static int after_fwd(eng_pipeline_t *p, uint32_t mb, const float *y, int recv_dy)
+{
+    if (!y)
+        return 0;
+    if (recv_dy)
+        return eng_p2p_exchange_next(&p->p2p, y, p->dy, p->count);
+    return eng_p2p_send_next(&p->p2p, y, p->count, &p->ysend[mb % p->slots]);
+}
+
+/* After mb's backward: its input gradient to the previous stage, with (steady state) the
+ * input of micro-batch `next` in the same exchange; alone, a non-blocking send (stage 0 has
+ * neither). */
+static int after_bwd(eng_pipeline_t *p, uint32_t mb, int recv_x_next, uint32_t next)
+{
+    float *dx = slot_of(p, p->dx, mb);
+    if (!dx)
+        return 0;
+    if (recv_x_next)
+        return eng_p2p_exchange_prev(&p->p2p, dx, slot_of(p, p->x, next), p->count);
+    return eng_p2p_send_prev(&p->p2p, dx, p->count, &p->dxsend[mb % p->slots]);
+}
+
+/* The steady state: each forward's send pairs with the receive of the gradient the
+ * backward that follows needs, and each backward's send with the receive of the next
+ * forward's input (Megatron's send_forward_recv_backward and send_backward_recv_forward),
+ * so neighbouring stages always exchange in matching pairs. */
+static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, uint32_t n)
+{
+    int send = p->stage + 1 < p->stages;
+    int rc = n ? recv_x(p, warm) : 0;
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        const float *y = NULL;
+        rc = fwd(p, ops, warm + i, send ? &y : NULL);
+        if (rc == 0)
+            rc = after_fwd(p, warm + i, y, 1);
+        if (rc == 0)
+            rc = bwd(p, ops, i);
+        if (rc == 0)
+            rc = after_bwd(p, i, i + 1 < n, warm + i + 1);
+    }
     return rc;
 }
 
@@ -114,16 +157,24 @@ int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, 
     uint32_t warm = p->stages - p->stage - 1;
     if (warm > m)
         warm = m;
-    int rc = 0;
-    for (uint32_t i = 0; rc == 0 && i < warm; i++)
-        rc = fwd(p, ops, i);
-    for (uint32_t i = 0; rc == 0 && i < m - warm; i++) {
-        rc = fwd(p, ops, warm + i);
+    int rc = 0, send = p->stage + 1 < p->stages;
+    for (uint32_t i = 0; rc == 0 && i < warm; i++) {
+        rc = recv_x(p, i);
+        const float *y = NULL;
+        if (rc == 0)
+            rc = fwd(p, ops, i, send ? &y : NULL);
+        if (rc == 0)
+            rc = after_fwd(p, i, y, 0);
+    }
+    if (rc == 0)
+        rc = steady(p, ops, warm, m - warm);
+    for (uint32_t i = m - warm; rc == 0 && i < m; i++) {
+        rc = p->dy ? eng_p2p_recv_next(&p->p2p, p->dy, p->count) : 0;
         if (rc == 0)
             rc = bwd(p, ops, i);
+        if (rc == 0)
+            rc = after_bwd(p, i, 0, 0);
     }
-    for (uint32_t i = m - warm; rc == 0 && i < m; i++)
-        rc = bwd(p, ops, i);
     /* every send of the step is done before the step's gradients are used */
     for (uint32_t i = 0; rc == 0 && i < p->slots; i++) {
         rc = eng_p2p_finish(&p->p2p, &p->ysend[i]);

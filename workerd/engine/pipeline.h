@@ -5,12 +5,16 @@
  *   steady     m - w times: the forward of micro-batch w + i, then the backward of i,
  *   cool-down  the backwards of the last w micro-batches.
  * So at most min(p - s, m) micro-batches are in flight on stage s (their activations held),
- * and slot (mb % slots) holds micro-batch mb. A forward receives its input from the
- * previous stage (none on stage 0), runs the stage step and starts sending its output to
- * the next stage (none on the last, which computes the loss); a backward receives the
- * output's gradient from the next stage (none on the last), runs the stage's backward and
- * starts sending the input's gradient back (none on stage 0). Sends are non-blocking and
- * are completed only before their buffer is reused, so they overlap the next compute.
+ * and slot (mb % slots) holds micro-batch mb. A forward takes its input from the previous
+ * stage (none on stage 0), runs the stage step and sends its output to the next stage (none
+ * on the last, which computes the loss); a backward takes the output's gradient from the
+ * next stage (none on the last), runs the stage's backward and sends the input's gradient
+ * back (none on stage 0). In the steady state every send travels with the receive that
+ * follows it as one grouped exchange (p2p.h: a forward's output with the next backward's
+ * gradient, a backward's input gradient with the next forward's input), as Megatron does:
+ * on NCCL a send completes only when the peer's stream reaches the matching receive, and
+ * two neighbours each queueing [send][recv] would wait on each other for ever. Warm-up and
+ * cool-down sends go alone and non-blocking, completed only before their buffer is reused.
  *
  * The schedule sees the model only through the stage step (eng_stage_ops_t): it owns the
  * [B,T,C] buffers that cross stages, never the model. The bubble is the time blocked on

@@ -342,6 +342,26 @@ int wrk_rank_on_gpu(const wrk_rank_t *r)
            (r->spec.kind == CH_JOB_DIAG && strcmp(r->device, "cuda") == 0);
 }
 
+int wrk_rank_gpu_shared(const wrk_rank_t *r)
+{
+    const char *force = getenv("CHORUS_COLL_STAGED");
+    if (force && *force)
+        return strcmp(force, "0") != 0;
+#if CHORUS_HAVE_CUDA
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    if (eng_backend_cuda_devices(&n) < 0 || n == 0)
+        return 0;
+    /* a launcher that pins each rank to one GPU of its own leaves one visible */
+    if (n == 1 && visible != NULL && *visible && strchr(visible, ',') == NULL)
+        return 0;
+    return r->local_world_size > (uint32_t)n;
+#else
+    (void)r;
+    return 0;
+#endif
+}
+
 int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, size_t errlen)
 {
     *device = -1;
@@ -356,6 +376,11 @@ int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, 
                        visible ? visible : "unset");
     if (r->local_rank < (uint32_t)n) {
         *device = (int)r->local_rank;
+        return 0;
+    }
+    /* more ranks than GPUs: they share, over host-staged collectives (wrk_rank_gpu_shared) */
+    if (wrk_rank_gpu_shared(r)) {
+        *device = (int)(r->local_rank % (uint32_t)n);
         return 0;
     }
     /* workerd or the launcher gave this rank one GPU of its own */

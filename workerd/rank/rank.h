@@ -83,8 +83,15 @@ int wrk_rank_on_gpu(const wrk_rank_t *r);
  * CUDA_VISIBLE_DEVICES leaves visible, or the only visible one when the node pins each rank
  * to its own. `what` names the setting asking (e.g. "train.device") in the message. 0;
  * CH_E_CONFIG with err "<what>: cuda requested but this build has no CUDA backend" or
- * "... but no GPU visible"; -ENODEV when LOCAL_RANK has no GPU of its own. */
+ * "... but no GPU visible"; -ENODEV when LOCAL_RANK has no GPU of its own and the ranks do
+ * not share GPUs (wrk_rank_gpu_shared). */
 int wrk_rank_gpu(const wrk_rank_t *r, const char *what, int *device, char *err, size_t errlen);
+/* 1 when this GPU rank's collectives go host-staged (coll.h: wrk_coll_stage_t, over the
+ * same-host shm/UCX backend) instead of NCCL: CHORUS_COLL_STAGED=1 forces it and =0 forbids
+ * it; otherwise when the node runs more ranks than it sees GPUs (LOCAL_WORLD_SIZE above the
+ * visible count), so that ranks share a GPU, which NCCL refuses. Then wrk_rank_gpu gives
+ * rank LOCAL_RANK the GPU LOCAL_RANK mod count. */
+int wrk_rank_gpu_shared(const wrk_rank_t *r);
 
 /* Job kinds. Each returns 0 when the rank finished its work, else a negative code
  * (the runtime reports RANK_FAILED with ch_strerror and exits non-zero). */

@@ -27,6 +27,7 @@
 #include "workerd/engine/export.h"
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/groups.h"
+#include "workerd/engine/stage.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/history.h"
 #include "workerd/rank/peak.h"
@@ -200,6 +201,13 @@ static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
     eng_backend_cuda_set_tf32(*out, r->spec.train.precision == CH_PRECISION_TF32);
+    /* the launchers' scratch now, not grown inside the first steps */
+    const ch_jobspec_t *s = &r->spec;
+    rc = eng_backend_cuda_reserve(*out, (int)s->parallel.micro_batch_size, (int)s->model.seq_len,
+                                  (int)s->model.embd, (int)s->model.heads);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: scratch: %s", *device,
+                             ch_strerror(rc));
     CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u), %s",
             r->job_id, r->generation, r->rank, *device, r->local_rank,
             ch_precision_name(r->spec.train.precision));
@@ -219,8 +227,16 @@ static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
     cfg.backend = gpu != NULL ? WRK_COLL_NCCL : WRK_COLL_UCX;
+    wrk_coll_stage_t stage;
+    if (gpu != NULL && wrk_rank_gpu_shared(r)) {
+        /* ranks share this GPU: NCCL refuses that; device buffers go through the host */
+        eng_stage_of(gpu, &stage);
+        cfg.backend = WRK_COLL_UCX;
+        cfg.stage = &stage;
+        CH_LOGI("train", "rank %u: collectives host-staged (ranks share GPU %d)", r->rank, device);
+    }
 #if CHORUS_HAVE_CUDA
-    if (gpu != NULL) {
+    if (cfg.backend == WRK_COLL_NCCL) {
         cfg.device = device;
         cfg.stream = eng_backend_cuda_stream(gpu);
     }
