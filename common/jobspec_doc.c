@@ -6,9 +6,11 @@
 
 static const ch_jobspec_doc_t docs[] = {
     {"job", "name", "text", "1-63 of A-Z a-z 0-9 . _ -",
-     "The job's name; checkpoints go under checkpoint.dir/<job id>/."},
+     "The job's name; its run's checkpoints go under checkpoint.dir/<name>/ (train.resume)."},
     {"job", "kind", "", "train | diag",
      "train: train the model; diag: check the nodes' GEMMs and collectives."},
+    {"job", "priority", "", "-1000000 to 1000000",
+     "Higher starts first, before fair share; only root and the admin group may set it."},
     {"job", "owner_uid", "uid", NULL,
      "Written by the coordinator from the submitter's credentials (-1: unset); not for users."},
     {"job", "owner_gid", "gid", NULL, "As owner_uid, the submitter's group."},
@@ -56,6 +58,11 @@ static const ch_jobspec_doc_t docs[] = {
     {"train", "device", "", "cpu | cuda", "Where each rank computes (cuda: one GPU per rank)."},
     {"train", "precision", "", "fp32 | tf32",
      "The GEMMs' arithmetic; tf32 needs device = cuda. State stays fp32."},
+    {"train", "resume", "", "\"\" | auto | PATH",
+     "\"\": a fresh run; auto: continue this run's newest committed checkpoint under any "
+     "coordinator (full state, any layout); PATH: continue from that checkpoint."},
+    {"train", "log_every", "steps", NULL,
+     "Rank 0 logs a loss line every this many steps; 0: never."},
     {"train", "val_data", "path", "\"\" | text:FILE | FILE | GLOB",
      "Validation tokens (same forms as data, read in order from the start); \"\": no "
      "validation loss."},
@@ -81,6 +88,18 @@ static const ch_jobspec_doc_t docs[] = {
      "A rank without progress this long (first step included) is a failure; 0: never."},
     {"fault", "elastic", "", "yes | no",
      "A restart that no longer fits may continue with a smaller dp (same global batch)."},
+    {"fault", "backoff", "seconds", NULL,
+     "A restart after a failure waits this long, doubling each failure in a row; reset once a "
+     "generation completes a step."},
+    {"fault", "backoff_max", "seconds", NULL, "The longest wait between restarts."},
+    {"fault", "crash_loop", "generations", NULL,
+     "That many generations in a row failing before their first step stop the job; 0: never."},
+    {"fault", "nonfinite", "", "fail | skip",
+     "A step whose loss or gradient norm is NaN or infinite: fail the job naming the step, or "
+     "skip its update."},
+    {"fault", "straggler", "", "report | replace",
+     "A rank whose compute stays above its peers': report it (status, watch, log, metric); "
+     "replace is not built yet and refused."},
     {"diag", "rounds", "rounds", NULL, "diag jobs: measurement rounds."},
     {"diag", "gemm_size", "n", NULL, "diag jobs: n x n SGEMM size."},
     {"diag", "collectives", "", "yes | no", "diag jobs: also measure collectives."},
