@@ -680,7 +680,8 @@ static void recovering_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
         j->restart_at_ms = 0;
         coord_changed(c);
     }
-    if (!j->kill_sent_ms || j->grace_deadline || !j->ranks ||
+    /* now_ms may predate a kill sent earlier in this very tick */
+    if (!j->kill_sent_ms || j->grace_deadline || !j->ranks || now_ms <= j->kill_sent_ms ||
         now_ms - j->kill_sent_ms <= (uint64_t)c->cfg.dead_after_ms)
         return;
     j->kill_sent_ms = 0;

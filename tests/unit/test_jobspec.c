@@ -677,4 +677,36 @@ Test(jobspec, template_documents_every_key_and_parses_to_the_defaults)
     }
     free(ini);
     free(md);
+
+/* The healing keys of [fault]: their defaults, their ranges, and the policies not built
+ * yet refused with a word saying so. */
+Test(jobspec, fault_healing_keys)
+{
+    ch_jobspec_t j;
+    char err[256] = "";
+    ch_jobspec_defaults(&j);
+    cr_expect(j.fault.backoff == 1 && j.fault.backoff_max == 60 && j.fault.crash_loop == 5);
+    cr_expect(j.fault.nonfinite == CH_NONFINITE_FAIL && j.fault.straggler == CH_STRAGGLER_REPORT);
+    cr_assert_eq(ch_jobspec_parse("[fault]\nnonfinite = skip\nbackoff = 0.5\ncrash_loop = 0\n", &j,
+                                  err, sizeof err),
+                 0, "%s", err);
+    cr_expect(j.fault.nonfinite == CH_NONFINITE_SKIP && j.fault.backoff == 0.5 &&
+              j.fault.crash_loop == 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
+
+    cr_expect_eq(ch_jobspec_parse("[fault]\nnonfinite = rewind\n", &j, err, sizeof err),
+                 CH_E_CONFIG);
+    expect_has(err, "not built yet");
+    cr_expect_eq(ch_jobspec_parse("[fault]\ncrash_loop = 1001\n", &j, err, sizeof err),
+                 CH_E_CONFIG);
+    expect_has(err, "[fault] crash_loop: must be between 0 and 1000");
+
+    cr_assert_eq(ch_jobspec_parse("[fault]\nstraggler = replace\n", &j, err, sizeof err), 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "fault.straggler: replace is not built yet");
+
+    cr_assert_eq(ch_jobspec_parse("[fault]\nbackoff = 10\nbackoff_max = 5\n", &j, err, sizeof err),
+                 0);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "fault.backoff_max");
 }
