@@ -8,7 +8,7 @@
 #   tests/slurm/requeue.sh BIN_DIR SRC_DIR      (ctest: slurm.requeue; exit 77 = skipped)
 #
 # Needs root (slurmd runs jobs as their users) and the test packages of
-# deploy/install-deps.sh --test; skips with the reason otherwise.
+# deploy/install-deps.sh test; skips with the reason otherwise.
 set -euo pipefail
 
 skip() {
@@ -17,7 +17,7 @@ skip() {
 }
 for b in slurmctld slurmd sbatch scontrol sinfo munged; do
   command -v "$b" >/dev/null ||
-    skip "$b is not installed (deploy/install-deps.sh --test installs slurm-wlm and munge)"
+    skip "$b is not installed (deploy/install-deps.sh test installs slurm-wlm and munge)"
 done
 [ "$(id -u)" -eq 0 ] || skip "slurmd and munged need root"
 
