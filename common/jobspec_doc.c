@@ -83,6 +83,9 @@ static const ch_jobspec_doc_t docs[] = {
     {"checkpoint", "every", "steps", NULL,
      "A checkpoint every this many steps (and after the last); 0: only after the last."},
     {"checkpoint", "keep", "checkpoints", NULL, "Committed checkpoints kept; older are pruned."},
+    {"checkpoint", "run_id", "", NULL,
+     "Written by the coordinator at submit: the run this job continues or starts (run.json); "
+     "not for users."},
     {"fault", "max_restarts", "restarts", NULL, "Restarts before the job fails; 0: none."},
     {"fault", "step_timeout", "seconds", NULL,
      "A rank without progress this long (first step included) is a failure; 0: never."},

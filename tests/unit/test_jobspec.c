@@ -677,6 +677,7 @@ Test(jobspec, template_documents_every_key_and_parses_to_the_defaults)
     }
     free(ini);
     free(md);
+}
 
 /* The healing keys of [fault]: their defaults, their ranges, and the policies not built
  * yet refused with a word saying so. */
