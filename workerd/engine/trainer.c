@@ -319,7 +319,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (rc < 0)
         goto out;
     eng_model_opts_t mopts = {
-        .backend = t->be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
+        .backend = t->be, .recompute = spec->parallel.recompute, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;
