@@ -13,18 +13,9 @@
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "workerd/engine/ckpt_piece.h"
+#include "workerd/engine/gpt2.h"
 
-/* A block's tensors: name, dimensions as multiples of C (cols 0: 1-D). */
-static const struct {
-    const char *suffix;
-    uint32_t rows, cols;
-} block[] = {
-    {"ln_1.weight", 1, 0},      {"ln_1.bias", 1, 0},          {"attn.c_attn.weight", 1, 3},
-    {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
-    {"ln_2.weight", 1, 0},      {"ln_2.bias", 1, 0},          {"mlp.c_fc.weight", 1, 4},
-    {"mlp.c_fc.bias", 4, 0},    {"mlp.c_proj.weight", 4, 1},  {"mlp.c_proj.bias", 1, 0},
-};
-#define NBLOCK (sizeof block / sizeof block[0])
+#define NBLOCK ENG_GPT2_BLOCK_TENSORS
 
 static void whole(eng_ckpt_piece_t *pc, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1)
 {
@@ -44,8 +35,9 @@ static size_t gpt2_pieces(const ch_model_cfg_t *c, eng_ckpt_piece_t *out)
     whole(&out[n++], "wpe.weight", 2, c->seq_len, C);
     for (uint32_t l = 0; l < c->layers; l++) {
         for (size_t i = 0; i < NBLOCK; i++) {
-            snprintf(name, sizeof name, "h.%u.%s", l, block[i].suffix);
-            whole(&out[n++], name, block[i].cols ? 2 : 1, block[i].rows * C, block[i].cols * C);
+            const eng_gpt2_tensor_t *t = &eng_gpt2_block[i];
+            snprintf(name, sizeof name, "h.%u.%s", l, t->suffix);
+            whole(&out[n++], name, t->cols ? 2 : 1, t->rows * C, t->cols * C);
         }
     }
     whole(&out[n++], "ln_f.weight", 1, C, 0);

@@ -27,6 +27,7 @@
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "workerd/engine/gpt2.h"
 #include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 
@@ -38,28 +39,22 @@
 
 enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESID };
 
+/* How each of a block's tensors (gpt2.h's eng_gpt2_block, same order) is initialised and
+ * split by tensor parallelism. */
 typedef struct block_tensor_spec {
-    const char *suffix;
-    uint32_t ndim;
-    uint32_t rows, cols; /* shape in units of C (cols unused when ndim == 1) */
     enum init_kind init;
     eng_split_t split;
 } block_tensor_spec_t;
 
 static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
-    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
-    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL, ENG_SPLIT_COLUMN},
-    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
-    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID, ENG_SPLIT_ROW},
-    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
-    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL, ENG_SPLIT_COLUMN},
-    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
-    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID, ENG_SPLIT_ROW},
-    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [LN1W] = {INIT_ONE, ENG_SPLIT_NONE},      [LN1B] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [QKVW] = {INIT_NORMAL, ENG_SPLIT_COLUMN}, [QKVB] = {INIT_ZERO, ENG_SPLIT_COLUMN},
+    [ATTPROJW] = {INIT_RESID, ENG_SPLIT_ROW}, [ATTPROJB] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [LN2W] = {INIT_ONE, ENG_SPLIT_NONE},      [LN2B] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [FCW] = {INIT_NORMAL, ENG_SPLIT_COLUMN},  [FCB] = {INIT_ZERO, ENG_SPLIT_COLUMN},
+    [FCPROJW] = {INIT_RESID, ENG_SPLIT_ROW},  [FCPROJB] = {INIT_ZERO, ENG_SPLIT_NONE},
 };
+_Static_assert(NBLOCK_TENSORS == ENG_GPT2_BLOCK_TENSORS, "one list of a block's tensors");
 
 // ----------------------------------------------------------------------------
 // parameter table and initialisation
@@ -190,10 +185,11 @@ static void build_table(eng_model_t *m)
         m->blk_slab[l - p->first] = base;
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
-            uint32_t d0 = s->rows * C, d1 = s->cols * C;
-            snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
+            const eng_gpt2_tensor_t *g = &eng_gpt2_block[i];
+            uint32_t d0 = g->rows * C, d1 = g->cols * C;
+            snprintf(name, sizeof name, "h.%u.%s", l, g->suffix);
             m->blk_off[i] = m->nparams - base;
-            add_tensor(m, name, s->ndim, d0, d1, d0, (int)l, s->split,
+            add_tensor(m, name, g->cols ? 2 : 1, d0, d1, d0, (int)l, s->split,
                        i == QKVW || i == QKVB ? 3 : 1, s->init);
         }
         m->blk_numel = m->nparams - base;
