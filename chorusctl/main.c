@@ -78,7 +78,7 @@ static const cmd_t commands[] = {
      "job's model and global batch on the coordinator's alive nodes or on --nodes x "
      "--slots-per-node; CLUSTER OPTIONS (defaults: an A100 80 GB cluster): --mem-per-slot 80GiB "
      "--flops-per-slot 312T --mfu 0.5 --tp-busbw 300GB --dp-busbw 25GB --mem-reserve 0.05 "
-     "--recompute none|full; --verbose says why layouts were refused"},
+     "--recompute none|selective|full; --verbose says why layouts were refused"},
     {"completion", cmd_completion, "bash",
      "print a bash completion script: source <(chorusctl completion bash)"},
 };

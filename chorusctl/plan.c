@@ -288,8 +288,8 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
     uint32_t peak_stage = 0;
     int rc = 0;
     for (uint32_t s = 0; s < p.l.pp && rc == 0; s++) {
-        rc = ch_plan_stage(&m, p.l, spec.parallel.micro_batch_size, spec.parallel.microbatches,
-                           spec.parallel.reshard, s, &p.st[s]);
+        rc = ch_plan_stage_rc(&m, p.l, spec.parallel.micro_batch_size, spec.parallel.microbatches,
+                              spec.parallel.reshard, spec.parallel.recompute, s, &p.st[s]);
         if (p.st[s].total_bytes > peak) {
             peak = p.st[s].total_bytes;
             peak_stage = s;
@@ -446,6 +446,8 @@ static int auto_parse(int argc, char **argv, auto_args_t *a)
                 a->opts.recompute = CH_RECOMPUTE_NONE;
             else if (strcmp(v, "full") == 0)
                 a->opts.recompute = CH_RECOMPUTE_FULL;
+            else if (strcmp(v, "selective") == 0)
+                a->opts.recompute = CH_RECOMPUTE_SELECTIVE;
             else
                 goto bad;
         }
@@ -464,10 +466,11 @@ static int auto_parse(int argc, char **argv, auto_args_t *a)
         return -EINVAL;
     }
     if (!a->file) {
-        ctl_errf("usage: chorusctl plan --auto JOBFILE [--set section.key=value]... [--nodes N "
-                 "--slots-per-node G] [--mem-per-slot BYTES] [--flops-per-slot F] [--mfu X] "
-                 "[--tp-busbw B] [--dp-busbw B] [--recompute none|full] [--mem-reserve F] "
-                 "[--top K] [--verbose] [--json]");
+        ctl_errf(
+            "usage: chorusctl plan --auto JOBFILE [--set section.key=value]... [--nodes N "
+            "--slots-per-node G] [--mem-per-slot BYTES] [--flops-per-slot F] [--mfu X] "
+            "[--tp-busbw B] [--dp-busbw B] [--recompute none|selective|full] [--mem-reserve F] "
+            "[--top K] [--verbose] [--json]");
         return -EINVAL;
     }
     if ((a->nodes == 0) != (a->slots_per_node == 0)) {
@@ -617,9 +620,9 @@ static void auto_print_text(const auto_view_t *v)
            "x micro_batch_size %u; the planner re-splits it)\n",
            a, j->parallel.dp, j->parallel.microbatches, j->parallel.micro_batch_size);
     printf("recompute   %s%s\n", ch_recompute_name(v->a->opts.recompute),
-           v->a->opts.recompute == CH_RECOMPUTE_FULL
-               ? " (assumed: the engine does not recompute activations yet)"
-               : " (activations kept for backward, as the engine does)");
+           v->a->opts.recompute == CH_RECOMPUTE_NONE
+               ? " (activations kept for backward)"
+               : " (parallel.recompute: the engine recomputes them, same bits)");
     printf("\n");
     if (shown > 0) {
         ctl_table_t t;

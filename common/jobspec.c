@@ -45,7 +45,8 @@ typedef enum {
     F_PRECISION,
     F_SPLIT,
     F_NONFINITE,
-    F_STRAGGLER
+    F_STRAGGLER,
+    F_RECOMPUTE
 } ftype_t;
 
 typedef struct field {
@@ -82,6 +83,7 @@ static const field_t fields[] = {
     JF("parallel", "reshard", F_RESHARD, parallel.reshard, 0, 0),
     JF("parallel", "stage_split", F_SPLIT, parallel.stage_split, 0, 0),
     JF("parallel", "global_batch_size", F_U32, parallel.global_batch_size, 0, UINT32_MAX),
+    JF("parallel", "recompute", F_RECOMPUTE, parallel.recompute, 0, 0),
     JF("train", "steps", F_I64, train.steps, 1, LLONG_MAX),
     JF("train", "lr", F_DBL, train.lr, 0, 0),
     JF("train", "lr_min", F_DBL, train.lr_min, 0, 0),
@@ -195,6 +197,11 @@ const char *ch_nonfinite_name(ch_nonfinite_t p)
 const char *ch_straggler_name(ch_straggler_t p)
 {
     return p == CH_STRAGGLER_REPLACE ? "replace" : "report";
+}
+
+const char *ch_recompute_name(ch_recompute_t r)
+{
+    return r == CH_RECOMPUTE_FULL ? "full" : r == CH_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
 static const char *reshard_name(ch_reshard_t r)
@@ -364,6 +371,15 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
             return 0;
         }
         snprintf(why, whylen, "expected report or replace, got '%s'", v);
+        return CH_E_CONFIG;
+    case F_RECOMPUTE:
+        for (int r = CH_RECOMPUTE_NONE; r <= CH_RECOMPUTE_SELECTIVE; r++) {
+            if (strcmp(v, ch_recompute_name((ch_recompute_t)r)) == 0) {
+                *(ch_recompute_t *)p = (ch_recompute_t)r;
+                return 0;
+            }
+        }
+        snprintf(why, whylen, "expected none, selective or full, got '%s'", v);
         return CH_E_CONFIG;
     case F_DEVICE:
         if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0) {
@@ -537,6 +553,11 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
             j->parallel.stage_split == CH_SPLIT_BALANCED)
             return 0;
         snprintf(why, whylen, "bad split %d", (int)j->parallel.stage_split);
+        return CH_E_CONFIG;
+    case F_RECOMPUTE:
+        if (j->parallel.recompute <= CH_RECOMPUTE_SELECTIVE)
+            return 0;
+        snprintf(why, whylen, "bad recompute %d", (int)j->parallel.recompute);
         return CH_E_CONFIG;
     case F_DEVICE:
         if (j->train.device == CH_DEVICE_CPU || j->train.device == CH_DEVICE_CUDA)
@@ -902,6 +923,9 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
     case F_SPLIT:
         fprintf(f, "%s = %s\n", fd->key,
                 j->parallel.stage_split == CH_SPLIT_BALANCED ? "balanced" : "even");
+        return;
+    case F_RECOMPUTE:
+        fprintf(f, "%s = %s\n", fd->key, ch_recompute_name(j->parallel.recompute));
         return;
     case F_DEVICE:
         fprintf(f, "%s = %s\n", fd->key, ch_device_name(j->train.device));

@@ -14,6 +14,15 @@ typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
 typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
 /* parallel.stage_split: how pipeline stages share the blocks (common/layout.h) */
 typedef enum { CH_SPLIT_EVEN = 0, CH_SPLIT_BALANCED = 1 } ch_stage_split_t;
+/* parallel.recompute: activations a block's backward recomputes instead of keeping (none;
+ * full: all but the block's input; selective: the attention probabilities) */
+typedef enum {
+    CH_RECOMPUTE_NONE = 0,
+    CH_RECOMPUTE_FULL = 1,
+    CH_RECOMPUTE_SELECTIVE = 2
+} ch_recompute_t;
+/* "none", "full", "selective" */
+const char *ch_recompute_name(ch_recompute_t r);
 /* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
 typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
@@ -49,6 +58,7 @@ typedef struct ch_jobspec {
         /* sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches
          * is derived from it (ch_jobspec_parse, ch_jobspec_set) */
         uint32_t global_batch_size;
+        ch_recompute_t recompute;     /* none (default) | selective | full */
     } parallel;
     struct {
         int64_t steps;

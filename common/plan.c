@@ -72,7 +72,8 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
 }
 
 static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
-                       uint32_t microbatches, ch_reshard_t reshard, uint32_t s, ch_plan_t *p)
+                       uint32_t microbatches, ch_reshard_t reshard, ch_recompute_t recompute,
+                       uint32_t s, ch_plan_t *p)
 {
     const double C = m->embd, T = m->seq_len, B = micro_batch;
     const double N = B * T, NH = m->heads, tp = l.tp;
@@ -108,7 +109,13 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->gathered_bytes = l.dp > 1 ? F32 * ((gathered + 1) * p->block_shard * l.dp + 2 * padded) : 0;
 
     double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
-    double kept = nb * per_block;
+    /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
+    double att = B * (NH / tp) * T * T, redo = 0;
+    if (recompute == CH_RECOMPUTE_SELECTIVE)
+        redo = att;
+    else if (recompute == CH_RECOMPUTE_FULL)
+        redo = per_block - N * C;
+    double kept = nb * (per_block - redo);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
         kept += N + N * C;
@@ -116,7 +123,7 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         kept += N * C + 5 * N;
     if (!first)
         kept += 2 * N * C;
-    double scratch = 3 * N * C + 4 * N * C / tp + T * T + (last ? 0 : N * C);
+    double scratch = 3 * N * C + 4 * N * C / tp + T * T + (last ? 0 : N * C) + (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
@@ -132,12 +139,20 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
 int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                   uint32_t microbatches, ch_reshard_t reshard, uint32_t stage, ch_plan_t *out)
 {
+    return ch_plan_stage_rc(m, l, micro_batch, microbatches, reshard, CH_RECOMPUTE_NONE, stage,
+                            out);
+}
+
+int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                     uint32_t microbatches, ch_reshard_t reshard, ch_recompute_t recompute,
+                     uint32_t stage, ch_plan_t *out)
+{
     memset(out, 0, sizeof *out);
     if (!m || !m->layers || !m->heads || !m->embd || !m->vocab || !m->seq_len || !l.tp || !l.pp ||
         !l.dp || !micro_batch || !microbatches || stage >= l.pp)
         return -EINVAL;
     plan_model(m, l, micro_batch, microbatches, out);
-    plan_stage(m, l, micro_batch, microbatches, reshard, stage, out);
+    plan_stage(m, l, micro_batch, microbatches, reshard, recompute, stage, out);
     if (out->params_padded >= CH_PLAN_EXACT_MAX || out->total_bytes >= CH_PLAN_EXACT_MAX)
         return CH_E_TOOBIG;
     return 0;

@@ -38,6 +38,10 @@
  *                             losses)
  *                 pipeline    + 2·N·C received and its gradient (s > 0); what a stage sends
  *                             is its last block's output, already counted
+ *                 recompute   selective: a block keeps all but its attention
+ *                             probabilities (B·(NH/tp)·T·T, made again in its backward);
+ *                             full: only its output N·C (its forward is run again); what
+ *                             is recomputed lives once, in the scratch
  *               times the micro-batches 1F1B keeps in flight on stage s,
  *               min(pp - s, microbatches); plus scratch used once: the backward's
  *               2·N·C + 4·N·C/tp + T·T, one gradient N·C (and one received, s < pp - 1),
@@ -110,6 +114,10 @@ double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B);
  * (out still filled) when a count or byte figure reaches CH_PLAN_EXACT_MAX. */
 int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                   uint32_t microbatches, ch_reshard_t reshard, uint32_t stage, ch_plan_t *out);
+/* The same with activation recomputation (parallel.recompute; ch_plan_stage: none). */
+int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
+                     uint32_t microbatches, ch_reshard_t reshard, ch_recompute_t recompute,
+                     uint32_t stage, ch_plan_t *out);
 /* The stage whose ranks need the most memory: its plan in out (first such stage on a
  * tie). Errors as ch_plan_stage. */
 int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,

@@ -13,11 +13,6 @@
 /* The largest micro-batch tried (sequences): bounds the search for huge global batches. */
 #define MBS_MAX 65536
 
-const char *ch_recompute_name(ch_recompute_t r)
-{
-    return r == CH_RECOMPUTE_FULL ? "full" : "none";
-}
-
 void ch_planner_cluster_defaults(ch_planner_cluster_t *c, uint32_t nodes, uint32_t slots_per_node)
 {
     memset(c, 0, sizeof *c);
@@ -115,23 +110,11 @@ static double gather_s(double bytes, uint32_t n, double busbw)
     return n > 1 ? (double)(n - 1) / n * bytes / busbw : 0;
 }
 
-/* Memory of stage s with recomputation applied to ch_plan's activations. */
+/* Memory of stage s with the options' recomputation (plan.h counts it). */
 static int stage_memory(const ctx_t *x, ch_layout_t l, uint32_t mbs, uint32_t mb,
                         ch_reshard_t reshard, uint32_t s, ch_plan_t *p)
 {
-    int rc = ch_plan_stage(x->m, l, mbs, mb, reshard, s, p);
-    if (rc < 0 || x->o->recompute != CH_RECOMPUTE_FULL)
-        return rc;
-    const double C = x->m->embd, T = x->m->seq_len, B = mbs, N = B * T;
-    const double per_block =
-        N * C * (4 + 12.0 / l.tp) + 4 * N + B * ((double)x->m->heads / l.tp) * T * T;
-    /* each block keeps only its input; the stage's other buffers stay */
-    double kept = p->act_mb_bytes / F32 - p->blocks * (per_block - N * C);
-    p->act_mb_bytes = F32 * kept;
-    p->scratch_bytes += F32 * per_block;
-    p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
-    p->total_bytes = p->state_bytes + p->gathered_bytes + p->act_bytes;
-    return p->total_bytes >= CH_PLAN_EXACT_MAX ? CH_E_TOOBIG : 0;
+    return ch_plan_stage_rc(x->m, l, mbs, mb, reshard, x->o->recompute, s, p);
 }
 
 /* Per micro-batch on stage p: work on the critical path and the stage's DP traffic of a

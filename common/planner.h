@@ -59,7 +59,7 @@
 #include "common/jobspec.h"
 #include "common/plan.h"
 
-typedef enum { CH_RECOMPUTE_NONE = 0, CH_RECOMPUTE_FULL = 1 } ch_recompute_t;
+/* ch_recompute_t: common/jobspec.h (parallel.recompute) */
 
 /* GPU-cluster defaults (an A100 80 GB node of 8 GPUs with NVLink and 200 Gb/s InfiniBand
  * per GPU, as in Megatron-LM's 2021 runs). */
@@ -139,6 +139,5 @@ int ch_planner_eval(const ch_model_cfg_t *m, const ch_planner_cluster_t *c,
                     const ch_planner_opts_t *o, ch_layout_t l, uint32_t micro_batch_size,
                     ch_reshard_t reshard, ch_planner_layout_t *out, char *reason, size_t reasonlen);
 
-const char *ch_recompute_name(ch_recompute_t r);
 
 #endif

@@ -592,8 +592,8 @@ static uint32_t plan_of(const ch_jobspec_t *j, uint32_t rank, ch_plan_t *p)
     ch_layout_t l = ch_jobspec_layout(j);
     ch_model_cfg_t m = ch_plan_model_of(j);
     uint32_t stage = ch_layout_coord(l, rank).pp;
-    cr_assert_eq(ch_plan_stage(&m, l, j->parallel.micro_batch_size, j->parallel.microbatches,
-                               j->parallel.reshard, stage, p),
+    cr_assert_eq(ch_plan_stage_rc(&m, l, j->parallel.micro_batch_size, j->parallel.microbatches,
+                                  j->parallel.reshard, j->parallel.recompute, stage, p),
                  0);
     return stage;
 }
@@ -733,5 +733,57 @@ Test(layouts, host_staged_collectives_train_device_ranks_like_the_cpu)
         printf("layouts: tp=%u pp=%u dp=%u on poisoned devsim, collectives host-staged: losses "
                "bit-identical to the CPU's\n",
                cases[k][0], cases[k][1], cases[k][2]);
+    }
+}
+
+/* parallel.recompute: selective (attention probabilities made again in the backward) and
+ * full (each block's forward run again) train the same bits as none, losses and
+ * checkpoint files, on layouts with tensor, pipeline and data parallelism; a run resumed
+ * into another mode continues bit for bit; the measured peak is still the plan's (1%),
+ * with less kept for activations. */
+Test(layouts, recompute_is_exact_and_measured)
+{
+    static const uint32_t cases[][3] = {{1, 1, 1}, {2, 1, 2}, {1, 2, 2}};
+    static const ch_recompute_t modes[] = {CH_RECOMPUTE_NONE, CH_RECOMPUTE_SELECTIVE,
+                                           CH_RECOMPUTE_FULL};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ch_jobspec_t j[3];
+        rank_run_t a[MAXR], b[MAXR];
+        for (int md = 0; md < 3; md++) {
+            spec_for(&j[md], "rc", cases[k][0], cases[k][1], cases[k][2]);
+            j[md].parallel.recompute = modes[md];
+            snprintf(j[md].checkpoint.dir, sizeof j[md].checkpoint.dir, "%s/rc%zu-%s", dir, k,
+                     ch_recompute_name(modes[md]));
+            run(&j[md], 0, 0, md == 0 ? a : b);
+            for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&j[md])); i++) {
+                ch_plan_t p;
+                rank_run_t *r = md == 0 ? &a[i] : &b[i];
+                plan_of(&j[md], i, &p);
+                double peak = (double)r->measured.total_peak;
+                cr_expect_leq(fabs(p.total_bytes - peak) / peak, 0.01,
+                              "%s rank %u: plan %.0f, measured %.0f", ch_recompute_name(modes[md]),
+                              i, p.total_bytes, peak);
+                if (i == 0)
+                    printf("layouts: recompute %s tp=%u pp=%u dp=%u: rank 0 peak %.0f B (plan "
+                           "%.0f), activations %zu B\n",
+                           ch_recompute_name(modes[md]), cases[k][0], cases[k][1], cases[k][2],
+                           peak, p.total_bytes, r->measured.peak[ENG_MEM_ACTS]);
+            }
+            if (md == 0)
+                continue;
+            for (int s = 0; s < STEPS; s++)
+                cr_expect_eq(a[0].losses[s], b[0].losses[s], "%s step %d: %.9g vs none %.9g",
+                             ch_recompute_name(modes[md]), s, b[0].losses[s], a[0].losses[s]);
+            expect_same_shards(&j[0], j[0].checkpoint.dir, j[md].checkpoint.dir, STEPS,
+                               ch_recompute_name(modes[md]));
+        }
+        /* none's step 10 resumed under full, rewriting none's step 20: selective's bits */
+        ch_jobspec_t x = j[2];
+        snprintf(x.checkpoint.dir, sizeof x.checkpoint.dir, "%s", j[0].checkpoint.dir);
+        run(&x, 10, 0, b);
+        for (int s = 10; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s], "resumed under full, step %d", s);
+        expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
+                           "none resumed under full");
     }
 }

@@ -216,15 +216,15 @@ Test(planner, recomputation_keeps_block_inputs_only)
     cr_assert_lt(b.act_bytes, a.act_bytes);
     cr_assert_gt(b.compute_s, a.compute_s);
     cr_assert_gt(b.tp_s, a.tp_s);
-    /* Stage 0 at 8 micro-batches of 4 keeps 2 in flight: 6 block inputs each (N·C fp32,
+    /* Stage 0 at 8 micro-batches of 4 keeps 2 in flight: 6 block outputs each (N·C fp32,
      * N = 4·1024) and the stage's buffers (token ids N, the embedding's output N·C), plus
-     * one block's whole activations and plan.h's scratch once (2·N·C + 4·N·C/tp + T·T, a
-     * gradient and a received gradient 2·N·C). */
+     * one block's activations but its output (recomputed) and plan.h's scratch once
+     * (2·N·C + 4·N·C/tp + T·T, a gradient and a received gradient 2·N·C). */
     const double N = 4.0 * 1024, C = 768, T = 1024;
     const double per_block = N * C * (4 + 12.0 / 2) + 4 * N + 4 * (12.0 / 2) * T * T;
     const double stage = N + N * C, scratch = 4 * N * C + 4 * N * C / 2 + T * T;
     cr_assert_eq(b.peak_stage, 0);
-    cr_assert_float_eq(b.act_bytes, 4 * (2 * (6 * N * C + stage) + per_block + scratch), 1);
+    cr_assert_float_eq(b.act_bytes, 4 * (2 * (6 * N * C + stage) + per_block - N * C + scratch), 1);
 }
 
 Test(planner, invalid_layouts_say_why)

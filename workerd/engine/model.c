@@ -27,6 +27,7 @@
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "workerd/engine/gpt2.h"
 #include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 
@@ -38,28 +39,22 @@
 
 enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESID };
 
+/* How each of a block's tensors (gpt2.h's eng_gpt2_block, same order) is initialised and
+ * split by tensor parallelism. */
 typedef struct block_tensor_spec {
-    const char *suffix;
-    uint32_t ndim;
-    uint32_t rows, cols; /* shape in units of C (cols unused when ndim == 1) */
     enum init_kind init;
     eng_split_t split;
 } block_tensor_spec_t;
 
 static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
-    [LN1W] = {"ln_1.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
-    [LN1B] = {"ln_1.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [QKVW] = {"attn.c_attn.weight", 2, 1, 3, INIT_NORMAL, ENG_SPLIT_COLUMN},
-    [QKVB] = {"attn.c_attn.bias", 1, 3, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
-    [ATTPROJW] = {"attn.c_proj.weight", 2, 1, 1, INIT_RESID, ENG_SPLIT_ROW},
-    [ATTPROJB] = {"attn.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [LN2W] = {"ln_2.weight", 1, 1, 0, INIT_ONE, ENG_SPLIT_NONE},
-    [LN2B] = {"ln_2.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
-    [FCW] = {"mlp.c_fc.weight", 2, 1, 4, INIT_NORMAL, ENG_SPLIT_COLUMN},
-    [FCB] = {"mlp.c_fc.bias", 1, 4, 0, INIT_ZERO, ENG_SPLIT_COLUMN},
-    [FCPROJW] = {"mlp.c_proj.weight", 2, 4, 1, INIT_RESID, ENG_SPLIT_ROW},
-    [FCPROJB] = {"mlp.c_proj.bias", 1, 1, 0, INIT_ZERO, ENG_SPLIT_NONE},
+    [LN1W] = {INIT_ONE, ENG_SPLIT_NONE},      [LN1B] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [QKVW] = {INIT_NORMAL, ENG_SPLIT_COLUMN}, [QKVB] = {INIT_ZERO, ENG_SPLIT_COLUMN},
+    [ATTPROJW] = {INIT_RESID, ENG_SPLIT_ROW}, [ATTPROJB] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [LN2W] = {INIT_ONE, ENG_SPLIT_NONE},      [LN2B] = {INIT_ZERO, ENG_SPLIT_NONE},
+    [FCW] = {INIT_NORMAL, ENG_SPLIT_COLUMN},  [FCB] = {INIT_ZERO, ENG_SPLIT_COLUMN},
+    [FCPROJW] = {INIT_RESID, ENG_SPLIT_ROW},  [FCPROJB] = {INIT_ZERO, ENG_SPLIT_NONE},
 };
+_Static_assert(NBLOCK_TENSORS == ENG_GPT2_BLOCK_TENSORS, "one list of a block's tensors");
 
 // ----------------------------------------------------------------------------
 // parameter table and initialisation
@@ -190,10 +185,11 @@ static void build_table(eng_model_t *m)
         m->blk_slab[l - p->first] = base;
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
-            uint32_t d0 = s->rows * C, d1 = s->cols * C;
-            snprintf(name, sizeof name, "h.%u.%s", l, s->suffix);
+            const eng_gpt2_tensor_t *g = &eng_gpt2_block[i];
+            uint32_t d0 = g->rows * C, d1 = g->cols * C;
+            snprintf(name, sizeof name, "h.%u.%s", l, g->suffix);
             m->blk_off[i] = m->nparams - base;
-            add_tensor(m, name, s->ndim, d0, d1, d0, (int)l, s->split,
+            add_tensor(m, name, g->cols ? 2 : 1, d0, d1, d0, (int)l, s->split,
                        i == QKVW || i == QKVB ? 3 : 1, s->init);
         }
         m->blk_numel = m->nparams - base;
@@ -380,6 +376,8 @@ static int alloc_floats(const eng_model_t *m, eng_mem_kind_t kind, size_t n, flo
     return rc;
 }
 
+static int alloc_work(eng_model_t *m); /* the recompute set, with the activations below */
+
 /* The backward scratch: dres, dsmall [N,C], dbig [N,4C/tp] (this rank's MLP hidden units,
  * or its heads' q, k, v), datt [T,T]. */
 static int alloc_scratch(eng_model_t *m)
@@ -434,6 +432,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
     m->external = opts != NULL && opts->external_blocks;
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
+    m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
     m->dpr = m->dp > 1 ? opts->dp_rank : 0;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
@@ -460,6 +459,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         rc, fail);
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
+    CH_CHECK_GOTO(alloc_work(m), rc, fail);
     if (part.head) {
         size_t budget_rows = LOGITS_BUDGET / m->Vl;
         m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
@@ -496,6 +496,7 @@ void eng_model_destroy(eng_model_t *m)
     m->be->free(m->be, m->tp_dlog);
     m->be->free(m->be, m->logits);
     m->be->free(m->be, m->scratch);
+    m->be->free(m->be, m->work_mem);
     m->be->free(m->be, m->own_grads);
     m->be->free(m->be, m->params);
     free(m->blk_grads);
@@ -633,31 +634,30 @@ int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads)
 // ----------------------------------------------------------------------------
 // activations per micro-batch
 
-/* Carve a's buffers out of one allocation; with base NULL only count (bytes). */
-static size_t carve(eng_acts_t *a, char *base)
+/* n elements of 4 bytes at *off of base (NULL: only count), each buffer 64-byte aligned */
+static void take(void **ptr, char *base, size_t *off, size_t n)
 {
-    const eng_model_t *m = a->m;
-    const eng_config_t *c = &m->cfg;
-    size_t N = (size_t)a->max_B * c->seq_len, C = c->embd, T = c->seq_len;
-    size_t off = 0;
-    /* n elements of 4 bytes, each buffer 64-byte aligned */
-#define TAKE(ptr, n)                                                                               \
-    do {                                                                                           \
-        if (base != NULL)                                                                          \
-            (ptr) = (void *)(base + off);                                                          \
-        off += ((size_t)(n)*4 + 63) & ~(size_t)63;                                                 \
-    } while (0)
-    if (m->part.embedding) {
-        TAKE(a->inputs, N);
-        TAKE(a->encoded, N * C);
+    if (base != NULL) {
+        *ptr = base + *off;
     }
-    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
-        block_acts_t *b = &a->blk[i];
+    *off += (n * 4 + 63) & ~(size_t)63;
+}
+#define TAKE(ptr, n) take((void **)&(ptr), base, &off, (n))
+
+/* Which of a block's activations a buffer set holds (parallel.recompute). */
+enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4 };
+
+/* Block b's activations in `keep`, for micro-batches of up to max_B sequences. */
+static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uint32_t max_B,
+                       char *base, size_t *poff)
+{
+    size_t N = (size_t)max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
+    size_t off = *poff;
+    if (keep & KEEP_REST) {
         TAKE(b->ln1, N * C);
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);
         TAKE(b->qkv, N * 3 * m->Cl);
-        TAKE(b->att, (size_t)a->max_B * m->NHl * T * T);
         TAKE(b->atty, N * m->Cl);
         TAKE(b->res2, N * C);
         TAKE(b->ln2, N * C);
@@ -665,7 +665,76 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(b->ln2_rstd, N);
         TAKE(b->fch, N * 4 * m->Cl);
         TAKE(b->fch_gelu, N * 4 * m->Cl);
+    }
+    if (keep & KEEP_ATT) {
+        TAKE(b->att, (size_t)max_B * m->NHl * T * T);
+    }
+    if (keep & KEEP_OUT) {
         TAKE(b->res3, N * C);
+    }
+    *poff = off;
+}
+
+/* What each block keeps per micro-batch, and what the model's one recompute set holds. */
+static unsigned kept_per_block(const eng_model_t *m)
+{
+    return m->recompute == CH_RECOMPUTE_FULL        ? KEEP_OUT
+           : m->recompute == CH_RECOMPUTE_SELECTIVE ? KEEP_OUT | KEEP_REST
+                                                    : KEEP_OUT | KEEP_REST | KEEP_ATT;
+}
+
+/* Point b's recomputed activations at the model's recompute set. */
+static void share_work(const eng_model_t *m, block_acts_t *b)
+{
+    block_acts_t out = *b;
+    const block_acts_t *w = &m->work;
+    unsigned keep = kept_per_block(m);
+    if (!(keep & KEEP_ATT)) {
+        out.att = w->att;
+    }
+    if (!(keep & KEEP_REST)) {
+        out.ln1 = w->ln1, out.ln1_mean = w->ln1_mean, out.ln1_rstd = w->ln1_rstd;
+        out.qkv = w->qkv, out.atty = w->atty, out.res2 = w->res2;
+        out.ln2 = w->ln2, out.ln2_mean = w->ln2_mean, out.ln2_rstd = w->ln2_rstd;
+        out.fch = w->fch, out.fch_gelu = w->fch_gelu;
+    }
+    *b = out;
+}
+
+/* The model's recompute set (one block's recomputed activations at max_B). */
+static int alloc_work(eng_model_t *m)
+{
+    unsigned work = (KEEP_ATT | KEEP_REST) & ~kept_per_block(m);
+    size_t bytes = 0;
+    if (work == 0 || m->part.last == m->part.first) {
+        return 0;
+    }
+    take_block(m, &m->work, work, m->max_B, NULL, &bytes);
+    const eng_backend_t *be = eng_mem_view(m->be, ENG_MEM_SCRATCH);
+    int rc = be->alloc(be, bytes, &m->work_mem);
+    if (rc == 0) {
+        bytes = 0;
+        take_block(m, &m->work, work, m->max_B, m->work_mem, &bytes);
+    }
+    return rc;
+}
+
+/* Carve a's buffers out of one allocation; with base NULL only count (bytes). */
+static size_t carve(eng_acts_t *a, char *base)
+{
+    const eng_model_t *m = a->m;
+    const eng_config_t *c = &m->cfg;
+    size_t N = (size_t)a->max_B * c->seq_len, C = c->embd;
+    size_t off = 0;
+    if (m->part.embedding) {
+        TAKE(a->inputs, N);
+        TAKE(a->encoded, N * C);
+    }
+    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
+        take_block(m, &a->blk[i], kept_per_block(m), a->max_B, base, &off);
+        if (base != NULL) {
+            share_work(m, &a->blk[i]);
+        }
     }
     if (m->part.head) {
         TAKE(a->targets, N);
@@ -675,9 +744,9 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(a->lse, N);
         TAKE(a->losses, N);
     }
-#undef TAKE
     return off;
 }
+#undef TAKE
 
 int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
 {

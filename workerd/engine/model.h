@@ -163,6 +163,13 @@ typedef struct eng_model_opts {
      * table order: the tensors outside blocks (wte, wpe on stage 0; wte, ln_f on the last),
      * then the blocks (eng_tensor_t's shard_base and shard_len). */
     int external_blocks;
+    /* Activation recomputation (parallel.recompute): what each block keeps per
+     * micro-batch. none: everything its backward reads; selective: all but the attention
+     * probabilities [B,NH/tp,T,T], which its backward recomputes from q, k, v; full: only
+     * its output (the next block's input), its backward recomputing its forward first.
+     * Exact: the same kernels on the same inputs, the same bits as none. The recomputed
+     * activations live in one set for the model. */
+    ch_recompute_t recompute;
 } eng_model_opts_t;
 
 /* What a model object holds: blocks [first, last), the embedding, the head. */

@@ -36,7 +36,8 @@ typedef struct block_acts {
     float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
     float *fch, *fch_gelu;            /* [N,4C] */
     float *res3;                      /* [N,C] block output, when the caller gives no buffer */
-    int live;                         /* forwarded, backward pending */
+    float *out; /* where the forward wrote the output (res3 or the caller's) */
+    int live;   /* forwarded, backward pending */
 } block_acts_t;
 
 struct eng_acts {
@@ -90,6 +91,12 @@ struct eng_model {
     int external;                    /* opts->external_blocks: no slab range for blocks */
     eng_block_hook_t hook;           /* around each block's passes; NULL: none */
     void *hook_ctx;
+
+    /* parallel.recompute: what a block's backward recomputes lives in one set for the
+     * model (one block's backward at a time; a forward uses it only within a block) */
+    ch_recompute_t recompute;
+    block_acts_t work;
+    void *work_mem;
 
     /* backward scratch (one backward at a time): [N,C], [N,C], [N,4C], [T,T] */
     float *dres, *dsmall, *dbig, *datt;

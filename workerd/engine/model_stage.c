@@ -53,17 +53,15 @@ static const float *row_bias(const eng_model_t *m, uint32_t l, int i)
     return m->tpr == 0 ? P(m, l, i) : NULL;
 }
 
-static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
+/* Block l's forward arithmetic on x into out, its activations into b (no hook). */
+static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
 {
     const eng_backend_t *be = m->be;
     block_acts_t *b = &a->blk[l - m->part.first];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T;
     size_t NC = (size_t)N * C;
-    int rc = eng_model_block_event(m, l, ENG_BLOCK_FORWARD);
-    if (rc < 0) {
-        return rc;
-    }
+    int rc = 0;
     be->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
     CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln1, NC), rc, done);
     be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
@@ -79,10 +77,40 @@ static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     be->matmul_fwd(be, out, b->fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
     CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, out, NC), rc, done);
     be->residual_fwd(be, out, out, b->res2, NC);
-    b->x = x;
-    b->live = 1;
 done:
     return rc;
+}
+
+static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
+{
+    block_acts_t *b = &a->blk[l - m->part.first];
+    int rc = eng_model_block_event(m, l, ENG_BLOCK_FORWARD);
+    if (rc == 0) {
+        rc = block_compute(m, a, l, x, out);
+    }
+    if (rc == 0) {
+        b->x = x;
+        b->out = out;
+        b->live = 1;
+    }
+    return rc;
+}
+
+/* What parallel.recompute left out of block l's activations, made again for its backward:
+ * the same kernels on the same inputs, the same bits (full: the whole forward, rewriting
+ * the output it already wrote; selective: the attention probabilities, and their output
+ * again). */
+static int block_recompute(eng_model_t *m, eng_acts_t *a, uint32_t l)
+{
+    block_acts_t *b = &a->blk[l - m->part.first];
+    if (m->recompute == CH_RECOMPUTE_FULL) {
+        return block_compute(m, a, l, b->x, b->out);
+    }
+    if (m->recompute == CH_RECOMPUTE_SELECTIVE) {
+        m->be->attention_fwd(m->be, b->atty, b->att, b->qkv, (int)a->B, (int)a->T, (int)m->Cl,
+                             (int)m->NHl);
+    }
+    return 0;
 }
 
 /* dres: in, gradient of the block's output; out, gradient of its input x. */
@@ -95,6 +123,9 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     size_t NC = (size_t)N * C;
     float *dbig = m->dbig, *dsmall = m->dsmall;
     int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD);
+    if (rc == 0) {
+        rc = block_recompute(m, a, l);
+    }
     if (rc < 0) {
         return rc;
     }

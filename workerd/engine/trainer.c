@@ -329,8 +329,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (t->val)
         eng_data_set_global_batch(t->val, global);
     t->feed = t->data;
-    eng_model_opts_t mopts = {
-        .backend = t->be, .pp = t->stages, .stage = t->stage, .external_blocks = zero};
+    eng_model_opts_t mopts = {.backend = t->be,
+                              .recompute = spec->parallel.recompute,
+                              .pp = t->stages,
+                              .stage = t->stage,
+                              .external_blocks = zero};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;
@@ -949,9 +952,13 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
     uint64_t o1 = ch_now_ns();
-    /* the updated tensors outside blocks gathered for the next pass (ZeRO-3's time) */
+    /* ZeRO-3: the updated tensors outside blocks gathered for the next pass, and the
+     * gathered blocks marked stale, so that a pass between steps (an evaluation) sees the
+     * update too (ZeRO-3's time) */
     if (t->zero && (rc = eng_zero_gather_rest(t->zero)) < 0)
         return rc;
+    if (t->zero)
+        eng_zero_begin_step(t->zero);
     t->next_step = step + 1;
 
     uint64_t end = ch_now_ns();

@@ -55,9 +55,10 @@ typedef struct eng_zero eng_zero_t;
 int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, eng_zero_t **out);
 void eng_zero_destroy(eng_zero_t *z);
 
-/* Before a step's first pass: gathered buffers marked stale (the parameters changed). The
- * reduced gradients are zero already: new, or reset by the previous eng_zero_adamw (the
- * shards' padding is never written but with zeros). */
+/* Before a step's first pass, and after an update: gathered blocks marked stale (the
+ * parameters changed), so the next use gathers them again. The reduced gradients are zero
+ * already: new, or reset by the previous update (the shards' padding is never written but
+ * with zeros). */
 void eng_zero_begin_step(eng_zero_t *z);
 /* The tensors outside blocks (wte, wpe, ln_f: model.h's slab under external_blocks), each a
  * unit of its own: gather_rest all-gathers them from the owned shards into the model's

@@ -61,6 +61,22 @@ static int report_checkpoint(wrk_rank_t *r, uint64_t step, uint64_t bytes, uint6
     return wrk_rank_report(r, &ev);
 }
 
+/* The engine's memory as its allocator counted it (eng_trainer_mem): the step's
+ * high-water mark, the state held (parameters, gradients, optimizer), the step's peak of
+ * activations; bytes. Appended to m at n; returns the new count. */
+static size_t mem_metrics(const eng_trainer_t *t, Chorus__Metric *m, size_t n)
+{
+    eng_mem_stats_t st;
+    eng_trainer_mem(t, &st);
+    m[n].name = "mem_peak_bytes";
+    m[n++].value = (double)st.total_peak;
+    m[n].name = "mem_state_bytes";
+    m[n++].value = (double)(st.cur[ENG_MEM_PARAMS] + st.cur[ENG_MEM_GRADS] + st.cur[ENG_MEM_OPTIM]);
+    m[n].name = "mem_acts_peak_bytes";
+    m[n++].value = (double)st.peak[ENG_MEM_ACTS];
+    return n;
+}
+
 /* RANK_PROGRESS of a step: the figures, the named metrics and where the step's time
  * went (eng_step_info_t.time), with this rank's pipeline bubble. */
 static int report_step(wrk_rank_t *r, const eng_step_info_t *info, uint64_t total,
@@ -373,6 +389,14 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
+    eng_mem_stats_t ms;
+    eng_trainer_mem(t, &ms);
+    CH_LOGI("train",
+            "job=%s rank=%u: engine memory at start %zu bytes (params %zu, grads %zu, optim %zu, "
+            "gathered %zu, acts %zu, scratch %zu)",
+            r->job_id, r->rank, ms.total, ms.cur[ENG_MEM_PARAMS], ms.cur[ENG_MEM_GRADS],
+            ms.cur[ENG_MEM_OPTIM], ms.cur[ENG_MEM_GATHERED], ms.cur[ENG_MEM_ACTS],
+            ms.cur[ENG_MEM_SCRATCH]);
     wrk_history_open(r, eng_trainer_next_step(t), &hist);
     double acc = NAN;     /* an accuracy not reported yet */
     uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
@@ -419,6 +443,7 @@ int wrk_train_run(wrk_rank_t *r)
                                CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
         Chorus__Metric *mp[8] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6], &m[7]};
         size_t nm = 0;
+        nm = mem_metrics(t, m, nm);
         m[nm].name = "lr";
         m[nm++].value = info.lr;
         m[nm].name = "grad_norm";
