@@ -161,8 +161,12 @@ static int denied(const char *field, const char *what, const char *path, int e, 
 {
     char user[128];
     who(user, sizeof user);
-    return ch_errf(err, errlen, e == EACCES || e == EPERM || e == EROFS ? -EACCES : CH_E_CONFIG,
-                   "%s: %s cannot %s %s: %s", field, user, what, path, strerror(e));
+    /* the code keeps the cause's class (ch_err_lasting): no restart brings a file back */
+    int rc = e == EACCES || e == EPERM || e == EROFS ? -EACCES
+             : e == ENOENT || e == ENOTDIR           ? -e
+                                                     : CH_E_CONFIG;
+    return ch_errf(err, errlen, rc, "%s: %s cannot %s %s: %s", field, user, what, path,
+                   strerror(e));
 }
 
 /* A file the job reads. */

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/msg.h"
@@ -47,13 +48,43 @@ static void check_one_try(const h_cluster_t *c, const char *id, const char *caus
     cr_assert(h_has(w.reason, cause), "reason does not say '%s': %s", cause, w.reason);
 }
 
+/* Submit checks the job's files, so a file that goes missing between submit and start is
+ * what the ranks meet: a dp 2 diag job holds both slots while the train job is submitted
+ * and queued, then `spoil` breaks its data, then the diag job is cancelled and the train
+ * job starts. */
+static void submit_then_spoil(const h_cluster_t *c, const char *train,
+                              void (*spoil)(const h_cluster_t *), char *id, size_t n)
+{
+    char hold[64];
+    h_out_t o;
+    const char *diag = "[job]\nname = hold\nkind = diag\n[parallel]\ndp = 2\n"
+                       "[diag]\nrounds = 1000000\ngemm_size = 64\n";
+    cr_assert_eq(h_submit_raw(c, diag, hold, sizeof hold), 0, "diag submit refused");
+    rt_job_t w;
+    cr_assert(rt_wait(&w, c, hold, "running", 0, 0, 60000), "diag job %s: %s", w.state, w.reason);
+    submit_dp2(c, train, "", "", id, n);
+    spoil(c);
+    cr_assert_eq(h_ctl(c, &o, "cancel", hold, NULL), 0);
+    cr_assert_eq(o.status, 0, "cancel: %s", o.err);
+    h_out_free(&o);
+}
+
+static void delete_data(const h_cluster_t *c)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/deleted.bin", c->dir);
+    cr_assert_eq(unlink(path), 0);
+}
+
 Test(healing, missing_data_file_on_every_node_ends_after_one_try)
 {
     h_cluster_t c;
-    char id[64], train[PATH_MAX + 32];
+    char id[64], path[PATH_MAX], train[PATH_MAX + 32];
     cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
-    snprintf(train, sizeof train, "data = %s/deleted.bin", c.dir);
-    submit_dp2(&c, train, "", "", id, sizeof id);
+    snprintf(path, sizeof path, "%s/deleted.bin", c.dir);
+    cr_assert_eq(h_write_file(path, "soon gone"), 0);
+    snprintf(train, sizeof train, "data = %s", path);
+    submit_then_spoil(&c, train, delete_data, id, sizeof id);
     check_one_try(&c, id, "a file that does not exist");
 }
 
@@ -67,15 +98,28 @@ Test(healing, checkpoint_folder_not_writable_ends_after_one_try)
     check_one_try(&c, id, "permission denied");
 }
 
+/* The data's folder replaced by a plain file after submit: the path runs through a file. */
+static void folder_to_file(const h_cluster_t *c)
+{
+    char dir[PATH_MAX], file[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/plain", c->dir);
+    snprintf(file, sizeof file, "%s/train.bin", dir);
+    cr_assert_eq(unlink(file), 0);
+    cr_assert_eq(rmdir(dir), 0);
+    cr_assert_eq(h_write_file(dir, "not a folder"), 0);
+}
+
 Test(healing, data_path_through_a_file_ends_after_one_try)
 {
     h_cluster_t c;
-    char id[64], path[PATH_MAX], train[PATH_MAX + 32];
+    char id[64], dir[PATH_MAX], path[PATH_MAX + 16], train[PATH_MAX + 48];
     cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
-    snprintf(path, sizeof path, "%s/plain.txt", c.dir);
-    cr_assert_eq(h_write_file(path, "not a folder"), 0);
-    snprintf(train, sizeof train, "data = %s/train.bin", path); /* ENOTDIR */
-    submit_dp2(&c, train, "", "", id, sizeof id);
+    snprintf(dir, sizeof dir, "%s/plain", c.dir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    cr_assert_eq(h_write_file(path, "soon a file's child"), 0);
+    snprintf(train, sizeof train, "data = %s", path);
+    submit_then_spoil(&c, train, folder_to_file, id, sizeof id); /* ENOTDIR at start */
     check_one_try(&c, id, "a file that does not exist");
 }
 
