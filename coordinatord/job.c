@@ -1,4 +1,5 @@
-/* Jobs: submission, start, rank events, failure, cancel, re-adoption; see job.h. */
+/* Jobs: submission, start, failure, cancel, reload; see job.h (rank events: jobevent.c; replies:
+ * jobinfo.c). */
 #include "job.h"
 
 #include <inttypes.h>
@@ -22,10 +23,6 @@ static const char *const JOB_STATES[COORD_JOB_NSTATES] = {
 /* failing shows as failed: the rank has failed, only its exit is still to come. */
 static const char *const RANK_STATES[COORD_RANK_NSTATES] = {
     "new", "pending", "unknown", "running", "done", "failed", "exited", "failed", "lost"};
-
-/* Progress is stored at most this often (the step is informational; state changes are
- * always stored at once). */
-#define PROGRESS_STORE_MS 1000
 
 const char *coord_job_state_name(coord_job_state_t s)
 {
@@ -93,7 +90,7 @@ int coord_job_is_active(const coord_job_t *j)
            j->state == COORD_JOB_RECOVERING;
 }
 
-static coord_job_t *find_id(coord_t *c, const char *id)
+coord_job_t *coord_job_find_id(coord_t *c, const char *id)
 {
     /* Ids are "j<seq>" and jobs are appended in seq order: binary search. */
     char *end = NULL;
@@ -115,7 +112,7 @@ static coord_job_t *find_id(coord_t *c, const char *id)
 
 coord_job_t *coord_job_find(coord_t *c, const char *id_or_name)
 {
-    coord_job_t *j = find_id(c, id_or_name);
+    coord_job_t *j = coord_job_find_id(c, id_or_name);
     if (j)
         return j;
     for (size_t i = c->jobs.n; i-- > 0;)
@@ -168,23 +165,31 @@ void coord_job_set_state(coord_t *c, coord_job_t *j, coord_job_state_t to, const
     coord_changed(c);
 }
 
-void coord_job_kill_gen(coord_t *c, coord_job_t *j, const char *reason)
+int coord_job_send_kill(coord_node_t *n, const char *job, uint64_t gen, const uint32_t *rank,
+                        const char *reason)
 {
     Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    uint64_t stamp = ++c->stamp;
-
-    kr.job_id = j->id;
-    kr.generation = j->generation;
+    kr.job_id = (char *)job;
+    kr.generation = gen;
     kr.reason = (char *)reason;
+    kr.n_ranks = rank ? 1 : 0;
+    kr.ranks = (uint32_t *)rank;
     env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
     env.kill_ranks = &kr;
+    return coord_node_send(n, &env);
+}
+
+void coord_job_kill_gen(coord_t *c, coord_job_t *j, const char *reason)
+{
+    uint64_t stamp = ++c->stamp;
+
     for (uint32_t r = 0; j->ranks && r < j->world; r++) {
         coord_node_t *n = j->ranks[r].node;
         if (!coord_rank_holds(j->ranks[r].state) || n->mark == stamp)
             continue;
         n->mark = stamp;
-        int rc = coord_node_send(n, &env);
+        int rc = coord_job_send_kill(n, j->id, j->generation, NULL, reason);
         CH_LOGD("job", "job=%s gen=%" PRIu64 " node=%s kill ranks: %s", j->id, j->generation,
                 n->name, rc < 0 ? ch_strerror(rc) : "sent");
     }
@@ -239,16 +244,7 @@ int coord_job_kill_rank(coord_t *c, coord_job_t *j, uint32_t rank, char *err, si
         snprintf(err, errlen, "job %s rank %u is not running", j->id, rank);
         return CH_E_STATE;
     }
-    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
-    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    kr.job_id = j->id;
-    kr.generation = j->generation;
-    kr.reason = "kill-rank (fault drill)";
-    kr.n_ranks = 1;
-    kr.ranks = &rank;
-    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
-    env.kill_ranks = &kr;
-    int rc = coord_node_send(r->node, &env);
+    int rc = coord_job_send_kill(r->node, j->id, j->generation, &rank, "kill-rank (fault drill)");
     if (rc < 0) {
         snprintf(err, errlen, "node %s: %s", r->node->name, ch_strerror(rc));
         return rc;
@@ -398,9 +394,7 @@ static void index_ranks(coord_job_t *j)
     qsort(j->by_node, j->world, sizeof(*j->by_node), ref_cmp);
 }
 
-/* j's ranks on n, lowest first: by_node[*lo .. *hi), or with no index every rank
- * (*lo = 0, *hi = world; the caller checks the node). */
-static void ranks_on(const coord_job_t *j, const coord_node_t *n, size_t *lo, size_t *hi)
+void coord_job_ranks_on(const coord_job_t *j, const coord_node_t *n, size_t *lo, size_t *hi)
 {
     *lo = 0;
     *hi = j->ranks ? j->world : 0;
@@ -421,8 +415,7 @@ static void ranks_on(const coord_job_t *j, const coord_node_t *n, size_t *lo, si
     *hi = b;
 }
 
-/* The k-th rank of ranks_on's range. */
-static uint32_t rank_at(const coord_job_t *j, size_t k)
+uint32_t coord_job_rank_at(const coord_job_t *j, size_t k)
 {
     return j->by_node ? j->by_node[k].rank : (uint32_t)k;
 }
@@ -554,86 +547,7 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
 }
 
 // ---------------------------------------------------------------------------------------
-// Rank events
-
-static void mark_started(coord_t *c, coord_job_t *j, uint32_t rank)
-{
-    coord_rank_t *r = &j->ranks[rank];
-    if (r->state != COORD_RANK_PENDING && r->state != COORD_RANK_UNKNOWN)
-        return;
-    coord_rank_set_state(c, j, rank, COORD_RANK_RUNNING, NULL);
-    if (j->n_started == j->world && j->grace_deadline) {
-        CH_LOGI("job", "job=%s gen=%" PRIu64 " re-adopted all %u ranks", j->id, j->generation,
-                j->world);
-        j->grace_deadline = 0;
-    }
-    if (j->n_started == j->world && j->state == COORD_JOB_STARTING)
-        coord_job_set_state(c, j, COORD_JOB_RUNNING, NULL);
-}
-
-static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
-                         const Chorus__RankEvent *ev)
-{
-    for (size_t i = 0; i < ev->n_metrics; i++) {
-        const Chorus__Metric *m = ev->metrics[i];
-        if (!m->name || !*m->name)
-            continue;
-        size_t k = 0;
-        while (k < r->n_metrics && strcmp(r->metrics[k].name, m->name) != 0)
-            k++;
-        if (k == r->n_metrics) {
-            if (k == COORD_RANK_METRICS) {
-                CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u metric %s dropped: a rank keeps %d",
-                        j->id, j->generation, rank, m->name, COORD_RANK_METRICS);
-                continue;
-            }
-            snprintf(r->metrics[k].name, sizeof(r->metrics[k].name), "%s", m->name);
-            r->n_metrics++;
-        }
-        r->metrics[k].value = m->value;
-    }
-}
-
-/* RANK_STARTED of a training rank: its place in the layout, as it computed it. */
-static void on_started(coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
-{
-    if (!ev->placed)
-        return;
-    coord_rank_place_t *p = &j->ranks[rank].place;
-    *p = (coord_rank_place_t){.tp = ev->coord_tp,
-                              .pp = ev->coord_pp,
-                              .dp = ev->coord_dp,
-                              .first_block = ev->first_block,
-                              .blocks = ev->blocks,
-                              .shards = ev->shards,
-                              .owned_params = ev->owned_params,
-                              .reported = 1};
-    p->reported = 0;
-    coord_rank_place_t want = coord_job_rank_place(j, rank); /* from the layout */
-    p->reported = 1;
-    if (want.tp != p->tp || want.pp != p->pp || want.dp != p->dp ||
-        want.first_block != p->first_block || want.blocks != p->blocks)
-        CH_LOGW("job",
-                "job=%s gen=%" PRIu64 " rank=%u reports tp %u pp %u dp %u blocks %u+%u, the "
-                "layout says tp %u pp %u dp %u blocks %u+%u",
-                j->id, j->generation, rank, p->tp, p->pp, p->dp, p->first_block, p->blocks, want.tp,
-                want.pp, want.dp, want.first_block, want.blocks);
-}
-
-/* The latest step's time breakdown: one rank's figures replace its previous ones. */
-static void store_step_time(coord_rank_t *r, const Chorus__RankEvent *ev)
-{
-    if (!(ev->step_s > 0))
-        return;
-    r->time = (coord_step_time_t){.step_s = ev->step_s,
-                                  .compute = ev->t_compute,
-                                  .tp = ev->t_tp,
-                                  .pp_wait = ev->t_pp_wait,
-                                  .zero = ev->t_zero,
-                                  .optim = ev->t_optim,
-                                  .idle = ev->t_idle,
-                                  .bubble = ev->bubble};
-}
+// Figures
 
 double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *name)
 {
@@ -689,625 +603,6 @@ coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r)
                       s->parallel.reshard, c.pp, &plan) == 0)
         p.owned_params = (uint64_t)plan.owned;
     return p;
-}
-
-static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
-{
-    coord_rank_t *r = &j->ranks[rank];
-    if (j->state == COORD_JOB_RECOVERING)
-        return; /* the failed generation's last words */
-    r->step = ev->step;
-    r->progress_ms = ch_now_ms();
-    copy_metrics(j, r, rank, ev);
-    store_step_time(r, ev);
-    coord_straggler_step(c, j, rank);
-    coord_series_progress(c, j, rank, ev);
-    if (ev->step > j->step)
-        j->step = ev->step;
-    if (ev->total_steps)
-        j->total_steps = ev->total_steps;
-    if (rank == 0) { /* rank 0 reports the job-level figures */
-        j->loss = ev->loss;
-        j->tokens_per_s = ev->tokens_per_s;
-        j->mfu = ev->mfu;
-        uint64_t now = ch_now_ms();
-        if (now - j->progress_stored_ms >= PROGRESS_STORE_MS) {
-            j->progress_stored_ms = now;
-            coord_job_store(c, j);
-        }
-    }
-    CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " loss=%.4f", j->id,
-            j->generation, rank, ev->step, ev->loss);
-    coord_recovery_progress(c, j);
-}
-
-/* A rank reports checkpoint step s only after eng_trainer_checkpoint returned, and that
- * returns on every rank only once rank 0 has written manifest.json, which it writes after
- * gathering every rank's shard size and checksum (DESIGN §8). So one report proves the
- * whole step is on disk: the step is committed at the first report of it. Waiting for
- * every rank's report lost committed steps when a node died while the coordinator was
- * down (its queued reports died with it, and recovery went back a whole interval). */
-static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
-{
-    int64_t s = (int64_t)ev->step;
-    r->progress_ms = ch_now_ms(); /* writing it was work too */
-    if (s <= r->ckpt_step)
-        return;
-    r->ckpt_step = s;
-    if (s > j->last_ckpt_step) {
-        char what[96];
-        j->last_ckpt_step = s;
-        snprintf(what, sizeof(what), "checkpoint step %" PRId64 " committed", j->last_ckpt_step);
-        CH_LOGI("job", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, what);
-        coord_job_store(c, j);
-        coord_event(c, j->id, j->generation, -1, NULL, what);
-    }
-}
-
-/* Every rank finished its work: completed, unless the loss it ended with is not a number
- * (fault.nonfinite = skip dropped the last updates): a job never completes so. */
-static void job_finished(coord_t *c, coord_job_t *j)
-{
-    char why[160];
-    if (j->spec.kind != CH_JOB_TRAIN || isfinite(j->loss)) {
-        coord_job_set_state(c, j, COORD_JOB_COMPLETED, NULL);
-        return;
-    }
-    snprintf(why, sizeof why, "ended with a non-finite loss (%g) at step %" PRIu64, j->loss,
-             j->step);
-    coord_job_fail(c, j, why);
-}
-
-static void on_exited(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus__RankEvent *ev)
-{
-    coord_rank_t *r = &j->ranks[rank];
-    char reason[256];
-    if (!coord_rank_holds(r->state))
-        return;
-    r->exit_code = ev->exit_code;
-    r->signal = ev->signal;
-    int clean = ev->signal == 0 && ev->exit_code == 0;
-    int done = r->state == COORD_RANK_DONE;
-    coord_rank_set_state(c, j, rank, clean && done ? COORD_RANK_EXITED : COORD_RANK_FAILED,
-                         "exited");
-    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s exited (code %d, signal %d)", j->id,
-            j->generation, rank, r->node->name, ev->exit_code, ev->signal);
-    if (!coord_job_is_active(j))
-        return;
-    if (clean && done && j->state != COORD_JOB_RECOVERING) {
-        if (++j->n_finished == j->world)
-            job_finished(c, j);
-        return;
-    }
-    if (ev->signal)
-        snprintf(reason, sizeof(reason), "rank %u on node %s killed by signal %d", rank,
-                 r->node->name, ev->signal);
-    else if (ev->exit_code)
-        snprintf(reason, sizeof(reason), "rank %u on node %s exited with code %d", rank,
-                 r->node->name, ev->exit_code);
-    else
-        snprintf(reason, sizeof(reason), "rank %u on node %s exited before finishing its work",
-                 rank, r->node->name);
-    coord_recovery_failure(c, j, COORD_CAUSE_RANK_EXIT, rank, r->node->name, reason);
-}
-
-/* Tell the worker it may forget a rank's final report (it keeps it until then). */
-static void ack_exit(coord_node_t *n, const char *job, uint64_t gen, uint32_t rank)
-{
-    Chorus__RankExitAck ack = CHORUS__RANK_EXIT_ACK__INIT;
-    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    ack.job_id = (char *)job;
-    ack.generation = gen;
-    ack.rank = rank;
-    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EXIT_ACK;
-    env.rank_exit_ack = &ack;
-    coord_node_send(n, &env);
-}
-
-/* A rank of an older generation spoke: it should not be alive. */
-static void kill_stale(coord_node_t *n, const char *job, uint64_t gen, uint32_t rank)
-{
-    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
-    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    kr.job_id = (char *)job;
-    kr.generation = gen;
-    kr.reason = "a rank of an older generation";
-    kr.n_ranks = 1;
-    kr.ranks = &rank;
-    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
-    env.kill_ranks = &kr;
-    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s stale rank alive: killing it", job, gen,
-            rank, n->name);
-    coord_node_send(n, &env);
-}
-
-void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev)
-{
-    coord_job_t *j = find_id(c, ev->job_id);
-    int exited = ev->kind == CHORUS__RANK_EVENT_KIND__RANK_EXITED;
-    if (exited) /* acknowledged once seen, whatever becomes of it: it is never sent again */
-        ack_exit(from, ev->job_id, ev->generation, ev->rank);
-    if (!j || !j->ranks) {
-        CH_LOGD("job", "job=%s node=%s event for an unknown job dropped", ev->job_id, from->name);
-        return;
-    }
-    if (ev->generation != j->generation) { /* fencing */
-        CH_LOGD("job",
-                "job=%s gen=%" PRIu64 " rank=%u node=%s stale event dropped (current gen %" PRIu64
-                ")",
-                j->id, ev->generation, ev->rank, from->name, j->generation);
-        if (ev->generation < j->generation && !exited)
-            kill_stale(from, j->id, ev->generation, ev->rank);
-        return;
-    }
-    if (ev->rank >= j->world || j->ranks[ev->rank].node != from) {
-        CH_LOGW("job",
-                "job=%s gen=%" PRIu64 " rank=%u node=%s event for a rank not placed there dropped",
-                j->id, ev->generation, ev->rank, from->name);
-        return;
-    }
-    coord_rank_t *r = &j->ranks[ev->rank];
-    if (r->state == COORD_RANK_LOST)
-        return;
-    switch (ev->kind) {
-    case CHORUS__RANK_EVENT_KIND__RANK_STARTED:
-        CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s started", j->id, j->generation,
-                ev->rank, from->name);
-        on_started(j, ev->rank, ev);
-        mark_started(c, j, ev->rank);
-        break;
-    case CHORUS__RANK_EVENT_KIND__RANK_PROGRESS:
-        mark_started(c, j, ev->rank);
-        on_progress(c, j, ev->rank, ev);
-        break;
-    case CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT:
-        on_checkpoint(c, j, r, ev);
-        break;
-    case CHORUS__RANK_EVENT_KIND__RANK_DONE:
-        mark_started(c, j, ev->rank);
-        if (r->state == COORD_RANK_RUNNING)
-            coord_rank_set_state(c, j, ev->rank, COORD_RANK_DONE, NULL);
-        if (ev->step)
-            r->step = ev->step;
-        copy_metrics(j, r, ev->rank, ev);
-        CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u node=%s done", j->id, j->generation,
-                ev->rank, from->name);
-        break;
-    case CHORUS__RANK_EVENT_KIND__RANK_EXITED:
-        on_exited(c, j, ev->rank, ev);
-        break;
-    case CHORUS__RANK_EVENT_KIND__RANK_FAILED: {
-        char reason[400];
-        if (coord_rank_holds(r->state))
-            coord_rank_set_state(c, j, ev->rank, COORD_RANK_FAILING, "reported a failure");
-        const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
-        coord_recovery_rank_failed(c, j, ev->rank, ev->cause_class, ev->before_first_step, msg);
-        if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
-            coord_recovery_timeout(c, j, ev->rank, ev);
-            /* A collective timed out: the rank it waited for is the culprit. */
-            const coord_rank_t *p = &j->ranks[ev->timeout_peer];
-            snprintf(reason, sizeof(reason),
-                     "collective timeout in group %s: rank %u on node %s waited for rank %u on "
-                     "node %s (%s)",
-                     ev->timeout_group, ev->rank, from->name, ev->timeout_peer, p->node->name, msg);
-            coord_recovery_failure(c, j, COORD_CAUSE_COLLECTIVE, ev->timeout_peer, p->node->name,
-                                   reason);
-            break;
-        }
-        snprintf(reason, sizeof(reason), "rank %u on node %s failed: %s", ev->rank, from->name,
-                 msg);
-        coord_recovery_failure(c, j, COORD_CAUSE_RANK_FAILED, ev->rank, from->name, reason);
-        break;
-    }
-    default:
-        CH_LOGD("job", "job=%s rank=%u unknown event kind %d dropped", j->id, ev->rank, ev->kind);
-        break;
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Node events: death, re-registration, re-adoption deadline
-
-void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
-{
-    char reason[256];
-    snprintf(reason, sizeof(reason), "node %s dead: %s", n->name, why);
-    for (size_t i = 0; i < c->jobs.n; i++) {
-        coord_job_t *j = c->jobs.v[i];
-        int64_t hit = -1;
-        size_t lo, hi;
-        ranks_on(j, n, &lo, &hi);
-        for (size_t k = lo; k < hi; k++) {
-            uint32_t r = rank_at(j, k);
-            coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !coord_rank_holds(rk->state))
-                continue;
-            coord_rank_set_state(c, j, r, COORD_RANK_LOST, reason);
-            if (hit < 0)
-                hit = r;
-        }
-        if (hit >= 0)
-            coord_recovery_failure(c, j, COORD_CAUSE_NODE_LOST, hit, n->name, reason);
-    }
-}
-
-static void kill_unknown(coord_node_t *n, const Chorus__RankRef *ref)
-{
-    Chorus__KillRanks kr = CHORUS__KILL_RANKS__INIT;
-    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    kr.job_id = ref->job_id;
-    kr.generation = ref->generation;
-    kr.reason = "not a current rank of the coordinator";
-    env.body_case = CHORUS__ENVELOPE__BODY_KILL_RANKS;
-    env.kill_ranks = &kr;
-    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s not current: killing it", ref->job_id,
-            ref->generation, ref->rank, n->name);
-    coord_node_send(n, &env);
-}
-
-/* A rank n reported as running or finished at registration: 1 when it is a current rank
- * of an active job placed there (and still holding its slot). */
-static coord_job_t *placed_here(coord_t *c, coord_node_t *n, const Chorus__RankRef *ref)
-{
-    coord_job_t *j = find_id(c, ref->job_id);
-    if (j && j->ranks && ref->generation == j->generation && ref->rank < j->world &&
-        j->ranks[ref->rank].node == n && coord_rank_holds(j->ranks[ref->rank].state) &&
-        coord_job_is_active(j))
-        return j;
-    return NULL;
-}
-
-/* A rank that finished while we could not hear it (a coordinator restart, a lost link):
- * apply its final report as if it had arrived then. */
-static void apply_finished(coord_t *c, coord_node_t *n, const Chorus__RankRef *ref)
-{
-    coord_job_t *j = placed_here(c, n, ref);
-    ack_exit(n, ref->job_id, ref->generation, ref->rank);
-    if (!j)
-        return;
-    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
-    ev.job_id = ref->job_id;
-    ev.generation = ref->generation;
-    ev.rank = ref->rank;
-    CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s final report resent (%s, code %d)",
-            j->id, j->generation, ref->rank, n->name, ref->done ? "done" : "not done",
-            ref->exit_code);
-    if (ref->done) {
-        mark_started(c, j, ref->rank);
-        if (j->ranks[ref->rank].state == COORD_RANK_RUNNING)
-            coord_rank_set_state(c, j, ref->rank, COORD_RANK_DONE, "final report resent");
-    }
-    ev.exit_code = ref->exit_code;
-    ev.signal = ref->signal;
-    on_exited(c, j, ref->rank, &ev);
-}
-
-void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Register *reg)
-{
-    uint64_t stamp = ++c->stamp;
-    size_t n_running = reg->n_running;
-    Chorus__RankRef *const *running = reg->running;
-
-    for (size_t i = 0; i < n_running; i++) {
-        const Chorus__RankRef *ref = running[i];
-        coord_job_t *j = placed_here(c, n, ref);
-        if (j) {
-            coord_rank_t *r = &j->ranks[ref->rank];
-            r->seen = stamp;
-            if (j->state == COORD_JOB_RECOVERING) {
-                /* Its generation failed while this node was out of reach: it goes now,
-                 * and holds its slot until its exit is reported. */
-                kill_stale(n, j->id, j->generation, ref->rank);
-                mark_started(c, j, ref->rank); /* known alive: not lost at the grace's end */
-                continue;
-            }
-            if (r->state == COORD_RANK_UNKNOWN)
-                CH_LOGI("job", "job=%s gen=%" PRIu64 " rank=%u node=%s re-adopted (pid %d)", j->id,
-                        j->generation, ref->rank, n->name, ref->pid);
-            mark_started(c, j, ref->rank);
-            continue;
-        }
-        if (i == 0 || strcmp(ref->job_id, running[i - 1]->job_id) != 0 ||
-            ref->generation != running[i - 1]->generation)
-            kill_unknown(n, ref);
-    }
-    for (size_t i = 0; i < reg->n_finished; i++)
-        apply_finished(c, n, reg->finished[i]);
-    /* Ranks placed on n that it did not report are gone. */
-    for (size_t i = 0; i < c->jobs.n; i++) {
-        coord_job_t *j = c->jobs.v[i];
-        int64_t lost = -1;
-        size_t lo, hi;
-        ranks_on(j, n, &lo, &hi);
-        for (size_t k = lo; k < hi; k++) {
-            uint32_t r = rank_at(j, k);
-            coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !coord_rank_holds(rk->state) || rk->seen == stamp)
-                continue;
-            coord_rank_set_state(c, j, r, COORD_RANK_LOST, "not re-reported by its node");
-            if (lost < 0)
-                lost = r;
-        }
-        if (lost >= 0 && coord_job_is_active(j)) {
-            char reason[256];
-            coord_cause_t cause = COORD_CAUSE_WORKER_RESTART;
-            if (j->grace_deadline) {
-                cause = COORD_CAUSE_COORD_RESTART;
-                snprintf(reason, sizeof(reason),
-                         "ranks lost while the coordinator was down (rank %" PRId64
-                         " not re-reported by node %s)",
-                         lost, n->name);
-            } else {
-                snprintf(reason, sizeof(reason),
-                         "rank %" PRId64 " lost: node %s re-registered without it", lost, n->name);
-            }
-            coord_recovery_failure(c, j, cause, lost, n->name, reason);
-        }
-    }
-}
-
-void coord_job_check(coord_t *c, uint64_t now_ms)
-{
-    for (size_t i = 0; i < c->jobs.n; i++) {
-        coord_job_t *j = c->jobs.v[i];
-        if (j->grace_deadline && now_ms >= j->grace_deadline) {
-            j->grace_deadline = 0;
-            coord_changed(c); /* a recovering job may restart now */
-            /* Nodes that did not come back within the grace: their ranks are gone. */
-            int64_t lost = -1;
-            for (uint32_t r = 0; j->ranks && r < j->world; r++) {
-                if (j->ranks[r].state != COORD_RANK_UNKNOWN)
-                    continue;
-                coord_rank_set_state(c, j, r, COORD_RANK_LOST, "not re-reported within the grace");
-                if (lost < 0)
-                    lost = r;
-            }
-            if (lost >= 0 && coord_job_is_active(j)) {
-                char reason[160];
-                snprintf(reason, sizeof(reason),
-                         "ranks lost while the coordinator was down (rank %" PRId64
-                         " on node %s not re-reported)",
-                         lost, j->ranks[lost].node->name);
-                coord_recovery_failure(c, j, COORD_CAUSE_COORD_RESTART, lost,
-                                       j->ranks[lost].node->name, reason);
-            }
-        }
-        coord_recovery_check(c, j, now_ms);
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Replies
-
-static void restart_layout(Chorus__RestartLayout *out, const coord_layout_t *l)
-{
-    chorus__restart_layout__init(out);
-    out->tp = l->tp;
-    out->pp = l->pp;
-    out->dp = l->dp;
-    out->microbatches = l->microbatches;
-    out->micro_batch_size = l->micro_batch_size;
-}
-
-coord_rank_view_t coord_job_view(const coord_job_t *j, const Chorus__JobQuery *q)
-{
-    coord_rank_view_t v = {.first = q->rank_first, .count = q->rank_limit, .metrics = q->metrics};
-    int small = j->world <= COORD_STATUS_RANKS;
-    if (q->all_ranks)
-        v.count = UINT32_MAX;
-    else if (q->rank_limit == 0)
-        v.count = small ? UINT32_MAX : 0;
-    v.metrics = v.metrics || small;
-    return v;
-}
-
-/* Ranks per state (the states that have any), into ji. */
-static int state_counts(const coord_job_t *j, Chorus__JobInfo *ji)
-{
-    uint32_t count[COORD_RANK_NSTATES] = {0};
-    size_t n = 0;
-    for (uint32_t r = 0; j->ranks && r < j->world; r++)
-        count[j->ranks[r].state]++;
-    for (int s = 0; s < COORD_RANK_NSTATES; s++)
-        n += count[s] > 0;
-    if (n == 0)
-        return 0;
-    /* One block: [RankStateCount* x n][RankStateCount x n]. */
-    uint8_t *b = malloc(n * (sizeof(void *) + sizeof(Chorus__RankStateCount)));
-    if (!b)
-        return -ENOMEM;
-    Chorus__RankStateCount **sp = (Chorus__RankStateCount **)b;
-    Chorus__RankStateCount *sc = (Chorus__RankStateCount *)(sp + n);
-    for (int s = 0, k = 0; s < COORD_RANK_NSTATES; s++) {
-        if (count[s] == 0)
-            continue;
-        chorus__rank_state_count__init(&sc[k]);
-        sc[k].state = (char *)coord_rank_state_name((coord_rank_state_t)s);
-        sc[k].count = count[s];
-        sp[k] = &sc[k];
-        k++;
-    }
-    ji->n_rank_states = n;
-    ji->rank_states = sp;
-    return 0;
-}
-
-/* Distinct nodes of the placed generation: by_node is sorted by node. */
-static uint32_t job_nodes(const coord_job_t *j)
-{
-    uint32_t n = 0;
-    if (!j->ranks || !j->by_node)
-        return 0;
-    for (uint32_t i = 0; i < j->world; i++)
-        n += i == 0 || j->by_node[i].node != j->by_node[i - 1].node;
-    return n;
-}
-
-int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
-{
-    chorus__job_info__init(ji);
-    ji->id = (char *)j->id;
-    ji->name = (char *)j->name;
-    ji->kind = (char *)ch_job_kind_name(j->spec.kind);
-    ji->state = (char *)coord_job_state_name(j->state);
-    ji->step = j->step;
-    ji->total_steps = j->total_steps;
-    ji->loss = j->loss;
-    ji->generation = j->generation;
-    ji->restarts = j->restarts;
-    ji->world_size = j->world;
-    ji->tp = j->spec.parallel.tp;
-    ji->pp = j->spec.parallel.pp;
-    ji->dp = j->spec.parallel.dp;
-    ji->last_checkpoint_step = j->last_ckpt_step;
-    ji->tokens_per_s = j->tokens_per_s;
-    ji->mfu = j->mfu;
-    ji->reason = (char *)j->reason;
-    ji->submitted_ms = j->submitted_ms;
-    ji->started_ms = j->started_ms;
-    ji->finished_ms = j->finished_ms;
-    ji->microbatches = j->spec.parallel.microbatches;
-    ji->bubble = coord_job_bubble(j);
-    ji->bubble_theory = coord_job_bubble_theory(j);
-    ji->val_loss = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
-    double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
-    ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
-    ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
-    ji->owner_uid = j->spec.owner.uid;
-    ji->nodes = job_nodes(j);
-    if (!view)
-        return 0;
-    ji->job_ini = j->ini;
-    if (state_counts(j, ji) < 0)
-        return -ENOMEM;
-    if (j->n_history) {
-        /* One block: [RestartInfo* x H][RestartInfo x H][RestartLayout x 2H]. */
-        size_t h = j->n_history;
-        uint8_t *hb = malloc(
-            h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
-        if (!hb) {
-            coord_job_info_clear(ji);
-            return -ENOMEM;
-        }
-        Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
-        Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
-        Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
-        for (size_t i = 0; i < h; i++) {
-            const coord_restart_t *e = &j->history[i];
-            chorus__restart_info__init(&hi[i]);
-            hi[i].time_ms = e->time_ms;
-            hi[i].cause = (char *)coord_cause_name(e->cause);
-            hi[i].rank = e->rank;
-            hi[i].node = (char *)e->node;
-            hi[i].reason = (char *)e->reason;
-            hi[i].failed_generation = e->failed_gen;
-            hi[i].failed_step = e->failed_step;
-            hi[i].resumed_from = e->resumed_from;
-            hi[i].steps_lost = e->steps_lost;
-            hi[i].recover_s = e->recover_s;
-            if (e->layout_to.dp) {
-                restart_layout(&hl[2 * i], &e->layout_from);
-                restart_layout(&hl[2 * i + 1], &e->layout_to);
-                hi[i].layout_from = &hl[2 * i];
-                hi[i].layout_to = &hl[2 * i + 1];
-            }
-            hp[i] = &hi[i];
-        }
-        ji->n_history = h;
-        ji->history = hp;
-    }
-    if (!j->ranks)
-        return 0;
-    /* The ranks in view: [first, first + w). */
-    size_t first = view->first < j->world ? view->first : j->world;
-    size_t w = j->world - first, m = 0;
-    if (view->count < w)
-        w = view->count;
-    ji->ranks_first = (uint32_t)first;
-    ji->ranks_partial = w < j->world;
-    if (w == 0)
-        return 0;
-
-    /* One block: [RankInfo* x W][RankInfo x W][RankPlace x W][StepTime x W]
-     * [Metric* x M][Metric x M]. */
-    for (size_t r = first; view->metrics && r < first + w; r++)
-        m += j->ranks[r].n_metrics;
-    uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo) +
-                                 sizeof(Chorus__RankPlace) + sizeof(Chorus__StepTime)) +
-                            m * (sizeof(void *) + sizeof(Chorus__Metric)));
-    if (!block) {
-        coord_job_info_clear(ji);
-        return -ENOMEM;
-    }
-    Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
-    Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
-    Chorus__RankPlace *pi = (Chorus__RankPlace *)(ri + w);
-    Chorus__StepTime *ti = (Chorus__StepTime *)(pi + w);
-    Chorus__Metric **mp = (Chorus__Metric **)(ti + w);
-    Chorus__Metric *mi = (Chorus__Metric *)(mp + m);
-    int train = j->spec.kind == CH_JOB_TRAIN;
-    for (size_t r = 0; r < w; r++) {
-        const coord_rank_t *rk = &j->ranks[first + r];
-        chorus__rank_info__init(&ri[r]);
-        ri[r].rank = (uint32_t)(first + r);
-        ri[r].node = (char *)rk->node->name;
-        ri[r].state = (char *)coord_rank_state_name(rk->state);
-        ri[r].step = rk->step;
-        ri[r].exit_code = rk->exit_code;
-        ri[r].signal = rk->signal;
-        if (train) {
-            coord_rank_place_t pl = coord_job_rank_place(j, (uint32_t)(first + r));
-            chorus__rank_place__init(&pi[r]);
-            pi[r].tp = pl.tp;
-            pi[r].pp = pl.pp;
-            pi[r].dp = pl.dp;
-            pi[r].first_block = pl.first_block;
-            pi[r].blocks = pl.blocks;
-            pi[r].shards = pl.shards;
-            pi[r].owned_params = pl.owned_params;
-            pi[r].reported = pl.reported != 0;
-            ri[r].place = &pi[r];
-        }
-        if (rk->time.step_s > 0) {
-            const coord_step_time_t *t = &rk->time;
-            chorus__step_time__init(&ti[r]);
-            ti[r].step_s = t->step_s;
-            ti[r].compute = t->compute;
-            ti[r].tp = t->tp;
-            ti[r].pp_wait = t->pp_wait;
-            ti[r].zero = t->zero;
-            ti[r].optim = t->optim;
-            ti[r].idle = t->idle;
-            ti[r].bubble = t->bubble;
-            ri[r].time = &ti[r];
-        }
-        size_t nm = view->metrics ? rk->n_metrics : 0;
-        ri[r].n_metrics = nm;
-        ri[r].metrics = mp;
-        for (size_t k = 0; k < nm; k++) {
-            chorus__metric__init(mi);
-            mi->name = (char *)rk->metrics[k].name;
-            mi->value = rk->metrics[k].value;
-            *mp++ = mi++;
-        }
-        rp[r] = &ri[r];
-    }
-    ji->n_ranks = w;
-    ji->ranks = rp;
-    return 0;
-}
-
-void coord_job_info_clear(Chorus__JobInfo *ji)
-{
-    free(ji->ranks); /* the whole block */
-    ji->ranks = NULL;
-    ji->n_ranks = 0;
-    free(ji->history); /* its block */
-    ji->history = NULL;
-    ji->n_history = 0;
-    free(ji->rank_states); /* its block */
-    ji->rank_states = NULL;
-    ji->n_rank_states = 0;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chorus.pb-c.h"
 #include "common/jobspec.h"
 #include "placement.h"
 
@@ -179,7 +178,7 @@ typedef struct coord_job {
     int gen_stepped;        /* the current generation completed a step */
     uint32_t unstepped_run; /* generations in a row that failed before their first step */
     char fail_sig[200];     /* the rank's own words for the failure being recorded */
-    uint32_t queue_place; /* queued: 1 + jobs ahead in the scheduler's order; else 0 */
+    uint32_t queue_place;   /* queued: 1 + jobs ahead in the scheduler's order; else 0 */
     /* A collective timeout in a group of more than 2 ranks, whose culprit is named when the
      * kill is due (kill_due_ms): the group (0 tp, 1 dp, 2 pp; -1 none), the rank that first
      * reported it and the collective it waited in. */
@@ -231,12 +230,8 @@ void coord_job_kill_gen(coord_t *c, coord_job_t *j, const char *reason);
 /* Store j's row (state, progress, placement, ...). */
 int coord_job_store(coord_t *c, coord_job_t *j);
 
-void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev);
 /* Node declared dead: free its slots, fail the jobs that had ranks on it. */
 void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why);
-/* Node (re-)registered reporting the ranks it still runs: re-adopt known ones, kill
- * unknown ones, count the missing ones as lost. */
-void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Register *reg);
 /* Periodic: re-adoption deadlines after a restart. */
 void coord_job_check(coord_t *c, uint64_t now_ms);
 
@@ -249,25 +244,6 @@ double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *na
 double coord_job_bubble_theory(const coord_job_t *j);
 /* Rank r's place in j's layout: what it reported, else derived from the layout. */
 coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r);
-
-/* A job this big or smaller is detailed rank by rank (with metrics) by default; a bigger
- * one is summed up (ranks per state), its ranks paged on request (DESIGN §10). */
-#define COORD_STATUS_RANKS 1024
-
-/* Which ranks a JobInfo details: [first, first + count) clipped to the world, with their
- * metrics or without. */
-typedef struct coord_rank_view {
-    uint32_t first, count;
-    int metrics;
-} coord_rank_view_t;
-
-/* The view a JobQuery asks for (its defaults above). */
-coord_rank_view_t coord_job_view(const coord_job_t *j, const Chorus__JobQuery *q);
-/* JobInfo for a reply; strings are borrowed from j. view NULL: the job's row only (no
- * ranks, history or job file, as in ListJobs); else those plus the ranks per state and
- * the ranks in view. Free with coord_job_info_clear. */
-int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *out);
-void coord_job_info_clear(Chorus__JobInfo *ji);
 
 int coord_jobs_load(coord_t *c);
 void coord_jobs_fini(coord_t *c);
@@ -283,5 +259,15 @@ void coord_jobs_trim(coord_t *c);
 int coord_job_load(coord_t *c, const char *id_or_name, coord_job_t **out);
 void coord_job_free(coord_job_t *j);
 void coord_jobs_count(const coord_t *c, size_t *counts); /* COORD_JOB_NSTATES entries */
+
+/* Shared by job.c and jobevent.c. */
+coord_job_t *coord_job_find_id(coord_t *c, const char *id); /* by id only */
+/* j's ranks on n, lowest first: by_node[*lo .. *hi), or with no index every rank
+ * (*lo = 0, *hi = world; the caller checks the node). */
+void coord_job_ranks_on(const coord_job_t *j, const coord_node_t *n, size_t *lo, size_t *hi);
+uint32_t coord_job_rank_at(const coord_job_t *j, size_t k); /* the k-th of ranks_on's range */
+/* KillRanks to n: job's generation gen, only *rank when rank is not NULL, else all of them. */
+int coord_job_send_kill(coord_node_t *n, const char *job, uint64_t gen, const uint32_t *rank,
+                        const char *reason);
 
 #endif

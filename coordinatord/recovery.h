@@ -34,6 +34,7 @@
 
 #include <stdint.h>
 
+#include "chorus.pb-c.h"
 #include "job.h"
 
 typedef struct coord coord_t;

@@ -13,6 +13,8 @@
 #include "common/msg.h"
 #include "common/util.h"
 #include "coord.h"
+#include "jobevent.h"
+#include "jobinfo.h"
 #include "launch.h"
 #include "logs.h"
 #include "runs.h"
