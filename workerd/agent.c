@@ -23,7 +23,6 @@
  *  - A 100 ms cron expires relays the coordinator never answered and closes stale links. */
 #include "workerd/agent.h"
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,15 +35,16 @@
 #include "common/msg.h"
 #include "common/rdzv.h"
 #include "common/util.h"
+#include "workerd/evqueue.h"
 #include "workerd/logs.h"
 #include "workerd/proc.h"
+#include "workerd/rundir.h"
 
 #define BACKOFF_MIN_MS       100
 #define BACKOFF_MAX_MS       1000
 #define CRON_MS              100
 #define LINK_GRACE_MS        500 /* between a rank's exit and its link's EOF, either way round */
 #define KV_EXPIRE_MARGIN_MS  10000
-#define EVENT_QUEUE_MAX      4096
 #define HEARTBEAT_DEFAULT_MS 1000
 #define FINISHED_MAX         4096 /* final reports awaiting acknowledgement */
 
@@ -96,8 +96,7 @@ struct wrk_agent {
     size_t n_finished;
     kv_relay_t *relays;
     uint64_t next_request_id;
-    Chorus__RankEvent **queue; /* ring of owned copies */
-    size_t q_head, q_len;
+    wrk_evq_t queue; /* events while the coordinator link is down */
     uint64_t rng;
 };
 
@@ -114,18 +113,6 @@ static uint64_t rnd(wrk_agent_t *a)
     return z ^ (z >> 31);
 }
 
-/* A job id becomes a directory name: refuse anything that could leave run_dir. */
-static int safe_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= 64 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-        return 0;
-    for (; *s; s++)
-        if (*s == '/' || (unsigned char)*s < 0x20)
-            return 0;
-    return 1;
-}
-
 static int coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 {
     if (!a->coord || !ch_conn_is_ready(a->coord))
@@ -136,109 +123,15 @@ static int coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 // ----------------------------------------------------------------------------
 // event queue (coordinator link down)
 
-static void ev_free(Chorus__RankEvent *e)
-{
-    if (!e)
-        return;
-    free(e->job_id);
-    free(e->message);
-    free(e->timeout_group);
-    for (size_t i = 0; i < e->n_metrics; i++) {
-        if (e->metrics[i])
-            free(e->metrics[i]->name);
-        free(e->metrics[i]);
-    }
-    free(e->metrics);
-    free(e);
-}
-
-/* Deep copy: every string and metric owned by the copy. */
-static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
-{
-    Chorus__RankEvent *e = malloc(sizeof *e);
-    if (!e)
-        return NULL;
-    *e = *src;
-    /* nothing of src's may be freed with a partial copy */
-    e->job_id = e->message = e->timeout_group = NULL;
-    e->n_metrics = 0;
-    e->metrics = NULL;
-    e->job_id = strdup(src->job_id ? src->job_id : "");
-    e->message = strdup(src->message ? src->message : "");
-    e->timeout_group = strdup(src->timeout_group ? src->timeout_group : "");
-    e->n_metrics = 0;
-    e->metrics = NULL;
-    if (!e->job_id || !e->message || !e->timeout_group)
-        goto fail;
-    if (src->n_metrics) {
-        if (!(e->metrics = calloc(src->n_metrics, sizeof *e->metrics)))
-            goto fail;
-        for (size_t i = 0; i < src->n_metrics; i++) {
-            Chorus__Metric *m = malloc(sizeof *m);
-            if (!m)
-                goto fail;
-            *m = *src->metrics[i];
-            e->metrics[i] = m;
-            e->n_metrics = i + 1;
-            if (!(m->name = strdup(src->metrics[i]->name ? src->metrics[i]->name : "")))
-                goto fail;
-        }
-    }
-    return e;
-fail:
-    ev_free(e);
-    return NULL;
-}
-
-static Chorus__RankEvent **q_at(wrk_agent_t *a, size_t i)
-{
-    return &a->queue[(a->q_head + i) % EVENT_QUEUE_MAX];
-}
-
-/* Full queue: drop the oldest progress report (a later one supersedes it), else the
- * oldest event. Lifecycle events are what the coordinator cannot do without. */
-static void q_make_room(wrk_agent_t *a)
-{
-    size_t victim = 0;
-    for (size_t i = 0; i < a->q_len; i++) {
-        if ((*q_at(a, i))->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS) {
-            victim = i;
-            break;
-        }
-    }
-    ev_free(*q_at(a, victim));
-    for (size_t i = victim; i > 0; i--)
-        *q_at(a, i) = *q_at(a, i - 1);
-    a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
-    a->q_len--;
-    CH_LOGW("agent", "event queue full: dropped one event");
-}
-
-static void q_push(wrk_agent_t *a, const Chorus__RankEvent *ev)
-{
-    Chorus__RankEvent *copy = ev_dup(ev);
-    if (!copy) {
-        CH_LOGE("agent", "out of memory: dropped a rank event");
-        return;
-    }
-    if (a->q_len == EVENT_QUEUE_MAX)
-        q_make_room(a);
-    *q_at(a, a->q_len) = copy;
-    a->q_len++;
-}
-
 static void q_flush(wrk_agent_t *a)
 {
-    while (a->q_len && a->registered) {
-        Chorus__RankEvent *e = *q_at(a, 0);
+    while (a->queue.len && a->registered) {
         Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
         env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
-        env.rank_event = e;
+        env.rank_event = wrk_evq_front(&a->queue);
         if (coord_send(a, &env) < 0)
             return;
-        ev_free(e);
-        a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
-        a->q_len--;
+        wrk_evq_pop(&a->queue);
     }
 }
 
@@ -246,14 +139,14 @@ static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
 {
     if (a->stopping)
         return;
-    if (a->registered && a->q_len == 0) {
+    if (a->registered && a->queue.len == 0) {
         Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
         env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
         env.rank_event = (Chorus__RankEvent *)ev;
         if (coord_send(a, &env) == 0)
             return;
     }
-    q_push(a, ev);
+    wrk_evq_push(&a->queue, ev);
     q_flush(a);
 }
 
@@ -557,63 +450,6 @@ static void kill_matching(wrk_agent_t *a, const char *job, uint64_t max_gen, con
 // ----------------------------------------------------------------------------
 // StartRanks / KillRanks
 
-static int gen_dir(const wrk_agent_t *a, const char *job, uint64_t gen, char *out, size_t len)
-{
-    int n = snprintf(out, len, "%s/%s/g%" PRIu64, a->cfg.run_dir, job, gen);
-    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* Run folders of a job's failed generations kept next to the running one: their logs
- * say why they failed; older ones go, so a job restarting many times cannot fill the
- * disk. */
-#define KEEP_FAILED_GENS 3
-
-static int gen_cmp_desc(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a < b) - (a > b);
-}
-
-/* Generation gen of job starts here: remove the run folders of its generations before it
- * but the KEEP_FAILED_GENS newest. */
-static void prune_gens(const wrk_agent_t *a, const char *job, uint64_t gen)
-{
-    char dir[CH_PATH_LEN], path[CH_PATH_LEN + 32];
-    uint64_t *olds = NULL;
-    size_t n = 0, cap = 0;
-    int w = snprintf(dir, sizeof dir, "%s/%s", a->cfg.run_dir, job);
-    DIR *d = w < 0 || (size_t)w >= sizeof dir ? NULL : opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char *end = NULL;
-        if (e->d_name[0] != 'g' || e->d_name[1] < '0' || e->d_name[1] > '9')
-            continue;
-        unsigned long long g = strtoull(e->d_name + 1, &end, 10);
-        if (*end != '\0' || g >= gen)
-            continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            uint64_t *v = realloc(olds, nc * sizeof *v);
-            if (!v)
-                break;
-            olds = v;
-            cap = nc;
-        }
-        olds[n++] = g;
-    }
-    closedir(d);
-    qsort(olds, n, sizeof *olds, gen_cmp_desc);
-    for (size_t i = KEEP_FAILED_GENS; i < n; i++) {
-        snprintf(path, sizeof path, "%s/g%" PRIu64, dir, olds[i]);
-        int rc = ch_rmtree(path);
-        CH_LOGD("agent", "job=%s: run folder %s of a failed generation removed%s%s", job, path,
-                rc < 0 ? ": " : "", rc < 0 ? ch_strerror(rc) : "");
-    }
-    free(olds);
-}
-
 static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus__RankAssign *ra,
                       const char *gdir, const char *job_file)
 {
@@ -698,7 +534,7 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
     char why[CH_PATH_LEN + 128] = "";
     int rc = 0;
 
-    if (!safe_name(s->job_id)) {
+    if (!wrk_rundir_safe_name(s->job_id)) {
         CH_LOGE("agent", "StartRanks: refusing job id '%s'", s->job_id);
         return;
     }
@@ -715,8 +551,8 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
     if (alive_count(a) + s->n_ranks > a->cfg.slots)
         CH_LOGW("agent", "job=%s gen=%" PRIu64 ": %zu ranks asked, %u slots, %u in use", s->job_id,
                 s->generation, s->n_ranks, a->cfg.slots, alive_count(a));
-    prune_gens(a, s->job_id, s->generation);
-    rc = gen_dir(a, s->job_id, s->generation, gdir, sizeof gdir);
+    wrk_rundir_prune(a->cfg.run_dir, s->job_id, s->generation);
+    rc = wrk_rundir_gen(a->cfg.run_dir, s->job_id, s->generation, gdir, sizeof gdir);
     /* The job's folder only lets through (0711); its generation folder, job file and logs
      * are the job user's alone (wrk_proc_give_dir). */
     if (rc == 0)
@@ -884,7 +720,7 @@ static void serve_log(wrk_agent_t *a, const Chorus__Envelope *req)
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     char path[CH_PATH_LEN], err[CH_PATH_LEN + 64];
     const Chorus__LogRead *lr = req->log_read;
-    int rc = safe_name(lr->job_id)
+    int rc = wrk_rundir_safe_name(lr->job_id)
                  ? wrk_logs_read(a->cfg.run_dir, lr, &lc, path, sizeof path, err, sizeof err)
                  : ch_errf(err, sizeof err, -EINVAL, "bad job id");
     if (rc < 0) {
@@ -1026,7 +862,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     wrk_agent_t *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
-    if (!(a->queue = calloc(EVENT_QUEUE_MAX, sizeof *a->queue))) {
+    if (wrk_evq_init(&a->queue) < 0) {
         free(a);
         return -ENOMEM;
     }
@@ -1090,12 +926,7 @@ void wrk_agent_destroy(wrk_agent_t *a)
         free(f);
     }
     relays_fail(a, NULL, 0);
-    while (a->q_len) {
-        ev_free(*q_at(a, 0));
-        a->q_head = (a->q_head + 1) % EVENT_QUEUE_MAX;
-        a->q_len--;
-    }
-    free(a->queue);
+    wrk_evq_fini(&a->queue);
     free(a);
 }
 
