@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/rdzv.h"
+#include "common/rng.h"
 #include "common/util.h"
 #include "workerd/evqueue.h"
 #include "workerd/logs.h"
@@ -104,14 +105,6 @@ static void on_reconnect_timer(uv_timer_t *t);
 
 // ----------------------------------------------------------------------------
 // small helpers
-
-static uint64_t rnd(wrk_agent_t *a)
-{
-    uint64_t z = (a->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static int coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 {
@@ -789,7 +782,7 @@ static void schedule_reconnect(wrk_agent_t *a)
         return;
     /* Jitter in [d/2, d]: nodes restarted together do not reconnect in lockstep. */
     uint32_t d = a->backoff_ms;
-    uint32_t delay = d / 2 + (uint32_t)(rnd(a) % (d / 2 + 1));
+    uint32_t delay = d / 2 + (uint32_t)(ch_mix64_next(&a->rng) % (d / 2 + 1));
     a->backoff_ms = d * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d * 2;
     uv_timer_start(&a->reconnect, on_reconnect_timer, delay, 0);
 }

@@ -23,6 +23,7 @@
 #include "common/err.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "common/util.h"
 
 #define BACKOFF_MIN_MS 100
@@ -89,14 +90,6 @@ struct wrk_sim {
 };
 
 static void connect_node(sim_node_t *n);
-
-static uint64_t rnd(wrk_sim_t *s)
-{
-    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static int send_env(sim_node_t *n, Chorus__Envelope *env)
 {
@@ -522,7 +515,8 @@ static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         uv_timer_start(&n->heartbeat, on_heartbeat, n->hb_ms, n->hb_ms);
         send_heartbeat(n);
         if (!uv_is_active((uv_handle_t *)&n->step)) {
-            uint64_t phase = rnd(n->s) % (n->s->cfg.step_ms ? n->s->cfg.step_ms : 1);
+            uint64_t phase =
+                ch_mix64_next(&n->s->rng) % (n->s->cfg.step_ms ? n->s->cfg.step_ms : 1);
             uv_timer_start(&n->step, on_step, phase, n->s->cfg.step_ms);
         }
         return;
@@ -558,7 +552,7 @@ static void on_reconnect(uv_timer_t *t)
 static void schedule_reconnect(sim_node_t *n)
 {
     uint32_t d = n->backoff_ms;
-    uint32_t delay = d / 2 + (uint32_t)(rnd(n->s) % (d / 2 + 1));
+    uint32_t delay = d / 2 + (uint32_t)(ch_mix64_next(&n->s->rng) % (d / 2 + 1));
     n->backoff_ms = d * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d * 2;
     uv_timer_start(&n->reconnect, on_reconnect, delay, 0);
 }
