@@ -82,9 +82,9 @@ static uint32_t job_nodes(const coord_job_t *j)
     return n;
 }
 
-int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
+/* The job's row: what ListJobs shows of every job. */
+static void job_row(const coord_job_t *j, Chorus__JobInfo *ji)
 {
-    chorus__job_info__init(ji);
     ji->id = (char *)j->id;
     ji->name = (char *)j->name;
     ji->kind = (char *)ch_job_kind_name(j->spec.kind);
@@ -114,47 +114,79 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
     ji->owner_uid = j->spec.owner.uid;
     ji->nodes = job_nodes(j);
-    if (!view)
+}
+
+/* The restart history. One block: [RestartInfo* x H][RestartInfo x H][RestartLayout x 2H]. */
+static int history_info(const coord_job_t *j, Chorus__JobInfo *ji)
+{
+    if (!j->n_history)
         return 0;
-    ji->job_ini = j->ini;
-    if (state_counts(j, ji) < 0)
+    size_t h = j->n_history;
+    uint8_t *hb = malloc(
+        h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
+    if (!hb)
         return -ENOMEM;
-    if (j->n_history) {
-        /* One block: [RestartInfo* x H][RestartInfo x H][RestartLayout x 2H]. */
-        size_t h = j->n_history;
-        uint8_t *hb = malloc(
-            h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
-        if (!hb) {
-            coord_job_info_clear(ji);
-            return -ENOMEM;
+    Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
+    Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
+    Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
+    for (size_t i = 0; i < h; i++) {
+        const coord_restart_t *e = &j->history[i];
+        chorus__restart_info__init(&hi[i]);
+        hi[i].time_ms = e->time_ms;
+        hi[i].cause = (char *)coord_cause_name(e->cause);
+        hi[i].rank = e->rank;
+        hi[i].node = (char *)e->node;
+        hi[i].reason = (char *)e->reason;
+        hi[i].failed_generation = e->failed_gen;
+        hi[i].failed_step = e->failed_step;
+        hi[i].resumed_from = e->resumed_from;
+        hi[i].steps_lost = e->steps_lost;
+        hi[i].recover_s = e->recover_s;
+        if (e->layout_to.dp) {
+            restart_layout(&hl[2 * i], &e->layout_from);
+            restart_layout(&hl[2 * i + 1], &e->layout_to);
+            hi[i].layout_from = &hl[2 * i];
+            hi[i].layout_to = &hl[2 * i + 1];
         }
-        Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
-        Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
-        Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
-        for (size_t i = 0; i < h; i++) {
-            const coord_restart_t *e = &j->history[i];
-            chorus__restart_info__init(&hi[i]);
-            hi[i].time_ms = e->time_ms;
-            hi[i].cause = (char *)coord_cause_name(e->cause);
-            hi[i].rank = e->rank;
-            hi[i].node = (char *)e->node;
-            hi[i].reason = (char *)e->reason;
-            hi[i].failed_generation = e->failed_gen;
-            hi[i].failed_step = e->failed_step;
-            hi[i].resumed_from = e->resumed_from;
-            hi[i].steps_lost = e->steps_lost;
-            hi[i].recover_s = e->recover_s;
-            if (e->layout_to.dp) {
-                restart_layout(&hl[2 * i], &e->layout_from);
-                restart_layout(&hl[2 * i + 1], &e->layout_to);
-                hi[i].layout_from = &hl[2 * i];
-                hi[i].layout_to = &hl[2 * i + 1];
-            }
-            hp[i] = &hi[i];
-        }
-        ji->n_history = h;
-        ji->history = hp;
+        hp[i] = &hi[i];
     }
+    ji->n_history = h;
+    ji->history = hp;
+    return 0;
+}
+
+/* Rank r's place in the layout, as a RankPlace. */
+static void rank_place(const coord_job_t *j, uint32_t r, Chorus__RankPlace *out)
+{
+    coord_rank_place_t pl = coord_job_rank_place(j, r);
+    chorus__rank_place__init(out);
+    out->tp = pl.tp;
+    out->pp = pl.pp;
+    out->dp = pl.dp;
+    out->first_block = pl.first_block;
+    out->blocks = pl.blocks;
+    out->shards = pl.shards;
+    out->owned_params = pl.owned_params;
+    out->reported = pl.reported != 0;
+}
+
+/* A rank's last step's time breakdown, as a StepTime. */
+static void step_time(const coord_step_time_t *t, Chorus__StepTime *out)
+{
+    chorus__step_time__init(out);
+    out->step_s = t->step_s;
+    out->compute = t->compute;
+    out->tp = t->tp;
+    out->pp_wait = t->pp_wait;
+    out->zero = t->zero;
+    out->optim = t->optim;
+    out->idle = t->idle;
+    out->bubble = t->bubble;
+}
+
+/* The ranks in view, with their places, step times and (view->metrics) figures. */
+static int ranks_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
+{
     if (!j->ranks)
         return 0;
     /* The ranks in view: [first, first + w). */
@@ -174,10 +206,8 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     uint8_t *block = malloc(w * (sizeof(void *) + sizeof(Chorus__RankInfo) +
                                  sizeof(Chorus__RankPlace) + sizeof(Chorus__StepTime)) +
                             m * (sizeof(void *) + sizeof(Chorus__Metric)));
-    if (!block) {
-        coord_job_info_clear(ji);
+    if (!block)
         return -ENOMEM;
-    }
     Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
     Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
     Chorus__RankPlace *pi = (Chorus__RankPlace *)(ri + w);
@@ -195,29 +225,11 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
         ri[r].exit_code = rk->exit_code;
         ri[r].signal = rk->signal;
         if (train) {
-            coord_rank_place_t pl = coord_job_rank_place(j, (uint32_t)(first + r));
-            chorus__rank_place__init(&pi[r]);
-            pi[r].tp = pl.tp;
-            pi[r].pp = pl.pp;
-            pi[r].dp = pl.dp;
-            pi[r].first_block = pl.first_block;
-            pi[r].blocks = pl.blocks;
-            pi[r].shards = pl.shards;
-            pi[r].owned_params = pl.owned_params;
-            pi[r].reported = pl.reported != 0;
+            rank_place(j, (uint32_t)(first + r), &pi[r]);
             ri[r].place = &pi[r];
         }
         if (rk->time.step_s > 0) {
-            const coord_step_time_t *t = &rk->time;
-            chorus__step_time__init(&ti[r]);
-            ti[r].step_s = t->step_s;
-            ti[r].compute = t->compute;
-            ti[r].tp = t->tp;
-            ti[r].pp_wait = t->pp_wait;
-            ti[r].zero = t->zero;
-            ti[r].optim = t->optim;
-            ti[r].idle = t->idle;
-            ti[r].bubble = t->bubble;
+            step_time(&rk->time, &ti[r]);
             ri[r].time = &ti[r];
         }
         size_t nm = view->metrics ? rk->n_metrics : 0;
@@ -233,6 +245,20 @@ int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__
     }
     ji->n_ranks = w;
     ji->ranks = rp;
+    return 0;
+}
+
+int coord_job_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
+{
+    chorus__job_info__init(ji);
+    job_row(j, ji);
+    if (!view)
+        return 0;
+    ji->job_ini = j->ini;
+    if (state_counts(j, ji) < 0 || history_info(j, ji) < 0 || ranks_info(j, view, ji) < 0) {
+        coord_job_info_clear(ji);
+        return -ENOMEM;
+    }
     return 0;
 }
 
