@@ -230,6 +230,92 @@ static int check_groups(const ch_jobspec_t *spec, const eng_groups_t *groups, ch
     return 0;
 }
 
+/* The training data and train.val_data, read at the job's global batch. */
+static int open_data(eng_trainer_t *t, const ch_jobspec_t *spec, char *err, size_t errlen)
+{
+    uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
+    int rc = eng_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
+                           errlen);
+    if (rc == 0 && spec->train.val_data[0])
+        rc = eng_data_open_eval(spec->train.val_data, spec->model.vocab, T, &t->val, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t global = (uint64_t)B * spec->parallel.microbatches * spec->parallel.dp;
+    eng_data_set_global_batch(t->data, global);
+    if (t->val)
+        eng_data_set_global_batch(t->val, global);
+    t->feed = t->data;
+    return 0;
+}
+
+/* This rank's part of the model (its stage; its TP shard). */
+static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char *err,
+                        size_t errlen)
+{
+    uint32_t B = spec->parallel.micro_batch_size;
+    eng_model_opts_t mopts = {.backend = t->be,
+                              .recompute = spec->parallel.recompute,
+                              .pp = t->stages,
+                              .stage = t->stage,
+                              .external_blocks = zero};
+    if (t->dp) {
+        mopts.dp = spec->parallel.dp;
+        mopts.dp_rank = t->dpr;
+    }
+    if (t->tp) {
+        mopts.tp = spec->parallel.tp;
+        mopts.tp_rank = t->tpr;
+        mopts.tp_group = t->tp;
+    }
+    int rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
+    if (rc < 0) {
+        ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
+        return rc;
+    }
+    t->cfg = *eng_model_config(t->model);
+    eng_model_part_t part = eng_model_part(t->model);
+    t->first = part.first;
+    t->last = part.last;
+    return 0;
+}
+
+/* AdamW over the slab, ZeRO-3's shards, and the gradients DP reduces. */
+static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char *err,
+                      size_t errlen)
+{
+    /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
+    int rc = eng_optim_init_on(&t->optim, eng_mem_view(t->be, ENG_MEM_OPTIM),
+                               zero ? 0 : eng_model_nparams(t->model));
+    if (rc < 0)
+        return rc;
+    t->optim.weight_decay = spec->optim.weight_decay;
+    t->optim.beta1 = spec->optim.beta1;
+    t->optim.beta2 = spec->optim.beta2;
+    t->optim.eps = spec->optim.eps;
+    /* grad_clip 0: no clipping (eng_clip_coef of an infinite bound is 1) */
+    t->optim.max_grad_norm = spec->optim.grad_clip > 0 ? spec->optim.grad_clip : INFINITY;
+    if (zero) {
+        rc = eng_zero_create(t->model, t->dp, spec->parallel.reshard, &t->zero);
+        if (rc < 0) {
+            ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
+            return rc;
+        }
+    }
+    if (t->dp) {
+        /* what same-host members of the DP group reduce in place (coll.h) */
+        rc = wrk_coll_mem_alloc(wrk_coll_group_context(t->dp),
+                                eng_model_nparams(t->model) * sizeof(float),
+                                (void **)&t->coll_grads);
+        if (rc < 0)
+            return rc;
+        /* under ZeRO-3 the slab is the gathered copy (zero.h) */
+        eng_mem_note(t->be, zero ? ENG_MEM_GATHERED : ENG_MEM_GRADS, t->coll_grads,
+                     eng_model_nparams(t->model) * sizeof(float));
+        eng_model_lend_grads(t->model, t->coll_grads);
+    }
+    return 0;
+}
+
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
                        eng_trainer_t **out, char *err, size_t errlen)
 {
@@ -279,71 +365,14 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     t->cfg.padded_vocab = ch_layout_padded_vocab(spec->model.vocab, spec->parallel.tp);
     t->sched = eng_lr_from_spec(spec);
 
+    rc = open_data(t, spec, err, errlen);
+    if (rc == 0)
+        rc = create_model(t, spec, zero, err, errlen);
+    if (rc == 0)
+        rc = init_optim(t, spec, zero, err, errlen);
+    if (rc < 0)
+        goto out;
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
-    rc = eng_data_open(spec->train.data, spec->model.vocab, T, spec->train.seed, &t->data, err,
-                       errlen);
-    if (rc == 0 && spec->train.val_data[0])
-        rc = eng_data_open_eval(spec->train.val_data, spec->model.vocab, T, &t->val, err, errlen);
-    if (rc < 0)
-        goto out;
-    uint64_t global = (uint64_t)B * spec->parallel.microbatches * spec->parallel.dp;
-    eng_data_set_global_batch(t->data, global);
-    if (t->val)
-        eng_data_set_global_batch(t->val, global);
-    t->feed = t->data;
-    eng_model_opts_t mopts = {.backend = t->be,
-                              .recompute = spec->parallel.recompute,
-                              .pp = t->stages,
-                              .stage = t->stage,
-                              .external_blocks = zero};
-    if (t->dp) {
-        mopts.dp = spec->parallel.dp;
-        mopts.dp_rank = t->dpr;
-    }
-    if (t->tp) {
-        mopts.tp = spec->parallel.tp;
-        mopts.tp_rank = t->tpr;
-        mopts.tp_group = t->tp;
-    }
-    rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
-    if (rc < 0) {
-        ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
-        goto out;
-    }
-    t->cfg = *eng_model_config(t->model);
-    eng_model_part_t part = eng_model_part(t->model);
-    t->first = part.first;
-    t->last = part.last;
-    /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
-    rc = eng_optim_init_on(&t->optim, eng_mem_view(t->be, ENG_MEM_OPTIM),
-                           zero ? 0 : eng_model_nparams(t->model));
-    if (rc < 0)
-        goto out;
-    t->optim.weight_decay = spec->optim.weight_decay;
-    t->optim.beta1 = spec->optim.beta1;
-    t->optim.beta2 = spec->optim.beta2;
-    t->optim.eps = spec->optim.eps;
-    /* grad_clip 0: no clipping (eng_clip_coef of an infinite bound is 1) */
-    t->optim.max_grad_norm = spec->optim.grad_clip > 0 ? spec->optim.grad_clip : INFINITY;
-    if (zero) {
-        rc = eng_zero_create(t->model, t->dp, spec->parallel.reshard, &t->zero);
-        if (rc < 0) {
-            ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
-            goto out;
-        }
-    }
-    if (t->dp) {
-        /* what same-host members of the DP group reduce in place (coll.h) */
-        rc = wrk_coll_mem_alloc(wrk_coll_group_context(t->dp),
-                                eng_model_nparams(t->model) * sizeof(float),
-                                (void **)&t->coll_grads);
-        if (rc < 0)
-            goto out;
-        /* under ZeRO-3 the slab is the gathered copy (zero.h) */
-        eng_mem_note(t->be, zero ? ENG_MEM_GATHERED : ENG_MEM_GRADS, t->coll_grads,
-                     eng_model_nparams(t->model) * sizeof(float));
-        eng_model_lend_grads(t->model, t->coll_grads);
-    }
     if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, SMALL_FLOATS, &t->small)) < 0)
         goto out;
     rc = pipe_init(t, B, T);
