@@ -26,6 +26,10 @@ Test(cli, help_and_command_help_give_the_commands_usage)
     h_out_free(&a);
     h_out_free(&b);
 
+    cr_assert_eq(h_ctl(NULL, &o, "help", "logs", NULL), 0);
+    cr_expect(strstr(o.out, "-f, --follow") && strstr(o.out, "--generation G"),
+              "help lists the command's options from its table: %s", o.out);
+    h_out_free(&o);
     cr_assert_eq(h_ctl(NULL, &o, "help", "plan", NULL), 0);
     cr_expect(strstr(o.out, "chorusctl plan JOBFILE") && strstr(o.out, "chorusctl plan --auto"),
               "both plan forms: %s", o.out);
