@@ -8,6 +8,7 @@
 #ifndef CTL_CTL_H
 #define CTL_CTL_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,47 @@ int ctl_parse_long(const char *s, long min, long max, long *out);
 void ctl_pause_ms(unsigned ms);
 /* What ctl talks to, for messages: the socket path or HOST:PORT. */
 const char *ctl_target(const ctl_t *ctl);
+
+/* ---- command-line options (args.c): getopt_long for every command ---- */
+
+/* One option of a command. A command's table (ending with a NULL name) is what it parses
+ * and what `help COMMAND` and bash completion show (main.c's command rows point at it). */
+typedef struct ctl_opt {
+    const char *name; /* long name without "--"; NULL ends the table */
+    int key;          /* what ctl_args_next returns: a letter (also -LETTER) or >= 256 */
+    const char *arg;  /* the value's name in help ("N"); NULL: a flag without a value */
+    const char *help;
+} ctl_opt_t;
+
+#define CTL_OPTS_MAX 32
+
+typedef struct ctl_args {
+    const char *cmd; /* for messages and usage */
+    int argc;
+    char **argv; /* getopt's view: argv[-1] of the command, permuted while parsing */
+    struct option lopts[CTL_OPTS_MAX + 1];
+    char shorts[2 * CTL_OPTS_MAX + 2];
+    int npos; /* the positional words, once ctl_args_next returned 0 */
+    char **pos;
+} ctl_args_t;
+
+/* Parse a command's argc/argv (the words after its name; argv[-1] must be the name, as
+ * main passes it) against opts. Returns 0, or -1 having said why. */
+int ctl_args_begin(ctl_args_t *a, const char *cmd, const ctl_opt_t *opts, int argc, char **argv);
+/* The next option: its key, *val its value (NULL for a flag); 0 at the end, the positional
+ * words (options may come after them, `--` ends options) in a->pos; -1 for an unknown
+ * option or a missing value, having printed the message and the command's usage. */
+int ctl_args_next(ctl_args_t *a, const char **val);
+/* A command without options: *argc and *argv become its positional words (`--` allowed).
+ * Returns CTL_EXIT_OK, or CTL_EXIT_USAGE having printed why and the usage. */
+int ctl_args_words(const char *cmd, int *argc, char ***argv);
+/* Print a command's usage lines (its rows of the command table) on stderr (main.c). */
+void ctl_usage(const char *cmd);
+
+/* Option tables of the commands that have options (with their parsers). */
+extern const ctl_opt_t ctl_opts_jobs[], ctl_opts_submit[], ctl_opts_status[], ctl_opts_logs[],
+    ctl_opts_local[], ctl_opts_export[], ctl_opts_jobfile[], ctl_opts_plan[], ctl_opts_plan_auto[],
+    ctl_opts_drain[];
 
 /* ---- talking to the coordinator (rpc.c) ---- */
 
@@ -80,9 +122,6 @@ int ctl_cmd_jobfile(ctl_t *ctl, int argc, char **argv);
 /* ---- job files, shared by submit and plan (jobfile.c) ---- */
 
 struct ch_jobspec;
-/* argv[*i] is "--set A" or "--set=A": 1 and *assignment = A (advancing *i past A);
- * else 0 (a trailing "--set" without a value is not an override). */
-int ctl_arg_set(int argc, char **argv, int *i, char **assignment);
 /* Read file, parse it over the defaults, apply the "section.key=value" overrides in
  * order, and validate with file checks. Returns an exit status: 0 with *spec filled,
  * or CTL_EXIT_CONFIG having printed "chorusctl: FILE: field: reason". */

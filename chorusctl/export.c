@@ -38,25 +38,36 @@ static int resolve_step_dir(const char *in, char *out, size_t outlen)
     return eng_ckpt_step_dir(dir, job, step, out, outlen);
 }
 
+enum { OPT_OUT = 256, OPT_DTYPE };
+
+const ctl_opt_t ctl_opts_export[] = {
+    {"out", OPT_OUT, "DIR|FILE.safetensors", "where to write (required)"},
+    {"dtype", OPT_DTYPE, "fp32|fp16|bf16", "the weights' type (fp32)"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
 {
     const char *src = NULL, *out = NULL, *dtype_s = "fp32";
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
-            out = argv[++i];
-        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
-            dtype_s = argv[++i];
-        else if (strncmp(argv[i], "--dtype=", 8) == 0)
-            dtype_s = argv[i] + 8;
-        else if (strncmp(argv[i], "--out=", 6) == 0)
-            out = argv[i] + 6;
-        else if (!src && argv[i][0] != '-')
-            src = argv[i];
-        else {
-            ctl_errf("export: unexpected argument '%s'", argv[i]);
-            return CTL_EXIT_USAGE;
-        }
+    ctl_args_t a;
+    const char *val;
+    int c;
+    if (ctl_args_begin(&a, "export", ctl_opts_export, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &val)) > 0) {
+        if (c == OPT_OUT)
+            out = val;
+        else
+            dtype_s = val;
     }
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (a.npos > 1) {
+        ctl_errf("export: unexpected argument '%s'", a.pos[1]);
+        ctl_usage("export");
+        return CTL_EXIT_USAGE;
+    }
+    src = a.npos == 1 ? a.pos[0] : NULL;
     ch_st_dtype_t dtype = CH_ST_F32;
     if (strcmp(dtype_s, "fp16") == 0)
         dtype = CH_ST_F16;
@@ -67,8 +78,7 @@ int ctl_cmd_export(ctl_t *ctl, int argc, char **argv)
         return CTL_EXIT_USAGE;
     }
     if (!src || !out) {
-        ctl_errf("usage: chorusctl export CKPT_DIR --out DIR|FILE.safetensors [--dtype "
-                 "fp32|fp16|bf16]");
+        ctl_usage("export");
         return CTL_EXIT_USAGE;
     }
     size_t olen = strlen(out), sfx = strlen(".safetensors");

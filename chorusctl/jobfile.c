@@ -12,19 +12,6 @@
 
 #define JOBFILE_MAX (1u << 20)
 
-int ctl_arg_set(int argc, char **argv, int *i, char **assignment)
-{
-    if (strcmp(argv[*i], "--set") == 0 && *i + 1 < argc) {
-        *assignment = argv[++*i];
-        return 1;
-    }
-    if (strncmp(argv[*i], "--set=", 6) == 0) {
-        *assignment = argv[*i] + 6;
-        return 1;
-    }
-    return 0;
-}
-
 int ctl_jobfile_load(const char *file, char *const *sets, int nsets, ch_jobspec_t *spec)
 {
     char err[512] = "", *text = NULL;
@@ -51,22 +38,30 @@ int ctl_jobfile_load(const char *file, char *const *sets, int nsets, ch_jobspec_
     return CTL_EXIT_OK;
 }
 
+enum { OPT_TEMPLATE = 256, OPT_MARKDOWN };
+
+const ctl_opt_t ctl_opts_jobfile[] = {
+    {"template", OPT_TEMPLATE, NULL, "print the template (required)"},
+    {"markdown", OPT_MARKDOWN, NULL, "as the Markdown reference docs/jobfile.md"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_jobfile(ctl_t *ctl, int argc, char **argv)
 {
     (void)ctl;
-    int tmpl = 0, markdown = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--template") == 0)
-            tmpl = 1;
-        else if (strcmp(argv[i], "--markdown") == 0)
-            markdown = 1;
-        else {
-            ctl_errf("jobfile: unknown argument %s", argv[i]);
-            return CTL_EXIT_USAGE;
-        }
+    ctl_args_t a;
+    const char *val;
+    int tmpl = 0, markdown = 0, c;
+    if (ctl_args_begin(&a, "jobfile", ctl_opts_jobfile, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &val)) > 0) {
+        tmpl |= c == OPT_TEMPLATE;
+        markdown |= c == OPT_MARKDOWN;
     }
-    if (!tmpl) {
-        ctl_errf("jobfile: usage: chorusctl jobfile --template [--markdown]");
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (!tmpl || a.npos != 0) {
+        ctl_usage("jobfile");
         return CTL_EXIT_USAGE;
     }
     char *text = NULL;

@@ -556,40 +556,52 @@ typedef struct jobs_filter {
     int64_t uid; /* -1: any */
 } jobs_filter_t;
 
+enum { OPT_STATE = 256, OPT_USER };
+
+const ctl_opt_t ctl_opts_jobs[] = {
+    {"state", OPT_STATE, "STATE[,STATE...]", "only jobs in these states"},
+    {"user", OPT_USER, "USER", "only this user's jobs (a name or a uid)"},
+    {NULL, 0, NULL, NULL},
+};
+
+/* --user's value: a user name on this machine or a uid. */
+static int jobs_parse_user(const char *v, jobs_filter_t *f)
+{
+    long uid = 0;
+    struct passwd *pw = getpwnam(v);
+    if (pw)
+        f->uid = pw->pw_uid;
+    else if (ctl_parse_long(v, 0, INT32_MAX, &uid) == 0)
+        f->uid = uid;
+    else {
+        ctl_errf("--user: no user '%s' on this machine", v);
+        return CTL_EXIT_USAGE;
+    }
+    return CTL_EXIT_OK;
+}
+
 static int jobs_parse(int argc, char **argv, jobs_filter_t *f)
 {
+    ctl_args_t a;
+    const char *v;
+    int c;
     f->states = NULL;
     f->uid = -1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        size_t n = strcspn(a, "=");
-        if (a[n] == '=')
-            v = a + n + 1;
-        else if (i + 1 < argc)
-            v = argv[i + 1];
-        int state = strncmp(a, "--state", n) == 0 && n == 7;
-        int user = strncmp(a, "--user", n) == 0 && n == 6;
-        if ((!state && !user) || !v) {
-            ctl_errf("usage: chorusctl jobs [--state STATE[,STATE...]] [--user USER]");
-            return CTL_EXIT_USAGE;
-        }
-        if (a[n] != '=')
-            i++;
-        if (state) {
+    if (ctl_args_begin(&a, "jobs", ctl_opts_jobs, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &v)) > 0) {
+        if (c == OPT_STATE) {
             snprintf(f->states_buf, sizeof f->states_buf, ",%s,", v);
             f->states = f->states_buf;
-            continue;
-        }
-        long uid = 0;
-        struct passwd *pw = getpwnam(v);
-        if (pw)
-            f->uid = pw->pw_uid;
-        else if (ctl_parse_long(v, 0, INT32_MAX, &uid) == 0)
-            f->uid = uid;
-        else {
-            ctl_errf("--user: no user '%s' on this machine", v);
+        } else if (jobs_parse_user(v, f) != CTL_EXIT_OK) {
             return CTL_EXIT_USAGE;
         }
+    }
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (a.npos != 0) {
+        ctl_usage("jobs");
+        return CTL_EXIT_USAGE;
     }
     return CTL_EXIT_OK;
 }
@@ -675,6 +687,18 @@ int ctl_cmd_jobs(ctl_t *ctl, int argc, char **argv)
     return CTL_EXIT_OK;
 }
 
+enum { OPT_RANKS = 256, OPT_RANK, OPT_FIRST, OPT_LIMIT, OPT_METRICS, OPT_HISTORY };
+
+const ctl_opt_t ctl_opts_status[] = {
+    {"ranks", OPT_RANKS, NULL, "every rank"},
+    {"rank", OPT_RANK, "N", "rank N only"},
+    {"first", OPT_FIRST, "N", "ranks from N (to the end, or --limit of them)"},
+    {"limit", OPT_LIMIT, "N", "at most N ranks"},
+    {"metrics", OPT_METRICS, NULL, "each rank's metrics"},
+    {"history", OPT_HISTORY, NULL, "every restart of the job's history, not the last few"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
 {
     ch_client_t *cl = NULL;
@@ -684,40 +708,38 @@ int ctl_cmd_status(ctl_t *ctl, int argc, char **argv)
     int all_history = 0;
 
     /* A job of more than 1,024 ranks shows its ranks per state unless asked for more. */
-    for (int i = 0; i < argc; i++) {
+    ctl_args_t a;
+    const char *val;
+    int c;
+    if (ctl_args_begin(&a, "status", ctl_opts_status, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &val)) > 0) {
         long v = 0;
-        int has_val = i + 1 < argc;
-        if (strcmp(argv[i], "--ranks") == 0) {
+        if (c == OPT_RANKS)
             q.all_ranks = 1;
-        } else if (strcmp(argv[i], "--metrics") == 0) {
+        else if (c == OPT_METRICS)
             q.metrics = 1;
-        } else if (strcmp(argv[i], "--history") == 0) {
+        else if (c == OPT_HISTORY)
             all_history = 1;
-        } else if (strcmp(argv[i], "--rank") == 0 && has_val &&
-                   ctl_parse_long(argv[i + 1], 0, UINT32_MAX, &v) == 0) {
+        else if (ctl_parse_long(val, c == OPT_LIMIT ? 1 : 0, UINT32_MAX, &v) < 0)
+            break;
+        else if (c == OPT_RANK) {
             q.rank_first = (uint32_t)v;
             q.rank_limit = 1;
-            i++;
-        } else if (strcmp(argv[i], "--first") == 0 && has_val &&
-                   ctl_parse_long(argv[i + 1], 0, UINT32_MAX, &v) == 0) {
+        } else if (c == OPT_FIRST)
             q.rank_first = (uint32_t)v;
-            i++;
-        } else if (strcmp(argv[i], "--limit") == 0 && has_val &&
-                   ctl_parse_long(argv[i + 1], 1, UINT32_MAX, &v) == 0) {
+        else
             q.rank_limit = (uint32_t)v;
-            i++;
-        } else if (argv[i][0] != '-' && !job) {
-            job = argv[i];
-        } else {
-            job = NULL;
-            break;
-        }
     }
-    if (!job) {
-        ctl_errf("usage: chorusctl status JOB [--ranks | --rank N | --first N [--limit N]] "
-                 "[--metrics] [--history] [--json]");
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (c > 0 || a.npos != 1) {
+        if (c > 0)
+            ctl_errf("status: bad number '%s'", val);
+        ctl_usage("status");
         return CTL_EXIT_USAGE;
     }
+    job = a.pos[0];
     /* --first alone pages to the end */
     if (q.rank_first > 0 && q.rank_limit == 0)
         q.all_ranks = 1;
@@ -766,14 +788,17 @@ int ctl_cmd_cancel(ctl_t *ctl, int argc, char **argv)
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
     Chorus__Cancel c = CHORUS__CANCEL__INIT;
 
+    int st = ctl_args_words("cancel", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 1) {
-        ctl_errf("usage: chorusctl cancel JOB");
+        ctl_usage("cancel");
         return CTL_EXIT_USAGE;
     }
     c.job_id = argv[0];
     req.body_case = CHORUS__ENVELOPE__BODY_CANCEL;
     req.cancel = &c;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
     if (st != CTL_EXIT_OK)
         return st;
     ch_msg_free(resp);
@@ -786,14 +811,17 @@ int ctl_cmd_checkpoint(ctl_t *ctl, int argc, char **argv)
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
     Chorus__Checkpoint c = CHORUS__CHECKPOINT__INIT;
 
+    int st = ctl_args_words("checkpoint", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 1) {
-        ctl_errf("usage: chorusctl checkpoint JOB");
+        ctl_usage("checkpoint");
         return CTL_EXIT_USAGE;
     }
     c.job_id = argv[0];
     req.body_case = CHORUS__ENVELOPE__BODY_CHECKPOINT;
     req.checkpoint = &c;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
     if (st != CTL_EXIT_OK)
         return st;
     ch_msg_free(resp);
@@ -807,15 +835,18 @@ int ctl_cmd_kill_rank(ctl_t *ctl, int argc, char **argv)
     Chorus__KillRank k = CHORUS__KILL_RANK__INIT;
     long rank = 0;
 
+    int st = ctl_args_words("kill-rank", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 2 || ctl_parse_long(argv[1], 0, UINT32_MAX, &rank) < 0) {
-        ctl_errf("usage: chorusctl kill-rank JOB RANK");
+        ctl_usage("kill-rank");
         return CTL_EXIT_USAGE;
     }
     k.job_id = argv[0];
     k.rank = (uint32_t)rank;
     req.body_case = CHORUS__ENVELOPE__BODY_KILL_RANK;
     req.kill_rank = &k;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
+    st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_OK, argv[0], &resp);
     if (st != CTL_EXIT_OK)
         return st;
     ch_msg_free(resp);

@@ -565,48 +565,70 @@ fail:
     return CTL_EXIT_FAILED;
 }
 
+enum {
+    OPT_DIR = 256,
+    OPT_NODES,
+    OPT_SLOTS,
+    OPT_HEARTBEAT,
+    OPT_DEAD_AFTER,
+    OPT_METRICS,
+    OPT_DEVICE
+};
+
+const ctl_opt_t ctl_opts_local[] = {
+    {"dir", OPT_DIR, "DIR", "the cluster's directory (required)"},
+    {"nodes", OPT_NODES, "N", "workerds to start (2)"},
+    {"slots", OPT_SLOTS, "S", "slots per node (2)"},
+    {"heartbeat-ms", OPT_HEARTBEAT, "N", "coordinatord's heartbeat-ms"},
+    {"dead-after-ms", OPT_DEAD_AFTER, "N", "coordinatord's dead-after-ms"},
+    {"metrics", OPT_METRICS, "HOST:PORT", "status page and metrics (127.0.0.1:0)"},
+    {"device", OPT_DEVICE, "cpu|cuda", "where the ranks compute (cpu)"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
 {
     local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0", .device = "cpu"};
     const char *dir = NULL;
     int up;
 
-    if (argc < 1 || (strcmp(argv[0], "up") != 0 && strcmp(argv[0], "down") != 0))
-        goto usage;
-    up = strcmp(argv[0], "up") == 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    ctl_args_t a;
+    const char *v;
+    int c;
+    if (ctl_args_begin(&a, "local", ctl_opts_local, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &v)) > 0) {
         long *num = NULL, max = 1000000;
-        if (strcmp(argv[i], "--dir") == 0 && v) {
+        if (c == OPT_DIR) {
             dir = v;
-        } else if (strcmp(argv[i], "--nodes") == 0 && v) {
+        } else if (c == OPT_NODES) {
             num = &L.nodes;
             max = MAX_NODES;
-        } else if (strcmp(argv[i], "--slots") == 0 && v) {
+        } else if (c == OPT_SLOTS) {
             num = &L.slots;
             max = 4096;
-        } else if (strcmp(argv[i], "--heartbeat-ms") == 0 && v) {
+        } else if (c == OPT_HEARTBEAT) {
             num = &L.heartbeat_ms;
-        } else if (strcmp(argv[i], "--dead-after-ms") == 0 && v) {
+        } else if (c == OPT_DEAD_AFTER) {
             num = &L.dead_after_ms;
-        } else if (strcmp(argv[i], "--metrics") == 0 && v) {
+        } else if (c == OPT_METRICS) {
             L.metrics = v;
-        } else if (strcmp(argv[i], "--device") == 0 && v) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
-                ctl_errf("local: --device: expected cpu or cuda, got '%s'", v);
-                goto usage;
-            }
-            L.device = v;
-        } else {
-            ctl_errf("local: unexpected '%s'", argv[i]);
+        } else if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+            ctl_errf("local: --device: expected cpu or cuda, got '%s'", v);
             goto usage;
+        } else {
+            L.device = v;
         }
         if (num && ctl_parse_long(v, 1, max, num) < 0) {
-            ctl_errf("local: %s: '%s' is not a number in [1, %ld]", argv[i], v, max);
+            ctl_errf("local: '%s' is not a number in [1, %ld]", v, max);
             goto usage;
         }
-        i++;
     }
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (a.npos != 1 || (strcmp(a.pos[0], "up") != 0 && strcmp(a.pos[0], "down") != 0))
+        goto usage;
+    up = strcmp(a.pos[0], "up") == 0;
     if (!dir || !*dir)
         goto usage;
     if (snprintf(L.dir, sizeof L.dir, "%s", dir) >= (int)sizeof L.dir) {
@@ -615,7 +637,6 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
     }
     return up ? local_up(ctl, &L) : local_down(ctl, &L);
 usage:
-    ctl_errf("usage: chorusctl local up|down --dir DIR [--nodes N] [--slots S] "
-             "[--heartbeat-ms N] [--dead-after-ms N] [--metrics HOST:PORT] [--device cpu|cuda]");
+    ctl_usage("local");
     return CTL_EXIT_USAGE;
 }

@@ -311,6 +311,16 @@ static int follow(const ctl_t *ctl, ch_client_t *cl, const char *job, uint64_t g
     return st;
 }
 
+enum { OPT_RANK = 256, OPT_GENERATION, OPT_DIR };
+
+const ctl_opt_t ctl_opts_logs[] = {
+    {"rank", OPT_RANK, "R", "rank R only"},
+    {"generation", OPT_GENERATION, "G", "generation G only (1 is the first run)"},
+    {"follow", 'f', NULL, "the current generation as it grows, until the job ends"},
+    {"dir", OPT_DIR, "DIR", "read a local cluster's files (chorusctl local's DIR)"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv)
 {
     const char *job = NULL, *dir = NULL;
@@ -319,23 +329,24 @@ int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv)
     ch_client_t *cl = NULL;
     Chorus__Envelope *resp = NULL;
 
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc) {
-            if (ctl_parse_long(argv[++i], 0, INT32_MAX, &rank) < 0)
-                goto usage;
-        } else if (strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
-            if (ctl_parse_long(argv[++i], 1, INT32_MAX, &gen) < 0)
-                goto usage;
-        } else if (strcmp(argv[i], "--follow") == 0 || strcmp(argv[i], "-f") == 0) {
+    ctl_args_t a;
+    const char *val;
+    int c;
+    if (ctl_args_begin(&a, "logs", ctl_opts_logs, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &val)) > 0) {
+        if (c == 'f')
             follow_on = 1;
-        } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (argv[i][0] != '-' && !job) {
-            job = argv[i];
-        } else {
+        else if (c == OPT_DIR)
+            dir = val;
+        else if (c == OPT_RANK && ctl_parse_long(val, 0, INT32_MAX, &rank) < 0)
             goto usage;
-        }
+        else if (c == OPT_GENERATION && ctl_parse_long(val, 1, INT32_MAX, &gen) < 0)
+            goto usage;
     }
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    job = a.npos == 1 ? a.pos[0] : NULL;
     if (!job || (follow_on && dir))
         goto usage;
     int st = ctl_open(ctl, &cl);
@@ -386,6 +397,6 @@ int ctl_cmd_logs(ctl_t *ctl, int argc, char **argv)
     ch_client_destroy(cl);
     return st;
 usage:
-    ctl_errf("usage: chorusctl logs JOB [--rank R] [--generation G] [--follow] [--dir DIR]");
+    ctl_usage("logs");
     return CTL_EXIT_USAGE;
 }

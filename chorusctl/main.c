@@ -17,60 +17,71 @@ typedef struct cmd {
     int (*fn)(ctl_t *ctl, int argc, char **argv);
     const char *args;
     const char *help;
+    const ctl_opt_t *opts; /* what it parses (args.c); NULL: positional words only */
 } cmd_t;
 
 static int cmd_help(ctl_t *ctl, int argc, char **argv);
 static int cmd_completion(ctl_t *ctl, int argc, char **argv);
 
-/* One row per command: it drives dispatch, `help`, the usage text and bash completion (the
- * --flags named in args and help are what completion offers after the command). */
+/* One row per command: it drives dispatch, `help`, the usage text and bash completion; its
+ * options (opts) are what the command parses, `help COMMAND` lists and completion offers. */
 static const cmd_t commands[] = {
     {"help", cmd_help, "[COMMAND]",
-     "show every command, or one command's usage (also COMMAND --help)"},
-    {"keygen", ctl_cmd_keygen, "FILE", "write a new random cluster key (mode 0600)"},
-    {"nodes", ctl_cmd_nodes, "", "list nodes"},
+     "show every command, or one command's usage (also COMMAND --help)", NULL},
+    {"keygen", ctl_cmd_keygen, "FILE", "write a new random cluster key (mode 0600)", NULL},
+    {"nodes", ctl_cmd_nodes, "", "list nodes", NULL},
     {"node", ctl_cmd_node, "forget NAME",
      "forget a node that is gone (no link, no ranks of an active job); dead nodes are also "
-     "forgotten after coordinatord's forget-dead-after-ms"},
+     "forgotten after coordinatord's forget-dead-after-ms",
+     NULL},
     {"drain", ctl_cmd_drain, "NODE [--reason TEXT]",
-     "stop placing new ranks on a node (it keeps those it runs); root and admin-group only"},
-    {"resume", ctl_cmd_resume, "NODE", "let a drained node take ranks again"},
+     "stop placing new ranks on a node (it keeps those it runs); root and admin-group only",
+     ctl_opts_drain},
+    {"resume", ctl_cmd_resume, "NODE", "let a drained node take ranks again", NULL},
     {"jobs", ctl_cmd_jobs, "[--state STATE[,STATE...]] [--user USER]",
      "list jobs: id, name, user, state, step, elapsed time, nodes, loss, layout; --state and "
-     "--user keep the jobs in those states, of that user"},
+     "--user keep the jobs in those states, of that user",
+     ctl_opts_jobs},
     {"submit", ctl_cmd_submit, "JOBFILE [--set section.key=value]... [--wait]",
-     "check and submit a job file; print its id"},
+     "check and submit a job file; print its id", ctl_opts_submit},
     {"status", ctl_cmd_status,
      "JOB [--ranks | --rank N | --first N [--limit N]] [--metrics] [--history]",
-     "show a job and its ranks (over 1,024 ranks: per state, detail on request)"},
+     "show a job and its ranks (over 1,024 ranks: per state, detail on request)", ctl_opts_status},
     {"watch", ctl_cmd_watch, "JOB",
      "follow a job until it ends: a progress bar on a terminal, a line per change otherwise, a "
      "JSON object per line with --json; exits 0 when it completed, 1 when it failed or was "
-     "cancelled"},
-    {"cancel", ctl_cmd_cancel, "JOB", "cancel a job"},
+     "cancelled",
+     NULL},
+    {"cancel", ctl_cmd_cancel, "JOB", "cancel a job", NULL},
     {"checkpoint", ctl_cmd_checkpoint, "JOB",
      "commit a checkpoint at the job's next step (what SIGUSR1 to coordinatord does for every "
-     "running job)"},
-    {"kill-rank", ctl_cmd_kill_rank, "JOB RANK", "kill one rank process (fault drill)"},
+     "running job)",
+     NULL},
+    {"kill-rank", ctl_cmd_kill_rank, "JOB RANK", "kill one rank process (fault drill)", NULL},
     {"logs", ctl_cmd_logs, "JOB [--rank R] [--generation G] [--follow] [--dir DIR]",
      "print the ranks' logs, served by the workerd of each rank (every generation, oldest "
      "first; --follow: the current one as it grows, until the job ends); --dir reads a local "
-     "cluster's files instead"},
+     "cluster's files instead",
+     ctl_opts_logs},
     {"local", ctl_cmd_local,
      "up|down --dir DIR [--nodes N] [--slots S] [--heartbeat-ms N] [--dead-after-ms N] "
-     "[--metrics HOST:PORT]",
+     "[--metrics HOST:PORT] [--device cpu|cuda]",
      "run a whole cluster on this machine (control socket DIR/ctl.sock; status page and "
-     "metrics on 127.0.0.1, an ephemeral port, unless --metrics says otherwise)"},
+     "metrics on 127.0.0.1, an ephemeral port, unless --metrics says otherwise)",
+     ctl_opts_local},
     {"export", ctl_cmd_export, "CKPT_DIR --out DIR|FILE.safetensors [--dtype fp32|fp16|bf16]",
      "write a committed checkpoint (a step dir, or a job's dir: newest step) as a Hugging Face "
      "GPT-2: DIR/model.safetensors and DIR/config.json (from_pretrained(DIR) loads it), or one "
-     ".safetensors file"},
+     ".safetensors file",
+     ctl_opts_export},
     {"jobfile", ctl_cmd_jobfile, "--template [--markdown]",
      "print every job-file key with its default, unit, range and meaning: a job file to start "
-     "from, or with --markdown the reference docs/jobfile.md"},
+     "from, or with --markdown the reference docs/jobfile.md",
+     ctl_opts_jobfile},
     {"plan", ctl_cmd_plan, "JOBFILE [--set section.key=value]...",
      "check a job file and show its layout, parameters, memory per rank, FLOPs and pipeline "
-     "bubble (no coordinator needed)"},
+     "bubble (no coordinator needed)",
+     ctl_opts_plan},
     /* Usage only: "plan" above dispatches, and plan.c sees --auto. */
     {"plan --auto", ctl_cmd_plan,
      "JOBFILE [--set ...] [--nodes N --slots-per-node G] [CLUSTER OPTIONS] [--top K] [--verbose]",
@@ -78,9 +89,10 @@ static const cmd_t commands[] = {
      "job's model and global batch on the coordinator's alive nodes or on --nodes x "
      "--slots-per-node; CLUSTER OPTIONS (defaults: an A100 80 GB cluster): --mem-per-slot 80GiB "
      "--flops-per-slot 312T --mfu 0.5 --tp-busbw 300GB --dp-busbw 25GB --mem-reserve 0.05 "
-     "--recompute none|selective|full; --verbose says why layouts were refused"},
+     "--recompute none|selective|full; --verbose says why layouts were refused",
+     ctl_opts_plan_auto},
     {"completion", cmd_completion, "bash",
-     "print a bash completion script: source <(chorusctl completion bash)"},
+     "print a bash completion script: source <(chorusctl completion bash)", NULL},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -110,6 +122,36 @@ static int row_is(const cmd_t *c, const char *name)
     return strncmp(c->name, name, n) == 0 && (c->name[n] == '\0' || c->name[n] == ' ');
 }
 
+/* A command's options, one a line: "  -f, --follow      help". */
+static void help_opts(const ctl_opt_t *opts)
+{
+    if (!opts || !opts[0].name)
+        return;
+    printf("options (--opt VALUE or --opt=VALUE; -- ends them):\n");
+    for (const ctl_opt_t *o = opts; o->name; o++) {
+        char left[96], letter[8] = "";
+        if (o->key < 256)
+            snprintf(letter, sizeof letter, "-%c, ", o->key);
+        snprintf(left, sizeof left, "%s--%s%s%s", letter, o->name, o->arg ? " " : "",
+                 o->arg ? o->arg : "");
+        printf("  %-30s %s\n", left, o->help);
+    }
+}
+
+void ctl_usage(const char *cmd)
+{
+    int opts = 0;
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (!row_is(&commands[i], cmd))
+            continue;
+        ctl_errf("usage: chorusctl %s%s%s", commands[i].name, commands[i].args[0] ? " " : "",
+                 commands[i].args);
+        opts |= commands[i].opts != NULL;
+    }
+    if (opts)
+        ctl_errf("(chorusctl help %s: every option)", cmd);
+}
+
 /* `chorusctl help [COMMAND]`, `chorusctl COMMAND --help`. */
 static int help(const char *name)
 {
@@ -123,6 +165,7 @@ static int help(const char *name)
             continue;
         printf("%susage: chorusctl %s%s%s\n    %s\n", found ? "\n" : "", commands[i].name,
                commands[i].args[0] ? " " : "", commands[i].args, commands[i].help);
+        help_opts(commands[i].opts);
         found = 1;
     }
     if (!found) {
@@ -136,23 +179,24 @@ static int help(const char *name)
 static int cmd_help(ctl_t *ctl, int argc, char **argv)
 {
     (void)ctl;
+    int st = ctl_args_words("help", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     return help(argc > 0 ? argv[0] : NULL);
 }
 
-/* The --flags of a row's args, space-separated, each once ("--set --wait"). */
-static void row_flags(const char *args, char *out, size_t n)
+/* The --flags of every row named name (" --set --wait"), each once, appended to out. */
+static void cmd_flags(const char *name, char *out, size_t n)
 {
-    out[0] = '\0';
-    for (const char *p = strstr(args, "--"); p; p = strstr(p + 2, "--")) {
-        char flag[64];
-        size_t len = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
-        if (len < 3 || len >= sizeof flag)
-            continue;
-        snprintf(flag, sizeof flag, " %.*s ", (int)len, p);
-        char padded[1100];
-        snprintf(padded, sizeof padded, " %s ", out);
-        if (!strstr(padded, flag) && strlen(out) + len + 2 < n)
-            snprintf(out + strlen(out), n - strlen(out), "%s%.*s", out[0] ? " " : "", (int)len, p);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        for (const ctl_opt_t *o = commands[i].opts; row_is(&commands[i], name) && o && o->name;
+             o++) {
+            char flag[80], padded[4200];
+            snprintf(flag, sizeof flag, " --%s ", o->name);
+            snprintf(padded, sizeof padded, " %s ", out);
+            if (!strstr(padded, flag) && strlen(out) + strlen(flag) < n)
+                snprintf(out + strlen(out), n - strlen(out), " --%s", o->name);
+        }
     }
 }
 
@@ -161,8 +205,11 @@ static void row_flags(const char *args, char *out, size_t n)
 static int cmd_completion(ctl_t *ctl, int argc, char **argv)
 {
     (void)ctl;
+    int st = ctl_args_words("completion", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 1 || strcmp(argv[0], "bash") != 0) {
-        ctl_errf("usage: chorusctl completion bash");
+        ctl_usage("completion");
         return CTL_EXIT_USAGE;
     }
     printf("# chorusctl completion for bash: source <(chorusctl completion bash)\n"
@@ -184,14 +231,10 @@ static int cmd_completion(ctl_t *ctl, int argc, char **argv)
     printf("'\n    [[ -z $cmd ]] && words+=' --socket --coordinator --key --json --help "
            "--version' ;;\n");
     for (size_t i = 0; i < NCOMMANDS; i++) {
-        char text[4096] = "--json --help", flags[1024];
+        char flags[4096] = "--json --help";
         if (strchr(commands[i].name, ' ') || commands[i].fn == cmd_help)
             continue;
-        for (size_t k = 0; k < NCOMMANDS; k++)
-            if (row_is(&commands[k], commands[i].name))
-                snprintf(text + strlen(text), sizeof text - strlen(text), " %s %s %s",
-                         commands[k].name, commands[k].args, commands[k].help);
-        row_flags(text, flags, sizeof flags);
+        cmd_flags(commands[i].name, flags, sizeof flags);
         printf("  %s) words='%s' ;;\n", commands[i].name, flags);
     }
     printf("  esac\n"
@@ -231,11 +274,14 @@ static const char *env_or(const char *name, const char *def)
 
 int ctl_cmd_keygen(ctl_t *ctl, int argc, char **argv)
 {
+    int rc = ctl_args_words("keygen", &argc, &argv);
+    if (rc != CTL_EXIT_OK)
+        return rc;
     if (argc != 1) {
-        ctl_errf("usage: chorusctl keygen FILE");
+        ctl_usage("keygen");
         return CTL_EXIT_USAGE;
     }
-    int rc = ch_auth_global_init();
+    rc = ch_auth_global_init();
     if (rc == 0)
         rc = ch_key_generate(argv[0]);
     if (rc < 0) {
@@ -273,6 +319,11 @@ int main(int argc, char **argv)
         } globals[] = {
             {"--socket", &sock_flag}, {"--coordinator", &coord_flag}, {"--key", &ctl.key_path}};
         int r = 0;
+        if (strcmp(argv[i], "--") == 0) { /* the rest is the command's, "--" included */
+            while (i < argc)
+                words[nwords++] = argv[i++];
+            break;
+        }
         if (strcmp(argv[i], "--json") == 0) {
             ctl.json = 1;
             continue;

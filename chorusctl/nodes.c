@@ -79,13 +79,16 @@ int ctl_cmd_nodes(ctl_t *ctl, int argc, char **argv)
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT, *resp = NULL;
     Chorus__ListNodes ln = CHORUS__LIST_NODES__INIT;
 
+    int st = ctl_args_words("nodes", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 0) {
-        ctl_errf("usage: chorusctl nodes [--json]");
+        ctl_usage("nodes");
         return CTL_EXIT_USAGE;
     }
     req.body_case = CHORUS__ENVELOPE__BODY_LIST_NODES;
     req.list_nodes = &ln;
-    int st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_NODE_LIST, NULL, &resp);
+    st = ctl_rpc(ctl, &req, CHORUS__ENVELOPE__BODY_NODE_LIST, NULL, &resp);
     if (st != CTL_EXIT_OK)
         return st;
     if (ctl->json)
@@ -125,8 +128,11 @@ int ctl_cmd_node(ctl_t *ctl, int argc, char **argv)
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     Chorus__ForgetNode f = CHORUS__FORGET_NODE__INIT;
 
+    int st = ctl_args_words("node", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 2 || strcmp(argv[0], "forget") != 0) {
-        ctl_errf("usage: chorusctl node forget NAME");
+        ctl_usage("node");
         return CTL_EXIT_USAGE;
     }
     f.name = argv[1];
@@ -135,30 +141,33 @@ int ctl_cmd_node(ctl_t *ctl, int argc, char **argv)
     return node_act(ctl, &req, argv[1], "forgotten", 1, "forgotten");
 }
 
+enum { OPT_REASON = 256 };
+
+const ctl_opt_t ctl_opts_drain[] = {
+    {"reason", OPT_REASON, "TEXT", "why (shown in nodes)"},
+    {NULL, 0, NULL, NULL},
+};
+
 /* drain NODE [--reason TEXT] (on = 1) or resume NODE (on = 0). */
 static int drain(ctl_t *ctl, int argc, char **argv, int on)
 {
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     Chorus__DrainNode d = CHORUS__DRAIN_NODE__INIT;
-    const char *usage =
-        on ? "usage: chorusctl drain NODE [--reason TEXT]" : "usage: chorusctl resume NODE";
-    const char *name = NULL; /* d's strings start as "", not NULL */
-    for (int i = 0; i < argc; i++) {
-        if (on && strcmp(argv[i], "--reason") == 0 && i + 1 < argc)
-            d.reason = argv[++i];
-        else if (on && strncmp(argv[i], "--reason=", 9) == 0)
-            d.reason = argv[i] + 9;
-        else if (argv[i][0] != '-' && !name)
-            name = argv[i];
-        else {
-            ctl_errf("%s", usage);
-            return CTL_EXIT_USAGE;
-        }
-    }
-    if (!name) {
-        ctl_errf("%s", usage);
+    const char *cmd = on ? "drain" : "resume", *val;
+    ctl_args_t a;
+    int c;
+    /* resume has no options: its table is empty */
+    if (ctl_args_begin(&a, cmd, on ? ctl_opts_drain : NULL, argc, argv) < 0)
+        return CTL_EXIT_USAGE;
+    while ((c = ctl_args_next(&a, &val)) > 0)
+        d.reason = (char *)val;
+    if (c < 0)
+        return CTL_EXIT_USAGE;
+    if (a.npos != 1) {
+        ctl_usage(cmd);
         return CTL_EXIT_USAGE;
     }
+    const char *name = a.pos[0]; /* d's strings start as "", not NULL */
     d.name = (char *)name;
     d.drain = on;
     req.body_case = CHORUS__ENVELOPE__BODY_DRAIN_NODE;

@@ -238,39 +238,73 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
 
 static int plan_auto(ctl_t *ctl, int argc, char **argv);
 
+enum {
+    OPT_SET = 256,
+    OPT_AUTO,
+    OPT_NODES,
+    OPT_SLOTS_PER_NODE,
+    OPT_MEM_PER_SLOT,
+    OPT_FLOPS_PER_SLOT,
+    OPT_MFU,
+    OPT_TP_BUSBW,
+    OPT_DP_BUSBW,
+    OPT_MEM_RESERVE,
+    OPT_RECOMPUTE,
+    OPT_TOP,
+    OPT_VERBOSE,
+};
+
+const ctl_opt_t ctl_opts_plan[] = {
+    {"set", OPT_SET, "section.key=value", "override a job-file key (repeatable)"},
+    {NULL, 0, NULL, NULL},
+};
+
+const ctl_opt_t ctl_opts_plan_auto[] = {
+    {"auto", OPT_AUTO, NULL, "propose layouts"},
+    {"set", OPT_SET, "section.key=value", "override a job-file key (repeatable)"},
+    {"nodes", OPT_NODES, "N", "plan for N nodes (with --slots-per-node)"},
+    {"slots-per-node", OPT_SLOTS_PER_NODE, "G", "of G slots each"},
+    {"mem-per-slot", OPT_MEM_PER_SLOT, "BYTES", "memory per slot (80GiB)"},
+    {"flops-per-slot", OPT_FLOPS_PER_SLOT, "F", "peak FLOP/s per slot (312T)"},
+    {"mfu", OPT_MFU, "X", "model FLOPs utilisation in (0, 1] (0.5)"},
+    {"tp-busbw", OPT_TP_BUSBW, "B", "tensor-parallel bus bandwidth per second (300GB)"},
+    {"dp-busbw", OPT_DP_BUSBW, "B", "data-parallel bus bandwidth per second (25GB)"},
+    {"mem-reserve", OPT_MEM_RESERVE, "F", "fraction of memory kept free (0.05)"},
+    {"recompute", OPT_RECOMPUTE, "none|selective|full", "activation recompute (none)"},
+    {"top", OPT_TOP, "K", "show K layouts (5)"},
+    {"verbose", OPT_VERBOSE, NULL, "say why layouts were refused"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
 {
-    for (int i = 0; i < argc; i++)
+    /* --auto (spelled out) switches to plan --auto's options */
+    for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (strcmp(argv[i], "--auto") == 0)
             return plan_auto(ctl, argc, argv);
-    const char *file = NULL;
+    const char *file = NULL, *val;
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     char warning[192];
-    int nsets = 0, st = CTL_EXIT_USAGE;
+    int nsets = 0, st = CTL_EXIT_USAGE, c;
     ch_jobspec_t spec;
     plan_t p = {.st = NULL};
+    ctl_args_t a;
 
     if (!sets) {
         ctl_errf("out of memory");
         return CTL_EXIT_FAILED;
     }
-    for (int i = 0; i < argc; i++) {
-        if (ctl_arg_set(argc, argv, &i, &sets[nsets])) {
-            nsets++;
-        } else if (argv[i][0] == '-' || file) {
-            ctl_errf("plan: unexpected '%s'", argv[i]);
-            file = NULL;
-            break;
-        } else {
-            file = argv[i];
-        }
-    }
-    if (!file) {
-        ctl_errf("usage: chorusctl plan JOBFILE [--set section.key=value]... [--json]\n"
-                 "       chorusctl plan --auto JOBFILE [--set ...] [cluster options] [--top K] "
-                 "[--verbose] [--json]");
+    if (ctl_args_begin(&a, "plan", ctl_opts_plan, argc, argv) < 0)
+        goto out;
+    while ((c = ctl_args_next(&a, &val)) == OPT_SET)
+        sets[nsets++] = (char *)val;
+    if (c < 0)
+        goto out;
+    if (a.npos != 1) {
+        ctl_usage("plan");
         goto out;
     }
+    file = a.pos[0];
     st = ctl_jobfile_load(file, sets, nsets, &spec);
     if (st != CTL_EXIT_OK)
         goto out;
@@ -366,111 +400,97 @@ static int parse_quantity(const char *s, double *out)
     return 0;
 }
 
-/* "--name VALUE" at argv[*i]: 1 and *val (advancing *i), 0 for another word, -EINVAL
- * when VALUE is missing. */
-static int auto_opt(int argc, char **argv, int *i, const char *name, const char **val)
+/* One option of plan --auto into a; -EINVAL for a bad value (said). */
+static int auto_opt(auto_args_t *a, int key, const char *v)
 {
-    if (strcmp(argv[*i], name) != 0)
-        return 0;
-    if (*i + 1 >= argc) {
-        ctl_errf("plan: %s needs a value", name);
+    static const struct {
+        int key;
+        size_t off;
+    } quantities[] = {
+        {OPT_MEM_PER_SLOT, offsetof(ch_planner_cluster_t, mem_per_slot)},
+        {OPT_FLOPS_PER_SLOT, offsetof(ch_planner_cluster_t, flops_per_slot)},
+        {OPT_TP_BUSBW, offsetof(ch_planner_cluster_t, tp_busbw)},
+        {OPT_DP_BUSBW, offsetof(ch_planner_cluster_t, dp_busbw)},
+    };
+    const ctl_opt_t *o = ctl_opts_plan_auto;
+    char *end = NULL;
+    long n;
+
+    while (o->name && o->key != key)
+        o++;
+    for (size_t q = 0; q < sizeof quantities / sizeof quantities[0]; q++) {
+        if (quantities[q].key != key)
+            continue;
+        if (parse_quantity(v, (double *)((char *)&a->cluster + quantities[q].off)) == 0)
+            return 0;
+        ctl_errf("plan: --%s: '%s' is not a positive quantity (e.g. 80GiB, 25GB, 312T)", o->name,
+                 v);
         return -EINVAL;
     }
-    *val = argv[++*i];
-    return 1;
+    switch (key) {
+    case OPT_AUTO:
+        return 0;
+    case OPT_VERBOSE:
+        a->verbose = 1;
+        return 0;
+    case OPT_SET:
+        a->sets[a->nsets++] = (char *)v;
+        return 0;
+    case OPT_NODES:
+    case OPT_SLOTS_PER_NODE:
+    case OPT_TOP:
+        if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
+            break;
+        if (key == OPT_NODES)
+            a->nodes = (uint32_t)n;
+        else if (key == OPT_SLOTS_PER_NODE)
+            a->slots_per_node = (uint32_t)n;
+        else
+            a->top = (uint32_t)n;
+        return 0;
+    case OPT_MFU:
+        a->cluster.mfu = strtod(v, &end);
+        if (end == v || *end || !(a->cluster.mfu > 0 && a->cluster.mfu <= 1))
+            break;
+        return 0;
+    case OPT_MEM_RESERVE:
+        a->opts.mem_reserve = strtod(v, &end);
+        if (end == v || *end || !(a->opts.mem_reserve >= 0 && a->opts.mem_reserve < 1))
+            break;
+        return 0;
+    case OPT_RECOMPUTE:
+        if (strcmp(v, "none") == 0)
+            a->opts.recompute = CH_RECOMPUTE_NONE;
+        else if (strcmp(v, "full") == 0)
+            a->opts.recompute = CH_RECOMPUTE_FULL;
+        else if (strcmp(v, "selective") == 0)
+            a->opts.recompute = CH_RECOMPUTE_SELECTIVE;
+        else
+            break;
+        return 0;
+    }
+    ctl_errf("plan: --%s: bad value '%s'", o->name ? o->name : "?", v);
+    return -EINVAL;
 }
 
 static int auto_parse(int argc, char **argv, auto_args_t *a)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } quantities[] = {
-        {"--mem-per-slot", offsetof(ch_planner_cluster_t, mem_per_slot)},
-        {"--flops-per-slot", offsetof(ch_planner_cluster_t, flops_per_slot)},
-        {"--tp-busbw", offsetof(ch_planner_cluster_t, tp_busbw)},
-        {"--dp-busbw", offsetof(ch_planner_cluster_t, dp_busbw)},
-    };
+    ctl_args_t args;
     const char *v;
-    long n;
+    int c;
 
-    for (int i = 0; i < argc; i++) {
-        int r = 0;
-        if (strcmp(argv[i], "--auto") == 0)
-            continue;
-        if (strcmp(argv[i], "--verbose") == 0) {
-            a->verbose = 1;
-            continue;
-        }
-        if (ctl_arg_set(argc, argv, &i, &a->sets[a->nsets])) {
-            a->nsets++;
-            continue;
-        }
-        for (size_t q = 0; q < sizeof quantities / sizeof quantities[0] && r == 0; q++) {
-            r = auto_opt(argc, argv, &i, quantities[q].name, &v);
-            if (r > 0 && parse_quantity(v, (double *)((char *)&a->cluster + quantities[q].off))) {
-                ctl_errf("plan: %s: '%s' is not a positive quantity (e.g. 80GiB, 25GB, 312T)",
-                         quantities[q].name, v);
-                return -EINVAL;
-            }
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--nodes", &v)) > 0) {
-            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
-                goto bad;
-            a->nodes = (uint32_t)n;
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--slots-per-node", &v)) > 0) {
-            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
-                goto bad;
-            a->slots_per_node = (uint32_t)n;
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--top", &v)) > 0) {
-            if (ctl_parse_long(v, 1, UINT32_MAX, &n) < 0)
-                goto bad;
-            a->top = (uint32_t)n;
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--mfu", &v)) > 0) {
-            char *end;
-            a->cluster.mfu = strtod(v, &end);
-            if (end == v || *end || !(a->cluster.mfu > 0 && a->cluster.mfu <= 1))
-                goto bad;
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--mem-reserve", &v)) > 0) {
-            char *end;
-            a->opts.mem_reserve = strtod(v, &end);
-            if (end == v || *end || !(a->opts.mem_reserve >= 0 && a->opts.mem_reserve < 1))
-                goto bad;
-        }
-        if (r == 0 && (r = auto_opt(argc, argv, &i, "--recompute", &v)) > 0) {
-            if (strcmp(v, "none") == 0)
-                a->opts.recompute = CH_RECOMPUTE_NONE;
-            else if (strcmp(v, "full") == 0)
-                a->opts.recompute = CH_RECOMPUTE_FULL;
-            else if (strcmp(v, "selective") == 0)
-                a->opts.recompute = CH_RECOMPUTE_SELECTIVE;
-            else
-                goto bad;
-        }
-        if (r < 0)
-            return r;
-        if (r == 0) {
-            if (argv[i][0] == '-' || a->file) {
-                ctl_errf("plan: unexpected '%s'", argv[i]);
-                return -EINVAL;
-            }
-            a->file = argv[i];
-        }
-        continue;
-    bad:
-        ctl_errf("plan: %s: bad value '%s'", argv[i - 1], v);
+    if (ctl_args_begin(&args, "plan", ctl_opts_plan_auto, argc, argv) < 0)
         return -EINVAL;
-    }
-    if (!a->file) {
-        ctl_errf(
-            "usage: chorusctl plan --auto JOBFILE [--set section.key=value]... [--nodes N "
-            "--slots-per-node G] [--mem-per-slot BYTES] [--flops-per-slot F] [--mfu X] "
-            "[--tp-busbw B] [--dp-busbw B] [--recompute none|selective|full] [--mem-reserve F] "
-            "[--top K] [--verbose] [--json]");
+    while ((c = ctl_args_next(&args, &v)) > 0)
+        if (auto_opt(a, c, v) < 0)
+            return -EINVAL;
+    if (c < 0)
+        return -EINVAL;
+    if (args.npos > 1)
+        ctl_errf("plan: unexpected '%s'", args.pos[1]);
+    a->file = args.npos == 1 ? args.pos[0] : NULL;
+    if (args.npos != 1) {
+        ctl_usage("plan");
         return -EINVAL;
     }
     if ((a->nodes == 0) != (a->slots_per_node == 0)) {

@@ -91,6 +91,14 @@ static int wait_job(const ctl_t *ctl, ch_client_t *cl, const char *job, Chorus__
 // ----------------------------------------------------------------------------
 // commands
 
+enum { OPT_SET = 256, OPT_WAIT };
+
+const ctl_opt_t ctl_opts_submit[] = {
+    {"set", OPT_SET, "section.key=value", "override a job-file key (repeatable)"},
+    {"wait", OPT_WAIT, NULL, "wait for the end; exit 1 if the job failed or was cancelled"},
+    {NULL, 0, NULL, NULL},
+};
+
 int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv)
 {
     const char *file = NULL;
@@ -105,20 +113,22 @@ int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv)
         st = CTL_EXIT_FAILED;
         goto out;
     }
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--wait") == 0) {
-            wait = 1;
-        } else if (ctl_arg_set(argc, argv, &i, &sets[nsets])) {
-            nsets++;
-        } else if (argv[i][0] == '-' || file) {
-            ctl_errf("submit: unexpected '%s'", argv[i]);
-            goto usage;
-        } else {
-            file = argv[i];
-        }
-    }
-    if (!file)
+    ctl_args_t a;
+    const char *val;
+    int c;
+    if (ctl_args_begin(&a, "submit", ctl_opts_submit, argc, argv) < 0)
         goto usage;
+    while ((c = ctl_args_next(&a, &val)) > 0) {
+        if (c == OPT_WAIT)
+            wait = 1;
+        else
+            sets[nsets++] = (char *)val;
+    }
+    if (c < 0)
+        goto out;
+    if (a.npos != 1)
+        goto usage;
+    file = a.pos[0];
     st = load_job(file, sets, nsets, &ini);
     if (st != CTL_EXIT_OK)
         goto out;
@@ -162,7 +172,7 @@ int ctl_cmd_submit(ctl_t *ctl, int argc, char **argv)
     }
     goto out;
 usage:
-    ctl_errf("usage: chorusctl submit JOBFILE [--set section.key=value]... [--wait] [--json]");
+    ctl_usage("submit");
     st = CTL_EXIT_USAGE;
 out:
     if (final)

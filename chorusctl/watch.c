@@ -203,11 +203,14 @@ int ctl_cmd_watch(ctl_t *ctl, int argc, char **argv)
     ch_client_t *cl = NULL;
     watch_t w = {.show = ctl->json ? SHOW_JSON : isatty(STDOUT_FILENO) ? SHOW_BAR : SHOW_LINES};
 
+    int st = ctl_args_words("watch", &argc, &argv);
+    if (st != CTL_EXIT_OK)
+        return st;
     if (argc != 1) {
-        ctl_errf("usage: chorusctl watch JOB [--json]");
+        ctl_usage("watch");
         return CTL_EXIT_USAGE;
     }
-    int st = ctl_open(ctl, &cl);
+    st = ctl_open(ctl, &cl);
     if (st != CTL_EXIT_OK)
         return st;
     for (;;) {

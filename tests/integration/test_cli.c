@@ -26,6 +26,10 @@ Test(cli, help_and_command_help_give_the_commands_usage)
     h_out_free(&a);
     h_out_free(&b);
 
+    cr_assert_eq(h_ctl(NULL, &o, "help", "logs", NULL), 0);
+    cr_expect(strstr(o.out, "-f, --follow") && strstr(o.out, "--generation G"),
+              "help lists the command's options from its table: %s", o.out);
+    h_out_free(&o);
     cr_assert_eq(h_ctl(NULL, &o, "help", "plan", NULL), 0);
     cr_expect(strstr(o.out, "chorusctl plan JOBFILE") && strstr(o.out, "chorusctl plan --auto"),
               "both plan forms: %s", o.out);
@@ -213,4 +217,139 @@ Test(cli, drain_keeps_new_ranks_off_a_node_until_resume)
     cr_expect(strstr(o.err, "no node"), "%s", o.err);
     h_out_free(&o);
     h_cluster_down(&c);
+}
+
+/* The same command line with "--opt=value" and with "--opt value": the same output. */
+static void expect_same_out(const char *what, h_out_t *eq, h_out_t *sp)
+{
+    cr_expect_eq(eq->status, 0, "%s with --opt=value: %s", what, eq->err);
+    cr_expect_eq(sp->status, 0, "%s with --opt value: %s", what, sp->err);
+    cr_expect_str_eq(eq->out, sp->out, "%s: --opt=value and --opt value differ", what);
+    h_out_free(eq);
+    h_out_free(sp);
+}
+
+/* One parser for every command: --opt=value is --opt value, and options may follow the
+ * positional words. */
+Test(cli, opt_equals_value_is_opt_space_value_in_every_command)
+{
+    h_out_t a, b;
+    char job[PATH_MAX + 16];
+    const char *src = getenv("CHORUS_SRC_DIR");
+    snprintf(job, sizeof job, "%s/deploy/jobs/demo.ini", src ? src : ".");
+
+    cr_assert_eq(h_ctl(NULL, &a, "plan", "--set=train.steps=700", job, "--json", NULL), 0);
+    cr_assert_eq(h_ctl(NULL, &b, "plan", job, "--set", "train.steps=700", "--json", NULL), 0);
+    expect_same_out("plan --set", &a, &b);
+    cr_assert_eq(h_ctl(NULL, &a, "plan", "--auto", job, "--nodes=2", "--slots-per-node=2",
+                       "--top=1", "--mem-per-slot=1GiB", "--recompute=full", NULL),
+                 0);
+    cr_assert_eq(h_ctl(NULL, &b, "plan", "--auto", job, "--nodes", "2", "--slots-per-node", "2",
+                       "--top", "1", "--mem-per-slot", "1GiB", "--recompute", "full", NULL),
+                 0);
+    expect_same_out("plan --auto", &a, &b);
+    cr_assert_eq(h_ctl(NULL, &a, "jobfile", "--template", NULL), 0);
+    cr_expect_eq(a.status, 0, "%s", a.err);
+    h_out_free(&a);
+
+    h_cluster_t c;
+    char id[64];
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    snprintf(job, sizeof job, "%s/diag.ini", c.dir);
+    cr_assert_eq(h_write_file(job, "[job]\nname = eq\nkind = diag\n[parallel]\ndp = 2\n"
+                                   "[diag]\nrounds = 1\ngemm_size = 64\n"),
+                 0);
+    cr_assert_eq(h_submit_wait(&c, &a, job, id, sizeof id), 0);
+    h_out_free(&a);
+    cr_assert_eq(h_ctl(&c, &a, "status", id, "--rank=1", "--json", NULL), 0);
+    cr_assert_eq(h_ctl(&c, &b, "status", "--rank", "1", id, "--json", NULL), 0);
+    expect_same_out("status --rank", &a, &b);
+    cr_assert_eq(h_ctl(&c, &a, "jobs", "--state=completed,failed", "--json", NULL), 0);
+    cr_assert_eq(h_ctl(&c, &b, "jobs", "--state", "completed,failed", "--json", NULL), 0);
+    expect_same_out("jobs --state", &a, &b);
+    cr_assert_eq(h_ctl(&c, &a, "drain", "--reason=a b", "node1", NULL), 0);
+    cr_expect_eq(a.status, 0, "%s", a.err);
+    h_out_free(&a);
+    const char *reason = "";
+    cr_expect_str_eq(node_state(&c, "node1", &reason), "draining");
+    cr_expect_str_eq(reason, "a b");
+    h_cluster_down(&c);
+}
+
+/* `--` ends the options: a job file named like an option is a file after it, and an
+ * option before it. */
+Test(cli, double_dash_ends_the_options)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char cwd[PATH_MAX], id[64], bin[PATH_MAX], abs[PATH_MAX];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    h_bin("", bin); /* chorusctl's path must hold in the cluster's directory too */
+    cr_assert_not_null(realpath(bin, abs));
+    cr_assert_eq(setenv("CHORUS_BIN_DIR", abs, 1), 0);
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    cr_assert_eq(chdir(c.dir), 0);
+    cr_assert_eq(h_write_file("--weird.ini", "[job]\nname = weird\nkind = diag\n[parallel]\n"
+                                             "dp = 2\n[diag]\nrounds = 1\ngemm_size = 64\n"),
+                 0);
+    cr_assert_eq(h_ctl(&c, &o, "submit", "--weird.ini", NULL), 0);
+    cr_expect_eq(o.status, 2, "before --, --weird.ini is an unknown option: %s", o.err);
+    cr_expect(strstr(o.err, "unknown option '--weird.ini'"), "%s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "plan", "--json", "--", "--weird.ini", NULL), 0);
+    cr_expect_eq(o.status, 0, "plan -- --weird.ini: %s", o.err);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "submit", "--wait", "--", "--weird.ini", NULL), 0);
+    cr_expect_eq(o.status, 0, "submit --wait -- --weird.ini: %s%s", o.out, o.err);
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(o.out, " \n"), o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "status", "--", id, NULL), 0);
+    cr_expect_eq(o.status, 0, "status -- ID: %s", o.err);
+    cr_expect(strstr(o.out, "completed"), "the job of --weird.ini ran: %s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "cancel", "--", "--help", NULL), 0);
+    cr_expect_neq(o.status, 0, "after --, --help is a job name, not a request for help");
+    cr_expect_null(strstr(o.out, "usage:"), "%s", o.out);
+    h_out_free(&o);
+    cr_assert_eq(chdir(cwd), 0);
+    h_cluster_down(&c);
+}
+
+/* An option a command does not have is refused with that command's usage and status 2,
+ * before anything is done (no coordinator is reached: none runs here). */
+Test(cli, an_unknown_option_is_a_usage_error_in_every_command)
+{
+    static const char *const cmds[][3] = {
+        {"keygen", "/nonexistent/k", NULL},
+        {"nodes", NULL, NULL},
+        {"node", "forget", "n1"},
+        {"drain", "n1", NULL},
+        {"resume", "n1", NULL},
+        {"jobs", NULL, NULL},
+        {"submit", "x.ini", NULL},
+        {"status", "j1", NULL},
+        {"watch", "j1", NULL},
+        {"cancel", "j1", NULL},
+        {"checkpoint", "j1", NULL},
+        {"kill-rank", "j1", "0"},
+        {"logs", "j1", NULL},
+        {"local", "up", NULL},
+        {"export", "ckpt", NULL},
+        {"jobfile", "--template", NULL},
+        {"plan", "x.ini", NULL},
+        {"completion", "bash", NULL},
+        {"help", "status", NULL},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        h_out_t o;
+        char want[64];
+        const char *a1 = cmds[i][1], *a2 = a1 ? cmds[i][2] : NULL;
+        cr_assert_eq(h_ctl(NULL, &o, cmds[i][0], "--no-such-option", a1, a2, NULL), 0);
+        cr_expect_eq(o.status, 2, "%s --no-such-option: status %d: %s", cmds[i][0], o.status,
+                     o.err);
+        cr_expect(strstr(o.err, "unknown option '--no-such-option'"), "%s: %s", cmds[i][0], o.err);
+        snprintf(want, sizeof want, "usage: chorusctl %s", cmds[i][0]);
+        cr_expect(strstr(o.err, want), "%s: the command's usage: %s", cmds[i][0], o.err);
+        h_out_free(&o);
+    }
 }
