@@ -37,6 +37,9 @@ static const ch_jobspec_doc_t docs[] = {
      "step's micro-batches (less traffic)."},
     {"parallel", "stage_split", "", "even | balanced",
      "How pipeline stages share the blocks: evenly, or counting the LM head's cost."},
+    {"parallel", "recompute", "", "none | selective | full",
+     "Activation recomputation, same bits as none: selective makes the attention probabilities "
+     "again in the backward; full keeps only each block's output and reruns its forward."},
     {"parallel", "global_batch_size", "sequences", NULL,
      "Sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches = "
      "global_batch_size / (dp x micro_batch_size), refused when that does not divide."},
