@@ -71,7 +71,8 @@ void wrk_rundir_prune(const char *run_dir, const char *job, uint64_t gen)
         olds[n++] = g;
     }
     closedir(d);
-    qsort(olds, n, sizeof *olds, gen_cmp_desc);
+    if (n > 1) /* qsort's array may not be NULL, even for no element */
+        qsort(olds, n, sizeof *olds, gen_cmp_desc);
     for (size_t i = KEEP_FAILED_GENS; i < n; i++) {
         snprintf(path, sizeof path, "%s/g%" PRIu64, dir, olds[i]);
         int rc = ch_rmtree(path);
