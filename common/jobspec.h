@@ -58,7 +58,7 @@ typedef struct ch_jobspec {
         /* sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches
          * is derived from it (ch_jobspec_parse, ch_jobspec_set) */
         uint32_t global_batch_size;
-        ch_recompute_t recompute;     /* none (default) | selective | full */
+        ch_recompute_t recompute; /* none (default) | selective | full */
     } parallel;
     struct {
         int64_t steps;

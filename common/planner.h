@@ -139,5 +139,4 @@ int ch_planner_eval(const ch_model_cfg_t *m, const ch_planner_cluster_t *c,
                     const ch_planner_opts_t *o, ch_layout_t l, uint32_t micro_batch_size,
                     ch_reshard_t reshard, ch_planner_layout_t *out, char *reason, size_t reasonlen);
 
-
 #endif

@@ -59,7 +59,7 @@ struct coord {
     coord_http_t http;         /* cfg.metrics: /metrics and the status page */
     coord_series_set_t series; /* the status page's per-job series (series.h) */
     coord_users_t users;
-    coord_share_t share; /* fairshare.h: per-user usage and submission counts */
+    coord_share_t share;     /* fairshare.h: per-user usage and submission counts */
     struct coord_logs *logs; /* log reads relayed to workers (logs.h); made on first use */
 
     uv_timer_t cron, kv_timer, watchdog;

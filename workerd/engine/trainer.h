@@ -72,7 +72,7 @@ typedef struct eng_step_info {
     /* the validation loss after this step's update when an evaluation was due
      * (eng_trainer_eval_due), else NAN; its time is not in `seconds` */
     double val_loss;
-    int skipped;   /* loss or norm not finite, fault.nonfinite = skip: no update was made */
+    int skipped; /* loss or norm not finite, fault.nonfinite = skip: no update was made */
     /* Where this rank's step went, in seconds; the parts sum to `seconds`. compute: the
      * model's kernels; tp: tensor-parallel all-reduces; pp_wait: blocked on pipeline
      * send/recv and in the step's closing all-reduces over the pipeline column and the

@@ -70,10 +70,9 @@ int wrk_rank_poll_checkpoint(wrk_rank_t *r)
     int asked = 0;
     /* drain what workerd sent: only CheckpointRanks of this job and generation counts */
     while (ch_client_recv(r->link, 0, &env) == 0) {
-        const Chorus__CheckpointRanks *cr = env->body_case ==
-                                                    CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS
-                                                ? env->checkpoint_ranks
-                                                : NULL;
+        const Chorus__CheckpointRanks *cr =
+            env->body_case == CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS ? env->checkpoint_ranks
+                                                                      : NULL;
         if (cr && cr->generation == r->generation && strcmp(cr->job_id, r->job_id) == 0)
             asked = 1;
         ch_msg_free(env);
