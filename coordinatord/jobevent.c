@@ -310,24 +310,33 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
 // ---------------------------------------------------------------------------------------
 // Node events: death, re-registration, re-adoption deadline
 
+/* Mark lost every rank of j placed on n that still holds its slot, but those seen in
+ * re-registration `stamp` (0: none is spared); the first such rank, or -1. */
+static int64_t lose_ranks_on(coord_t *c, coord_job_t *j, const coord_node_t *n, uint64_t stamp,
+                             const char *reason)
+{
+    int64_t first = -1;
+    size_t lo, hi;
+    coord_job_ranks_on(j, n, &lo, &hi);
+    for (size_t k = lo; k < hi; k++) {
+        uint32_t r = coord_job_rank_at(j, k);
+        coord_rank_t *rk = &j->ranks[r];
+        if (rk->node != n || !coord_rank_holds(rk->state) || (stamp && rk->seen == stamp))
+            continue;
+        coord_rank_set_state(c, j, r, COORD_RANK_LOST, reason);
+        if (first < 0)
+            first = r;
+    }
+    return first;
+}
+
 void coord_job_node_dead(coord_t *c, coord_node_t *n, const char *why)
 {
     char reason[256];
     snprintf(reason, sizeof(reason), "node %s dead: %s", n->name, why);
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
-        int64_t hit = -1;
-        size_t lo, hi;
-        coord_job_ranks_on(j, n, &lo, &hi);
-        for (size_t k = lo; k < hi; k++) {
-            uint32_t r = coord_job_rank_at(j, k);
-            coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !coord_rank_holds(rk->state))
-                continue;
-            coord_rank_set_state(c, j, r, COORD_RANK_LOST, reason);
-            if (hit < 0)
-                hit = r;
-        }
+        int64_t hit = lose_ranks_on(c, j, n, 0, reason);
         if (hit >= 0)
             coord_recovery_failure(c, j, COORD_CAUSE_NODE_LOST, hit, n->name, reason);
     }
@@ -412,18 +421,7 @@ void coord_job_node_registered(coord_t *c, coord_node_t *n, const Chorus__Regist
     /* Ranks placed on n that it did not report are gone. */
     for (size_t i = 0; i < c->jobs.n; i++) {
         coord_job_t *j = c->jobs.v[i];
-        int64_t lost = -1;
-        size_t lo, hi;
-        coord_job_ranks_on(j, n, &lo, &hi);
-        for (size_t k = lo; k < hi; k++) {
-            uint32_t r = coord_job_rank_at(j, k);
-            coord_rank_t *rk = &j->ranks[r];
-            if (rk->node != n || !coord_rank_holds(rk->state) || rk->seen == stamp)
-                continue;
-            coord_rank_set_state(c, j, r, COORD_RANK_LOST, "not re-reported by its node");
-            if (lost < 0)
-                lost = r;
-        }
+        int64_t lost = lose_ranks_on(c, j, n, stamp, "not re-reported by its node");
         if (lost >= 0 && coord_job_is_active(j)) {
             char reason[256];
             coord_cause_t cause = COORD_CAUSE_WORKER_RESTART;
