@@ -68,7 +68,16 @@ pids+=($!)
 wait_for 10 test -S "$work/munge/munge.socket" || fail "munged did not start"
 
 # ---- slurm: one node, this host, on 127.0.0.1
-port() { shuf -i 20000-60000 -n 1; }
+# A port below the kernel's ephemeral range (32768 up, where other tests' listeners and
+# connections land) that nothing listens on now.
+port() {
+  local p
+  for _ in $(seq 50); do
+    p=$(shuf -i 20000-32000 -n 1)
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  echo "$p"
+}
 mkdir -p "$work/state" "$work/spool"
 export SLURM_CONF=$work/slurm.conf
 cat >"$SLURM_CONF" <<CONF
