@@ -166,6 +166,7 @@ typedef struct coord_job {
      * memory at placement: then every rank is walked. */
     coord_rank_ref_t *by_node;
     uint64_t progress_stored_ms;
+    uint64_t detail_asked_ms; /* monotonic: last ProgressDetail sent (progress.h) */
     uint32_t n_started, n_finished;
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
     coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */

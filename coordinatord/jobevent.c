@@ -16,9 +16,11 @@
 #include "series.h"
 #include "straggler.h"
 
-/* Progress is stored at most this often (the step is informational; state changes are
- * always stored at once). */
-#define PROGRESS_STORE_MS 1000
+/* A job's progress (step, loss) is stored on its own at most this often; it also rides
+ * along with every state change and checkpoint commit, which are stored at once. The step
+ * is informational: a restart resumes from the committed checkpoint (store.c says what is
+ * journaled and why). */
+#define COORD_PROGRESS_STORE_MS 60000
 
 // ---------------------------------------------------------------------------------------
 // Rank events
@@ -122,7 +124,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
         j->tokens_per_s = ev->tokens_per_s;
         j->mfu = ev->mfu;
         uint64_t now = ch_now_ms();
-        if (now - j->progress_stored_ms >= PROGRESS_STORE_MS) {
+        if (now - j->progress_stored_ms >= COORD_PROGRESS_STORE_MS) {
             j->progress_stored_ms = now;
             coord_job_store(c, j);
         }

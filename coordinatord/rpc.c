@@ -17,6 +17,7 @@
 #include "jobinfo.h"
 #include "launch.h"
 #include "logs.h"
+#include "progress.h"
 #include "runs.h"
 
 typedef void (*rpc_fn)(coord_t *c, coord_link_t *l, const Chorus__Envelope *req);
@@ -118,6 +119,19 @@ static void h_rank_event(coord_t *c, coord_link_t *l, const Chorus__Envelope *re
         return;
     }
     coord_job_rank_event(c, l->node, ev);
+}
+
+static void h_node_progress(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
+{
+    const Chorus__NodeProgress *np = req->node_progress;
+    if (!coord_launch_ok(c, np->job_id, np->generation, l->node, np->launch_token)) {
+        peer_log(l, CH_LOG_WARN, "job",
+                 "job=%.64s gen=%" PRIu64 " node=%s: progress without the launch token of that "
+                 "generation on this node: dropped",
+                 np->job_id, np->generation, l->node->name);
+        return;
+    }
+    coord_progress_apply(c, l->node, np);
 }
 
 /* A generation's rendezvous keys belong to the nodes running its ranks, and hold at most
@@ -365,6 +379,8 @@ static void h_job_query(coord_t *c, coord_link_t *l, const Chorus__Envelope *req
         return;
     }
     coord_rank_view_t view = coord_job_view(j, req->job_query);
+    if (!old && (req->job_query->all_ranks || req->job_query->rank_limit))
+        coord_progress_want_detail(c, j); /* fresh per-rank detail for the next ask */
     if (coord_job_info(j, &view, &ji) < 0) {
         coord_link_error(l, req->request_id, -ENOMEM, "out of memory");
         coord_job_free(old);
@@ -506,6 +522,7 @@ static const rpc_t RPCS[] = {
     {CHORUS__ENVELOPE__BODY_REGISTER, W, 0, 0, h_register},
     {CHORUS__ENVELOPE__BODY_HEARTBEAT, W, 1, 0, h_heartbeat},
     {CHORUS__ENVELOPE__BODY_RANK_EVENT, W, 1, 0, h_rank_event},
+    {CHORUS__ENVELOPE__BODY_NODE_PROGRESS, W, 1, 0, h_node_progress},
     {CHORUS__ENVELOPE__BODY_KV_SET, W, 1, 0, h_kv_set},
     {CHORUS__ENVELOPE__BODY_KV_GET, W, 1, 0, h_kv_get},
     {CHORUS__ENVELOPE__BODY_LIST_NODES, C, 0, 0, h_list_nodes},

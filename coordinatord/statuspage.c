@@ -12,6 +12,7 @@
 #include "common/layout.h"
 #include "common/util.h"
 #include "coord.h"
+#include "progress.h"
 #include "recovery.h"
 #include "series.h"
 
@@ -472,6 +473,7 @@ int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
     coord_job_t *j = coord_job_find(c, id);
     if (!j)
         return CH_E_NOTFOUND;
+    coord_progress_want_detail(c, j); /* the ranks' breakdown, fresh for the next view */
     const coord_series_t *s = coord_series_get(c, j);
     enum { MAXP = COORD_SERIES_RECENT + COORD_SERIES_HISTORY };
     coord_point_t *pts = malloc(sizeof *pts * MAXP);

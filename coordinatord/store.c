@@ -1,4 +1,19 @@
-/* SQLite-backed coordinator state; see store.h. */
+/* SQLite-backed coordinator state; see store.h.
+ *
+ * What is journaled, and why (issue 26). The store's write rate at steady state is bounded
+ * by what must survive a crash, not by the ranks' progress:
+ *  - at once, committed before anything that relies on it leaves: an accepted job, every
+ *    job and node state change, a committed checkpoint step (what a restart resumes from),
+ *    each restart's record, a forgotten node;
+ *  - along with the next commit: the event log (state changes only) and node rows (on a
+ *    change of state, slots or rack; never per heartbeat);
+ *  - progress: a job's step and loss ride along with those writes, and on their own at most
+ *    once a minute (COORD_PROGRESS_STORE_MS, jobevent.c): they are informational, the run's
+ *    durable position is its committed checkpoint. Per-rank progress is never written;
+ *  - the status page's series: one blob per job at most every COORD_SERIES_SAVE_MS,
+ *    whatever the number of ranks (series.h).
+ * So 32,768 ranks reporting every step cost the store what 8 ranks do. coord_store_stats
+ * counts statements and commits (the test of this rate reads them). */
 #include "store.h"
 
 #include <limits.h>
@@ -15,6 +30,7 @@ struct coord_store {
     sqlite3 *db;
     int in_txn; /* a transaction is open (writes since the last commit) */
     int urgent; /* it holds journal writes: commit before anything is sent */
+    coord_store_stats_t st;
 };
 
 static const char SCHEMA[] =
@@ -99,6 +115,7 @@ static int migrate(coord_store_t *s)
 /* Writes go into one transaction per loop turn (see store.h): open it on the first. */
 static int begin(coord_store_t *s, int urgent)
 {
+    s->st.writes++;
     if (!s->in_txn) {
         int rc = exec(s, "BEGIN", "begin");
         if (rc < 0)
@@ -114,6 +131,7 @@ int coord_store_commit(coord_store_t *s)
     if (!s || !s->in_txn)
         return 0;
     int rc = exec(s, "COMMIT", "commit");
+    s->st.commits++;
     if (rc < 0)
         (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     s->in_txn = s->urgent = 0;
@@ -528,4 +546,9 @@ int coord_store_series_get(coord_store_t *s, int64_t job_seq, void **blob, size_
     }
     sqlite3_finalize(st);
     return rc;
+}
+
+void coord_store_stats(const coord_store_t *s, coord_store_stats_t *out)
+{
+    *out = s ? s->st : (coord_store_stats_t){0};
 }

@@ -24,6 +24,12 @@
 
 typedef struct coord_store coord_store_t;
 
+/* Since the store was opened: write statements, and commits (each one fsync). */
+typedef struct coord_store_stats {
+    uint64_t writes, commits;
+} coord_store_stats_t;
+void coord_store_stats(const coord_store_t *s, coord_store_stats_t *out);
+
 typedef struct coord_node_rec {
     const char *name, *state, *rack, *device;
     uint32_t slots;

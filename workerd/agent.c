@@ -12,7 +12,9 @@
  *    wrote before exiting (RANK_DONE, RANK_FAILED) is relayed before RANK_EXITED. If
  *    something the rank left holds the socket open, the link is closed after a grace.
  *  - Events: forwarded while registered; otherwise queued (bounded, oldest progress
- *    reports dropped first) and flushed after the next RegisterAck.
+ *    reports dropped first) and flushed after the next RegisterAck. Progress reports of
+ *    ranks other than 0 are aggregated per node (progress.h: one NodeProgress per
+ *    progress-ms); any other event of a job first sends what is held of it.
  *  - Final reports: a rank's exit (with whether it reported RANK_DONE) is kept until the
  *    coordinator acknowledges it (RankExitAck) and listed in every Register until then,
  *    so a rank that finished just before a coordinator crash is not taken for lost.
@@ -39,6 +41,7 @@
 #include "workerd/evqueue.h"
 #include "workerd/logs.h"
 #include "workerd/proc.h"
+#include "workerd/progress.h"
 #include "workerd/rundir.h"
 
 #define BACKOFF_MIN_MS       100
@@ -97,7 +100,8 @@ struct wrk_agent {
     size_t n_finished;
     kv_relay_t *relays;
     uint64_t next_request_id;
-    wrk_evq_t queue; /* events while the coordinator link is down */
+    wrk_evq_t queue;          /* events while the coordinator link is down */
+    wrk_progress_t *progress; /* NULL: progress-ms 0, every report at once */
     uint64_t rng;
 };
 
@@ -128,10 +132,24 @@ static void q_flush(wrk_agent_t *a)
     }
 }
 
+/* The aggregator's sender: only while events flow straight (nothing queued before it). */
+static int progress_send(void *ud, Chorus__Envelope *env)
+{
+    wrk_agent_t *a = ud;
+    if (!a->registered || a->queue.len)
+        return -ENOTCONN;
+    return coord_send(a, env);
+}
+
 static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
 {
     if (a->stopping)
         return;
+    if (a->progress && ev->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS && ev->rank != 0 &&
+        a->registered && a->queue.len == 0 && wrk_progress_add(a->progress, ev) == 0)
+        return;
+    if (a->progress && ev->kind != CHORUS__RANK_EVENT_KIND__RANK_PROGRESS)
+        wrk_progress_flush(a->progress, ev->job_id, ev->generation);
     if (a->registered && a->queue.len == 0) {
         Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
         env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
@@ -753,6 +771,10 @@ void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env)
     case CHORUS__ENVELOPE__BODY_LOG_READ:
         serve_log(a, env);
         return;
+    case CHORUS__ENVELOPE__BODY_PROGRESS_DETAIL:
+        if (a->progress)
+            wrk_progress_want_detail(a->progress, env->progress_detail->job_id);
+        return;
     case CHORUS__ENVELOPE__BODY_KILL_RANKS:
         CH_LOGI("agent", "job=%s: kill ranks of gen <= %" PRIu64 " (%s)", env->kill_ranks->job_id,
                 env->kill_ranks->generation, env->kill_ranks->reason);
@@ -845,6 +867,8 @@ static void on_cron(uv_timer_t *t)
             wrk_proc_kill(e->proc, SIGKILL);
         }
     }
+    if (a->progress)
+        wrk_progress_tick(a->progress, now);
 }
 
 // ----------------------------------------------------------------------------
@@ -868,6 +892,17 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     else
         (void)wrk_proc_rank_exe(a->rank_exe, sizeof a->rank_exe); /* a spawn names it if missing */
     a->cfg.rank_exe = a->rank_exe;
+    if (a->cfg.progress_ms) {
+        wrk_progress_cfg_t pc = {.interval_ms = a->cfg.progress_ms,
+                                 .detail_every = a->cfg.progress_detail_every,
+                                 .send = progress_send,
+                                 .ud = a};
+        if (wrk_progress_create(&pc, &a->progress) < 0) {
+            wrk_evq_fini(&a->queue);
+            free(a);
+            return -ENOMEM;
+        }
+    }
     a->backoff_ms = BACKOFF_MIN_MS;
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);
@@ -920,6 +955,7 @@ void wrk_agent_destroy(wrk_agent_t *a)
     }
     relays_fail(a, NULL, 0);
     wrk_evq_fini(&a->queue);
+    wrk_progress_destroy(a->progress);
     free(a);
 }
 

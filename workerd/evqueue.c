@@ -7,7 +7,7 @@
 #include "common/err.h"
 #include "common/log.h"
 
-static void ev_free(Chorus__RankEvent *e)
+void wrk_evq_free_event(Chorus__RankEvent *e)
 {
     if (!e)
         return;
@@ -23,8 +23,7 @@ static void ev_free(Chorus__RankEvent *e)
     free(e);
 }
 
-/* Deep copy: every string and metric owned by the copy. */
-static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
+Chorus__RankEvent *wrk_evq_dup(const Chorus__RankEvent *src)
 {
     Chorus__RankEvent *e = malloc(sizeof *e);
     if (!e)
@@ -57,7 +56,7 @@ static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
     }
     return e;
 fail:
-    ev_free(e);
+    wrk_evq_free_event(e);
     return NULL;
 }
 
@@ -77,7 +76,7 @@ static void q_make_room(wrk_evq_t *q)
             break;
         }
     }
-    ev_free(*q_at(q, victim));
+    wrk_evq_free_event(*q_at(q, victim));
     for (size_t i = victim; i > 0; i--)
         *q_at(q, i) = *q_at(q, i - 1);
     q->head = (q->head + 1) % WRK_EVQ_MAX;
@@ -87,7 +86,7 @@ static void q_make_room(wrk_evq_t *q)
 
 void wrk_evq_push(wrk_evq_t *q, const Chorus__RankEvent *ev)
 {
-    Chorus__RankEvent *copy = ev_dup(ev);
+    Chorus__RankEvent *copy = wrk_evq_dup(ev);
     if (!copy) {
         CH_LOGE("agent", "out of memory: dropped a rank event");
         return;
@@ -114,7 +113,7 @@ void wrk_evq_pop(wrk_evq_t *q)
 {
     if (!q->len)
         return;
-    ev_free(*q_at(q, 0));
+    wrk_evq_free_event(*q_at(q, 0));
     q->head = (q->head + 1) % WRK_EVQ_MAX;
     q->len--;
 }

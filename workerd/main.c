@@ -37,6 +37,7 @@ typedef struct wrkd_cfg {
     char slots[CH_OPT_STRLEN];
     long memory_mib;
     long threads;
+    long progress_ms, progress_detail_every;
     char rack[CH_OPT_STRLEN];
     char key[CH_OPT_STRLEN];
     char run_dir[CH_OPT_STRLEN];
@@ -54,6 +55,13 @@ static const ch_opt_t options[] = {
      "memory the node reports for admission, MiB; 0: MemTotal of /proc/meminfo"},
     {"threads", CH_OPT_INT, offsetof(wrkd_cfg_t, threads), "0",
      "compute threads per rank; 0: the node's cores shared by the job's ranks on it"},
+    {"progress-ms", CH_OPT_INT, offsetof(wrkd_cfg_t, progress_ms), "1000",
+     "the ranks' progress goes to the coordinator as one message per node this often (a "
+     "report waits at most this + 100 ms; rank 0's, failures, exits, checkpoints go at once); "
+     "0: each report at once"},
+    {"progress-detail-every", CH_OPT_INT, offsetof(wrkd_cfg_t, progress_detail_every), "10",
+     "every rank's full report (time breakdown, memory) every N progress intervals; 0: only "
+     "when the coordinator asks (status --ranks, the status page)"},
     {"rack", CH_OPT_STR, offsetof(wrkd_cfg_t, rack), "default", "rack label for placement"},
     {"key", CH_OPT_STR, offsetof(wrkd_cfg_t, key), "/etc/chorus/cluster.key",
      "cluster key file (mode 0600 or 0400)"},
@@ -237,6 +245,13 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     }
     ac->memory_bytes = (uint64_t)c->memory_mib << 20;
     ac->threads = (uint32_t)c->threads;
+    if (c->progress_ms < 0 || c->progress_ms > 60000 || c->progress_detail_every < 0 ||
+        c->progress_detail_every > 1000000) {
+        CH_LOGE("workerd", "--progress-ms: expected 0..60000, --progress-detail-every 0..1000000");
+        return CH_E_CONFIG;
+    }
+    ac->progress_ms = (uint32_t)c->progress_ms;
+    ac->progress_detail_every = (uint32_t)c->progress_detail_every;
     ac->key = &w->key;
     ac->registered_cb = on_registered;
     ac->ud = w;

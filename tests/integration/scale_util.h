@@ -31,6 +31,7 @@ typedef struct sc_cluster {
     int sim_in, sim_out; /* our ends: commands to the simulator, its replies */
     char rbuf[4096];
     size_t rlen;
+    int sim_progress_ms; /* chorus-simnode --progress-ms (0: each rank's report at once) */
 } sc_cluster_t;
 
 typedef struct sc_stats {
@@ -152,13 +153,14 @@ static inline int sc_coord_start(sc_cluster_t *c, const char *dir, long hb_ms, l
 
 static inline int sc_sim_start(sc_cluster_t *c, int nodes, int slots, int racks, int step_ms)
 {
-    char exe[PATH_MAX], log[PATH_MAX], n[16], s[16], r[16], st[16];
+    char exe[PATH_MAX], log[PATH_MAX], n[16], s[16], r[16], st[16], pm[16];
     int to[2], from[2];
     snprintf(log, sizeof log, "%.3000s/simnode.log", c->h.dir);
     snprintf(n, sizeof n, "%d", nodes);
     snprintf(s, sizeof s, "%d", slots);
     snprintf(r, sizeof r, "%d", racks);
     snprintf(st, sizeof st, "%d", step_ms);
+    snprintf(pm, sizeof pm, "%d", c->sim_progress_ms);
     h_bin("chorus-simnode", exe);
     if (pipe(to) < 0)
         return -errno;
@@ -167,8 +169,9 @@ static inline int sc_sim_start(sc_cluster_t *c, int nodes, int slots, int racks,
         close(to[1]);
         return -errno;
     }
-    char *argv[] = {exe, "--coordinator", c->h.addr, "--key",     c->h.key, "--nodes", n, "--slots",
-                    s,   "--racks",       r,         "--step-ms", st,       NULL};
+    char *argv[] = {exe, "--coordinator", c->h.addr, "--key",   c->h.key, "--nodes",
+                    n,   "--slots",       s,         "--racks", r,        "--step-ms",
+                    st,  "--progress-ms", pm,        NULL};
     c->sim = sc_spawn(argv, log, to[0], from[1], to[1], from[0]);
     close(to[0]);
     close(from[1]);

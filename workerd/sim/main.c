@@ -46,7 +46,7 @@ typedef struct simd_cfg {
     char key[CH_OPT_STRLEN];
     char prefix[CH_OPT_STRLEN];
     char log_level[CH_OPT_STRLEN];
-    long nodes, slots, racks, step_ms, connect_ms;
+    long nodes, slots, racks, step_ms, connect_ms, progress_ms, progress_detail_every;
 } simd_cfg_t;
 
 static const ch_opt_t options[] = {
@@ -59,6 +59,10 @@ static const ch_opt_t options[] = {
     {"racks", CH_OPT_INT, offsetof(simd_cfg_t, racks), "1", "racks the nodes are split into"},
     {"prefix", CH_OPT_STR, offsetof(simd_cfg_t, prefix), "sim", "node names: PREFIX-00000..."},
     {"step-ms", CH_OPT_INT, offsetof(simd_cfg_t, step_ms), "1000", "simulated step time"},
+    {"progress-ms", CH_OPT_INT, offsetof(simd_cfg_t, progress_ms), "0",
+     "as workerd's progress-ms: one NodeProgress per node this often; 0: every report at once"},
+    {"progress-detail-every", CH_OPT_INT, offsetof(simd_cfg_t, progress_detail_every), "10",
+     "as workerd's: full per-rank reports every N intervals"},
     {"connect-ms", CH_OPT_INT, offsetof(simd_cfg_t, connect_ms), "0",
      "spread the first connects over this long"},
     {"log-level", CH_OPT_STR, offsetof(simd_cfg_t, log_level), "warn",
@@ -256,6 +260,9 @@ int main(int argc, char **argv)
     sc.racks = (uint32_t)cfg.racks;
     sc.step_ms = (uint32_t)cfg.step_ms;
     sc.connect_ms = (uint32_t)cfg.connect_ms;
+    sc.progress_ms = cfg.progress_ms > 0 ? (uint32_t)cfg.progress_ms : 0;
+    sc.progress_detail_every =
+        cfg.progress_detail_every > 0 ? (uint32_t)cfg.progress_detail_every : 0;
     snprintf(sc.prefix, sizeof sc.prefix, "%s", cfg.prefix);
 
     if (uv_loop_init(&d.loop) < 0 || wrk_sim_create(&d.loop, &sc, &d.sim) < 0) {

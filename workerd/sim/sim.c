@@ -11,7 +11,10 @@
  *    node that is past rendezvous, so the coordinator sees progress spread evenly over
  *    each step, as from real nodes that do not start in lockstep.
  *  - While a node is not registered its ranks pause: nothing is queued, so nothing of a
- *    rank's life is sent twice or out of order. */
+ *    rank's life is sent twice or out of order.
+ *  - With cfg.progress_ms a node speaks for its ranks as workerd does, through the same
+ *    aggregator (workerd/progress.h): rank 0's reports and every other event at once, the
+ *    other ranks' progress as one NodeProgress per interval. */
 #include "workerd/sim/sim.h"
 
 #include <inttypes.h>
@@ -25,6 +28,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "workerd/progress.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 1000
@@ -76,6 +80,7 @@ typedef struct sim_node {
     sim_req_t *reqs;
     size_t n_reqs, cap_reqs;
     uint64_t next_id;
+    wrk_progress_t *progress; /* NULL: cfg.progress_ms 0, every report sent at once */
 } sim_node_t;
 
 struct wrk_sim {
@@ -98,6 +103,15 @@ static int send_env(sim_node_t *n, Chorus__Envelope *env)
     return ch_conn_send(n->conn, env);
 }
 
+static int send_progress(void *ud, Chorus__Envelope *env)
+{
+    sim_node_t *n = ud;
+    int rc = send_env(n, env);
+    if (rc == 0)
+        n->s->events_sent++;
+    return rc;
+}
+
 static void send_event(sim_node_t *n, const sim_group_t *g, uint32_t rank, Chorus__RankEvent *ev)
 {
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
@@ -105,6 +119,13 @@ static void send_event(sim_node_t *n, const sim_group_t *g, uint32_t rank, Choru
     ev->generation = g->gen;
     ev->rank = rank;
     ev->launch_token = g->token;
+    if (n->progress) { /* what workerd's agent does (agent.c send_event) */
+        if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS && rank != 0 &&
+            wrk_progress_add(n->progress, ev) == 0)
+            return;
+        if (ev->kind != CHORUS__RANK_EVENT_KIND__RANK_PROGRESS)
+            wrk_progress_flush(n->progress, g->job_id, g->gen);
+    }
     env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
     env.rank_event = ev;
     if (send_env(n, &env) == 0)
@@ -397,7 +418,7 @@ static void on_step(uv_timer_t *t)
                 send_event(n, g, r->rank, &ck);
             }
         }
-        /* Finishing after the loop: the last exit frees g. */
+        /* Finishing after the loop: the last exit frees g (its held progress goes first). */
         for (uint32_t i = 0; i < g->n; i++) {
             sim_rank_t *r = &g->ranks[i];
             if (r->alive && r->rdzv && r->step >= g->total) {
@@ -410,6 +431,10 @@ static void on_step(uv_timer_t *t)
             }
         }
     }
+    /* Ticked by the step timer: a quarter step of slack, so a timer firing a millisecond
+     * early does not push an interval equal to the step to the next step. */
+    if (n->progress)
+        wrk_progress_tick(n->progress, ch_now_ms() + n->s->cfg.step_ms / 4);
 }
 
 // ----------------------------------------------------------------------------
@@ -635,6 +660,12 @@ int wrk_sim_create(uv_loop_t *loop, const wrk_sim_cfg_t *cfg, wrk_sim_t **out)
         uv_timer_init(loop, &n->heartbeat);
         uv_timer_init(loop, &n->step);
         n->reconnect.data = n->heartbeat.data = n->step.data = n;
+        wrk_progress_cfg_t pc = {.interval_ms = cfg->progress_ms,
+                                 .detail_every = cfg->progress_detail_every,
+                                 .send = send_progress,
+                                 .ud = n};
+        if (cfg->progress_ms && wrk_progress_create(&pc, &n->progress) < 0)
+            CH_LOGW("sim", "node=%s: out of memory: it reports per rank", n->name);
     }
     *out = s;
     return 0;
@@ -671,6 +702,7 @@ void wrk_sim_destroy(wrk_sim_t *s)
     for (uint32_t i = 0; i < s->cfg.nodes; i++) {
         groups_free(&s->nodes[i]);
         free(s->nodes[i].reqs);
+        wrk_progress_destroy(s->nodes[i].progress);
     }
     free(s->nodes);
     free(s->wait);

@@ -34,10 +34,12 @@ typedef struct wrk_sim_cfg {
     int port;
     const ch_key_t *key; /* borrowed; outlives the sim */
     uint32_t nodes, slots;
-    uint32_t racks;      /* nodes are split into this many racks, in name order */
-    char prefix[32];     /* node names are <prefix>-<index, 5 digits> */
-    uint32_t step_ms;    /* simulated step time */
-    uint32_t connect_ms; /* spread the first connects over this long (0: all at once) */
+    uint32_t racks;       /* nodes are split into this many racks, in name order */
+    char prefix[32];      /* node names are <prefix>-<index, 5 digits> */
+    uint32_t step_ms;     /* simulated step time */
+    uint32_t connect_ms;  /* spread the first connects over this long (0: all at once) */
+    uint32_t progress_ms; /* per-node progress as workerd's progress-ms; 0: per rank, at once */
+    uint32_t progress_detail_every; /* workerd's progress-detail-every */
 } wrk_sim_cfg_t;
 
 /* What the nodes see, summed over all of them (ranks: of every job they run). */

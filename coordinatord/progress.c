@@ -1,0 +1,90 @@
+/* Per-node progress: applying a NodeProgress; see progress.h. */
+#include "progress.h"
+
+#include "common/util.h"
+#include "jobevent.h"
+#include "node.h"
+
+/* The RANK_PROGRESS event rank's summary s stands for: step, total, the step's time and
+ * compute (the straggler input) and the step_ms metric (the heat map). The rest of its
+ * breakdown (tp, pp wait, ZeRO, optimizer, idle, bubble) is what its last full report said:
+ * a summary refreshes the step, it does not zero what only the detail carries. */
+static void apply_summary(coord_t *c, coord_job_t *j, coord_node_t *from,
+                          const Chorus__NodeProgress *np, uint32_t rank,
+                          const Chorus__RankSummary *s)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Metric m = CHORUS__METRIC__INIT, *mp = &m;
+    ev.job_id = np->job_id;
+    ev.generation = np->generation;
+    ev.launch_token = np->launch_token;
+    ev.rank = rank;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = s->step;
+    ev.total_steps = np->total_steps;
+    ev.step_s = s->step_s;
+    ev.t_compute = s->t_compute;
+    if (j && j->ranks && j->generation == np->generation && rank < j->world &&
+        j->ranks[rank].node == from) {
+        const coord_step_time_t *t = &j->ranks[rank].time;
+        ev.t_tp = t->tp;
+        ev.t_pp_wait = t->pp_wait;
+        ev.t_zero = t->zero;
+        ev.t_optim = t->optim;
+        ev.t_idle = t->idle;
+        ev.bubble = t->bubble;
+    }
+    if (s->step_ms > 0) {
+        m.name = "step_ms";
+        m.value = s->step_ms;
+        ev.metrics = &mp;
+        ev.n_metrics = 1;
+    }
+    coord_job_rank_event(c, from, &ev);
+}
+
+void coord_progress_apply(coord_t *c, coord_node_t *from, const Chorus__NodeProgress *np)
+{
+    if (!np->job_id)
+        return;
+    coord_job_t *j = coord_job_find_id(c, np->job_id);
+    if (np->common)
+        for (size_t i = 0; i < np->n_ranks; i++)
+            apply_summary(c, j, from, np, np->ranks[i], np->common);
+    for (size_t i = 0; i < np->n_differ; i++)
+        apply_summary(c, j, from, np, np->differ[i]->rank, np->differ[i]);
+    for (size_t i = 0; i < np->n_detail; i++) {
+        /* The node speaks for its ranks, not for other jobs: the envelope's job holds. */
+        Chorus__RankEvent ev = *np->detail[i];
+        if (ev.kind != CHORUS__RANK_EVENT_KIND__RANK_PROGRESS)
+            continue;
+        ev.job_id = np->job_id;
+        ev.generation = np->generation;
+        ev.launch_token = np->launch_token;
+        coord_job_rank_event(c, from, &ev);
+    }
+}
+
+void coord_progress_want_detail(coord_t *c, coord_job_t *j)
+{
+    uint64_t now = ch_now_ms();
+    if (!j->ranks || !coord_job_is_active(j) ||
+        (j->detail_asked_ms && now - j->detail_asked_ms < COORD_PROGRESS_DETAIL_MS))
+        return;
+    j->detail_asked_ms = now;
+    Chorus__ProgressDetail pd = CHORUS__PROGRESS_DETAIL__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    pd.job_id = j->id;
+    env.body_case = CHORUS__ENVELOPE__BODY_PROGRESS_DETAIL;
+    env.progress_detail = &pd;
+    /* Placement keeps a node's ranks together: one message a node, give or take. */
+    const coord_node_t *last = NULL;
+    for (uint32_t r = 0; r < j->world; r++) {
+        coord_node_t *n = j->ranks[r].node;
+        if (!n || n == last)
+            continue;
+        last = n;
+        (void)coord_node_send(n, &env);
+    }
+    (void)c;
+}

@@ -1,0 +1,275 @@
+/* Per-node progress aggregation; see progress.h. */
+#include "workerd/progress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "workerd/evqueue.h"
+
+/* One rank's latest report of the interval. */
+typedef struct held {
+    uint32_t rank;
+    int fresh; /* a report came since the last send */
+    Chorus__RankSummary sum;
+    Chorus__RankEvent *full; /* owned copy, only for an interval that carries detail */
+} held_t;
+
+/* The held reports of one (job, generation); freed once sent. */
+typedef struct pgroup {
+    struct pgroup *next;
+    char job_id[64];
+    uint64_t gen, token, total;
+    held_t *v;
+    size_t n, cap;
+} pgroup_t;
+
+struct wrk_progress {
+    wrk_progress_cfg_t cfg;
+    pgroup_t *groups;
+    uint64_t last_send_ms;
+    uint64_t intervals; /* sent so far: every detail_every-th carries detail */
+    int want_all;       /* detail asked for every job */
+    char want_job[64];  /* detail asked for this job ("" none) */
+    wrk_progress_stats_t st;
+};
+
+int wrk_progress_create(const wrk_progress_cfg_t *cfg, wrk_progress_t **out)
+{
+    wrk_progress_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->cfg = *cfg;
+    *out = p;
+    return 0;
+}
+
+static void group_free(pgroup_t *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        wrk_evq_free_event(g->v[i].full);
+    free(g->v);
+    free(g);
+}
+
+void wrk_progress_destroy(wrk_progress_t *p)
+{
+    if (!p)
+        return;
+    while (p->groups) {
+        pgroup_t *g = p->groups;
+        p->groups = g->next;
+        group_free(g);
+    }
+    free(p);
+}
+
+/* The next interval carries full reports of job. */
+static int detail_due(const wrk_progress_t *p, const char *job)
+{
+    if (p->want_all || (p->want_job[0] && strcmp(p->want_job, job) == 0))
+        return 1;
+    return p->cfg.detail_every && (p->intervals + 1) % p->cfg.detail_every == 0;
+}
+
+static pgroup_t *group_get(wrk_progress_t *p, const Chorus__RankEvent *ev)
+{
+    for (pgroup_t *g = p->groups; g; g = g->next)
+        if (g->gen == ev->generation && strcmp(g->job_id, ev->job_id) == 0)
+            return g;
+    pgroup_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    snprintf(g->job_id, sizeof g->job_id, "%s", ev->job_id);
+    g->gen = ev->generation;
+    g->next = p->groups;
+    p->groups = g;
+    return g;
+}
+
+static held_t *held_get(pgroup_t *g, uint32_t rank)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->v[i].rank == rank)
+            return &g->v[i];
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        held_t *v = realloc(g->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        g->v = v;
+        g->cap = cap;
+    }
+    held_t *h = &g->v[g->n++];
+    *h = (held_t){.rank = rank};
+    return h;
+}
+
+static double metric(const Chorus__RankEvent *ev, const char *name)
+{
+    for (size_t i = 0; i < ev->n_metrics; i++)
+        if (ev->metrics[i]->name && strcmp(ev->metrics[i]->name, name) == 0)
+            return ev->metrics[i]->value;
+    return 0;
+}
+
+int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
+{
+    pgroup_t *g = group_get(p, ev);
+    held_t *h = g ? held_get(g, ev->rank) : NULL;
+    if (!h)
+        return -ENOMEM;
+    p->st.reports++;
+    g->token = ev->launch_token;
+    if (ev->total_steps)
+        g->total = ev->total_steps;
+    h->fresh = 1;
+    chorus__rank_summary__init(&h->sum);
+    h->sum.rank = ev->rank;
+    h->sum.step = ev->step;
+    h->sum.step_ms = metric(ev, "step_ms");
+    h->sum.step_s = ev->step_s;
+    h->sum.t_compute = ev->t_compute;
+    wrk_evq_free_event(h->full);
+    h->full = detail_due(p, ev->job_id) ? wrk_evq_dup(ev) : NULL;
+    return 0;
+}
+
+static int same(const Chorus__RankSummary *a, const Chorus__RankSummary *b)
+{
+    return a->step == b->step && a->step_ms == b->step_ms && a->step_s == b->step_s &&
+           a->t_compute == b->t_compute;
+}
+
+/* The largest set of fresh summary-only ranks with equal figures: its first member, or -1
+ * when no two agree. O(n^2) over a node's slots. */
+static long largest_equal(const pgroup_t *g, size_t *count)
+{
+    long best = -1;
+    *count = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (!g->v[i].fresh || g->v[i].full)
+            continue;
+        size_t k = 0;
+        for (size_t j = 0; j < g->n; j++)
+            k += g->v[j].fresh && !g->v[j].full && same(&g->v[i].sum, &g->v[j].sum);
+        if (k >= 2 && k > *count) {
+            *count = k;
+            best = (long)i;
+        }
+    }
+    return best;
+}
+
+/* One NodeProgress for g; 0 when sent or nothing was held. */
+static int send_group(wrk_progress_t *p, pgroup_t *g)
+{
+    Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
+    Chorus__RankSummary common = CHORUS__RANK_SUMMARY__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    uint32_t *ranks = malloc((g->n ? g->n : 1) * sizeof *ranks);
+    Chorus__RankSummary **differ = malloc((g->n ? g->n : 1) * sizeof *differ);
+    Chorus__RankEvent **detail = malloc((g->n ? g->n : 1) * sizeof *detail);
+    int rc = -ENOMEM;
+    if (!ranks || !differ || !detail)
+        goto out;
+    size_t n_eq;
+    long eq = largest_equal(g, &n_eq);
+    for (size_t i = 0; i < g->n; i++) {
+        held_t *h = &g->v[i];
+        if (!h->fresh)
+            continue;
+        if (h->full)
+            detail[np.n_detail++] = h->full;
+        else if (eq >= 0 && same(&h->sum, &g->v[eq].sum))
+            ranks[np.n_ranks++] = h->rank;
+        else
+            differ[np.n_differ++] = &h->sum;
+    }
+    rc = 0;
+    if (!np.n_detail && !np.n_ranks && !np.n_differ)
+        goto out;
+    np.job_id = g->job_id;
+    np.generation = g->gen;
+    np.launch_token = g->token;
+    np.total_steps = g->total;
+    if (np.n_ranks) {
+        common = g->v[eq].sum;
+        common.rank = 0;
+        np.common = &common;
+        np.ranks = ranks;
+    }
+    np.differ = differ;
+    np.detail = detail;
+    env.body_case = CHORUS__ENVELOPE__BODY_NODE_PROGRESS;
+    env.node_progress = &np;
+    rc = p->cfg.send(p->cfg.ud, &env);
+    if (rc == 0) {
+        p->st.messages++;
+        p->st.details += np.n_detail;
+    }
+out:
+    free(ranks);
+    free(differ);
+    free(detail);
+    return rc;
+}
+
+/* Send g (or lose it when drop_on_fail): unlinks and frees it unless it is kept. */
+static int flush_one(wrk_progress_t *p, pgroup_t **pp, int drop_on_fail)
+{
+    pgroup_t *g = *pp;
+    int rc = send_group(p, g);
+    if (rc < 0 && !drop_on_fail)
+        return rc;
+    *pp = g->next;
+    group_free(g);
+    return rc;
+}
+
+void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen)
+{
+    for (pgroup_t **pp = &p->groups; *pp;) {
+        if ((*pp)->gen == gen && strcmp((*pp)->job_id, job) == 0) {
+            if (flush_one(p, pp, 1) < 0)
+                CH_LOGD("progress", "job=%s gen=%llu held progress dropped (not sent)", job,
+                        (unsigned long long)gen);
+            return;
+        }
+        pp = &(*pp)->next;
+    }
+}
+
+void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms)
+{
+    if (!p->groups || now_ms - p->last_send_ms < p->cfg.interval_ms)
+        return;
+    int failed = 0;
+    for (pgroup_t **pp = &p->groups; *pp;) {
+        if (flush_one(p, pp, 0) < 0) {
+            failed = 1; /* kept: tried again at the next tick */
+            pp = &(*pp)->next;
+        }
+    }
+    if (failed)
+        return;
+    p->last_send_ms = now_ms;
+    p->intervals++;
+    p->want_all = 0;
+    p->want_job[0] = '\0';
+}
+
+void wrk_progress_want_detail(wrk_progress_t *p, const char *job)
+{
+    if (!job || !*job)
+        p->want_all = 1;
+    else
+        snprintf(p->want_job, sizeof p->want_job, "%s", job);
+}
+
+void wrk_progress_stats(const wrk_progress_t *p, wrk_progress_stats_t *out)
+{
+    *out = p->st;
+}

@@ -1,0 +1,63 @@
+/* Per-node progress aggregation (issue 26): the node speaks for its ranks.
+ *
+ * Theory of operation. Every rank reports each step (RANK_PROGRESS). Instead of relaying
+ * each report, the agent hands them here: per (job, generation) we keep each rank's latest
+ * step and its figures (step_ms, step_s, compute), and every interval_ms one NodeProgress
+ * per (job, generation) carries them: ranks whose figures agree as one group (`ranks` +
+ * `common`), the others one RankSummary each. A report waits at most interval_ms plus the
+ * owner's tick period (the agent ticks every 100 ms), and only the latest step of each rank
+ * in an interval reaches the coordinator (a progress report supersedes the one before).
+ *
+ * Every detail_every intervals (and at the next interval after wrk_progress_want_detail)
+ * each rank's latest full report (time breakdown, metrics such as memory and busbw) goes
+ * instead, in NodeProgress.detail. To keep the copy cheap it is taken only for the
+ * interval that will carry it.
+ *
+ * What is not held here is the owner's business: rank 0's reports (the job's loss, every
+ * step), failures, exits, hangs and checkpoints go at once. Before such an event of a job
+ * the owner calls wrk_progress_flush for it, so the coordinator sees a rank's progress
+ * before its exit, as before. */
+#ifndef WRK_PROGRESS_H
+#define WRK_PROGRESS_H
+
+#include <stdint.h>
+
+#include "chorus.pb-c.h"
+
+typedef struct wrk_progress wrk_progress_t;
+
+/* Send env (borrowed for the call); 0, or a negative code when it could not be sent (the
+ * reports are then kept for the next tick). */
+typedef int (*wrk_progress_send_fn)(void *ud, Chorus__Envelope *env);
+
+typedef struct wrk_progress_cfg {
+    uint32_t interval_ms;  /* workerd.conf progress-ms */
+    uint32_t detail_every; /* workerd.conf progress-detail-every; 0: only when asked */
+    wrk_progress_send_fn send;
+    void *ud;
+} wrk_progress_cfg_t;
+
+int wrk_progress_create(const wrk_progress_cfg_t *cfg, wrk_progress_t **out);
+void wrk_progress_destroy(wrk_progress_t *p);
+
+/* Take one RANK_PROGRESS report (borrowed: what is needed is copied). job_id, generation,
+ * rank and launch_token must already be the rank's own. */
+int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev);
+/* Send what is held for (job, gen) now; on failure it is dropped (the lifecycle event the
+ * caller sends next supersedes it). */
+void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen);
+/* Periodic: once interval_ms has passed since the last send, send what is held. */
+void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms);
+/* Full reports of job's ranks at the next interval: those reported after this call
+ * (ProgressDetail; NULL or "": every job). */
+void wrk_progress_want_detail(wrk_progress_t *p, const char *job);
+
+/* Counters, for tests and the simulator. */
+typedef struct wrk_progress_stats {
+    uint64_t reports;  /* taken by wrk_progress_add */
+    uint64_t messages; /* NodeProgress sent */
+    uint64_t details;  /* full reports sent in them */
+} wrk_progress_stats_t;
+void wrk_progress_stats(const wrk_progress_t *p, wrk_progress_stats_t *out);
+
+#endif
