@@ -2085,3 +2085,257 @@ Test(coord, without_elastic_a_restart_waits_for_slots)
 {
     lose_a_node(0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Per-node progress (issue 26)
+
+/* What rank r reports for step s: step time, compute and step_ms change with the step; the
+ * rest of the breakdown and the memory metric are the rank's own and stay. */
+static void fill_report(Chorus__RankEvent *ev, Chorus__Metric *m, Chorus__Metric **mp, uint32_t r,
+                        uint64_t s)
+{
+    ev->kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev->rank = r;
+    ev->step = s;
+    ev->total_steps = 10;
+    ev->loss = 5.0 - (double)s;
+    ev->tokens_per_s = 1000.0 * (double)s;
+    ev->step_s = 0.5 * (double)s;
+    ev->t_compute = 0.3 * (double)s;
+    ev->t_tp = 0.02;
+    ev->t_pp_wait = 0.01 * r;
+    ev->t_zero = 0.03;
+    ev->t_optim = 0.01;
+    ev->t_idle = 0.04;
+    ev->bubble = 0.001 * r;
+    m[0].name = "step_ms";
+    m[0].value = 500.0 * (double)s + (r == 1 ? 7 : 0); /* rank 1 differs from its peers */
+    m[1].name = "mem_peak_bytes";
+    m[1].value = 1000.0 + r;
+    mp[0] = &m[0];
+    mp[1] = &m[1];
+    ev->metrics = mp;
+    ev->n_metrics = 2;
+}
+
+static void send_report(worker_t *w, const char *job, uint32_t r, uint64_t s)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Metric m[2] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT}, *mp[2];
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    fill_report(&ev, m, mp, r, s);
+    ev.job_id = (char *)job;
+    ev.generation = 1;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+/* What workerd sends for ranks[] of one node at step s: full reports (detail) or summaries,
+ * grouped where their figures agree as workerd/progress.c groups them. */
+static void send_node_progress(worker_t *w, const char *job, const uint32_t *ranks, size_t n,
+                               uint64_t s, int detail)
+{
+    Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    Chorus__RankEvent ev[4], *evp[4];
+    Chorus__Metric m[4][2], *mp[4][2];
+    Chorus__RankSummary sum[4], *differ[4], common = CHORUS__RANK_SUMMARY__INIT;
+    uint32_t same[4];
+    cr_assert(n <= 4);
+    np.job_id = (char *)job;
+    np.generation = 1;
+    np.total_steps = 10;
+    for (size_t i = 0; i < n; i++) {
+        chorus__rank_event__init(&ev[i]);
+        chorus__metric__init(&m[i][0]);
+        chorus__metric__init(&m[i][1]);
+        fill_report(&ev[i], m[i], mp[i], ranks[i], s);
+        if (detail) {
+            evp[np.n_detail++] = &ev[i];
+            continue;
+        }
+        chorus__rank_summary__init(&sum[i]);
+        sum[i].rank = ranks[i];
+        sum[i].step = s;
+        sum[i].step_ms = m[i][0].value;
+        sum[i].step_s = ev[i].step_s;
+        sum[i].t_compute = ev[i].t_compute;
+        if (ranks[i] == 1) { /* its step_ms differs: a summary of its own */
+            differ[np.n_differ++] = &sum[i];
+            continue;
+        }
+        common = sum[i];
+        same[np.n_ranks++] = ranks[i];
+    }
+    np.detail = evp;
+    np.differ = differ;
+    np.ranks = same;
+    if (np.n_ranks)
+        np.common = &common;
+    env.body_case = CHORUS__ENVELOPE__BODY_NODE_PROGRESS;
+    env.node_progress = &np;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+static Chorus__Envelope *ctl_job_all_ranks(ch_client_t *ctl, const char *job)
+{
+    Chorus__JobQuery q = CHORUS__JOB_QUERY__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT, *resp = NULL;
+    q.job_id = (char *)job;
+    q.all_ranks = 1;
+    env.body_case = CHORUS__ENVELOPE__BODY_JOB_QUERY;
+    env.job_query = &q;
+    cr_assert_eq(ch_client_call(ctl, &env, 2000, &resp), 0, "query %s", job);
+    return resp;
+}
+
+#define JOB_TRAIN_2x1x2                                                                            \
+    "[job]\nname = %s\n[model]\nlayers = 2\nheads = 4\n[parallel]\ntp = 2\npp = 1\ndp = 2\n"       \
+    "[fault]\nmax_restarts = 0\n"
+
+/* The ranks of job each of the two workers runs (by StartRanks), started. */
+static void start_on(ch_client_t *ctl, worker_t **ws, const char *name, char *id,
+                     uint32_t ranks[2][2])
+{
+    char ini[256];
+    snprintf(ini, sizeof ini, JOB_TRAIN_2x1x2, name);
+    start_4_ranks_of(ctl, ws, id, ini);
+    Chorus__Envelope *e = ctl_job(ctl, id);
+    for (int i = 0; i < 2; i++) {
+        size_t k = 0;
+        for (uint32_t r = 0; r < 4; r++)
+            if (strcmp(e->job_info->ranks[r]->node, ws[i]->name) == 0)
+                ranks[i][k++] = r;
+        cr_assert_eq(k, 2);
+    }
+    ch_msg_free(e);
+}
+
+static int at_step(ch_client_t *ctl, worker_t **ws, const char *id, uint64_t s, int ms)
+{
+    uint64_t end = ch_now_ms() + (uint64_t)ms;
+    for (;;) {
+        Chorus__Envelope *e = ctl_job(ctl, id);
+        int ok = e->job_info->n_ranks == 4;
+        for (uint32_t r = 0; ok && r < 4; r++)
+            ok = e->job_info->ranks[r]->step == s;
+        ch_msg_free(e);
+        if (ok || ch_now_ms() >= end)
+            return ok;
+        pump(ws, 4, 20);
+    }
+}
+
+/* Job A's ranks report one event each, job B's nodes speak for theirs (NodeProgress: full
+ * reports at step 1, summaries at step 2, rank 0 on its own as workerd sends it): status
+ * shows the same for both. */
+Test(coord, node_progress_shows_what_the_ranks_reports_showed)
+{
+    worker_t a, b, c2, d, *ws[4] = {&a, &b, &c2, &d};
+    char ida[32], idb[32];
+    uint32_t ra[2][2], rb[2][2];
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_on(ctl, ws, "a", ida, ra);
+    wk_connect(&c2, "n3", 2, "r1", NULL, 0);
+    wk_connect(&d, "n4", 2, "r1", NULL, 0);
+    start_on(ctl, ws + 2, "b", idb, rb);
+    for (uint64_t s = 1; s <= 2; s++) {
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 2; k++)
+                send_report(ws[i], ida, ra[i][k], s);
+        for (int i = 0; i < 2; i++) {
+            uint32_t others[2];
+            size_t n = 0;
+            for (int k = 0; k < 2; k++) {
+                if (rb[i][k] == 0)
+                    send_report(ws[2 + i], idb, 0, s); /* rank 0 goes at once */
+                else
+                    others[n++] = rb[i][k];
+            }
+            send_node_progress(ws[2 + i], idb, others, n, s, s == 1);
+        }
+        cr_assert(at_step(ctl, ws, ida, s, 3000), "job a never reached step %lu", s);
+        cr_assert(at_step(ctl, ws, idb, s, 3000), "job b never reached step %lu", s);
+    }
+    Chorus__Envelope *ea = ctl_job_all_ranks(ctl, ida), *eb = ctl_job_all_ranks(ctl, idb);
+    const Chorus__JobInfo *ja = ea->job_info, *jb = eb->job_info;
+    cr_assert_eq(ja->step, jb->step);
+    cr_assert_float_eq(ja->loss, jb->loss, 1e-12);
+    cr_assert_float_eq(ja->tokens_per_s, jb->tokens_per_s, 1e-9);
+    cr_assert_float_eq(ja->bubble, jb->bubble, 1e-12);
+    cr_assert_eq(ja->n_ranks, 4);
+    cr_assert_eq(jb->n_ranks, 4);
+    for (uint32_t r = 0; r < 4; r++) {
+        const Chorus__RankInfo *x = ja->ranks[r], *y = jb->ranks[r];
+        cr_assert_str_eq(x->state, y->state);
+        cr_assert_eq(x->step, 2);
+        cr_assert_eq(y->step, 2, "rank %u", r);
+        cr_assert(x->time && y->time, "rank %u has no step time", r);
+        const double *tx = &x->time->step_s, *ty = &y->time->step_s;
+        cr_assert_float_eq(x->time->step_s, 1.0, 1e-12);
+        for (int f = 0; f < 8; f++) /* StepTime's eight doubles, in order */
+            cr_assert_float_eq(tx[f], ty[f], 1e-12, "rank %u field %d", r, f);
+        cr_assert_eq(x->n_metrics, y->n_metrics, "rank %u", r);
+        for (size_t k = 0; k < x->n_metrics; k++) {
+            cr_assert_str_eq(x->metrics[k]->name, y->metrics[k]->name);
+            cr_assert_float_eq(x->metrics[k]->value, y->metrics[k]->value, 1e-9, "rank %u %s", r,
+                               x->metrics[k]->name);
+        }
+    }
+    ch_msg_free(ea);
+    ch_msg_free(eb);
+    /* Every rank's detail was asked for: B's nodes are told to send full reports. */
+    for (int i = 2; i < 4; i++) {
+        Chorus__Envelope *e = take(ws, 4, ws[i], CHORUS__ENVELOPE__BODY_PROGRESS_DETAIL, 2000);
+        cr_assert_not_null(e, "%s was not asked for detail", ws[i]->name);
+        cr_assert_str_eq(e->progress_detail->job_id, idb);
+        ch_msg_free(e);
+    }
+    ch_client_destroy(ctl);
+    for (int i = 0; i < 4; i++)
+        wk_close(ws[i]);
+    coord_down();
+}
+
+/* A running job's progress costs the store nothing per message: 80 steps of 4 ranks over
+ * more than a second write at most its series blob and one row. */
+Test(coord, progress_is_not_journaled_per_message)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    uint32_t ranks[2][2];
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_on(ctl, ws, "p", id, ranks);
+    send_report(&a, id, ranks[0][0], 1); /* the first progress is stored */
+    cr_assert(wait_state(ctl, ws, 2, id, "running", 2000) != NULL);
+    pump(ws, 2, 100);
+    coord_store_stats_t s0, s1;
+    coord_store_stats(H.c.store, &s0);
+    uint64_t t0 = ch_now_ms();
+    int msgs = 0;
+    for (uint64_t s = 2; s < 82; s++) {
+        for (int i = 0; i < 2; i++) {
+            for (int k = 0; k < 2; k++) {
+                send_report(ws[i], id, ranks[i][k], s);
+                msgs++;
+            }
+        }
+        pump(ws, 2, 15);
+    }
+    cr_assert(at_step(ctl, ws, id, 81, 3000), "the job never reached step 81");
+    coord_store_stats(H.c.store, &s1);
+    cr_assert_geq(ch_now_ms() - t0, 1000);
+    cr_assert_leq(s1.writes - s0.writes, 2, "%d progress reports wrote the store %lu times", msgs,
+                  (unsigned long)(s1.writes - s0.writes));
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
