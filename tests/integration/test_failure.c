@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/msg.h"
@@ -250,4 +251,70 @@ Test(failure, kill_rank_drill_fails_the_job_naming_the_rank)
     cr_assert_eq(h_ctl(&c, &o, "kill-rank", id, "3", NULL), 0);
     cr_assert_neq(o.status, 0);
     h_out_free(&o);
+}
+
+typedef struct rank_wait {
+    const h_cluster_t *c;
+    const char *id;
+    uint32_t rank;
+} rank_wait_t;
+
+/* The step the coordinator has for rank r of job id (0 when none or unknown). */
+static uint64_t rank_step(const h_cluster_t *c, const char *id, uint32_t r)
+{
+    Chorus__Envelope *e = NULL;
+    if (h_job_query(c, id, &e) < 0)
+        return 0;
+    const Chorus__JobInfo *ji = e->job_info;
+    uint64_t s = r < ji->n_ranks ? ji->ranks[r]->step : 0;
+    ch_msg_free(e);
+    return s;
+}
+
+static int rank_stepped(void *ud)
+{
+    rank_wait_t *w = ud;
+    return rank_step(w->c, w->id, w->rank) > 0;
+}
+
+/* Issue 26: with each node's progress held for 10 s, a rank's progress arrives aggregated,
+ * but its death is not held back: the coordinator fails the job within a second. */
+Test(failure, aggregated_progress_does_not_hold_back_a_failure)
+{
+    h_cluster_t c;
+    h_out_t o = {0};
+    char id[64];
+
+    cr_assert_eq(setenv("CHORUS_PROGRESS_MS", "10000", 1), 0); /* workerd's progress-ms */
+    cr_assert_eq(h_cluster_up(&c, 3, 2), 0);
+    unsetenv("CHORUS_PROGRESS_MS");
+    submit(&c, "long.ini", long_diag, id);
+    job_wait_t jw = {.c = &c, .id = id, .state = "running"};
+    cr_assert(h_wait_until(job_in_state, &jw, 20000, 20), "job never ran (state %s: %s)", jw.got,
+              jw.reason);
+    /* Rank 3's steps come in its node's NodeProgress (rank 0 reports on its own). */
+    rank_wait_t rw = {.c = &c, .id = id, .rank = 3};
+    cr_assert(h_wait_until(rank_stepped, &rw, 30000, 50), "rank 3's progress never arrived");
+    /* ... and is held: a second on, rank 0 (which reports each step itself) is further on
+     * while the coordinator still has rank 3's first aggregated step. */
+    uint64_t held = rank_step(&c, id, 3);
+    usleep(1000 * 1000);
+    uint64_t s0 = rank_step(&c, id, 0), s3 = rank_step(&c, id, 3);
+    cr_assert_eq(s3, held, "rank 3's progress was not held (%lu, then %lu)", (unsigned long)held,
+                 (unsigned long)s3);
+    cr_assert_gt(s0, s3, "rank 0 at step %lu, rank 3 at %lu", (unsigned long)s0, (unsigned long)s3);
+
+    uint64_t t0 = ch_now_ms();
+    cr_assert_eq(h_ctl(&c, &o, "kill-rank", id, "3", NULL), 0);
+    cr_assert_eq(o.status, 0, "stderr: %s", o.err);
+    h_out_free(&o);
+    job_wait_t fw = {.c = &c, .id = id, .state = NULL};
+    cr_assert(h_wait_until(job_in_state, &fw, 10000, 5), "job still %s", fw.got);
+    long ms = (long)(ch_now_ms() - t0);
+    cr_assert_str_eq(fw.got, "failed", "job ended %s (%s)", fw.got, fw.reason);
+    cr_assert(h_has(fw.reason, "rank 3"), "reason does not name rank 3: '%s'", fw.reason);
+    printf("RESULT name=failure_with_progress_held_10s value=%ld unit=ms ref=progress_ms "
+           "ref_value=10000 ratio=%.3f\n",
+           ms, ms / 10000.0);
+    cr_assert_lt(ms, 1500, "the failure took %ld ms to reach the coordinator", ms);
 }
