@@ -211,6 +211,7 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
     snprintf(n->device, sizeof(n->device), "%s", device);
     n->slots = reg->slots;
     n->memory_bytes = reg->memory_bytes;
+    n->progress_ms = reg->progress_ms;
     n->last_hb_ms = ch_now_ms();
     n->last_hb_wall = ch_wall_ms();
     if (n->state == COORD_NODE_ALIVE) {

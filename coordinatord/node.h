@@ -38,6 +38,7 @@ typedef struct coord_node {
     char name[64], rack[64], device[16];
     uint32_t slots;
     uint64_t memory_bytes; /* as registered; 0: unknown (not checked at admission) */
+    uint32_t progress_ms;  /* its ranks' progress is held up to this long (NodeProgress) */
     uint32_t used;         /* slots held by placed ranks that have not exited */
     coord_node_state_t state;
     uint64_t last_hb_ms;    /* monotonic */

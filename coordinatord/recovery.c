@@ -713,7 +713,9 @@ void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
         const coord_rank_t *rk = &j->ranks[r];
         if (rk->state != COORD_RANK_PENDING && rk->state != COORD_RANK_RUNNING)
             continue;
-        if (now_ms < rk->progress_ms || now_ms - rk->progress_ms <= limit)
+        /* plus what its node may hold a report back (NodeProgress, progress.h) */
+        uint64_t held = rk->node && rk->node->progress_ms ? rk->node->progress_ms + 100 : 0;
+        if (now_ms < rk->progress_ms || now_ms - rk->progress_ms <= limit + held)
             continue;
         /* The culprit is the one furthest behind: the others wait for it. */
         if (worst < 0 || rk->step < j->ranks[worst].step ||

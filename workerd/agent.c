@@ -675,6 +675,7 @@ static void send_register(wrk_agent_t *a)
     reg.rack = a->cfg.rack;
     reg.device = a->cfg.device;
     reg.memory_bytes = a->cfg.memory_bytes ? a->cfg.memory_bytes : mem_total();
+    reg.progress_ms = a->cfg.progress_ms;
     reg.n_running = i;
     reg.running = pr;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;

@@ -467,6 +467,7 @@ static void send_register(sim_node_t *n)
     uint32_t k = ranks_alive(n), i = 0;
     Chorus__RankRef *refs = calloc(k ? k : 1, sizeof *refs);
     Chorus__RankRef **pr = calloc(k ? k : 1, sizeof *pr);
+    reg.progress_ms = n->s->cfg.progress_ms;
     if (!refs || !pr) {
         CH_LOGE("sim", "node=%s: out of memory building Register", n->name);
         goto out;
