@@ -477,6 +477,8 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         .job_file = job_file,
         .run_dir = rdir,
         .log_path = logp,
+        .memory_dir = a->cfg.memory_dir[0] ? a->cfg.memory_dir : NULL,
+        .node = a->cfg.name,
     };
     rc = wrk_proc_spawn(a->loop, &ps, on_rank_exit, ent, &ent->proc, &fd);
     if (rc < 0) {

@@ -26,6 +26,7 @@ typedef struct wrk_agent_cfg {
     char device[16];           /* "cpu" | "cuda" */
     const ch_key_t *key;       /* cluster key; borrowed for the agent's life */
     char run_dir[CH_PATH_LEN]; /* job files, rank dirs and rank logs live under here */
+    char memory_dir[CH_PATH_LEN]; /* in-memory checkpoints (tmpfs), per job under here */
     const char *rank_exe;      /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */
     /* Called after each RegisterAck; first is 1 the first time. May be NULL. */
     void (*registered_cb)(void *ud, int first);

@@ -26,6 +26,9 @@ typedef struct wrk_rank {
     ch_client_t *link;         /* to workerd; owned by the runtime */
     ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
     char device[16];           /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
+    char memory_dir[CH_PATH_LEN]; /* CHORUS_MEMORY_DIR (workerd --memory-dir); "": none */
+    char node[256];               /* CHORUS_NODE: the node's name; "": unknown */
+    const char *resume_source;    /* "memory" | "disk" once the kind resumed; NULL: fresh */
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */
