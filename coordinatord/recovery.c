@@ -651,7 +651,7 @@ void coord_recovery_started(coord_t *c, coord_job_t *j)
 void coord_recovery_resumed(coord_t *c, coord_job_t *j, const char *source, uint64_t step)
 {
     coord_restart_t *h = current(j);
-    if (!h || h->resumed_from < 0 || h->source[0] || h->recover_s >= 0)
+    if (!h || h->resumed_from < 0 || h->source[0])
         return; /* a fresh start, or this restart's source already known */
     snprintf(h->source, sizeof h->source, "%s", strcmp(source, "memory") == 0 ? "memory" : "disk");
     if (step > (uint64_t)h->resumed_from) {

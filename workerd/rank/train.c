@@ -172,7 +172,7 @@ static int resume_memory(wrk_rank_t *r, eng_trainer_t *t, wrk_memckpt_t *mem, in
     char err[512] = "";
     uint64_t step = 0;
     *done = 0;
-    if (!mem || r->generation == 0)
+    if (!mem || r->generation <= 1) /* generations count from 1: this is no restart */
         return 0;
     int rc = wrk_memckpt_restore(mem, t, r->resume_step, &step, err, sizeof err);
     if (rc < 0 && r->resume_step == 0)
