@@ -85,7 +85,7 @@ typedef struct ch_jobspec {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
         int64_t every, keep;
         int64_t memory_every; /* in-memory peer checkpoints every N steps; 0: off */
-        char run_id[40]; /* stamped by the coordinator at submit (common/run.h) */
+        char run_id[40];      /* stamped by the coordinator at submit (common/run.h) */
     } checkpoint;
     struct {
         int64_t max_restarts;

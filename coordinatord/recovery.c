@@ -659,9 +659,10 @@ void coord_recovery_resumed(coord_t *c, coord_job_t *j, const char *source, uint
         h->steps_lost = h->failed_step > step ? h->failed_step - step : 0;
         store_restart(c, j, j->n_history - 1);
     }
-    CH_LOGI("recovery", "job=%s gen=%" PRIu64 " restart %u: state of step %" PRId64
-            " read from %s (%" PRIu64 " steps lost)", j->id, j->generation, j->restarts,
-            h->resumed_from, h->source, h->steps_lost);
+    CH_LOGI("recovery",
+            "job=%s gen=%" PRIu64 " restart %u: state of step %" PRId64 " read from %s (%" PRIu64
+            " steps lost)",
+            j->id, j->generation, j->restarts, h->resumed_from, h->source, h->steps_lost);
 }
 
 void coord_recovery_progress(coord_t *c, coord_job_t *j)

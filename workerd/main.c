@@ -243,8 +243,8 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
                 ch_strerror(mrc));
         ac->memory_dir[0] = '\0';
     } else if (chmod(c->memory_dir, 01777) < 0 && access(c->memory_dir, W_OK) < 0) {
-        CH_LOGW("workerd", "--memory-dir %s: not writable for every job's user: %s",
-                c->memory_dir, strerror(errno));
+        CH_LOGW("workerd", "--memory-dir %s: not writable for every job's user: %s", c->memory_dir,
+                strerror(errno));
     }
     ac->slots = (uint32_t)slots;
     if (c->memory_mib < 0 || c->memory_mib > (1l << 40)) {

@@ -102,10 +102,9 @@ static void check_history(const h_cluster_t *c, const char *id, size_t want)
     cr_assert(hist && hist->nkids == want, "%zu restarts", hist ? hist->nkids : 0);
     for (size_t i = 0; i < want; i++) {
         const ch_json_t *h = h_json_at(hist, i);
-        fprintf(stderr, "chaos_memory: restart %zu: %s: %s; resumed from %g (%s), %g lost\n",
-                i + 1, h_json_str(h, "cause"), h_json_str(h, "reason"),
-                h_json_num(h, "resumed_from"), h_json_str(h, "source"),
-                h_json_num(h, "steps_lost"));
+        fprintf(stderr, "chaos_memory: restart %zu: %s: %s; resumed from %g (%s), %g lost\n", i + 1,
+                h_json_str(h, "cause"), h_json_str(h, "reason"), h_json_num(h, "resumed_from"),
+                h_json_str(h, "source"), h_json_num(h, "steps_lost"));
         cr_assert_str_eq(h_json_str(h, "source"), "memory", "restart %zu", i + 1);
         cr_assert(h_json_num(h, "steps_lost") <= 1, "restart %zu lost %g steps", i + 1,
                   h_json_num(h, "steps_lost"));

@@ -321,8 +321,7 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     return 0;
 }
 
-int eng_trainer_save_own(eng_trainer_t *t, const char *dir, int64_t keep, char *err,
-                         size_t errlen)
+int eng_trainer_save_own(eng_trainer_t *t, const char *dir, int64_t keep, char *err, size_t errlen)
 {
     eng_ckpt_meta_t meta;
     eng_ckpt_file_t file;

@@ -114,7 +114,7 @@ static void list_steps(const wrk_memckpt_t *m, uint32_t k, uint64_t *steps)
             continue;
         int n = snprintf(mf, sizeof mf, "%s/%s/manifest.json", job, e->d_name);
         if (n < 0 || (size_t)n >= sizeof mf || access(mf, R_OK) < 0)
-            continue; /* not committed: a step being written, or cut short */
+            continue;                    /* not committed: a step being written, or cut short */
         for (int i = 0; i < KEEP; i++) { /* insert, newest first */
             if ((uint64_t)s == steps[i])
                 break;
@@ -376,10 +376,12 @@ int wrk_memckpt_create(wrk_rank_t *r, wrk_coll_t *c, wrk_memckpt_t **out)
         return rc;
     }
     if (m->buddy < 0 && m->world > 1)
-        CH_LOGW("memckpt", "job=%s rank=%u: every rank on node %s: in-memory checkpoints have "
+        CH_LOGW("memckpt",
+                "job=%s rank=%u: every rank on node %s: in-memory checkpoints have "
                 "no copy on another node (a lost node falls back to the disk)",
                 r->job_id, r->rank, r->node);
-    CH_LOGI("memckpt", "job=%s gen=%" PRIu64 " rank=%u: memory checkpoints every %" PRId64
+    CH_LOGI("memckpt",
+            "job=%s gen=%" PRIu64 " rank=%u: memory checkpoints every %" PRId64
             " steps in %s, copy on rank %" PRId64 ", holding copies of %u ranks",
             r->job_id, r->generation, r->rank, s->checkpoint.memory_every, m->base, m->buddy,
             m->nfrom);
@@ -556,9 +558,10 @@ int wrk_memckpt_restore(wrk_memckpt_t *m, eng_trainer_t *t, uint64_t min_step, u
     }
     uint64_t s = newest_complete(all, m->world);
     if (s == 0 || s < min_step) {
-        CH_LOGI("memckpt", "job=%s gen=%" PRIu64 " rank=%u: newest step whole in memory %" PRIu64
-                ", disk %" PRIu64 ": reading the disk", m->r->job_id, m->r->generation, m->rank,
-                s, min_step);
+        CH_LOGI("memckpt",
+                "job=%s gen=%" PRIu64 " rank=%u: newest step whole in memory %" PRIu64
+                ", disk %" PRIu64 ": reading the disk",
+                m->r->job_id, m->r->generation, m->rank, s, min_step);
         goto out;
     }
     err[0] = '\0';
@@ -572,8 +575,8 @@ int wrk_memckpt_restore(wrk_memckpt_t *m, eng_trainer_t *t, uint64_t min_step, u
     if (rc == 0 && arc < 0)
         rc = ch_errf(err, errlen, arc, "memory checkpoints: agreeing: %s", ch_strerror(arc));
     else if (rc == 0 && any)
-        rc = ch_errf(err, errlen, CH_E_STATE, "another rank could not restore step %" PRIu64
-                     " from memory", s);
+        rc = ch_errf(err, errlen, CH_E_STATE,
+                     "another rank could not restore step %" PRIu64 " from memory", s);
     if (rc == 0)
         *step = s;
 out:

@@ -8,13 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/plan.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/rank.h"
 
 /* Steps each path keeps (the newest whole one survives a rank killed while it writes the
  * next). Host memory per rank: this many copies of its own state and of its buddy's. */
-#define WRK_MEMCKPT_KEEP 2
+#define WRK_MEMCKPT_KEEP CH_PLAN_MEMCKPT_KEEP
 
 typedef struct wrk_memckpt wrk_memckpt_t;
 

@@ -178,16 +178,19 @@ static int resume_memory(wrk_rank_t *r, eng_trainer_t *t, wrk_memckpt_t *mem, in
     if (rc < 0 && r->resume_step == 0)
         return wrk_rank_fail(r, rc, "resume from memory: %s", err);
     if (rc < 0) {
-        CH_LOGW("train", "job=%s gen=%" PRIu64 " rank=%u: resume from memory: %s; reading step %" PRIu64
-                " from the disk", r->job_id, r->generation, r->rank, err, r->resume_step);
+        CH_LOGW("train",
+                "job=%s gen=%" PRIu64 " rank=%u: resume from memory: %s; reading step %" PRIu64
+                " from the disk",
+                r->job_id, r->generation, r->rank, err, r->resume_step);
         return 0;
     }
     if (step > 0) {
         r->resume_source = "memory";
         *done = 1;
-        CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64
-                " (memory; disk has %" PRIu64 ")", r->job_id, r->generation, r->rank, step,
-                r->resume_step);
+        CH_LOGI("train",
+                "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64
+                " (memory; disk has %" PRIu64 ")",
+                r->job_id, r->generation, r->rank, step, r->resume_step);
     }
     return 0;
 }
