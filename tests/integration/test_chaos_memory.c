@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 #include "harness.h"
@@ -63,6 +64,25 @@ static void wait_running(const h_cluster_t *c, const char *id, uint64_t gen, uin
     cr_assert(rt_wait(w, c, id, "running", from + (uint64_t)ahead, gen, 60000),
               "job %s: %s gen %llu step %llu: %s", id, w->state, (unsigned long long)w->gen,
               (unsigned long long)w->step, w->reason);
+}
+
+typedef struct gone_wait {
+    const h_cluster_t *c;
+    const char *id;
+} gone_wait_t;
+
+/* 1 once no node's memory dir holds job id's in-memory checkpoints. */
+static int memory_released(void *ud)
+{
+    const gone_wait_t *g = ud;
+    char path[PATH_MAX + 128];
+    struct stat st;
+    for (int i = 1; i <= 3; i++) {
+        snprintf(path, sizeof path, "%s/node%d-mem/%s", g->c->dir, i, g->id);
+        if (stat(path, &st) == 0)
+            return 0;
+    }
+    return 1;
 }
 
 typedef struct src_wait {
@@ -124,6 +144,9 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
     cr_assert(rt_wait(&w, &c, calm, NULL, 0, 0, 60000), "calm job still %s", w.state);
     cr_assert_str_eq(w.state, "completed", "calm: %s", w.reason);
     export_job(&c, "calm", a, sizeof a);
+    /* a completed job's copies leave the nodes' memory */
+    gone_wait_t gw = {&c, calm};
+    cr_assert(h_wait_until(memory_released, &gw, 10000, 50), "calm's memory checkpoints stayed");
 
     job_text(&c, "chaos", text, sizeof text);
     cr_assert_eq(rt_submit(&c, "chaos.ini", text, chaos, sizeof chaos), 0);
