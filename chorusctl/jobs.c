@@ -175,6 +175,11 @@ static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
         ctl_json_double(j, h->recover_s);
     else
         ctl_json_null(j);
+    ctl_json_key(j, "source");
+    if (h->source && *h->source)
+        ctl_json_str(j, h->source);
+    else
+        ctl_json_null(j);
     restart_layout_json(j, "layout_from", h->layout_from);
     restart_layout_json(j, "layout_to", h->layout_to);
     ctl_json_obj_end(j);
@@ -514,8 +519,9 @@ void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
                i ? "            " : "restarts    ", when, h->failed_generation, h->failed_step,
                ch_escape(name, sizeof name, h->cause), ch_escape(reason, sizeof reason, h->reason));
         if (h->resumed_from >= 0)
-            printf(" -> resumed from %" PRId64 " (%" PRIu64 " steps lost, recovered in %s)",
-                   h->resumed_from, h->steps_lost, took);
+            printf(" -> resumed from %" PRId64 "%s%s (%" PRIu64 " steps lost, recovered in %s)",
+                   h->resumed_from, h->source && *h->source ? " in " : "",
+                   h->source ? h->source : "", h->steps_lost, took);
         if (h->layout_from && h->layout_to)
             printf(" in tp %u x pp %u x dp %u (was dp %u; microbatches %u -> %u, "
                    "micro_batch_size %u -> %u)",

@@ -426,18 +426,20 @@ static int start_coordinator(const local_t *L, const char *exe, pid_t *pid)
 static int start_worker(const local_t *L, const char *exe, const char *addr, long i, pid_t *pid)
 {
     char name[32], slots[32], threads[32], run[PATH_MAX], key[PATH_MAX], log[PATH_MAX],
-        pidf[PATH_MAX];
+        pidf[PATH_MAX], mem[PATH_MAX];
     snprintf(name, sizeof name, "node%ld", i);
     snprintf(slots, sizeof slots, "%ld", L->slots);
     /* The nodes share this machine: each slot gets its share of the cores, at least one. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (L->nodes * L->slots);
     snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
     if (pathf(run, "%s/%s", L->dir, name) < 0 || pathf(key, "%s/cluster.key", L->dir) < 0 ||
-        pathf(log, "%s/%s.log", L->dir, name) < 0 || pathf(pidf, "%s/%s.pid", L->dir, name) < 0)
+        pathf(log, "%s/%s.log", L->dir, name) < 0 || pathf(pidf, "%s/%s.pid", L->dir, name) < 0 ||
+        pathf(mem, "%s/%s-mem", L->dir, name) < 0) /* each node its own "host memory" */
         return -ENAMETOOLONG;
-    char *argv[] = {(char *)exe, "--coordinator", (char *)addr,      "--name",    name, "--slots",
-                    slots,       "--threads",     threads,           "--run-dir", run,  "--key",
-                    key,         "--device",      (char *)L->device, NULL};
+    char *argv[] = {
+        (char *)exe, "--coordinator", (char *)addr,      "--name",       name, "--slots",
+        slots,       "--threads",     threads,           "--run-dir",    run,  "--key",
+        key,         "--device",      (char *)L->device, "--memory-dir", mem,  NULL};
     return spawn_daemon(argv, log, pidf, pid);
 }
 

@@ -8,6 +8,7 @@
  *
  * The arithmetic is common/plan.h's (ch_plan_stage); this file only prints it. */
 #include <math.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,30 @@ static const char *stage_holds(const ch_plan_t *st)
     if (st->embeddings)
         return "embeddings";
     return st->head ? "ln_f + LM head (wte copy)" : "-";
+}
+
+/* checkpoint.memory_every's host memory per rank (common/plan.h); 0 when off. */
+static double memckpt_bytes(const ch_jobspec_t *j)
+{
+    if (j->checkpoint.memory_every <= 0 || j->kind != CH_JOB_TRAIN)
+        return 0;
+    ch_model_cfg_t m = ch_plan_model_of(j);
+    return ch_plan_memckpt_bytes(&m, ch_jobspec_layout(j));
+}
+
+/* Where in-memory checkpoints live and what they take (memckpt.c's buddy rule). */
+static void print_memckpt(const ch_jobspec_t *j)
+{
+    char a[48];
+    if (j->checkpoint.memory_every <= 0 || j->kind != CH_JOB_TRAIN)
+        return;
+    fmt_bytes(a, sizeof a, memckpt_bytes(j));
+    printf("in-memory checkpoints every %" PRId64 " steps: %s of host memory per rank (workerd "
+           "--memory-dir), %d steps of its own state and of one peer's (params + Adam m, v)\n"
+           "  copies: the i-th rank of each node copies to the i-th rank (mod its ranks) of the "
+           "next node (nodes in the order of their lowest rank; each rank logs its peer); one "
+           "node: no copy elsewhere\n",
+           j->checkpoint.memory_every, a, CH_PLAN_MEMCKPT_KEEP);
 }
 
 static void print_text(const plan_t *p, const char *file, double peak, uint32_t peak_stage,
@@ -149,6 +174,7 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                  "and their gradients"
                : "2 blocks (in use + prefetch) + one block's gradient (per-use), + wte, wpe, "
                  "ln_f and their gradients");
+    print_memckpt(j);
     if (warning)
         printf("warning: %s\n", warning);
 }
@@ -224,6 +250,7 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     }
     ctl_json_arr_end(&js);
     ctl_json_kuint(&js, "memory_peak_bytes", (uint64_t)peak);
+    ctl_json_kuint(&js, "memory_checkpoint_bytes_per_rank", (uint64_t)memckpt_bytes(j));
     ctl_json_key(&js, "warnings");
     ctl_json_arr_begin(&js);
     if (warning)

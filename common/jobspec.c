@@ -101,6 +101,7 @@ static const field_t fields[] = {
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
+    JF("checkpoint", "memory_every", F_I64, checkpoint.memory_every, 0, LLONG_MAX),
     JF("checkpoint", "run_id", F_STR, checkpoint.run_id, 0, 0),
     JF("fault", "max_restarts", F_I64, fault.max_restarts, 0, MAX_RESTARTS),
     JF("fault", "step_timeout", F_I64, fault.step_timeout_s, 0, STEP_TIMEOUT_MAX),

@@ -84,7 +84,8 @@ typedef struct ch_jobspec {
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
         int64_t every, keep;
-        char run_id[40]; /* stamped by the coordinator at submit (common/run.h) */
+        int64_t memory_every; /* in-memory peer checkpoints every N steps; 0: off */
+        char run_id[40];      /* stamped by the coordinator at submit (common/run.h) */
     } checkpoint;
     struct {
         int64_t max_restarts;

@@ -86,6 +86,10 @@ static const ch_jobspec_doc_t docs[] = {
     {"checkpoint", "every", "steps", NULL,
      "A checkpoint every this many steps (and after the last); 0: only after the last."},
     {"checkpoint", "keep", "checkpoints", NULL, "Committed checkpoints kept; older are pruned."},
+    {"checkpoint", "memory_every", "steps", NULL,
+     "In-memory peer checkpoints every this many steps: each rank keeps its latest state in "
+     "its node's memory (workerd --memory-dir) and a copy on a rank of another node; a restart "
+     "resumes from the newest step complete in memory, else from disk; 0: off."},
     {"checkpoint", "run_id", "", NULL,
      "Written by the coordinator at submit: the run this job continues or starts (run.json); "
      "not for users."},

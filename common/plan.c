@@ -45,6 +45,18 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     return m;
 }
 
+double ch_plan_memckpt_bytes(const ch_model_cfg_t *m, ch_layout_t l)
+{
+    double owned = 0;
+    for (uint32_t s = 0; s < l.pp; s++) {
+        ch_plan_t p;
+        if (ch_plan_stage(m, l, 1, 1, CH_RESHARD_PER_USE, s, &p) < 0)
+            return 0;
+        owned = fmax(owned, p.owned);
+    }
+    return 2.0 * CH_PLAN_MEMCKPT_KEEP * 3.0 * 4.0 * owned;
+}
+
 double ch_plan_head_blocks(const ch_model_cfg_t *m)
 {
     return m->balanced_stages ? ch_layout_head_blocks(m->embd, m->vocab, m->seq_len) : 0.0;

@@ -124,6 +124,15 @@ int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                  uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
 /* The model and parallel sections of a job file. */
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
+/* In-memory peer checkpoints (checkpoint.memory_every, workerd/rank/memckpt.h): steps kept
+ * of each state. */
+#define CH_PLAN_MEMCKPT_KEEP 2
+/* Host memory (the node's memory dir, a tmpfs) one rank of layout l takes for in-memory
+ * checkpoints: CH_PLAN_MEMCKPT_KEEP steps of its own state and of one peer's (a rank of
+ * another node, maybe of another stage: the largest stage's is counted), each state being
+ * the parameters and Adam m and v of what the rank owns (3 floats an owned parameter).
+ * 0 for a plan that cannot be made. */
+double ch_plan_memckpt_bytes(const ch_model_cfg_t *m, ch_layout_t l);
 /* ch_layout_stage_blocks' `head` for m: the LM head's blocks' worth when its stages are
  * balanced, else 0 (the even split). */
 double ch_plan_head_blocks(const ch_model_cfg_t *m);

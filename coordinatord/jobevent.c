@@ -131,6 +131,8 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     }
     CH_LOGD("job", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " loss=%.4f", j->id,
             j->generation, rank, ev->step, ev->loss);
+    if (rank == 0 && ev->resume_source && *ev->resume_source)
+        coord_recovery_resumed(c, j, ev->resume_source, ev->resumed_step);
     coord_recovery_progress(c, j);
 }
 

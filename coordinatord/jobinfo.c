@@ -142,6 +142,7 @@ static int history_info(const coord_job_t *j, Chorus__JobInfo *ji)
         hi[i].resumed_from = e->resumed_from;
         hi[i].steps_lost = e->steps_lost;
         hi[i].recover_s = e->recover_s;
+        hi[i].source = (char *)e->source;
         if (e->layout_to.dp) {
             restart_layout(&hl[2 * i], &e->layout_from);
             restart_layout(&hl[2 * i + 1], &e->layout_to);

@@ -648,6 +648,23 @@ void coord_recovery_started(coord_t *c, coord_job_t *j)
             j->id, j->generation, j->restarts, h->resumed_from, h->steps_lost);
 }
 
+void coord_recovery_resumed(coord_t *c, coord_job_t *j, const char *source, uint64_t step)
+{
+    coord_restart_t *h = current(j);
+    if (!h || h->resumed_from < 0 || h->source[0])
+        return; /* a fresh start, or this restart's source already known */
+    snprintf(h->source, sizeof h->source, "%s", strcmp(source, "memory") == 0 ? "memory" : "disk");
+    if (step > (uint64_t)h->resumed_from) {
+        h->resumed_from = (int64_t)step;
+        h->steps_lost = h->failed_step > step ? h->failed_step - step : 0;
+        store_restart(c, j, j->n_history - 1);
+    }
+    CH_LOGI("recovery",
+            "job=%s gen=%" PRIu64 " restart %u: state of step %" PRId64 " read from %s (%" PRIu64
+            " steps lost)",
+            j->id, j->generation, j->restarts, h->resumed_from, h->source, h->steps_lost);
+}
+
 void coord_recovery_progress(coord_t *c, coord_job_t *j)
 {
     coord_restart_t *h = current(j);

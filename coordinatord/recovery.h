@@ -77,6 +77,10 @@ int coord_recovery_shrink(coord_t *c, coord_job_t *j);
 void coord_recovery_started(coord_t *c, coord_job_t *j);
 /* A step of j's current generation completed: the restart's recovery time. */
 void coord_recovery_progress(coord_t *c, coord_job_t *j);
+/* The resumed generation's rank 0 said where its state came from (source "memory" or
+ * "disk") and at which step: the current restart's source, and its resumed_from and steps
+ * lost when memory held a newer step than the disk. */
+void coord_recovery_resumed(coord_t *c, coord_job_t *j, const char *source, uint64_t step);
 /* Periodic: ranks without progress for fault.step_timeout (the time before the first
  * step included) are a hang. */
 void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms);

@@ -15,8 +15,10 @@
 #include "placement.h"
 #include "recovery.h"
 
-/* The memory one rank of spec needs (common/plan.h's peak stage) in p; 0 for a diag job
- * or a plan that cannot be made (validation refuses those). */
+/* The memory one rank of spec needs (common/plan.h's peak stage) in p, with its in-memory
+ * checkpoints (checkpoint.memory_every: host memory, counted into p->total_bytes too so the
+ * refusal names the sum); 0 for a diag job or a plan that cannot be made (validation
+ * refuses those). */
 static double rank_bytes(const ch_jobspec_t *spec, ch_plan_t *p)
 {
     if (spec->kind != CH_JOB_TRAIN)
@@ -25,6 +27,8 @@ static double rank_bytes(const ch_jobspec_t *spec, ch_plan_t *p)
     if (ch_plan_peak(&m, ch_jobspec_layout(spec), spec->parallel.micro_batch_size,
                      spec->parallel.microbatches, spec->parallel.reshard, p) < 0)
         return 0;
+    if (spec->checkpoint.memory_every > 0)
+        p->total_bytes += ch_plan_memckpt_bytes(&m, ch_jobspec_layout(spec));
     return p->total_bytes;
 }
 
@@ -95,8 +99,11 @@ static void memory_refusal(coord_t *c, const ch_jobspec_t *spec, const ch_plan_t
     fmt_bytes(p->total_bytes, need, sizeof need);
     fmt_bytes(best ? (double)best->memory_bytes / best->slots : 0, per, sizeof per);
     fmt_bytes(best ? (double)best->memory_bytes : 0, mem, sizeof mem);
-    int n = snprintf(err, errlen, "model: needs %s per rank (stage %u of tp %u pp %u dp %u), ",
-                     need, p->stage, spec->parallel.tp, spec->parallel.pp, spec->parallel.dp);
+    int n = snprintf(err, errlen, "model: needs %s per rank (stage %u of tp %u pp %u dp %u%s), ",
+                     need, p->stage, spec->parallel.tp, spec->parallel.pp, spec->parallel.dp,
+                     spec->checkpoint.memory_every > 0
+                         ? "; with checkpoint.memory_every's copies in host memory"
+                         : "");
     if (n < 0 || (size_t)n >= errlen)
         return;
     if (k == 0)

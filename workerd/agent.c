@@ -352,6 +352,25 @@ static void fin_ack(wrk_agent_t *a, const Chorus__RankExitAck *ack)
     }
 }
 
+/* A job whose ranks here all finished their last step (RANK_DONE, exit 0) needs no
+ * in-memory checkpoint any more (the disk has its last step): its folder under
+ * --memory-dir goes, buddies' copies included, so the tmpfs does not fill up. A job that
+ * failed or was cancelled keeps its folder (the coordinator does not tell workerd a job
+ * ended). */
+static void memory_release(wrk_agent_t *a, const rank_ent_t *ent)
+{
+    char dir[CH_PATH_LEN + 80];
+    if (!a->cfg.memory_dir[0] || !ent->done || ent->exit_code != 0 ||
+        !wrk_rundir_safe_name(ent->job_id))
+        return;
+    for (const rank_ent_t *o = a->ranks; o; o = o->next)
+        if (o != ent && strcmp(o->job_id, ent->job_id) == 0)
+            return; /* another rank of the job still runs here */
+    int n = snprintf(dir, sizeof dir, "%s/%s", a->cfg.memory_dir, ent->job_id);
+    if (n > 0 && (size_t)n < sizeof dir && ch_rmtree(dir) < 0)
+        CH_LOGW("agent", "job=%s: removing %s failed", ent->job_id, dir);
+}
+
 /* Both the process and its link are gone: report the exit and forget the rank. */
 static void ent_finish(rank_ent_t *ent)
 {
@@ -364,6 +383,7 @@ static void ent_finish(rank_ent_t *ent)
     send_rank_event(a, ent->job_id, ent->gen, ent->token, ent->rank,
                     CHORUS__RANK_EVENT_KIND__RANK_EXITED, ent->exit_code, ent->signal, NULL);
     relays_fail(a, ent, 0);
+    memory_release(a, ent);
     for (rank_ent_t **pp = &a->ranks; *pp; pp = &(*pp)->next) {
         if (*pp == ent) {
             *pp = ent->next;
@@ -495,6 +515,8 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         .job_file = job_file,
         .run_dir = rdir,
         .log_path = logp,
+        .memory_dir = a->cfg.memory_dir[0] ? a->cfg.memory_dir : NULL,
+        .node = a->cfg.name,
     };
     rc = wrk_proc_spawn(a->loop, &ps, on_rank_exit, ent, &ent->proc, &fd);
     if (rc < 0) {

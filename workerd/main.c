@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
@@ -41,6 +42,7 @@ typedef struct wrkd_cfg {
     char rack[CH_OPT_STRLEN];
     char key[CH_OPT_STRLEN];
     char run_dir[CH_OPT_STRLEN];
+    char memory_dir[CH_OPT_STRLEN];
     char device[CH_OPT_STRLEN];
     char log_level[CH_OPT_STRLEN];
 } wrkd_cfg_t;
@@ -67,6 +69,9 @@ static const ch_opt_t options[] = {
      "cluster key file (mode 0600 or 0400)"},
     {"run-dir", CH_OPT_STR, offsetof(wrkd_cfg_t, run_dir), "/var/lib/chorus/run",
      "job files, rank scratch dirs and rank logs"},
+    {"memory-dir", CH_OPT_STR, offsetof(wrkd_cfg_t, memory_dir), "/dev/shm/chorus",
+     "in-memory checkpoints (checkpoint.memory_every), per job and rank: survives a rank, "
+     "not the node"},
     {"device", CH_OPT_STR, offsetof(wrkd_cfg_t, device), "cpu",
      "cpu | cuda | auto (cuda when the driver lists a visible GPU and this build has CUDA)"},
     {"log-level", CH_OPT_STR, offsetof(wrkd_cfg_t, log_level), "info",
@@ -238,6 +243,17 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     snprintf(ac->rack, sizeof ac->rack, "%s", c->rack);
     strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
+    snprintf(ac->memory_dir, sizeof ac->memory_dir, "%s", c->memory_dir);
+    /* ranks run as their job's user and make their job's folder here, as in /tmp */
+    int mrc = ch_mkdirs(c->memory_dir, 0755);
+    if (mrc < 0) {
+        CH_LOGW("workerd", "--memory-dir %s: %s: in-memory checkpoints off", c->memory_dir,
+                ch_strerror(mrc));
+        ac->memory_dir[0] = '\0';
+    } else if (chmod(c->memory_dir, 01777) < 0 && access(c->memory_dir, W_OK) < 0) {
+        CH_LOGW("workerd", "--memory-dir %s: not writable for every job's user: %s", c->memory_dir,
+                strerror(errno));
+    }
     ac->slots = (uint32_t)slots;
     if (c->memory_mib < 0 || c->memory_mib > (1l << 40)) {
         CH_LOGE("workerd", "--memory-mib: expected 0..%ld, got %ld", 1l << 40, c->memory_mib);

@@ -43,6 +43,8 @@ static const char *const own_vars[] = {
     "CHORUS_RESUME_STEP",
     "CHORUS_PARENT_PID",
     "CHORUS_DEVICE",
+    "CHORUS_MEMORY_DIR",
+    "CHORUS_NODE",
     "OPENBLAS_NUM_THREADS",
     "OMP_NUM_THREADS",
     "NOTIFY_SOCKET",
@@ -123,6 +125,10 @@ static int env_build(const wrk_proc_spec_t *s, char ***out)
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_DEVICE", s->device ? s->device : "cpu"), rc, out);
     if (s->threads > 0)
         CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_THREADS", s->threads), rc, out);
+    if (s->memory_dir)
+        CH_CHECK_GOTO(env_add(env, &n, "CHORUS_MEMORY_DIR", s->memory_dir), rc, out);
+    if (s->node)
+        CH_CHECK_GOTO(env_add(env, &n, "CHORUS_NODE", s->node), rc, out);
     /* Each slot is one thread: the rank's BLAS and OpenMP must not fan out. */
     CH_CHECK_GOTO(env_add(env, &n, "OPENBLAS_NUM_THREADS", "1"), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "OMP_NUM_THREADS", "1"), rc, out);

@@ -404,19 +404,35 @@ int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n)
 
 int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const char *device)
 {
-    char exe[PATH_MAX], run[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX];
+    char exe[PATH_MAX], run[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], mem[PATH_MAX];
     h_bin("workerd", exe);
     snprintf(run, sizeof run, "%s/%s", c->dir, name);
+    /* each node's own "host memory", kept across its workerd's restarts as /dev/shm is */
+    snprintf(mem, sizeof mem, "%s/%s-mem", c->dir, name);
     snprintf(log, sizeof log, "%s/%s.log", c->dir, name);
     snprintf(pidf, sizeof pidf, "%s/%s.pid", c->dir, name);
     /* The share of cores local up gives each slot: a restarted node computes as before. */
     char threads[24];
     long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (c->nodes * c->slots);
     snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
-    char *argv[] = {exe,          "--coordinator", c->addr,        "--name",
-                    (char *)name, "--slots",       (char *)slots,  "--run-dir",
-                    run,          "--key",         c->key,         "--threads",
-                    threads,      "--device",      (char *)device, NULL};
+    char *argv[] = {exe,
+                    "--coordinator",
+                    c->addr,
+                    "--name",
+                    (char *)name,
+                    "--slots",
+                    (char *)slots,
+                    "--run-dir",
+                    run,
+                    "--key",
+                    c->key,
+                    "--threads",
+                    threads,
+                    "--device",
+                    (char *)device,
+                    "--memory-dir",
+                    mem,
+                    NULL};
     return spawn(argv, log, pidf);
 }
 

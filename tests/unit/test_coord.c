@@ -1913,6 +1913,38 @@ Test(coord, submit_refuses_a_rank_larger_than_a_slots_memory)
     coord_down();
 }
 
+/* checkpoint.memory_every's copies live in the nodes' host memory: a job whose ranks fit a
+ * slot is refused once its in-memory checkpoints (common/plan.h: 2 steps of its own state
+ * and of a peer's) no longer do, the refusal saying why. */
+Test(coord, submit_refuses_in_memory_checkpoints_the_slots_cannot_hold)
+{
+    const char *fits = "[job]\nname = fits\n[model]\nlayers = 2\nheads = 8\nembd = 256\n"
+                       "[parallel]\ndp = 2\nmicro_batch_size = 2\n";
+    const char *mem = "[job]\nname = mem\n[model]\nlayers = 2\nheads = 8\nembd = 256\n"
+                      "[parallel]\ndp = 2\nmicro_batch_size = 2\n"
+                      "[checkpoint]\nmemory_every = 1\n";
+    worker_t a;
+    char id[32] = "", msg[512] = "";
+    coord_up();
+    wk_connect_memory(&a, "n1", 2, 64ull << 20); /* 32 MiB a slot */
+    ch_client_t *ctl = ctl_open();
+
+    ch_jobspec_t spec;
+    char err[256];
+    cr_assert_eq(ch_jobspec_parse(mem, &spec, err, sizeof err), 0, "%s", err);
+    ch_model_cfg_t m = ch_plan_model_of(&spec);
+    double extra = ch_plan_memckpt_bytes(&m, ch_jobspec_layout(&spec)) / 1048576.0;
+    double base = need_mib(fits);
+    cr_assert(base < 32 && base + extra > 32, "the case needs %g + %g MiB around 32", base, extra);
+    cr_assert_eq(ctl_submit(ctl, mem, id, sizeof id, msg, sizeof msg), CH_E_CAPACITY, "%s", msg);
+    cr_assert(strstr(msg, "with checkpoint.memory_every's copies in host memory"), "%s", msg);
+    cr_assert_eq(ctl_job_count(ctl), 0, "a refused job was queued");
+    cr_assert_eq(ctl_submit(ctl, fits, id, sizeof id, msg, sizeof msg), 0, "%s", msg);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    coord_down();
+}
+
 /* A training job on train.device = cuda runs on the nodes that registered GPUs only: with
  * none it is refused at submit naming the field, with one its ranks go there and never to
  * the CPU node, and a CPU job still runs anywhere. */

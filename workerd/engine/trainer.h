@@ -131,6 +131,11 @@ int eng_trainer_checkpoint_due(const eng_trainer_t *t);
  * then prune to checkpoint.keep. */
 int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
                            size_t errlen);
+/* A step of this rank alone, not collective: every piece it holds (replicated ones too, so
+ * the shard restores this rank by itself) as a one-shard committed step under
+ * dir/<job>/step-<next_step>/ (its manifest names this shard only), then prune dir/<job> to
+ * the newest `keep` steps. The in-memory peer checkpoints (workerd/rank/memckpt.h). */
+int eng_trainer_save_own(eng_trainer_t *t, const char *dir, int64_t keep, char *err, size_t errlen);
 
 uint64_t eng_trainer_next_step(const eng_trainer_t *t);
 uint64_t eng_trainer_total_steps(const eng_trainer_t *t);

@@ -274,19 +274,16 @@ gather_failed:
     return ch_errf(err, errlen, rc, "gathering the shards' checksums: %s", ch_strerror(rc));
 }
 
-int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
-                           size_t errlen)
+/* This rank's shard of step t->next_step under dir (ckpt_file.h's layout): the pieces it
+ * writes into a checkpoint (writers_only), or every piece it holds. */
+static int save_shard(eng_trainer_t *t, const char *dir, int writers_only, eng_ckpt_meta_t *meta,
+                      eng_ckpt_file_t *file, char *err, size_t errlen)
 {
-    eng_ckpt_meta_t meta;
-    eng_ckpt_file_t file = {0, 0, 0};
     eng_ckpt_piece_t *pc = NULL;
     size_t n = 0;
-    const char *dir = t->spec.checkpoint.dir;
-    if (!dir[0])
-        return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
-    fill_meta(t, &meta);
-    file.rank = t->rank;
-    int rc = pieces_of(t, 1, &pc, &n);
+    fill_meta(t, meta);
+    *file = (eng_ckpt_file_t){.rank = t->rank};
+    int rc = pieces_of(t, writers_only, &pc, &n);
     if (rc < 0)
         return ch_errf(err, errlen, rc, "checkpoint: %s", ch_strerror(rc));
     staged_t st;
@@ -295,10 +292,22 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
         return ch_errf(err, errlen, rc, "checkpoint: host copies of the %s state: %s", t->be->name,
                        ch_strerror(rc));
     }
-    rc = eng_ckpt_save_pieces(dir, &meta, pc, n, t->optim.t, &file.bytes, &file.checksum, err,
+    rc = eng_ckpt_save_pieces(dir, meta, pc, n, t->optim.t, &file->bytes, &file->checksum, err,
                               errlen);
     stage_free(&st);
     free(pc);
+    return rc;
+}
+
+int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum, char *err,
+                           size_t errlen)
+{
+    eng_ckpt_meta_t meta;
+    eng_ckpt_file_t file;
+    const char *dir = t->spec.checkpoint.dir;
+    if (!dir[0])
+        return ch_errf(err, errlen, CH_E_CONFIG, "checkpoint.dir: not set");
+    int rc = save_shard(t, dir, 1, &meta, &file, err, errlen);
     if (rc < 0)
         return rc;
     rc = commit(t, &meta, &file, err, errlen);
@@ -310,4 +319,16 @@ int eng_trainer_checkpoint(eng_trainer_t *t, uint64_t *bytes, uint64_t *checksum
     if (checksum)
         *checksum = file.checksum;
     return 0;
+}
+
+int eng_trainer_save_own(eng_trainer_t *t, const char *dir, int64_t keep, char *err, size_t errlen)
+{
+    eng_ckpt_meta_t meta;
+    eng_ckpt_file_t file;
+    int rc = save_shard(t, dir, 0, &meta, &file, err, errlen);
+    if (rc == 0)
+        rc = eng_ckpt_write_manifest(dir, &meta, &file, 1, err, errlen);
+    if (rc == 0 && eng_ckpt_prune(dir, t->job, keep) < 0)
+        CH_LOGW("train", "job=%s %s: pruning old steps failed", t->job, dir);
+    return rc;
 }

@@ -328,6 +328,10 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
     }
     if (env_str("CHORUS_DEVICE", r->device, sizeof r->device) < 0)
         strcpy(r->device, "cpu");
+    if (env_str("CHORUS_MEMORY_DIR", r->memory_dir, sizeof r->memory_dir) < 0)
+        r->memory_dir[0] = '\0'; /* optional: no in-memory checkpoints */
+    if (env_str("CHORUS_NODE", r->node, sizeof r->node) < 0)
+        r->node[0] = '\0';
     if (strcmp(r->device, "cpu") != 0 && strcmp(r->device, "cuda") != 0) {
         snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", r->device);
         return CH_E_CONFIG;

@@ -30,6 +30,7 @@
 #include "workerd/engine/stage.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/history.h"
+#include "workerd/rank/memckpt.h"
 #include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
 
@@ -99,7 +100,14 @@ static int report_step(wrk_rank_t *r, const eng_step_info_t *info, uint64_t tota
     ev.t_optim = info->time.optim;
     ev.t_idle = info->time.idle;
     ev.bubble = step_bubble(info);
-    return wrk_rank_report(r, &ev);
+    if (r->resume_source) { /* the first report of a resumed generation says from where */
+        ev.resume_source = (char *)r->resume_source;
+        ev.resumed_step = info->step;
+    }
+    int rc = wrk_rank_report(r, &ev);
+    if (rc == 0)
+        r->resume_source = NULL;
+    return rc;
 }
 
 /* Sampled answers and accuracy on the arithmetic corpus; fills *acc. */
@@ -156,12 +164,47 @@ static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *
     return rc;
 }
 
-/* Continue the run: the coordinator's committed step (a restart of this job), else
- * train.resume's (ch_run_check resolved it: this run's newest step, or PATH). */
-static int resume(wrk_rank_t *r, eng_trainer_t *t, const ch_run_resume_t *res)
+/* A restart with in-memory checkpoints: the newest step whole in the nodes' memory when it
+ * is no older than the coordinator's committed one. *done: 1 when t was restored. A failure
+ * after the disk step exists falls back to it (every rank together: memckpt.c agrees). */
+static int resume_memory(wrk_rank_t *r, eng_trainer_t *t, wrk_memckpt_t *mem, int *done)
 {
     char err[512] = "";
-    int rc = 0;
+    uint64_t step = 0;
+    *done = 0;
+    if (!mem || r->generation <= 1) /* generations count from 1: this is no restart */
+        return 0;
+    int rc = wrk_memckpt_restore(mem, t, r->resume_step, &step, err, sizeof err);
+    if (rc < 0 && r->resume_step == 0)
+        return wrk_rank_fail(r, rc, "resume from memory: %s", err);
+    if (rc < 0) {
+        CH_LOGW("train",
+                "job=%s gen=%" PRIu64 " rank=%u: resume from memory: %s; reading step %" PRIu64
+                " from the disk",
+                r->job_id, r->generation, r->rank, err, r->resume_step);
+        return 0;
+    }
+    if (step > 0) {
+        r->resume_source = "memory";
+        *done = 1;
+        CH_LOGI("train",
+                "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64
+                " (memory; disk has %" PRIu64 ")",
+                r->job_id, r->generation, r->rank, step, r->resume_step);
+    }
+    return 0;
+}
+
+/* Continue the run: the newest step in memory (resume_memory), the coordinator's committed
+ * step (a restart of this job), else train.resume's (ch_run_check resolved it: this run's
+ * newest step, or PATH). */
+static int resume(wrk_rank_t *r, eng_trainer_t *t, wrk_memckpt_t *mem, const ch_run_resume_t *res)
+{
+    char err[512] = "";
+    int done = 0;
+    int rc = resume_memory(r, t, mem, &done);
+    if (rc < 0 || done)
+        return rc;
     if (r->resume_step > 0)
         rc = eng_trainer_resume(t, r->resume_step, err, sizeof err);
     else if (res->step_dir[0])
@@ -171,6 +214,7 @@ static int resume(wrk_rank_t *r, eng_trainer_t *t, const ch_run_resume_t *res)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "resume from %s: %s",
                              r->resume_step > 0 ? "the last committed step" : res->step_dir, err);
+    r->resume_source = "disk";
     CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: resumed from step %" PRIu64 " (%s)",
             r->job_id, r->generation, r->rank, eng_trainer_next_step(t),
             r->resume_step > 0 ? "this job's last commit" : res->step_dir);
@@ -318,6 +362,7 @@ int wrk_train_run(wrk_rank_t *r)
     wrk_coll_t *c = NULL;
     eng_groups_t *groups = NULL;
     eng_backend_t *gpu = NULL;
+    wrk_memckpt_t *mem = NULL;
     int device = -1;
     /* checkpoints go to the run's folder, checkpoint.dir/<job.name> (common/run.h) */
     eng_trainer_opts_t opts = {.job_id = r->spec.name, .peak_flops = 0};
@@ -343,6 +388,10 @@ int wrk_train_run(wrk_rank_t *r)
             goto out;
         opts.groups = groups;
     }
+    if ((rc = wrk_memckpt_create(r, c, &mem)) < 0) {
+        rc = wrk_rank_fail(r, rc, "checkpoint.memory_every: %s", ch_strerror(rc));
+        goto out;
+    }
     rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
     if (rc < 0) {
         rc = wrk_rank_fail(r, rc, "%s", err);
@@ -355,7 +404,7 @@ int wrk_train_run(wrk_rank_t *r)
                            "model on the CUDA backend it was given");
         goto out;
     }
-    if ((rc = resume(r, t, &res)) < 0)
+    if ((rc = resume(r, t, mem, &res)) < 0)
         goto out;
     if (eng_trainer_next_step(t) == 0) {
         if (s->train.init_from[0]) {
@@ -501,10 +550,16 @@ int wrk_train_run(wrk_rank_t *r)
                 builtin = 0;
             }
         }
+        if (wrk_memckpt_due(mem, done) && done < total &&
+            (rc = wrk_memckpt_save(mem, t, err, sizeof err)) < 0) {
+            rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s", done, err);
+            goto out;
+        }
     }
 out:
     wrk_history_close(&hist);
     eng_trainer_destroy(t);
+    wrk_memckpt_destroy(mem);
     eng_groups_destroy(groups);
     wrk_coll_destroy(c);
 #if CHORUS_HAVE_CUDA
