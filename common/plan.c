@@ -31,6 +31,32 @@ double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B)
     return (double)B * flops_per_seq(cfg->seq_len, cfg->layers, cfg->embd, cfg->padded_vocab);
 }
 
+/* parallel.stage_split = auto: balanced when it moves blocks off the slowest stage (the
+ * LM head's, ch_layout_stage_blocks) and its peak stage fits CH_PLAN_AUTO_BUDGET; else even,
+ * whose first stages hold fewer blocks. */
+static uint32_t auto_balanced(const ch_jobspec_t *j, ch_model_cfg_t m)
+{
+    const uint32_t pp = j->parallel.pp;
+    ch_layout_t l = {j->parallel.tp, pp, j->parallel.dp};
+    if (pp < 2 || l.tp == 0 || l.dp == 0 || j->parallel.micro_batch_size == 0 ||
+        j->parallel.microbatches == 0 || pp > m.layers)
+        return 0;
+    m.balanced_stages = 1;
+    uint32_t f = 0, even = 0, bal = 0;
+    ch_layout_stage_blocks(m.layers, pp, pp - 1, 0.0, &f, &even);
+    ch_layout_stage_blocks(m.layers, pp, pp - 1, ch_plan_head_blocks(&m), &f, &bal);
+    if (bal == even)
+        return 0;
+    for (uint32_t s = 0; s < pp; s++) {
+        ch_plan_t p;
+        if (ch_plan_stage_rc(&m, l, j->parallel.micro_batch_size, j->parallel.microbatches,
+                             j->parallel.reshard, j->parallel.recompute, s, &p) < 0 ||
+            p.total_bytes > CH_PLAN_AUTO_BUDGET)
+            return 0;
+    }
+    return 1;
+}
+
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
 {
     ch_model_cfg_t m = {.layers = j->model.layers,
@@ -42,6 +68,8 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
+    if (j->parallel.stage_split == CH_SPLIT_AUTO)
+        m.balanced_stages = auto_balanced(j, m);
     return m;
 }
 

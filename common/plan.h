@@ -73,6 +73,9 @@ typedef struct ch_model_cfg {
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
 #define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))
+/* parallel.stage_split = auto picks balanced only when every stage's plan is at most this
+ * (bytes): the planner's default usable memory per slot, 80 GiB less its 5% reserve. */
+#define CH_PLAN_AUTO_BUDGET (0.95 * 80.0 * 1073741824.0)
 /* Counts below this are exact in a double. */
 #define CH_PLAN_EXACT_MAX 9007199254740992.0
 
@@ -122,7 +125,8 @@ int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batc
  * tie). Errors as ch_plan_stage. */
 int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                  uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
-/* The model and parallel sections of a job file. */
+/* The model and parallel sections of a job file; stage_split = auto resolved here (every
+ * component asks this function, so they agree). */
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
 /* ch_layout_stage_blocks' `head` for m: the LM head's blocks' worth when its stages are
  * balanced, else 0 (the even split). */
