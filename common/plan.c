@@ -68,6 +68,7 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
+    m.schedule = j->parallel.schedule;
     if (j->parallel.stage_split == CH_SPLIT_AUTO)
         m.balanced_stages = auto_balanced(j, m);
     return m;
@@ -96,7 +97,10 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->tokens = p->sequences * T;
     /* Linear in the batch; the global batch may not fit a uint32. */
     p->flops = flops_per_seq(T, L, C, p->padded_vocab) * p->sequences;
-    p->bubble = (pp - 1) / (mb + pp - 1);
+    /* ZB-H1: (p - 1)(T_F + T_B - T_W) idle against m(T_F + T_B + T_W) busy, with the
+     * paper's T_F = T_B = T_W */
+    p->bubble =
+        m->schedule == CH_SCHEDULE_ZBH1 ? (pp - 1) / (3 * mb + pp - 1) : (pp - 1) / (mb + pp - 1);
 }
 
 static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
@@ -144,6 +148,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     else if (recompute == CH_RECOMPUTE_FULL)
         redo = per_block - N * C;
     double kept = nb * (per_block - redo);
+    if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
+        kept += nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
         kept += N + N * C;
@@ -157,7 +163,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
         scratch += logits + (tp > 1 ? logits + 3 * rows : 0);
     }
-    p->in_flight = l.pp - s < microbatches ? l.pp - s : microbatches;
+    uint32_t held = m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
+    p->in_flight = held < microbatches ? held : microbatches;
     p->act_mb_bytes = F32 * kept;
     p->scratch_bytes = F32 * scratch;
     p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;

@@ -42,8 +42,12 @@
  *                             probabilities (B·(NH/tp)·T·T, made again in its backward);
  *                             full: only its output N·C (its forward is run again); what
  *                             is recomputed lives once, in the scratch
+ *                 zb-h1       + N·(4C + 7C/tp) per block (s > 0: the output gradients
+ *                             of its two LayerNorms and four GEMMs, kept for the weight
+ *                             pass; stage 0's backward stays whole)
  *               times the micro-batches 1F1B keeps in flight on stage s,
- *               min(pp - s, microbatches); plus scratch used once: the backward's
+ *               min(pp - s, microbatches) (zb-h1: min(pp, microbatches), those whose
+ *               weight pass is pending included); plus scratch used once: the backward's
  *               2·N·C + 4·N·C/tp + T·T, one gradient N·C (and one received, s < pp - 1),
  *               and on the
  *               last stage the logits buffer, min(N·Vp/tp, CH_PLAN_LOGITS_FLOATS) (the
@@ -69,6 +73,10 @@ typedef struct ch_model_cfg {
     /* parallel.stage_split = balanced: pipeline stages weigh the LM head (common/layout.h);
      * 0: the even split. Not part of the model's identity (checkpoints ignore it). */
     uint32_t balanced_stages;
+    /* parallel.schedule: zb-h1 keeps min(pp, microbatches) micro-batches on every stage,
+     * each with its blocks' output gradients for the weight pass. Not part of the model's
+     * identity either. */
+    ch_schedule_t schedule;
 } ch_model_cfg_t;
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
@@ -93,7 +101,8 @@ typedef struct ch_plan {
     double sequences;     /* per step: dp × microbatches × micro_batch_size */
     double tokens;        /* per step */
     double flops;         /* model FLOPs per step (ch_plan_flops over the global batch) */
-    double bubble;        /* 1F1B: (pp - 1) / (microbatches + pp - 1) */
+    double bubble;        /* 1F1B: (pp - 1) / (microbatches + pp - 1); zb-h1 (T_F = T_B =
+                           * T_W): (pp - 1) / (3 microbatches + pp - 1) */
     /* stage `stage`, one of its ranks */
     uint32_t stage, first_block, blocks; /* blocks [first_block, first_block + blocks) */
     int embeddings, head;                /* holds wte + wpe / ln_f + the tied LM head */
@@ -101,7 +110,7 @@ typedef struct ch_plan {
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
     double act_mb_bytes;  /* kept for backward, one micro-batch */
-    uint32_t in_flight;   /* micro-batches 1F1B keeps: min(pp - s, microbatches) */
+    uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m) */
     double scratch_bytes; /* backward scratch and logits, once */
     double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
     double total_bytes;   /* state + gathered + activations */

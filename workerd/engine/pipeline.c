@@ -7,6 +7,11 @@
 
 #include "common/err.h"
 
+int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
+{
+    return sched == ENG_PIPE_ZBH1 && stage > 0;
+}
+
 uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m)
 {
     uint32_t s = sched == ENG_PIPE_ZBH1 ? stages : stages - stage;
@@ -134,9 +139,8 @@ static int after_bwd(eng_pipeline_t *p, uint32_t mb, int recv_x_next, uint32_t n
  * index pending (pipeline.h); *w the next micro-batch whose W has not run. */
 static int weights_due(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t done, uint32_t *w)
 {
-    int rc = 0;
-    uint32_t keep = p->schedule == ENG_PIPE_ZBH1 ? p->stage : 0;
-    while (rc == 0 && p->schedule == ENG_PIPE_ZBH1 && *w + keep < done) {
+    int rc = 0, split = eng_pipeline_splits(p->schedule, p->stage);
+    while (rc == 0 && split && *w + p->stage < done) {
         rc = ops->weight(ops->ctx, *w, *w % p->slots);
         ++*w;
     }
@@ -152,7 +156,7 @@ static int weights_due(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t d
 static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, uint32_t n,
                   uint32_t *w)
 {
-    int send = p->stage + 1 < p->stages, zb = p->schedule == ENG_PIPE_ZBH1;
+    int send = p->stage + 1 < p->stages, zb = eng_pipeline_splits(p->schedule, p->stage);
     int rc = n ? recv_x(p, warm) : 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         const float *y = NULL;
@@ -174,7 +178,7 @@ static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, 
 int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns)
 {
     if (m == 0 || !p->slots || eng_pipeline_slots(p->schedule, p->stages, p->stage, m) > p->slots ||
-        (p->schedule == ENG_PIPE_ZBH1 && !ops->weight))
+        (eng_pipeline_splits(p->schedule, p->stage) && !ops->weight))
         return -EINVAL;
     uint64_t w0 = p->p2p.wait_ns;
     uint32_t warm = p->stages - p->stage - 1, w = 0;
@@ -201,7 +205,7 @@ int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, 
             rc = weights_due(p, ops, i + 1, &w);
     }
     /* ZB-H1: the weight passes still pending fill the end of the step */
-    for (; rc == 0 && p->schedule == ENG_PIPE_ZBH1 && w < m; w++)
+    for (; rc == 0 && eng_pipeline_splits(p->schedule, p->stage) && w < m; w++)
         rc = ops->weight(ops->ctx, w, w % p->slots);
     /* every send of the step is done before the step's gradients are used */
     for (uint32_t i = 0; rc == 0 && i < p->slots; i++) {

@@ -25,9 +25,10 @@
  * where 1F1B's later stages stand idle waiting for the earlier ones to drain. W passes run
  * in micro-batch order, so each parameter's gradient is summed in 1F1B's order: the same
  * bits. A micro-batch's activations live from its F to its W: at most p on any stage
- * ((p - s) in flight and s pending), 1F1B's stage-0 peak. In the steady state the input
- * gradient goes alone and non-blocking, the due W runs, and then the next input is
- * received, so W overlaps the neighbour's reception of the gradient.
+ * ((p - s) in flight and s pending), 1F1B's stage-0 peak. Stage 0 keeps its backward
+ * whole: it has no gradient to send, so its W would follow its B at once. In the steady state the
+ * input gradient goes alone and non-blocking, the due W runs, and then the next input is received,
+ * so W overlaps the neighbour's reception of the gradient.
  *
  * The schedule sees the model only through the stage step (eng_stage_ops_t): it owns the
  * [B,T,C] buffers that cross stages, never the model. The bubble is the time blocked on
@@ -53,8 +54,8 @@ typedef struct eng_stage_ops {
     /* Backward of mb: dy the gradient of its output (NULL on the last stage), dx written
      * with the gradient of its input (NULL on stage 0). ZB-H1: the input-gradient pass. */
     int (*backward)(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx);
-    /* ZB-H1 only: mb's weight-gradient pass, after its backward, in micro-batch order; x
-     * of mb stays untouched until it returns. */
+    /* ZB-H1 only, where eng_pipeline_splits: mb's weight-gradient pass, after its
+     * backward, in micro-batch order; x of mb stays untouched until it returns. */
     int (*weight)(void *ctx, uint32_t mb, uint32_t slot);
 } eng_stage_ops_t;
 
@@ -71,6 +72,8 @@ typedef struct eng_pipeline {
     eng_p2p_req_t *ysend, *dxsend;
 } eng_pipeline_t;
 
+/* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
+int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage);
 /* Slots the schedule needs on stage s of p with m micro-batches: 1F1B min(p - s, m),
  * ZB-H1 min(p, m). */
 uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m);
@@ -82,8 +85,8 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
                       wrk_coll_group_t *pp, uint32_t stages, uint32_t stage, int32_t prev,
                       int32_t next, uint32_t m, size_t count);
 void eng_pipeline_fini(eng_pipeline_t *p);
-/* Run one step's m micro-batches through ops in the schedule's order (ZB-H1: ops->weight
- * required). *wait_ns (may be NULL): time
+/* Run one step's m micro-batches through ops in the schedule's order (ops->weight required
+ * where eng_pipeline_splits). *wait_ns (may be NULL): time
  * blocked on point-to-point during the step. */
 int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns);
 

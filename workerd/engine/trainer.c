@@ -197,8 +197,8 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
     }
     /* zb-h1: the blocks' input pass only; stage_weight runs the rest */
     int (*blocks)(eng_model_t *, eng_acts_t *, uint32_t, uint32_t, const float *, float *) =
-        t->pipe.schedule == ENG_PIPE_ZBH1 ? eng_model_blocks_backward_input
-                                          : eng_model_blocks_backward;
+        eng_pipeline_splits(t->pipe.schedule, t->stage) ? eng_model_blocks_backward_input
+                                                        : eng_model_blocks_backward;
     if (rc == 0)
         rc = blocks(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
     if (rc == 0 && first)
@@ -275,7 +275,8 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
     uint32_t B = spec->parallel.micro_batch_size;
     eng_model_opts_t mopts = {.backend = t->be,
                               .recompute = spec->parallel.recompute,
-                              .split_backward = spec->parallel.schedule == CH_SCHEDULE_ZBH1,
+                              .split_backward = spec->parallel.schedule == CH_SCHEDULE_ZBH1 &&
+                                                t->stage > 0, /* eng_pipeline_splits */
                               .pp = t->stages,
                               .stage = t->stage,
                               .external_blocks = zero};
