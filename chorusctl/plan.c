@@ -28,7 +28,8 @@
 typedef struct plan {
     const ch_jobspec_t *spec;
     ch_layout_t l;
-    ch_plan_t *st; /* l.pp entries */
+    ch_model_cfg_t cfg; /* ch_plan_model_of: stage_split = auto resolved */
+    ch_plan_t *st;      /* l.pp entries */
 } plan_t;
 
 // ----------------------------------------------------------------------------
@@ -131,10 +132,13 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
     ctl_fmt_si(a, sizeof a, w->flops);
     ctl_fmt_si(b, sizeof b, w->flops / w->tokens);
     printf("compute     %s model FLOPs per step, %s per token\n", a, b);
-    printf("pipeline    1F1B over %u stage%s: bubble %.1f%% = (pp-1)/(microbatches+pp-1) = "
-           "%u/%u\n",
-           p->l.pp, p->l.pp == 1 ? "" : "s", 100.0 * w->bubble, p->l.pp - 1,
-           j->parallel.microbatches + p->l.pp - 1);
+    int zb = j->parallel.schedule == CH_SCHEDULE_ZBH1;
+    printf("pipeline    %s over %u stage%s, stage_split %s%s: bubble %.1f%% = %s = %u/%u\n",
+           ch_schedule_name(j->parallel.schedule), p->l.pp, p->l.pp == 1 ? "" : "s",
+           p->cfg.balanced_stages ? "balanced" : "even",
+           j->parallel.stage_split == CH_SPLIT_AUTO ? " (auto)" : "", 100.0 * w->bubble,
+           zb ? "(pp-1)/(3 x microbatches+pp-1) (T_F = T_B = T_W)" : "(pp-1)/(microbatches+pp-1)",
+           p->l.pp - 1, (zb ? 3 : 1) * j->parallel.microbatches + p->l.pp - 1);
     printf("\n");
 
     ctl_table_init(&t, 10);
@@ -219,6 +223,8 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     ctl_json_kuint(&js, "params_per_block_rank", (uint64_t)w->block_tp);
     ctl_json_kuint(&js, "params_per_block_shard", (uint64_t)w->block_shard);
     ctl_json_kdouble(&js, "bubble_fraction", w->bubble);
+    ctl_json_kstr(&js, "schedule", ch_schedule_name(j->parallel.schedule));
+    ctl_json_kstr(&js, "stage_split", p->cfg.balanced_stages ? "balanced" : "even");
     ctl_json_key(&js, "stages");
     ctl_json_arr_begin(&js);
     for (uint32_t s = 0; s < p->l.pp; s++) {
@@ -345,6 +351,7 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         goto out;
     }
     const ch_model_cfg_t m = ch_plan_model_of(&spec);
+    p.cfg = m;
     double peak = 0;
     uint32_t peak_stage = 0;
     int rc = 0;

@@ -21,7 +21,8 @@
 #define GEMM_SIZE_MAX  8192
 #define DIAG_BYTES_MAX (1ll << 30)
 /* A job's restart history is kept whole: bound it. 0 disables restarts. */
-#define MAX_RESTARTS 1000
+#define MAX_RESTARTS       1000
+#define VIRTUAL_STAGES_MAX 64 /* model chunks per pipeline rank */
 /* Seconds; 0 disables the hang check. A week. */
 #define STEP_TIMEOUT_MAX (7ll * 24 * 3600)
 /* Seconds: the longest pause fault.backoff may put between two restarts. */
@@ -41,7 +42,8 @@ typedef enum {
     F_SPLIT,
     F_NONFINITE,
     F_STRAGGLER,
-    F_RECOMPUTE
+    F_RECOMPUTE,
+    F_SCHEDULE
 } ftype_t;
 
 typedef struct field {
@@ -79,6 +81,8 @@ static const field_t fields[] = {
     JF("parallel", "stage_split", F_SPLIT, parallel.stage_split, 0, 0),
     JF("parallel", "global_batch_size", F_U32, parallel.global_batch_size, 0, UINT32_MAX),
     JF("parallel", "recompute", F_RECOMPUTE, parallel.recompute, 0, 0),
+    JF("parallel", "schedule", F_SCHEDULE, parallel.schedule, 0, 0),
+    JF("parallel", "virtual_stages", F_U32, parallel.virtual_stages, 1, VIRTUAL_STAGES_MAX),
     JF("train", "steps", F_I64, train.steps, 1, LLONG_MAX),
     JF("train", "lr", F_DBL, train.lr, 0, 0),
     JF("train", "lr_min", F_DBL, train.lr_min, 0, 0),
@@ -136,6 +140,7 @@ void ch_jobspec_defaults(ch_jobspec_t *j)
     j->parallel.microbatches = 1;
     j->parallel.micro_batch_size = 8;
     j->parallel.reshard = CH_RESHARD_PER_USE;
+    j->parallel.virtual_stages = 1;
     j->train.steps = 300;
     j->train.lr = 1e-3;
     j->train.lr_min = -1;
@@ -198,6 +203,16 @@ const char *ch_straggler_name(ch_straggler_t p)
 const char *ch_recompute_name(ch_recompute_t r)
 {
     return r == CH_RECOMPUTE_FULL ? "full" : r == CH_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+const char *ch_stage_split_name(ch_stage_split_t s)
+{
+    return s == CH_SPLIT_AUTO ? "auto" : s == CH_SPLIT_BALANCED ? "balanced" : "even";
+}
+
+const char *ch_schedule_name(ch_schedule_t s)
+{
+    return s == CH_SCHEDULE_ZBH1 ? "zb-h1" : s == CH_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
 }
 
 static const char *reshard_name(ch_reshard_t r)
@@ -346,11 +361,22 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         snprintf(why, whylen, "expected per-use or per-step, got '%s'", v);
         return CH_E_CONFIG;
     case F_SPLIT:
-        if (strcmp(v, "even") == 0 || strcmp(v, "balanced") == 0) {
-            *(ch_stage_split_t *)p = v[0] == 'b' ? CH_SPLIT_BALANCED : CH_SPLIT_EVEN;
-            return 0;
+        for (int k = CH_SPLIT_EVEN; k <= CH_SPLIT_AUTO; k++) {
+            if (strcmp(v, ch_stage_split_name((ch_stage_split_t)k)) == 0) {
+                *(ch_stage_split_t *)p = (ch_stage_split_t)k;
+                return 0;
+            }
         }
-        snprintf(why, whylen, "expected even or balanced, got '%s'", v);
+        snprintf(why, whylen, "expected even, balanced or auto, got '%s'", v);
+        return CH_E_CONFIG;
+    case F_SCHEDULE:
+        for (int k = CH_SCHEDULE_1F1B; k <= CH_SCHEDULE_ZBH1; k++) {
+            if (strcmp(v, ch_schedule_name((ch_schedule_t)k)) == 0) {
+                *(ch_schedule_t *)p = (ch_schedule_t)k;
+                return 0;
+            }
+        }
+        snprintf(why, whylen, "expected 1f1b, interleaved or zb-h1, got '%s'", v);
         return CH_E_CONFIG;
     case F_NONFINITE:
         if (strcmp(v, "fail") == 0 || strcmp(v, "skip") == 0) {
@@ -545,10 +571,14 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         snprintf(why, whylen, "bad policy %d", (int)j->parallel.reshard);
         return CH_E_CONFIG;
     case F_SPLIT:
-        if (j->parallel.stage_split == CH_SPLIT_EVEN ||
-            j->parallel.stage_split == CH_SPLIT_BALANCED)
+        if (j->parallel.stage_split <= CH_SPLIT_AUTO)
             return 0;
         snprintf(why, whylen, "bad split %d", (int)j->parallel.stage_split);
+        return CH_E_CONFIG;
+    case F_SCHEDULE:
+        if (j->parallel.schedule <= CH_SCHEDULE_ZBH1)
+            return 0;
+        snprintf(why, whylen, "bad schedule %d", (int)j->parallel.schedule);
         return CH_E_CONFIG;
     case F_RECOMPUTE:
         if (j->parallel.recompute <= CH_RECOMPUTE_SELECTIVE)
@@ -678,6 +708,64 @@ static int validate_optim(const ch_jobspec_t *j, char *err, size_t errlen)
     return 0;
 }
 
+/* parallel.schedule and virtual_stages: Megatron's rules for the interleaved schedule
+ * (each rank holds virtual_stages chunks of layers / (pp x virtual_stages) blocks; the
+ * micro-batches go round the ranks in groups of pp); ZB-H1's weight passes read the
+ * activations the forward kept, which recomputation and the CUDA backend do not keep apart. */
+static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    const uint32_t pp = j->parallel.pp, v = j->parallel.virtual_stages;
+    const char *name = ch_schedule_name(j->parallel.schedule);
+    if (v > 1 && j->parallel.schedule != CH_SCHEDULE_INTERLEAVED) {
+        snprintf(err, errlen,
+                 "parallel.virtual_stages: %" PRIu32 " chunks per rank need parallel.schedule = "
+                 "interleaved, not %s",
+                 v, name);
+        return CH_E_CONFIG;
+    }
+    if (j->parallel.schedule == CH_SCHEDULE_ZBH1 && j->parallel.recompute != CH_RECOMPUTE_NONE) {
+        snprintf(err, errlen,
+                 "parallel.recompute: %s cannot combine with parallel.schedule = zb-h1 (its "
+                 "weight passes read the activations recomputation drops); use none",
+                 ch_recompute_name(j->parallel.recompute));
+        return CH_E_CONFIG;
+    }
+    if (j->parallel.schedule == CH_SCHEDULE_ZBH1 && j->train.device == CH_DEVICE_CUDA) {
+        snprintf(err, errlen,
+                 "train.device: cuda cannot run parallel.schedule = zb-h1 yet (the CUDA "
+                 "kernels have no separate weight-gradient pass); use 1f1b or cpu");
+        return CH_E_CONFIG;
+    }
+    if (j->parallel.schedule != CH_SCHEDULE_INTERLEAVED)
+        return 0;
+    if (pp < 2 || v < 2) {
+        snprintf(err, errlen,
+                 "parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2, "
+                 "got pp %" PRIu32 ", virtual_stages %" PRIu32,
+                 pp, v);
+        return CH_E_CONFIG;
+    }
+    if (j->parallel.microbatches % pp != 0) {
+        snprintf(err, errlen,
+                 "parallel.microbatches: %" PRIu32 " is not a multiple of pp %" PRIu32
+                 " (the interleaved schedule)",
+                 j->parallel.microbatches, pp);
+        return CH_E_CONFIG;
+    }
+    if (j->model.layers % ((uint64_t)pp * v) != 0) {
+        snprintf(err, errlen,
+                 "parallel.virtual_stages: model.layers %" PRIu32
+                 " is not divisible by pp x virtual_stages = %" PRIu64,
+                 j->model.layers, (uint64_t)pp * v);
+        return CH_E_CONFIG;
+    }
+    snprintf(err, errlen,
+             "parallel.schedule: interleaved is not built yet (the rules hold: %" PRIu32
+             " chunks of %" PRIu64 " blocks per rank); use 1f1b or zb-h1",
+             v, (uint64_t)j->model.layers / ((uint64_t)pp * v));
+    return CH_E_CONFIG;
+}
+
 /* Rules that relate fields, or that the table cannot express. */
 static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
 {
@@ -751,6 +839,8 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
     int rc = validate_batch_and_eval(j, err, errlen);
     if (rc == 0)
         rc = validate_optim(j, err, errlen);
+    if (rc == 0)
+        rc = validate_schedule(j, err, errlen);
     if (rc < 0)
         return rc;
     if (strcmp(j->name, ".") == 0 || strcmp(j->name, "..") == 0) {
@@ -823,8 +913,10 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         fprintf(f, "%s = %s\n", fd->key, reshard_name(j->parallel.reshard));
         return;
     case F_SPLIT:
-        fprintf(f, "%s = %s\n", fd->key,
-                j->parallel.stage_split == CH_SPLIT_BALANCED ? "balanced" : "even");
+        fprintf(f, "%s = %s\n", fd->key, ch_stage_split_name(j->parallel.stage_split));
+        return;
+    case F_SCHEDULE:
+        fprintf(f, "%s = %s\n", fd->key, ch_schedule_name(j->parallel.schedule));
         return;
     case F_RECOMPUTE:
         fprintf(f, "%s = %s\n", fd->key, ch_recompute_name(j->parallel.recompute));

@@ -12,8 +12,22 @@
 
 typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
 typedef enum { CH_RESHARD_PER_USE = 0, CH_RESHARD_PER_STEP = 1 } ch_reshard_t;
-/* parallel.stage_split: how pipeline stages share the blocks (common/layout.h) */
-typedef enum { CH_SPLIT_EVEN = 0, CH_SPLIT_BALANCED = 1 } ch_stage_split_t;
+/* parallel.stage_split: how pipeline stages share the blocks (common/layout.h); auto: the
+ * plan picks even or balanced (ch_plan_model_of) */
+typedef enum { CH_SPLIT_EVEN = 0, CH_SPLIT_BALANCED = 1, CH_SPLIT_AUTO = 2 } ch_stage_split_t;
+/* "even", "balanced", "auto" */
+const char *ch_stage_split_name(ch_stage_split_t s);
+/* parallel.schedule: the pipeline schedule (workerd/engine/pipeline.h). zb-h1: each
+ * backward split into an input-gradient and a weight-gradient pass, the weight passes
+ * deferred into the cool-down (Qi et al. 2023). interleaved: parsed and checked against
+ * Megatron's rules, refused by validation: not built yet. */
+typedef enum {
+    CH_SCHEDULE_1F1B = 0,
+    CH_SCHEDULE_INTERLEAVED = 1,
+    CH_SCHEDULE_ZBH1 = 2
+} ch_schedule_t;
+/* "1f1b", "interleaved", "zb-h1" */
+const char *ch_schedule_name(ch_schedule_t s);
 /* parallel.recompute: activations a block's backward recomputes instead of keeping (none;
  * full: all but the block's input; selective: the attention probabilities) */
 typedef enum {
@@ -54,11 +68,13 @@ typedef struct ch_jobspec {
     struct {
         uint32_t tp, pp, dp, microbatches, micro_batch_size;
         ch_reshard_t reshard;
-        ch_stage_split_t stage_split; /* even (default) | balanced: the LM head counted */
+        ch_stage_split_t stage_split; /* even (default) | balanced (the LM head counted) | auto */
         /* sequences per step; 0: dp x microbatches x micro_batch_size. When set, microbatches
          * is derived from it (ch_jobspec_parse, ch_jobspec_set) */
         uint32_t global_batch_size;
         ch_recompute_t recompute; /* none (default) | selective | full */
+        ch_schedule_t schedule;   /* 1f1b (default) | interleaved | zb-h1 */
+        uint32_t virtual_stages;  /* model chunks per pipeline rank (interleaved); 1 */
     } parallel;
     struct {
         int64_t steps;

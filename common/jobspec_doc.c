@@ -35,8 +35,16 @@ static const ch_jobspec_doc_t docs[] = {
     {"parallel", "reshard", "", "per-use | per-step",
      "ZeRO-3: free gathered parameters after each use (least memory) or keep them for the "
      "step's micro-batches (less traffic)."},
-    {"parallel", "stage_split", "", "even | balanced",
-     "How pipeline stages share the blocks: evenly, or counting the LM head's cost."},
+    {"parallel", "stage_split", "", "even | balanced | auto",
+     "How pipeline stages share the blocks: evenly, or counting the LM head's cost; auto: "
+     "balanced when its busiest stage still fits the memory budget, else even."},
+    {"parallel", "schedule", "", "1f1b | interleaved | zb-h1",
+     "Pipeline schedule. zb-h1: each backward split into input- and weight-gradient passes, "
+     "the weight passes deferred into the cool-down (same bits as 1f1b; not with recompute "
+     "or cuda). interleaved: checked against Megatron's rules, not built yet."},
+    {"parallel", "virtual_stages", "chunks", NULL,
+     "Model chunks per pipeline rank (interleaved only): microbatches a multiple of pp, "
+     "model.layers divisible by pp x virtual_stages."},
     {"parallel", "recompute", "", "none | selective | full",
      "Activation recomputation, same bits as none: selective makes the attention probabilities "
      "again in the backward; full keeps only each block's output and reruns its forward."},

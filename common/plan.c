@@ -31,6 +31,32 @@ double ch_plan_flops(const ch_model_cfg_t *cfg, uint32_t B)
     return (double)B * flops_per_seq(cfg->seq_len, cfg->layers, cfg->embd, cfg->padded_vocab);
 }
 
+/* parallel.stage_split = auto: balanced when it moves blocks off the slowest stage (the
+ * LM head's, ch_layout_stage_blocks) and its peak stage fits CH_PLAN_AUTO_BUDGET; else even,
+ * whose first stages hold fewer blocks. */
+static uint32_t auto_balanced(const ch_jobspec_t *j, ch_model_cfg_t m)
+{
+    const uint32_t pp = j->parallel.pp;
+    ch_layout_t l = {j->parallel.tp, pp, j->parallel.dp};
+    if (pp < 2 || l.tp == 0 || l.dp == 0 || j->parallel.micro_batch_size == 0 ||
+        j->parallel.microbatches == 0 || pp > m.layers)
+        return 0;
+    m.balanced_stages = 1;
+    uint32_t f = 0, even = 0, bal = 0;
+    ch_layout_stage_blocks(m.layers, pp, pp - 1, 0.0, &f, &even);
+    ch_layout_stage_blocks(m.layers, pp, pp - 1, ch_plan_head_blocks(&m), &f, &bal);
+    if (bal == even)
+        return 0;
+    for (uint32_t s = 0; s < pp; s++) {
+        ch_plan_t p;
+        if (ch_plan_stage_rc(&m, l, j->parallel.micro_batch_size, j->parallel.microbatches,
+                             j->parallel.reshard, j->parallel.recompute, s, &p) < 0 ||
+            p.total_bytes > CH_PLAN_AUTO_BUDGET)
+            return 0;
+    }
+    return 1;
+}
+
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
 {
     ch_model_cfg_t m = {.layers = j->model.layers,
@@ -42,6 +68,9 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
+    m.schedule = j->parallel.schedule;
+    if (j->parallel.stage_split == CH_SPLIT_AUTO)
+        m.balanced_stages = auto_balanced(j, m);
     return m;
 }
 
@@ -80,7 +109,10 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->tokens = p->sequences * T;
     /* Linear in the batch; the global batch may not fit a uint32. */
     p->flops = flops_per_seq(T, L, C, p->padded_vocab) * p->sequences;
-    p->bubble = (pp - 1) / (mb + pp - 1);
+    /* ZB-H1: (p - 1)(T_F + T_B - T_W) idle against m(T_F + T_B + T_W) busy, with the
+     * paper's T_F = T_B = T_W */
+    p->bubble =
+        m->schedule == CH_SCHEDULE_ZBH1 ? (pp - 1) / (3 * mb + pp - 1) : (pp - 1) / (mb + pp - 1);
 }
 
 static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
@@ -128,6 +160,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     else if (recompute == CH_RECOMPUTE_FULL)
         redo = per_block - N * C;
     double kept = nb * (per_block - redo);
+    if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
+        kept += nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
         kept += N + N * C;
@@ -141,7 +175,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
         scratch += logits + (tp > 1 ? logits + 3 * rows : 0);
     }
-    p->in_flight = l.pp - s < microbatches ? l.pp - s : microbatches;
+    uint32_t held = m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
+    p->in_flight = held < microbatches ? held : microbatches;
     p->act_mb_bytes = F32 * kept;
     p->scratch_bytes = F32 * scratch;
     p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;

@@ -42,8 +42,12 @@
  *                             probabilities (B·(NH/tp)·T·T, made again in its backward);
  *                             full: only its output N·C (its forward is run again); what
  *                             is recomputed lives once, in the scratch
+ *                 zb-h1       + N·(4C + 7C/tp) per block (s > 0: the output gradients
+ *                             of its two LayerNorms and four GEMMs, kept for the weight
+ *                             pass; stage 0's backward stays whole)
  *               times the micro-batches 1F1B keeps in flight on stage s,
- *               min(pp - s, microbatches); plus scratch used once: the backward's
+ *               min(pp - s, microbatches) (zb-h1: min(pp, microbatches), those whose
+ *               weight pass is pending included); plus scratch used once: the backward's
  *               2·N·C + 4·N·C/tp + T·T, one gradient N·C (and one received, s < pp - 1),
  *               and on the
  *               last stage the logits buffer, min(N·Vp/tp, CH_PLAN_LOGITS_FLOATS) (the
@@ -69,10 +73,17 @@ typedef struct ch_model_cfg {
     /* parallel.stage_split = balanced: pipeline stages weigh the LM head (common/layout.h);
      * 0: the even split. Not part of the model's identity (checkpoints ignore it). */
     uint32_t balanced_stages;
+    /* parallel.schedule: zb-h1 keeps min(pp, microbatches) micro-batches on every stage,
+     * each with its blocks' output gradients for the weight pass. Not part of the model's
+     * identity either. */
+    ch_schedule_t schedule;
 } ch_model_cfg_t;
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
 #define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))
+/* parallel.stage_split = auto picks balanced only when every stage's plan is at most this
+ * (bytes): the planner's default usable memory per slot, 80 GiB less its 5% reserve. */
+#define CH_PLAN_AUTO_BUDGET (0.95 * 80.0 * 1073741824.0)
 /* Counts below this are exact in a double. */
 #define CH_PLAN_EXACT_MAX 9007199254740992.0
 
@@ -90,7 +101,8 @@ typedef struct ch_plan {
     double sequences;     /* per step: dp × microbatches × micro_batch_size */
     double tokens;        /* per step */
     double flops;         /* model FLOPs per step (ch_plan_flops over the global batch) */
-    double bubble;        /* 1F1B: (pp - 1) / (microbatches + pp - 1) */
+    double bubble;        /* 1F1B: (pp - 1) / (microbatches + pp - 1); zb-h1 (T_F = T_B =
+                           * T_W): (pp - 1) / (3 microbatches + pp - 1) */
     /* stage `stage`, one of its ranks */
     uint32_t stage, first_block, blocks; /* blocks [first_block, first_block + blocks) */
     int embeddings, head;                /* holds wte + wpe / ln_f + the tied LM head */
@@ -98,7 +110,7 @@ typedef struct ch_plan {
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
     double act_mb_bytes;  /* kept for backward, one micro-batch */
-    uint32_t in_flight;   /* micro-batches 1F1B keeps: min(pp - s, microbatches) */
+    uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m) */
     double scratch_bytes; /* backward scratch and logits, once */
     double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
     double total_bytes;   /* state + gathered + activations */
@@ -122,7 +134,8 @@ int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batc
  * tie). Errors as ch_plan_stage. */
 int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                  uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
-/* The model and parallel sections of a job file. */
+/* The model and parallel sections of a job file; stage_split = auto resolved here (every
+ * component asks this function, so they agree). */
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
 /* In-memory peer checkpoints (checkpoint.memory_every, workerd/rank/memckpt.h): steps kept
  * of each state. */

@@ -12,7 +12,9 @@ void kn_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, co
                       const float *bias, int N, int C);
 void kn_layernorm_fwd_ref(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C);
-/* dinp += d(out)/d(inp) dout, dweight += ..., dbias += ... (all accumulate) */
+/* dinp += d(out)/d(inp) dout, dweight += ..., dbias += ... (all accumulate). dinp NULL:
+ * only dweight and dbias; dweight and dbias NULL: only dinp (a split backward's two
+ * passes, each the bits of the whole call; weight unread when dinp is NULL). */
 void kn_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
                       const float *inp, const float *weight, const float *mean, const float *rstd,
                       int N, int C);

@@ -11,7 +11,8 @@ void kn_matmul_fwd(float *out, const float *inp, const float *weight, const floa
 void kn_matmul_fwd_ref(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC);
 /* dinp = dout @ weight^T (overwrites); dweight += inp^T @ dout; dbias += column sums of dout
- * (accumulate; dbias may be NULL) */
+ * (accumulate; dbias may be NULL). dinp NULL: the weight gradients alone (weight unread);
+ * dweight and dbias NULL: dinp alone (a split backward's two passes, the same bits). */
 void kn_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                    const float *weight, int N, int C, int OC);
 void kn_matmul_bwd_ref(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -107,9 +107,10 @@ void kn_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, co
     }
 }
 
-static void ln_row_bwd(float *restrict dx, float *restrict dw, float *restrict db,
-                       const float *restrict dy, const float *restrict x, const float *restrict w,
-                       float m, float s, int C)
+/* The two row means the input gradient needs: of dnorm = w * dy, and of dnorm * norm. */
+static void ln_row_dnorm_means(const float *restrict dy, const float *restrict x,
+                               const float *restrict w, float m, float s, int C, float *mean_out,
+                               float *norm_mean_out)
 {
     float a1[KN_LANES] = {0}, a2[KN_LANES] = {0};
     int i = 0;
@@ -129,13 +130,45 @@ static void ln_row_bwd(float *restrict dx, float *restrict dw, float *restrict d
         dnorm_mean += dnorm;
         dnorm_norm_mean += dnorm * norm;
     }
-    dnorm_mean = dnorm_mean / C;
-    dnorm_norm_mean = dnorm_norm_mean / C;
-    for (i = 0; i < C; i++) {
+    *mean_out = dnorm_mean / C;
+    *norm_mean_out = dnorm_norm_mean / C;
+}
+
+static void ln_row_bwd(float *restrict dx, float *restrict dw, float *restrict db,
+                       const float *restrict dy, const float *restrict x, const float *restrict w,
+                       float m, float s, int C)
+{
+    float dnorm_mean, dnorm_norm_mean;
+    ln_row_dnorm_means(dy, x, w, m, s, C, &dnorm_mean, &dnorm_norm_mean);
+    for (int i = 0; i < C; i++) {
         float norm = (x[i] - m) * s;
         float dnorm = w[i] * dy[i];
         db[i] += dy[i];
         dw[i] += norm * dy[i];
+        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
+/* One row's weight and bias gradients alone: ln_row_bwd's arithmetic for them. */
+static void ln_row_bwd_weight(float *restrict dw, float *restrict db, const float *restrict dy,
+                              const float *restrict x, float m, float s, int C)
+{
+    for (int i = 0; i < C; i++) {
+        float norm = (x[i] - m) * s;
+        db[i] += dy[i];
+        dw[i] += norm * dy[i];
+    }
+}
+
+/* One row's input gradient alone: ln_row_bwd's arithmetic for it. */
+static void ln_row_bwd_input(float *restrict dx, const float *restrict dy, const float *restrict x,
+                             const float *restrict w, float m, float s, int C)
+{
+    float dnorm_mean, dnorm_norm_mean;
+    ln_row_dnorm_means(dy, x, w, m, s, C, &dnorm_mean, &dnorm_norm_mean);
+    for (int i = 0; i < C; i++) {
+        float norm = (x[i] - m) * s;
+        float dnorm = w[i] * dy[i];
         dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
 }
@@ -145,7 +178,13 @@ void kn_layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *do
                       int N, int C)
 {
     for (int n = 0; n < N; n++) {
-        ln_row_bwd(dinp + (size_t)n * C, dweight, dbias, dout + (size_t)n * C, inp + (size_t)n * C,
-                   weight, mean[n], rstd[n], C);
+        size_t r = (size_t)n * C;
+        if (dinp != NULL && dweight != NULL) {
+            ln_row_bwd(dinp + r, dweight, dbias, dout + r, inp + r, weight, mean[n], rstd[n], C);
+        } else if (dinp != NULL) {
+            ln_row_bwd_input(dinp + r, dout + r, inp + r, weight, mean[n], rstd[n], C);
+        } else {
+            ln_row_bwd_weight(dweight, dbias, dout + r, inp + r, mean[n], rstd[n], C);
+        }
     }
 }

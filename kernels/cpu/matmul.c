@@ -87,10 +87,14 @@ static void colsum_acc(float *restrict dbias, const float *restrict dout, int N,
 void kn_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                    const float *weight, int N, int C, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f,
-                dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f,
-                dweight, OC);
+    if (dinp != NULL) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
+                    0.0f, dinp, C);
+    }
+    if (dweight != NULL) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f,
+                    dweight, OC);
+    }
     if (dbias != NULL) {
         colsum_acc(dbias, dout, N, OC);
     }

@@ -5,14 +5,14 @@
  *      rank's step time over the layout's, as tokens/s over tokens/s); one rank with 1
  *      thread is measured beside it, and the ratio is also given against the faster of the
  *      two one-rank runs (the reference at its best);
- *   2. the measured 1F1B bubble (eng_step_info_t.bubble: time blocked on pipeline
- *      send/recv over the step) per stage, against (p-1)/(m+p-1), for p in {2, 4} and
- *      m in {4, 8, 16} (micro-batch size = global batch / m). Stage 0's figure is the one
- *      to compare: it idles only inside the schedule (waiting for gradients in the
- *      steady state and cool-down), while later stages idle partly after their last
- *      backward, in the step's closing all-reduces (the tied-wte sum with stage 0, the
- *      loss over the column), which the trainer counts as time.zero, not pp_wait; the
- *      per-stage line also shows (pp_wait + zero) / step;
+ *   2. the measured bubble (eng_step_info_t.bubble: time blocked on pipeline send/recv
+ *      over the step) per stage, for 1F1B against (p-1)/(m+p-1) and ZB-H1 against
+ *      (p-1)/(3m+p-1), for p in {2, 4} and m in {4, 8, 16} (micro-batch size = global
+ *      batch / m), and ZB-H1's stage-0 bubble over 1F1B's (measured in turns). Stage 0's figure is
+ * the one to compare: it idles only inside the schedule (waiting for gradients in the steady state
+ * and cool-down), while later stages idle partly after their last backward, in the step's closing
+ * all-reduces (the tied-wte sum with stage 0, the loss over the column), which the trainer counts
+ * as time.zero, not pp_wait; the per-stage line also shows (pp_wait + zero) / step;
  *   3. ZeRO-3, reshard per-use and per-step, against replicated data parallelism
  *      (eng_trainer_opts_t.replicate_dp) at dp = 2 and 4, micro-batch size 2;
  *   4. resident state bytes per rank (eng_trainer_memory) against 16Ψ/N and against
@@ -80,6 +80,7 @@ typedef struct cfg {
     uint32_t tp, pp, dp, m, threads;
     ch_reshard_t reshard;
     int replicate, create_only;
+    ch_schedule_t sched; /* parallel.schedule (1f1b unless set) */
 } cfg_t;
 
 /* What a layout measured: its best round's mean step time (slowest rank per step), each
@@ -135,8 +136,8 @@ static const char *policy_name(const cfg_t *c)
 
 static const char *cfg_name(const cfg_t *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "tp%u_pp%u_dp%u_m%u%s_blas%u", c->tp, c->pp, c->dp, c->m, policy_name(c),
-             c->threads);
+    snprintf(buf, n, "tp%u_pp%u_dp%u_m%u%s_blas%u%s", c->tp, c->pp, c->dp, c->m, policy_name(c),
+             c->threads, c->sched == CH_SCHEDULE_ZBH1 ? "_zb-h1" : "");
     return buf;
 }
 
@@ -156,6 +157,7 @@ static void spec_for(const opts_t *o, const cfg_t *c, ch_jobspec_t *j)
     j->parallel.microbatches = c->m;
     j->parallel.micro_batch_size = o->batch / (c->dp * c->m);
     j->parallel.reshard = c->reshard;
+    j->parallel.schedule = c->sched;
     j->train.steps = o->warmup + o->steps * o->reps;
     j->train.lr = 3e-4;
     j->train.warmup = 0;
@@ -370,7 +372,7 @@ static void live_stop(live_t *lv)
 static int same_cfg(const cfg_t *x, const cfg_t *c)
 {
     return x->tp == c->tp && x->pp == c->pp && x->dp == c->dp && x->threads == c->threads &&
-           x->reshard == c->reshard && x->replicate == c->replicate &&
+           x->reshard == c->reshard && x->replicate == c->replicate && x->sched == c->sched &&
            (c->create_only || (!x->create_only && x->m == c->m));
 }
 
@@ -506,23 +508,37 @@ static void bench_eff(bench_t *b)
 }
 
 // ----------------------------------------------------------------------------
-// 2. the 1F1B bubble
+// 2. the pipeline bubble, per schedule
+
+/* Each schedule's stage-0 bubble formula: 1F1B (p-1)/(m+p-1); ZB-H1 (p-1)/(3m+p-1), the
+ * paper's (p-1)(T_F+T_B-T_W) with T_F = T_B = T_W (common/plan.h). */
+static double bubble_theory(ch_schedule_t sched, uint32_t p, uint32_t m)
+{
+    return (double)(p - 1) / ((sched == CH_SCHEDULE_ZBH1 ? 3 : 1) * m + p - 1);
+}
 
 static void bench_bubble(bench_t *b)
 {
-    enum { NP = 2, NM = 3 };
+    enum { NP = 2, NM = 3, NS = 2, N = NP * NM * NS };
     static const uint32_t ps[NP] = {2, 4}, ms[NM] = {4, 8, 16};
-    cfg_t cfgs[NP * NM];
-    for (size_t i = 0; i < NP * NM; i++)
-        cfgs[i] = (cfg_t){.tp = 1, .pp = ps[i / NM], .dp = 1, .m = ms[i % NM], .threads = 1};
-    printf("\n== 1F1B bubble: pipeline send/recv wait over the step, 1 OpenBLAS thread per rank "
-           "==\n");
-    measure_group(b, cfgs, NP * NM);
-    for (size_t i = 0; i < NP * NM; i++) {
+    static const ch_schedule_t ss[NS] = {CH_SCHEDULE_1F1B, CH_SCHEDULE_ZBH1};
+    cfg_t cfgs[N];
+    for (size_t i = 0; i < N; i++)
+        cfgs[i] = (cfg_t){.tp = 1,
+                          .pp = ps[i / (NM * NS)],
+                          .dp = 1,
+                          .m = ms[i / NS % NM],
+                          .threads = 1,
+                          .sched = ss[i % NS]};
+    printf("\n== pipeline bubble (1f1b, zb-h1): pipeline send/recv wait over the step, 1 "
+           "OpenBLAS thread per rank; each p, m measured in turns across both schedules ==\n");
+    measure_group(b, cfgs, N);
+    for (size_t i = 0; i < N; i++) {
         const result_t *r = get(b, &cfgs[i]);
         uint32_t p = cfgs[i].pp, m = cfgs[i].m;
-        double theory = (double)(p - 1) / (m + p - 1), sum = 0, s0 = r->mean[0].bubble;
-        printf("    p=%u m=%u: theory %.3f; bubble per stage", p, m, theory);
+        const char *sn = ch_schedule_name(cfgs[i].sched);
+        double theory = bubble_theory(cfgs[i].sched, p, m), sum = 0, s0 = r->mean[0].bubble;
+        printf("    %s p=%u m=%u: theory %.3f; bubble per stage", sn, p, m, theory);
         for (uint32_t s = 0; s < p; s++) {
             printf(" %.3f", r->mean[s].bubble);
             sum += r->mean[s].bubble;
@@ -532,11 +548,24 @@ static void bench_bubble(bench_t *b)
             printf(" %.3f", (r->mean[s].time.pp_wait + r->mean[s].time.zero) / r->mean[s].seconds);
         printf("; stage 0 %+.1f points from theory (goal: within 3): %s\n", 100 * (s0 - theory),
                fabs(s0 - theory) <= 0.03 ? "met" : "missed");
-        char name[64];
-        snprintf(name, sizeof name, "bubble_p%u_m%u_stage0", p, m);
-        result_line(name, s0, "fraction", "1f1b_(p-1)/(m+p-1)", theory);
-        snprintf(name, sizeof name, "bubble_p%u_m%u_stage_mean", p, m);
-        result_line(name, sum / p, "fraction", "1f1b_(p-1)/(m+p-1)", theory);
+        char name[64], ref[48];
+        snprintf(ref, sizeof ref, "%s_formula", sn);
+        snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage0", sn, p, m);
+        result_line(name, s0, "fraction", ref, theory);
+        snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage_mean", sn, p, m);
+        result_line(name, sum / p, "fraction", ref, theory);
+        if (cfgs[i].sched != CH_SCHEDULE_ZBH1)
+            continue;
+        /* the pair measured in turns: zb-h1's stage-0 bubble and step over 1f1b's */
+        const result_t *f = get(b, &cfgs[i - 1]);
+        double ratio = f->mean[0].bubble > 0 ? s0 / f->mean[0].bubble : 0;
+        printf("    zb-h1 / 1f1b p=%u m=%u: stage-0 bubble ratio %.3f%s, step %.3f s / %.3f s\n", p,
+               m, ratio,
+               p == 4 && m == 8 ? (ratio <= 0.5 ? " (goal <= 0.5: met)" : " (goal <= 0.5: missed)")
+                                : "",
+               r->step_s, f->step_s);
+        snprintf(name, sizeof name, "bubble_zb-h1_over_1f1b_p%u_m%u_stage0", p, m);
+        result_line(name, s0, "fraction", "1f1b_measured", f->mean[0].bubble);
     }
 }
 
@@ -657,13 +686,19 @@ static void bench_mem(bench_t *b)
     /* N = 1, 2, 4; ZeRO-3 in both policies; replicated DP for contrast; micro-batch size 2.
      * Each layout steps, so its allocator's high-water mark is measured. */
     cfg_t cfgs[] = {
-        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},
-        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0},
-        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0}, {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 0},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 0},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 0},  {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},
-        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0},  {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0},
-        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0},
+        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B},
+        {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
     };
     size_t n = sizeof cfgs / sizeof cfgs[0];
     for (size_t i = 0; i < n; i++)

@@ -140,7 +140,10 @@ Test(jobspec, bad_values_name_the_field)
     expect_parse_error("[job]\nkind = eval\n", "[job] kind: expected train or diag");
     expect_parse_error("[parallel]\nreshard = sometimes\n", "[parallel] reshard");
     expect_parse_error("[parallel]\nstage_split = greedy\n",
-                       "[parallel] stage_split: expected even or balanced, got 'greedy'");
+                       "[parallel] stage_split: expected even, balanced or auto, got 'greedy'");
+    expect_parse_error("[parallel]\nschedule = gpipe\n",
+                       "[parallel] schedule: expected 1f1b, interleaved or zb-h1, got 'gpipe'");
+    expect_parse_error("[parallel]\nvirtual_stages = 0\n", "[parallel] virtual_stages: must be");
     expect_parse_error("[train]\ndevice = gpu\n",
                        "[train] device: expected cpu or cuda, got 'gpu'");
     expect_parse_error("[train]\nprecision = fp16\n",
@@ -260,6 +263,53 @@ Test(jobspec, validate_parallel)
     INVALID(j.parallel.reshard = (ch_reshard_t)9, "parallel.reshard");
     INVALID(j.parallel.stage_split = (ch_stage_split_t)4, "parallel.stage_split: bad split 4");
     INVALID((j.parallel.dp = 300000, j.parallel.tp = 4, j.model.heads = 4), "world size");
+}
+
+/* parallel.schedule and virtual_stages: each refusal names the field to change */
+Test(jobspec, validate_schedule)
+{
+    VALID((j.parallel.pp = 2, j.parallel.schedule = CH_SCHEDULE_ZBH1));
+    INVALID(j.parallel.schedule = (ch_schedule_t)7, "parallel.schedule: bad schedule 7");
+    INVALID((j.parallel.pp = 2, j.parallel.virtual_stages = 2),
+            "parallel.virtual_stages: 2 chunks per rank need parallel.schedule = interleaved, "
+            "not 1f1b");
+    INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.parallel.recompute = CH_RECOMPUTE_FULL),
+            "parallel.recompute: full cannot combine with parallel.schedule = zb-h1");
+    INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.train.device = CH_DEVICE_CUDA),
+            "train.device: cuda cannot run parallel.schedule = zb-h1");
+    /* Megatron's rules, then "not built yet" */
+    INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2),
+            "parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2");
+    INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+             j.parallel.virtual_stages = 2, j.parallel.microbatches = 3),
+            "parallel.microbatches: 3 is not a multiple of pp 2");
+    INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+             j.parallel.virtual_stages = 3, j.parallel.microbatches = 4),
+            "parallel.virtual_stages: model.layers 4 is not divisible by pp x virtual_stages = 6");
+    INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+             j.parallel.virtual_stages = 2, j.parallel.microbatches = 4),
+            "parallel.schedule: interleaved is not built yet (the rules hold: 2 chunks of 1 "
+            "blocks per rank)");
+}
+
+/* The canonical text carries the schedule keys across processes. */
+Test(jobspec, schedule_round_trip)
+{
+    ch_jobspec_t j, back;
+    char err[256] = "", *text = NULL;
+    ch_jobspec_defaults(&j);
+    cr_expect_eq(j.parallel.schedule, CH_SCHEDULE_1F1B, "1f1b by default");
+    cr_expect_eq(j.parallel.virtual_stages, 1);
+    cr_assert_eq(ch_jobspec_set(&j, "parallel.schedule=zb-h1", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_set(&j, "parallel.stage_split=auto", err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ch_jobspec_format(&j, &text), 0);
+    cr_expect(strstr(text, "schedule = zb-h1\n") != NULL, "%s", text);
+    cr_expect(strstr(text, "stage_split = auto\n") != NULL, "%s", text);
+    ch_jobspec_defaults(&back);
+    cr_assert_eq(ch_jobspec_parse(text, &back, err, sizeof(err)), 0, "%s", err);
+    cr_expect_eq(back.parallel.schedule, CH_SCHEDULE_ZBH1);
+    cr_expect_eq(back.parallel.stage_split, CH_SPLIT_AUTO);
+    free(text);
 }
 
 Test(jobspec, validate_train)

@@ -1,6 +1,7 @@
-/* workerd/engine pipeline parallelism (1F1B, pipeline.c, p2p.c) through the trainer, ranks
- * as threads: every layout trains like one rank on the same global batch; the same layout
- * twice and a resume are bit-identical; the schedule's slot count. */
+/* workerd/engine pipeline parallelism (1F1B and ZB-H1, pipeline.c, p2p.c) through the
+ * trainer, ranks as threads: every layout trains like one rank on the same global batch;
+ * the same layout twice and a resume are bit-identical; ZB-H1 gives 1F1B's bits, also
+ * resumed from a 1F1B checkpoint; the schedule's slot count. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -213,9 +214,71 @@ Test(pipeline, same_layout_twice_and_resume_are_bit_identical)
     free_runs(c, 4);
 }
 
-Test(pipeline, slots_follow_1f1b)
+/* parallel.schedule = zb-h1 sums every gradient in 1F1B's order: the same losses and the
+ * same parameter bits on every rank, the pipeline's stages as test_layouts.c checks them
+ * with ZeRO-3 */
+static void zbh1_like_1f1b(uint32_t pp, uint32_t dp)
 {
-    cr_expect_eq(eng_pipeline_slots(4, 0, 8), 4);
-    cr_expect_eq(eng_pipeline_slots(4, 3, 8), 1);
-    cr_expect_eq(eng_pipeline_slots(4, 0, 2), 2);
+    ch_jobspec_t one, zb;
+    spec_for(&one, pp, dp);
+    spec_for(&zb, pp, dp);
+    zb.parallel.schedule = CH_SCHEDULE_ZBH1;
+    rank_run_t a[MAXR], b[MAXR];
+    run_layout(&one, 0, a);
+    run_layout(&zb, 0, b);
+    uint32_t n = pp * dp;
+    for (uint32_t r = 0; r < n; r++) {
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[r].losses[s], b[r].losses[s],
+                         "pp=%u dp=%u rank %u step %d: %.9g vs %.9g", pp, dp, r, s, a[r].losses[s],
+                         b[r].losses[s]);
+        cr_assert_eq(a[r].nparams, b[r].nparams);
+        cr_expect_eq(memcmp(a[r].params, b[r].params, a[r].nparams * sizeof(float)), 0,
+                     "pp=%u dp=%u rank %u: zb-h1's parameters differ from 1f1b's", pp, dp, r);
+    }
+    printf("pipeline: zb-h1 pp=%u dp=%u: stage 0 bubble %.3f (1f1b %.3f)\n", pp, dp,
+           b[0].bubble / STEPS, a[0].bubble / STEPS);
+    free_runs(a, n);
+    free_runs(b, n);
+}
+
+Test(pipeline, zbh1_is_bit_identical_to_1f1b)
+{
+    zbh1_like_1f1b(2, 1);
+    zbh1_like_1f1b(4, 1);
+    zbh1_like_1f1b(2, 2);
+    zbh1_like_1f1b(1, 1);
+}
+
+/* A 1f1b run's checkpoint resumed with zb-h1 continues exactly as the 1f1b run did. */
+Test(pipeline, resume_into_another_schedule_is_exact)
+{
+    ch_jobspec_t j, zb;
+    spec_for(&j, 2, 1);
+    zb = j;
+    zb.parallel.schedule = CH_SCHEDULE_ZBH1;
+    rank_run_t a[MAXR], c[MAXR];
+    run_layout(&j, 0, a);
+    run_layout(&zb, 10, c);
+    for (uint32_t r = 0; r < 2; r++) {
+        for (int s = 10; s < STEPS; s++)
+            cr_expect_eq(a[r].losses[s], c[r].losses[s],
+                         "rank %u step %d after resuming with zb-h1: %.9g vs %.9g", r, s,
+                         a[r].losses[s], c[r].losses[s]);
+        cr_expect_eq(memcmp(a[r].params, c[r].params, a[r].nparams * sizeof(float)), 0,
+                     "rank %u: parameters after resuming with zb-h1 differ", r);
+    }
+    free_runs(a, 2);
+    free_runs(c, 2);
+}
+
+Test(pipeline, slots_follow_the_schedule)
+{
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 8), 4);
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 3, 8), 1);
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 2), 2);
+    /* ZB-H1: (p - s) in flight and s weight passes pending, on every stage */
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 3, 8), 4);
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 0, 8), 4);
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 2, 3), 3);
 }

@@ -10,7 +10,7 @@
 /* GPT-2 124M (Hugging Face's "gpt2"). */
 static ch_model_cfg_t gpt2(uint32_t seq_len)
 {
-    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0};
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B};
     return m;
 }
 
@@ -146,12 +146,12 @@ Test(plan, absurd_models_do_not_overflow)
 {
     ch_plan_t p;
     /* vocab 2^32 - 1 pads past 2^32: no wrap. */
-    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0};
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B};
     cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(p.padded_vocab, 4294967296.0);
     cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
     /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
-    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0};
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B};
     cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
     cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
     cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);
@@ -197,4 +197,67 @@ Test(plan, balanced_stages_weigh_the_lm_head)
     cr_expect_eq(pe.stage, 1);
     cr_expect_eq(pb.stage, 0);
     cr_expect_gt(pb.total_bytes, pe.total_bytes, "balancing time costs stage 0 memory");
+}
+
+/* GPT-2 124M laid out tp 1 x pp 2 x dp 1 with mbs sequences a micro-batch, 4 of them. */
+static ch_jobspec_t gpt2_job(uint32_t mbs, ch_stage_split_t split, ch_schedule_t sched)
+{
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    j.model.layers = 12;
+    j.model.heads = 12;
+    j.model.embd = 768;
+    j.model.vocab = 50257;
+    j.model.seq_len = 1024;
+    j.parallel.pp = 2;
+    j.parallel.microbatches = 4;
+    j.parallel.micro_batch_size = mbs;
+    j.parallel.stage_split = split;
+    j.parallel.schedule = sched;
+    return j;
+}
+
+/* parallel.stage_split = auto: balanced (the LM head's stage gets fewer blocks) while its
+ * busiest stage fits the budget; even once balanced's stage 0 would not (a batch of 256
+ * sequences puts it past 76 GiB), whatever the even split's own need. */
+Test(plan, auto_split_picks_balanced_within_the_budget)
+{
+    ch_jobspec_t bal = gpt2_job(8, CH_SPLIT_BALANCED, CH_SCHEDULE_1F1B);
+    ch_jobspec_t fits = gpt2_job(8, CH_SPLIT_AUTO, CH_SCHEDULE_1F1B);
+    ch_jobspec_t big = gpt2_job(256, CH_SPLIT_AUTO, CH_SCHEDULE_1F1B);
+    cr_expect_eq(ch_plan_model_of(&bal).balanced_stages, 1);
+    cr_expect_eq(ch_plan_model_of(&fits).balanced_stages, 1, "auto: balanced fits at mbs 8");
+    ch_model_cfg_t b = ch_plan_model_of(&big);
+    cr_expect_eq(b.balanced_stages, 0, "auto: even when balanced's peak is over the budget");
+    b.balanced_stages = 1;
+    ch_plan_t p;
+    cr_assert_eq(ch_plan_stage(&b, lay(1, 2, 1), 256, 4, CH_RESHARD_PER_USE, 0, &p), 0);
+    cr_expect_gt(p.total_bytes, CH_PLAN_AUTO_BUDGET);
+    /* one stage has nothing to balance */
+    ch_jobspec_t one = gpt2_job(8, CH_SPLIT_AUTO, CH_SCHEDULE_1F1B);
+    one.parallel.pp = 1;
+    cr_expect_eq(ch_plan_model_of(&one).balanced_stages, 0);
+}
+
+/* parallel.schedule = zb-h1: the paper's bubble with T_F = T_B = T_W, (p - 1)/(3m + p - 1);
+ * every stage keeps min(pp, m) micro-batches, past stage 0 with the blocks' output
+ * gradients for the weight pass, N(4C + 7C/tp) floats a block. */
+Test(plan, zbh1_bubble_and_memory)
+{
+    ch_jobspec_t f = gpt2_job(1, CH_SPLIT_EVEN, CH_SCHEDULE_1F1B);
+    ch_jobspec_t z = gpt2_job(1, CH_SPLIT_EVEN, CH_SCHEDULE_ZBH1);
+    ch_model_cfg_t mf = ch_plan_model_of(&f), mz = ch_plan_model_of(&z);
+    ch_plan_t pf[2], pz[2];
+    for (uint32_t s = 0; s < 2; s++) {
+        cr_assert_eq(ch_plan_stage(&mf, lay(1, 2, 1), 1, 4, CH_RESHARD_PER_USE, s, &pf[s]), 0);
+        cr_assert_eq(ch_plan_stage(&mz, lay(1, 2, 1), 1, 4, CH_RESHARD_PER_USE, s, &pz[s]), 0);
+    }
+    cr_expect_float_eq(pf[0].bubble, 1.0 / 5, 1e-12);
+    cr_expect_float_eq(pz[0].bubble, 1.0 / 13, 1e-12);
+    cr_expect_eq(pf[1].in_flight, 1);
+    cr_expect_eq(pz[1].in_flight, 2);
+    cr_expect_eq(pz[0].in_flight, 2);
+    cr_expect_eq(pz[0].act_mb_bytes, pf[0].act_mb_bytes, "stage 0's backward stays whole");
+    double N = 1024, C = 768;
+    cr_expect_eq(pz[1].act_mb_bytes - pf[1].act_mb_bytes, 6 * N * (4 * C + 7 * C) * 4.0);
 }

@@ -414,6 +414,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (rc == 0 && opts != NULL && opts->dp > 1 && opts->dp_rank >= opts->dp) {
         rc = -EINVAL;
     }
+    if (rc == 0 && opts != NULL && opts->split_backward && opts->recompute != CH_RECOMPUTE_NONE) {
+        rc = -EINVAL; /* the weight pass reads what recomputation drops */
+    }
     if (rc < 0) {
         return rc;
     }
@@ -433,6 +436,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->external = opts != NULL && opts->external_blocks;
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
     m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
+    m->split_backward = opts != NULL && opts->split_backward;
     m->dpr = m->dp > 1 ? opts->dp_rank : 0;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
@@ -645,7 +649,7 @@ static void take(void **ptr, char *base, size_t *off, size_t n)
 #define TAKE(ptr, n) take((void **)&(ptr), base, &off, (n))
 
 /* Which of a block's activations a buffer set holds (parallel.recompute). */
-enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4 };
+enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4, KEEP_WPASS = 8 };
 
 /* Block b's activations in `keep`, for micro-batches of up to max_B sequences. */
 static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uint32_t max_B,
@@ -672,12 +676,23 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
     if (keep & KEEP_OUT) {
         TAKE(b->res3, N * C);
     }
+    if (keep & KEEP_WPASS) {
+        TAKE(b->g_fcproj, N * C);
+        TAKE(b->g_fc, N * 4 * m->Cl);
+        TAKE(b->g_ln2, N * C);
+        TAKE(b->g_attproj, N * C);
+        TAKE(b->g_qkv, N * 3 * m->Cl);
+        TAKE(b->g_ln1, N * C);
+    }
     *poff = off;
 }
 
 /* What each block keeps per micro-batch, and what the model's one recompute set holds. */
 static unsigned kept_per_block(const eng_model_t *m)
 {
+    if (m->split_backward) {
+        return KEEP_OUT | KEEP_REST | KEEP_ATT | KEEP_WPASS; /* recompute none */
+    }
     return m->recompute == CH_RECOMPUTE_FULL        ? KEEP_OUT
            : m->recompute == CH_RECOMPUTE_SELECTIVE ? KEEP_OUT | KEEP_REST
                                                     : KEEP_OUT | KEEP_REST | KEEP_ATT;
@@ -801,6 +816,7 @@ void eng_acts_reset(eng_acts_t *a)
     a->head_live = 0;
     for (uint32_t i = 0; i < a->m->part.last - a->m->part.first; i++) {
         a->blk[i].live = 0;
+        a->blk[i].wpending = 0;
     }
 }
 

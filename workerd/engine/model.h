@@ -170,6 +170,11 @@ typedef struct eng_model_opts {
      * Exact: the same kernels on the same inputs, the same bits as none. The recomputed
      * activations live in one set for the model. */
     ch_recompute_t recompute;
+    /* parallel.schedule = zb-h1: each block's backward runs as two passes
+     * (eng_model_blocks_backward_input, then eng_model_blocks_backward_weight), each
+     * micro-batch's acts keeping the output gradients the weight pass reads, N·(4C + 7C/tp)
+     * floats a block. Needs recompute none (-EINVAL otherwise). */
+    int split_backward;
 } eng_model_opts_t;
 
 /* What a model object holds: blocks [first, last), the embedding, the head. */
@@ -231,12 +236,17 @@ int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst);
 /* Called by the passes around each block (ZeRO-3 gathers a block's parameters before it
  * runs and reduce-scatters its gradients after its backward): ENG_BLOCK_FORWARD before
  * block l's forward, ENG_BLOCK_BACKWARD before its backward, ENG_BLOCK_BACKWARD_DONE once
- * its backward has accumulated its gradients. A negative return aborts the pass with that
- * code. Bases may be changed inside the hook. */
+ * its backward has accumulated its gradients. A split backward (opts->split_backward)
+ * raises ENG_BLOCK_BACKWARD_INPUT before the input pass (it reads the parameters, writes
+ * no gradient) and ENG_BLOCK_BACKWARD_WEIGHT before the weight pass (it reads no
+ * parameter, accumulates the gradients), then ENG_BLOCK_BACKWARD_DONE. A negative return
+ * aborts the pass with that code. Bases may be changed inside the hook. */
 typedef enum eng_block_event {
     ENG_BLOCK_FORWARD,
     ENG_BLOCK_BACKWARD,
     ENG_BLOCK_BACKWARD_DONE,
+    ENG_BLOCK_BACKWARD_INPUT,
+    ENG_BLOCK_BACKWARD_WEIGHT,
 } eng_block_event_t;
 typedef int (*eng_block_hook_t)(void *ctx, uint32_t l, eng_block_event_t ev);
 /* Install hook (NULL: none); ctx is borrowed. */
@@ -306,6 +316,15 @@ int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint
  * ACCUMULATES the blocks' parameter gradients. */
 int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
                               const float *dy, float *dx);
+/* A split backward (opts->split_backward; ZB-H1): the input pass writes dx as
+ * eng_model_blocks_backward does (same arguments) and keeps in a what the weight pass
+ * reads; no gradient is touched. The weight pass, later, accumulates the blocks'
+ * parameter gradients with the same kernels on the same operands: run in micro-batch
+ * order, the same bits as eng_model_blocks_backward. x stays borrowed until it returns.
+ * CH_E_STATE out of order; -EINVAL when the model is not split. */
+int eng_model_blocks_backward_input(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                                    const float *dy, float *dx);
+int eng_model_blocks_backward_weight(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last);
 /* ln_f, the LM head tied to wte and the cross-entropy on x (last stage). targets [B,T]
  * (host) give *loss (mean over B*T); targets NULL only make logits (eng_model_logits). x is
  * borrowed until eng_model_head_backward on a returns. */

@@ -38,6 +38,11 @@ typedef struct block_acts {
     float *res3;                      /* [N,C] block output, when the caller gives no buffer */
     float *out; /* where the forward wrote the output (res3 or the caller's) */
     int live;   /* forwarded, backward pending */
+    /* split backward (ZB-H1): the output gradients of c_fc's projection [N,C], c_fc
+     * [N,4C/tp], ln_2 [N,C], attn.c_proj [N,C], c_attn [N,3C/tp] and ln_1 [N,C] the input
+     * pass keeps for the weight pass; wpending: the input pass ran, the weight pass not */
+    float *g_fcproj, *g_fc, *g_ln2, *g_attproj, *g_qkv, *g_ln1;
+    int wpending;
 } block_acts_t;
 
 struct eng_acts {
@@ -95,6 +100,7 @@ struct eng_model {
     /* parallel.recompute: what a block's backward recomputes lives in one set for the
      * model (one block's backward at a time; a forward uses it only within a block) */
     ch_recompute_t recompute;
+    int split_backward; /* eng_model_opts_t's */
     block_acts_t work;
     void *work_mem;
 

@@ -113,16 +113,36 @@ static int block_recompute(eng_model_t *m, eng_acts_t *a, uint32_t l)
     return 0;
 }
 
-/* dres: in, gradient of the block's output; out, gradient of its input x. */
-static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres)
+/* A copy of an output gradient the weight pass will read (dst NULL: a whole backward,
+ * which reads it at once). */
+static int keep_grad(const eng_backend_t *be, float *dst, const float *src, size_t n)
+{
+    return dst != NULL ? be->copy(be, dst, src, n * sizeof(float), ENG_COPY_D2D) : 0;
+}
+
+/* Block l's gradient base for tensor i; NULL in an input pass (split backward), which
+ * writes no gradient. */
+static float *GW(const eng_model_t *m, uint32_t l, int i, int input_only)
+{
+    return input_only ? NULL : G(m, l, i);
+}
+
+/* dres: in, gradient of the block's output; out, gradient of its input x. input_only (a
+ * split backward's input pass): the kernels write the input gradients alone and the
+ * output gradients the weight pass reads are kept in the block's acts. */
+static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres, int input_only)
 {
     const eng_backend_t *be = m->be;
     block_acts_t *b = &a->blk[l - m->part.first];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
-    int N = B * T;
+    int N = B * T, io = input_only;
     size_t NC = (size_t)N * C;
     float *dbig = m->dbig, *dsmall = m->dsmall;
-    int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD);
+    block_acts_t k = {0}; /* where the output gradients are kept (input pass) */
+    if (io) {
+        k = *b;
+    }
+    int rc = eng_model_block_event(m, l, io ? ENG_BLOCK_BACKWARD_INPUT : ENG_BLOCK_BACKWARD);
     if (rc == 0) {
         rc = block_recompute(m, a, l);
     }
@@ -131,28 +151,65 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     }
     // MLP branch: res3 = res2 + g(gelu(f(ln2(res2)) @ Wfc + bfc) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
-    be->matmul_bwd(be, dbig, G(m, l, FCPROJW), G(m, l, FCPROJB), dres, b->fch_gelu,
+    CH_CHECK_GOTO(keep_grad(be, k.g_fcproj, dres, NC), rc, done);
+    be->matmul_bwd(be, dbig, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, b->fch_gelu,
                    P(m, l, FCPROJW), N, 4 * Cl, C);
     be->gelu_bwd(be, dbig, b->fch, dbig, (size_t)N * 4 * Cl);
-    be->matmul_bwd(be, dsmall, G(m, l, FCW), G(m, l, FCB), dbig, b->ln2, P(m, l, FCW), N, C,
-                   4 * Cl);
+    CH_CHECK_GOTO(keep_grad(be, k.g_fc, dbig, (size_t)N * 4 * Cl), rc, done);
+    be->matmul_bwd(be, dsmall, GW(m, l, FCW, io), GW(m, l, FCB, io), dbig, b->ln2, P(m, l, FCW), N,
+                   C, 4 * Cl);
     CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
-    be->layernorm_bwd(be, dres, G(m, l, LN2W), G(m, l, LN2B), dsmall, b->res2, P(m, l, LN2W),
-                      b->ln2_mean, b->ln2_rstd, N, C);
+    CH_CHECK_GOTO(keep_grad(be, k.g_ln2, dsmall, NC), rc, done);
+    be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), dsmall, b->res2,
+                      P(m, l, LN2W), b->ln2_mean, b->ln2_rstd, N, C);
     // attention branch: res2 = x + g(attn(f(ln1(x))) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
-    be->matmul_bwd(be, dsmall, G(m, l, ATTPROJW), G(m, l, ATTPROJB), dres, b->atty,
+    CH_CHECK_GOTO(keep_grad(be, k.g_attproj, dres, NC), rc, done);
+    be->matmul_bwd(be, dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, b->atty,
                    P(m, l, ATTPROJW), N, Cl, C);
     be->attention_bwd(be, dbig, m->datt, dsmall, b->qkv, b->att, B, T, Cl, NHl);
-    be->matmul_bwd(be, dsmall, G(m, l, QKVW), G(m, l, QKVB), dbig, b->ln1, P(m, l, QKVW), N, C,
-                   3 * Cl);
+    CH_CHECK_GOTO(keep_grad(be, k.g_qkv, dbig, (size_t)N * 3 * Cl), rc, done);
+    be->matmul_bwd(be, dsmall, GW(m, l, QKVW, io), GW(m, l, QKVB, io), dbig, b->ln1, P(m, l, QKVW),
+                   N, C, 3 * Cl);
     CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
-    be->layernorm_bwd(be, dres, G(m, l, LN1W), G(m, l, LN1B), dsmall, b->x, P(m, l, LN1W),
+    CH_CHECK_GOTO(keep_grad(be, k.g_ln1, dsmall, NC), rc, done);
+    be->layernorm_bwd(be, dres, GW(m, l, LN1W, io), GW(m, l, LN1B, io), dsmall, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
-    b->live = 0;
-    rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
+    if (io) {
+        b->wpending = 1; /* live until the weight pass */
+    } else {
+        b->live = 0;
+        rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
+    }
 done:
     return rc;
+}
+
+/* The weight pass of block l (split backward): the parameter gradients block_backward
+ * accumulates, from the output gradients its input pass kept; the kernels read no
+ * parameter and no input gradient. */
+static int block_weight(eng_model_t *m, eng_acts_t *a, uint32_t l)
+{
+    const eng_backend_t *be = m->be;
+    block_acts_t *b = &a->blk[l - m->part.first];
+    int C = (int)m->cfg.embd, Cl = (int)m->Cl, N = (int)(a->B * a->T);
+    int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_WEIGHT);
+    if (rc < 0) {
+        return rc;
+    }
+    be->matmul_bwd(be, NULL, G(m, l, FCPROJW), G(m, l, FCPROJB), b->g_fcproj, b->fch_gelu, NULL, N,
+                   4 * Cl, C);
+    be->matmul_bwd(be, NULL, G(m, l, FCW), G(m, l, FCB), b->g_fc, b->ln2, NULL, N, C, 4 * Cl);
+    be->layernorm_bwd(be, NULL, G(m, l, LN2W), G(m, l, LN2B), b->g_ln2, b->res2, NULL, b->ln2_mean,
+                      b->ln2_rstd, N, C);
+    be->matmul_bwd(be, NULL, G(m, l, ATTPROJW), G(m, l, ATTPROJB), b->g_attproj, b->atty, NULL, N,
+                   Cl, C);
+    be->matmul_bwd(be, NULL, G(m, l, QKVW), G(m, l, QKVB), b->g_qkv, b->ln1, NULL, N, C, 3 * Cl);
+    be->layernorm_bwd(be, NULL, G(m, l, LN1W), G(m, l, LN1B), b->g_ln1, b->x, NULL, b->ln1_mean,
+                      b->ln1_rstd, N, C);
+    b->wpending = 0;
+    b->live = 0;
+    return eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
 }
 
 // ----------------------------------------------------------------------------
@@ -294,15 +351,17 @@ int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint
     return 0;
 }
 
-int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
-                              const float *dy, float *dx)
+/* Blocks [first, last)'s backward, whole or its input pass (block_backward). */
+static int blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                           const float *dy, float *dx, int input_only)
 {
     int rc = check_range(m, a, first, last);
-    if (rc == 0 && (dy == NULL || dx == NULL)) {
+    if (rc == 0 && (dy == NULL || dx == NULL || (input_only && !m->split_backward))) {
         rc = -EINVAL;
     }
     for (uint32_t l = first; rc == 0 && l < last; l++) {
-        if (!a->blk[l - m->part.first].live) {
+        const block_acts_t *b = &a->blk[l - m->part.first];
+        if (!b->live || b->wpending) {
             rc = CH_E_STATE;
         }
     }
@@ -314,7 +373,37 @@ int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uin
         return rc;
     }
     for (uint32_t l = last; rc == 0 && l-- > first;) {
-        rc = block_backward(m, a, l, dx);
+        rc = block_backward(m, a, l, dx, input_only);
+    }
+    return rc;
+}
+
+int eng_model_blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                              const float *dy, float *dx)
+{
+    return blocks_backward(m, a, first, last, dy, dx, 0);
+}
+
+int eng_model_blocks_backward_input(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
+                                    const float *dy, float *dx)
+{
+    return blocks_backward(m, a, first, last, dy, dx, 1);
+}
+
+int eng_model_blocks_backward_weight(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last)
+{
+    int rc = check_range(m, a, first, last);
+    if (rc == 0 && !m->split_backward) {
+        rc = -EINVAL;
+    }
+    for (uint32_t l = first; rc == 0 && l < last; l++) {
+        if (!a->blk[l - m->part.first].wpending) {
+            rc = CH_E_STATE;
+        }
+    }
+    /* the backward's block order, so ZeRO-3 reduce-scatters as it does */
+    for (uint32_t l = last; rc == 0 && l-- > first;) {
+        rc = block_weight(m, a, l);
     }
     return rc;
 }

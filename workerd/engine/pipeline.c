@@ -1,4 +1,4 @@
-/* The 1F1B schedule (pipeline.h). */
+/* The 1F1B and ZB-H1 schedules (pipeline.h). */
 #include "workerd/engine/pipeline.h"
 
 #include <errno.h>
@@ -7,9 +7,14 @@
 
 #include "common/err.h"
 
-uint32_t eng_pipeline_slots(uint32_t stages, uint32_t stage, uint32_t m)
+int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
 {
-    uint32_t s = stages - stage;
+    return sched == ENG_PIPE_ZBH1 && stage > 0;
+}
+
+uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m)
+{
+    uint32_t s = sched == ENG_PIPE_ZBH1 ? stages : stages - stage;
     return s < m ? s : m;
 }
 
@@ -26,17 +31,19 @@ static float *zalloc(const eng_pipeline_t *p, size_t n)
     return buf;
 }
 
-int eng_pipeline_init(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
-                      uint32_t stages, uint32_t stage, int32_t prev, int32_t next, uint32_t m,
-                      size_t count)
+int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_backend_t *be,
+                      wrk_coll_group_t *pp, uint32_t stages, uint32_t stage, int32_t prev,
+                      int32_t next, uint32_t m, size_t count)
 {
     memset(p, 0, sizeof *p);
-    if (stages == 0 || stage >= stages || m == 0 || count == 0)
+    if (stages == 0 || stage >= stages || m == 0 || count == 0 ||
+        (sched != ENG_PIPE_1F1B && sched != ENG_PIPE_ZBH1))
         return -EINVAL;
     p->be = be ? be : eng_backend_cpu();
+    p->schedule = sched;
     p->stage = stage;
     p->stages = stages;
-    p->slots = eng_pipeline_slots(stages, stage, m);
+    p->slots = eng_pipeline_slots(sched, stages, stage, m);
     p->count = count;
     eng_p2p_init(&p->p2p, pp, prev, next);
     size_t n = (size_t)p->slots * count;
@@ -128,13 +135,28 @@ static int after_bwd(eng_pipeline_t *p, uint32_t mb, int recv_x_next, uint32_t n
     return eng_p2p_send_prev(&p->p2p, dx, p->count, &p->dxsend[mb % p->slots]);
 }
 
+/* ZB-H1: the weight passes due once `done` backwards have run, keeping up to the stage's
+ * index pending (pipeline.h); *w the next micro-batch whose W has not run. */
+static int weights_due(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t done, uint32_t *w)
+{
+    int rc = 0, split = eng_pipeline_splits(p->schedule, p->stage);
+    while (rc == 0 && split && *w + p->stage < done) {
+        rc = ops->weight(ops->ctx, *w, *w % p->slots);
+        ++*w;
+    }
+    return rc;
+}
+
 /* The steady state: each forward's send pairs with the receive of the gradient the
  * backward that follows needs, and each backward's send with the receive of the next
  * forward's input (Megatron's send_forward_recv_backward and send_backward_recv_forward),
- * so neighbouring stages always exchange in matching pairs. */
-static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, uint32_t n)
+ * so neighbouring stages always exchange in matching pairs. ZB-H1 sends the input gradient
+ * alone (non-blocking), runs the weight pass due, then receives the next input: the slot
+ * it lands in was freed by that weight pass. */
+static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, uint32_t n,
+                  uint32_t *w)
 {
-    int send = p->stage + 1 < p->stages;
+    int send = p->stage + 1 < p->stages, zb = eng_pipeline_splits(p->schedule, p->stage);
     int rc = n ? recv_x(p, warm) : 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         const float *y = NULL;
@@ -144,17 +166,22 @@ static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, 
         if (rc == 0)
             rc = bwd(p, ops, i);
         if (rc == 0)
-            rc = after_bwd(p, i, i + 1 < n, warm + i + 1);
+            rc = after_bwd(p, i, !zb && i + 1 < n, warm + i + 1);
+        if (rc == 0)
+            rc = weights_due(p, ops, i + 1, w);
+        if (rc == 0 && zb && i + 1 < n)
+            rc = recv_x(p, warm + i + 1);
     }
     return rc;
 }
 
 int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns)
 {
-    if (m == 0 || !p->slots || eng_pipeline_slots(p->stages, p->stage, m) > p->slots)
+    if (m == 0 || !p->slots || eng_pipeline_slots(p->schedule, p->stages, p->stage, m) > p->slots ||
+        (eng_pipeline_splits(p->schedule, p->stage) && !ops->weight))
         return -EINVAL;
     uint64_t w0 = p->p2p.wait_ns;
-    uint32_t warm = p->stages - p->stage - 1;
+    uint32_t warm = p->stages - p->stage - 1, w = 0;
     if (warm > m)
         warm = m;
     int rc = 0, send = p->stage + 1 < p->stages;
@@ -167,14 +194,19 @@ int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, 
             rc = after_fwd(p, i, y, 0);
     }
     if (rc == 0)
-        rc = steady(p, ops, warm, m - warm);
+        rc = steady(p, ops, warm, m - warm, &w);
     for (uint32_t i = m - warm; rc == 0 && i < m; i++) {
         rc = p->dy ? eng_p2p_recv_next(&p->p2p, p->dy, p->count) : 0;
         if (rc == 0)
             rc = bwd(p, ops, i);
         if (rc == 0)
             rc = after_bwd(p, i, 0, 0);
+        if (rc == 0)
+            rc = weights_due(p, ops, i + 1, &w);
     }
+    /* ZB-H1: the weight passes still pending fill the end of the step */
+    for (; rc == 0 && eng_pipeline_splits(p->schedule, p->stage) && w < m; w++)
+        rc = ops->weight(ops->ctx, w, w % p->slots);
     /* every send of the step is done before the step's gradients are used */
     for (uint32_t i = 0; rc == 0 && i < p->slots; i++) {
         rc = eng_p2p_finish(&p->p2p, &p->ysend[i]);

@@ -16,6 +16,20 @@
  * two neighbours each queueing [send][recv] would wait on each other for ever. Warm-up and
  * cool-down sends go alone and non-blocking, completed only before their buffer is reused.
  *
+ * ZB-H1 (parallel.schedule = zb-h1; Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+ * The backward is split into the input-gradient pass B (ops->backward: what the previous
+ * stage waits for) and the weight-gradient pass W (ops->weight). F and B run in 1F1B's
+ * order with 1F1B's exchanges, so the gradients travel upstream as soon as each B is done;
+ * stage s defers its W passes so that up to s of them are pending (stage 0 none, the last
+ * stage p - 1), runs one W after each later B, and the s left over at the end of the step,
+ * where 1F1B's later stages stand idle waiting for the earlier ones to drain. W passes run
+ * in micro-batch order, so each parameter's gradient is summed in 1F1B's order: the same
+ * bits. A micro-batch's activations live from its F to its W: at most p on any stage
+ * ((p - s) in flight and s pending), 1F1B's stage-0 peak. Stage 0 keeps its backward
+ * whole: it has no gradient to send, so its W would follow its B at once. In the steady state the
+ * input gradient goes alone and non-blocking, the due W runs, and then the next input is received,
+ * so W overlaps the neighbour's reception of the gradient.
+ *
  * The schedule sees the model only through the stage step (eng_stage_ops_t): it owns the
  * [B,T,C] buffers that cross stages, never the model. The bubble is the time blocked on
  * point-to-point over the step's time. */
@@ -38,11 +52,18 @@ typedef struct eng_stage_ops {
      * the same slot returns. */
     int (*forward)(void *ctx, uint32_t mb, uint32_t slot, const float *x, const float **y);
     /* Backward of mb: dy the gradient of its output (NULL on the last stage), dx written
-     * with the gradient of its input (NULL on stage 0). */
+     * with the gradient of its input (NULL on stage 0). ZB-H1: the input-gradient pass. */
     int (*backward)(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx);
+    /* ZB-H1 only, where eng_pipeline_splits: mb's weight-gradient pass, after its
+     * backward, in micro-batch order; x of mb stays untouched until it returns. */
+    int (*weight)(void *ctx, uint32_t mb, uint32_t slot);
 } eng_stage_ops_t;
 
+/* The schedules (parallel.schedule; interleaved is refused by validation) */
+typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1 } eng_pipe_schedule_t;
+
 typedef struct eng_pipeline {
+    eng_pipe_schedule_t schedule;
     uint32_t stage, stages, slots;
     size_t count; /* floats in one activation, B*T*C */
     eng_p2p_t p2p;
@@ -51,17 +72,21 @@ typedef struct eng_pipeline {
     eng_p2p_req_t *ysend, *dxsend;
 } eng_pipeline_t;
 
-/* Slots the schedule needs on stage s of p with m micro-batches: min(p - s, m). */
-uint32_t eng_pipeline_slots(uint32_t stages, uint32_t stage, uint32_t m);
-/* Buffers for micro-batches of count floats on stage `stage` of `stages` running at most m
- * micro-batches, in backend be's memory (the model's: the stage step hands them to its
- * kernels; NULL: the CPU backend), over the column pp (borrowed) with neighbours prev and
- * next. */
-int eng_pipeline_init(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
-                      uint32_t stages, uint32_t stage, int32_t prev, int32_t next, uint32_t m,
-                      size_t count);
+/* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
+int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage);
+/* Slots the schedule needs on stage s of p with m micro-batches: 1F1B min(p - s, m),
+ * ZB-H1 min(p, m). */
+uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m);
+/* Buffers for micro-batches of count floats on stage `stage` of `stages` running schedule
+ * sched with at most m micro-batches, in backend be's memory (the model's: the stage step hands
+ * them to its kernels; NULL: the CPU backend), over the column pp (borrowed) with neighbours prev
+ * and next. */
+int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_backend_t *be,
+                      wrk_coll_group_t *pp, uint32_t stages, uint32_t stage, int32_t prev,
+                      int32_t next, uint32_t m, size_t count);
 void eng_pipeline_fini(eng_pipeline_t *p);
-/* Run one step's m micro-batches through ops in 1F1B order. *wait_ns (may be NULL): time
+/* Run one step's m micro-batches through ops in the schedule's order (ops->weight required
+ * where eng_pipeline_splits). *wait_ns (may be NULL): time
  * blocked on point-to-point during the step. */
 int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns);
 

@@ -128,7 +128,9 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
 {
     size_t n = (size_t)B * T * t->cfg.embd;
     uint32_t m = t->spec.parallel.microbatches;
-    int rc = eng_pipeline_init(&t->pipe, eng_mem_view(t->be, ENG_MEM_ACTS), t->pp, t->stages,
+    eng_pipe_schedule_t sched =
+        t->spec.parallel.schedule == CH_SCHEDULE_ZBH1 ? ENG_PIPE_ZBH1 : ENG_PIPE_1F1B;
+    int rc = eng_pipeline_init(&t->pipe, sched, eng_mem_view(t->be, ENG_MEM_ACTS), t->pp, t->stages,
                                t->stage, t->groups ? t->groups->pp_prev : -1,
                                t->groups ? t->groups->pp_next : -1, m, n);
     if (rc < 0)
@@ -193,10 +195,28 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
         rc = eng_model_head_backward(t->model, a, (float)t->grad_scale, t->grad);
         dy = t->grad;
     }
+    /* zb-h1: the blocks' input pass only; stage_weight runs the rest */
+    int (*blocks)(eng_model_t *, eng_acts_t *, uint32_t, uint32_t, const float *, float *) =
+        eng_pipeline_splits(t->pipe.schedule, t->stage) ? eng_model_blocks_backward_input
+                                                        : eng_model_blocks_backward;
     if (rc == 0)
-        rc = eng_model_blocks_backward(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
+        rc = blocks(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
     if (rc == 0 && first)
         rc = eng_model_embed_backward(t->model, a, t->grad);
+    if (rc == 0 && t->be->sync)
+        rc = t->be->sync(t->be);
+    t->pass_ns += ch_now_ns() - t1;
+    t->pass_comm_ns += comm_ns(t) - c0;
+    return rc;
+}
+
+/* zb-h1's weight pass of mb (pipeline.h): the blocks' parameter gradients. */
+static int stage_weight(void *ctx, uint32_t mb, uint32_t slot)
+{
+    eng_trainer_t *t = ctx;
+    (void)mb;
+    uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
+    int rc = eng_model_blocks_backward_weight(t->model, t->acts[slot], t->first, t->last);
     if (rc == 0 && t->be->sync)
         rc = t->be->sync(t->be);
     t->pass_ns += ch_now_ns() - t1;
@@ -255,6 +275,8 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
     uint32_t B = spec->parallel.micro_batch_size;
     eng_model_opts_t mopts = {.backend = t->be,
                               .recompute = spec->parallel.recompute,
+                              .split_backward = spec->parallel.schedule == CH_SCHEDULE_ZBH1 &&
+                                                t->stage > 0, /* eng_pipeline_splits */
                               .pp = t->stages,
                               .stage = t->stage,
                               .external_blocks = zero};
@@ -555,7 +577,7 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
     /* The live model's forward through the same schedule, with the loss's gradient scaled
      * by 0: every gradient stays exactly zero, so training continues unchanged, and every
      * layout's stages, TP slices and ZeRO-3 gathers work as in a step. */
-    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
+    eng_stage_ops_t ops = {t, stage_forward, stage_backward, stage_weight};
     t->feed = t->val;
     for (uint64_t e = 0; e < n && rc == 0; e++) {
         if (t->zero)
@@ -623,7 +645,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
     double loss_sum = 0, norm = 0;
     uint64_t p2p_ns = 0;
-    eng_stage_ops_t ops = {t, stage_forward, stage_backward};
+    eng_stage_ops_t ops = {t, stage_forward, stage_backward, stage_weight};
     int rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
     if (rc == 0)
         rc = finish_grads(t, &loss_sum, &norm);

@@ -173,10 +173,15 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
         rc = use(z, l, +1);
         break;
     case ENG_BLOCK_BACKWARD:
-        rc = use(z, l, -1);
-        if (rc == 0)
+    case ENG_BLOCK_BACKWARD_INPUT:
+    case ENG_BLOCK_BACKWARD_WEIGHT:
+        /* a split backward's input pass reads the parameters, its weight pass writes the
+         * gradient: one block's unsharded gradient at a time either way */
+        if (ev != ENG_BLOCK_BACKWARD_WEIGHT)
+            rc = use(z, l, -1);
+        if (rc == 0 && ev != ENG_BLOCK_BACKWARD_INPUT)
             rc = z->be->memset(z->be, z->full_g, 0, z->padded * sizeof(float));
-        if (rc == 0)
+        if (rc == 0 && ev != ENG_BLOCK_BACKWARD_INPUT)
             rc = eng_model_set_block_grads(z->m, l, z->full_g);
         break;
     case ENG_BLOCK_BACKWARD_DONE:
