@@ -164,7 +164,7 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
                      "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
                      "limit.\n# TYPE chorus_http_limited_total counter\n"
                      "chorus_http_limited_total %llu\n",
-                     (unsigned long long)c->http.limited);
+                     (unsigned long long)ch_httpd_limited(c->http.srv));
     for (size_t g = 0; g < sizeof(JOB_GAUGES) / sizeof(JOB_GAUGES[0]); g++) {
         coord_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name,
                          JOB_GAUGES[g].help, JOB_GAUGES[g].name);

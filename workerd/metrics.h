@@ -1,10 +1,10 @@
 /* workerd's own HTTP address (metrics-address:metrics-port in workerd.conf; off unless a
  * port is set): Prometheus text on /metrics (the node's ranks, their starts and exits, the
  * coordinator registrations, host memory, GPUs, chorus_build_info and process_*) and
- * "ok" on /healthz. HTTP/1.0, GET and HEAD, one request per connection, then close; at
- * most WRK_METRICS_MAX_CONNS connections at once (the rest wait in the kernel's backlog),
- * each given WRK_METRICS_IDLE_MS in all. It shares the loop with the rank links, so it
- * does no more than render a page of text per request. */
+ * "ok" on /healthz. The server is common/httpd.h (HTTP/1.0, GET and HEAD, one request per
+ * connection), with at most WRK_METRICS_MAX_CONNS connections at once, each given
+ * WRK_METRICS_IDLE_MS in all. It shares the loop with the rank links, so it does no more
+ * than render a page of text per request. */
 #ifndef WRK_METRICS_H
 #define WRK_METRICS_H
 
@@ -15,7 +15,6 @@
 
 #define WRK_METRICS_MAX_CONNS 16
 #define WRK_METRICS_IDLE_MS   5000
-#define WRK_METRICS_HEAD_MAX  4096
 
 typedef struct wrk_metrics wrk_metrics_t;
 
@@ -35,7 +34,8 @@ int wrk_metrics_render(const wrk_metrics_src_t *src, char **out, size_t *len);
 int wrk_metrics_start(uv_loop_t *loop, const char *host, int port, const wrk_metrics_src_t *src,
                       wrk_metrics_t **out);
 int wrk_metrics_port(const wrk_metrics_t *m);
-/* Close the listener and every connection; the memory goes once the loop runs them out. */
+/* Close the listener and every connection (their memory goes once the loop runs the
+ * closes). NULL is fine. */
 void wrk_metrics_stop(wrk_metrics_t *m);
 
 #endif
