@@ -231,7 +231,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
         return CH_E_CONFIG;
     }
     struct sockaddr_in6 sa;
-    if (c->metrics_port && uv_ip4_addr(c->metrics_address, 0, (struct sockaddr_in *)&sa) != 0 &&
+    if (uv_ip4_addr(c->metrics_address, 0, (struct sockaddr_in *)&sa) != 0 &&
         uv_ip6_addr(c->metrics_address, 0, &sa) != 0) {
         CH_LOGE("workerd", "--metrics-address: expected an IP address, got '%s'",
                 c->metrics_address);

@@ -98,6 +98,9 @@ Test(systemd, configuration_errors_exit_78)
 {
     cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--log-level=loud")), 78);
     cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--no-such-flag")), 78);
+    cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--metrics-port=65536")), 78);
+    cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--metrics-address=head")), 78,
+                 "the metrics address is an IP address");
     char exe[PATH_MAX];
     h_bin("coordinatord", exe);
     pid_t pid = fork();

@@ -657,10 +657,16 @@ Test(view, workerd_metrics_count_its_ranks_and_pass_promtool)
     submit(&c, job, id, sizeof id);
     scrape_t busy = {addr, "\nchorus_workerd_ranks 1\n"};
     cr_expect(h_wait_until(scrape_has, &busy, 60000, 50) > 0, "no running rank on /metrics");
+    /* The rank is on the record a restarted workerd checks (workerd/adopt.h). */
+    char state[PATH_MAX + 16], needle[64];
+    snprintf(state, sizeof state, "%s/ranks.state", run);
+    snprintf(needle, sizeof needle, " %s ", id);
+    cr_expect(h_file_has_since(state, 0, needle), "%s does not list job %s", state, id);
     job_ref_t jr = {&c, id};
     cr_expect(h_wait_until(job_completed, &jr, 120000, 200) > 0, "job %s did not complete", id);
     scrape_t done = {addr, "chorus_workerd_rank_exits_total{outcome=\"done\"} 1\n"};
     cr_expect(h_wait_until(scrape_has, &done, 10000, 100) > 0, "the rank's exit is not counted");
+    cr_expect(!h_file_has_since(state, 0, needle), "%s still lists the reaped rank", state);
 
     char *body = NULL, *ok = NULL;
     cr_expect_eq(get(addr, "/metrics", &body), 200);
