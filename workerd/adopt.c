@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -14,6 +17,22 @@
 #include "common/util.h"
 
 #define LINE_MAX_BYTES 160 /* two ints, three u64, a 63-byte job id and the spaces */
+
+int wrk_adopt_lock(const char *run_dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", run_dir, WRK_ADOPT_LOCK) >= sizeof path)
+        return -ENAMETOOLONG;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
 
 int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n)
 {

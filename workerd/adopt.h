@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define WRK_ADOPT_FILE "ranks.state"
+#define WRK_ADOPT_LOCK "ranks.lock"
 #define WRK_ADOPT_MAX  4096 /* lines read; the rest are ignored */
 
 typedef struct wrk_adopt_rank {
@@ -27,6 +28,12 @@ typedef struct wrk_adopt_rank {
     uint64_t gen, token;
     uint32_t rank;
 } wrk_adopt_rank_t;
+
+/* Take the run dir's record for this workerd: an exclusive flock on WRK_ADOPT_LOCK in
+ * run_dir, held by the returned descriptor (close-on-exec, so ranks do not hold it) until
+ * it is closed or the process ends. -EBUSY when another live workerd holds it: two
+ * workerds sharing a run dir must not take each other's ranks for leftovers. */
+int wrk_adopt_lock(const char *run_dir);
 
 /* Record v[0..n) as the ranks alive (atomically: the file is either the old or the new
  * list). 0 or a negative code. */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/conn.h"
 #include "common/err.h"
@@ -103,6 +104,7 @@ struct wrk_agent {
     wrk_evq_t queue; /* events while the coordinator link is down */
     uint64_t rng;
     wrk_agent_stats_t stats; /* the counters; the gauges are filled in by wrk_agent_stats */
+    int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */
 };
 
 static void on_reconnect_timer(uv_timer_t *t);
@@ -302,7 +304,7 @@ static void ranks_record(wrk_agent_t *a)
 {
     char path[CH_PATH_LEN + 32];
     size_t n = 0;
-    if (!a->cfg.run_dir[0])
+    if (a->record_fd < 0)
         return;
     snprintf(path, sizeof path, "%s/%s", a->cfg.run_dir, WRK_ADOPT_FILE);
     for (const rank_ent_t *e = a->ranks; e; e = e->next)
@@ -918,6 +920,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
         (void)wrk_proc_rank_exe(a->rank_exe, sizeof a->rank_exe); /* a spawn names it if missing */
     a->cfg.rank_exe = a->rank_exe;
     a->backoff_ms = BACKOFF_MIN_MS;
+    a->record_fd = -1;
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);
     uv_timer_init(loop, &a->heartbeat);
@@ -931,11 +934,17 @@ int wrk_agent_start(wrk_agent_t *a)
 {
     char path[CH_PATH_LEN + 32];
     unsigned found = 0;
-    snprintf(path, sizeof path, "%s/%s", a->cfg.run_dir, WRK_ADOPT_FILE);
-    int rc = a->cfg.run_dir[0] ? wrk_adopt_reap(path, &found) : 0;
-    if (rc < 0)
-        CH_LOGW("agent", "%s: %s (ranks a previous workerd left are not checked)", path,
-                ch_strerror(rc));
+    int rc = a->cfg.run_dir[0] ? wrk_adopt_lock(a->cfg.run_dir) : -ENOENT;
+    if (rc >= 0) {
+        a->record_fd = rc;
+        snprintf(path, sizeof path, "%s/%s", a->cfg.run_dir, WRK_ADOPT_FILE);
+        if ((rc = wrk_adopt_reap(path, &found)) < 0)
+            CH_LOGW("agent", "%s: %s (ranks a previous workerd left are not checked)", path,
+                    ch_strerror(rc));
+    } else if (a->cfg.run_dir[0]) {
+        CH_LOGW("agent", "run dir %s: %s%s; its rank record is not kept or checked", a->cfg.run_dir,
+                ch_strerror(rc), rc == -EBUSY ? " (another workerd uses it)" : "");
+    }
     a->stats.ranks_left_at_start = found;
     uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
     /* Through the timer so the first connect runs on the loop like every retry. */
@@ -977,6 +986,8 @@ void wrk_agent_destroy(wrk_agent_t *a)
     }
     relays_fail(a, NULL, 0);
     wrk_evq_fini(&a->queue);
+    if (a->record_fd >= 0)
+        close(a->record_fd);
     free(a);
 }
 

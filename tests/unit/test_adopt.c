@@ -2,6 +2,7 @@
  * from a pid the kernel gave to another process (start time), and at start kills the
  * process group of each recorded rank still alive, leaving every other process alone. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,4 +129,16 @@ Test(adopt, reap_kills_the_live_ranks_groups_and_nothing_else)
     free(got);
     kill(-other, SIGKILL);
     waitpid(other, NULL, 0);
+}
+
+Test(adopt, one_workerd_at_a_time_holds_a_run_dirs_record)
+{
+    int fd = wrk_adopt_lock(dir);
+    cr_assert_geq(fd, 0, "%s", strerror(-fd));
+    cr_expect_eq(wrk_adopt_lock(dir), -EBUSY, "a second workerd on the same run dir");
+    close(fd);
+    int again = wrk_adopt_lock(dir);
+    cr_expect_geq(again, 0, "the lock is free once its holder is gone");
+    if (again >= 0)
+        close(again);
 }
