@@ -57,6 +57,15 @@ int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n)
     return rc;
 }
 
+void wrk_adopt_record(const char *run_dir, const wrk_adopt_rank_t *v, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", run_dir, WRK_ADOPT_FILE);
+    int rc = wrk_adopt_save(path, v, n);
+    if (rc < 0)
+        CH_LOGW("adopt", "%s: %s", path, ch_strerror(rc));
+}
+
 int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n)
 {
     char *text = NULL;
@@ -125,4 +134,22 @@ int wrk_adopt_reap(const char *path, unsigned *found)
     }
     free(v);
     return n ? wrk_adopt_save(path, NULL, 0) : 0;
+}
+
+int wrk_adopt_start(const char *run_dir, unsigned *found)
+{
+    char path[4096];
+    *found = 0;
+    int fd = wrk_adopt_lock(run_dir);
+    if (fd < 0) {
+        CH_LOGW("adopt", "run dir %s: %s%s; its rank record is not kept or checked", run_dir,
+                ch_strerror(fd), fd == -EBUSY ? " (another workerd uses it)" : "");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s", run_dir, WRK_ADOPT_FILE);
+    int rc = wrk_adopt_reap(path, found);
+    if (rc < 0)
+        CH_LOGW("adopt", "%s: %s (ranks a previous workerd left are not checked)", path,
+                ch_strerror(rc));
+    return fd;
 }

@@ -38,6 +38,9 @@ int wrk_adopt_lock(const char *run_dir);
 /* Record v[0..n) as the ranks alive (atomically: the file is either the old or the new
  * list). 0 or a negative code. */
 int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n);
+/* wrk_adopt_save to WRK_ADOPT_FILE in run_dir, logging a failure: the record helps the
+ * next start; it does not stop this one. */
+void wrk_adopt_record(const char *run_dir, const wrk_adopt_rank_t *v, size_t n);
 /* Read what wrk_adopt_save wrote; a line that does not parse is skipped. *out is
  * malloc'd (NULL when n is 0). A missing file is 0 entries. 0 or a negative code. */
 int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n);
@@ -47,5 +50,11 @@ int wrk_adopt_alive(const wrk_adopt_rank_t *r);
  * empty the record. *found: how many were alive. 0 or a negative code (the record could
  * not be read; nothing is killed). */
 int wrk_adopt_reap(const char *path, unsigned *found);
+
+/* What a workerd does at start with its run dir: take the record (wrk_adopt_lock) and
+ * check it (wrk_adopt_reap), logging what fails. The lock's descriptor (keep it open while
+ * recording), or -1 when the record is not this workerd's to keep (another holds it, or the
+ * run dir refuses); *found as for wrk_adopt_reap. */
+int wrk_adopt_start(const char *run_dir, unsigned *found);
 
 #endif

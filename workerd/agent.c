@@ -302,31 +302,26 @@ static rank_ent_t *find_rank(wrk_agent_t *a, const char *job, uint64_t gen, uint
  * the record helps the next start; it does not stop this one. */
 static void ranks_record(wrk_agent_t *a)
 {
-    char path[CH_PATH_LEN + 32];
     size_t n = 0;
     if (a->record_fd < 0)
         return;
-    snprintf(path, sizeof path, "%s/%s", a->cfg.run_dir, WRK_ADOPT_FILE);
     for (const rank_ent_t *e = a->ranks; e; e = e->next)
         n += e->proc != NULL;
-    wrk_adopt_rank_t *v = n ? calloc(n, sizeof *v) : NULL;
-    if (n && !v)
+    wrk_adopt_rank_t *v = calloc(n + 1, sizeof *v);
+    if (!v)
         return;
     n = 0;
     for (const rank_ent_t *e = a->ranks; e; e = e->next) {
         if (!e->proc)
             continue;
-        wrk_adopt_rank_t *r = &v[n++];
-        r->pid = e->pid;
-        r->start_ticks = e->start_ticks;
-        snprintf(r->job_id, sizeof r->job_id, "%s", e->job_id);
-        r->gen = e->gen;
-        r->token = e->token;
-        r->rank = e->rank;
+        v[n] = (wrk_adopt_rank_t){.pid = e->pid,
+                                  .start_ticks = e->start_ticks,
+                                  .gen = e->gen,
+                                  .token = e->token,
+                                  .rank = e->rank};
+        snprintf(v[n++].job_id, sizeof v->job_id, "%s", e->job_id);
     }
-    int rc = wrk_adopt_save(path, v, n);
-    if (rc < 0)
-        CH_LOGW("agent", "%s: %s", path, ch_strerror(rc));
+    wrk_adopt_record(a->cfg.run_dir, v, n);
     free(v);
 }
 
@@ -932,19 +927,8 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
 
 int wrk_agent_start(wrk_agent_t *a)
 {
-    char path[CH_PATH_LEN + 32];
     unsigned found = 0;
-    int rc = a->cfg.run_dir[0] ? wrk_adopt_lock(a->cfg.run_dir) : -ENOENT;
-    if (rc >= 0) {
-        a->record_fd = rc;
-        snprintf(path, sizeof path, "%s/%s", a->cfg.run_dir, WRK_ADOPT_FILE);
-        if ((rc = wrk_adopt_reap(path, &found)) < 0)
-            CH_LOGW("agent", "%s: %s (ranks a previous workerd left are not checked)", path,
-                    ch_strerror(rc));
-    } else if (a->cfg.run_dir[0]) {
-        CH_LOGW("agent", "run dir %s: %s%s; its rank record is not kept or checked", a->cfg.run_dir,
-                ch_strerror(rc), rc == -EBUSY ? " (another workerd uses it)" : "");
-    }
+    a->record_fd = a->cfg.run_dir[0] ? wrk_adopt_start(a->cfg.run_dir, &found) : -1;
     a->stats.ranks_left_at_start = found;
     uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
     /* Through the timer so the first connect runs on the loop like every retry. */
