@@ -57,6 +57,18 @@ void ch_buf_put(ch_buf_t *b, const void *data, size_t n)
     b->p[b->len] = '\0';
 }
 
+void ch_buf_label(ch_buf_t *b, const char *s)
+{
+    for (const char *run = s; *s; run = s) {
+        s += strcspn(s, "\\\"\n");
+        ch_buf_put(b, run, (size_t)(s - run));
+        if (*s)
+            ch_buf_puts(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
+        if (*s)
+            s++;
+    }
+}
+
 void ch_buf_fini(ch_buf_t *b)
 {
     free(b->p);

@@ -15,6 +15,8 @@ void ch_buf_printf(ch_buf_t *b, const char *fmt, ...) __attribute__((format(prin
 void ch_buf_puts(ch_buf_t *b, const char *s);
 /* Append n bytes as they are (a body that may hold any byte). */
 void ch_buf_put(ch_buf_t *b, const void *data, size_t n);
+/* s as a Prometheus label value: backslash, double quote and newline escaped. */
+void ch_buf_label(ch_buf_t *b, const char *s);
 void ch_buf_fini(ch_buf_t *b);
 
 #endif

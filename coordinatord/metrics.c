@@ -20,25 +20,6 @@
 // ---------------------------------------------------------------------------------------
 // Rendering
 
-/* Label values escape backslash, double quote and newline. */
-static const char *label(const char *s, char *buf, size_t cap)
-{
-    size_t k = 0;
-    for (; *s && k + 2 < cap; s++) {
-        if (*s == '\\' || *s == '"') {
-            buf[k++] = '\\';
-            buf[k++] = *s;
-        } else if (*s == '\n') {
-            buf[k++] = '\\';
-            buf[k++] = 'n';
-        } else {
-            buf[k++] = *s;
-        }
-    }
-    buf[k] = 0;
-    return buf;
-}
-
 /* The slowest rank's last step time, in seconds: what a step costs the job. */
 static double step_seconds(const coord_job_t *j)
 {
@@ -119,7 +100,6 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
 {
     coord_buf_t b = {0};
     size_t nodes[COORD_NODE_NSTATES], jobs[COORD_JOB_NSTATES];
-    char l1[160], l2[160];
 
     *out = NULL;
     coord_nodes_count(c, nodes);
@@ -176,8 +156,11 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
             if (!isfinite(v))
                 continue; /* not reported: no sample rather than a made-up one */
             /* job_id, not job: Prometheus keeps `job` for the scrape job's name. */
-            coord_buf_printf(&b, "%s{job_id=\"%s\",name=\"%s\"} %.17g\n", JOB_GAUGES[g].name,
-                             label(j->id, l1, sizeof(l1)), label(j->name, l2, sizeof(l2)), v);
+            coord_buf_printf(&b, "%s{job_id=\"", JOB_GAUGES[g].name);
+            ch_buf_label(&b, j->id);
+            coord_buf_puts(&b, "\",name=\"");
+            ch_buf_label(&b, j->name);
+            coord_buf_printf(&b, "\"} %.17g\n", v);
         }
     }
     if (b.err) {

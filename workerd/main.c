@@ -128,6 +128,7 @@ static void on_signal(uv_signal_t *s, int signum)
     ch_notify("STOPPING=1");
     wrk_agent_stop(w->agent);
     wrk_metrics_stop(w->metrics);
+    w->metrics = NULL;
     uv_close((uv_handle_t *)&w->sigterm, NULL);
     uv_close((uv_handle_t *)&w->sigint, NULL);
     uv_close((uv_handle_t *)&w->watchdog, NULL);

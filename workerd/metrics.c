@@ -38,20 +38,6 @@ static void meminfo(const char *path, double *total, double *avail)
     free(text);
 }
 
-/* Label values here are node names and fixed words; quote and backslash are still escaped
- * so an odd name cannot break the exposition. */
-static void label_value(ch_buf_t *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            ch_buf_printf(b, "\\%c", *s);
-        else if (*s == '\n')
-            ch_buf_printf(b, "\\n");
-        else
-            ch_buf_printf(b, "%c", *s);
-    }
-}
-
 int wrk_metrics_render(const wrk_metrics_src_t *src, char **out, size_t *len)
 {
     ch_buf_t b = {0};
@@ -67,9 +53,9 @@ int wrk_metrics_render(const wrk_metrics_src_t *src, char **out, size_t *len)
                   CHORUS_VERSION);
     ch_buf_printf(&b, "# HELP chorus_workerd_info The node this workerd serves (value 1).\n"
                       "# TYPE chorus_workerd_info gauge\nchorus_workerd_info{node=\"");
-    label_value(&b, src->node ? src->node : "");
+    ch_buf_label(&b, src->node ? src->node : "");
     ch_buf_printf(&b, "\",device=\"");
-    label_value(&b, src->device ? src->device : "");
+    ch_buf_label(&b, src->device ? src->device : "");
     ch_buf_printf(&b, "\"} 1\n");
     if (ch_procmetrics_render(proc, sizeof proc) > 0)
         ch_buf_printf(&b, "%s", proc);
