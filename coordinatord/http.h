@@ -1,16 +1,9 @@
-/* The coordinator's HTTP address (cfg.metrics, "HOST:PORT"): Prometheus text on /metrics
- * and the read-only status page (statuspage.h) on / and /jobs/<id>. HTTP/1.0, GET and
- * HEAD only, one request per connection, then close.
- *
- * Nothing here may slow the control socket or the node links, which share the loop and
- * the descriptor table: at most COORD_HTTP_MAX_CONNS connections are open at once (fewer
- * when RLIMIT_NOFILE is small, keeping the rest of the descriptors in reserve); past the
- * cap new connections stay in the kernel's backlog (libuv holds one accepted descriptor
- * and stops polling the listener) until one closes. A connection gets COORD_HTTP_IDLE_MS
- * in all to send its request and take the answer. A request head over
- * COORD_HTTP_HEAD_MAX bytes, or one announcing a body, gets 413; an unknown path 404;
- * another method 405. Rendering is bounded per request (statuspage.h). Each limit that
- * is hit is logged, at most once per COORD_HTTP_LOG_MS. */
+/* The coordinator's HTTP address (cfg.metrics, "HOST:PORT"): Prometheus text on /metrics,
+ * "ok" on /healthz and the read-only status page (statuspage.h) on / and /jobs/<id>. The
+ * server and its limits are common/httpd.h's: at most COORD_HTTP_MAX_CONNS connections at
+ * once (fewer when RLIMIT_NOFILE is small, keeping the rest of the descriptors for the
+ * control socket and the node links), COORD_HTTP_IDLE_MS each. Rendering is bounded per
+ * request (statuspage.h). */
 #ifndef COORD_HTTP_H
 #define COORD_HTTP_H
 
@@ -18,41 +11,30 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/httpd.h"
+#include "common/textbuf.h"
+
 typedef struct coord coord_t;
 
 #define COORD_HTTP_MAX_CONNS 64
 #define COORD_HTTP_IDLE_MS   5000
-#define COORD_HTTP_HEAD_MAX  8192
-#define COORD_HTTP_LOG_MS    10000
-
-struct coord_http_conn;
 
 typedef struct coord_http {
-    uv_tcp_t tcp;
+    ch_httpd_t *srv; /* NULL when not serving */
     int open;
-    struct coord_http_conn *conns; /* open connections, closed at stop */
-    size_t n_conns, max_conns;
-    int waiting;              /* a connection waits to be accepted (at the cap) */
-    uint64_t refused_log_ms;  /* last "at the cap" log line */
-    uint64_t limited, served; /* counters: times the cap was hit, requests answered */
-    char addr[80];            /* actual address */
+    char addr[80]; /* actual address */
 } coord_http_t;
 
 int coord_http_start(coord_t *c);
 void coord_http_stop(coord_t *c);
 
-/* ---- a growing text buffer for the renderers (metrics.c, statuspage.c) ----
- * Errors are sticky in err. */
-typedef struct coord_buf {
-    char *p;
-    size_t len, cap;
-    int err;
-} coord_buf_t;
-
-void coord_buf_printf(coord_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void coord_buf_puts(coord_buf_t *b, const char *s);
+/* ---- a growing text buffer for the renderers (metrics.c, statuspage.c): common/textbuf.h,
+ * under the names the coordinator's renderers use. */
+typedef ch_buf_t coord_buf_t;
+#define coord_buf_printf ch_buf_printf
+#define coord_buf_puts   ch_buf_puts
+#define coord_buf_fini   ch_buf_fini
 /* s with & < > " ' as entities: safe in HTML text and quoted attributes. */
 void coord_buf_html(coord_buf_t *b, const char *s);
-void coord_buf_fini(coord_buf_t *b);
 
 #endif

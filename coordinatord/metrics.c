@@ -1,16 +1,14 @@
 /* Prometheus metrics; see metrics.h. */
 #include "metrics.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/procmetrics.h"
 #include "common/util.h"
 #include "coord.h"
 #include "http.h"
@@ -21,25 +19,6 @@
 
 // ---------------------------------------------------------------------------------------
 // Rendering
-
-/* Label values escape backslash, double quote and newline. */
-static const char *label(const char *s, char *buf, size_t cap)
-{
-    size_t k = 0;
-    for (; *s && k + 2 < cap; s++) {
-        if (*s == '\\' || *s == '"') {
-            buf[k++] = '\\';
-            buf[k++] = *s;
-        } else if (*s == '\n') {
-            buf[k++] = '\\';
-            buf[k++] = 'n';
-        } else {
-            buf[k++] = *s;
-        }
-    }
-    buf[k] = 0;
-    return buf;
-}
 
 /* The slowest rank's last step time, in seconds: what a step costs the job. */
 static double step_seconds(const coord_job_t *j)
@@ -117,71 +96,10 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
     return NAN;
 }
 
-/* The process_* family every Prometheus client library exports, from /proc/self. */
-static void process_metrics(coord_buf_t *b)
-{
-    unsigned long long utime = 0, stime = 0, start = 0, rss_pages = 0;
-    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-    char *stat = NULL, *up = NULL;
-    size_t n = 0;
-    double boot = NAN;
-    if (ch_file_read("/proc/self/stat", 4096, &stat, &n) == 0) {
-        const char *p = strrchr(stat, ')'); /* comm may hold spaces */
-        if (!p || sscanf(p + 2, /* fields 3..24 of proc(5): 14 utime, 15 stime, 22 start, 24 rss */
-                         "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu %*s %*s %*s %*s "
-                         "%*s %*s %llu %*s %llu",
-                         &utime, &stime, &start, &rss_pages) != 4)
-            tick = 0;
-    } else {
-        tick = 0;
-    }
-    if (ch_file_read("/proc/stat", 1 << 16, &up, &n) == 0) {
-        const char *bt = strstr(up, "\nbtime ");
-        if (bt)
-            boot = strtod(bt + 7, NULL);
-    }
-    free(stat);
-    free(up);
-    struct rlimit rl;
-    int fds = 0;
-    DIR *d = opendir("/proc/self/fd");
-    for (struct dirent *e; d && (e = readdir(d));)
-        fds += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    if (tick > 0) {
-        coord_buf_printf(b,
-                         "# HELP process_cpu_seconds_total User and system CPU time.\n"
-                         "# TYPE process_cpu_seconds_total counter\n"
-                         "process_cpu_seconds_total %.2f\n"
-                         "# HELP process_resident_memory_bytes Resident memory.\n"
-                         "# TYPE process_resident_memory_bytes gauge\n"
-                         "process_resident_memory_bytes %llu\n",
-                         (double)(utime + stime) / (double)tick,
-                         rss_pages * (unsigned long long)page);
-        if (isfinite(boot))
-            coord_buf_printf(b,
-                             "# HELP process_start_time_seconds Start time since the epoch.\n"
-                             "# TYPE process_start_time_seconds gauge\n"
-                             "process_start_time_seconds %.2f\n",
-                             boot + (double)start / (double)tick);
-    }
-    coord_buf_printf(b,
-                     "# HELP process_open_fds Open file descriptors.\n"
-                     "# TYPE process_open_fds gauge\nprocess_open_fds %d\n",
-                     fds - 1 /* the directory's own */);
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        coord_buf_printf(b,
-                         "# HELP process_max_fds Descriptor limit.\n"
-                         "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
-                         (unsigned long long)rl.rlim_cur);
-}
-
 int coord_metrics_render(coord_t *c, char **out, size_t *len)
 {
     coord_buf_t b = {0};
     size_t nodes[COORD_NODE_NSTATES], jobs[COORD_JOB_NSTATES];
-    char l1[160], l2[160];
 
     *out = NULL;
     coord_nodes_count(c, nodes);
@@ -190,7 +108,9 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
                      "# HELP chorus_build_info The coordinator's version (value 1).\n"
                      "# TYPE chorus_build_info gauge\nchorus_build_info{version=\"%s\"} 1\n",
                      CHORUS_VERSION);
-    process_metrics(&b);
+    char proc[2048];
+    if (ch_procmetrics_render(proc, sizeof proc) > 0)
+        coord_buf_puts(&b, proc);
     coord_buf_puts(&b, "# HELP chorus_nodes Nodes by state.\n# TYPE chorus_nodes gauge\n");
     for (int s = 0; s < COORD_NODE_NSTATES; s++)
         coord_buf_printf(&b, "chorus_nodes{state=\"%s\"} %zu\n", coord_node_state_name(s),
@@ -224,7 +144,7 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
                      "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
                      "limit.\n# TYPE chorus_http_limited_total counter\n"
                      "chorus_http_limited_total %llu\n",
-                     (unsigned long long)c->http.limited);
+                     (unsigned long long)ch_httpd_limited(c->http.srv));
     for (size_t g = 0; g < sizeof(JOB_GAUGES) / sizeof(JOB_GAUGES[0]); g++) {
         coord_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name,
                          JOB_GAUGES[g].help, JOB_GAUGES[g].name);
@@ -236,8 +156,11 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
             if (!isfinite(v))
                 continue; /* not reported: no sample rather than a made-up one */
             /* job_id, not job: Prometheus keeps `job` for the scrape job's name. */
-            coord_buf_printf(&b, "%s{job_id=\"%s\",name=\"%s\"} %.17g\n", JOB_GAUGES[g].name,
-                             label(j->id, l1, sizeof(l1)), label(j->name, l2, sizeof(l2)), v);
+            coord_buf_printf(&b, "%s{job_id=\"", JOB_GAUGES[g].name);
+            ch_buf_label(&b, j->id);
+            coord_buf_puts(&b, "\",name=\"");
+            ch_buf_label(&b, j->name);
+            coord_buf_printf(&b, "\"} %.17g\n", v);
         }
     }
     if (b.err) {

@@ -30,14 +30,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/conn.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/msg.h"
+#include "common/procmetrics.h"
 #include "common/rdzv.h"
 #include "common/rng.h"
 #include "common/util.h"
+#include "workerd/adopt.h"
 #include "workerd/evqueue.h"
 #include "workerd/logs.h"
 #include "workerd/proc.h"
@@ -62,6 +65,7 @@ typedef struct rank_ent {
     wrk_proc_t *proc; /* NULL once reaped */
     ch_conn_t *link;  /* NULL once closed */
     int pid;
+    uint64_t start_ticks; /* /proc/PID/stat's start time: the rank in WRK_ADOPT_FILE */
     int exited, exit_code, signal;
     int done;                /* it reported RANK_DONE */
     uint64_t exited_ms;      /* when the process was reaped */
@@ -103,6 +107,8 @@ struct wrk_agent {
     wrk_evq_t queue;          /* events while the coordinator link is down */
     wrk_progress_t *progress; /* NULL: progress-ms 0, every report at once */
     uint64_t rng;
+    wrk_agent_stats_t stats; /* the counters; the gauges are filled in by wrk_agent_stats */
+    int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */
 };
 
 static void on_reconnect_timer(uv_timer_t *t);
@@ -309,6 +315,34 @@ static rank_ent_t *find_rank(wrk_agent_t *a, const char *job, uint64_t gen, uint
     return NULL;
 }
 
+/* Rewrite WRK_ADOPT_FILE with the ranks whose process is not yet reaped, so the next
+ * workerd can tell whether any outlived this one (adopt.h). A failure is logged only:
+ * the record helps the next start; it does not stop this one. */
+static void ranks_record(wrk_agent_t *a)
+{
+    size_t n = 0;
+    if (a->record_fd < 0)
+        return;
+    for (const rank_ent_t *e = a->ranks; e; e = e->next)
+        n += e->proc != NULL;
+    wrk_adopt_rank_t *v = calloc(n + 1, sizeof *v);
+    if (!v)
+        return;
+    n = 0;
+    for (const rank_ent_t *e = a->ranks; e; e = e->next) {
+        if (!e->proc)
+            continue;
+        v[n] = (wrk_adopt_rank_t){.pid = e->pid,
+                                  .start_ticks = e->start_ticks,
+                                  .gen = e->gen,
+                                  .token = e->token,
+                                  .rank = e->rank};
+        snprintf(v[n++].job_id, sizeof v->job_id, "%s", e->job_id);
+    }
+    wrk_adopt_record(a->cfg.run_dir, v, n);
+    free(v);
+}
+
 /* Keep ent's final report until the coordinator acknowledges it. */
 static void fin_keep(wrk_agent_t *a, const rank_ent_t *ent)
 {
@@ -378,6 +412,10 @@ static void ent_finish(rank_ent_t *ent)
     if (ent->proc || ent->link)
         return;
     fin_keep(a, ent);
+    if (ent->done)
+        a->stats.rank_exits_done++;
+    else
+        a->stats.rank_exits_other++;
     CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u pid=%d exited code=%d signal=%d", ent->job_id,
             ent->gen, ent->rank, ent->pid, ent->exit_code, ent->signal);
     send_rank_event(a, ent->job_id, ent->gen, ent->token, ent->rank,
@@ -402,6 +440,7 @@ static void on_rank_exit(wrk_proc_t *p, int exit_code, int term_signal, void *ud
     ent->exited_ms = ch_now_ms();
     ent->proc = NULL;
     wrk_proc_close(p);
+    ranks_record(ent->a);
     ent_finish(ent);
 }
 
@@ -524,6 +563,9 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         return rc;
     }
     ent->pid = wrk_proc_pid(ent->proc);
+    ch_proc_stat_t st;
+    if (ch_proc_stat(ent->pid, &st) == 0)
+        ent->start_ticks = st.start_ticks;
     ch_conn_opts_t o = {.key = NULL, .is_server = 1};
     ch_conn_cbs_t cbs = {NULL, on_rank_msg, on_rank_close};
     rc = ch_conn_open_fd(a->loop, fd, &o, &cbs, ent, &ent->link);
@@ -535,6 +577,8 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
     }
     ent->next = a->ranks;
     a->ranks = ent;
+    a->stats.rank_starts++;
+    ranks_record(a);
     CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u local=%u pid=%d started, log %s", ent->job_id,
             ent->gen, ent->rank, ra->local_rank, ent->pid, logp);
     return 0;
@@ -611,6 +655,7 @@ static void on_start_ranks(wrk_agent_t *a, const Chorus__StartRanks *s)
             CH_LOGE("agent", "job=%s gen=%" PRIu64 " rank=%u: %s", s->job_id, s->generation,
                     ra->rank, why);
             send_spawn_failure(a, s, ra->rank, src, why);
+            a->stats.rank_spawn_fails++;
         }
     }
 }
@@ -718,6 +763,7 @@ static void on_registered(wrk_agent_t *a, const Chorus__RegisterAck *ack)
     a->heartbeat_ms = ack->heartbeat_ms ? ack->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
     a->registered = 1;
     a->ever_registered = 1;
+    a->stats.registrations++;
     a->backoff_ms = BACKOFF_MIN_MS;
     CH_LOGI("agent", "node=%s: registered (heartbeat %u ms)", a->cfg.name, a->heartbeat_ms);
     uv_timer_start(&a->heartbeat, on_heartbeat_timer, a->heartbeat_ms, a->heartbeat_ms);
@@ -927,6 +973,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
         }
     }
     a->backoff_ms = BACKOFF_MIN_MS;
+    a->record_fd = -1;
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);
     uv_timer_init(loop, &a->heartbeat);
@@ -938,6 +985,9 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
 
 int wrk_agent_start(wrk_agent_t *a)
 {
+    unsigned found = 0;
+    a->record_fd = a->cfg.run_dir[0] ? wrk_adopt_start(a->cfg.run_dir, &found) : -1;
+    a->stats.ranks_left_at_start = found;
     uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
     /* Through the timer so the first connect runs on the loop like every retry. */
     uv_timer_start(&a->reconnect, on_reconnect_timer, 0, 0);
@@ -979,6 +1029,8 @@ void wrk_agent_destroy(wrk_agent_t *a)
     relays_fail(a, NULL, 0);
     wrk_evq_fini(&a->queue);
     wrk_progress_destroy(a->progress);
+    if (a->record_fd >= 0)
+        close(a->record_fd);
     free(a);
 }
 
@@ -990,4 +1042,13 @@ uint32_t wrk_agent_ranks_alive(const wrk_agent_t *a)
 int wrk_agent_registered(const wrk_agent_t *a)
 {
     return a->registered;
+}
+
+void wrk_agent_stats(const wrk_agent_t *a, wrk_agent_stats_t *out)
+{
+    *out = a->stats;
+    out->ranks_alive = alive_count(a);
+    out->slots = a->cfg.slots;
+    out->registered = a->registered;
+    out->events_queued = (uint32_t)a->queue.len;
 }

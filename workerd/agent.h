@@ -56,4 +56,18 @@ uint32_t wrk_agent_ranks_alive(const wrk_agent_t *a);
 /* 1 while registered with the coordinator. */
 int wrk_agent_registered(const wrk_agent_t *a);
 
+/* Counters since this workerd started, for its /metrics (workerd/metrics.h). */
+typedef struct wrk_agent_stats {
+    uint32_t ranks_alive, slots;
+    int registered;
+    uint64_t registrations;       /* RegisterAcks: 1 + the coordinator links re-made */
+    uint64_t rank_starts;         /* rank processes spawned */
+    uint64_t rank_spawn_fails;    /* StartRanks entries that could not be spawned */
+    uint64_t rank_exits_done;     /* ranks reaped after reporting RANK_DONE */
+    uint64_t rank_exits_other;    /* ranks reaped without it: failed, killed, restarted */
+    uint32_t events_queued;       /* events held while the coordinator is away */
+    uint32_t ranks_left_at_start; /* of a previous workerd, alive at start (adopt.h) */
+} wrk_agent_stats_t;
+void wrk_agent_stats(const wrk_agent_t *a, wrk_agent_stats_t *out);
+
 #endif

@@ -27,6 +27,7 @@
 #include "common/notify.h"
 #include "common/util.h"
 #include "workerd/agent.h"
+#include "workerd/metrics.h"
 #include "workerd/proc.h"
 
 #define EXIT_CONFIG       78
@@ -45,6 +46,8 @@ typedef struct wrkd_cfg {
     char memory_dir[CH_OPT_STRLEN];
     char device[CH_OPT_STRLEN];
     char log_level[CH_OPT_STRLEN];
+    char metrics_address[CH_OPT_STRLEN];
+    long metrics_port;
 } wrkd_cfg_t;
 
 static const ch_opt_t options[] = {
@@ -76,6 +79,10 @@ static const ch_opt_t options[] = {
      "cpu | cuda | auto (cuda when the driver lists a visible GPU and this build has CUDA)"},
     {"log-level", CH_OPT_STR, offsetof(wrkd_cfg_t, log_level), "info",
      "error | warn | info | debug"},
+    {"metrics-address", CH_OPT_STR, offsetof(wrkd_cfg_t, metrics_address), "127.0.0.1",
+     "IP address of /metrics and /healthz (see metrics-port)"},
+    {"metrics-port", CH_OPT_INT, offsetof(wrkd_cfg_t, metrics_port), "0",
+     "TCP port of workerd's Prometheus /metrics and /healthz; 0: not served"},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -84,6 +91,8 @@ typedef struct workerd {
     wrkd_cfg_t cfg;
     ch_key_t key;
     wrk_agent_t *agent;
+    wrk_metrics_t *metrics; /* NULL when metrics-port is 0 */
+    int gpus;               /* visible to the ranks, for /metrics */
     uv_signal_t sigterm, sigint;
     uv_timer_t watchdog, grace;
 } workerd_t;
@@ -131,6 +140,8 @@ static void on_signal(uv_signal_t *s, int signum)
             wrk_agent_ranks_alive(w->agent));
     ch_notify("STOPPING=1");
     wrk_agent_stop(w->agent);
+    wrk_metrics_stop(w->metrics);
+    w->metrics = NULL;
     uv_close((uv_handle_t *)&w->sigterm, NULL);
     uv_close((uv_handle_t *)&w->sigint, NULL);
     uv_close((uv_handle_t *)&w->watchdog, NULL);
@@ -144,10 +155,11 @@ static void on_signal(uv_signal_t *s, int signum)
 
 /* device = cpu | cuda | auto and slots = N | auto, resolved against what the NVIDIA driver
  * lists (gpus.h) and what this build has (chorus/config.h). Leaves c->device "cpu" or "cuda". */
-static int resolve_device(wrkd_cfg_t *c, long *slots)
+static int resolve_device(wrkd_cfg_t *c, long *slots, int *visible)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     int gpus = ch_gpus_visible(ch_gpus_present(CH_GPUS_PROC_DIR), cvd);
+    *visible = gpus;
 
     if (strcmp(c->device, "auto") == 0) {
         if (gpus > 0 && !CHORUS_HAVE_CUDA)
@@ -226,8 +238,19 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
         return CH_E_CONFIG;
     }
     long slots = 0;
-    if ((rc = resolve_device(c, &slots)) < 0)
+    if ((rc = resolve_device(c, &slots, &w->gpus)) < 0)
         return rc;
+    if (c->metrics_port < 0 || c->metrics_port > 65535) {
+        CH_LOGE("workerd", "--metrics-port: expected 0..65535, got %ld", c->metrics_port);
+        return CH_E_CONFIG;
+    }
+    struct sockaddr_in6 sa;
+    if (uv_ip4_addr(c->metrics_address, 0, (struct sockaddr_in *)&sa) != 0 &&
+        uv_ip6_addr(c->metrics_address, 0, &sa) != 0) {
+        CH_LOGE("workerd", "--metrics-address: expected an IP address, got '%s'",
+                c->metrics_address);
+        return CH_E_CONFIG;
+    }
     rc = ch_key_load(c->key, &w->key);
     if (rc < 0) {
         CH_LOGE("workerd", "key %s: %s%s", c->key, ch_strerror(rc),
@@ -304,6 +327,21 @@ static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
     }
     CH_LOGI("workerd", "node=%s slots=%u rack=%s device=%s coordinator=%s run-dir=%s", ac->name,
             ac->slots, ac->rack, ac->device, w->cfg.coordinator, ac->run_dir);
+    if (w->cfg.metrics_port) {
+        wrk_metrics_src_t src = {
+            .agent = w->agent, .node = ac->name, .device = ac->device, .gpus = w->gpus};
+        rc = wrk_metrics_start(&w->loop, w->cfg.metrics_address, (int)w->cfg.metrics_port, &src,
+                               &w->metrics);
+        if (rc < 0) {
+            /* A node that trains but is not watched beats one that does not train. */
+            CH_LOGE("workerd", "metrics on %s:%ld: %s; not served", w->cfg.metrics_address,
+                    w->cfg.metrics_port, ch_strerror(rc));
+            w->metrics = NULL;
+        } else {
+            CH_LOGI("workerd", "Prometheus metrics on http://%s:%d/metrics", w->cfg.metrics_address,
+                    wrk_metrics_port(w->metrics));
+        }
+    }
     wrk_agent_start(w->agent);
     notify_started(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/procmetrics.h"
 #include "common/util.h"
 #include "harness.h"
 #include "support.h"
@@ -98,6 +99,9 @@ Test(systemd, configuration_errors_exit_78)
 {
     cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--log-level=loud")), 78);
     cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--no-such-flag")), 78);
+    cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--metrics-port=65536")), 78);
+    cr_expect_eq(exit_status(start_workerd(NULL, "127.0.0.1:1", "--metrics-address=head")), 78,
+                 "the metrics address is an IP address");
     char exe[PATH_MAX];
     h_bin("coordinatord", exe);
     pid_t pid = fork();
@@ -108,4 +112,46 @@ Test(systemd, configuration_errors_exit_78)
         _exit(127);
     }
     cr_expect_eq(exit_status(pid), 78, "a heartbeat of 1 ms is refused");
+}
+
+/* A workerd that starts finds, on the record the previous one kept (<run-dir>/ranks.state,
+ * workerd/adopt.h), a rank still running. Nothing can re-adopt it yet, so it is killed with
+ * its process group; a recorded pid whose start time differs (reused) is left alone. */
+Test(systemd, a_rank_left_by_the_previous_workerd_is_killed_at_start)
+{
+    char run[600], state[700], text[256];
+    snprintf(run, sizeof run, "%s/run", dir);
+    snprintf(state, sizeof state, "%s/ranks.state", run);
+    cr_assert_eq(ch_mkdirs(run, 0755), 0);
+    pid_t left = fork();
+    cr_assert(left >= 0);
+    if (left == 0) {
+        setpgid(0, 0);
+        execl("/bin/sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(left, left);
+    ch_proc_stat_t st, me;
+    cr_assert_eq(ch_proc_stat(left, &st), 0);
+    cr_assert_eq(ch_proc_stat(0, &me), 0);
+    snprintf(text, sizeof text, "%d %llu j7 2 0 99\n%d %llu j7 2 1 99\n", (int)left,
+             (unsigned long long)st.start_ticks, (int)getpid(),
+             (unsigned long long)me.start_ticks + 1000);
+    cr_assert_eq(h_write_file(state, text), 0);
+
+    pid_t w = start_workerd(NULL, "127.0.0.1:1", NULL);
+    int status = 0;
+    pid_t got = 0;
+    for (uint64_t deadline = ch_now_ms() + 10000; got == 0 && ch_now_ms() < deadline;)
+        if ((got = waitpid(left, &status, WNOHANG)) == 0)
+            usleep(10000);
+    kill(w, SIGTERM);
+    cr_expect_eq(exit_status(w), 0);
+    if (got == 0) {
+        kill(-left, SIGKILL);
+        waitpid(left, NULL, 0);
+    }
+    cr_assert_eq(got, left, "the rank left running was not killed");
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cr_expect(!h_file_has_since(state, 0, " j7 "), "the record still lists the old ranks");
 }

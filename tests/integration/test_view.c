@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -575,4 +576,118 @@ Test(view, chromium_renders_the_job_page)
         cr_expect_eq(h_run(&o, 10000, cp_argv), 0);
         h_out_free(&o);
     }
+}
+
+// ----------------------------------------------------------------------------
+// workerd's own /metrics
+
+/* A loopback port below the ephemeral range that is free now (a random ephemeral one can
+ * be taken by an outgoing connection before the daemon binds it). */
+static int free_port(void)
+{
+    for (int i = 0; i < 2000; i++) {
+        int port = 15000 + (int)((getpid() * 7 + i) % 5000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return port;
+    }
+    cr_assert_fail("no free port");
+    return -1;
+}
+
+typedef struct scrape {
+    const char *addr, *needle;
+} scrape_t;
+
+static int scrape_has(void *ud)
+{
+    scrape_t *s = ud;
+    char *body = NULL;
+    int yes = get(s->addr, "/metrics", &body) == 200 && h_has(body, s->needle);
+    free(body);
+    return yes;
+}
+
+typedef struct job_ref {
+    const h_cluster_t *c;
+    const char *id;
+} job_ref_t;
+
+static int job_completed(void *ud)
+{
+    job_ref_t *j = ud;
+    return job_state_is(j->c, j->id, "completed");
+}
+
+Test(view, workerd_metrics_count_its_ranks_and_pass_promtool)
+{
+    h_cluster_t c;
+    char exe[PATH_MAX], run[PATH_MAX], log[PATH_MAX], port[16], addr[64], job[PATH_MAX], id[32];
+    cr_assert_eq(h_cluster_up(&c, 1, 1), 0);
+    h_bin("workerd", exe);
+    snprintf(run, sizeof run, "%s/watched.run", c.dir);
+    snprintf(log, sizeof log, "%s/watched.log", c.dir);
+    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(addr, sizeof addr, "127.0.0.1:%s", port);
+    pid_t w = fork();
+    cr_assert(w >= 0);
+    if (w == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed assertion ends the test process */
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        execl(exe, "workerd", "--coordinator", c.addr, "--key", c.key, "--run-dir", run, "--name",
+              "watched", "--slots", "1", "--device", "cpu", "--threads", "1", "--metrics-port",
+              port, (char *)NULL);
+        _exit(127);
+    }
+    scrape_t idle = {addr, "\nchorus_workerd_registered 1\n"};
+    cr_expect(h_wait_until(scrape_has, &idle, 20000, 100) > 0, "workerd never registered (%s)",
+              log);
+
+    /* Two ranks over two one-slot nodes: one runs under the watched workerd. */
+    write_job(&c, job, sizeof job, "scraped", 2, 150);
+    submit(&c, job, id, sizeof id);
+    scrape_t busy = {addr, "\nchorus_workerd_ranks 1\n"};
+    cr_expect(h_wait_until(scrape_has, &busy, 60000, 50) > 0, "no running rank on /metrics");
+    /* The rank is on the record a restarted workerd checks (workerd/adopt.h). */
+    char state[PATH_MAX + 16], needle[64];
+    snprintf(state, sizeof state, "%s/ranks.state", run);
+    snprintf(needle, sizeof needle, " %s ", id);
+    cr_expect(h_file_has_since(state, 0, needle), "%s does not list job %s", state, id);
+    job_ref_t jr = {&c, id};
+    cr_expect(h_wait_until(job_completed, &jr, 120000, 200) > 0, "job %s did not complete", id);
+    scrape_t done = {addr, "chorus_workerd_rank_exits_total{outcome=\"done\"} 1\n"};
+    cr_expect(h_wait_until(scrape_has, &done, 10000, 100) > 0, "the rank's exit is not counted");
+    cr_expect(!h_file_has_since(state, 0, needle), "%s still lists the reaped rank", state);
+
+    char *body = NULL, *ok = NULL;
+    cr_expect_eq(get(addr, "/metrics", &body), 200);
+    cr_assert_not_null(body);
+    cr_expect(h_has(body, "\nchorus_workerd_ranks 0\n"), "%s", body);
+    cr_expect(h_has(body, "\nchorus_workerd_rank_starts_total 1\n"), "%s", body);
+    cr_expect(h_has(body, "chorus_build_info{version=\"" CHORUS_VERSION "\"} 1"), "%s", body);
+    cr_expect(h_has(body, "chorus_workerd_info{node=\"watched\",device=\"cpu\"} 1"), "%s", body);
+    cr_expect(h_has(body, "\nchorus_node_memory_total_bytes ") &&
+                  h_has(body, "\nchorus_node_gpus ") && h_has(body, "\nprocess_open_fds ") &&
+                  h_has(body, "\nprocess_resident_memory_bytes "),
+              "%s", body);
+    cr_expect_eq(get(addr, "/healthz", &ok), 200);
+    cr_expect(ok && h_has(ok, "\r\n\r\nok\n"), "/healthz said %s", ok ? ok : "-");
+    cr_expect_eq(get(addr, "/nope", NULL), 404);
+    cr_expect_eq(http(addr, "POST /metrics HTTP/1.0\r\n\r\n", NULL), 405);
+    const char *text = strstr(body, "\r\n\r\n");
+    cr_assert_not_null(text);
+    promtool_check(c.dir, text + 4);
+    free(body);
+    free(ok);
+    cr_expect_eq(h_kill_wait(w, SIGTERM, 10000), 0);
+    waitpid(w, NULL, 0);
 }

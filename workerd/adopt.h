@@ -1,0 +1,60 @@
+/* workerd's record of its ranks (WRK_ADOPT_FILE in the run dir): one line per rank process
+ * alive (pid, its start time, job, generation, rank, launch token), rewritten atomically
+ * whenever a rank starts or is reaped. A workerd that starts reads what the previous one
+ * left and tells which of those ranks are still running: pid AND start time (from
+ * /proc/PID/stat) must match, so a pid the kernel has since given to another process is
+ * never taken for the rank.
+ *
+ * What is built is the record and the check. Re-adopting a live rank (reconnecting its
+ * event channel, listing it in Register) is not: a rank's channel is a socketpair that
+ * closes with the workerd that made it, and the rank exits with its workerd
+ * (PR_SET_PDEATHSIG). So a rank found alive at start belongs to no one; workerd kills its
+ * process group (wrk_adopt_reap) rather than let it write the checkpoints or hold the GPU
+ * its replacement needs, and the coordinator restarts its job as for any lost rank. */
+#ifndef WRK_ADOPT_H
+#define WRK_ADOPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WRK_ADOPT_FILE "ranks.state"
+#define WRK_ADOPT_LOCK "ranks.lock"
+#define WRK_ADOPT_MAX  4096 /* lines read; the rest are ignored */
+
+typedef struct wrk_adopt_rank {
+    int pid;
+    uint64_t start_ticks; /* field 22 of /proc/PID/stat when it was recorded */
+    char job_id[64];
+    uint64_t gen, token;
+    uint32_t rank;
+} wrk_adopt_rank_t;
+
+/* Take the run dir's record for this workerd: an exclusive flock on WRK_ADOPT_LOCK in
+ * run_dir, held by the returned descriptor (close-on-exec, so ranks do not hold it) until
+ * it is closed or the process ends. -EBUSY when another live workerd holds it: two
+ * workerds sharing a run dir must not take each other's ranks for leftovers. */
+int wrk_adopt_lock(const char *run_dir);
+
+/* Record v[0..n) as the ranks alive (atomically: the file is either the old or the new
+ * list). 0 or a negative code. */
+int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n);
+/* wrk_adopt_save to WRK_ADOPT_FILE in run_dir, logging a failure: the record helps the
+ * next start; it does not stop this one. */
+void wrk_adopt_record(const char *run_dir, const wrk_adopt_rank_t *v, size_t n);
+/* Read what wrk_adopt_save wrote; a line that does not parse is skipped. *out is
+ * malloc'd (NULL when n is 0). A missing file is 0 entries. 0 or a negative code. */
+int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n);
+/* 1 when r's process is still the one recorded (same pid, same start time), else 0. */
+int wrk_adopt_alive(const wrk_adopt_rank_t *r);
+/* At start: kill (SIGKILL, the whole process group) every recorded rank still alive, then
+ * empty the record. *found: how many were alive. 0 or a negative code (the record could
+ * not be read; nothing is killed). */
+int wrk_adopt_reap(const char *path, unsigned *found);
+
+/* What a workerd does at start with its run dir: take the record (wrk_adopt_lock) and
+ * check it (wrk_adopt_reap), logging what fails. The lock's descriptor (keep it open while
+ * recording), or -1 when the record is not this workerd's to keep (another holds it, or the
+ * run dir refuses); *found as for wrk_adopt_reap. */
+int wrk_adopt_start(const char *run_dir, unsigned *found);
+
+#endif
