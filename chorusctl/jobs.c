@@ -177,6 +177,13 @@ static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
         ctl_json_null(j);
     restart_layout_json(j, "layout_from", h->layout_from);
     restart_layout_json(j, "layout_to", h->layout_to);
+    ctl_json_key(j, "phases"); /* seconds per phase of the restart, in order */
+    ctl_json_obj_begin(j);
+    for (size_t k = 0; k < h->n_phases; k++) {
+        ctl_json_key(j, h->phases[k]->name);
+        ctl_json_double(j, h->phases[k]->value);
+    }
+    ctl_json_obj_end(j);
     ctl_json_obj_end(j);
 }
 

@@ -4,8 +4,10 @@
  * fault.max_restarts allows; a job whose generations keep failing before their first step
  * is stopped as a crash loop with its causes listed, and backs off between restarts. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -274,6 +276,53 @@ Test(healing, nonfinite_skip_drops_updates_and_never_completes_with_nan)
     const ch_json_t *r0 = ranks ? h_json_at(ranks, 0) : NULL;
     cr_assert(r0 && h_json_num(r0, "skipped_steps") >= 18, "skipped_steps %g",
               r0 ? h_json_num(r0, "skipped_steps") : -1.0);
+    ch_json_free(st);
+}
+
+/* fault.nonfinite = rewind: the drill gives the step reading data batch 7 a NaN loss on
+ * every rank; the job (24 steps) restarts once from its step-5 checkpoint with batch 7 skipped
+ * (train.skip_steps), reads past it, and completes with a finite loss; its history says
+ * why it restarted. */
+Test(healing, nonfinite_rewind_skips_the_batch_and_completes_finite)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    rt_job_t w;
+    setenv("CHORUS_DRILL_NONFINITE_BATCH", "7", 1); /* inherited by workerd and its ranks */
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    cr_assert_eq(rt_job_text(&c, text, sizeof text, "rewind", 2, 24, 5,
+                             "max_restarts = 3\nnonfinite = rewind\n"),
+                 0);
+    cr_assert_eq(rt_submit(&c, "rewind.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&w, &c, id, NULL, 0, 0, 90000), "job still %s: %s", w.state, w.reason);
+    cr_assert_str_eq(w.state, "completed", "job ended %s: %s", w.state, w.reason);
+    cr_expect_eq(w.gen, 2, "generations: %llu", (unsigned long long)w.gen);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    double loss = h_json_num(st, "loss");
+    cr_expect(isfinite(loss) && loss > 0, "final loss %g", loss);
+    const ch_json_t *hist = ch_json_get(st, "history");
+    cr_assert(hist && hist->nkids == 1, "restarts: %zu", hist ? hist->nkids : 0);
+    const ch_json_t *h0 = h_json_at(hist, 0);
+    const char *why = h_json_str(h0, "reason");
+    cr_expect(h_has(why, "step 8: loss") && h_has(why, "not finite") &&
+                  h_has(why, "fault.nonfinite = rewind, data batch 7"),
+              "reason: %s", why);
+    cr_expect_eq(h_json_num(h0, "resumed_from"), 5, "resumed from %g",
+                 h_json_num(h0, "resumed_from"));
+    /* where the restart's time went: every phase timed, first to last */
+    static const char *phases[] = {"kill_confirm", "placement",  "rank_start", "comm_setup",
+                                   "ckpt_load",    "first_step", "redo"};
+    const ch_json_t *ph = ch_json_get(h0, "phases");
+    cr_assert_not_null(ph);
+    double sum = 0;
+    for (size_t k = 0; k < sizeof phases / sizeof *phases; k++) {
+        const ch_json_t *v = ch_json_get(ph, phases[k]);
+        cr_expect(v && h_json_num(ph, phases[k]) >= 0, "phase %s missing", phases[k]);
+        sum += v ? h_json_num(ph, phases[k]) : 0;
+    }
+    cr_expect(sum >= h_json_num(h0, "recover_s") - 0.01, "phases %g s, recover_s %g s", sum,
+              h_json_num(h0, "recover_s"));
     ch_json_free(st);
 }
 
