@@ -735,12 +735,6 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
                  j->train.steps, j->train.warmup);
         return CH_E_CONFIG;
     }
-    if (j->fault.straggler == CH_STRAGGLER_REPLACE) {
-        snprintf(err, errlen,
-                 "fault.straggler: replace is not built yet (report names the rank in status, "
-                 "watch and the log; chorusctl kill-rank restarts the job away from it)");
-        return CH_E_CONFIG;
-    }
     if (!(j->fault.backoff >= 0 && j->fault.backoff <= BACKOFF_MAX)) {
         snprintf(err, errlen, "fault.backoff: must be between 0 and %d seconds, got %g",
                  BACKOFF_MAX, j->fault.backoff);

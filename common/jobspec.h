@@ -38,8 +38,8 @@ typedef enum {
     CH_NONFINITE_REWIND = 2
 } ch_nonfinite_t;
 /* fault.straggler: what a rank named as a straggler does. report: shown and logged;
- * replace (treat it as failed and re-place it on a spare) is parsed but refused by
- * validation: not built yet. */
+ * replace: also treated as failed, its node's ranks re-placed on an idle spare node (when
+ * none is idle: reported only). */
 typedef enum { CH_STRAGGLER_REPORT = 0, CH_STRAGGLER_REPLACE = 1 } ch_straggler_t;
 
 #define CH_PATH_LEN 1024

@@ -108,8 +108,8 @@ static const ch_jobspec_doc_t docs[] = {
      "skip its update, or rewind: restart from the last checkpoint with that step's batch "
      "added to train.skip_steps."},
     {"fault", "straggler", "", "report | replace",
-     "A rank whose compute stays above its peers': report it (status, watch, log, metric); "
-     "replace is not built yet and refused."},
+     "A rank whose compute stays above its peers': report it (status, watch, log, metric), "
+     "or replace: restart with its node's ranks on an idle spare node (none idle: report)."},
     {"diag", "rounds", "rounds", NULL, "diag jobs: measurement rounds."},
     {"diag", "gemm_size", "n", NULL, "diag jobs: n x n SGEMM size."},
     {"diag", "collectives", "", "yes | no", "diag jobs: also measure collectives."},

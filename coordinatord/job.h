@@ -73,6 +73,7 @@ typedef enum {
     COORD_CAUSE_NODE_LOST,      /* its node stopped heartbeating */
     COORD_CAUSE_WORKER_RESTART, /* its workerd came back without it */
     COORD_CAUSE_COORD_RESTART,  /* not re-reported after a coordinator restart */
+    COORD_CAUSE_STRAGGLER,      /* fault.straggler = replace: a straggler re-placed */
     COORD_CAUSE_NCAUSES,
 } coord_cause_t;
 
@@ -202,6 +203,9 @@ typedef struct coord_job {
     uint32_t timeout_rank;
     uint64_t timeout_seq;
     struct coord_straggler *strag; /* straggler.c's windows; NULL until a step came */
+    /* fault.straggler = replace: the node a straggler was replaced away from, left out of
+     * the job's placements while the others hold it (memory only); "" none */
+    char avoid_node[64];
 } coord_job_t;
 
 typedef struct coord_jobs {

@@ -26,8 +26,8 @@
  * collective time out within moments of the first and report what they had entered. */
 
 static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
-    "rank_exit", "rank_failed",     "collective_timeout", "hang",
-    "node_lost", "workerd_restart", "coordinator_restart"};
+    "rank_exit", "rank_failed",     "collective_timeout",  "hang",
+    "node_lost", "workerd_restart", "coordinator_restart", "straggler"};
 
 const char *coord_cause_name(coord_cause_t cause)
 {

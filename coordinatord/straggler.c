@@ -9,6 +9,8 @@
 
 #include "common/log.h"
 #include "coord.h"
+#include "node.h"
+#include "recovery.h"
 
 /* One block per job generation: header, then per rank its window, its streak above the
  * ratio and whether it is a straggler now. */
@@ -23,6 +25,7 @@ typedef struct coord_straggler {
     double ratio_of_worst;
     int64_t worst; /* -1 none */
     uint32_t peers_of_worst, count;
+    int64_t named;  /* a rank named a straggler by the last judgement; -1 none */
     char line[256]; /* coord_straggler_line */
 } coord_straggler_t;
 
@@ -60,6 +63,7 @@ static coord_straggler_t *state_of(coord_job_t *j)
     s->streak = (uint16_t *)(s->n + j->world);
     s->slow = (uint8_t *)(s->streak + j->world);
     s->worst = -1;
+    s->named = -1;
     j->strag = s;
     return s;
 }
@@ -103,6 +107,8 @@ static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, i
     ch_log(slow ? CH_LOG_WARN : CH_LOG_INFO, "straggler", "job=%s gen=%" PRIu64 " %s", j->id,
            j->generation, what);
     coord_event(c, j->id, j->generation, r, j->ranks[r].node->name, what);
+    if (slow && s->named < 0)
+        s->named = r;
 }
 
 /* Judge the ranks of one pipeline stage [lo, lo + n). */
@@ -142,6 +148,8 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
     }
 }
 
+static void replace(coord_t *c, coord_job_t *j, uint32_t r);
+
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
 {
     const coord_step_time_t *t = &j->ranks[r].time;
@@ -155,6 +163,7 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
         return;
     s->count = 0;
     s->worst = -1;
+    s->named = -1;
     for (uint32_t lo = 0; lo + s->per_stage <= s->world; lo += s->per_stage)
         judge_stage(c, j, s, lo, s->per_stage);
     s->line[0] = '\0';
@@ -165,6 +174,61 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
                  w, j->ranks[w].node->name, s->median[w], s->ratio_of_worst, s->peers_of_worst,
                  COORD_STRAGGLER_WINDOW, s->count > 1 ? " (and others)" : "");
     }
+    if (s->named >= 0 && j->spec.fault.straggler == CH_STRAGGLER_REPLACE &&
+        j->state == COORD_JOB_RUNNING)
+        replace(c, j, (uint32_t)s->named);
+}
+
+/* fault.straggler = replace: rank r was just named. With an idle spare (an alive node
+ * running none of j's ranks, with free slots for every rank j has on r's node) the job
+ * restarts with that node's ranks there; else the straggler stays reported only. */
+static void replace(coord_t *c, coord_job_t *j, uint32_t r)
+{
+    coord_node_t *slow = j->ranks[r].node, *spare = NULL;
+    uint32_t need = 0;
+    uint64_t used = ++c->stamp;
+    char why[512];
+    for (uint32_t i = 0; i < j->world; i++) {
+        j->ranks[i].node->mark = used;
+        need += j->ranks[i].node == slow;
+    }
+    for (size_t i = 0; i < c->nodes.n && !spare; i++) {
+        coord_node_t *n = c->nodes.v[i];
+        if (n->state == COORD_NODE_ALIVE && n->mark != used && coord_node_free(n) >= need)
+            spare = n;
+    }
+    if (!spare) {
+        snprintf(why, sizeof why,
+                 "fault.straggler = replace: no idle spare node with %u free slots for node %s's "
+                 "ranks: rank %u stays, reported only",
+                 need, slow->name, r);
+        CH_LOGW("straggler", "job=%s gen=%" PRIu64 " %s", j->id, j->generation, why);
+        coord_event(c, j->id, j->generation, r, slow->name, why);
+        return;
+    }
+    snprintf(j->avoid_node, sizeof j->avoid_node, "%s", slow->name);
+    snprintf(why, sizeof why,
+             "fault.straggler = replace: rank %u on node %s is a straggler (%s); its node's %u "
+             "ranks move to idle node %s",
+             r, slow->name, j->strag->line, need, spare->name);
+    coord_recovery_failure(c, j, COORD_CAUSE_STRAGGLER, r, slow->name, why);
+}
+
+size_t coord_straggler_avoid(const coord_job_t *j, coord_place_node_t *pn, coord_node_t **nodes,
+                             size_t k)
+{
+    for (size_t i = 0; j->avoid_node[0] && i < k; i++) {
+        if (strcmp(nodes[i]->name, j->avoid_node) != 0)
+            continue;
+        coord_place_node_t p = pn[i];
+        coord_node_t *n = nodes[i];
+        memmove(pn + i, pn + i + 1, (k - i - 1) * sizeof *pn);
+        memmove(nodes + i, nodes + i + 1, (k - i - 1) * sizeof *nodes);
+        pn[k - 1] = p;
+        nodes[k - 1] = n;
+        return k - 1;
+    }
+    return k;
 }
 
 const char *coord_straggler_line(const coord_job_t *j, uint32_t *count)

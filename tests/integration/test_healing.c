@@ -411,3 +411,74 @@ Test(healing, straggler_is_named)
     cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
     h_out_free(&o);
 }
+
+typedef struct slow_until {
+    slow_wait_t s;
+    uint64_t gen;
+} slow_until_t;
+
+/* Slow the rank down as straggler_named does until the job runs a later generation. */
+static int replaced(void *ud)
+{
+    slow_until_t *u = ud;
+    kill(u->s.pid, SIGSTOP);
+    usleep(40000);
+    kill(u->s.pid, SIGCONT);
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(u->s.w.c, u->s.w.id, &r) < 0)
+        return 0;
+    u->gen = r->job_info->generation;
+    ch_msg_free(r);
+    return u->gen > 1;
+}
+
+/* The node of rank r in status ("" when unknown), into out. */
+static void rank_node(const h_cluster_t *c, const char *id, int r, char *out, size_t n)
+{
+    ch_json_t *st = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *ranks = st ? ch_json_get(st, "ranks") : NULL;
+    snprintf(out, n, "%s",
+             ranks && ranks->nkids > (size_t)r ? h_json_str(h_json_at(ranks, (size_t)r), "node")
+                                               : "");
+    ch_json_free(st);
+}
+
+/* fault.straggler = replace with an idle third node: the slowed rank is named, the job
+ * restarts with cause straggler, and the slow node runs none of its ranks afterwards. */
+Test(healing, straggler_replace_moves_it_to_the_idle_node)
+{
+    h_cluster_t c;
+    char id[64], text[2048], slow[64], now0[64], now1[64];
+    slow_until_t u;
+    cr_assert_eq(h_cluster_up(&c, 3, 1), 0);
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 100000\n"
+             "[fault]\nstraggler = replace\nmax_restarts = 2\n");
+    cr_assert_eq(rt_submit(&c, "slow.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&u.s.w, &c, id, "running", 5, 1, 60000), "%s: %s", u.s.w.state, u.s.w.reason);
+    rank_node(&c, id, 1, slow, sizeof slow);
+    u.s.pid = -1;
+    for (int i = 0; i <= c.nodes && u.s.pid <= 0; i++)
+        u.s.pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(u.s.pid > 0, "no pid for rank 1");
+    cr_assert(h_wait_until(replaced, &u, 90000, 40), "not replaced");
+    kill(u.s.pid, SIGCONT);
+    rt_job_t w;
+    cr_assert(rt_wait(&w, &c, id, "running", 0, 2, 60000), "%s: %s", w.state, w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *h0 = h_json_at(ch_json_get(st, "history"), 0);
+    cr_assert_not_null(h0);
+    cr_expect_str_eq(h_json_str(h0, "cause"), "straggler", "%s", h_json_str(h0, "reason"));
+    cr_expect(h_has(h_json_str(h0, "reason"), "fault.straggler = replace: rank 1 on node"), "%s",
+              h_json_str(h0, "reason"));
+    ch_json_free(st);
+    rank_node(&c, id, 0, now0, sizeof now0);
+    rank_node(&c, id, 1, now1, sizeof now1);
+    cr_expect(*slow && strcmp(now0, slow) != 0 && strcmp(now1, slow) != 0,
+              "slow node %s still runs rank 0 (%s) or 1 (%s)", slow, now0, now1);
+    h_out_t o;
+    cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
+    h_out_free(&o);
+}
