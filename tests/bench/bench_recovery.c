@@ -28,11 +28,18 @@
  * first step, steps redone until past the killed step) and the detection; median and max
  * of the trials, each as a ratio to the calm step time measured before the kill.
  *
- * chorus-bench-recovery [--trials N] [CASE...]: the named cases only (all by default);
- * a few minutes with no arguments on a quiet machine. */
+ * And a straggler (issue 27's goal), case `straggler`: a dp = 2 job on 2 nodes runs
+ * --calm-steps steps (1,000) with nobody slowed, counting any straggler named (a false
+ * report); then, TRIALS times, rank 1 is slowed by --slow F (1.5: stopped a third of
+ * every 60 ms, so it computes at 1/F of its speed) until the coordinator names it (steps
+ * from the slowing to the naming; goal 20), and left alone until it is cleared.
+ *
+ * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [CASE...]: the named
+ * cases only (all by default); a few minutes with no arguments on a quiet machine. */
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,6 +374,129 @@ static void result_3d(const char *name, figures3d_t *f)
     result(name, "steps_redone", "steps", f->redone, f->n, "checkpoint_every", EVERY);
 }
 
+// ---------------------------------------------------------------------------------------
+// A straggler: named within how many steps, and never in a calm run
+
+typedef struct slow_opts {
+    double factor;   /* --slow */
+    long calm_steps; /* --calm-steps */
+} slow_opts_t;
+
+/* A child that slows pid to 1/factor of its speed (SIGSTOP for that share of every
+ * 60 ms) until killed. Its pid, or -1. */
+static pid_t slow_down(pid_t pid, double factor)
+{
+    pid_t child = fork();
+    if (child != 0)
+        return child;
+    useconds_t period = 60000, stop = (useconds_t)(period * (1.0 - 1.0 / factor));
+    for (;;) {
+        kill(pid, SIGSTOP);
+        usleep(stop);
+        kill(pid, SIGCONT);
+        usleep(period - stop);
+    }
+}
+
+static void slow_stop(pid_t child, pid_t pid)
+{
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    kill(pid, SIGCONT);
+}
+
+/* The job's step and straggler count now. 0 or -1. */
+static int strag_now(const h_cluster_t *c, const char *id, uint64_t *step, uint32_t *count)
+{
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(c, id, &r) < 0)
+        return -1;
+    *step = r->job_info->step;
+    *count = r->job_info->stragglers;
+    ch_msg_free(r);
+    return 0;
+}
+
+/* Poll until the count is (named) or is not (!named) above 0, or the job is past
+ * `until` steps (0: no limit) or 600 s passed. The step it happened at, or 0. */
+static uint64_t strag_wait(const h_cluster_t *c, const char *id, int named, uint64_t until,
+                           uint32_t *seen)
+{
+    uint64_t end = ch_now_ms() + 600000, step = 0;
+    uint32_t count = 0;
+    *seen = 0;
+    while (ch_now_ms() < end) {
+        if (strag_now(c, id, &step, &count) == 0) {
+            if (count > *seen)
+                *seen = count;
+            if ((count > 0) == named)
+                return step;
+            if (until && step >= until)
+                return 0;
+        }
+        usleep(20000);
+    }
+    return 0;
+}
+
+static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
+{
+    h_cluster_t c;
+    char id[64], text[1024];
+    rt_job_t w;
+    int rc = -1;
+    memset(f, 0, sizeof *f);
+    if (h_cluster_up(&c, 2, 1) < 0)
+        return -1;
+    /* steps of a few tens of milliseconds on a quiet machine */
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 1000000\n");
+    if (rt_submit(&c, "slow.ini", text, id, sizeof id) < 0 ||
+        !rt_wait(&w, &c, id, "running", 1, 1, 60000))
+        goto out;
+    uint32_t seen = 0;
+    uint64_t t0 = ch_now_ms(), from = w.step;
+    strag_wait(&c, id, 1, from + (uint64_t)o->calm_steps, &seen);
+    double calm_s = (double)(ch_now_ms() - t0) / 1000.0;
+    printf("straggler calm: %ld steps in %.0f s, %u false reports\n", o->calm_steps, calm_s, seen);
+    printf("RESULT name=recovery.straggler.false_reports value=%u unit=ranks ref=goal "
+           "ref_value=0 ratio=0\n",
+           seen);
+    fflush(stdout);
+    pid_t pid = -1;
+    for (int i = 0; i <= c.nodes && pid <= 0; i++)
+        pid = rt_rank_pid(&c, i, id, 1, 1);
+    if (pid <= 0)
+        goto out;
+    for (int t = 0; t < trials; t++) {
+        uint64_t step0 = 0;
+        uint32_t n = 0;
+        if (strag_now(&c, id, &step0, &n) < 0)
+            goto out;
+        pid_t child = slow_down(pid, o->factor);
+        if (child < 0)
+            goto out;
+        uint64_t named = strag_wait(&c, id, 1, 0, &n);
+        slow_stop(child, pid);
+        if (!named)
+            goto out;
+        f->next_step[f->n++] = (double)(named - step0);
+        printf("straggler trial %d: slowed %.2fx at step %" PRIu64 ", named at step %" PRIu64
+               " (%" PRIu64 " steps)\n",
+               t, o->factor, step0, named, named - step0);
+        fflush(stdout);
+        if (!strag_wait(&c, id, 0, 0, &n)) /* cleared before the next trial */
+            goto out;
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        fprintf(stderr, "straggler: stopped after %d trials (cluster in %s)\n", f->n, c.dir);
+    h_cluster_down(&c);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     char exe[PATH_MAX], dir[PATH_MAX];
@@ -381,13 +511,23 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     int trials = TRIALS, first = 1;
-    if (argc > 2 && strcmp(argv[1], "--trials") == 0) {
-        trials = atoi(argv[2]);
-        first = 3;
-        if (trials < 1 || trials > TRIALS) {
-            fprintf(stderr, "--trials: 1 to %d\n", TRIALS);
-            return 2;
-        }
+    slow_opts_t so = {1.5, 1000};
+    for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
+        if (strcmp(argv[first], "--trials") == 0)
+            trials = atoi(argv[first + 1]);
+        else if (strcmp(argv[first], "--slow") == 0)
+            so.factor = atof(argv[first + 1]);
+        else if (strcmp(argv[first], "--calm-steps") == 0)
+            so.calm_steps = atol(argv[first + 1]);
+        else
+            break;
+    }
+    if (trials < 1 || trials > TRIALS || !(so.factor > 1 && so.factor <= 10) || so.calm_steps < 1) {
+        fprintf(stderr,
+                "usage: chorus-bench-recovery [--trials 1..%d] [--slow F (1..10)] "
+                "[--calm-steps N] [CASE...]\n",
+                TRIALS);
+        return 2;
     }
     static const struct {
         const char *kind;
@@ -424,6 +564,12 @@ int main(int argc, char **argv)
         if (run_3d(&cases[k], trials, &f3) < 0)
             failed = 1;
         result_3d(cases[k].name, &f3);
+    }
+    if (wanted("straggler", argc, argv, first)) {
+        figures_t f;
+        if (run_straggler(&so, trials, &f) < 0)
+            failed = 1;
+        result("straggler", "steps_to_name", "steps", f.next_step, f.n, "goal", 20);
     }
     return failed;
 }
