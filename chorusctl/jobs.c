@@ -264,6 +264,8 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_kuint(j, "restarts", ji->restarts);
     ctl_json_kuint(j, "stragglers", ji->stragglers);
     ctl_json_kstr(j, "straggler", ji->straggler ? ji->straggler : "");
+    ctl_json_kuint(j, "slow_nodes", ji->slow_nodes);
+    ctl_json_kstr(j, "slow_node", ji->slow_node ? ji->slow_node : "");
     ctl_json_kuint(j, "world_size", ji->world_size);
     ctl_json_key(j, "layout");
     ctl_json_obj_begin(j);
@@ -491,6 +493,8 @@ void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
     printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);
     if (ji->stragglers > 0)
         printf("straggler    %s\n", ji->straggler);
+    if (ji->slow_nodes > 0)
+        printf("slow node    %s\n", ji->slow_node);
     if (ji->last_checkpoint_step >= 0)
         printf("checkpoint   step %" PRId64 "\n", ji->last_checkpoint_step);
     else

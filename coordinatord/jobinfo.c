@@ -112,6 +112,7 @@ static void job_row(const coord_job_t *j, Chorus__JobInfo *ji)
     double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
     ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
+    ji->slow_node = (char *)coord_straggler_node_line(j, &ji->slow_nodes);
     ji->owner_uid = j->spec.owner.uid;
     ji->nodes = job_nodes(j);
 }
