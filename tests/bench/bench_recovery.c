@@ -418,15 +418,18 @@ static int strag_now(const h_cluster_t *c, const char *id, uint64_t *step, uint3
 }
 
 /* Poll until the count is (named) or is not (!named) above 0, or the job is past
- * `until` steps (0: no limit) or 600 s passed. The step it happened at, or 0. */
+ * `until` steps (0: no limit) or an hour passed. The step it happened at, or 0; *last:
+ * the last step seen. */
 static uint64_t strag_wait(const h_cluster_t *c, const char *id, int named, uint64_t until,
-                           uint32_t *seen)
+                           uint32_t *seen, uint64_t *last)
 {
-    uint64_t end = ch_now_ms() + 600000, step = 0;
+    uint64_t end = ch_now_ms() + 3600000, step = 0;
     uint32_t count = 0;
     *seen = 0;
     while (ch_now_ms() < end) {
         if (strag_now(c, id, &step, &count) == 0) {
+            if (last)
+                *last = step;
             if (count > *seen)
                 *seen = count;
             if ((count > 0) == named)
@@ -456,10 +459,11 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
         !rt_wait(&w, &c, id, "running", 1, 1, 60000))
         goto out;
     uint32_t seen = 0;
-    uint64_t t0 = ch_now_ms(), from = w.step;
-    strag_wait(&c, id, 1, from + (uint64_t)o->calm_steps, &seen);
+    uint64_t t0 = ch_now_ms(), from = w.step, last = from;
+    strag_wait(&c, id, 1, from + (uint64_t)o->calm_steps, &seen, &last);
     double calm_s = (double)(ch_now_ms() - t0) / 1000.0;
-    printf("straggler calm: %ld steps in %.0f s, %u false reports\n", o->calm_steps, calm_s, seen);
+    printf("straggler calm: steps %" PRIu64 "..%" PRIu64 " in %.0f s, %u false reports\n", from,
+           last, calm_s, seen);
     printf("RESULT name=recovery.straggler.false_reports value=%u unit=ranks ref=goal "
            "ref_value=0 ratio=0\n",
            seen);
@@ -477,7 +481,7 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
         pid_t child = slow_down(pid, o->factor);
         if (child < 0)
             goto out;
-        uint64_t named = strag_wait(&c, id, 1, 0, &n);
+        uint64_t named = strag_wait(&c, id, 1, 0, &n, NULL);
         slow_stop(child, pid);
         if (!named)
             goto out;
@@ -486,7 +490,7 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
                " (%" PRIu64 " steps)\n",
                t, o->factor, step0, named, named - step0);
         fflush(stdout);
-        if (!strag_wait(&c, id, 0, 0, &n)) /* cleared before the next trial */
+        if (!strag_wait(&c, id, 0, 0, &n, NULL)) /* cleared before the next trial */
             goto out;
     }
     rc = 0;
