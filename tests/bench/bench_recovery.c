@@ -79,17 +79,24 @@ static void result(const char *kind, const char *what, const char *unit, double 
     fflush(stdout);
 }
 
+/* Job id's status (the caller frees it, NULL when unreachable) and in *h its restart
+ * `want` (1-based; NULL while there is none). */
+static ch_json_t *restart_at(const h_cluster_t *c, const char *id, size_t want, const ch_json_t **h)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *hist = js ? ch_json_get(js, "history") : NULL;
+    *h = hist && hist->nkids >= want ? h_json_at(hist, want - 1) : NULL;
+    return js;
+}
+
 /* The last restart of job id: detection time, recovery time, steps lost. 0 or -1. */
 static int last_restart(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
                         double *recover_s, double *lost)
 {
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    if (!js)
-        return -1;
-    const ch_json_t *hist = ch_json_get(js, "history");
+    const ch_json_t *h;
+    ch_json_t *js = restart_at(c, id, want, &h);
     int rc = -1;
-    if (hist && hist->nkids >= want) {
-        const ch_json_t *h = h_json_at(hist, want - 1);
+    if (h) {
         *time_ms = h_json_num(h, "time_ms");
         *recover_s = h_json_num(h, "recover_s");
         *lost = h_json_num(h, "steps_lost");
@@ -260,13 +267,11 @@ static int job_text_3d(const h_cluster_t *c, const case3d_t *k, char *out, size_
 static int restart_phases(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
                           double *ph, double *redone)
 {
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    if (!js)
-        return -1;
-    const ch_json_t *hist = ch_json_get(js, "history");
+    const ch_json_t *h;
+    ch_json_t *js = restart_at(c, id, want, &h);
     int rc = -1;
-    if (hist && hist->nkids >= want) {
-        const ch_json_t *h = h_json_at(hist, want - 1), *p = ch_json_get(h, "phases");
+    if (h) {
+        const ch_json_t *p = ch_json_get(h, "phases");
         if (p && ch_json_get(p, "redo")) {
             *time_ms = h_json_num(h, "time_ms");
             *redone = h_json_num(h, "steps_lost");

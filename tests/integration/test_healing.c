@@ -362,14 +362,19 @@ typedef struct slow_wait {
     uint32_t count;
 } slow_wait_t;
 
-/* Slow the rank down (stopped a third of the time) while waiting for the coordinator to
- * name a straggler. */
+/* Stop pid for 40 ms: called between polls 40 ms apart, it is stopped half the time. */
+static void slow_once(pid_t pid)
+{
+    kill(pid, SIGSTOP);
+    usleep(40000);
+    kill(pid, SIGCONT);
+}
+
+/* Slow the rank down (slow_once) while waiting for the coordinator to name a straggler. */
 static int straggler_named(void *ud)
 {
     slow_wait_t *s = ud;
-    kill(s->pid, SIGSTOP);
-    usleep(40000);
-    kill(s->pid, SIGCONT);
+    slow_once(s->pid);
     Chorus__Envelope *r = NULL;
     if (h_job_query(s->w.c, s->w.id, &r) < 0)
         return 0;
@@ -421,9 +426,7 @@ typedef struct slow_until {
 static int replaced(void *ud)
 {
     slow_until_t *u = ud;
-    kill(u->s.pid, SIGSTOP);
-    usleep(40000);
-    kill(u->s.pid, SIGCONT);
+    slow_once(u->s.pid);
     Chorus__Envelope *r = NULL;
     if (h_job_query(u->s.w.c, u->s.w.id, &r) < 0)
         return 0;
