@@ -182,6 +182,13 @@ static void restart_json(ctl_json_t *j, const Chorus__RestartInfo *h)
         ctl_json_null(j);
     restart_layout_json(j, "layout_from", h->layout_from);
     restart_layout_json(j, "layout_to", h->layout_to);
+    ctl_json_key(j, "phases"); /* seconds per phase of the restart, in order */
+    ctl_json_obj_begin(j);
+    for (size_t k = 0; k < h->n_phases; k++) {
+        ctl_json_key(j, h->phases[k]->name);
+        ctl_json_double(j, h->phases[k]->value);
+    }
+    ctl_json_obj_end(j);
     ctl_json_obj_end(j);
 }
 
@@ -262,6 +269,8 @@ void ctl_job_json(ctl_json_t *j, const Chorus__JobInfo *ji)
     ctl_json_kuint(j, "restarts", ji->restarts);
     ctl_json_kuint(j, "stragglers", ji->stragglers);
     ctl_json_kstr(j, "straggler", ji->straggler ? ji->straggler : "");
+    ctl_json_kuint(j, "slow_nodes", ji->slow_nodes);
+    ctl_json_kstr(j, "slow_node", ji->slow_node ? ji->slow_node : "");
     ctl_json_kuint(j, "world_size", ji->world_size);
     ctl_json_key(j, "layout");
     ctl_json_obj_begin(j);
@@ -489,6 +498,8 @@ void ctl_job_print(const Chorus__JobInfo *ji, int all_history)
     printf("generation   %" PRIu64 " (restarts %" PRIu32 ")\n", ji->generation, ji->restarts);
     if (ji->stragglers > 0)
         printf("straggler    %s\n", ji->straggler);
+    if (ji->slow_nodes > 0)
+        printf("slow node    %s\n", ji->slow_node);
     if (ji->last_checkpoint_step >= 0)
         printf("checkpoint   step %" PRId64 "\n", ji->last_checkpoint_step);
     else

@@ -108,9 +108,10 @@ static void tail(char *buf, size_t n, const Chorus__JobInfo *ji, const figures_t
                  100.0 * ji->bubble_theory);
     if (ji->val_step > 0 && isfinite(ji->val_loss)) /* train.val_data's, when taken */
         snprintf(val, sizeof val, "  val %.4f", ji->val_loss);
-    snprintf(buf, n, "  loss %s%s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s%s%s", loss,
-             val, tps, mfu, bub, ji->restarts, eta, ji->stragglers ? "  straggler: " : "",
-             ji->stragglers ? ji->straggler : "", ji->reason && *ji->reason ? "  reason: " : "",
+    snprintf(buf, n, "  loss %s%s  tok/s %s  MFU %s%s  restarts %" PRIu32 "  ETA %s%s%s%s%s%s%s",
+             loss, val, tps, mfu, bub, ji->restarts, eta, ji->stragglers ? "  straggler: " : "",
+             ji->stragglers ? ji->straggler : "", ji->slow_nodes ? "  slow node: " : "",
+             ji->slow_nodes ? ji->slow_node : "", ji->reason && *ji->reason ? "  reason: " : "",
              ji->reason ? ji->reason : "");
 }
 
@@ -175,6 +176,7 @@ static void show_json(const Chorus__JobInfo *ji, const figures_t *f)
     ctl_json_kdouble(&j, "eta_s", f->eta_s >= 0 ? f->eta_s : NAN);
     ctl_json_kstr(&j, "reason", ji->reason);
     ctl_json_kstr(&j, "straggler", ji->stragglers ? ji->straggler : "");
+    ctl_json_kstr(&j, "slow_node", ji->slow_nodes ? ji->slow_node : "");
     ctl_json_obj_end(&j);
     ctl_json_finish(&j);
 }

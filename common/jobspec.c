@@ -7,12 +7,14 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/config.h"
 #include "common/err.h"
+#include "common/skipsteps.h"
 #include "common/jobcheck.h"
 #include "common/jobspec_doc.h"
 #include "common/ini.h"
@@ -102,6 +104,7 @@ static const field_t fields[] = {
     JF("optim", "grad_clip", F_DBL, optim.grad_clip, 0, 0),
     JF("train", "resume", F_STR, train.resume, 0, 0),
     JF("train", "log_every", F_I64, train.log_every, 0, LLONG_MAX),
+    JF("train", "skip_steps", F_STR, train.skip_steps, 0, 0),
     JF("checkpoint", "dir", F_STR, checkpoint.dir, 0, 0),
     JF("checkpoint", "every", F_I64, checkpoint.every, 0, LLONG_MAX),
     JF("checkpoint", "keep", F_I64, checkpoint.keep, 1, LLONG_MAX),
@@ -192,7 +195,7 @@ const char *ch_precision_name(ch_precision_t p)
 
 const char *ch_nonfinite_name(ch_nonfinite_t p)
 {
-    return p == CH_NONFINITE_SKIP ? "skip" : "fail";
+    return p == CH_NONFINITE_SKIP ? "skip" : p == CH_NONFINITE_REWIND ? "rewind" : "fail";
 }
 
 const char *ch_straggler_name(ch_straggler_t p)
@@ -262,6 +265,8 @@ static int check_str(const field_t *f, const char *v, char *why, size_t whylen)
             return CH_E_CONFIG;
         }
     }
+    if (f->off == offsetof(ch_jobspec_t, train.skip_steps))
+        return ch_skip_check(v, why, whylen);
     return 0;
 }
 
@@ -379,12 +384,12 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         snprintf(why, whylen, "expected 1f1b, interleaved or zb-h1, got '%s'", v);
         return CH_E_CONFIG;
     case F_NONFINITE:
-        if (strcmp(v, "fail") == 0 || strcmp(v, "skip") == 0) {
-            *(ch_nonfinite_t *)p = v[0] == 's' ? CH_NONFINITE_SKIP : CH_NONFINITE_FAIL;
-            return 0;
-        }
-        snprintf(why, whylen, "expected fail or skip, got '%s'%s", v,
-                 strcmp(v, "rewind") == 0 ? " (rewind is not built yet)" : "");
+        for (int k = CH_NONFINITE_FAIL; k <= CH_NONFINITE_REWIND; k++)
+            if (strcmp(v, ch_nonfinite_name((ch_nonfinite_t)k)) == 0) {
+                *(ch_nonfinite_t *)p = (ch_nonfinite_t)k;
+                return 0;
+            }
+        snprintf(why, whylen, "expected fail, skip or rewind, got '%s'", v);
         return CH_E_CONFIG;
     case F_STRAGGLER:
         if (strcmp(v, "report") == 0 || strcmp(v, "replace") == 0) {
@@ -591,7 +596,7 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         snprintf(why, whylen, "bad device %d", (int)j->train.device);
         return CH_E_CONFIG;
     case F_NONFINITE:
-        if (j->fault.nonfinite == CH_NONFINITE_FAIL || j->fault.nonfinite == CH_NONFINITE_SKIP)
+        if (j->fault.nonfinite <= CH_NONFINITE_REWIND)
             return 0;
         snprintf(why, whylen, "bad policy %d", (int)j->fault.nonfinite);
         return CH_E_CONFIG;
@@ -817,12 +822,6 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
         snprintf(err, errlen,
                  "train.warmup: must be between 0 and train.steps %" PRId64 ", got %" PRId64,
                  j->train.steps, j->train.warmup);
-        return CH_E_CONFIG;
-    }
-    if (j->fault.straggler == CH_STRAGGLER_REPLACE) {
-        snprintf(err, errlen,
-                 "fault.straggler: replace is not built yet (report names the rank in status, "
-                 "watch and the log; chorusctl kill-rank restarts the job away from it)");
         return CH_E_CONFIG;
     }
     if (!(j->fault.backoff >= 0 && j->fault.backoff <= BACKOFF_MAX)) {

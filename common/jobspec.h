@@ -44,11 +44,16 @@ typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
 /* fault.nonfinite: what a step whose loss or gradient norm is NaN or infinite does. fail:
  * the job fails naming the step; skip: that step's update is dropped (the batch is
- * consumed), as llm.c's outlier detector does. */
-typedef enum { CH_NONFINITE_FAIL = 0, CH_NONFINITE_SKIP = 1 } ch_nonfinite_t;
+ * consumed), as llm.c's outlier detector does; rewind: the job restarts from its last
+ * checkpoint with that step's batch added to train.skip_steps (Megatron's rerun). */
+typedef enum {
+    CH_NONFINITE_FAIL = 0,
+    CH_NONFINITE_SKIP = 1,
+    CH_NONFINITE_REWIND = 2
+} ch_nonfinite_t;
 /* fault.straggler: what a rank named as a straggler does. report: shown and logged;
- * replace (treat it as failed and re-place it on a spare) is parsed but refused by
- * validation: not built yet. */
+ * replace: also treated as failed, its node's ranks re-placed on an idle spare node (when
+ * none is idle: reported only). */
 typedef enum { CH_STRAGGLER_REPORT = 0, CH_STRAGGLER_REPLACE = 1 } ch_straggler_t;
 
 #define CH_PATH_LEN 1024
@@ -91,7 +96,8 @@ typedef struct ch_jobspec {
         /* "" (a fresh run), "auto" (the newest committed step of this run, if any) or
          * PATH (a committed step dir, or a run folder's newest step): common/run.h */
         char resume[CH_PATH_LEN];
-        int64_t log_every; /* rank 0 logs a loss line every log_every steps; 0: never */
+        int64_t log_every;    /* rank 0 logs a loss line every log_every steps; 0: never */
+        char skip_steps[512]; /* batches no step reads (common/skipsteps.h); "": none */
     } train;
     /* AdamW and clipping (torch.optim.AdamW, clip_grad_norm_); grad_clip 0: no clipping */
     struct {
@@ -153,7 +159,7 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
 const char *ch_job_kind_name(ch_job_kind_t k);
 const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
 const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
-const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" */
+const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" | "rewind" */
 const char *ch_straggler_name(ch_straggler_t p); /* "report" | "replace" */
 /* The cosine schedule's floor: train.lr_min, or lr / 10 when lr_min is negative. */
 double ch_jobspec_lr_min(const ch_jobspec_t *j);

@@ -74,6 +74,9 @@ static const ch_jobspec_doc_t docs[] = {
      "coordinator (full state, any layout); PATH: continue from that checkpoint."},
     {"train", "log_every", "steps", NULL,
      "Rank 0 logs a loss line every this many steps; 0: never."},
+    {"train", "skip_steps", "batches", "\"\" | B1,B2,...",
+     "Data batches no step reads, ascending (step s reads the s-th batch not listed); "
+     "fault.nonfinite = rewind appends the batch of a step whose loss was not finite."},
     {"train", "val_data", "path", "\"\" | text:FILE | FILE | GLOB",
      "Validation tokens (same forms as data, read in order from the start); \"\": no "
      "validation loss."},
@@ -112,12 +115,13 @@ static const ch_jobspec_doc_t docs[] = {
     {"fault", "backoff_max", "seconds", NULL, "The longest wait between restarts."},
     {"fault", "crash_loop", "generations", NULL,
      "That many generations in a row failing before their first step stop the job; 0: never."},
-    {"fault", "nonfinite", "", "fail | skip",
-     "A step whose loss or gradient norm is NaN or infinite: fail the job naming the step, or "
-     "skip its update."},
+    {"fault", "nonfinite", "", "fail | skip | rewind",
+     "A step whose loss or gradient norm is NaN or infinite: fail the job naming the step, "
+     "skip its update, or rewind: restart from the last checkpoint with that step's batch "
+     "added to train.skip_steps."},
     {"fault", "straggler", "", "report | replace",
-     "A rank whose compute stays above its peers': report it (status, watch, log, metric); "
-     "replace is not built yet and refused."},
+     "A rank whose compute stays above its peers': report it (status, watch, log, metric), "
+     "or replace: restart with its node's ranks on an idle spare node (none idle: report)."},
     {"diag", "rounds", "rounds", NULL, "diag jobs: measurement rounds."},
     {"diag", "gemm_size", "n", NULL, "diag jobs: n x n SGEMM size."},
     {"diag", "collectives", "", "yes | no", "diag jobs: also measure collectives."},

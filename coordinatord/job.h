@@ -73,8 +73,21 @@ typedef enum {
     COORD_CAUSE_NODE_LOST,      /* its node stopped heartbeating */
     COORD_CAUSE_WORKER_RESTART, /* its workerd came back without it */
     COORD_CAUSE_COORD_RESTART,  /* not re-reported after a coordinator restart */
+    COORD_CAUSE_STRAGGLER,      /* fault.straggler = replace: a straggler re-placed */
     COORD_CAUSE_NCAUSES,
 } coord_cause_t;
+
+/* The phases of a restart, in order; each ends when (coord_recovery_phase): */
+typedef enum {
+    COORD_PHASE_KILLED,  /* every rank of the failed generation is confirmed gone */
+    COORD_PHASE_PLACED,  /* the next generation is placed and its StartRanks sent */
+    COORD_PHASE_STARTED, /* every rank process of it is up (RANK_STARTED) */
+    COORD_PHASE_COMM,    /* every rank has its communicators (rendezvous included) */
+    COORD_PHASE_LOADED,  /* every rank has loaded its checkpoint */
+    COORD_PHASE_STEP,    /* the first step completed */
+    COORD_PHASE_PAST,    /* the step that failed completed again */
+    COORD_PHASES,
+} coord_phase_t;
 
 /* A layout and its split of the global batch: what an elastic restart (fault.elastic)
  * changes. dp 0: none. */
@@ -103,6 +116,10 @@ typedef struct coord_restart {
      * whether its generation failed before completing a step. */
     char sig[200];
     int unstepped;
+    /* In memory only: when each phase of the restart ended (wall ms; 0: not yet), and how
+     * many ranks of the new generation reported the rank-level ones (recovery.h). */
+    uint64_t phase_ms[COORD_PHASES];
+    uint32_t phase_ranks[COORD_PHASES];
 } coord_restart_t;
 
 /* A training rank's place in the layout (DESIGN §5), as it reported at start
@@ -190,6 +207,9 @@ typedef struct coord_job {
     uint32_t timeout_rank;
     uint64_t timeout_seq;
     struct coord_straggler *strag; /* straggler.c's windows; NULL until a step came */
+    /* fault.straggler = replace: the node a straggler was replaced away from, left out of
+     * the job's placements while the others hold it (memory only); "" none */
+    char avoid_node[64];
 } coord_job_t;
 
 typedef struct coord_jobs {

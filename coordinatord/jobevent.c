@@ -38,6 +38,8 @@ static void mark_started(coord_t *c, coord_job_t *j, uint32_t rank)
     }
     if (j->n_started == j->world && j->state == COORD_JOB_STARTING)
         coord_job_set_state(c, j, COORD_JOB_RUNNING, NULL);
+    if (j->n_started == j->world)
+        coord_recovery_phase(c, j, COORD_PHASE_STARTED);
 }
 
 static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
@@ -264,7 +266,10 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_PROGRESS:
         mark_started(c, j, ev->rank);
-        on_progress(c, j, ev->rank, ev);
+        if (ev->phase == 1 || ev->phase == 2) /* before its first step: no progress yet */
+            coord_recovery_phase(c, j, ev->phase == 1 ? COORD_PHASE_COMM : COORD_PHASE_LOADED);
+        else
+            on_progress(c, j, ev->rank, ev);
         break;
     case CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT:
         on_checkpoint(c, j, r, ev);
@@ -288,6 +293,8 @@ void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEven
             coord_rank_set_state(c, j, ev->rank, COORD_RANK_FAILING, "reported a failure");
         const char *msg = ev->message && *ev->message ? ev->message : "no reason given";
         coord_recovery_rank_failed(c, j, ev->rank, ev->cause_class, ev->before_first_step, msg);
+        if (ev->nonfinite_batch)
+            coord_recovery_rewind(c, j, ev->rank, ev->nonfinite_batch - 1);
         if (ev->timeout_group && *ev->timeout_group && ev->timeout_peer < j->world) {
             coord_recovery_timeout(c, j, ev->rank, ev);
             /* A collective timed out: the rank it waited for is the culprit. */

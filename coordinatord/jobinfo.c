@@ -112,6 +112,7 @@ static void job_row(const coord_job_t *j, Chorus__JobInfo *ji)
     double vs = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     ji->val_step = isfinite(vs) && vs > 0 ? (uint64_t)vs : 0;
     ji->straggler = (char *)coord_straggler_line(j, &ji->stragglers);
+    ji->slow_node = (char *)coord_straggler_node_line(j, &ji->slow_nodes);
     ji->owner_uid = j->spec.owner.uid;
     ji->nodes = job_nodes(j);
 }
@@ -122,13 +123,16 @@ static int history_info(const coord_job_t *j, Chorus__JobInfo *ji)
     if (!j->n_history)
         return 0;
     size_t h = j->n_history;
-    uint8_t *hb = malloc(
-        h * (sizeof(void *) + sizeof(Chorus__RestartInfo) + 2 * sizeof(Chorus__RestartLayout)));
+    uint8_t *hb = malloc(h * (sizeof(void *) + sizeof(Chorus__RestartInfo) +
+                              2 * sizeof(Chorus__RestartLayout) +
+                              COORD_PHASES * (sizeof(Chorus__Metric) + sizeof(void *))));
     if (!hb)
         return -ENOMEM;
     Chorus__RestartInfo **hp = (Chorus__RestartInfo **)hb;
     Chorus__RestartInfo *hi = (Chorus__RestartInfo *)(hp + h);
     Chorus__RestartLayout *hl = (Chorus__RestartLayout *)(hi + h);
+    Chorus__Metric *pm = (Chorus__Metric *)(hl + 2 * h);
+    Chorus__Metric **pp = (Chorus__Metric **)(pm + h * COORD_PHASES);
     for (size_t i = 0; i < h; i++) {
         const coord_restart_t *e = &j->history[i];
         chorus__restart_info__init(&hi[i]);
@@ -143,6 +147,17 @@ static int history_info(const coord_job_t *j, Chorus__JobInfo *ji)
         hi[i].steps_lost = e->steps_lost;
         hi[i].recover_s = e->recover_s;
         hi[i].source = (char *)e->source;
+        hi[i].phases = pp + i * COORD_PHASES;
+        for (int k = 0; k < COORD_PHASES; k++) {
+            double s = coord_phase_s(e, (coord_phase_t)k);
+            if (s < 0)
+                continue;
+            Chorus__Metric *m = &pm[i * COORD_PHASES + hi[i].n_phases];
+            chorus__metric__init(m);
+            m->name = (char *)coord_phase_name((coord_phase_t)k);
+            m->value = s;
+            hi[i].phases[hi[i].n_phases++] = m;
+        }
         if (e->layout_to.dp) {
             restart_layout(&hl[2 * i], &e->layout_from);
             restart_layout(&hl[2 * i + 1], &e->layout_to);

@@ -42,7 +42,8 @@ typedef enum {
     G_BUBBLE,
     G_RESTARTS,
     G_GEN,
-    G_STRAGGLERS
+    G_STRAGGLERS,
+    G_SLOW_NODES
 } gauge_kind_t;
 
 typedef struct job_gauge {
@@ -64,6 +65,10 @@ static const job_gauge_t JOB_GAUGES[] = {
     {"chorus_job_stragglers",
      "Ranks whose compute time is persistently above their stage's peers' (straggler.h).",
      G_STRAGGLERS},
+    {"chorus_job_slow_collective_nodes",
+     "Nodes whose tensor-parallel all-reduces are persistently slower than the other nodes' "
+     "(straggler.c).",
+     G_SLOW_NODES},
 };
 
 static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
@@ -90,6 +95,11 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
     case G_STRAGGLERS: {
         uint32_t n = 0;
         coord_straggler_line(j, &n);
+        return (double)n;
+    }
+    case G_SLOW_NODES: {
+        uint32_t n = 0;
+        coord_straggler_node_line(j, &n);
         return (double)n;
     }
     }

@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/skipsteps.h"
 #include "common/util.h"
 #include "coord.h"
 #include "scheduler.h"
@@ -25,8 +26,8 @@
  * collective time out within moments of the first and report what they had entered. */
 
 static const char *const CAUSES[COORD_CAUSE_NCAUSES] = {
-    "rank_exit", "rank_failed",     "collective_timeout", "hang",
-    "node_lost", "workerd_restart", "coordinator_restart"};
+    "rank_exit", "rank_failed",     "collective_timeout",  "hang",
+    "node_lost", "workerd_restart", "coordinator_restart", "straggler"};
 
 const char *coord_cause_name(coord_cause_t cause)
 {
@@ -160,11 +161,45 @@ void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const
     if (!j->ranks || rank >= j->world)
         return;
     int is_lasting = lasting && *lasting;
+    if (is_lasting && strcmp(lasting, "nonfinite") == 0 &&
+        j->spec.fault.nonfinite == CH_NONFINITE_REWIND)
+        is_lasting = 0; /* the rewind reads other data: coord_recovery_rewind */
     /* a non-finite global loss replays the same way after any restart: at any step */
     if (is_lasting && (before_first_step || strcmp(lasting, "nonfinite") == 0))
         snprintf(j->ranks[rank].lasting, sizeof j->ranks[rank].lasting, "%s", lasting);
     if (j->state != COORD_JOB_RECOVERING) /* the failure about to be recorded */
         snprintf(j->fail_sig, sizeof j->fail_sig, "%s", is_lasting && message ? message : "");
+}
+
+void coord_recovery_rewind(coord_t *c, coord_job_t *j, uint32_t rank, uint64_t batch)
+{
+    char was[sizeof j->spec.train.skip_steps], *ini = NULL, what[sizeof was + 256];
+    if (!coord_job_is_active(j) || j->spec.fault.nonfinite != CH_NONFINITE_REWIND)
+        return;
+    snprintf(was, sizeof was, "%s", j->spec.train.skip_steps);
+    int rc = ch_skip_add(j->spec.train.skip_steps, sizeof j->spec.train.skip_steps, batch);
+    if (rc == 0 && strcmp(was, j->spec.train.skip_steps) == 0)
+        return; /* another rank of the step said so first */
+    if (rc == 0 && (rc = ch_jobspec_format(&j->spec, &ini)) < 0)
+        memcpy(j->spec.train.skip_steps, was, sizeof was);
+    if (rc < 0) {
+        snprintf(what, sizeof what,
+                 "fault.nonfinite = rewind: cannot skip data batch %" PRIu64
+                 " (train.skip_steps = %s: at most %d batches): %s",
+                 batch, was, CH_SKIP_MAX, ch_strerror(rc));
+        coord_job_fail(c, j, what);
+        return;
+    }
+    free(j->ini);
+    j->ini = ini;
+    coord_job_store(c, j); /* a failure is logged by the store; memory stays authoritative */
+    snprintf(what, sizeof what,
+             "fault.nonfinite = rewind: data batch %" PRIu64 " skipped from now on "
+             "(train.skip_steps = %s); the restart resumes from the last committed checkpoint",
+             batch, j->spec.train.skip_steps);
+    CH_LOGW("recovery", "job=%s gen=%" PRIu64 " rank=%u %s", j->id, j->generation, rank, what);
+    coord_event(c, j->id, j->generation, rank,
+                j->ranks && rank < j->world ? j->ranks[rank].node->name : NULL, what);
 }
 
 static const char *const GROUPS[4] = {"tp", "dp", "pp", "emb"};
@@ -531,8 +566,10 @@ int coord_recovery_ready(coord_t *c, coord_job_t *j)
         else
             left++;
     }
-    if (left == 0)
+    if (left == 0) {
+        coord_recovery_phase(c, j, COORD_PHASE_KILLED);
         return restart_allowed(c, j);
+    }
     char why[160];
     snprintf(why, sizeof(why), "restart %u: waiting for %u ranks of generation %" PRIu64 " to exit",
              j->restarts, left, j->generation);
@@ -642,6 +679,7 @@ void coord_recovery_started(coord_t *c, coord_job_t *j)
         h->failed_step > (uint64_t)h->resumed_from ? h->failed_step - (uint64_t)h->resumed_from : 0;
     j->step = (uint64_t)h->resumed_from;
     store_restart(c, j, j->n_history - 1);
+    coord_recovery_phase(c, j, COORD_PHASE_PLACED);
     CH_LOGI("recovery",
             "job=%s gen=%" PRIu64 " restart %u: resuming from step %" PRId64 " (%" PRIu64
             " steps lost)",
@@ -669,6 +707,9 @@ void coord_recovery_progress(coord_t *c, coord_job_t *j)
 {
     coord_restart_t *h = current(j);
     j->gen_stepped = 1;
+    coord_recovery_phase(c, j, COORD_PHASE_STEP);
+    if (h && j->step > h->failed_step)
+        coord_recovery_phase(c, j, COORD_PHASE_PAST);
     if (!h || h->resumed_from < 0 || h->recover_s >= 0)
         return;
     uint64_t now = ch_wall_ms();

@@ -48,6 +48,21 @@ const char *coord_cause_name(coord_cause_t cause);
 void coord_recovery_rank_failed(coord_t *c, coord_job_t *j, uint32_t rank, const char *lasting,
                                 int before_first_step, const char *message);
 
+/* fault.nonfinite = rewind: a rank of j's current generation read data batch `batch` in
+ * a step whose loss was not finite. The batch joins j's train.skip_steps (journaled with
+ * the job file), so the restart that follows resumes from the last committed checkpoint
+ * and reads past it; a list already full fails the job. */
+void coord_recovery_rewind(coord_t *c, coord_job_t *j, uint32_t rank, uint64_t batch);
+
+/* Phase p of the restart under way ended for one rank of j's new generation (the phase
+ * ends when all have), or, for the job-level phases, ended. Nothing when no restart is
+ * under way or p already ended. */
+void coord_recovery_phase(coord_t *c, coord_job_t *j, coord_phase_t p);
+/* Phase p's name ("kill_confirm", ...), and its duration in seconds in h (from the end of
+ * the phase before, the first from the detection); -1 when not reached. */
+const char *coord_phase_name(coord_phase_t p);
+double coord_phase_s(const coord_restart_t *h, coord_phase_t p);
+
 /* A rank of j's current generation reported a collective timeout (ev: timeout_group,
  * timeout_seq, group_entered), before the failure enters coord_recovery_failure: the
  * collectives it had entered per group are kept, so that in a group of more than 2 ranks

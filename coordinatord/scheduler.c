@@ -14,6 +14,7 @@
 #include "coord.h"
 #include "placement.h"
 #include "recovery.h"
+#include "straggler.h"
 
 /* The memory one rank of spec needs (common/plan.h's peak stage) in p, with its in-memory
  * checkpoints (checkpoint.memory_every: host memory, counted into p->total_bytes too so the
@@ -258,7 +259,10 @@ static int start_head(coord_t *c, coord_job_t *j, coord_place_node_t *pn, coord_
         return -ENOMEM;
     ch_plan_t plan;
     size_t k = gather(c, &j->spec, 0, rank_bytes(&j->spec, &plan), pn, nodes);
-    rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
+    size_t kept = coord_straggler_avoid(j, pn, nodes, k);
+    rc = coord_placement(ch_jobspec_layout(&j->spec), pn, kept, pl);
+    if (rc == CH_E_CAPACITY && kept < k) /* the spare went: the slow node rather than none */
+        rc = coord_placement(ch_jobspec_layout(&j->spec), pn, k, pl);
     if (rc == CH_E_CAPACITY) {
         char why[384];
         wait_reason(c, j, pn, k, why, sizeof(why));

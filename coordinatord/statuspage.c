@@ -15,6 +15,7 @@
 #include "progress.h"
 #include "recovery.h"
 #include "series.h"
+#include "straggler.h"
 
 size_t coord_job_restart_history(const coord_job_t *j, coord_restart_view_t *out, size_t max)
 {
@@ -388,6 +389,27 @@ static void heat_map(const coord_series_t *s, coord_buf_t *b)
     coord_buf_puts(b, "</p>\n");
 }
 
+/* Under the heat map: the straggler and the slow-collective node named now, if any
+ * (straggler.h), so that a red row or a node's rows come with the numbers. */
+static void heat_named(const coord_job_t *j, coord_buf_t *b)
+{
+    uint32_t ranks = 0, nodes = 0;
+    const char *rank_line = coord_straggler_line(j, &ranks);
+    const char *node_line = coord_straggler_node_line(j, &nodes);
+    if (!ranks && !nodes)
+        return;
+    coord_buf_puts(b, "<p id=\"slow\">");
+    if (ranks) {
+        coord_buf_puts(b, "straggler: ");
+        coord_buf_html(b, rank_line);
+    }
+    if (nodes) {
+        coord_buf_puts(b, ranks ? "<br>slow collectives: " : "slow collectives: ");
+        coord_buf_html(b, node_line);
+    }
+    coord_buf_puts(b, "</p>\n");
+}
+
 static void restarts(const coord_job_t *j, coord_buf_t *b)
 {
     coord_restart_view_t hist[64];
@@ -495,6 +517,7 @@ int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
     }
     layout_grid(j, b);
     heat_map(s, b);
+    heat_named(j, b);
     restarts(j, b);
     coord_buf_puts(b, "</body></html>\n");
     free(pts);

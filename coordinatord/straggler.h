@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "placement.h"
 
 typedef struct coord coord_t;
 
@@ -36,5 +37,14 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r);
 const char *coord_straggler_line(const coord_job_t *j, uint32_t *count);
 /* Release j's state (with the job). */
 void coord_straggler_free(coord_job_t *j);
+/* A line naming the node of j's current generation whose tensor-parallel all-reduces are
+ * persistently the slowest ("" none; judge_nodes in straggler.c states the rule), borrowed
+ * from j; *count: how many nodes are slow now. */
+const char *coord_straggler_node_line(const coord_job_t *j, uint32_t *count);
+/* fault.straggler = replace: the k nodes usable for j's placement (pn and nodes side by
+ * side) with the node a straggler was replaced away from moved last; how many come before
+ * it (k when it is not among them). */
+size_t coord_straggler_avoid(const coord_job_t *j, coord_place_node_t *pn, coord_node_t **nodes,
+                             size_t k);
 
 #endif

@@ -16,8 +16,30 @@
  * -> the node is declared dead), kill -> first completed step of the next generation, and
  * steps lost; median and max over the trials, as RESULT lines against the goals of issue
  * 10 (rank death < 100 ms; node death < dead-after + 200 ms; hang < step_timeout + 1 s;
- * next step < 3 s; steps lost <= checkpoint.every). No arguments; a few minutes. */
+ * next step < 3 s; steps lost <= checkpoint.every).
+ *
+ * Where a 3D restart's time goes (issue 27), kill -9 of a rank of a tp x pp x dp job:
+ *
+ *   rank_kill_3d     tp 2 x pp 2 x dp 2 on 2 nodes x 4 slots (no spare: the same nodes)
+ *   rank_kill_16     tp 2 x pp 2 x dp 4 on 2 nodes x 8 slots: world 16 on real ranks
+ *
+ * Per trial the coordinator's phases of the restart (status history[].phases: kill and
+ * confirm, placement, rank start, rendezvous and communicator setup, checkpoint load,
+ * first step, steps redone until past the killed step) and the detection; median and max
+ * of the trials, each as a ratio to the calm step time measured before the kill.
+ *
+ * And a straggler (issue 27's goal), case `straggler`: a dp = 2 job on 2 nodes runs
+ * --calm-steps steps (1,000) with nobody slowed, counting any straggler named (a false
+ * report); then, TRIALS times, rank 1 is slowed by --slow F (1.5: stopped a third of
+ * every 60 ms, so it computes at 1/F of its speed) until the coordinator names it (steps
+ * from the slowing to the naming; goal 20), and left alone until it is cleared.
+ *
+ * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [CASE...]: the named
+ * cases only (all by default); a few minutes with no arguments on a quiet machine. */
+#include <inttypes.h>
+#include <math.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +49,7 @@
 #include "harness.h"
 #include "recovery_util.h"
 
-#define TRIALS       5
+#define TRIALS       5 /* the most; --trials N asks for fewer */
 #define EVERY        10
 #define STEP_TIMEOUT 2 /* s, the hang trials */
 
@@ -57,17 +79,24 @@ static void result(const char *kind, const char *what, const char *unit, double 
     fflush(stdout);
 }
 
+/* Job id's status (the caller frees it, NULL when unreachable) and in *h its restart
+ * `want` (1-based; NULL while there is none). */
+static ch_json_t *restart_at(const h_cluster_t *c, const char *id, size_t want, const ch_json_t **h)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *hist = js ? ch_json_get(js, "history") : NULL;
+    *h = hist && hist->nkids >= want ? h_json_at(hist, want - 1) : NULL;
+    return js;
+}
+
 /* The last restart of job id: detection time, recovery time, steps lost. 0 or -1. */
 static int last_restart(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
                         double *recover_s, double *lost)
 {
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    if (!js)
-        return -1;
-    const ch_json_t *hist = ch_json_get(js, "history");
+    const ch_json_t *h;
+    ch_json_t *js = restart_at(c, id, want, &h);
     int rc = -1;
-    if (hist && hist->nkids >= want) {
-        const ch_json_t *h = h_json_at(hist, want - 1);
+    if (h) {
         *time_ms = h_json_num(h, "time_ms");
         *recover_s = h_json_num(h, "recover_s");
         *lost = h_json_num(h, "steps_lost");
@@ -105,7 +134,7 @@ static int node_is(void *ud)
 }
 
 /* One kind: a cluster, one long job, TRIALS failures. */
-static int run_kind(const char *kind, figures_t *f)
+static int run_kind(const char *kind, int trials, figures_t *f)
 {
     h_cluster_t c;
     char id[64], text[2048], name[32];
@@ -124,7 +153,7 @@ static int run_kind(const char *kind, figures_t *f)
     if (rt_job_text(&c, text, sizeof text, kind, 2, 100000, EVERY, fault) < 0 ||
         rt_submit(&c, "bench.ini", text, id, sizeof id) < 0)
         goto out;
-    for (int t = 0; t < TRIALS; t++) {
+    for (int t = 0; t < trials; t++) {
         uint64_t gen = (uint64_t)t + 1 - (coord ? (uint64_t)t : 0);
         if (!rt_wait(&w, &c, id, "running", 0, gen, 60000) ||
             !rt_wait(&w, &c, id, "running", w.step + 15, gen, 60000)) {
@@ -191,7 +220,293 @@ out:
     return rc;
 }
 
-int main(void)
+/* The case is among those named on the command line (argv[first..]), or none are. */
+static int wanted(const char *name, int argc, char **argv, int first)
+{
+    for (int i = first; i < argc; i++)
+        if (strcmp(argv[i], name) == 0)
+            return 1;
+    return first >= argc;
+}
+
+// ---------------------------------------------------------------------------------------
+// 3D jobs: where the restart's time goes
+
+/* One 3D case: its cluster and layout. */
+typedef struct case3d {
+    const char *name;
+    int nodes, slots, tp, pp, dp;
+} case3d_t;
+
+/* The phases status reports (recovery_phase.c), in order. */
+#define NPH 7
+static const char *const PHASE[NPH] = {"kill_confirm", "placement",  "rank_start", "comm_setup",
+                                       "ckpt_load",    "first_step", "redo"};
+
+typedef struct figures3d {
+    double detect[TRIALS], phase[NPH][TRIALS], total[TRIALS], redone[TRIALS], step_ms[TRIALS];
+    int n;
+} figures3d_t;
+
+static int job_text_3d(const h_cluster_t *c, const case3d_t *k, char *out, size_t n)
+{
+    int w = snprintf(out, n,
+                     "[job]\nname = %s\nkind = train\n"
+                     "[model]\nlayers = 2\nheads = 4\nembd = 64\nseq_len = 16\n"
+                     "[parallel]\ntp = %d\npp = %d\ndp = %d\nmicrobatches = 2\n"
+                     "micro_batch_size = 4\n"
+                     "[train]\nsteps = 100000\nlr = 0.002\nwarmup = 20\nseed = 1337\n"
+                     "[checkpoint]\ndir = %s/ckpt\nevery = %d\nkeep = 3\n"
+                     "[fault]\nmax_restarts = %d\nstep_timeout = 120\n",
+                     k->name, k->tp, k->pp, k->dp, c->dir, EVERY, 2 * TRIALS);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* Restart `want` (1-based) of job id once it is past the killed step: its detection wall
+ * time, phases (s), steps redone; 0, or -1 while not there yet. */
+static int restart_phases(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
+                          double *ph, double *redone)
+{
+    const ch_json_t *h;
+    ch_json_t *js = restart_at(c, id, want, &h);
+    int rc = -1;
+    if (h) {
+        const ch_json_t *p = ch_json_get(h, "phases");
+        if (p && ch_json_get(p, "redo")) {
+            *time_ms = h_json_num(h, "time_ms");
+            *redone = h_json_num(h, "steps_lost");
+            for (int k = 0; k < NPH; k++)
+                ph[k] = h_json_num(p, PHASE[k]);
+            rc = 0;
+        }
+    }
+    ch_json_free(js);
+    return rc;
+}
+
+/* Rank 0's last step time, ms (NaN when not reported). */
+static double step_ms(const h_cluster_t *c, const char *id)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    if (!js)
+        return NAN;
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    const ch_json_t *t = ranks && ranks->nkids ? ch_json_get(h_json_at(ranks, 0), "time") : NULL;
+    double v = t ? h_json_num(t, "step_s") * 1e3 : NAN;
+    ch_json_free(js);
+    return v;
+}
+
+static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    rt_job_t w;
+    int rc = -1, world = k->tp * k->pp * k->dp;
+
+    memset(f, 0, sizeof *f);
+    if (h_cluster_up(&c, k->nodes, k->slots) < 0) {
+        fprintf(stderr, "%s: local up failed\n", k->name);
+        return -1;
+    }
+    if (job_text_3d(&c, k, text, sizeof text) < 0 ||
+        rt_submit(&c, "bench3d.ini", text, id, sizeof id) < 0)
+        goto out;
+    for (int t = 0; t < trials; t++) {
+        uint64_t gen = (uint64_t)t + 1;
+        /* past a checkpoint and a few steps into the next interval, as a failure would */
+        if (!rt_wait(&w, &c, id, "running", 0, gen, 120000) ||
+            !rt_wait(&w, &c, id, "running", w.step + EVERY + 3, gen, 300000)) {
+            fprintf(stderr, "%s trial %d: job %s (%s)\n", k->name, t, w.state, w.reason);
+            goto out;
+        }
+        double calm = step_ms(&c, id);
+        uint32_t r = (uint32_t)((t * 3 + 1) % world);
+        int node = node_of(&c, id, (int)r);
+        pid_t pid = rt_rank_pid(&c, node, id, w.gen, r);
+        double t0 = (double)ch_wall_ms();
+        if (pid <= 0 || kill(pid, SIGKILL) < 0)
+            goto out;
+        double when = 0, ph[NPH], redone = 0;
+        uint64_t end = ch_now_ms() + 300000;
+        while (restart_phases(&c, id, (size_t)t + 1, &when, ph, &redone) < 0) {
+            if (ch_now_ms() > end)
+                goto out;
+            usleep(50000);
+        }
+        int i = f->n++;
+        f->detect[i] = when - t0;
+        f->total[i] = f->detect[i];
+        printf("%s trial %d: rank %u killed at step %" PRIu64 ", calm step %.0f ms: detect %.0f ms",
+               k->name, t, r, w.step, calm, f->detect[i]);
+        for (int p = 0; p < NPH; p++) {
+            f->phase[p][i] = ph[p] * 1e3;
+            f->total[i] += f->phase[p][i];
+            printf(", %s %.0f", PHASE[p], f->phase[p][i]);
+        }
+        f->redone[i] = redone;
+        f->step_ms[i] = calm;
+        printf(" ms; kill -> past the killed step %.0f ms (%.1f steps), %g steps redone\n",
+               f->total[i], calm > 0 ? f->total[i] / calm : 0.0, redone);
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        fprintf(stderr, "%s: stopped after %d trials (cluster in %s)\n", k->name, f->n, c.dir);
+    h_cluster_down(&c);
+    return rc;
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Each phase's median and max, as ratios to the median calm step. */
+static void result_3d(const char *name, figures3d_t *f)
+{
+    if (f->n == 0)
+        return;
+    double step = median_of(f->step_ms, f->n);
+    char what[96];
+    for (int p = 0; p <= NPH + 1; p++) {
+        double *v = p < NPH ? f->phase[p] : p == NPH ? f->detect : f->total;
+        snprintf(what, sizeof what, "phase.%s", p < NPH ? PHASE[p] : p == NPH ? "detect" : "total");
+        result(name, what, "ms", v, f->n, "step_time", step);
+    }
+    result(name, "steps_redone", "steps", f->redone, f->n, "checkpoint_every", EVERY);
+}
+
+// ---------------------------------------------------------------------------------------
+// A straggler: named within how many steps, and never in a calm run
+
+typedef struct slow_opts {
+    double factor;   /* --slow */
+    long calm_steps; /* --calm-steps */
+} slow_opts_t;
+
+/* A child that slows pid to 1/factor of its speed (SIGSTOP for that share of every
+ * 60 ms) until killed. Its pid, or -1. */
+static pid_t slow_down(pid_t pid, double factor)
+{
+    pid_t child = fork();
+    if (child != 0)
+        return child;
+    useconds_t period = 60000, stop = (useconds_t)(period * (1.0 - 1.0 / factor));
+    for (;;) {
+        kill(pid, SIGSTOP);
+        usleep(stop);
+        kill(pid, SIGCONT);
+        usleep(period - stop);
+    }
+}
+
+static void slow_stop(pid_t child, pid_t pid)
+{
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    kill(pid, SIGCONT);
+}
+
+/* The job's step and straggler count now. 0 or -1. */
+static int strag_now(const h_cluster_t *c, const char *id, uint64_t *step, uint32_t *count)
+{
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(c, id, &r) < 0)
+        return -1;
+    *step = r->job_info->step;
+    *count = r->job_info->stragglers;
+    ch_msg_free(r);
+    return 0;
+}
+
+/* Poll until the count is (named) or is not (!named) above 0, or the job is past
+ * `until` steps (0: no limit) or an hour passed. The step it happened at, or 0; *last:
+ * the last step seen. */
+static uint64_t strag_wait(const h_cluster_t *c, const char *id, int named, uint64_t until,
+                           uint32_t *seen, uint64_t *last)
+{
+    uint64_t end = ch_now_ms() + 3600000, step = 0;
+    uint32_t count = 0;
+    *seen = 0;
+    while (ch_now_ms() < end) {
+        if (strag_now(c, id, &step, &count) == 0) {
+            if (last)
+                *last = step;
+            if (count > *seen)
+                *seen = count;
+            if ((count > 0) == named)
+                return step;
+            if (until && step >= until)
+                return 0;
+        }
+        usleep(20000);
+    }
+    return 0;
+}
+
+static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
+{
+    h_cluster_t c;
+    char id[64], text[1024];
+    rt_job_t w;
+    int rc = -1;
+    memset(f, 0, sizeof *f);
+    if (h_cluster_up(&c, 2, 1) < 0)
+        return -1;
+    /* steps of a few tens of milliseconds on a quiet machine */
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 1000000\n");
+    if (rt_submit(&c, "slow.ini", text, id, sizeof id) < 0 ||
+        !rt_wait(&w, &c, id, "running", 1, 1, 60000))
+        goto out;
+    uint32_t seen = 0;
+    uint64_t t0 = ch_now_ms(), from = w.step, last = from;
+    strag_wait(&c, id, 1, from + (uint64_t)o->calm_steps, &seen, &last);
+    double calm_s = (double)(ch_now_ms() - t0) / 1000.0;
+    printf("straggler calm: steps %" PRIu64 "..%" PRIu64 " in %.0f s, %u false reports\n", from,
+           last, calm_s, seen);
+    printf("RESULT name=recovery.straggler.false_reports value=%u unit=ranks ref=goal "
+           "ref_value=0 ratio=0\n",
+           seen);
+    fflush(stdout);
+    pid_t pid = -1;
+    for (int i = 0; i <= c.nodes && pid <= 0; i++)
+        pid = rt_rank_pid(&c, i, id, 1, 1);
+    if (pid <= 0)
+        goto out;
+    for (int t = 0; t < trials; t++) {
+        uint64_t step0 = 0;
+        uint32_t n = 0;
+        if (strag_now(&c, id, &step0, &n) < 0)
+            goto out;
+        pid_t child = slow_down(pid, o->factor);
+        if (child < 0)
+            goto out;
+        uint64_t named = strag_wait(&c, id, 1, 0, &n, NULL);
+        slow_stop(child, pid);
+        if (!named)
+            goto out;
+        f->next_step[f->n++] = (double)(named - step0);
+        printf("straggler trial %d: slowed %.2fx at step %" PRIu64 ", named at step %" PRIu64
+               " (%" PRIu64 " steps)\n",
+               t, o->factor, step0, named, named - step0);
+        fflush(stdout);
+        if (!strag_wait(&c, id, 0, 0, &n, NULL)) /* cleared before the next trial */
+            goto out;
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        fprintf(stderr, "straggler: stopped after %d trials (cluster in %s)\n", f->n, c.dir);
+    h_cluster_down(&c);
+    return rc;
+}
+
+int main(int argc, char **argv)
 {
     char exe[PATH_MAX], dir[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -204,6 +519,25 @@ int main(void)
         setenv("CHORUS_BIN_DIR", dir, 0);
     }
     signal(SIGPIPE, SIG_IGN);
+    int trials = TRIALS, first = 1;
+    slow_opts_t so = {1.5, 1000};
+    for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
+        if (strcmp(argv[first], "--trials") == 0)
+            trials = atoi(argv[first + 1]);
+        else if (strcmp(argv[first], "--slow") == 0)
+            so.factor = atof(argv[first + 1]);
+        else if (strcmp(argv[first], "--calm-steps") == 0)
+            so.calm_steps = atol(argv[first + 1]);
+        else
+            break;
+    }
+    if (trials < 1 || trials > TRIALS || !(so.factor > 1 && so.factor <= 10) || so.calm_steps < 1) {
+        fprintf(stderr,
+                "usage: chorus-bench-recovery [--trials 1..%d] [--slow F (1..10)] "
+                "[--calm-steps N] [CASE...]\n",
+                TRIALS);
+        return 2;
+    }
     static const struct {
         const char *kind;
         const char *detect_ref;
@@ -215,16 +549,36 @@ int main(void)
         {"hang", "step_timeout_plus_1s", STEP_TIMEOUT * 1000 + 1000},
         {"coordinator", "none", 0},
     };
+    static const case3d_t cases[] = {
+        {"rank_kill_3d", 2, 4, 2, 2, 2},
+        {"rank_kill_16", 2, 8, 2, 2, 4},
+    };
     int failed = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        if (!wanted(kinds[k].kind, argc, argv, first))
+            continue;
         figures_t f;
-        if (run_kind(kinds[k].kind, &f) < 0)
+        if (run_kind(kinds[k].kind, trials, &f) < 0)
             failed = 1;
         if (kinds[k].detect_goal > 0)
             result(kinds[k].kind, "detect", "ms", f.detect, f.n, kinds[k].detect_ref,
                    kinds[k].detect_goal);
         result(kinds[k].kind, "kill_to_next_step", "ms", f.next_step, f.n, "goal", 3000);
         result(kinds[k].kind, "steps_lost", "steps", f.lost, f.n, "checkpoint_every", EVERY);
+    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (!wanted(cases[k].name, argc, argv, first))
+            continue;
+        static figures3d_t f3;
+        if (run_3d(&cases[k], trials, &f3) < 0)
+            failed = 1;
+        result_3d(cases[k].name, &f3);
+    }
+    if (wanted("straggler", argc, argv, first)) {
+        figures_t f;
+        if (run_straggler(&so, trials, &f) < 0)
+            failed = 1;
+        result("straggler", "steps_to_name", "steps", f.next_step, f.n, "goal", 20);
     }
     return failed;
 }

@@ -4,8 +4,10 @@
  * fault.max_restarts allows; a job whose generations keep failing before their first step
  * is stopped as a crash loop with its causes listed, and backs off between restarts. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -277,6 +279,53 @@ Test(healing, nonfinite_skip_drops_updates_and_never_completes_with_nan)
     ch_json_free(st);
 }
 
+/* fault.nonfinite = rewind: the drill gives the step reading data batch 7 a NaN loss on
+ * every rank; the job (24 steps) restarts once from its step-5 checkpoint with batch 7 skipped
+ * (train.skip_steps), reads past it, and completes with a finite loss; its history says
+ * why it restarted. */
+Test(healing, nonfinite_rewind_skips_the_batch_and_completes_finite)
+{
+    h_cluster_t c;
+    char id[64], text[2048];
+    rt_job_t w;
+    setenv("CHORUS_DRILL_NONFINITE_BATCH", "7", 1); /* inherited by workerd and its ranks */
+    cr_assert_eq(h_cluster_up(&c, 2, 1), 0);
+    cr_assert_eq(rt_job_text(&c, text, sizeof text, "rewind", 2, 24, 5,
+                             "max_restarts = 3\nnonfinite = rewind\n"),
+                 0);
+    cr_assert_eq(rt_submit(&c, "rewind.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&w, &c, id, NULL, 0, 0, 90000), "job still %s: %s", w.state, w.reason);
+    cr_assert_str_eq(w.state, "completed", "job ended %s: %s", w.state, w.reason);
+    cr_expect_eq(w.gen, 2, "generations: %llu", (unsigned long long)w.gen);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    double loss = h_json_num(st, "loss");
+    cr_expect(isfinite(loss) && loss > 0, "final loss %g", loss);
+    const ch_json_t *hist = ch_json_get(st, "history");
+    cr_assert(hist && hist->nkids == 1, "restarts: %zu", hist ? hist->nkids : 0);
+    const ch_json_t *h0 = h_json_at(hist, 0);
+    const char *why = h_json_str(h0, "reason");
+    cr_expect(h_has(why, "step 8: loss") && h_has(why, "not finite") &&
+                  h_has(why, "fault.nonfinite = rewind, data batch 7"),
+              "reason: %s", why);
+    cr_expect_eq(h_json_num(h0, "resumed_from"), 5, "resumed from %g",
+                 h_json_num(h0, "resumed_from"));
+    /* where the restart's time went: every phase timed, first to last */
+    static const char *phases[] = {"kill_confirm", "placement",  "rank_start", "comm_setup",
+                                   "ckpt_load",    "first_step", "redo"};
+    const ch_json_t *ph = ch_json_get(h0, "phases");
+    cr_assert_not_null(ph);
+    double sum = 0;
+    for (size_t k = 0; k < sizeof phases / sizeof *phases; k++) {
+        const ch_json_t *v = ch_json_get(ph, phases[k]);
+        cr_expect(v && h_json_num(ph, phases[k]) >= 0, "phase %s missing", phases[k]);
+        sum += v ? h_json_num(ph, phases[k]) : 0;
+    }
+    cr_expect(sum >= h_json_num(h0, "recover_s") - 0.01, "phases %g s, recover_s %g s", sum,
+              h_json_num(h0, "recover_s"));
+    ch_json_free(st);
+}
+
 /* Rank 1 of a dp 4 group stops (SIGSTOP) mid-run: the three others wait in the group's
  * collective and time out; the culprit on record is the rank that never arrived, not a
  * waiting rank's ring predecessor. */
@@ -313,14 +362,19 @@ typedef struct slow_wait {
     uint32_t count;
 } slow_wait_t;
 
-/* Slow the rank down (stopped a third of the time) while waiting for the coordinator to
- * name a straggler. */
+/* Stop pid for 40 ms: called between polls 40 ms apart, it is stopped half the time. */
+static void slow_once(pid_t pid)
+{
+    kill(pid, SIGSTOP);
+    usleep(40000);
+    kill(pid, SIGCONT);
+}
+
+/* Slow the rank down (slow_once) while waiting for the coordinator to name a straggler. */
 static int straggler_named(void *ud)
 {
     slow_wait_t *s = ud;
-    kill(s->pid, SIGSTOP);
-    usleep(40000);
-    kill(s->pid, SIGCONT);
+    slow_once(s->pid);
     Chorus__Envelope *r = NULL;
     if (h_job_query(s->w.c, s->w.id, &r) < 0)
         return 0;
@@ -359,6 +413,75 @@ Test(healing, straggler_is_named)
     cr_assert_eq(h_ctl(&c, &o, "status", id, NULL), 0);
     cr_assert(h_has(o.out, "straggler    rank 1"), "%s", o.out);
     h_out_free(&o);
+    cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
+    h_out_free(&o);
+}
+
+typedef struct slow_until {
+    slow_wait_t s;
+    uint64_t gen;
+} slow_until_t;
+
+/* Slow the rank down as straggler_named does until the job runs a later generation. */
+static int replaced(void *ud)
+{
+    slow_until_t *u = ud;
+    slow_once(u->s.pid);
+    Chorus__Envelope *r = NULL;
+    if (h_job_query(u->s.w.c, u->s.w.id, &r) < 0)
+        return 0;
+    u->gen = r->job_info->generation;
+    ch_msg_free(r);
+    return u->gen > 1;
+}
+
+/* The node of rank r in status ("" when unknown), into out. */
+static void rank_node(const h_cluster_t *c, const char *id, int r, char *out, size_t n)
+{
+    ch_json_t *st = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *ranks = st ? ch_json_get(st, "ranks") : NULL;
+    snprintf(out, n, "%s",
+             ranks && ranks->nkids > (size_t)r ? h_json_str(h_json_at(ranks, (size_t)r), "node")
+                                               : "");
+    ch_json_free(st);
+}
+
+/* fault.straggler = replace with an idle third node: the slowed rank is named, the job
+ * restarts with cause straggler, and the slow node runs none of its ranks afterwards. */
+Test(healing, straggler_replace_moves_it_to_the_idle_node)
+{
+    h_cluster_t c;
+    char id[64], text[2048], slow[64], now0[64], now1[64];
+    slow_until_t u;
+    cr_assert_eq(h_cluster_up(&c, 3, 1), 0);
+    snprintf(text, sizeof text,
+             "[job]\nname = slow\n[model]\nlayers = 4\nheads = 4\nembd = 192\nseq_len = 64\n"
+             "[parallel]\ndp = 2\nmicro_batch_size = 8\n[train]\nsteps = 100000\n"
+             "[fault]\nstraggler = replace\nmax_restarts = 2\n");
+    cr_assert_eq(rt_submit(&c, "slow.ini", text, id, sizeof id), 0);
+    cr_assert(rt_wait(&u.s.w, &c, id, "running", 5, 1, 60000), "%s: %s", u.s.w.state, u.s.w.reason);
+    rank_node(&c, id, 1, slow, sizeof slow);
+    u.s.pid = -1;
+    for (int i = 0; i <= c.nodes && u.s.pid <= 0; i++)
+        u.s.pid = rt_rank_pid(&c, i, id, 1, 1);
+    cr_assert(u.s.pid > 0, "no pid for rank 1");
+    cr_assert(h_wait_until(replaced, &u, 90000, 40), "not replaced");
+    kill(u.s.pid, SIGCONT);
+    rt_job_t w;
+    cr_assert(rt_wait(&w, &c, id, "running", 0, 2, 60000), "%s: %s", w.state, w.reason);
+    ch_json_t *st = h_ctl_json(&c, "status", id, NULL);
+    cr_assert_not_null(st);
+    const ch_json_t *h0 = h_json_at(ch_json_get(st, "history"), 0);
+    cr_assert_not_null(h0);
+    cr_expect_str_eq(h_json_str(h0, "cause"), "straggler", "%s", h_json_str(h0, "reason"));
+    cr_expect(h_has(h_json_str(h0, "reason"), "fault.straggler = replace: rank 1 on node"), "%s",
+              h_json_str(h0, "reason"));
+    ch_json_free(st);
+    rank_node(&c, id, 0, now0, sizeof now0);
+    rank_node(&c, id, 1, now1, sizeof now1);
+    cr_expect(*slow && strcmp(now0, slow) != 0 && strcmp(now1, slow) != 0,
+              "slow node %s still runs rank 0 (%s) or 1 (%s)", slow, now0, now1);
+    h_out_t o;
     cr_assert_eq(h_ctl(&c, &o, "cancel", id, NULL), 0);
     h_out_free(&o);
 }

@@ -395,6 +395,26 @@ static worker_t *owner(Chorus__JobInfo *ji, uint32_t r, worker_t **ws, int n)
 // ---------------------------------------------------------------------------------------
 // Tests
 
+/* GET path from the coordinator's HTTP endpoint: the whole reply into page. */
+static void http_get(const char *path, char *page, size_t len)
+{
+    char host[64], get[256];
+    int port = 0;
+    cr_assert_eq(ch_parse_hostport(H.maddr, host, sizeof(host), &port), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    snprintf(get, sizeof get, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    cr_assert_eq(write(fd, get, strlen(get)), (ssize_t)strlen(get));
+    size_t got = 0;
+    ssize_t k;
+    while (got < len - 1 && (k = read(fd, page + got, len - 1 - got)) > 0)
+        got += (size_t)k;
+    page[got] = 0;
+    close(fd);
+}
+
 Test(coord, job_runs_to_completion)
 {
     worker_t a, b, *ws[2] = {&a, &b};
@@ -449,22 +469,8 @@ Test(coord, job_runs_to_completion)
     ch_msg_free(e);
 
     /* Metrics endpoint. */
-    char host[64];
-    int port = 0;
-    cr_assert_eq(ch_parse_hostport(H.maddr, host, sizeof(host), &port), 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    cr_assert_eq(write(fd, get, strlen(get)), (ssize_t)strlen(get));
     static char page[65536];
-    size_t got = 0;
-    ssize_t k;
-    while (got < sizeof(page) - 1 && (k = read(fd, page + got, sizeof(page) - 1 - got)) > 0)
-        got += (size_t)k;
-    page[got] = 0;
-    close(fd);
+    http_get("/metrics", page, sizeof page);
     cr_assert(strstr(page, "HTTP/1.0 200 OK") != NULL, "%s", page);
     cr_assert(strstr(page, "chorus_nodes{state=\"alive\"} 2\n") != NULL, "%s", page);
     cr_assert(strstr(page, "chorus_jobs{state=\"running\"} 1\n") != NULL, "%s", page);
@@ -2370,4 +2376,127 @@ Test(coord, progress_is_not_journaled_per_message)
     wk_close(&a);
     wk_close(&b);
     coord_down();
+/* Send one RankEvent of job id, generation 1, from w. */
+static void send_ev(worker_t *w, Chorus__RankEvent *ev, const char *id, uint32_t rank)
+{
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    ev->job_id = (char *)id;
+    ev->generation = 1;
+    ev->rank = rank;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = ev;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+/* Ranks 1..5 of job id show step `step` in status: 1, or 0 after 2 s. */
+static int ranks_at(ch_client_t *ctl, worker_t **ws, const char *id, uint64_t step)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        Chorus__Envelope *e = ctl_job(ctl, id);
+        size_t at = 0;
+        for (size_t r = 1; r < e->job_info->n_ranks; r++)
+            at += e->job_info->ranks[r]->step == step;
+        ch_msg_free(e);
+        if (at == 5)
+            return 1;
+        pump(ws, 3, 20);
+    }
+    return 0;
+}
+
+/* tp 2 x dp 3 on three nodes (one TP group each): every rank computes alike, and node
+ * n3's ranks spend tp_slow s per step in their TP all-reduces, the others 0.05 s. The
+ * job's slow-node count and line once 14 steps are in. */
+static uint32_t slow_tp_node(double tp_slow, char *line, size_t n)
+{
+    worker_t a = {0}, b = {0}, d = {0}, *ws[3] = {&a, &b, &d};
+    char id[32] = "", msg[512] = "";
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r2", NULL, 0);
+    wk_connect(&d, "n3", 2, "r3", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    cr_assert_eq(ctl_submit(ctl, "[job]\nname = tpslow\n[parallel]\ntp = 2\ndp = 3\n", id,
+                            sizeof id, msg, sizeof msg),
+                 0, "%s", msg);
+    worker_t *on[6] = {0};
+    for (int i = 0; i < 3; i++) {
+        Chorus__Envelope *e = take(ws, 3, ws[i], CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+        cr_assert_not_null(e, "%s got StartRanks", ws[i]->name);
+        for (size_t k = 0; k < e->start_ranks->n_ranks; k++)
+            on[e->start_ranks->ranks[k]->rank] = ws[i];
+        ch_msg_free(e);
+    }
+    for (uint32_t r = 0; r < 6; r++) {
+        Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+        ev.kind = CHORUS__RANK_EVENT_KIND__RANK_STARTED;
+        send_ev(on[r], &ev, id, r);
+    }
+    for (uint64_t step = 1; step <= 14; step++) {
+        for (uint32_t k = 1; k <= 6; k++) {
+            uint32_t r = k % 6; /* rank 0 last: its report judges the step */
+            if (r == 0)         /* once the coordinator has the others' (other links) */
+                cr_assert(ranks_at(ctl, ws, id, step), "step %llu never came in",
+                          (unsigned long long)step);
+            Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+            ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+            ev.step = step;
+            ev.total_steps = 100;
+            ev.t_compute = 0.3;
+            ev.t_tp = on[r] == &d ? tp_slow : 0.05;
+            ev.step_s = ev.t_compute + ev.t_tp;
+            send_ev(on[r], &ev, id, r);
+        }
+    }
+    Chorus__Envelope *e = NULL;
+    for (int tries = 0; tries < 100; tries++) {
+        pump(ws, 3, 20);
+        e = ctl_job(ctl, id);
+        size_t at = 0; /* every rank's last report taken in: rank 0's judged the last step */
+        for (size_t r = 0; r < e->job_info->n_ranks; r++)
+            at += e->job_info->ranks[r]->step == 14;
+        if (at == 6)
+            break;
+        ch_msg_free(e);
+        e = NULL;
+    }
+    cr_assert_not_null(e, "step 14 never showed");
+    uint32_t count = e->job_info->slow_nodes;
+    snprintf(line, n, "%s", e->job_info->slow_node ? e->job_info->slow_node : "");
+    cr_expect_eq(e->job_info->stragglers, 0, "a compute straggler: %s", e->job_info->straggler);
+    ch_msg_free(e);
+    /* the metric and the page's heat map say the same */
+    static char page[1 << 18];
+    char want[128];
+    http_get("/metrics", page, sizeof page);
+    snprintf(want, sizeof want,
+             "chorus_job_slow_collective_nodes{job_id=\"%s\",name=\"tpslow\"} %u\n", id, count);
+    cr_expect(strstr(page, want), "no %s", want);
+    snprintf(want, sizeof want, "/jobs/%s", id);
+    http_get(want, page, sizeof page);
+    cr_expect(count ? strstr(page, "slow collectives: node n3") != NULL
+                    : strstr(page, "slow collectives") == NULL,
+              "the page's slow line");
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    wk_close(&d);
+    coord_down();
+    return count;
+}
+
+Test(coord, node_with_slow_tensor_parallel_allreduces_is_named)
+{
+    char line[256];
+    cr_assert_eq(slow_tp_node(0.2, line, sizeof line), 1, "%s", line);
+    cr_assert(strstr(line, "node n3: tensor-parallel all-reduces 0.200 s, 4.00x the other 2 "
+                           "nodes' median over 10 steps"),
+              "%s", line);
+}
+
+Test(coord, calm_nodes_are_not_named_slow)
+{
+    char line[256];
+    cr_assert_eq(slow_tp_node(0.05, line, sizeof line), 0, "%s", line);
+    cr_assert_str_eq(line, "");
 }

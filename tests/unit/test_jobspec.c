@@ -745,16 +745,23 @@ Test(jobspec, fault_healing_keys)
               j.fault.crash_loop == 0);
     cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
 
-    cr_expect_eq(ch_jobspec_parse("[fault]\nnonfinite = rewind\n", &j, err, sizeof err),
+    cr_assert_eq(ch_jobspec_parse("[fault]\nnonfinite = rewind\n[train]\nskip_steps = 3, 7\n", &j,
+                                  err, sizeof err),
+                 0, "%s", err);
+    cr_expect(j.fault.nonfinite == CH_NONFINITE_REWIND);
+    cr_expect_str_eq(ch_nonfinite_name(j.fault.nonfinite), "rewind");
+    cr_expect_eq(ch_jobspec_parse("[train]\nskip_steps = 7,3\n", &j, err, sizeof err), CH_E_CONFIG);
+    expect_has(err, "must ascend");
+    cr_expect_eq(ch_jobspec_parse("[fault]\nnonfinite = retry\n", &j, err, sizeof err),
                  CH_E_CONFIG);
-    expect_has(err, "not built yet");
+    expect_has(err, "expected fail, skip or rewind");
     cr_expect_eq(ch_jobspec_parse("[fault]\ncrash_loop = 1001\n", &j, err, sizeof err),
                  CH_E_CONFIG);
     expect_has(err, "[fault] crash_loop: must be between 0 and 1000");
 
     cr_assert_eq(ch_jobspec_parse("[fault]\nstraggler = replace\n", &j, err, sizeof err), 0);
-    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
-    expect_has(err, "fault.straggler: replace is not built yet");
+    cr_expect(j.fault.straggler == CH_STRAGGLER_REPLACE);
+    cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), 0, "%s", err);
 
     cr_assert_eq(ch_jobspec_parse("[fault]\nbackoff = 10\nbackoff_max = 5\n", &j, err, sizeof err),
                  0);

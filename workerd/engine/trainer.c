@@ -11,6 +11,7 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "common/skipsteps.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
@@ -622,6 +623,11 @@ static void drop_grads(eng_trainer_t *t)
         eng_zero_drop_grads(t->zero);
 }
 
+void eng_trainer_drill_nonfinite(eng_trainer_t *t, uint64_t batch)
+{
+    t->nan_batch = batch + 1;
+}
+
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
@@ -639,7 +645,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     /* the slab's gradients are zero: left so by the previous step's fused update, or new */
     if (t->zero)
         eng_zero_begin_step(t->zero);
-    t->step_now = step;
+    t->step_now = ch_skip_batch_of(s->train.skip_steps, step);
     t->loss_sum = 0;
     t->grad_scale = 1.0 / global_tokens;
     t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
@@ -651,6 +657,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         rc = finish_grads(t, &loss_sum, &norm);
     if (rc < 0)
         return rc;
+    if (t->nan_batch && t->nan_batch - 1 == t->step_now) /* every rank's drill: all agree */
+        loss_sum = norm = NAN;
     int bad = !isfinite(loss_sum) || !isfinite(norm);
     if (bad && s->fault.nonfinite != CH_NONFINITE_SKIP) {
         if (info) {

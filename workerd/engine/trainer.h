@@ -106,6 +106,10 @@ int eng_trainer_resume_dir(eng_trainer_t *t, const char *step_dir, char *err, si
  * request travels in the step's closing all-reduce, so every rank of the job commits
  * the same step whichever of them heard it first. */
 void eng_trainer_request_checkpoint(eng_trainer_t *t);
+/* Fault drill: the step that reads data batch `batch` gets a NaN loss and gradient norm
+ * (every rank of the job must be told the same; chorus-rank reads it from
+ * CHORUS_DRILL_NONFINITE_BATCH), so that fault.nonfinite can be tested end to end. */
+void eng_trainer_drill_nonfinite(eng_trainer_t *t, uint64_t batch);
 
 /* Run the next step; 0, or a negative code. Past the last step: CH_E_STATE. */
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info);

@@ -45,7 +45,8 @@ struct eng_trainer {
     eng_pipeline_t pipe;
     eng_acts_t **acts;
     float *grad;
-    uint64_t step_now;
+    uint64_t step_now;  /* the batch the pass reads: a step's (train.skip_steps), an eval's */
+    uint64_t nan_batch; /* fault drill: 1 + the batch whose step's loss reads NaN; 0: none */
     double loss_sum, grad_scale;
     int ckpt_asked; /* this rank heard a checkpoint request (eng_trainer_request_checkpoint) */
     int ckpt_now;   /* some rank had, by the last step's closing all-reduce */

@@ -531,6 +531,7 @@ report:
         const char *cls = r->cause_class ? r->cause_class : ch_err_lasting(rc);
         ev.cause_class = cls ? (char *)cls : "";
         ev.before_first_step = !r->stepped;
+        ev.nonfinite_batch = r->nonfinite_batch;
         wrk_rank_report(r, &ev);
     }
 out:

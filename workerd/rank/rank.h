@@ -41,9 +41,10 @@ typedef struct wrk_rank {
         uint64_t entered;
     } entered[4];
     uint32_t n_entered;
-    int stepped;             /* a training step completed in this process */
-    const char *cause_class; /* the failure's class when the kind knows it (static
-                                string; NULL: ch_err_lasting of the code) */
+    int stepped;              /* a training step completed in this process */
+    const char *cause_class;  /* the failure's class when the kind knows it (static
+                                 string; NULL: ch_err_lasting of the code) */
+    uint64_t nonfinite_batch; /* 1 + the data batch of a step whose loss was not finite */
 } wrk_rank_t;
 
 /* wrk_rank_progress reports at most once per this many ms: a tiny diag job running

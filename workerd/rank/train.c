@@ -13,12 +13,14 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "chorus/config.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/skipsteps.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
@@ -355,6 +357,16 @@ static void note_entered(wrk_rank_t *r, const wrk_coll_t *c, const eng_groups_t 
     }
 }
 
+/* A phase before the first step ended (RankEvent.phase: 1 communicators, 2 checkpoint
+ * loaded): the coordinator times its restarts' phases with them. */
+static void report_phase(wrk_rank_t *r, uint32_t phase)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.phase = phase;
+    wrk_rank_report(r, &ev); /* a lost report costs a figure, not the run */
+}
+
 int wrk_train_run(wrk_rank_t *r)
 {
     char err[512] = "";
@@ -392,6 +404,7 @@ int wrk_train_run(wrk_rank_t *r)
         rc = wrk_rank_fail(r, rc, "checkpoint.memory_every: %s", ch_strerror(rc));
         goto out;
     }
+    report_phase(r, 1);
     rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
     if (rc < 0) {
         rc = wrk_rank_fail(r, rc, "%s", err);
@@ -417,6 +430,10 @@ int wrk_train_run(wrk_rank_t *r)
     }
     if ((rc = ckpt_dir_check(r)) < 0)
         goto out;
+    report_phase(r, 2);
+    const char *drill = getenv("CHORUS_DRILL_NONFINITE_BATCH"); /* tests and benches */
+    if (drill && *drill)
+        eng_trainer_drill_nonfinite(t, strtoull(drill, NULL, 10));
     /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
      * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
     int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
@@ -468,10 +485,12 @@ int wrk_train_run(wrk_rank_t *r)
             if (rc == CH_E_NUMERIC && (!isfinite(info.loss) || !isfinite(info.grad_norm))) {
                 /* the loss is global: a restart would replay the same step to the same end */
                 r->cause_class = "nonfinite";
+                r->nonfinite_batch = ch_skip_batch_of(s->train.skip_steps, info.step) + 1;
                 rc = wrk_rank_fail(r, rc,
                                    "step %" PRIu64 ": loss %g, gradient norm %g: not finite "
-                                   "(fault.nonfinite = fail)",
-                                   info.step + 1, info.loss, info.grad_norm);
+                                   "(fault.nonfinite = %s, data batch %" PRIu64 ")",
+                                   info.step + 1, info.loss, info.grad_norm,
+                                   ch_nonfinite_name(s->fault.nonfinite), r->nonfinite_batch - 1);
                 goto out;
             }
             rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
