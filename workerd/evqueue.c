@@ -9,55 +9,23 @@
 
 void wrk_evq_free_event(Chorus__RankEvent *e)
 {
-    if (!e)
-        return;
-    free(e->job_id);
-    free(e->message);
-    free(e->timeout_group);
-    for (size_t i = 0; i < e->n_metrics; i++) {
-        if (e->metrics[i])
-            free(e->metrics[i]->name);
-        free(e->metrics[i]);
-    }
-    free(e->metrics);
-    free(e);
+    if (e)
+        chorus__rank_event__free_unpacked(e, NULL);
 }
 
+/* A deep copy through the wire form: every field, strings, repeated metrics and nested
+ * messages alike, including fields added after this was written (a field-by-field copy
+ * once left new pointer fields shared with the original). */
 Chorus__RankEvent *wrk_evq_dup(const Chorus__RankEvent *src)
 {
-    Chorus__RankEvent *e = malloc(sizeof *e);
-    if (!e)
+    size_t n = chorus__rank_event__get_packed_size(src);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
         return NULL;
-    *e = *src;
-    /* nothing of src's may be freed with a partial copy */
-    e->job_id = e->message = e->timeout_group = NULL;
-    e->n_metrics = 0;
-    e->metrics = NULL;
-    e->job_id = strdup(src->job_id ? src->job_id : "");
-    e->message = strdup(src->message ? src->message : "");
-    e->timeout_group = strdup(src->timeout_group ? src->timeout_group : "");
-    e->n_metrics = 0;
-    e->metrics = NULL;
-    if (!e->job_id || !e->message || !e->timeout_group)
-        goto fail;
-    if (src->n_metrics) {
-        if (!(e->metrics = calloc(src->n_metrics, sizeof *e->metrics)))
-            goto fail;
-        for (size_t i = 0; i < src->n_metrics; i++) {
-            Chorus__Metric *m = malloc(sizeof *m);
-            if (!m)
-                goto fail;
-            *m = *src->metrics[i];
-            e->metrics[i] = m;
-            e->n_metrics = i + 1;
-            if (!(m->name = strdup(src->metrics[i]->name ? src->metrics[i]->name : "")))
-                goto fail;
-        }
-    }
+    chorus__rank_event__pack(src, buf);
+    Chorus__RankEvent *e = chorus__rank_event__unpack(NULL, n, buf);
+    free(buf);
     return e;
-fail:
-    wrk_evq_free_event(e);
-    return NULL;
 }
 
 static Chorus__RankEvent **q_at(wrk_evq_t *q, size_t i)

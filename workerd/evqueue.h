@@ -24,7 +24,8 @@ void wrk_evq_push(wrk_evq_t *q, const Chorus__RankEvent *ev);
 Chorus__RankEvent *wrk_evq_front(wrk_evq_t *q);
 void wrk_evq_pop(wrk_evq_t *q);
 
-/* A deep copy of ev (every string and metric owned by it; NULL when out of memory), and
+/* A deep copy of ev (all of its memory its own, through the wire form; NULL when out of
+ * memory), and
  * its release (also of the progress aggregator's copies, progress.h). */
 Chorus__RankEvent *wrk_evq_dup(const Chorus__RankEvent *ev);
 void wrk_evq_free_event(Chorus__RankEvent *e);

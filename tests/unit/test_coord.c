@@ -2376,6 +2376,8 @@ Test(coord, progress_is_not_journaled_per_message)
     wk_close(&a);
     wk_close(&b);
     coord_down();
+}
+
 /* Send one RankEvent of job id, generation 1, from w. */
 static void send_ev(worker_t *w, Chorus__RankEvent *ev, const char *id, uint32_t rank)
 {
