@@ -294,48 +294,57 @@ static int gather_nodes(wrk_memckpt_t *m, uint64_t *nodes)
     return rc;
 }
 
-/* The buddy of rank k (theory of operation): -1 when every rank is on k's node. */
-static int64_t buddy_of(const uint64_t *nodes, uint32_t world, uint32_t k)
+int wrk_memckpt_buddies(const uint64_t *nodes, uint32_t world, int64_t *buddy)
 {
-    uint32_t idx = 0; /* k's index among the ranks of its node */
-    for (uint32_t j = 0; j < k; j++)
-        idx += nodes[j] == nodes[k];
-    /* the next node: the first rank (after k's node's first, cyclically) on another node
-     * whose node is first met there */
-    uint32_t first = 0;
-    while (nodes[first] != nodes[k])
-        first++;
-    for (uint32_t step = 1; step < world; step++) {
-        uint32_t j = (first + step) % world, seen = 0;
-        for (uint32_t i = 0; i < j; i++)
-            seen |= nodes[i] == nodes[j];
-        if (nodes[j] == nodes[k] || seen)
-            continue; /* not a node's lowest rank, or k's own node */
-        uint32_t count = 0, want;
-        for (uint32_t i = 0; i < world; i++)
-            count += nodes[i] == nodes[j];
-        want = idx % count;
-        for (uint32_t i = 0; i < world; i++)
-            if (nodes[i] == nodes[j] && want-- == 0)
-                return i;
+    /* per rank: its node's index (nodes in the order of their lowest rank) and its index
+     * among that node's ranks; per node: its count and where its ranks start in `members` */
+    uint32_t *node = calloc(world, sizeof *node), *idx = calloc(world, sizeof *idx);
+    uint32_t *count = calloc(world, sizeof *count), *start = calloc(world + 1, sizeof *start);
+    uint32_t *members = calloc(world, sizeof *members), *first = calloc(world, sizeof *first);
+    uint32_t nn = 0;
+    int rc = node && idx && count && start && members && first ? 0 : -ENOMEM;
+    for (uint32_t k = 0; rc == 0 && k < world; k++) {
+        uint32_t n = 0;
+        while (n < nn && nodes[first[n]] != nodes[k])
+            n++;
+        if (n == nn)
+            first[nn++] = k;
+        node[k] = n;
+        idx[k] = count[n]++;
     }
-    return -1;
+    for (uint32_t n = 0; rc == 0 && n < nn; n++)
+        start[n + 1] = start[n] + count[n];
+    for (uint32_t k = 0; rc == 0 && k < world; k++)
+        members[start[node[k]] + idx[k]] = k;
+    for (uint32_t k = 0; rc == 0 && k < world; k++) {
+        uint32_t next = (node[k] + 1) % nn;
+        buddy[k] = nn < 2 ? -1 : (int64_t)members[start[next] + idx[k] % count[next]];
+    }
+    free(node);
+    free(idx);
+    free(count);
+    free(start);
+    free(members);
+    free(first);
+    return rc;
 }
 
 static int pick_buddies(wrk_memckpt_t *m)
 {
     uint64_t *nodes = calloc(m->world, sizeof *nodes);
-    int rc = nodes ? gather_nodes(m, nodes) : -ENOMEM;
+    int64_t *buddy = calloc(m->world, sizeof *buddy);
+    int rc = nodes && buddy ? gather_nodes(m, nodes) : -ENOMEM;
+    if (rc == 0)
+        rc = wrk_memckpt_buddies(nodes, m->world, buddy);
     if (rc == 0 && !(m->from = calloc(m->world, sizeof *m->from)))
         rc = -ENOMEM;
-    for (uint32_t k = 0; rc == 0 && k < m->world; k++) {
-        int64_t b = buddy_of(nodes, m->world, k);
-        if (k == m->rank)
-            m->buddy = b;
-        if (b == (int64_t)m->rank)
+    for (uint32_t k = 0; rc == 0 && k < m->world; k++)
+        if (buddy[k] == (int64_t)m->rank)
             m->from[m->nfrom++] = k;
-    }
+    if (rc == 0)
+        m->buddy = buddy[m->rank];
     free(nodes);
+    free(buddy);
     return rc;
 }
 
