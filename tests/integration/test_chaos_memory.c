@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "harness.h"
+#include "chaos_util.h"
 #include "recovery_util.h"
 
 TestSuite(chaos_memory, .fini = h_teardown, .timeout = 240);
@@ -44,26 +45,6 @@ static void export_job(const h_cluster_t *c, const char *name, char *out, size_t
     cr_assert_eq(h_ctl(NULL, &o, "export", dir, "--out", out, NULL), 0);
     cr_assert_eq(o.status, 0, "export %s: %s", name, o.err);
     h_out_free(&o);
-}
-
-/* The node (1-based) running rank r of job id now. */
-static int node_of(const h_cluster_t *c, const char *id, int r)
-{
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    cr_assert_not_null(js);
-    const ch_json_t *ranks = ch_json_get(js, "ranks");
-    cr_assert(ranks && ranks->nkids == WORLD);
-    int node = atoi(h_json_str(h_json_at(ranks, (size_t)r), "node") + strlen("node"));
-    ch_json_free(js);
-    return node;
-}
-
-static void wait_running(const h_cluster_t *c, const char *id, uint64_t gen, uint64_t from,
-                         int ahead, rt_job_t *w)
-{
-    cr_assert(rt_wait(w, c, id, "running", from + (uint64_t)ahead, gen, 60000),
-              "job %s: %s gen %llu step %llu: %s", id, w->state, (unsigned long long)w->gen,
-              (unsigned long long)w->step, w->reason);
 }
 
 typedef struct gone_wait {
@@ -152,8 +133,8 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
     cr_assert_eq(rt_submit(&c, "chaos.ini", text, chaos, sizeof chaos), 0);
 
     /* 1. kill -9 a rank, between two disk checkpoints */
-    wait_running(&c, chaos, 1, 0, 7, &w);
-    int r = 5, node = node_of(&c, chaos, r);
+    chaos_wait_running(&c, chaos, 1, 0, 7, &w);
+    int r = 5, node = chaos_node_of(&c, chaos, r, WORLD);
     pid_t pid = rt_rank_pid(&c, node, chaos, w.gen, (uint32_t)r);
     cr_assert(pid > 0);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 rank %d (node%d)\n",
@@ -162,9 +143,9 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     /* 2. lose the node of rank 0 for good: its ranks' states live on on other nodes */
     wait_resumed(&c, chaos, 0);
-    wait_running(&c, chaos, 2, 0, 0, &w);
-    wait_running(&c, chaos, 2, w.step, 3, &w);
-    node = node_of(&c, chaos, 0);
+    chaos_wait_running(&c, chaos, 2, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 2, w.step, 3, &w);
+    node = chaos_node_of(&c, chaos, 0, WORLD);
     snprintf(name, sizeof name, "node%d", node);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 workerd %s for good\n",
             (unsigned long long)w.step, name);
@@ -172,8 +153,8 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     /* 3. kill -9 the coordinator and restart it: the running ranks are re-adopted */
     wait_resumed(&c, chaos, 1);
-    wait_running(&c, chaos, 3, 0, 0, &w);
-    wait_running(&c, chaos, 3, w.step, 3, &w);
+    chaos_wait_running(&c, chaos, 3, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 3, w.step, 3, &w);
     check_history(&c, chaos, 2);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 coordinatord, restarted\n",
             (unsigned long long)w.step);
