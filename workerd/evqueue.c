@@ -14,6 +14,7 @@ static void ev_free(Chorus__RankEvent *e)
     free(e->job_id);
     free(e->message);
     free(e->timeout_group);
+    free(e->resume_source);
     for (size_t i = 0; i < e->n_metrics; i++) {
         if (e->metrics[i])
             free(e->metrics[i]->name);
@@ -31,15 +32,16 @@ static Chorus__RankEvent *ev_dup(const Chorus__RankEvent *src)
         return NULL;
     *e = *src;
     /* nothing of src's may be freed with a partial copy */
-    e->job_id = e->message = e->timeout_group = NULL;
+    e->job_id = e->message = e->timeout_group = e->resume_source = NULL;
     e->n_metrics = 0;
     e->metrics = NULL;
     e->job_id = strdup(src->job_id ? src->job_id : "");
     e->message = strdup(src->message ? src->message : "");
     e->timeout_group = strdup(src->timeout_group ? src->timeout_group : "");
+    e->resume_source = strdup(src->resume_source ? src->resume_source : "");
     e->n_metrics = 0;
     e->metrics = NULL;
-    if (!e->job_id || !e->message || !e->timeout_group)
+    if (!e->job_id || !e->message || !e->timeout_group || !e->resume_source)
         goto fail;
     if (src->n_metrics) {
         if (!(e->metrics = calloc(src->n_metrics, sizeof *e->metrics)))
