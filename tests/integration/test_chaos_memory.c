@@ -66,6 +66,24 @@ static int memory_released(void *ud)
     return 1;
 }
 
+/* status names, for every rank, the rank holding its in-memory copy: on another node. */
+static void check_copies_elsewhere(const h_cluster_t *c, const char *id)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    cr_assert_not_null(js);
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    cr_assert(ranks && ranks->nkids == WORLD);
+    for (size_t k = 0; k < WORLD; k++) {
+        const ch_json_t *r = h_json_at(ranks, k);
+        double b = h_json_num(r, "memory_copy_rank");
+        cr_assert(b >= 0 && b < WORLD, "rank %zu: copy on %g", k, b);
+        const ch_json_t *rb = h_json_at(ranks, (size_t)b);
+        cr_assert_str_neq(h_json_str(r, "node"), h_json_str(rb, "node"),
+                          "rank %zu's copy is on its own node", k);
+    }
+    ch_json_free(js);
+}
+
 typedef struct src_wait {
     const h_cluster_t *c;
     const char *id;
@@ -134,6 +152,7 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     /* 1. kill -9 a rank, between two disk checkpoints */
     chaos_wait_running(&c, chaos, 1, 0, 7, &w);
+    check_copies_elsewhere(&c, chaos);
     int r = 5, node = chaos_node_of(&c, chaos, r, WORLD);
     pid_t pid = rt_rank_pid(&c, node, chaos, w.gen, (uint32_t)r);
     cr_assert(pid > 0);

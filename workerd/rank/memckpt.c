@@ -4,7 +4,7 @@
  * - Save. Every memory_every steps each rank writes every piece it holds
  *   (eng_trainer_save_own: a one-shard committed step that restores this rank alone) under
  *   its node's memory dir (workerd --memory-dir, a tmpfs: it survives the rank, not the
- *   node): MEM/<job id>/<tp>x<pp>x<dp>/r<rank>/<job name>/step-<8 digits>/. It then sends
+ *   node): MEM/<job id>/<run id>/<tp>x<pp>x<dp>/r<rank>/<job name>/step-<8 digits>/. It sends
  *   the step's two files (shard and manifest) to its buddy, a rank on another node, which
  *   writes them under the same path on its own node. Each path keeps its newest
  *   WRK_MEMCKPT_KEEP steps: a rank killed while writing a step leaves the one before whole
@@ -294,48 +294,13 @@ static int gather_nodes(wrk_memckpt_t *m, uint64_t *nodes)
     return rc;
 }
 
-int wrk_memckpt_buddies(const uint64_t *nodes, uint32_t world, int64_t *buddy)
-{
-    /* per rank: its node's index (nodes in the order of their lowest rank) and its index
-     * among that node's ranks; per node: its count and where its ranks start in `members` */
-    uint32_t *node = calloc(world, sizeof *node), *idx = calloc(world, sizeof *idx);
-    uint32_t *count = calloc(world, sizeof *count), *start = calloc(world + 1, sizeof *start);
-    uint32_t *members = calloc(world, sizeof *members), *first = calloc(world, sizeof *first);
-    uint32_t nn = 0;
-    int rc = node && idx && count && start && members && first ? 0 : -ENOMEM;
-    for (uint32_t k = 0; rc == 0 && k < world; k++) {
-        uint32_t n = 0;
-        while (n < nn && nodes[first[n]] != nodes[k])
-            n++;
-        if (n == nn)
-            first[nn++] = k;
-        node[k] = n;
-        idx[k] = count[n]++;
-    }
-    for (uint32_t n = 0; rc == 0 && n < nn; n++)
-        start[n + 1] = start[n] + count[n];
-    for (uint32_t k = 0; rc == 0 && k < world; k++)
-        members[start[node[k]] + idx[k]] = k;
-    for (uint32_t k = 0; rc == 0 && k < world; k++) {
-        uint32_t next = (node[k] + 1) % nn;
-        buddy[k] = nn < 2 ? -1 : (int64_t)members[start[next] + idx[k] % count[next]];
-    }
-    free(node);
-    free(idx);
-    free(count);
-    free(start);
-    free(members);
-    free(first);
-    return rc;
-}
-
 static int pick_buddies(wrk_memckpt_t *m)
 {
     uint64_t *nodes = calloc(m->world, sizeof *nodes);
     int64_t *buddy = calloc(m->world, sizeof *buddy);
     int rc = nodes && buddy ? gather_nodes(m, nodes) : -ENOMEM;
     if (rc == 0)
-        rc = wrk_memckpt_buddies(nodes, m->world, buddy);
+        rc = ch_plan_memckpt_buddies(nodes, m->world, buddy);
     if (rc == 0 && !(m->from = calloc(m->world, sizeof *m->from)))
         rc = -ENOMEM;
     for (uint32_t k = 0; rc == 0 && k < m->world; k++)
@@ -366,8 +331,11 @@ int wrk_memckpt_create(wrk_rank_t *r, wrk_coll_t *c, wrk_memckpt_t **out)
     m->rank = r->rank;
     m->world = r->world_size;
     m->buddy = -1;
-    int n = snprintf(m->base, sizeof m->base, "%s/%s/%ux%ux%u", r->memory_dir, r->job_id,
-                     s->parallel.tp, s->parallel.pp, s->parallel.dp);
+    /* the run id too: a job id that a coordinator with a fresh state hands out again must
+     * not meet an older run's state */
+    int n = snprintf(m->base, sizeof m->base, "%s/%s/%s/%ux%ux%u", r->memory_dir, r->job_id,
+                     s->checkpoint.run_id[0] ? s->checkpoint.run_id : "norun", s->parallel.tp,
+                     s->parallel.pp, s->parallel.dp);
     int rc = n < 0 || (size_t)n >= sizeof m->base ? -ENAMETOOLONG : ch_mkdirs(m->base, 0700);
     if (rc == 0 && c && m->world > 1) {
         if (!(ranks = calloc(m->world, sizeof *ranks)))

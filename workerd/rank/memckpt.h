@@ -31,13 +31,6 @@ void wrk_memckpt_destroy(wrk_memckpt_t *m);
 /* The world rank that holds this rank's copy; -1 when there is none (one node). */
 int64_t wrk_memckpt_buddy(const wrk_memckpt_t *m);
 
-/* Every rank's buddy (the rank holding its copy) from its node (nodes[k]: any value naming
- * rank k's node, equal for ranks of one node) into buddy[world]: nodes in the order of their
- * lowest rank, the i-th rank of node n has its copy on the (i mod count)-th rank of node
- * n + 1 (mod nodes), so a lost node's every rank has a copy elsewhere; -1 for all when there
- * is one node. Pure; 0 or -ENOMEM. */
-int wrk_memckpt_buddies(const uint64_t *nodes, uint32_t world, int64_t *buddy);
-
 /* 1 when a memory checkpoint is due after `done` steps (m may be NULL: 0). */
 int wrk_memckpt_due(const wrk_memckpt_t *m, uint64_t done);
 
