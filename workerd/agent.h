@@ -17,20 +17,21 @@ typedef struct wrk_agent wrk_agent_t;
 typedef struct wrk_agent_cfg {
     char host[256]; /* coordinator */
     int port;
-    char name[256];               /* node name */
-    uint32_t slots;               /* rank processes this node runs at once */
-    uint64_t memory_bytes;        /* reported for admission; 0: MemTotal of /proc/meminfo */
-    uint32_t threads;             /* compute threads per rank (CHORUS_THREADS); 0: the rank's
-                                   * share of the node's cores */
-    char rack[256];               /* placement label */
-    char device[16];              /* "cpu" | "cuda" */
-    const ch_key_t *key;          /* cluster key; borrowed for the agent's life */
-    char run_dir[CH_PATH_LEN];    /* job files, rank dirs and rank logs live under here */
-    char memory_dir[CH_PATH_LEN]; /* in-memory checkpoints (tmpfs), per job under here */
-    const char *rank_exe;         /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */
+    char name[256];            /* node name */
+    uint32_t slots;            /* rank processes this node runs at once */
+    uint64_t memory_bytes;     /* reported for admission; 0: MemTotal of /proc/meminfo */
+    uint32_t threads;          /* compute threads per rank (CHORUS_THREADS); 0: the rank's
+                                * share of the node's cores */
+    char rack[256];            /* placement label */
+    char device[16];           /* "cpu" | "cuda" */
+    const ch_key_t *key;       /* cluster key; borrowed for the agent's life */
+    char run_dir[CH_PATH_LEN]; /* job files, rank dirs and rank logs live under here */
+    const char *rank_exe;      /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */
     /* Called after each RegisterAck; first is 1 the first time. May be NULL. */
     void (*registered_cb)(void *ud, int first);
     void *ud;
+    /* in-memory checkpoints (a tmpfs), per job under here; "": none */
+    char memory_dir[CH_PATH_LEN];
 } wrk_agent_cfg_t;
 
 /* cfg is copied. */
