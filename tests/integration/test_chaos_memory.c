@@ -111,14 +111,14 @@ static void wait_resumed(const h_cluster_t *c, const char *id, size_t idx)
     cr_assert(h_wait_until(source_known, &s, 60000, 50), "restart %zu never resumed", idx + 1);
 }
 
-/* The restarts so far each read their state from memory and lost at most the step in
+/* The first `want` restarts each read their state from memory and lost at most the step in
  * flight (the disk holds every 20th step only). */
 static void check_history(const h_cluster_t *c, const char *id, size_t want)
 {
     ch_json_t *js = h_ctl_json(c, "status", id, NULL);
     cr_assert_not_null(js);
     const ch_json_t *hist = ch_json_get(js, "history");
-    cr_assert(hist && hist->nkids == want, "%zu restarts", hist ? hist->nkids : 0);
+    cr_assert(hist && hist->nkids >= want, "%zu restarts", hist ? hist->nkids : 0);
     for (size_t i = 0; i < want; i++) {
         const ch_json_t *h = h_json_at(hist, i);
         fprintf(stderr, "chaos_memory: restart %zu: %s: %s; resumed from %g (%s), %g lost\n", i + 1,
@@ -182,6 +182,8 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     cr_assert(rt_wait(&w, &c, chaos, NULL, 0, 0, 90000), "chaos job still %s", w.state);
     cr_assert_str_eq(w.state, "completed", "chaos: %s", w.reason);
+    /* the restarted coordinator still knows where those restarts read from (its store) */
+    check_history(&c, chaos, 2);
     export_job(&c, "chaos", b, sizeof b);
     char why[256] = "";
     cr_assert(rt_same_weights(a, b, why, sizeof why),
