@@ -375,11 +375,6 @@ void wrk_memckpt_destroy(wrk_memckpt_t *m)
     free(m);
 }
 
-int64_t wrk_memckpt_buddy(const wrk_memckpt_t *m)
-{
-    return m ? m->buddy : -1;
-}
-
 int wrk_memckpt_due(const wrk_memckpt_t *m, uint64_t done)
 {
     int64_t every = m ? m->r->spec.checkpoint.memory_every : 0;
