@@ -90,6 +90,11 @@ static void rank_json(ctl_json_t *j, const Chorus__RankInfo *r)
         ctl_json_kdouble(j, r->metrics[m]->name, r->metrics[m]->value);
     ctl_json_kint(j, "exit_code", r->exit_code);
     ctl_json_kint(j, "signal", r->signal);
+    ctl_json_key(j, "memory_copy_rank"); /* checkpoint.memory_every: who holds its copy */
+    if (r->memory_copy_rank >= 0)
+        ctl_json_int(j, r->memory_copy_rank);
+    else
+        ctl_json_null(j);
     if (r->place) { /* train jobs: where the rank sits in the layout */
         const Chorus__RankPlace *p = r->place;
         ctl_json_key(j, "coord");

@@ -1,7 +1,9 @@
 /* The plan arithmetic (plan.h has the theory of operation). */
 #include "common/plan.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -84,6 +86,41 @@ double ch_plan_memckpt_bytes(const ch_model_cfg_t *m, ch_layout_t l)
         owned = fmax(owned, p.owned);
     }
     return 2.0 * CH_PLAN_MEMCKPT_KEEP * 3.0 * 4.0 * owned;
+}
+
+int ch_plan_memckpt_buddies(const uint64_t *nodes, uint32_t world, int64_t *buddy)
+{
+    /* per rank: its node's index (nodes in the order of their lowest rank) and its index
+     * among that node's ranks; per node: its count and where its ranks start in `members` */
+    uint32_t *node = calloc(world, sizeof *node), *idx = calloc(world, sizeof *idx);
+    uint32_t *count = calloc(world, sizeof *count), *start = calloc(world + 1, sizeof *start);
+    uint32_t *members = calloc(world, sizeof *members), *first = calloc(world, sizeof *first);
+    uint32_t nn = 0;
+    int rc = node && idx && count && start && members && first ? 0 : -ENOMEM;
+    for (uint32_t k = 0; rc == 0 && k < world; k++) {
+        uint32_t n = 0;
+        while (n < nn && nodes[first[n]] != nodes[k])
+            n++;
+        if (n == nn)
+            first[nn++] = k;
+        node[k] = n;
+        idx[k] = count[n]++;
+    }
+    for (uint32_t n = 0; rc == 0 && n < nn; n++)
+        start[n + 1] = start[n] + count[n];
+    for (uint32_t k = 0; rc == 0 && k < world; k++)
+        members[start[node[k]] + idx[k]] = k;
+    for (uint32_t k = 0; rc == 0 && k < world; k++) {
+        uint32_t next = (node[k] + 1) % nn;
+        buddy[k] = nn < 2 ? -1 : (int64_t)members[start[next] + idx[k] % count[next]];
+    }
+    free(node);
+    free(idx);
+    free(count);
+    free(start);
+    free(members);
+    free(first);
+    return rc;
 }
 
 double ch_plan_head_blocks(const ch_model_cfg_t *m)

@@ -146,6 +146,13 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);
  * the parameters and Adam m and v of what the rank owns (3 floats an owned parameter).
  * 0 for a plan that cannot be made. */
 double ch_plan_memckpt_bytes(const ch_model_cfg_t *m, ch_layout_t l);
+/* Every rank's buddy (the rank holding its copy) from its node (nodes[k]: any value naming
+ * rank k's node, equal for ranks of one node) into buddy[world]: nodes in the order of their
+ * lowest rank, the i-th rank of node n has its copy on the (i mod count)-th rank of node
+ * n + 1 (mod nodes), so a lost node's every rank has a copy elsewhere; -1 for all when there
+ * is one node. Pure; 0 or -ENOMEM. */
+int ch_plan_memckpt_buddies(const uint64_t *nodes, uint32_t world, int64_t *buddy);
+
 /* ch_layout_stage_blocks' `head` for m: the LM head's blocks' worth when its stages are
  * balanced, else 0 (the even split). */
 double ch_plan_head_blocks(const ch_model_cfg_t *m);

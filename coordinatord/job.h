@@ -109,7 +109,7 @@ typedef struct coord_restart {
      * the store with the rest of the restart. */
     coord_layout_t layout_from, layout_to;
     /* "memory" | "disk" as the resumed generation's rank 0 reported; "": not yet, or a fresh
-     * start (no state saved). Not in the store: a restarted coordinator shows "". */
+     * start (no state saved). */
     char source[8];
     /* In memory only: what the failure looked like, to tell a job failing the same way
      * every generation (recovery.c): "" when not comparable (a node lost, a kill -9), and

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/plan.h"
 #include "common/util.h"
 #include "coord.h"
 #include "node.h"
@@ -201,6 +202,26 @@ static void step_time(const coord_step_time_t *t, Chorus__StepTime *out)
 }
 
 /* The ranks in view, with their places, step times and (view->metrics) figures. */
+/* checkpoint.memory_every: which rank holds each rank's in-memory copy (the rule the ranks
+ * apply, over their nodes), into copy[world]; all -1 when off. */
+static int memory_copies(const coord_job_t *j, int64_t *copy)
+{
+    int rc = 0;
+    if (j->spec.kind != CH_JOB_TRAIN || j->spec.checkpoint.memory_every <= 0) {
+        for (uint32_t k = 0; k < j->world; k++)
+            copy[k] = -1;
+        return 0;
+    }
+    uint64_t *nodes = calloc(j->world ? j->world : 1, sizeof *nodes);
+    if (!nodes)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < j->world; k++)
+        nodes[k] = (uint64_t)(uintptr_t)j->ranks[k].node; /* one node, one value */
+    rc = ch_plan_memckpt_buddies(nodes, j->world, copy);
+    free(nodes);
+    return rc;
+}
+
 static int ranks_info(const coord_job_t *j, const coord_rank_view_t *view, Chorus__JobInfo *ji)
 {
     if (!j->ranks)
@@ -224,6 +245,12 @@ static int ranks_info(const coord_job_t *j, const coord_rank_view_t *view, Choru
                             m * (sizeof(void *) + sizeof(Chorus__Metric)));
     if (!block)
         return -ENOMEM;
+    int64_t *copy = calloc(j->world, sizeof *copy);
+    if (!copy || memory_copies(j, copy) < 0) {
+        free(copy);
+        free(block);
+        return -ENOMEM;
+    }
     Chorus__RankInfo **rp = (Chorus__RankInfo **)block;
     Chorus__RankInfo *ri = (Chorus__RankInfo *)(rp + w);
     Chorus__RankPlace *pi = (Chorus__RankPlace *)(ri + w);
@@ -240,6 +267,7 @@ static int ranks_info(const coord_job_t *j, const coord_rank_view_t *view, Choru
         ri[r].step = rk->step;
         ri[r].exit_code = rk->exit_code;
         ri[r].signal = rk->signal;
+        ri[r].memory_copy_rank = copy[first + r];
         if (train) {
             rank_place(j, (uint32_t)(first + r), &pi[r]);
             ri[r].place = &pi[r];
@@ -259,6 +287,7 @@ static int ranks_info(const coord_job_t *j, const coord_rank_view_t *view, Choru
         }
         rp[r] = &ri[r];
     }
+    free(copy);
     ji->n_ranks = w;
     ji->ranks = rp;
     return 0;

@@ -86,6 +86,7 @@ static void store_restart(coord_t *c, const coord_job_t *j, uint32_t idx)
         .recover_s = h->recover_s,
         .layout_from = from,
         .layout_to = to,
+        .source = h->source,
     };
     coord_store_restart_put(c->store, &rec); /* a failure is logged by the store */
 }
@@ -695,8 +696,8 @@ void coord_recovery_resumed(coord_t *c, coord_job_t *j, const char *source, uint
     if (step > (uint64_t)h->resumed_from) {
         h->resumed_from = (int64_t)step;
         h->steps_lost = h->failed_step > step ? h->failed_step - step : 0;
-        store_restart(c, j, j->n_history - 1);
     }
+    store_restart(c, j, j->n_history - 1);
     CH_LOGI("recovery",
             "job=%s gen=%" PRIu64 " restart %u: state of step %" PRId64 " read from %s (%" PRIu64
             " steps lost)",
@@ -823,6 +824,7 @@ static int load_one(void *ud, const coord_restart_rec_t *rec)
     h->recover_s = rec->recover_s;
     layout_store_parse(rec->layout_from, &h->layout_from);
     layout_store_parse(rec->layout_to, &h->layout_to);
+    snprintf(h->source, sizeof h->source, "%s", rec->source ? rec->source : "");
     return 0;
 }
 

@@ -54,6 +54,7 @@ static const char SCHEMA[] =
     "  failed_gen INTEGER NOT NULL, failed_step INTEGER NOT NULL,"
     "  resumed_from INTEGER NOT NULL, steps_lost INTEGER NOT NULL, recover_s REAL NOT NULL,"
     "  layout_from TEXT NOT NULL DEFAULT '', layout_to TEXT NOT NULL DEFAULT '',"
+    "  source TEXT NOT NULL DEFAULT '',"
     "  PRIMARY KEY (job_seq, idx));";
 
 /* A database written before the restarts kept their layouts: the two columns added (every
@@ -61,6 +62,9 @@ static const char SCHEMA[] =
 static const char RESTARTS_LAYOUT_MIGRATION[] =
     "ALTER TABLE restarts ADD COLUMN layout_from TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE restarts ADD COLUMN layout_to TEXT NOT NULL DEFAULT '';";
+/* ... and before they kept where their state came from (checkpoint.memory_every). */
+static const char RESTARTS_SOURCE_MIGRATION[] =
+    "ALTER TABLE restarts ADD COLUMN source TEXT NOT NULL DEFAULT '';";
 
 /* The status page's series (series.h), one blob per job. */
 static const char SERIES_SCHEMA[] =
@@ -98,18 +102,29 @@ static int exec(coord_store_t *s, const char *sql, const char *what)
     return sql_err(s->db, sqlite3_exec(s->db, sql, NULL, NULL, NULL), what);
 }
 
-/* Bring an older database's tables up to the schema: restarts' layout columns. */
-static int migrate(coord_store_t *s)
+/* Whether table restarts has column `name`: 1, 0, or an error. */
+static int restarts_have(coord_store_t *s, const char *name)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(
-        s->db, "SELECT COUNT(*) FROM pragma_table_info('restarts') WHERE name = 'layout_from'", -1,
-        &st, NULL);
+        s->db, "SELECT COUNT(*) FROM pragma_table_info('restarts') WHERE name = ?1", -1, &st, NULL);
     if (rc != SQLITE_OK)
         return sql_err(s->db, rc, "schema check");
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     int have = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
     sqlite3_finalize(st);
-    return have ? 0 : exec(s, RESTARTS_LAYOUT_MIGRATION, "schema migration (restarts' layouts)");
+    return have;
+}
+
+/* Bring an older database's tables up to the schema: restarts' layout and source columns. */
+static int migrate(coord_store_t *s)
+{
+    int have = restarts_have(s, "layout_from");
+    if (have == 0)
+        have = exec(s, RESTARTS_LAYOUT_MIGRATION, "schema migration (restarts' layouts)");
+    if (have >= 0 && (have = restarts_have(s, "source")) == 0)
+        have = exec(s, RESTARTS_SOURCE_MIGRATION, "schema migration (restarts' sources)");
+    return have < 0 ? have : 0;
 }
 
 /* Writes go into one transaction per loop turn (see store.h): open it on the first. */
@@ -449,6 +464,7 @@ static void bind_restart(sqlite3_stmt *st, const void *p)
     sqlite3_bind_double(st, 12, r->recover_s);
     text(st, 13, r->layout_from ? r->layout_from : "");
     text(st, 14, r->layout_to ? r->layout_to : "");
+    text(st, 15, r->source ? r->source : "");
 }
 
 int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r)
@@ -456,8 +472,8 @@ int coord_store_restart_put(coord_store_t *s, const coord_restart_rec_t *r)
     return run(s, 1,
                "INSERT OR REPLACE INTO restarts (job_seq, idx, time_ms, cause, rank, node, reason,"
                " failed_gen, failed_step, resumed_from, steps_lost, recover_s, layout_from,"
-               " layout_to)"
-               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+               " layout_to, source)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                "store restart", bind_restart, r);
 }
 
@@ -467,7 +483,8 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
     int rc = sqlite3_prepare_v2(s->db,
                                 "SELECT job_seq, idx, time_ms, cause, rank, node, reason,"
                                 " failed_gen, failed_step, resumed_from, steps_lost, recover_s,"
-                                " layout_from, layout_to FROM restarts ORDER BY job_seq, idx",
+                                " layout_from, layout_to, source FROM restarts"
+                                " ORDER BY job_seq, idx",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
         return sql_err(s->db, rc, "load restarts");
@@ -487,6 +504,7 @@ int coord_store_load_restarts(coord_store_t *s, coord_store_restart_cb cb, void 
             .recover_s = sqlite3_column_double(st, 11),
             .layout_from = col(st, 12),
             .layout_to = col(st, 13),
+            .source = col(st, 14),
         };
         int crc = cb(ud, &r);
         if (crc < 0) {

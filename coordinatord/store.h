@@ -62,6 +62,7 @@ typedef struct coord_restart_rec {
     /* fault.elastic: the layouts given up and resumed in, "tp,pp,dp,microbatches,
      * micro_batch_size"; "" (or NULL when writing): unchanged */
     const char *layout_from, *layout_to;
+    const char *source; /* "memory" | "disk" | "" (checkpoint.memory_every) */
 } coord_restart_rec_t;
 
 /* Open (creating dir/state.db and the schema when missing). */

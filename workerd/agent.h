@@ -35,6 +35,8 @@ typedef struct wrk_agent_cfg {
     /* Called after each RegisterAck; first is 1 the first time. May be NULL. */
     void (*registered_cb)(void *ud, int first);
     void *ud;
+    /* in-memory checkpoints (a tmpfs), per job under here; "": none */
+    char memory_dir[CH_PATH_LEN];
 } wrk_agent_cfg_t;
 
 /* cfg is copied. */

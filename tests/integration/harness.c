@@ -415,24 +415,10 @@ int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const ch
     char threads[24];
     long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (c->nodes * c->slots);
     snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
-    char *argv[] = {exe,
-                    "--coordinator",
-                    c->addr,
-                    "--name",
-                    (char *)name,
-                    "--slots",
-                    (char *)slots,
-                    "--run-dir",
-                    run,
-                    "--key",
-                    c->key,
-                    "--threads",
-                    threads,
-                    "--device",
-                    (char *)device,
-                    "--memory-dir",
-                    mem,
-                    NULL};
+    char *argv[] = {exe,        "--coordinator", c->addr,     "--name",    (char *)name,
+                    "--slots",  (char *)slots,   "--run-dir", run,         "--memory-dir",
+                    mem,        "--key",         c->key,      "--threads", threads,
+                    "--device", (char *)device,  NULL};
     return spawn(argv, log, pidf);
 }
 

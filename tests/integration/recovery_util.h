@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "common/json.h"
 #include "common/msg.h"
 #include "common/safetensors.h"
 #include "common/util.h"
@@ -126,6 +127,21 @@ static inline pid_t rt_rank_pid(const h_cluster_t *c, int node, const char *id, 
     }
     free(text);
     return pid;
+}
+
+/* The node (1-based: "node<i>") running rank r of job id now, from `status` of a job of
+ * `world` ranks; -1 when the status cannot be read or does not list them. */
+static inline int rt_node_of(const h_cluster_t *c, const char *id, uint32_t r, size_t world)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    if (!js)
+        return -1;
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    int node = -1;
+    if (ranks && ranks->nkids == world && r < world)
+        node = atoi(h_json_str(h_json_at(ranks, r), "node") + strlen("node"));
+    ch_json_free(js);
+    return node;
 }
 
 /* Whether two exported models hold the same tensors, bit for bit (names, dtypes, shapes

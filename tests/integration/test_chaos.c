@@ -12,6 +12,7 @@
 
 #include "common/json.h"
 #include "harness.h"
+#include "chaos_util.h"
 #include "recovery_util.h"
 
 TestSuite(chaos, .fini = h_teardown, .timeout = 240);
@@ -41,27 +42,6 @@ static void export_job(const h_cluster_t *c, const char *id, const char *name, c
     h_out_free(&o);
 }
 
-/* The node (1-based index) that runs rank r of job id now. */
-static int node_of(const h_cluster_t *c, const char *id, int r)
-{
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    cr_assert_not_null(js);
-    const ch_json_t *ranks = ch_json_get(js, "ranks");
-    cr_assert(ranks && ranks->nkids == 2);
-    int node = atoi(h_json_str(h_json_at(ranks, (size_t)r), "node") + strlen("node"));
-    ch_json_free(js);
-    return node;
-}
-
-/* Wait until the job runs generation >= gen and has gone `ahead` steps past from. */
-static void wait_running(const h_cluster_t *c, const char *id, uint64_t gen, uint64_t from,
-                         int ahead, rt_job_t *w)
-{
-    cr_assert(rt_wait(w, c, id, "running", from + (uint64_t)ahead, gen, 60000),
-              "job %s: %s gen %llu step %llu: %s", id, w->state, (unsigned long long)w->gen,
-              (unsigned long long)w->step, w->reason);
-}
-
 Test(chaos, four_failures_end_bit_identical_to_the_calm_run)
 {
     h_cluster_t c;
@@ -84,8 +64,8 @@ Test(chaos, four_failures_end_bit_identical_to_the_calm_run)
     cr_assert_eq(rt_submit(&c, "chaos.ini", text, chaos, sizeof chaos), 0);
 
     /* 1. kill -9 a rank process. */
-    wait_running(&c, chaos, 1, 0, pick(5, 40), &w);
-    int r = pick(0, 1), node = node_of(&c, chaos, r);
+    chaos_wait_running(&c, chaos, 1, 0, pick(5, 40), &w);
+    int r = pick(0, 1), node = chaos_node_of(&c, chaos, r, 2);
     pid_t pid = rt_rank_pid(&c, node, chaos, w.gen, (uint32_t)r);
     cr_assert(pid > 0);
     fprintf(stderr, "chaos: step %llu: kill -9 rank %d (pid %d on node%d)\n",
@@ -93,9 +73,9 @@ Test(chaos, four_failures_end_bit_identical_to_the_calm_run)
     cr_assert_eq(kill(pid, SIGKILL), 0);
 
     /* 2. kill -9 a workerd running a rank; restart it at once. */
-    wait_running(&c, chaos, 2, 0, 0, &w);
-    wait_running(&c, chaos, 2, w.step, pick(3, 20), &w);
-    node = node_of(&c, chaos, pick(0, 1));
+    chaos_wait_running(&c, chaos, 2, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 2, w.step, pick(3, 20), &w);
+    node = chaos_node_of(&c, chaos, pick(0, 1), 2);
     char name[32];
     snprintf(name, sizeof name, "node%d", node);
     fprintf(stderr, "chaos: step %llu: kill -9 workerd %s, restarted\n", (unsigned long long)w.step,
@@ -104,8 +84,8 @@ Test(chaos, four_failures_end_bit_identical_to_the_calm_run)
     cr_assert_eq(h_worker_restart(&c, node), 0);
 
     /* 3. kill -9 the coordinator; restart it. */
-    wait_running(&c, chaos, 3, 0, 0, &w);
-    wait_running(&c, chaos, 3, w.step, pick(3, 20), &w);
+    chaos_wait_running(&c, chaos, 3, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 3, w.step, pick(3, 20), &w);
     uint64_t gen = w.gen;
     fprintf(stderr, "chaos: step %llu: kill -9 coordinatord, restarted\n",
             (unsigned long long)w.step);
@@ -113,9 +93,9 @@ Test(chaos, four_failures_end_bit_identical_to_the_calm_run)
     cr_assert_eq(h_coord_restart(&c), 0);
 
     /* 4. kill -9 a node's workerd for good: the spare takes its rank. */
-    wait_running(&c, chaos, gen, 0, 0, &w);
-    wait_running(&c, chaos, gen, w.step, pick(3, 20), &w);
-    node = node_of(&c, chaos, pick(0, 1));
+    chaos_wait_running(&c, chaos, gen, 0, 0, &w);
+    chaos_wait_running(&c, chaos, gen, w.step, pick(3, 20), &w);
+    node = chaos_node_of(&c, chaos, pick(0, 1), 2);
     snprintf(name, sizeof name, "node%d", node);
     fprintf(stderr, "chaos: step %llu: kill -9 workerd %s for good\n", (unsigned long long)w.step,
             name);

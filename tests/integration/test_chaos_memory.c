@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "harness.h"
+#include "chaos_util.h"
 #include "recovery_util.h"
 
 TestSuite(chaos_memory, .fini = h_teardown, .timeout = 240);
@@ -46,26 +47,6 @@ static void export_job(const h_cluster_t *c, const char *name, char *out, size_t
     h_out_free(&o);
 }
 
-/* The node (1-based) running rank r of job id now. */
-static int node_of(const h_cluster_t *c, const char *id, int r)
-{
-    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
-    cr_assert_not_null(js);
-    const ch_json_t *ranks = ch_json_get(js, "ranks");
-    cr_assert(ranks && ranks->nkids == WORLD);
-    int node = atoi(h_json_str(h_json_at(ranks, (size_t)r), "node") + strlen("node"));
-    ch_json_free(js);
-    return node;
-}
-
-static void wait_running(const h_cluster_t *c, const char *id, uint64_t gen, uint64_t from,
-                         int ahead, rt_job_t *w)
-{
-    cr_assert(rt_wait(w, c, id, "running", from + (uint64_t)ahead, gen, 60000),
-              "job %s: %s gen %llu step %llu: %s", id, w->state, (unsigned long long)w->gen,
-              (unsigned long long)w->step, w->reason);
-}
-
 typedef struct gone_wait {
     const h_cluster_t *c;
     const char *id;
@@ -83,6 +64,24 @@ static int memory_released(void *ud)
             return 0;
     }
     return 1;
+}
+
+/* status names, for every rank, the rank holding its in-memory copy: on another node. */
+static void check_copies_elsewhere(const h_cluster_t *c, const char *id)
+{
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    cr_assert_not_null(js);
+    const ch_json_t *ranks = ch_json_get(js, "ranks");
+    cr_assert(ranks && ranks->nkids == WORLD);
+    for (size_t k = 0; k < WORLD; k++) {
+        const ch_json_t *r = h_json_at(ranks, k);
+        double b = h_json_num(r, "memory_copy_rank");
+        cr_assert(b >= 0 && b < WORLD, "rank %zu: copy on %g", k, b);
+        const ch_json_t *rb = h_json_at(ranks, (size_t)b);
+        cr_assert_str_neq(h_json_str(r, "node"), h_json_str(rb, "node"),
+                          "rank %zu's copy is on its own node", k);
+    }
+    ch_json_free(js);
 }
 
 typedef struct src_wait {
@@ -112,14 +111,14 @@ static void wait_resumed(const h_cluster_t *c, const char *id, size_t idx)
     cr_assert(h_wait_until(source_known, &s, 60000, 50), "restart %zu never resumed", idx + 1);
 }
 
-/* The restarts so far each read their state from memory and lost at most the step in
+/* The first `want` restarts each read their state from memory and lost at most the step in
  * flight (the disk holds every 20th step only). */
 static void check_history(const h_cluster_t *c, const char *id, size_t want)
 {
     ch_json_t *js = h_ctl_json(c, "status", id, NULL);
     cr_assert_not_null(js);
     const ch_json_t *hist = ch_json_get(js, "history");
-    cr_assert(hist && hist->nkids == want, "%zu restarts", hist ? hist->nkids : 0);
+    cr_assert(hist && hist->nkids >= want, "%zu restarts", hist ? hist->nkids : 0);
     for (size_t i = 0; i < want; i++) {
         const ch_json_t *h = h_json_at(hist, i);
         fprintf(stderr, "chaos_memory: restart %zu: %s: %s; resumed from %g (%s), %g lost\n", i + 1,
@@ -152,8 +151,9 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
     cr_assert_eq(rt_submit(&c, "chaos.ini", text, chaos, sizeof chaos), 0);
 
     /* 1. kill -9 a rank, between two disk checkpoints */
-    wait_running(&c, chaos, 1, 0, 7, &w);
-    int r = 5, node = node_of(&c, chaos, r);
+    chaos_wait_running(&c, chaos, 1, 0, 7, &w);
+    check_copies_elsewhere(&c, chaos);
+    int r = 5, node = chaos_node_of(&c, chaos, r, WORLD);
     pid_t pid = rt_rank_pid(&c, node, chaos, w.gen, (uint32_t)r);
     cr_assert(pid > 0);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 rank %d (node%d)\n",
@@ -162,9 +162,9 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     /* 2. lose the node of rank 0 for good: its ranks' states live on on other nodes */
     wait_resumed(&c, chaos, 0);
-    wait_running(&c, chaos, 2, 0, 0, &w);
-    wait_running(&c, chaos, 2, w.step, 3, &w);
-    node = node_of(&c, chaos, 0);
+    chaos_wait_running(&c, chaos, 2, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 2, w.step, 3, &w);
+    node = chaos_node_of(&c, chaos, 0, WORLD);
     snprintf(name, sizeof name, "node%d", node);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 workerd %s for good\n",
             (unsigned long long)w.step, name);
@@ -172,8 +172,8 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     /* 3. kill -9 the coordinator and restart it: the running ranks are re-adopted */
     wait_resumed(&c, chaos, 1);
-    wait_running(&c, chaos, 3, 0, 0, &w);
-    wait_running(&c, chaos, 3, w.step, 3, &w);
+    chaos_wait_running(&c, chaos, 3, 0, 0, &w);
+    chaos_wait_running(&c, chaos, 3, w.step, 3, &w);
     check_history(&c, chaos, 2);
     fprintf(stderr, "chaos_memory: step %llu: kill -9 coordinatord, restarted\n",
             (unsigned long long)w.step);
@@ -182,6 +182,8 @@ Test(chaos_memory, rank_node_and_coordinator_lost_resume_from_memory_bit_identic
 
     cr_assert(rt_wait(&w, &c, chaos, NULL, 0, 0, 90000), "chaos job still %s", w.state);
     cr_assert_str_eq(w.state, "completed", "chaos: %s", w.reason);
+    /* the restarted coordinator still knows where those restarts read from (its store) */
+    check_history(&c, chaos, 2);
     export_job(&c, "chaos", b, sizeof b);
     char why[256] = "";
     cr_assert(rt_same_weights(a, b, why, sizeof why),

@@ -139,6 +139,33 @@ Test(proc, rank_environment_and_log)
     free(text);
 }
 
+/* In-memory checkpoints: the node's memory dir and name reach the rank; without them, what
+ * workerd's own environment holds under those names does not. */
+Test(proc, memory_dir_and_node_reach_the_rank_only_when_given)
+{
+    char log[600];
+    char *argv[] = {"sh", "-c", "echo \"${CHORUS_MEMORY_DIR-unset} ${CHORUS_NODE-unset}\"", NULL};
+    setenv("CHORUS_MEMORY_DIR", "/inherited", 1);
+    setenv("CHORUS_NODE", "inherited", 1);
+    for (int given = 0; given < 2; given++) {
+        snprintf(log, sizeof log, "%s/mem-%d.log", tmpdir, given);
+        wrk_proc_spec_t s = sh_spec(argv, log);
+        if (given) {
+            s.memory_dir = "/dev/shm/chorus";
+            s.node = "n7";
+        }
+        outcome_t o = spawn_spec_and_wait(&s);
+        cr_expect_eq(o.code, 0);
+        char *text = NULL;
+        size_t len = 0;
+        cr_assert_eq(ch_file_read(log, 4096, &text, &len), 0);
+        cr_expect_str_eq(text, given ? "/dev/shm/chorus n7\n" : "unset unset\n");
+        free(text);
+    }
+    unsetenv("CHORUS_MEMORY_DIR");
+    unsetenv("CHORUS_NODE");
+}
+
 Test(proc, exit_code_reported)
 {
     char log[600];

@@ -215,7 +215,7 @@ Test(store, open_fails_cleanly_on_a_bad_directory)
 
 typedef struct restarts_seen {
     int n;
-    char from[4][64], to[4][64], cause[4][32];
+    char from[4][64], to[4][64], cause[4][32], source[4][16];
 } restarts_seen_t;
 
 static int on_restart(void *ud, const coord_restart_rec_t *r)
@@ -225,12 +225,14 @@ static int on_restart(void *ud, const coord_restart_rec_t *r)
     snprintf(s->from[s->n], sizeof s->from[0], "%s", r->layout_from);
     snprintf(s->to[s->n], sizeof s->to[0], "%s", r->layout_to);
     snprintf(s->cause[s->n], sizeof s->cause[0], "%s", r->cause);
+    snprintf(s->source[s->n], sizeof s->source[0], "%s", r->source);
     s->n++;
     return 0;
 }
 
-/* A database written before restarts kept their layouts (no layout columns) opens, its
- * old restart reads back without layouts, and a new one keeps its layouts across reopen. */
+/* A database written before restarts kept their layouts and sources (no such columns)
+ * opens, its old restart reads back without them, and a new one keeps its layouts and
+ * source (checkpoint.memory_every: "memory") across reopen. */
 Test(store, restarts_keep_their_layouts_and_old_databases_migrate)
 {
     char path[600];
@@ -266,7 +268,8 @@ Test(store, restarts_keep_their_layouts_and_old_databases_migrate)
                              .steps_lost = 2,
                              .recover_s = 2.5,
                              .layout_from = "1,1,2,1,4",
-                             .layout_to = "1,1,1,2,4"};
+                             .layout_to = "1,1,1,2,4",
+                             .source = "memory"};
     cr_assert_eq(coord_store_restart_put(s, &r), 0);
     coord_store_close(s);
 
@@ -280,4 +283,6 @@ Test(store, restarts_keep_their_layouts_and_old_databases_migrate)
     cr_expect_str_eq(seen.to[0], "");
     cr_expect_str_eq(seen.from[1], "1,1,2,1,4");
     cr_expect_str_eq(seen.to[1], "1,1,1,2,4");
+    cr_expect_str_eq(seen.source[0], "");
+    cr_expect_str_eq(seen.source[1], "memory");
 }

@@ -4,7 +4,7 @@
  * - Save. Every memory_every steps each rank writes every piece it holds
  *   (eng_trainer_save_own: a one-shard committed step that restores this rank alone) under
  *   its node's memory dir (workerd --memory-dir, a tmpfs: it survives the rank, not the
- *   node): MEM/<job id>/<tp>x<pp>x<dp>/r<rank>/<job name>/step-<8 digits>/. It then sends
+ *   node): MEM/<job id>/<run id>/<tp>x<pp>x<dp>/r<rank>/<job name>/step-<8 digits>/. It sends
  *   the step's two files (shard and manifest) to its buddy, a rank on another node, which
  *   writes them under the same path on its own node. Each path keeps its newest
  *   WRK_MEMCKPT_KEEP steps: a rank killed while writing a step leaves the one before whole
@@ -294,48 +294,22 @@ static int gather_nodes(wrk_memckpt_t *m, uint64_t *nodes)
     return rc;
 }
 
-/* The buddy of rank k (theory of operation): -1 when every rank is on k's node. */
-static int64_t buddy_of(const uint64_t *nodes, uint32_t world, uint32_t k)
-{
-    uint32_t idx = 0; /* k's index among the ranks of its node */
-    for (uint32_t j = 0; j < k; j++)
-        idx += nodes[j] == nodes[k];
-    /* the next node: the first rank (after k's node's first, cyclically) on another node
-     * whose node is first met there */
-    uint32_t first = 0;
-    while (nodes[first] != nodes[k])
-        first++;
-    for (uint32_t step = 1; step < world; step++) {
-        uint32_t j = (first + step) % world, seen = 0;
-        for (uint32_t i = 0; i < j; i++)
-            seen |= nodes[i] == nodes[j];
-        if (nodes[j] == nodes[k] || seen)
-            continue; /* not a node's lowest rank, or k's own node */
-        uint32_t count = 0, want;
-        for (uint32_t i = 0; i < world; i++)
-            count += nodes[i] == nodes[j];
-        want = idx % count;
-        for (uint32_t i = 0; i < world; i++)
-            if (nodes[i] == nodes[j] && want-- == 0)
-                return i;
-    }
-    return -1;
-}
-
 static int pick_buddies(wrk_memckpt_t *m)
 {
     uint64_t *nodes = calloc(m->world, sizeof *nodes);
-    int rc = nodes ? gather_nodes(m, nodes) : -ENOMEM;
+    int64_t *buddy = calloc(m->world, sizeof *buddy);
+    int rc = nodes && buddy ? gather_nodes(m, nodes) : -ENOMEM;
+    if (rc == 0)
+        rc = ch_plan_memckpt_buddies(nodes, m->world, buddy);
     if (rc == 0 && !(m->from = calloc(m->world, sizeof *m->from)))
         rc = -ENOMEM;
-    for (uint32_t k = 0; rc == 0 && k < m->world; k++) {
-        int64_t b = buddy_of(nodes, m->world, k);
-        if (k == m->rank)
-            m->buddy = b;
-        if (b == (int64_t)m->rank)
+    for (uint32_t k = 0; rc == 0 && k < m->world; k++)
+        if (buddy[k] == (int64_t)m->rank)
             m->from[m->nfrom++] = k;
-    }
+    if (rc == 0)
+        m->buddy = buddy[m->rank];
     free(nodes);
+    free(buddy);
     return rc;
 }
 
@@ -357,8 +331,11 @@ int wrk_memckpt_create(wrk_rank_t *r, wrk_coll_t *c, wrk_memckpt_t **out)
     m->rank = r->rank;
     m->world = r->world_size;
     m->buddy = -1;
-    int n = snprintf(m->base, sizeof m->base, "%s/%s/%ux%ux%u", r->memory_dir, r->job_id,
-                     s->parallel.tp, s->parallel.pp, s->parallel.dp);
+    /* the run id too: a job id that a coordinator with a fresh state hands out again must
+     * not meet an older run's state */
+    int n = snprintf(m->base, sizeof m->base, "%s/%s/%s/%ux%ux%u", r->memory_dir, r->job_id,
+                     s->checkpoint.run_id[0] ? s->checkpoint.run_id : "norun", s->parallel.tp,
+                     s->parallel.pp, s->parallel.dp);
     int rc = n < 0 || (size_t)n >= sizeof m->base ? -ENAMETOOLONG : ch_mkdirs(m->base, 0700);
     if (rc == 0 && c && m->world > 1) {
         if (!(ranks = calloc(m->world, sizeof *ranks)))
@@ -396,11 +373,6 @@ void wrk_memckpt_destroy(wrk_memckpt_t *m)
     wrk_coll_group_destroy(m->g);
     free(m->from);
     free(m);
-}
-
-int64_t wrk_memckpt_buddy(const wrk_memckpt_t *m)
-{
-    return m ? m->buddy : -1;
 }
 
 int wrk_memckpt_due(const wrk_memckpt_t *m, uint64_t done)

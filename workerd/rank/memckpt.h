@@ -28,9 +28,6 @@ typedef struct wrk_memckpt wrk_memckpt_t;
 int wrk_memckpt_create(wrk_rank_t *r, wrk_coll_t *c, wrk_memckpt_t **out);
 void wrk_memckpt_destroy(wrk_memckpt_t *m);
 
-/* The world rank that holds this rank's copy; -1 when there is none (one node). */
-int64_t wrk_memckpt_buddy(const wrk_memckpt_t *m);
-
 /* 1 when a memory checkpoint is due after `done` steps (m may be NULL: 0). */
 int wrk_memckpt_due(const wrk_memckpt_t *m, uint64_t done);
 

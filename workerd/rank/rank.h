@@ -22,19 +22,16 @@ typedef struct wrk_rank {
     uint32_t threads;     /* CHORUS_THREADS: compute threads; 0: not set */
     uint64_t resume_step; /* 0: fresh start; else resume from this committed step */
     ch_jobspec_t spec;
-    char run_dir[CH_PATH_LEN];    /* this rank's scratch directory (exists) */
-    ch_client_t *link;            /* to workerd; owned by the runtime */
-    ch_rdzv_t rdzv;               /* rendezvous store, relayed through workerd */
-    char device[16];              /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
-    char memory_dir[CH_PATH_LEN]; /* CHORUS_MEMORY_DIR (workerd --memory-dir); "": none */
-    char node[256];               /* CHORUS_NODE: the node's name; "": unknown */
-    const char *resume_source;    /* "memory" | "disk" once the kind resumed; NULL: fresh */
-    char detail[256];             /* why the kind failed (wrk_rank_fail); "" if not given */
-    char timeout_group[32];       /* a collective wait timed out in this group ("" if not) */
-    uint32_t timeout_peer;        /* waiting for this world rank */
-    uint64_t progress_ms;         /* monotonic: when the last RANK_PROGRESS went out */
-    uint64_t progress_names;      /* a hash of the metric names it carried */
-    uint64_t timeout_seq;         /* in its collective number timeout_seq */
+    char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */
+    ch_client_t *link;         /* to workerd; owned by the runtime */
+    ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
+    char device[16];           /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
+    char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
+    char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
+    uint32_t timeout_peer;     /* waiting for this world rank */
+    uint64_t progress_ms;      /* monotonic: when the last RANK_PROGRESS went out */
+    uint64_t progress_names;   /* a hash of the metric names it carried */
+    uint64_t timeout_seq;      /* in its collective number timeout_seq */
     /* collectives entered per group at the failure (wrk_coll_group_entered) */
     struct {
         const char *group; /* "tp", "dp", "pp", "emb" */
@@ -45,6 +42,12 @@ typedef struct wrk_rank {
     const char *cause_class;  /* the failure's class when the kind knows it (static
                                  string; NULL: ch_err_lasting of the code) */
     uint64_t nonfinite_batch; /* 1 + the data batch of a step whose loss was not finite */
+    /* CHORUS_MEMORY_DIR (workerd --memory-dir; "": none), CHORUS_NODE (the node's name; "":
+     * unknown), and where the kind resumed from: "memory" | "disk" until its first report
+     * says so; NULL: a fresh start */
+    char memory_dir[CH_PATH_LEN];
+    char node[256];
+    const char *resume_source;
 } wrk_rank_t;
 
 /* wrk_rank_progress reports at most once per this many ms: a tiny diag job running
