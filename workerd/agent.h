@@ -17,17 +17,16 @@ typedef struct wrk_agent wrk_agent_t;
 typedef struct wrk_agent_cfg {
     char host[256]; /* coordinator */
     int port;
-    char name[256];               /* node name */
-    uint32_t slots;               /* rank processes this node runs at once */
-    uint64_t memory_bytes;        /* reported for admission; 0: MemTotal of /proc/meminfo */
-    uint32_t threads;             /* compute threads per rank (CHORUS_THREADS); 0: the rank's
-                                   * share of the node's cores */
-    char rack[256];               /* placement label */
-    char device[16];              /* "cpu" | "cuda" */
-    const ch_key_t *key;          /* cluster key; borrowed for the agent's life */
-    char run_dir[CH_PATH_LEN];    /* job files, rank dirs and rank logs live under here */
-    char memory_dir[CH_PATH_LEN]; /* in-memory checkpoints (tmpfs), per job under here */
-    const char *rank_exe;         /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */
+    char name[256];            /* node name */
+    uint32_t slots;            /* rank processes this node runs at once */
+    uint64_t memory_bytes;     /* reported for admission; 0: MemTotal of /proc/meminfo */
+    uint32_t threads;          /* compute threads per rank (CHORUS_THREADS); 0: the rank's
+                                * share of the node's cores */
+    char rack[256];            /* placement label */
+    char device[16];           /* "cpu" | "cuda" */
+    const ch_key_t *key;       /* cluster key; borrowed for the agent's life */
+    char run_dir[CH_PATH_LEN]; /* job files, rank dirs and rank logs live under here */
+    const char *rank_exe;      /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */
     /* Ranks' progress goes per node this often (progress.h; 0: each report at once), and
      * every rank's full report every progress_detail_every intervals (0: when asked). */
     uint32_t progress_ms;
