@@ -766,8 +766,11 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
     }
     snprintf(err, errlen,
              "parallel.schedule: interleaved is not built yet (the rules hold: %" PRIu32
-             " chunks of %" PRIu64 " blocks per rank); use 1f1b or zb-h1",
-             v, (uint64_t)j->model.layers / ((uint64_t)pp * v));
+             " chunks of %" PRIu64 " blocks per rank; its bubble would be (pp-1)/(virtual_stages "
+             "x microbatches+pp-1) = %.3f, 1f1b's %.3f); use 1f1b or zb-h1",
+             v, (uint64_t)j->model.layers / ((uint64_t)pp * v),
+             (pp - 1.0) / ((double)v * j->parallel.microbatches + pp - 1),
+             (pp - 1.0) / ((double)j->parallel.microbatches + pp - 1));
     return CH_E_CONFIG;
 }
 

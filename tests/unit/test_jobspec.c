@@ -289,7 +289,8 @@ Test(jobspec, validate_schedule)
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
              j.parallel.virtual_stages = 2, j.parallel.microbatches = 4),
             "parallel.schedule: interleaved is not built yet (the rules hold: 2 chunks of 1 "
-            "blocks per rank)");
+            "blocks per rank; its bubble would be (pp-1)/(virtual_stages x microbatches+pp-1) "
+            "= 0.111, 1f1b's 0.200)");
 }
 
 /* The canonical text carries the schedule keys across processes. */

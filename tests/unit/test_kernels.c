@@ -231,6 +231,30 @@ Test(layernorm, fast_matches_ref_and_finite_differences)
     free(dout), free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
 }
 
+/* A split backward (ZB-H1): the input pass and the weight pass, each alone, write the bits
+ * of the whole call, accumulating onto what the buffers held. */
+Test(layernorm, split_backward_is_bit_identical)
+{
+    int N = 5, C = 37; /* C not a multiple of KN_LANES: the tail loop too */
+    size_t NC = (size_t)N * C;
+    float *x = randn(NC, "x", 2), *w = randn(C, "w", 1), *b = randn(C, "b", 1);
+    float *o = zeros(NC), *m = zeros(N), *r = zeros(N), *dout = randn(NC, "dout", 1);
+    kn_layernorm_fwd(o, m, r, x, w, b, N, C);
+    float *dx1 = randn(NC, "dx", 1), *dw1 = randn(C, "dw", 1), *db1 = randn(C, "db", 1);
+    float *dx2 = zeros(NC), *dw2 = zeros(C), *db2 = zeros(C);
+    memcpy(dx2, dx1, NC * sizeof *dx1);
+    memcpy(dw2, dw1, C * sizeof *dw1);
+    memcpy(db2, db1, C * sizeof *db1);
+    kn_layernorm_bwd(dx1, dw1, db1, dout, x, w, m, r, N, C);
+    kn_layernorm_bwd(dx2, NULL, NULL, dout, x, w, m, r, N, C);
+    kn_layernorm_bwd(NULL, dw2, db2, dout, x, NULL, m, r, N, C);
+    cr_expect_eq(memcmp(dx1, dx2, NC * sizeof *dx1), 0, "input pass");
+    cr_expect_eq(memcmp(dw1, dw2, C * sizeof *dw1), 0, "weight pass: dweight");
+    cr_expect_eq(memcmp(db1, db2, C * sizeof *db1), 0, "weight pass: dbias");
+    free(x), free(w), free(b), free(o), free(m), free(r), free(dout);
+    free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
+}
+
 // ----------------------------------------------------------------------------
 // matmul
 
@@ -254,6 +278,26 @@ static double mm_loss(void *p)
         }
     }
     return L;
+}
+
+/* A split backward (ZB-H1): dinp alone and the weight gradients alone, the whole call's
+ * bits. */
+Test(matmul, split_backward_is_bit_identical)
+{
+    int N = 7, C = 13, OC = 21;
+    size_t NCi = (size_t)N * C, CO = (size_t)C * OC;
+    float *x = randn(NCi, "x", 1), *w = randn(CO, "w", 1), *dout = randn((size_t)N * OC, "d", 1);
+    float *dx1 = zeros(NCi), *dw1 = randn(CO, "dw", 1), *db1 = randn(OC, "db", 1);
+    float *dx2 = zeros(NCi), *dw2 = zeros(CO), *db2 = zeros(OC);
+    memcpy(dw2, dw1, CO * sizeof *dw1);
+    memcpy(db2, db1, OC * sizeof *db1);
+    kn_matmul_bwd(dx1, dw1, db1, dout, x, w, N, C, OC);
+    kn_matmul_bwd(dx2, NULL, NULL, dout, x, w, N, C, OC);
+    kn_matmul_bwd(NULL, dw2, db2, dout, x, NULL, N, C, OC);
+    cr_expect_eq(memcmp(dx1, dx2, NCi * sizeof *dx1), 0, "input pass");
+    cr_expect_eq(memcmp(dw1, dw2, CO * sizeof *dw1), 0, "weight pass: dweight");
+    cr_expect_eq(memcmp(db1, db2, OC * sizeof *db1), 0, "weight pass: dbias");
+    free(x), free(w), free(dout), free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
 }
 
 Test(matmul, fast_matches_ref_and_finite_differences)

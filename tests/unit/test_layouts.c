@@ -680,15 +680,17 @@ Test(layouts, the_plan_predicts_the_measured_peak)
  * trains as over UCX, with no deadlock. Each stage pairs a send with the receive that
  * follows it in one grouped exchange; queued apart, neighbouring stages would each wait in
  * a send for the other's receive, and the fake fails the run within seconds. */
-Test(layouts, pipelines_do_not_deadlock_on_nccl_stream_rules)
+/* Each layout of cases under sched, on UCX and on NCCL's stream rules (ncclsim): no
+ * deadlock, the same losses. */
+static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched)
 {
-    const uint32_t cases[][3] = {{1, 2, 1}, {1, 3, 1}, {1, 2, 2}, {2, 2, 1}, {2, 2, 2}};
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t k = 0; k < n; k++) {
         ch_jobspec_t j;
         rank_run_t a[MAXR], b[MAXR];
         char name[32];
         snprintf(name, sizeof name, "nccl%u%u%u", cases[k][0], cases[k][1], cases[k][2]);
         spec_for(&j, name, cases[k][0], cases[k][1], cases[k][2]);
+        j.parallel.schedule = sched;
         j.checkpoint.dir[0] = '\0';
         j.checkpoint.every = 0;
         ncclsim_t *sim = NULL;
@@ -704,10 +706,19 @@ Test(layouts, pipelines_do_not_deadlock_on_nccl_stream_rules)
             cr_expect_leq(rel, 1e-6, "%s step %d: ucx %.9g, nccl rules %.9g", name, s,
                           a[0].losses[s], b[0].losses[s]);
         }
-        printf("layouts: tp=%u pp=%u dp=%u on NCCL's stream rules: 1F1B ran, loss rel diff to "
+        printf("layouts: tp=%u pp=%u dp=%u on NCCL's stream rules: %s ran, loss rel diff to "
                "UCX %.3g\n",
-               cases[k][0], cases[k][1], cases[k][2], worst);
+               cases[k][0], cases[k][1], cases[k][2], ch_schedule_name(sched), worst);
     }
+}
+
+Test(layouts, pipelines_do_not_deadlock_on_nccl_stream_rules)
+{
+    static const uint32_t cases[][3] = {{1, 2, 1}, {1, 3, 1}, {1, 2, 2}, {2, 2, 1}, {2, 2, 2}};
+    nccl_rules(cases, sizeof cases / sizeof cases[0], CH_SCHEDULE_1F1B);
+    /* zb-h1 sends each input gradient alone before its weight pass (pipeline.h) */
+    static const uint32_t zb[][3] = {{1, 3, 1}, {1, 2, 2}};
+    nccl_rules(zb, sizeof zb / sizeof zb[0], CH_SCHEDULE_ZBH1);
 }
 
 /* Many ranks on one GPU: collectives host-staged through the device backend's copies (the
