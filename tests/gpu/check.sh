@@ -98,6 +98,8 @@ build() {
     }
     BIN_TESTS=$BUILD/tests
     BIN_BENCH=$BUILD/bin
+    # the tests are not next to the engine's CUDA module in a build tree
+    export CHORUS_CUDA_MODULE=$BUILD/bin/libchorus_engine_cuda.so
 }
 
 # Directories holding CUDA's and NCCL's shared libraries on this machine (toolkit, distro,
