@@ -41,6 +41,14 @@ static const char *reshard_name(ch_reshard_t r)
 }
 
 /* 124439808 -> "124,439,808". */
+/* The attention the job's ranks run (ch_model_cfg_t.att_row). */
+static const char *attention_name(const ch_jobspec_t *j)
+{
+    return ch_plan_model_of(j).att_row == 1
+               ? "fused (B*NH*T log-sum-exps kept, no T*T probabilities)"
+               : "materialised (B*NH*T*T probabilities kept)";
+}
+
 static void fmt_count(char *buf, size_t n, double v)
 {
     char digits[32];
@@ -121,6 +129,10 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
            j->model.seq_len);
     printf("layout      world size %u = tp %u x pp %u x dp %u; reshard %s\n", w->world, p->l.tp,
            p->l.pp, p->l.dp, reshard_name(j->parallel.reshard));
+    if (j->train.device == CH_DEVICE_CUDA)
+        printf("device      cuda: the memory below is GPU memory per rank, all allocated before "
+               "the first step; attention %s\n",
+               attention_name(j));
     fmt_count(a, sizeof a, w->sequences);
     fmt_count(b, sizeof b, w->tokens);
     printf("batch       %s sequences/step = dp %u x microbatches %u x micro_batch_size %u; %s "
@@ -212,6 +224,9 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     ctl_json_kuint(&js, "dp", p->l.dp);
     ctl_json_obj_end(&js);
     ctl_json_kstr(&js, "reshard", reshard_name(j->parallel.reshard));
+    ctl_json_kstr(&js, "device", ch_device_name(j->train.device));
+    ctl_json_kstr(&js, "memory_on", j->train.device == CH_DEVICE_CUDA ? "gpu" : "host");
+    ctl_json_kstr(&js, "attention", ch_plan_model_of(j).att_row == 1 ? "fused" : "materialised");
     ctl_json_kuint(&js, "microbatches", j->parallel.microbatches);
     ctl_json_kuint(&js, "micro_batch_size", j->parallel.micro_batch_size);
     ctl_json_kuint(&js, "sequences_per_step", (uint64_t)w->sequences);

@@ -51,9 +51,11 @@ int ch_jobcheck_memory(const ch_jobspec_t *j, char *err, size_t errlen)
     if (rc == 0 && p.total_bytes <= CH_JOBSPEC_RANK_BYTES_MAX)
         return 0;
     /* What dominates the peak stage: what grows with its blocks (state, gathered blocks,
-     * activations), its wte slice, or the attention scores (seq_len squared). */
+     * activations), its wte slice, or the attention scores (seq_len squared; on CUDA one
+     * log-sum-exp a row). */
+    double row = m.att_row ? m.att_row : j->model.seq_len;
     double attn = 4.0 * j->parallel.micro_batch_size * (j->model.heads / j->parallel.tp) *
-                  (double)j->model.seq_len * j->model.seq_len * p.blocks * p.in_flight;
+                  (double)j->model.seq_len * row * p.blocks * p.in_flight;
     double layers =
         16.0 * p.blocks * p.block_shard + p.gathered_bytes + p.act_mb_bytes * p.in_flight - attn;
     double vocab = 16.0 * p.padded_vocab * j->model.embd / j->parallel.tp;

@@ -73,6 +73,9 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     m.schedule = j->parallel.schedule;
     if (j->parallel.stage_split == CH_SPLIT_AUTO)
         m.balanced_stages = auto_balanced(j, m);
+    if (j->train.device == CH_DEVICE_CUDA && m.heads > 0 &&
+        m.embd / m.heads <= CH_PLAN_FLASH_MAX_HS)
+        m.att_row = 1; /* the fused attention, CUDA's default */
     return m;
 }
 
@@ -189,9 +192,10 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
     p->gathered_bytes = l.dp > 1 ? F32 * ((gathered + 1) * p->block_shard * l.dp + 2 * padded) : 0;
 
-    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
+    const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
+    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * row;
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
-    double att = B * (NH / tp) * T * T, redo = 0;
+    double att = B * (NH / tp) * T * row, redo = 0;
     if (recompute == CH_RECOMPUTE_SELECTIVE)
         redo = att;
     else if (recompute == CH_RECOMPUTE_FULL)

@@ -29,17 +29,18 @@
  *               and the tensors outside blocks, gathered for the whole step, with their
  *               unsharded gradients (reduce-scattered once a step)
  *   activations what the engine allocates for micro-batches, per micro-batch in flight:
- *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·T
+ *                 per block   N·C·(4 + 12/tp) + 4N + B·(NH/tp)·T·R
  *                             (ln1, res2, ln2, res3 replicated; qkv 3, atty 1, fch 4 and
  *                             fch_gelu 4 split over tp; LayerNorm mean and rstd; attention
- *                             probabilities of this rank's heads)
+ *                             probabilities of this rank's heads, R = T, or on CUDA the
+ *                             fused attention's log-sum-exps, R = 1: ch_model_cfg_t.att_row)
  *                 stage 0     + N + N·C (token ids, the embedding's output)
  *                 last stage  + N·C + 5N (ln_f output, mean, rstd; targets, log-sum-exp,
  *                             losses)
  *                 pipeline    + 2·N·C received and its gradient (s > 0); what a stage sends
  *                             is its last block's output, already counted
  *                 recompute   selective: a block keeps all but its attention
- *                             probabilities (B·(NH/tp)·T·T, made again in its backward);
+ *                             probabilities (B·(NH/tp)·T·R, made again in its backward);
  *                             full: only its output N·C (its forward is run again); what
  *                             is recomputed lives once, in the scratch
  *                 zb-h1       + N·(4C + 7C/tp) per block (s > 0: the output gradients
@@ -54,8 +55,10 @@
  *               model's chunking budget), with tp > 1 as much again for the vocab-parallel
  *               backward and 3 floats a row.
  * That is every allocation of the engine (tests/unit/test_layouts.c measures it: the
- * ledger of workerd/engine/mem.h). Not counted: the collectives' own buffers, the CUDA
- * context, allocator slack, 64-byte alignment.
+ * ledger of workerd/engine/mem.h); on CUDA it is device memory, all of it allocated before the
+ * first step. Not counted: the collectives' own buffers, the CUDA context, cuBLAS's
+ * workspace and the CUDA backend's launcher scratch (the rank reports what it reserved),
+ * allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
  * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */
@@ -77,7 +80,16 @@ typedef struct ch_model_cfg {
      * each with its blocks' output gradients for the weight pass. Not part of the model's
      * identity either. */
     ch_schedule_t schedule;
+    /* Floats the attention keeps per sequence, head and query row (backend.h's att_row):
+     * 0 means seq_len, the probabilities (the CPU's); 1, a fused attention's log-sum-exp
+     * (train.device = cuda, head size <= CH_PLAN_FLASH_MAX_HS: CUDA's default). Not part
+     * of the model's identity either. */
+    uint32_t att_row;
 } ch_model_cfg_t;
+
+/* The largest head size CUDA's fused attention takes (kernels/cuda.h's KN_CUDA_FLASH_MAX_HS;
+ * the CUDA backend asserts they agree). */
+#define CH_PLAN_FLASH_MAX_HS 128
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
 #define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))

@@ -8,6 +8,12 @@
  * the head of every member's stream holds it (same sequence number). A head whose operations are
  * all done leaves its queue; the next launch becomes the head.
  *
+ * Outputs, as a GPU writes them: asynchronously. From its start until a test of its request
+ * has seen it done (the caller's wait, the event NCCL's users must honour), an operation's
+ * output buffer holds all-ones bytes (NaN as f32) wherever it is not also an input, and the
+ * result reaches it only at that test: code that reads an output it has not waited for reads
+ * NaN, never a result that happens to be there already.
+ *
  * Deadlock: a rank that calls progress and finds nothing to do is marked stuck at the
  * world's current count of completed operations; starting an operation or seeing one of
  * its requests done clears the mark. When every rank of the world is marked at the current
@@ -35,6 +41,8 @@ typedef struct sim_op {
     uint32_t peer; /* SEND/RECV: peer; BROADCAST: root */
     uint64_t seq;  /* per pair and direction (p2p), per member (collectives) */
     int done;
+    void *held; /* the result, written to rbuf only when a test of its request sees it done */
+    size_t held_bytes;
 } sim_op_t;
 
 typedef struct sgroup sgroup_t;
@@ -232,6 +240,56 @@ static void op_of(sgroup_t *g, uint32_t me, const wrk_coll_args_t *a, wrk_coll_o
     }
 }
 
+/* bytes o reads from sbuf and writes to rbuf (0: none), for a group of n */
+static void op_bytes(const sim_op_t *o, uint32_t n, size_t esz, size_t *in, size_t *out)
+{
+    size_t c = o->count * esz;
+    *in = *out = 0;
+    switch (o->kind) {
+    case WRK_COLL_OP_SEND:
+        *in = c;
+        break;
+    case WRK_COLL_OP_RECV:
+        *out = c;
+        break;
+    case WRK_COLL_OP_ALLREDUCE:
+        *in = *out = c;
+        break;
+    case WRK_COLL_OP_REDUCE_SCATTER:
+        *in = n * c, *out = c;
+        break;
+    case WRK_COLL_OP_ALLGATHER:
+        *in = c, *out = n * c;
+        break;
+    default: /* broadcast reads its root's rbuf; a barrier moves nothing */
+        break;
+    }
+}
+
+/* Not yet written by the "device": all-ones bytes where the output is not also an input. */
+static void poison_output(const sim_op_t *o, uint32_t n, size_t esz)
+{
+    size_t in, out;
+    op_bytes(o, n, esz, &in, &out);
+    const char *s0 = o->sbuf, *r0 = o->rbuf;
+    if (out == 0 || (in > 0 && s0 < r0 + out && r0 < s0 + in))
+        return;
+    memset(o->rbuf, 0xff, out);
+}
+
+/* The result of o, held until a test of its request sees it (sim_test). */
+static int deliver(ncclsim_t *s, sim_op_t *o, const void *src, size_t bytes)
+{
+    o->held = malloc(bytes ? bytes : 1);
+    if (!o->held) {
+        s->failed = -ENOMEM;
+        return 0;
+    }
+    memcpy(o->held, src, bytes);
+    o->held_bytes = bytes;
+    return 1;
+}
+
 static int sim_start(wrk_coll_req_t *r)
 {
     ncclsim_t *s = ((simctx_t *)r->g->c->be)->s;
@@ -253,6 +311,8 @@ static int sim_start(wrk_coll_req_t *r)
         op_of(g, me, &r->a, r->a.kind, &l->ops[0]);
         l->nops = 1;
     }
+    for (int i = 0; i < l->nops; i++)
+        poison_output(&l->ops[i], g->n, wrk_coll_dtype_size(l->dt));
     launch_t **tail = &g->head[me];
     while (*tail)
         tail = &(*tail)->next;
@@ -297,13 +357,14 @@ static int match_send(ncclsim_t *s, sgroup_t *g, uint32_t m, sim_op_t *o)
         s->failed = -EINVAL;
         return 0;
     }
-    memcpy(r->rbuf, o->sbuf, o->count * esz_of(g->head[m]));
+    if (!deliver(s, r, o->sbuf, o->count * esz_of(g->head[m])))
+        return 0;
     o->done = r->done = 1;
     return 1;
 }
 
 /* Run a collective every member's head holds: o[i] is member i's operation. */
-static int run_collective(sgroup_t *g, sim_op_t **o, const launch_t *l)
+static int run_collective(ncclsim_t *s, sgroup_t *g, sim_op_t **o, const launch_t *l)
 {
     size_t n = g->n, c = o[0]->count, esz = esz_of(l);
     wrk_coll_op_kind_t k = o[0]->kind;
@@ -324,7 +385,10 @@ static int run_collective(sgroup_t *g, sim_op_t **o, const launch_t *l)
     for (size_t i = 0; i < n && k != WRK_COLL_OP_BARRIER; i++) {
         const char *src = k == WRK_COLL_OP_REDUCE_SCATTER ? tmp + i * c * esz : tmp;
         size_t bytes = k == WRK_COLL_OP_REDUCE_SCATTER ? c * esz : total * esz;
-        memmove(o[i]->rbuf, src, bytes);
+        if (!deliver(s, o[i], src, bytes)) {
+            free(tmp);
+            return s->failed;
+        }
     }
     for (size_t i = 0; i < n; i++)
         o[i]->done = 1;
@@ -340,7 +404,7 @@ static int match_collective(ncclsim_t *s, sgroup_t *g, sim_op_t *o)
     for (uint32_t i = 0; i < g->n; i++)
         if (!(all[i] = head_op(g, i, o->kind, 0, o->seq)))
             return 0;
-    int rc = run_collective(g, all, g->head[0]);
+    int rc = run_collective(s, g, all, g->head[0]);
     if (rc < 0)
         s->failed = rc;
     return rc > 0;
@@ -423,6 +487,15 @@ static int sim_progress(wrk_coll_t *c)
     return total > 0;
 }
 
+/* o's held result: into its output (seen by its waiter) or dropped */
+static void release(sim_op_t *o, int write)
+{
+    if (o->held && write)
+        memcpy(o->rbuf, o->held, o->held_bytes);
+    free(o->held);
+    o->held = NULL;
+}
+
 static int sim_test(wrk_coll_req_t *r)
 {
     simctx_t *x = r->g->c->be;
@@ -432,6 +505,8 @@ static int sim_test(wrk_coll_req_t *r)
     int rc = s->failed ? s->failed : l->queued ? 1 : 0;
     if (rc == 0)
         s->stuck[x->rank] = 0;
+    for (int i = 0; rc == 0 && i < l->nops; i++)
+        release(&l->ops[i], 1);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -450,6 +525,8 @@ static void sim_req_fini(wrk_coll_req_t *r)
         *p = l->next;
     }
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < l->nops; i++)
+        release(&l->ops[i], 0);
     free(l);
     r->be = NULL;
 }

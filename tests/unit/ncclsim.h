@@ -8,6 +8,10 @@
  * - A send finishes only when the peer's stream has reached the matching receive (no eager
  *   buffering, as for any message larger than NCCL's buffers), and a collective only when
  *   every member's stream has reached it. The operations of one launch progress together.
+ * - An output is written asynchronously: from the start until a test of its request sees it
+ *   done (the wait NCCL's users owe the event), it holds all-ones bytes (NaN as f32) where
+ *   it is not also an input, and the result lands only at that test. Code that reads an
+ *   output it did not wait for reads NaN, whatever else has progressed meanwhile.
  * So two ranks that each queue [send][recv] to the other wait on each other for ever, as
  * they would on GPUs. The fake notices: when every rank of the world is blocked in a wait
  * and nothing can move for a second, every operation fails with -EDEADLK (instead of

@@ -3,6 +3,7 @@
  * bytes and are counted; and the model and the optimizer kernels on it give the CPU backend's
  * bits in both modes, which is what lets other tests use it to prove the engine's staging. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/jobspec.h"
+#include "common/plan.h"
 #include "devsim.h"
+#include "workerd/engine/mem.h"
 #include "workerd/engine/model.h"
+#include "workerd/engine/trainer.h"
 
 static eng_backend_t *make(int poison)
 {
@@ -528,4 +533,74 @@ Test(devsim, the_tp_entries_give_the_cpu_bits_poisoned)
 Test(devsim, the_tp_entries_give_the_cpu_bits_plain)
 {
     tp_entries_match_cpu(0);
+}
+
+/* The rule the CUDA trainer lives by, on the fake device: every device buffer is allocated
+ * when the trainer is made, before the first step (no allocation inside a step, where a
+ * cudaMalloc would sync the device while collectives are in flight), and what it holds then
+ * is the plan's figure for the rank (common/plan.h: 1% for 64-byte alignment), the figure
+ * `chorusctl plan` prints and the rank reports at start. */
+static void allocates_only_before_the_first_step(ch_recompute_t recompute, uint32_t mb)
+{
+    eng_backend_t *be = make(1);
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    snprintf(j.name, sizeof j.name, "devsim-alloc");
+    j.model.layers = 2;
+    j.model.heads = 4;
+    j.model.embd = 32;
+    j.model.vocab = 40;
+    j.model.seq_len = 16;
+    j.parallel.micro_batch_size = 2;
+    j.parallel.microbatches = mb;
+    j.parallel.recompute = recompute;
+    j.train.steps = 3;
+    eng_trainer_opts_t opts = {.peak_flops = 1e9, .backend = be};
+    eng_trainer_t *t = NULL;
+    char msg[256] = "";
+    cr_assert_eq(eng_trainer_create(&j, &opts, &t, msg, sizeof msg), 0, "%s", msg);
+
+    devsim_stats_t before, after;
+    eng_mem_stats_t ms;
+    devsim_stats(be, &before);
+    eng_trainer_mem(t, &ms);
+    ch_model_cfg_t m = ch_plan_model_of(&j);
+    ch_plan_t p;
+    cr_assert_eq(ch_plan_stage_rc(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
+                                  j.parallel.microbatches, j.parallel.reshard, recompute, 0, &p),
+                 0);
+    double rel = ((double)ms.total - p.total_bytes) / p.total_bytes;
+    printf("devsim: recompute %s: %zu bytes reserved before step 1 in %llu allocations; plan "
+           "%.0f (%+.3f%%)\n",
+           ch_recompute_name(recompute), ms.total, (unsigned long long)before.allocs, p.total_bytes,
+           100 * rel);
+    cr_expect_gt(before.allocs, 0);
+    cr_expect_leq(fabs(rel), 0.01, "reserved %zu bytes, plan %.0f", ms.total, p.total_bytes);
+
+    while (eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
+        eng_step_info_t info;
+        cr_assert_eq(eng_trainer_step(t, &info), 0);
+        cr_assert(isfinite(info.loss));
+        devsim_stats(be, &after);
+        cr_expect_eq(after.allocs, before.allocs, "step %llu allocated %llu buffers",
+                     (unsigned long long)info.step,
+                     (unsigned long long)(after.allocs - before.allocs));
+        cr_expect_eq(after.live, before.live, "step %llu: %llu buffers live, %llu before",
+                     (unsigned long long)info.step, (unsigned long long)after.live,
+                     (unsigned long long)before.live);
+    }
+    eng_trainer_mem(t, &ms);
+    cr_expect_leq((double)ms.total_max, (double)ms.total, "a step held more than was reserved");
+    eng_trainer_destroy(t);
+    devsim_destroy(be);
+}
+
+Test(devsim, the_trainer_allocates_only_before_its_first_step)
+{
+    allocates_only_before_the_first_step(CH_RECOMPUTE_NONE, 2);
+}
+
+Test(devsim, the_trainer_allocates_only_before_its_first_step_recomputing)
+{
+    allocates_only_before_the_first_step(CH_RECOMPUTE_SELECTIVE, 3);
 }

@@ -69,6 +69,11 @@ typedef struct rank_run {
     ncclsim_t *sim;      /* collectives on NCCL's stream rules (ncclsim.h); NULL: UCX */
     int staged;          /* UCX collectives host-staged through the device's copies */
     uint64_t tp_kernels; /* calls of devsim's vocab-parallel entries */
+    /* devsim's allocations when the trainer was made and when the run ended; the ledger's
+     * bytes then, and its high-water mark over the run: a device rank allocates nothing
+     * after its first step starts (the CUDA rule) when these pairs are equal */
+    uint64_t allocs_made, allocs_end;
+    size_t reserved;
     double losses[STEPS];
     double val[STEPS]; /* validation loss after step s; NAN when none was due */
     eng_trainer_memory_t mem;
@@ -118,6 +123,14 @@ static void *rank_main(void *arg)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
         eng_trainer_memory(t, &d->mem);
+    if (d->rc == 0 && dev != NULL) {
+        devsim_stats_t st;
+        devsim_stats(dev, &st);
+        d->allocs_made = st.allocs;
+        eng_mem_stats_t ms;
+        eng_trainer_mem(t, &ms);
+        d->reserved = ms.total;
+    }
     if (d->rc == 0 && d->resume)
         d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
     else if (d->rc == 0 && d->spec->train.init_from[0])
@@ -149,6 +162,7 @@ static void *rank_main(void *arg)
         devsim_stats_t st;
         devsim_stats(dev, &st);
         d->tp_kernels = st.tp_kernels;
+        d->allocs_end = st.allocs;
     }
     devsim_destroy(dev);
     return NULL;
@@ -416,6 +430,21 @@ static void expect_same_shards(const ch_jobspec_t *j, const char *a, const char 
         cr_assert_eq(eng_ckpt_shard_path(sb, r, fb, sizeof fb), 0);
         cr_expect(same_file(fa, fb), "%s: %s rank %u: the checkpoint files differ", what, j->name,
                   r);
+    }
+}
+
+/* The CUDA trainer's rule, on devsim: every device buffer is allocated when the trainer is
+ * made, none inside a step (a cudaMalloc there syncs the device while collectives are in
+ * flight), and no step holds more than was reserved before the first. */
+static void expect_no_step_allocates(const rank_run_t *r, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        cr_expect_eq(r[i].allocs_end, r[i].allocs_made,
+                     "%s rank %u: %llu device allocations after the trainer was made", name, i,
+                     (unsigned long long)(r[i].allocs_end - r[i].allocs_made));
+        cr_expect_leq(r[i].measured.total_max, r[i].reserved,
+                      "%s rank %u: a step held %zu bytes, %zu reserved before the first", name, i,
+                      r[i].measured.total_max, r[i].reserved);
     }
 }
 
@@ -699,6 +728,7 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         run_with(&j, 0, 0, DEV_PLAIN, sim, 0, b);
         cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", name);
         ncclsim_destroy(sim);
+        expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
             double rel = fabs(a[0].losses[s] - b[0].losses[s]) / fabs(a[0].losses[s]);
@@ -738,6 +768,7 @@ Test(layouts, host_staged_collectives_train_device_ranks_like_the_cpu)
         j.checkpoint.every = 0;
         run_on(&j, 0, 0, DEV_CPU, a);
         run_with(&j, 0, 0, DEV_POISON, NULL, 1, b);
+        expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         for (int s = 0; s < STEPS; s++)
             cr_expect_eq(a[0].losses[s], b[0].losses[s], "%s step %d: cpu %.9g, staged %.9g", name,
                          s, a[0].losses[s], b[0].losses[s]);

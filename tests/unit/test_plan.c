@@ -5,12 +5,13 @@
 #include <math.h>
 
 #include "common/err.h"
+#include "common/jobspec.h"
 #include "common/plan.h"
 
 /* GPT-2 124M (Hugging Face's "gpt2"). */
 static ch_model_cfg_t gpt2(uint32_t seq_len)
 {
-    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B};
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B, 0};
     return m;
 }
 
@@ -146,12 +147,12 @@ Test(plan, absurd_models_do_not_overflow)
 {
     ch_plan_t p;
     /* vocab 2^32 - 1 pads past 2^32: no wrap. */
-    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B};
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B, 0};
     cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(p.padded_vocab, 4294967296.0);
     cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
     /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
-    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B};
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B, 0};
     cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
     cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
     cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);
@@ -312,4 +313,29 @@ Test(plan, memckpt_one_node_has_no_copy_elsewhere)
     cr_assert_eq(ch_plan_memckpt_buddies(nodes, 4, buddy), 0);
     for (int k = 0; k < 4; k++)
         cr_assert_eq(buddy[k], -1);
+}
+
+/* train.device = cuda: the fused attention keeps one log-sum-exp a row, so the plan keeps
+ * no B·NH·T·T per block; CPU jobs and heads wider than the fused kernels keep it. */
+Test(plan, cuda_keeps_no_attention_probabilities)
+{
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    j.model.layers = 12, j.model.heads = 12, j.model.embd = 768, j.model.vocab = 50257;
+    j.model.seq_len = 1024;
+    ch_model_cfg_t cpu = ch_plan_model_of(&j);
+    j.train.device = CH_DEVICE_CUDA;
+    ch_model_cfg_t cuda = ch_plan_model_of(&j);
+    cr_assert_eq(cpu.att_row, 0);
+    cr_assert_eq(cuda.att_row, 1);
+    ch_plan_t pc, pg;
+    cr_assert_eq(ch_plan_stage(&cpu, lay(1, 1, 1), 16, 1, CH_RESHARD_PER_USE, 0, &pc), 0);
+    cr_assert_eq(ch_plan_stage(&cuda, lay(1, 1, 1), 16, 1, CH_RESHARD_PER_USE, 0, &pg), 0);
+    /* 12 blocks x B 16 x NH 12 x T 1024 x (T - 1) floats fewer: 9.7 GB at GPT-2 B16 T1024 */
+    double att = 4.0 * 12 * 16 * 12 * 1024 * 1023;
+    cr_expect_eq(pc.act_mb_bytes - pg.act_mb_bytes, att, "%.0f", pc.act_mb_bytes - pg.act_mb_bytes);
+    cr_expect_eq(pc.state_bytes, pg.state_bytes);
+    /* head size 192 > CH_PLAN_FLASH_MAX_HS: the materialised attention, on CUDA too */
+    j.model.heads = 4;
+    cr_expect_eq(ch_plan_model_of(&j).att_row, 0);
 }

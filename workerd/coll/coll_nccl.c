@@ -13,10 +13,18 @@
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
  * - A paired exchange (wrk_coll_sendrecv) is one ncclGroupStart/End around its send and
  *   receive: ungrouped, two peers that each send first would both block their streams.
+ * - NCCL and the CUDA runtime are loaded on first use (dlopen of their sonames, found as
+ *   the dynamic loader finds any library: LD_LIBRARY_PATH, the cache), so chorus-rank links
+ *   neither and a CPU rank never loads them; their headers give the types only. Every call
+ *   goes through the table `lib`, filled once; a machine without them has no NCCL backend
+ *   (available() says 0, init fails with CH_E_NCCL and the loader's reason logged).
  * The GPU makes progress on its own: progress() has nothing to drive. */
 #include "workerd/coll/coll_impl.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +61,95 @@ typedef struct nccl_op {
     cudaEvent_t done;
 } nccl_op_t;
 
+// ----------------------------------------------------------------------------
+// the libraries, loaded on first use
+
+/* Every entry, once: X(library, name), library 0 the CUDA runtime, 1 NCCL. Each entry of
+ * the table has the type its header declares and is looked up by its name. */
+// clang-format off
+#define LIB_ENTRIES(X) \
+    X(0, cudaGetDeviceCount) X(0, cudaSetDevice) X(0, cudaGetErrorString)             \
+    X(0, cudaStreamCreateWithFlags) X(0, cudaStreamDestroy) X(0, cudaStreamWaitEvent) \
+    X(0, cudaEventCreateWithFlags) X(0, cudaEventDestroy) X(0, cudaEventRecord)       \
+    X(0, cudaEventQuery) X(0, cudaMalloc) X(0, cudaFree)                              \
+    X(0, cudaMemcpy) X(1, ncclGetErrorString) X(1, ncclGetUniqueId)                   \
+    X(1, ncclCommInitRankConfig) X(1, ncclCommGetAsyncError) X(1, ncclCommFinalize)   \
+    X(1, ncclCommDestroy) X(1, ncclCommAbort) X(1, ncclGroupStart)                    \
+    X(1, ncclGroupEnd) X(1, ncclSend) X(1, ncclRecv)                                  \
+    X(1, ncclAllReduce) X(1, ncclReduceScatter) X(1, ncclAllGather)                   \
+    X(1, ncclBroadcast)
+// clang-format on
+
+#define FIELD(lib, name) __typeof__(&name) name;
+typedef struct nccl_lib {
+    LIB_ENTRIES(FIELD)
+} nccl_lib_t;
+#undef FIELD
+
+#define ROW(lib, name) {lib, #name, offsetof(nccl_lib_t, name)},
+static const struct {
+    int from; /* 0: the CUDA runtime, 1: NCCL */
+    const char *name;
+    size_t off;
+} syms[] = {LIB_ENTRIES(ROW)};
+#undef ROW
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nccl_lib_t lib; /* filled once by lib_load(), never changed after */
+static int lib_ok;     /* 1 when every entry of lib is set */
+static char lib_why[256] = "not loaded";
+
+/* The major version the headers were built for, as the libraries' sonames carry it: the
+ * engine's CUDA module links the same libcudart.so.N, so both share one runtime. */
+static void *lib_open(const char *base, int major)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.so.%d", base, major);
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        snprintf(lib_why, sizeof lib_why, "%s", dlerror());
+    }
+    return h;
+}
+
+static void lib_load(void)
+{
+    void *h[2] = {lib_open("libcudart", CUDART_VERSION / 1000), NULL};
+    if (h[0] != NULL)
+        h[1] = lib_open("libnccl", NCCL_MAJOR);
+    if (h[0] == NULL || h[1] == NULL)
+        return; /* a handle that did open stays open: nothing else would close it */
+    nccl_lib_t l;
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(h[syms[i].from], syms[i].name);
+        if (p == NULL) {
+            snprintf(lib_why, sizeof lib_why, "no %s: %s", syms[i].name, dlerror());
+            return;
+        }
+        memcpy((char *)&l + syms[i].off, &p, sizeof p); /* POSIX: a function's address */
+    }
+    lib = l;
+    lib_ok = 1;
+}
+
+/* 1 once NCCL and the CUDA runtime are loaded (a probe: nothing logged). */
+static int lib_loaded(void)
+{
+    pthread_once(&lib_once, lib_load);
+    return lib_ok;
+}
+
+/* 0 once NCCL and the CUDA runtime are loaded, else CH_E_NCCL (the reason logged once). */
+static int lib_get(void)
+{
+    if (lib_loaded())
+        return 0;
+    static atomic_int told;
+    if (atomic_exchange(&told, 1) == 0)
+        CH_LOGE("coll", "no NCCL backend: %s", lib_why);
+    return CH_E_NCCL;
+}
+
 /* The one CUDA runtime -> Chorus conversion. */
 static int cuda_err(cudaError_t e)
 {
@@ -60,7 +157,7 @@ static int cuda_err(cudaError_t e)
         return 0;
     if (e == cudaErrorMemoryAllocation)
         return -ENOMEM;
-    CH_LOGE("coll", "cuda: %s", cudaGetErrorString(e));
+    CH_LOGE("coll", "cuda: %s", lib.cudaGetErrorString(e));
     return CH_E_CUDA;
 }
 
@@ -72,13 +169,13 @@ static int nccl_err(ncclResult_t r)
         return 0;
     case ncclInvalidArgument:
     case ncclInvalidUsage:
-        CH_LOGE("coll", "nccl: %s", ncclGetErrorString(r));
+        CH_LOGE("coll", "nccl: %s", lib.ncclGetErrorString(r));
         return -EINVAL;
     case ncclRemoteError:
-        CH_LOGE("coll", "nccl: %s (a peer failed)", ncclGetErrorString(r));
+        CH_LOGE("coll", "nccl: %s (a peer failed)", lib.ncclGetErrorString(r));
         return CH_E_ABORTED;
     default:
-        CH_LOGE("coll", "nccl: %s", ncclGetErrorString(r));
+        CH_LOGE("coll", "nccl: %s", lib.ncclGetErrorString(r));
         return CH_E_NCCL;
     }
 }
@@ -89,7 +186,7 @@ static int comm_settle(ncclComm_t comm, int timeout_ms)
     uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
         ncclResult_t st;
-        ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+        ncclResult_t r = lib.ncclCommGetAsyncError(comm, &st);
         if (r != ncclSuccess)
             return nccl_err(r);
         if (st != ncclInProgress)
@@ -102,12 +199,15 @@ static int comm_settle(ncclComm_t comm, int timeout_ms)
 
 static int nccl_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
 {
+    int rc = lib_get();
+    if (rc < 0)
+        return rc;
     nccl_ctx_t *x = calloc(1, sizeof *x);
     if (!x)
         return -ENOMEM;
     x->device = cfg->device;
     x->user = (cudaStream_t)cfg->stream;
-    int rc = cuda_err(cudaSetDevice(cfg->device));
+    rc = cuda_err(lib.cudaSetDevice(cfg->device));
     if (rc < 0) {
         free(x);
         return rc;
@@ -157,7 +257,7 @@ static int get_unique_id(wrk_coll_group_t *g, int timeout_ms, ncclUniqueId *id)
     if (rc < 0)
         return rc;
     if (g->me == 0) {
-        if ((rc = nccl_err(ncclGetUniqueId(id))) < 0)
+        if ((rc = nccl_err(lib.ncclGetUniqueId(id))) < 0)
             return rc;
         return c->rdzv.set(c->rdzv.ud, key, id, sizeof *id);
     }
@@ -177,18 +277,18 @@ static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
 {
     if (ng->comm) {
         /* Finalize flushes what is in flight; a broken communicator can only be aborted. */
-        ncclResult_t fr = healthy ? ncclCommFinalize(ng->comm) : ncclInternalError;
+        ncclResult_t fr = healthy ? lib.ncclCommFinalize(ng->comm) : ncclInternalError;
         if ((fr == ncclSuccess || fr == ncclInProgress) && comm_settle(ng->comm, timeout_ms) == 0)
-            ncclCommDestroy(ng->comm);
+            lib.ncclCommDestroy(ng->comm);
         else
-            ncclCommAbort(ng->comm);
+            lib.ncclCommAbort(ng->comm);
     }
     if (ng->one)
-        cudaFree(ng->one);
+        lib.cudaFree(ng->one);
     if (ng->ready)
-        cudaEventDestroy(ng->ready);
+        lib.cudaEventDestroy(ng->ready);
     if (ng->stream)
-        cudaStreamDestroy(ng->stream);
+        lib.cudaStreamDestroy(ng->stream);
     free(ng);
 }
 
@@ -209,14 +309,15 @@ static int nccl_group_init(wrk_coll_group_t *g, int timeout_ms)
         return -ENOMEM;
     ncclUniqueId id;
     CH_CHECK_GOTO(get_unique_id(g, timeout_ms, &id), rc, fail);
-    CH_CHECK_GOTO(cuda_err(cudaSetDevice(x->device)), rc, fail);
-    CH_CHECK_GOTO(cuda_err(cudaStreamCreateWithFlags(&ng->stream, cudaStreamNonBlocking)), rc,
+    CH_CHECK_GOTO(cuda_err(lib.cudaSetDevice(x->device)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaStreamCreateWithFlags(&ng->stream, cudaStreamNonBlocking)), rc,
                   fail);
-    CH_CHECK_GOTO(cuda_err(cudaEventCreateWithFlags(&ng->ready, cudaEventDisableTiming)), rc, fail);
-    CH_CHECK_GOTO(cuda_err(cudaMalloc((void **)&ng->one, sizeof(float))), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&ng->ready, cudaEventDisableTiming)), rc,
+                  fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaMalloc((void **)&ng->one, sizeof(float))), rc, fail);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&ng->comm, (int)g->n, id, (int)g->me, &cfg);
+    ncclResult_t r = lib.ncclCommInitRankConfig(&ng->comm, (int)g->n, id, (int)g->me, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         rc = nccl_err(r);
         goto fail;
@@ -259,12 +360,12 @@ static ncclDataType_t nccl_dtype(wrk_coll_dtype_t dt)
 static ncclResult_t enqueue_sendrecv(const wrk_coll_args_t *a, nccl_group_t *ng)
 {
     ncclDataType_t dt = nccl_dtype(a->dt);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = lib.ncclGroupStart();
     if (r != ncclSuccess)
         return r;
-    ncclResult_t rs = ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
-    ncclResult_t rr = ncclRecv(a->recvbuf, a->rcount, dt, (int)a->rpeer, ng->comm, ng->stream);
-    r = ncclGroupEnd(); /* always closes the group, whatever the two calls answered */
+    ncclResult_t rs = lib.ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+    ncclResult_t rr = lib.ncclRecv(a->recvbuf, a->rcount, dt, (int)a->rpeer, ng->comm, ng->stream);
+    r = lib.ncclGroupEnd(); /* always closes the group, whatever the two calls answered */
     if (rs != ncclSuccess && rs != ncclInProgress)
         return rs;
     if (rr != ncclSuccess && rr != ncclInProgress)
@@ -279,20 +380,21 @@ static ncclResult_t enqueue(wrk_coll_req_t *r, nccl_group_t *ng)
     ncclRedOp_t op = a->op == WRK_COLL_MAX ? ncclMax : ncclSum;
     switch (a->kind) {
     case WRK_COLL_OP_SEND:
-        return ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+        return lib.ncclSend(a->sendbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
     case WRK_COLL_OP_RECV:
-        return ncclRecv(a->recvbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
+        return lib.ncclRecv(a->recvbuf, a->count, dt, (int)a->peer, ng->comm, ng->stream);
     case WRK_COLL_OP_ALLREDUCE:
-        return ncclAllReduce(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm, ng->stream);
+        return lib.ncclAllReduce(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm, ng->stream);
     case WRK_COLL_OP_REDUCE_SCATTER:
-        return ncclReduceScatter(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm, ng->stream);
+        return lib.ncclReduceScatter(a->sendbuf, a->recvbuf, a->count, dt, op, ng->comm,
+                                     ng->stream);
     case WRK_COLL_OP_ALLGATHER:
-        return ncclAllGather(a->sendbuf, a->recvbuf, a->count, dt, ng->comm, ng->stream);
+        return lib.ncclAllGather(a->sendbuf, a->recvbuf, a->count, dt, ng->comm, ng->stream);
     case WRK_COLL_OP_BROADCAST:
-        return ncclBroadcast(a->recvbuf, a->recvbuf, a->count, dt, (int)a->peer, ng->comm,
-                             ng->stream);
+        return lib.ncclBroadcast(a->recvbuf, a->recvbuf, a->count, dt, (int)a->peer, ng->comm,
+                                 ng->stream);
     case WRK_COLL_OP_BARRIER:
-        return ncclAllReduce(ng->one, ng->one, 1, ncclFloat32, ncclSum, ng->comm, ng->stream);
+        return lib.ncclAllReduce(ng->one, ng->one, 1, ncclFloat32, ncclSum, ng->comm, ng->stream);
     case WRK_COLL_OP_SENDRECV:
         return enqueue_sendrecv(a, ng);
     }
@@ -308,9 +410,10 @@ static int nccl_start(wrk_coll_req_t *r)
     nccl_op_t *o = calloc(1, sizeof *o);
     if (!o)
         return -ENOMEM;
-    CH_CHECK_GOTO(cuda_err(cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming)), rc, fail);
-    CH_CHECK_GOTO(cuda_err(cudaEventRecord(ng->ready, x->user)), rc, fail);
-    CH_CHECK_GOTO(cuda_err(cudaStreamWaitEvent(ng->stream, ng->ready, 0)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming)), rc,
+                  fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventRecord(ng->ready, x->user)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaStreamWaitEvent(ng->stream, ng->ready, 0)), rc, fail);
     ncclResult_t nr = enqueue(r, ng);
     if (nr == ncclInProgress)
         rc = comm_settle(ng->comm, g->c->timeout_ms);
@@ -318,12 +421,12 @@ static int nccl_start(wrk_coll_req_t *r)
         rc = nccl_err(nr);
     if (rc < 0)
         goto fail;
-    CH_CHECK_GOTO(cuda_err(cudaEventRecord(o->done, ng->stream)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventRecord(o->done, ng->stream)), rc, fail);
     r->be = o;
     return 0;
 fail:
     if (o->done)
-        cudaEventDestroy(o->done);
+        lib.cudaEventDestroy(o->done);
     free(o);
     return rc;
 }
@@ -337,13 +440,13 @@ static int nccl_test(wrk_coll_req_t *r)
 {
     nccl_op_t *o = r->be;
     nccl_group_t *ng = r->g->be;
-    cudaError_t e = cudaEventQuery(o->done);
+    cudaError_t e = lib.cudaEventQuery(o->done);
     if (e == cudaSuccess)
         return 0;
     if (e != cudaErrorNotReady)
         return cuda_err(e);
     ncclResult_t st;
-    ncclResult_t nr = ncclCommGetAsyncError(ng->comm, &st);
+    ncclResult_t nr = lib.ncclCommGetAsyncError(ng->comm, &st);
     if (nr != ncclSuccess)
         return nccl_err(nr);
     if (st != ncclSuccess && st != ncclInProgress)
@@ -356,7 +459,7 @@ static void nccl_req_fini(wrk_coll_req_t *r)
     nccl_op_t *o = r->be;
     if (!o)
         return;
-    cudaEventDestroy(o->done); /* fine while pending: released once it completes */
+    lib.cudaEventDestroy(o->done); /* fine while pending: released once it completes */
     free(o);
     r->be = NULL;
 }
@@ -367,7 +470,7 @@ static void nccl_abort(wrk_coll_t *c)
     for (size_t i = 0; i < x->ngroups; i++) {
         nccl_group_t *ng = x->groups[i]->be;
         if (ng && ng->comm) {
-            ncclCommAbort(ng->comm);
+            lib.ncclCommAbort(ng->comm);
             ng->comm = NULL;
         }
     }
@@ -376,24 +479,24 @@ static void nccl_abort(wrk_coll_t *c)
 static int nccl_mem_alloc(wrk_coll_t *c, size_t bytes, void **out)
 {
     *out = NULL;
-    return cuda_err(cudaMalloc(out, bytes ? bytes : 1));
+    return cuda_err(lib.cudaMalloc(out, bytes ? bytes : 1));
 }
 
 static void nccl_mem_free(wrk_coll_t *c, void *p)
 {
-    cudaFree(p);
+    lib.cudaFree(p);
 }
 
 static int nccl_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)
 {
-    return cuda_err(
-        cudaMemcpy(dst, src, bytes, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+    return cuda_err(lib.cudaMemcpy(dst, src, bytes,
+                                   to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 }
 
 static int nccl_available(void)
 {
     int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    return lib_loaded() && lib.cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
 const wrk_coll_backend_t wrk_coll_nccl_backend = {

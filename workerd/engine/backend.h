@@ -145,6 +145,15 @@ struct eng_backend {
      * padded ones */
     void (*tp_xent_bwd)(const eng_backend_t *be, float *logits, const float *lse,
                         const int32_t *targets, float scale, int v0, int N, int Vl, int valid);
+
+    // ------------------------------------------------------------------------
+    // attention's kept state
+
+    /* Floats attention_fwd keeps in att per sequence, head and query row, for T tokens and
+     * head size hs: T (the probabilities, B*NH*T*T floats: the CPU's, and what NULL means)
+     * or 1 (a fused attention's log-sum-exp, B*NH*T floats: CUDA's by default). The model
+     * sizes its att buffers by it; common/plan.h's ch_model_cfg_t.att_row says the same. */
+    int (*att_row)(const eng_backend_t *be, int T, int hs);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

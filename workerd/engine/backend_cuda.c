@@ -11,13 +11,14 @@
  * from the host wait for the stream, so host buffers are free to reuse on return; device to
  * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
  * double comes back to the host (0 after a failure, which stays kept for the next copy).
- * The attention is the materialised one by default; its backward's scratch (NH*T*T floats)
- * is the backend's, not the model's T*T. CHORUS_CUDA_ATTENTION=flash takes the fused kernels
- * (kernels/cuda/flash.cu: no T*T in global memory, fp32 without tensor cores): the model's
- * att buffer then holds each row's log-sum-exp, and the backend remembers the output each
- * att buffer's forward wrote, which the fused backward needs and the table does not pass.
- * Opt-in until a GPU has measured it against the materialised one at TF32 (the device
- * check runs both); the model still allocates its att buffers either way. */
+ * The attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory,
+ * fp32 without tensor cores) wherever the head size allows it (att_row says which, and the
+ * model sizes its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend
+ * remembers the output each att buffer's forward wrote, which the fused backward needs and
+ * the table does not pass. CHORUS_CUDA_ATTENTION=materialised opts out: the probabilities
+ * (B*NH*T*T floats) are kept, and the backward's scratch (NH*T*T floats) is the backend's,
+ * not the model's T*T. Not yet measured against each other on a GPU at TF32 (the device
+ * check runs both). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +26,8 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/log.h" /* CH_CHECK_GOTO only: the module logs through the engine's hook */
+#include "common/log.h"  /* CH_CHECK_GOTO only: the module logs through the engine's hook */
+#include "common/plan.h" /* CH_PLAN_FLASH_MAX_HS: the plan sizes att as att_row does */
 #include "kernels/cuda.h"
 #include "workerd/engine/backend_cuda.h"
 
@@ -40,15 +42,16 @@ typedef struct cuda_state {
     /* sumsq's device result (element 0) and its KN_CUDA_SUMSQ_PARTIALS partial sums; its
      * own, so a sum of squares never waits to grow the launchers' scratch */
     double *sumsq_dev;
-    /* CHORUS_CUDA_ATTENTION=flash: the fused kernels, the model's att buffer holding each
-     * row's log-sum-exp; the forward's output of each att buffer, which the fused backward
-     * needs and the table's attention_bwd is not given */
+    /* the fused kernels (unless CHORUS_CUDA_ATTENTION=materialised), the model's att buffer
+     * holding each row's log-sum-exp; the forward's output of each att buffer, which the
+     * fused backward needs and the table's attention_bwd is not given (host memory, one
+     * entry per att buffer: layers x pipeline slots, grown as buffers are first seen) */
     int flash;
-    struct {
+    struct flash_out {
         const float *att;
         const float *out;
-    } flash_out[256]; /* layers x pipeline slots */
-    int nflash;
+    } * flash_out;
+    int nflash, flash_cap;
     int err;           /* first launch failure not yet reported */
     char errtext[160]; /* what it was */
 } cuda_state_t;
@@ -225,13 +228,23 @@ static void cu_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, 
                             S(be)->stream));
 }
 
-/* the fused kernels for this call (opted in, head size within their limit) */
-static int use_flash(const eng_backend_t *be, int C, int NH)
+_Static_assert(KN_CUDA_FLASH_MAX_HS == CH_PLAN_FLASH_MAX_HS,
+               "the plan's fused-attention head limit is the kernels'");
+
+/* the fused kernels for this head size (not opted out, within their limit) */
+static int use_flash(const eng_backend_t *be, int hs)
 {
-    return S(be)->flash && NH > 0 && C / NH <= KN_CUDA_FLASH_MAX_HS;
+    return S(be)->flash && hs > 0 && hs <= KN_CUDA_FLASH_MAX_HS;
 }
 
-/* where the forward that wrote att's log-sum-exps put its output (NULL: none seen) */
+/* backend.h: what the model keeps per attention row, as the forward will use it */
+static int cu_att_row(const eng_backend_t *be, int T, int hs)
+{
+    return use_flash(be, hs) ? 1 : T;
+}
+
+/* where the forward that wrote att's log-sum-exps put its output (NULL: none seen, or no
+ * room for a new one: the failure noted) */
 static const float **flash_slot(const eng_backend_t *be, const float *att, int add)
 {
     cuda_state_t *s = S(be);
@@ -240,18 +253,33 @@ static const float **flash_slot(const eng_backend_t *be, const float *att, int a
             return &s->flash_out[i].out;
         }
     }
-    if (!add || s->nflash == (int)(sizeof s->flash_out / sizeof s->flash_out[0])) {
+    if (!add) {
         return NULL;
+    }
+    if (s->nflash == s->flash_cap) {
+        int cap = s->flash_cap ? 2 * s->flash_cap : 64;
+        struct flash_out *n = realloc(s->flash_out, (size_t)cap * sizeof *n);
+        if (n == NULL) {
+            note(be, "flash attention_fwd: its outputs' table", -ENOMEM);
+            return NULL;
+        }
+        s->flash_out = n;
+        s->flash_cap = cap;
     }
     s->flash_out[s->nflash].att = att;
     return &s->flash_out[s->nflash++].out;
 }
 
+/* The model sized att by att_row: a fused forward never falls back to the materialised one
+ * (whose T*T rows would not fit). */
 static void cu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
                              int B, int T, int C, int NH)
 {
-    const float **slot = use_flash(be, C, NH) ? flash_slot(be, att, 1) : NULL;
-    if (slot != NULL) {
+    if (use_flash(be, NH > 0 ? C / NH : 0)) {
+        const float **slot = flash_slot(be, att, 1);
+        if (slot == NULL) {
+            return;
+        }
         *slot = out;
         note(be, "flash attention_fwd",
              kn_cuda_flash_attention_fwd(out, att, qkv, B, T, C, NH, S(be)->stream));
@@ -285,7 +313,7 @@ static void cu_attention_bwd(const eng_backend_t *be, float *dqkv, float *model_
                              int C, int NH)
 {
     (void)model_scratch;
-    if (use_flash(be, C, NH) && flash_slot(be, att, 0) != NULL) {
+    if (use_flash(be, NH > 0 ? C / NH : 0)) {
         flash_bwd(be, dqkv, dout, qkv, att, B, T, C, NH);
         return;
     }
@@ -479,6 +507,7 @@ static const eng_backend_t cuda_table = {
     .tp_xent_sums = cu_tp_xent_sums,
     .tp_xent_finish = cu_tp_xent_finish,
     .tp_xent_bwd = cu_tp_xent_bwd,
+    .att_row = cu_att_row,
 };
 
 // ----------------------------------------------------------------------------
@@ -517,7 +546,7 @@ static int cu_create(int device, eng_cuda_log_fn logfn, eng_backend_t **out)
     s->table.ud = s;
     s->device = device;
     const char *att = getenv("CHORUS_CUDA_ATTENTION");
-    s->flash = att != NULL && strcmp(att, "flash") == 0;
+    s->flash = att == NULL || strcmp(att, "materialised") != 0;
     s->log = logfn;
     /* the context and the stream belong to the device current when they are made */
     CH_CHECK_GOTO(cu_err(cudaSetDevice(device)), rc, fail);
@@ -551,6 +580,7 @@ static void cu_destroy(eng_backend_t *be)
     if (s->stream != NULL) {
         cudaStreamDestroy(s->stream);
     }
+    free(s->flash_out);
     free(s);
 }
 
@@ -575,7 +605,9 @@ static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) {
         return -EINVAL;
     }
-    size_t att = max_size(KN_CUDA_ATT_BWD_SCRATCH(T, NH), KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH));
+    /* the attention backward's: the fused one's, or the materialised one's NH*T*T */
+    size_t att = use_flash(be, C / NH) ? KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH)
+                                       : KN_CUDA_ATT_BWD_SCRATCH(T, NH);
     size_t bytes = max_size(kn_cuda_encoder_bwd_scratch_bytes(B, T),
                             max_size(KN_CUDA_LN_BWD_SCRATCH(C), att) * sizeof(float));
     if (scratch(be, bytes, "reserved scratch") == NULL) {

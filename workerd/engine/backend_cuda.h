@@ -13,7 +13,8 @@
 
 #define ENG_CUDA_MODULE_FILE   "libchorus_engine_cuda.so"
 #define ENG_CUDA_MODULE_SYMBOL "eng_cuda_module"
-#define ENG_CUDA_MODULE_ABI    3 /* 2: backend.h's table grew the tp_* entries; 3: reserve */
+/* 2: backend.h's table grew the tp_* entries; 3: reserve; 4: att_row */
+#define ENG_CUDA_MODULE_ABI 4
 
 /* How the module reports an error it cannot return (a launch failure noticed later): one
  * line, logged by the engine. */

@@ -1,7 +1,8 @@
 /* The CUDA backend's entry points (backend.h) in the engine: they load
  * libchorus_engine_cuda.so on first use and call its table (backend_cuda.h says why it is a
- * module). The module is looked for at $CHORUS_CUDA_MODULE, next to the running program,
- * in ../lib beside it, then in the build tree that made this engine. A machine without the
+ * module). The module is looked for at $CHORUS_CUDA_MODULE, next to the running program
+ * (the build tree's bin/, a bundle's bin/), then in ../lib beside it (an installed prefix);
+ * no path of the build that made this engine is kept in the binary. A machine without the
  * module or CUDA's libraries has no CUDA backend: the calls fail with CH_E_CUDA, the loader's
  * reason logged. */
 #include <dlfcn.h>
@@ -58,11 +59,6 @@ static void load(void)
             }
         }
     }
-#ifdef CHORUS_CUDA_MODULE_DIR
-    if (h == NULL) {
-        h = try_open(CHORUS_CUDA_MODULE_DIR, "/", why, sizeof why);
-    }
-#endif
     const eng_cuda_module_t *m = h != NULL ? dlsym(h, ENG_CUDA_MODULE_SYMBOL) : NULL;
     if (h != NULL && (m == NULL || m->abi != ENG_CUDA_MODULE_ABI)) {
         snprintf(why, sizeof why, "%s: no %s of ABI %d", ENG_CUDA_MODULE_FILE,

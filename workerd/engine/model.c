@@ -651,6 +651,14 @@ static void take(void **ptr, char *base, size_t *off, size_t n)
 /* Which of a block's activations a buffer set holds (parallel.recompute). */
 enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4, KEEP_WPASS = 8 };
 
+/* Floats the backend's attention keeps per sequence, head and query row (backend.h):
+ * T probabilities, or a fused attention's one log-sum-exp. */
+static size_t att_row(const eng_model_t *m)
+{
+    int T = (int)m->cfg.seq_len, hs = (int)(m->cfg.embd / m->cfg.heads);
+    return m->be->att_row != NULL ? (size_t)m->be->att_row(m->be, T, hs) : (size_t)T;
+}
+
 /* Block b's activations in `keep`, for micro-batches of up to max_B sequences. */
 static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uint32_t max_B,
                        char *base, size_t *poff)
@@ -671,7 +679,7 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
         TAKE(b->fch_gelu, N * 4 * m->Cl);
     }
     if (keep & KEEP_ATT) {
-        TAKE(b->att, (size_t)max_B * m->NHl * T * T);
+        TAKE(b->att, (size_t)max_B * m->NHl * T * att_row(m));
     }
     if (keep & KEEP_OUT) {
         TAKE(b->res3, N * C);

@@ -19,8 +19,10 @@
 
 #include "chorus/config.h"
 #include "common/err.h"
+#include "common/layout.h"
 #include "common/log.h"
 #include "common/skipsteps.h"
+#include "common/plan.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
@@ -78,6 +80,30 @@ static size_t mem_metrics(const eng_trainer_t *t, Chorus__Metric *m, size_t n)
     m[n].name = "mem_acts_peak_bytes";
     m[n++].value = (double)st.peak[ENG_MEM_ACTS];
     return n;
+}
+
+/* What the engine reserved before its first step (on CUDA: GPU memory, all of it: no step
+ * allocates), beside the plan's figure for this rank's stage (`chorusctl plan`). */
+static void log_memory_at_start(const wrk_rank_t *r, const eng_trainer_t *t)
+{
+    const ch_jobspec_t *s = &r->spec;
+    eng_mem_stats_t ms;
+    eng_trainer_mem(t, &ms);
+    ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_layout_t l = ch_jobspec_layout(s);
+    ch_plan_t p;
+    double plan = NAN;
+    if (ch_plan_stage_rc(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
+                         s->parallel.reshard, s->parallel.recompute, ch_layout_coord(l, r->rank).pp,
+                         &p) == 0)
+        plan = p.total_bytes;
+    CH_LOGI("train",
+            "job=%s rank=%u: %s memory reserved at start %zu bytes, plan %.0f (%+.2f%%) (params "
+            "%zu, grads %zu, optim %zu, gathered %zu, acts %zu, scratch %zu)",
+            r->job_id, r->rank, s->train.device == CH_DEVICE_CUDA ? "GPU" : "engine", ms.total,
+            plan, 100.0 * ((double)ms.total - plan) / plan, ms.cur[ENG_MEM_PARAMS],
+            ms.cur[ENG_MEM_GRADS], ms.cur[ENG_MEM_OPTIM], ms.cur[ENG_MEM_GATHERED],
+            ms.cur[ENG_MEM_ACTS], ms.cur[ENG_MEM_SCRATCH]);
 }
 
 /* RANK_PROGRESS of a step: the figures, the named metrics and where the step's time
@@ -455,14 +481,7 @@ int wrk_train_run(wrk_rank_t *r)
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
             eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
 
-    eng_mem_stats_t ms;
-    eng_trainer_mem(t, &ms);
-    CH_LOGI("train",
-            "job=%s rank=%u: engine memory at start %zu bytes (params %zu, grads %zu, optim %zu, "
-            "gathered %zu, acts %zu, scratch %zu)",
-            r->job_id, r->rank, ms.total, ms.cur[ENG_MEM_PARAMS], ms.cur[ENG_MEM_GRADS],
-            ms.cur[ENG_MEM_OPTIM], ms.cur[ENG_MEM_GATHERED], ms.cur[ENG_MEM_ACTS],
-            ms.cur[ENG_MEM_SCRATCH]);
+    log_memory_at_start(r, t);
     wrk_history_open(r, eng_trainer_next_step(t), &hist);
     double acc = NAN;     /* an accuracy not reported yet */
     uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
