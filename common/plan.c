@@ -6,7 +6,8 @@
 
 #include "common/err.h"
 
-#define F32 4.0 /* bytes */
+#define F32  4.0 /* bytes */
+#define BF16 2.0
 
 /* ch_layout_padded_vocab without its uint32 wrap: vocab 2^32 - 1 pads past 2^32. */
 static double padded_vocab(uint32_t vocab, uint32_t tp)
@@ -42,6 +43,7 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
+    m.bf16 = j->train.precision == CH_PRECISION_BF16;
     return m;
 }
 
@@ -102,38 +104,49 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->owned = nb * p->block_shard + owned;
 
     p->state_bytes = 4 * F32 * p->owned;
+    /* bytes of a working-copy parameter and of an activation: bf16's 2 in mixed precision */
+    const double W = m->bf16 ? BF16 : F32;
     /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole):
      * the blocks' gathered buffers and one block's unsharded gradient; the tensors outside
-     * blocks gathered (padded) and their unsharded gradients */
+     * blocks gathered (padded) and their unsharded gradients. In bf16 the gathered copies
+     * are the working copy (2 bytes); without ZeRO-3 the working copy is a cast of the
+     * rank's parameters. */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    p->gathered_bytes = l.dp > 1 ? F32 * ((gathered + 1) * p->block_shard * l.dp + 2 * padded) : 0;
+    p->gathered_bytes = l.dp > 1 ? W * gathered * p->block_shard * l.dp +
+                                       F32 * p->block_shard * l.dp + (W + F32) * padded
+                                 : 0;
+    p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 
-    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * T;
+    /* activations: W bytes each, but the fp32 LayerNorm statistics, attention
+     * probabilities, token ids, targets, log-sum-exp, losses and logits */
+    double att = B * (NH / tp) * T * T;
+    double per_block = W * N * C * (4 + 12 / tp) + F32 * (4 * N + att);
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
-    double att = B * (NH / tp) * T * T, redo = 0;
+    double redo = 0;
     if (recompute == CH_RECOMPUTE_SELECTIVE)
-        redo = att;
+        redo = F32 * att;
     else if (recompute == CH_RECOMPUTE_FULL)
-        redo = per_block - N * C;
+        redo = per_block - W * N * C;
     double kept = nb * (per_block - redo);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
-        kept += N + N * C;
+        kept += F32 * N + W * N * C;
     if (last)
-        kept += N * C + 5 * N;
+        kept += W * N * C + F32 * 5 * N;
     if (!first)
-        kept += 2 * N * C;
-    double scratch = 3 * N * C + 4 * N * C / tp + T * T + (last ? 0 : N * C) + (nb > 0 ? redo : 0);
+        kept += W * 2 * N * C;
+    double scratch =
+        W * (3 * N * C + 4 * N * C / tp + (last ? 0 : N * C)) + F32 * T * T + (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
-        scratch += logits + (tp > 1 ? logits + 3 * rows : 0);
+        scratch += F32 * (logits + (tp > 1 ? logits + 3 * rows : 0));
     }
     p->in_flight = l.pp - s < microbatches ? l.pp - s : microbatches;
-    p->act_mb_bytes = F32 * kept;
-    p->scratch_bytes = F32 * scratch;
+    p->act_mb_bytes = kept;
+    p->scratch_bytes = scratch;
     p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
-    p->total_bytes = p->state_bytes + p->gathered_bytes + p->act_bytes;
+    p->total_bytes = p->state_bytes + p->gathered_bytes + p->working_bytes + p->act_bytes;
 }
 
 int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,

@@ -50,7 +50,17 @@
  *               model's chunking budget), with tp > 1 as much again for the vocab-parallel
  *               backward and 3 floats a row.
  * That is every allocation of the engine (tests/unit/test_layouts.c measures it: the
- * ledger of workerd/engine/mem.h). Not counted: the collectives' own buffers, the CUDA
+ * ledger of workerd/engine/mem.h).
+ *
+ * Mixed precision (bf16, issue 23; m->bf16), the GPU path's figures: state unchanged (fp32
+ * masters, gradients, Adam m and v: 16 bytes an owned parameter); a bf16 working copy of
+ * the parameters, 2 bytes each: without ZeRO-3 a cast of the rank's parameters
+ * (working_bytes), under ZeRO-3 the gathered blocks and tensors outside blocks themselves
+ * (gathered at 2 bytes, their unsharded gradients still 4); activations and their
+ * gradients 2 bytes, but for the fp32 LayerNorm statistics, attention probabilities,
+ * token ids, targets, log-sum-exp, losses, logits and the T·T attention scratch. The CPU
+ * emulation (workerd/engine/backend_bf16.h) holds bf16 values in fp32 slots: its ledger
+ * follows the fp32 figures. Not counted: the collectives' own buffers, the CUDA
  * context, allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
@@ -69,6 +79,9 @@ typedef struct ch_model_cfg {
     /* parallel.stage_split = balanced: pipeline stages weigh the LM head (common/layout.h);
      * 0: the even split. Not part of the model's identity (checkpoints ignore it). */
     uint32_t balanced_stages;
+    /* train.precision = bf16: the working copy and the activations in 2 bytes (the GPU
+     * path's figures; below). Not part of the model's identity either. */
+    uint32_t bf16;
 } ch_model_cfg_t;
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
@@ -97,11 +110,12 @@ typedef struct ch_plan {
     double params;                       /* the rank's TP slice of the stage */
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
+    double working_bytes; /* bf16 without ZeRO-3: the bf16 cast of `params`; else 0 */
     double act_mb_bytes;  /* kept for backward, one micro-batch */
     uint32_t in_flight;   /* micro-batches 1F1B keeps: min(pp - s, microbatches) */
     double scratch_bytes; /* backward scratch and logits, once */
     double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
-    double total_bytes;   /* state + gathered + activations */
+    double total_bytes;   /* state + gathered + working + activations */
 } ch_plan_t;
 
 /* Model FLOPs of one training iteration over B sequences of seq_len tokens, without
