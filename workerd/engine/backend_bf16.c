@@ -49,6 +49,10 @@ static void fail(bf16_state_t *s, int rc)
 static void round_to(bf16_state_t *s, float *dst, const float *src, size_t n)
 {
     const eng_backend_t *in = s->inner;
+    if (in->bf16_round) { /* on the device (the GPU's cast kernel) */
+        in->bf16_round(in, dst, src, n);
+        return;
+    }
     if (in->host_memory) {
         for (size_t i = 0; i < n; i++)
             dst[i] = kn_bf16_round1(src[i]);
@@ -62,6 +66,12 @@ static void round_to(bf16_state_t *s, float *dst, const float *src, size_t n)
         rc = in->copy(in, dst, s->host, n * sizeof(float), ENG_COPY_H2D);
     }
     fail(s, rc);
+}
+
+static void b_bf16_round(const eng_backend_t *be, float *dst, const float *src, size_t n)
+{
+    if (n > 0)
+        round_to(S(be), dst, src, n);
 }
 
 /* x[0..n) of inner memory rounded in place: a tensor's bf16 store */
@@ -398,6 +408,7 @@ int eng_backend_bf16_create(const eng_backend_t *inner, eng_backend_t **out)
         .lmhead_fwd = b_lmhead_fwd,
         .lmhead_bwd = b_lmhead_bwd,
         .adamw = b_adamw,
+        .bf16_round = b_bf16_round,
     };
     set_optional(be, inner);
     *out = be;

@@ -3,7 +3,11 @@
  * run stores bf16, so the CPU proves the mixed-precision arithmetic without a GPU. It is the
  * reference of `train.precision = bf16` (selected on device = cpu with train.emulate = yes)
  * and is slow on purpose: every rounding is a pass over the tensor, through host copies when
- * the inner backend's memory is not the host's.
+ * the inner backend's memory is not the host's and it has no bf16_round entry. Over the
+ * CUDA backend (bf16_round a cast kernel, eng_backend_cuda_set_bf16: the matmuls multiply
+ * bf16 operands with cuBLASLt) the same wrapper is the GPU path's bookkeeping; its fp32
+ * slots and extra passes make it a correct, not yet a fast, bf16 (issue 23's goals are
+ * unmeasured).
  *
  * What is bf16 (rounded) and what stays fp32:
  * - parameters as the kernels read them: each kernel reads bf16 copies of its weights and
