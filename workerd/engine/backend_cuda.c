@@ -348,6 +348,11 @@ static void cu_axpy(const eng_backend_t *be, float *y, const float *x, size_t n,
     note(be, "axpy", kn_cuda_axpy(y, x, n, a, S(be)->stream));
 }
 
+static void cu_bf16_round(const eng_backend_t *be, float *dst, const float *src, size_t n)
+{
+    note(be, "bf16_round", kn_cuda_bf16_round(dst, src, n, S(be)->stream));
+}
+
 static void cu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
                      size_t n, double lr, double beta1, double beta2, double eps, double wd,
                      uint64_t t)
@@ -479,6 +484,7 @@ static const eng_backend_t cuda_table = {
     .tp_xent_sums = cu_tp_xent_sums,
     .tp_xent_finish = cu_tp_xent_finish,
     .tp_xent_bwd = cu_tp_xent_bwd,
+    .bf16_round = cu_bf16_round,
 };
 
 // ----------------------------------------------------------------------------
@@ -559,6 +565,11 @@ static void cu_set_tf32(eng_backend_t *be, int on)
     kn_cuda_set_tf32(S(be)->ctx, on);
 }
 
+static void cu_set_bf16(eng_backend_t *be, int on)
+{
+    kn_cuda_set_bf16(S(be)->ctx, on);
+}
+
 static void *cu_stream(const eng_backend_t *be)
 {
     return S(be)->stream;
@@ -591,6 +602,7 @@ __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module =
     .create = cu_create,
     .destroy = cu_destroy,
     .set_tf32 = cu_set_tf32,
+    .set_bf16 = cu_set_bf16,
     .stream = cu_stream,
     .sync = cu_sync,
     .reserve = cu_reserve,
