@@ -233,10 +233,9 @@ static void b_gelu_fwd(const eng_backend_t *be, float *out, const float *inp, si
 static void b_gelu_bwd(const eng_backend_t *be, float *dinp, const float *inp, const float *dout,
                        size_t n)
 {
-    /* dinp may alias dout: round dout where it is */
-    const float *x = in_bf16(be, 0, inp, n);
-    store(be, (float *)dout, n);
-    IN(be)->gelu_bwd(IN(be), dinp, x, dout, n);
+    /* dinp may alias dout: its bf16 copy is read, dinp written */
+    const float *x = in_bf16(be, 0, inp, n), *d = in_bf16(be, 1, dout, n);
+    IN(be)->gelu_bwd(IN(be), dinp, x, d, n);
     store(be, dinp, n);
 }
 

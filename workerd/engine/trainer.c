@@ -332,6 +332,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         return rc;
     const eng_groups_t *groups = opts ? opts->groups : NULL;
     const eng_backend_t *be = opts && opts->backend ? opts->backend : eng_backend_cpu();
+    const eng_backend_t *dev = be; /* the GEMM peak's: the job's backend, not its bf16 wrapper */
     if (spec->parallel.tp > 1 && !eng_model_tp_runs_on(be))
         return ch_errf(err, errlen, CH_E_CONFIG,
                        "parallel.tp = %u: backend %s has no vocab-parallel embedding and head "
@@ -392,7 +393,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         goto out;
     }
     t->peak_flops =
-        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops_on(be, 256, 0.2);
+        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops_on(dev, 256, 0.2);
     *out = t;
     t = NULL;
 out:
