@@ -29,6 +29,7 @@ typedef struct plan {
     ch_layout_t l;
     ch_plan_t *st;            /* l.pp entries */
     ch_precision_t precision; /* the plan's: the job's, or --precision */
+    int bf16;                 /* its figures are bf16's (not the CPU emulation's fp32) */
 } plan_t;
 
 // ----------------------------------------------------------------------------
@@ -97,9 +98,8 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
     printf("layout      world size %u = tp %u x pp %u x dp %u; reshard %s\n", w->world, p->l.tp,
            p->l.pp, p->l.dp, reshard_name(j->parallel.reshard));
     printf("precision   %s%s\n", ch_precision_name(p->precision),
-           p->precision == CH_PRECISION_BF16
-               ? ": fp32 master, gradients and Adam state; 2-byte working copy and activations"
-               : "");
+           p->bf16 ? ": fp32 master, gradients and Adam state; 2-byte working copy and activations"
+                   : "");
     fmt_count(a, sizeof a, w->sequences);
     fmt_count(b, sizeof b, w->tokens);
     printf("batch       %s sequences/step = dp %u x microbatches %u x micro_batch_size %u; %s "
@@ -154,7 +154,7 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                  "and their gradients"
                : "2 blocks (in use + prefetch) + one block's gradient (per-use), + wte, wpe, "
                  "ln_f and their gradients");
-    if (p->precision == CH_PRECISION_BF16)
+    if (p->bf16)
         printf("bf16: gathered blocks 2 bytes a parameter (their gradients 4); without ZeRO-3 "
                "the 2-byte working copy of the rank's parameters is in GATHERED\n");
     if (warning)
@@ -346,10 +346,12 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         st = CTL_EXIT_FAILED;
         goto out;
     }
+    ch_model_cfg_t m = ch_plan_model_of(&spec); /* bf16 figures unless emulated on the CPU */
     if ((int)p.precision < 0)
         p.precision = spec.train.precision;
-    ch_model_cfg_t m = ch_plan_model_of(&spec);
-    m.bf16 = p.precision == CH_PRECISION_BF16;
+    else
+        m.bf16 = p.precision == CH_PRECISION_BF16;
+    p.bf16 = m.bf16;
     double peak = 0;
     uint32_t peak_stage = 0;
     int rc = 0;

@@ -43,7 +43,8 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->parallel.tp > 0 && padded_vocab(j->model.vocab, j->parallel.tp) < 4294967296.0)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
-    m.bf16 = j->train.precision == CH_PRECISION_BF16;
+    /* the CPU emulation keeps fp32 slots: its memory is fp32's */
+    m.bf16 = j->train.precision == CH_PRECISION_BF16 && !j->train.emulate;
     return m;
 }
 

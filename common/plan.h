@@ -79,8 +79,8 @@ typedef struct ch_model_cfg {
     /* parallel.stage_split = balanced: pipeline stages weigh the LM head (common/layout.h);
      * 0: the even split. Not part of the model's identity (checkpoints ignore it). */
     uint32_t balanced_stages;
-    /* train.precision = bf16: the working copy and the activations in 2 bytes (the GPU
-     * path's figures; below). Not part of the model's identity either. */
+    /* train.precision = bf16 without train.emulate: the working copy and the activations in
+     * 2 bytes (the GPU path's figures; below). Not part of the model's identity either. */
     uint32_t bf16;
 } ch_model_cfg_t;
 

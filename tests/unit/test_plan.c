@@ -229,4 +229,6 @@ Test(plan, bf16_working_copy_and_activations)
     cr_expect_eq(ch_plan_model_of(&j).bf16, 0);
     j.train.precision = CH_PRECISION_BF16;
     cr_expect_eq(ch_plan_model_of(&j).bf16, 1);
+    j.train.emulate = 1; /* the CPU emulation: fp32 slots, fp32 figures */
+    cr_expect_eq(ch_plan_model_of(&j).bf16, 0);
 }
