@@ -28,8 +28,10 @@
 typedef struct plan {
     const ch_jobspec_t *spec;
     ch_layout_t l;
-    ch_model_cfg_t cfg; /* ch_plan_model_of: stage_split = auto resolved */
-    ch_plan_t *st;      /* l.pp entries */
+    ch_model_cfg_t cfg;       /* ch_plan_model_of: stage_split = auto resolved */
+    ch_plan_t *st;            /* l.pp entries */
+    ch_precision_t precision; /* the plan's: the job's, or --precision */
+    int bf16;                 /* its figures are bf16's (not the CPU emulation's fp32) */
 } plan_t;
 
 // ----------------------------------------------------------------------------
@@ -133,6 +135,9 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
         printf("device      cuda: the memory below is GPU memory per rank, all allocated before "
                "the first step; attention %s\n",
                attention_name(j));
+    printf("precision   %s%s\n", ch_precision_name(p->precision),
+           p->bf16 ? ": fp32 master, gradients and Adam state; 2-byte working copy and activations"
+                   : "");
     fmt_count(a, sizeof a, w->sequences);
     fmt_count(b, sizeof b, w->tokens);
     printf("batch       %s sequences/step = dp %u x microbatches %u x micro_batch_size %u; %s "
@@ -171,7 +176,7 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
         ctl_table_cell(&t, "%s", a);
         ctl_table_cell(&t, "%s", b);
         fmt_bytes(a, sizeof a, st.state_bytes);
-        fmt_bytes(b, sizeof b, st.gathered_bytes);
+        fmt_bytes(b, sizeof b, st.gathered_bytes + st.working_bytes); /* bf16: + its copy */
         fmt_bytes(c, sizeof c, st.act_bytes);
         fmt_bytes(d, sizeof d, st.total_bytes);
         ctl_table_cell(&t, "%s", a);
@@ -191,6 +196,9 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                : "2 blocks (in use + prefetch) + one block's gradient (per-use), + wte, wpe, "
                  "ln_f and their gradients");
     print_memckpt(j);
+    if (p->bf16)
+        printf("bf16: gathered blocks 2 bytes a parameter (their gradients 4); without ZeRO-3 "
+               "the 2-byte working copy of the rank's parameters is in GATHERED\n");
     if (warning)
         printf("warning: %s\n", warning);
 }
@@ -227,6 +235,7 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
     ctl_json_kstr(&js, "device", ch_device_name(j->train.device));
     ctl_json_kstr(&js, "memory_on", j->train.device == CH_DEVICE_CUDA ? "gpu" : "host");
     ctl_json_kstr(&js, "attention", ch_plan_model_of(j).att_row == 1 ? "fused" : "materialised");
+    ctl_json_kstr(&js, "precision", ch_precision_name(p->precision));
     ctl_json_kuint(&js, "microbatches", j->parallel.microbatches);
     ctl_json_kuint(&js, "micro_batch_size", j->parallel.micro_batch_size);
     ctl_json_kuint(&js, "sequences_per_step", (uint64_t)w->sequences);
@@ -261,6 +270,7 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
         ctl_json_obj_begin(&js);
         ctl_json_kuint(&js, "state_bytes", (uint64_t)st.state_bytes);
         ctl_json_kuint(&js, "gathered_bytes", (uint64_t)st.gathered_bytes);
+        ctl_json_kuint(&js, "working_bytes", (uint64_t)st.working_bytes);
         ctl_json_kuint(&js, "activation_bytes_per_microbatch", (uint64_t)st.act_mb_bytes);
         ctl_json_kuint(&js, "in_flight_microbatches", st.in_flight);
         ctl_json_kuint(&js, "scratch_bytes", (uint64_t)st.scratch_bytes);
@@ -286,6 +296,18 @@ static void print_json(const plan_t *p, const char *file, double peak, const cha
 
 static int plan_auto(ctl_t *ctl, int argc, char **argv);
 
+/* --precision: fp32, tf32 or bf16 into *out; -EINVAL (said) otherwise. */
+static int parse_precision(const char *v, ch_precision_t *out)
+{
+    for (int k = CH_PRECISION_FP32; k <= CH_PRECISION_BF16; k++)
+        if (strcmp(v, ch_precision_name((ch_precision_t)k)) == 0) {
+            *out = (ch_precision_t)k;
+            return 0;
+        }
+    ctl_errf("plan: --precision: expected fp32, tf32 or bf16, got '%s'", v);
+    return -EINVAL;
+}
+
 enum {
     OPT_SET = 256,
     OPT_AUTO,
@@ -300,10 +322,12 @@ enum {
     OPT_RECOMPUTE,
     OPT_TOP,
     OPT_VERBOSE,
+    OPT_PRECISION,
 };
 
 const ctl_opt_t ctl_opts_plan[] = {
     {"set", OPT_SET, "section.key=value", "override a job-file key (repeatable)"},
+    {"precision", OPT_PRECISION, "fp32|tf32|bf16", "plan at this precision (the job's)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -344,8 +368,13 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
     }
     if (ctl_args_begin(&a, "plan", ctl_opts_plan, argc, argv) < 0)
         goto out;
-    while ((c = ctl_args_next(&a, &val)) == OPT_SET)
-        sets[nsets++] = (char *)val;
+    p.precision = (ch_precision_t)-1;
+    while ((c = ctl_args_next(&a, &val)) == OPT_SET || c == OPT_PRECISION) {
+        if (c == OPT_SET)
+            sets[nsets++] = (char *)val;
+        else if (parse_precision(val, &p.precision) < 0)
+            goto out;
+    }
     if (c < 0)
         goto out;
     if (a.npos != 1) {
@@ -365,7 +394,12 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         st = CTL_EXIT_FAILED;
         goto out;
     }
-    const ch_model_cfg_t m = ch_plan_model_of(&spec);
+    ch_model_cfg_t m = ch_plan_model_of(&spec); /* bf16 figures unless emulated on the CPU */
+    if ((int)p.precision < 0)
+        p.precision = spec.train.precision;
+    else
+        m.bf16 = p.precision == CH_PRECISION_BF16;
+    p.bf16 = m.bf16;
     p.cfg = m;
     double peak = 0;
     uint32_t peak_stage = 0;

@@ -45,7 +45,8 @@ typedef enum {
     F_NONFINITE,
     F_STRAGGLER,
     F_RECOMPUTE,
-    F_SCHEDULE
+    F_SCHEDULE,
+    F_GRAD_REDUCE
 } ftype_t;
 
 typedef struct field {
@@ -94,6 +95,7 @@ static const field_t fields[] = {
     JF("train", "init_from", F_STR, train.init_from, 0, 0),
     JF("train", "device", F_DEVICE, train.device, 0, 0),
     JF("train", "precision", F_PRECISION, train.precision, 0, 0),
+    JF("train", "emulate", F_BOOL, train.emulate, 0, 0),
     JF("train", "val_data", F_STR, train.val_data, 0, 0),
     JF("train", "eval_every", F_I64, train.eval_every, 0, LLONG_MAX),
     JF("train", "eval_tokens", F_I64, train.eval_tokens, 1, LLONG_MAX),
@@ -102,6 +104,7 @@ static const field_t fields[] = {
     JF("optim", "beta2", F_DBL, optim.beta2, 0, 0),
     JF("optim", "eps", F_DBL, optim.eps, 0, 0),
     JF("optim", "grad_clip", F_DBL, optim.grad_clip, 0, 0),
+    JF("optim", "grad_reduce", F_GRAD_REDUCE, optim.grad_reduce, 0, 0),
     JF("train", "resume", F_STR, train.resume, 0, 0),
     JF("train", "log_every", F_I64, train.log_every, 0, LLONG_MAX),
     JF("train", "skip_steps", F_STR, train.skip_steps, 0, 0),
@@ -190,7 +193,7 @@ const char *ch_device_name(ch_device_t d)
 
 const char *ch_precision_name(ch_precision_t p)
 {
-    return p == CH_PRECISION_TF32 ? "tf32" : "fp32";
+    return p == CH_PRECISION_TF32 ? "tf32" : p == CH_PRECISION_BF16 ? "bf16" : "fp32";
 }
 
 const char *ch_nonfinite_name(ch_nonfinite_t p)
@@ -416,12 +419,19 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         snprintf(why, whylen, "expected cpu or cuda, got '%s'", v);
         return CH_E_CONFIG;
     case F_PRECISION:
-        if (strcmp(v, "fp32") == 0 || strcmp(v, "tf32") == 0) {
-            *(ch_precision_t *)p = v[0] == 't' ? CH_PRECISION_TF32 : CH_PRECISION_FP32;
+        for (int k = CH_PRECISION_FP32; k <= CH_PRECISION_BF16; k++)
+            if (strcmp(v, ch_precision_name((ch_precision_t)k)) == 0) {
+                *(ch_precision_t *)p = (ch_precision_t)k;
+                return 0;
+            }
+        snprintf(why, whylen, "expected fp32, tf32 or bf16, got '%s'", v);
+        return CH_E_CONFIG;
+    case F_GRAD_REDUCE:
+        if (strcmp(v, "fp32") == 0 || strcmp(v, "bf16") == 0) {
+            *(ch_precision_t *)p = v[0] == 'b' ? CH_PRECISION_BF16 : CH_PRECISION_FP32;
             return 0;
         }
-        snprintf(why, whylen, "expected fp32 or tf32, got '%s'%s", v,
-                 strcmp(v, "bf16") == 0 ? " (bf16 is not built yet)" : "");
+        snprintf(why, whylen, "expected fp32 or bf16, got '%s'", v);
         return CH_E_CONFIG;
     }
     snprintf(why, whylen, "bad field type");
@@ -606,9 +616,14 @@ static int check_field(const field_t *f, const ch_jobspec_t *j, char *why, size_
         snprintf(why, whylen, "bad policy %d", (int)j->fault.straggler);
         return CH_E_CONFIG;
     case F_PRECISION:
-        if (j->train.precision == CH_PRECISION_FP32 || j->train.precision == CH_PRECISION_TF32)
+        if (j->train.precision >= CH_PRECISION_FP32 && j->train.precision <= CH_PRECISION_BF16)
             return 0;
         snprintf(why, whylen, "bad precision %d", (int)j->train.precision);
+        return CH_E_CONFIG;
+    case F_GRAD_REDUCE:
+        if (j->optim.grad_reduce == CH_PRECISION_FP32 || j->optim.grad_reduce == CH_PRECISION_BF16)
+            return 0;
+        snprintf(why, whylen, "bad type %d", (int)j->optim.grad_reduce);
         return CH_E_CONFIG;
     case F_U64:
     case F_DBL:
@@ -774,6 +789,36 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
     return CH_E_CONFIG;
 }
 
+/* train.precision, train.emulate and optim.grad_reduce together (issue 23): bf16 computes on
+ * a GPU; the CPU emulates its rounding only when a test asks for it by name. */
+static int validate_precision(const ch_jobspec_t *j, char *err, size_t errlen)
+{
+    int cuda = j->train.device == CH_DEVICE_CUDA;
+    if (j->train.precision == CH_PRECISION_TF32 && !cuda) {
+        snprintf(err, errlen,
+                 "train.precision: tf32 is a GPU's tensor-core arithmetic; set train.device = "
+                 "cuda or precision = fp32");
+        return CH_E_CONFIG;
+    }
+    if (j->train.precision == CH_PRECISION_BF16 && !cuda && !j->train.emulate) {
+        snprintf(err, errlen,
+                 "train.precision: bf16 computes on a GPU; set train.device = cuda, precision = "
+                 "fp32, or (tests only, slow) train.emulate = yes for the CPU emulation");
+        return CH_E_CONFIG;
+    }
+    if (j->train.emulate && (cuda || j->train.precision != CH_PRECISION_BF16)) {
+        snprintf(err, errlen,
+                 "train.emulate: emulates bf16 on the CPU; it needs precision = bf16 and "
+                 "device = cpu");
+        return CH_E_CONFIG;
+    }
+    if (j->optim.grad_reduce == CH_PRECISION_BF16 && j->train.precision != CH_PRECISION_BF16) {
+        snprintf(err, errlen, "optim.grad_reduce: bf16 reductions need train.precision = bf16");
+        return CH_E_CONFIG;
+    }
+    return 0;
+}
+
 /* Rules that relate fields, or that the table cannot express. */
 static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
 {
@@ -805,12 +850,9 @@ static int validate_relations(const ch_jobspec_t *j, char *err, size_t errlen)
         snprintf(err, errlen, "parallel.dp: world size tp x pp x dp is over %u ranks", WORLD_MAX);
         return CH_E_CONFIG;
     }
-    if (j->train.precision == CH_PRECISION_TF32 && j->train.device != CH_DEVICE_CUDA) {
-        snprintf(err, errlen,
-                 "train.precision: tf32 is a GPU's tensor-core arithmetic; set train.device = "
-                 "cuda or precision = fp32");
-        return CH_E_CONFIG;
-    }
+    int prc = validate_precision(j, err, errlen);
+    if (prc < 0)
+        return prc;
     if (!(lr > 0) || !isfinite(lr)) {
         snprintf(err, errlen, "train.lr: must be > 0, got %g", lr);
         return CH_E_CONFIG;
@@ -928,6 +970,9 @@ static void format_field(FILE *f, const field_t *fd, const ch_jobspec_t *j)
         return;
     case F_PRECISION:
         fprintf(f, "%s = %s\n", fd->key, ch_precision_name(j->train.precision));
+        return;
+    case F_GRAD_REDUCE:
+        fprintf(f, "%s = %s\n", fd->key, ch_precision_name(j->optim.grad_reduce));
         return;
     case F_NONFINITE:
         fprintf(f, "%s = %s\n", fd->key, ch_nonfinite_name(j->fault.nonfinite));

@@ -40,8 +40,11 @@ const char *ch_recompute_name(ch_recompute_t r);
 /* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
 typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
- * tf32: TF32 tensor cores on a GPU (train.device = cuda only). */
-typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
+ * tf32: TF32 tensor cores on a GPU (train.device = cuda only). bf16: mixed precision (issue
+ * 23): bf16 working copies of the parameters, bf16 GEMM inputs and activations, fp32
+ * accumulation, reductions, gradients and master weights; on a GPU, or on the CPU only as
+ * the slow emulation for tests (train.emulate = yes). optim.grad_reduce takes fp32 | bf16. */
+typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1, CH_PRECISION_BF16 = 2 } ch_precision_t;
 /* fault.nonfinite: what a step whose loss or gradient norm is NaN or infinite does. fail:
  * the job fails naming the step; skip: that step's update is dropped (the batch is
  * consumed), as llm.c's outlier detector does; rewind: the job restarts from its last
@@ -89,10 +92,11 @@ typedef struct ch_jobspec {
         char data[CH_PATH_LEN];      /* "" or "builtin": the built-in corpus */
         char init_from[CH_PATH_LEN]; /* "" or a GPT-2 safetensors file */
         ch_device_t device;          /* cpu (default) | cuda */
-        ch_precision_t precision;    /* fp32 (default) | tf32 */
-        char val_data[CH_PATH_LEN];  /* "": no validation loss; forms as data (data.h) */
-        int64_t eval_every;          /* steps between validation losses; 0: at the end only */
-        int64_t eval_tokens;         /* tokens of val_data each evaluation reads */
+        ch_precision_t precision;    /* fp32 (default) | tf32 | bf16 */
+        int emulate; /* bf16 on device = cpu: the CPU emulation of the rounding (tests; slow) */
+        char val_data[CH_PATH_LEN]; /* "": no validation loss; forms as data (data.h) */
+        int64_t eval_every;         /* steps between validation losses; 0: at the end only */
+        int64_t eval_tokens;        /* tokens of val_data each evaluation reads */
         /* "" (a fresh run), "auto" (the newest committed step of this run, if any) or
          * PATH (a committed step dir, or a run folder's newest step): common/run.h */
         char resume[CH_PATH_LEN];
@@ -102,6 +106,9 @@ typedef struct ch_jobspec {
     /* AdamW and clipping (torch.optim.AdamW, clip_grad_norm_); grad_clip 0: no clipping */
     struct {
         double weight_decay, beta1, beta2, eps, grad_clip;
+        /* the data-parallel gradient reduction's type: fp32 (default) | bf16 (rounded to
+         * bf16 before and after it; train.precision = bf16 only) */
+        ch_precision_t grad_reduce;
     } optim;
     struct {
         char dir[CH_PATH_LEN]; /* "" : no checkpoints */
@@ -158,7 +165,7 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
 }
 const char *ch_job_kind_name(ch_job_kind_t k);
 const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
-const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
+const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" | "bf16" */
 const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" | "rewind" */
 const char *ch_straggler_name(ch_straggler_t p); /* "report" | "replace" */
 /* The cosine schedule's floor: train.lr_min, or lr / 10 when lr_min is negative. */

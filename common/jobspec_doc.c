@@ -67,8 +67,13 @@ static const ch_jobspec_doc_t docs[] = {
      "A GPT-2 safetensors file (Hugging Face names; F32, F16 or BF16) to start from; checked "
      "against [model] at submit; wpe cropped to seq_len."},
     {"train", "device", "", "cpu | cuda", "Where each rank computes (cuda: one GPU per rank)."},
-    {"train", "precision", "", "fp32 | tf32",
-     "The GEMMs' arithmetic; tf32 needs device = cuda. State stays fp32."},
+    {"train", "precision", "", "fp32 | tf32 | bf16",
+     "The GEMMs' arithmetic; tf32 needs device = cuda. bf16: mixed precision, bf16 parameter "
+     "copies, GEMM inputs and activations with fp32 accumulation, reductions, gradients and "
+     "master weights; device = cuda, or emulate = yes. State and checkpoints stay fp32."},
+    {"train", "emulate", "", "yes | no",
+     "Tests only, slow: emulate precision = bf16's rounding on device = cpu (the CPU reference "
+     "of the GPU's arithmetic). Not a fast path."},
     {"train", "resume", "", "\"\" | auto | PATH",
      "\"\": a fresh run; auto: continue this run's newest committed checkpoint under any "
      "coordinator (full state, any layout); PATH: continue from that checkpoint."},
@@ -93,6 +98,9 @@ static const ch_jobspec_doc_t docs[] = {
     {"optim", "eps", "", "0 < eps <= 1", "AdamW's epsilon."},
     {"optim", "grad_clip", "", "0 to 1e9",
      "Clip the global gradient norm to this (clip_grad_norm_); 0: no clipping."},
+    {"optim", "grad_reduce", "", "fp32 | bf16",
+     "The data-parallel gradient reduction's type; bf16 (precision = bf16 only) rounds the "
+     "gradients to bf16 before and after it. Accumulation stays fp32."},
     {"checkpoint", "dir", "path", "", "Where checkpoints go; \"\": none."},
     {"checkpoint", "every", "steps", NULL,
      "A checkpoint every this many steps (and after the last); 0: only after the last."},

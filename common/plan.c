@@ -8,7 +8,8 @@
 
 #include "common/err.h"
 
-#define F32 4.0 /* bytes */
+#define F32  4.0 /* bytes */
+#define BF16 2.0
 
 /* ch_layout_padded_vocab without its uint32 wrap: vocab 2^32 - 1 pads past 2^32. */
 static double padded_vocab(uint32_t vocab, uint32_t tp)
@@ -76,6 +77,8 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->train.device == CH_DEVICE_CUDA && m.heads > 0 &&
         m.embd / m.heads <= CH_PLAN_FLASH_MAX_HS)
         m.att_row = 1; /* the fused attention, CUDA's default */
+    /* the CPU emulation keeps fp32 slots: its memory is fp32's */
+    m.bf16 = j->train.precision == CH_PRECISION_BF16 && !j->train.emulate;
     return m;
 }
 
@@ -186,42 +189,54 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->owned = nb * p->block_shard + owned;
 
     p->state_bytes = 4 * F32 * p->owned;
+    /* bytes of a working-copy parameter and of an activation: bf16's 2 in mixed precision */
+    const double W = m->bf16 ? BF16 : F32;
     /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole):
      * the blocks' gathered buffers and one block's unsharded gradient; the tensors outside
-     * blocks gathered (padded) and their unsharded gradients */
+     * blocks gathered (padded) and their unsharded gradients. In bf16 the gathered copies
+     * are the working copy (2 bytes); without ZeRO-3 the working copy is a cast of the
+     * rank's parameters. */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    p->gathered_bytes = l.dp > 1 ? F32 * ((gathered + 1) * p->block_shard * l.dp + 2 * padded) : 0;
+    p->gathered_bytes = l.dp > 1 ? W * gathered * p->block_shard * l.dp +
+                                       F32 * p->block_shard * l.dp + (W + F32) * padded
+                                 : 0;
+    p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
-    double per_block = N * C * (4 + 12 / tp) + 4 * N + B * (NH / tp) * T * row;
+    /* activations: W bytes each, but the fp32 LayerNorm statistics, attention
+     * probabilities (or a fused attention's log-sum-exp), token ids, targets, losses and
+     * logits */
+    double att = B * (NH / tp) * T * row;
+    double per_block = W * N * C * (4 + 12 / tp) + F32 * (4 * N + att);
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
-    double att = B * (NH / tp) * T * row, redo = 0;
+    double redo = 0;
     if (recompute == CH_RECOMPUTE_SELECTIVE)
-        redo = att;
+        redo = F32 * att;
     else if (recompute == CH_RECOMPUTE_FULL)
-        redo = per_block - N * C;
+        redo = per_block - W * N * C;
     double kept = nb * (per_block - redo);
     if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
-        kept += nb * N * (4 * C + 7 * C / tp);
+        kept += W * nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
-        kept += N + N * C;
+        kept += F32 * N + W * N * C;
     if (last)
-        kept += N * C + 5 * N;
+        kept += W * N * C + F32 * 5 * N;
     if (!first)
-        kept += 2 * N * C;
-    double scratch = 3 * N * C + 4 * N * C / tp + T * T + (last ? 0 : N * C) + (nb > 0 ? redo : 0);
+        kept += W * 2 * N * C;
+    double scratch =
+        W * (3 * N * C + 4 * N * C / tp + (last ? 0 : N * C)) + F32 * T * T + (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
-        scratch += logits + (tp > 1 ? logits + 3 * rows : 0);
+        scratch += F32 * (logits + (tp > 1 ? logits + 3 * rows : 0));
     }
     uint32_t held = m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
     p->in_flight = held < microbatches ? held : microbatches;
-    p->act_mb_bytes = F32 * kept;
-    p->scratch_bytes = F32 * scratch;
+    p->act_mb_bytes = kept;
+    p->scratch_bytes = scratch;
     p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
-    p->total_bytes = p->state_bytes + p->gathered_bytes + p->act_bytes;
+    p->total_bytes = p->state_bytes + p->gathered_bytes + p->working_bytes + p->act_bytes;
 }
 
 int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,

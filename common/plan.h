@@ -56,9 +56,19 @@
  *               backward and 3 floats a row.
  * That is every allocation of the engine (tests/unit/test_layouts.c measures it: the
  * ledger of workerd/engine/mem.h); on CUDA it is device memory, all of it allocated before the
- * first step. Not counted: the collectives' own buffers, the CUDA context, cuBLAS's
- * workspace and the CUDA backend's launcher scratch (the rank reports what it reserved),
- * allocator slack, 64-byte alignment.
+ * first step.
+ *
+ * Mixed precision (bf16, issue 23; m->bf16), the GPU path's figures: state unchanged (fp32
+ * masters, gradients, Adam m and v: 16 bytes an owned parameter); a bf16 working copy of
+ * the parameters, 2 bytes each: without ZeRO-3 a cast of the rank's parameters
+ * (working_bytes), under ZeRO-3 the gathered blocks and tensors outside blocks themselves
+ * (gathered at 2 bytes, their unsharded gradients still 4); activations and their
+ * gradients 2 bytes, but for the fp32 LayerNorm statistics, attention probabilities,
+ * token ids, targets, log-sum-exp, losses, logits and the T·T attention scratch. The CPU
+ * emulation (workerd/engine/backend_bf16.h) holds bf16 values in fp32 slots: its ledger
+ * follows the fp32 figures. Not counted: the collectives' own buffers, the CUDA context,
+ * cuBLAS's workspace and the CUDA backend's launcher scratch (the rank reports what it
+ * reserved), allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
  * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */
@@ -85,6 +95,9 @@ typedef struct ch_model_cfg {
      * (train.device = cuda, head size <= CH_PLAN_FLASH_MAX_HS: CUDA's default). Not part
      * of the model's identity either. */
     uint32_t att_row;
+    /* train.precision = bf16 without train.emulate: the working copy and the activations in
+     * 2 bytes (the GPU path's figures; below). Not part of the model's identity either. */
+    uint32_t bf16;
 } ch_model_cfg_t;
 
 /* The largest head size CUDA's fused attention takes (kernels/cuda.h's KN_CUDA_FLASH_MAX_HS;
@@ -121,11 +134,12 @@ typedef struct ch_plan {
     double params;                       /* the rank's TP slice of the stage */
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
+    double working_bytes; /* bf16 without ZeRO-3: the bf16 cast of `params`; else 0 */
     double act_mb_bytes;  /* kept for backward, one micro-batch */
     uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m) */
     double scratch_bytes; /* backward scratch and logits, once */
     double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
-    double total_bytes;   /* state + gathered + activations */
+    double total_bytes;   /* state + gathered + working + activations */
 } ch_plan_t;
 
 /* Model FLOPs of one training iteration over B sequences of seq_len tokens, without

@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/json.h"
+#include "kernels/bf16.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -487,16 +488,6 @@ static uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | r);
 }
 
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu))
-        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-    x += 0x7FFFu + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
-
 int ch_st_convert_f32(ch_st_dtype_t dtype, const float *src, void *dst, size_t n)
 {
     unsigned char *out = dst;
@@ -510,7 +501,7 @@ int ch_st_convert_f32(ch_st_dtype_t dtype, const float *src, void *dst, size_t n
             h = f32_to_f16(src[i]);
             break;
         case CH_ST_BF16:
-            h = f32_to_bf16(src[i]);
+            h = kn_bf16_from_f32(src[i]); /* kernels/bf16.h: header-only */
             break;
         default:
             return -EINVAL;

@@ -43,6 +43,15 @@ typedef struct kn_cuda kn_cuda_t;
 int kn_cuda_create(kn_cuda_t **out, int tf32);
 void kn_cuda_destroy(kn_cuda_t *ctx);
 void kn_cuda_set_tf32(kn_cuda_t *ctx, int tf32);
+/* bf16 != 0: the matmuls (kn_cuda_matmul_fwd/bwd) multiply bf16 operands with fp32
+ * accumulation and an fp32 result (cuBLASLt, CUDA_R_16BF); their fp32 inputs are cast on
+ * the way in (exact when they hold bf16 values, as train.precision = bf16's do). 0: as
+ * tf32 says. The attention GEMMs are unaffected. */
+void kn_cuda_set_bf16(kn_cuda_t *ctx, int bf16);
+/* dst[0..n) = src[0..n) rounded to bf16 (round to nearest even) and widened back: the
+ * store of a bf16 tensor held in fp32 memory (kernels/bf16.h's kn_bf16_round1). dst may
+ * be src. */
+int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_stream_t stream);
 /* Allocate now what GEMMs over up to `rows` rows need (the column sums' vector of ones), so
  * that no launch grows it later (a wait for the device, a free and an allocation). */
 int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream);

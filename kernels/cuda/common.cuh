@@ -31,6 +31,9 @@ struct kn_cuda {
     float *ones;     /* ones_cap ones, for column sums as a GEMV */
     size_t ones_cap;
     int tf32;
+    int bf16;   /* the matmuls' GEMMs on bf16 operands (bf16.cu) */
+    void *half; /* their bf16 operands, half_cap elements */
+    size_t half_cap;
     cudaStream_t bound; /* the stream the cuBLAS handle is on (bound_set: it was set) */
     int bound_set;
     kn_cu_lt_plan_t plans[KN_CU_LT_PLANS];
@@ -62,6 +65,11 @@ int kn_cu_gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublas
                int m, int n, int k, float alpha, const float *A, int lda, long long sA,
                const float *B, int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                int batch);
+/* kn_cu_gemm (batch 1, alpha 1) on bf16 copies of A and B, fp32 accumulation into fp32 C,
+ * through cuBLASLt (bf16.cu): the matmuls' GEMMs under kn_cuda_set_bf16. */
+int kn_cu_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
+                    int m, int n, int k, const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc);
 /* y[m] += A[m,n] (column-major, lda) @ ones[n]: the column sums of a row-major [n,m] matrix. */
 int kn_cu_colsum_acc(kn_cuda_t *ctx, cudaStream_t stream, float *y, const float *A, int m, int n,
                      int lda);

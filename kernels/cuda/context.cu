@@ -90,6 +90,7 @@ extern "C" void kn_cuda_destroy(kn_cuda_t *ctx)
         cublasDestroy(ctx->blas);
     }
     cudaFree(ctx->ones);
+    cudaFree(ctx->half);
     cudaFree(ctx->workspace);
     free(ctx);
 }

@@ -166,6 +166,17 @@ static int lt_bias_gemm(kn_cuda_t *ctx, float *out, const float *inp, const floa
     return 0;
 }
 
+/* One GEMM of a matmul (alpha 1): bf16 operands under kn_cuda_set_bf16, else fp32/TF32. */
+static int gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
+                int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta,
+                float *C, int ldc)
+{
+    if (ctx->bf16) {
+        return kn_cu_gemm_bf16(ctx, stream, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+    }
+    return kn_cu_gemm(ctx, stream, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
 extern "C" int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, const float *weight,
                                   const float *bias, int N, int C, int OC, kn_stream_t stream)
 {
@@ -173,7 +184,7 @@ extern "C" int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, 
         return -EINVAL;
     }
     float beta = 0.0f;
-    if (bias != NULL) {
+    if (bias != NULL && !ctx->bf16) {
         int done = 0;
         int rc = lt_bias_gemm(ctx, out, inp, weight, bias, N, C, OC, stream, &done);
         if (rc < 0 || done) {
@@ -185,8 +196,7 @@ extern "C" int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, 
         }
         beta = 1.0f;
     }
-    return kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, weight, OC, 0, inp, C,
-                      0, beta, out, OC, 0, 1);
+    return gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, weight, OC, inp, C, beta, out, OC);
 }
 
 extern "C" int kn_cuda_matmul_bwd(kn_cuda_t *ctx, float *dinp, float *dweight, float *dbias,
@@ -196,11 +206,11 @@ extern "C" int kn_cuda_matmul_bwd(kn_cuda_t *ctx, float *dinp, float *dweight, f
     if (N <= 0 || C <= 0 || OC <= 0) {
         return -EINVAL;
     }
-    int rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, 1.0f, weight, OC, 0, dout,
-                        OC, 0, 0.0f, dinp, C, 0, 1);
+    int rc =
+        gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, weight, OC, dout, OC, 0.0f, dinp, C);
     if (rc == 0) {
-        rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, 1.0f, dout, OC, 0, inp, C,
-                        0, 1.0f, dweight, OC, 0, 1);
+        rc = gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, dout, OC, inp, C, 1.0f, dweight,
+                  OC);
     }
     if (rc == 0 && dbias != NULL) {
         rc = kn_cu_colsum_acc(ctx, stream, dbias, dout, OC, N, OC);

@@ -30,7 +30,9 @@
  * --device cuda (default cpu) runs none of the above but GPT-2 124M at seq 1024 on GPU 0
  * through the CUDA backend (backend.h), the largest micro-batch that fits: B 64 halved while
  * the GPU's memory does not take it (--batch N: N only), for each precision of --precision
- * fp32|tf32|both (default both):
+ * fp32|tf32|bf16|both (default both: fp32 and tf32; bf16: the trainer's mixed precision,
+ * the model on the bf16 wrapper of workerd/engine/backend_bf16.h over the CUDA backend with
+ * bf16 GEMMs, its peak the matmul_fwd GEMM on bf16 operands; unmeasured so far):
  *   1. the GEMM peak at that precision: an 8192^3 SGEMM through the backend's matmul_fwd
  *      (cuBLAS), synchronised, best of 5 rounds of 4;
  *   2. warm-up steps, then timed training steps as the trainer takes them (forward and
@@ -57,6 +59,7 @@
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/engine/backend.h"
+#include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 
@@ -74,10 +77,10 @@ typedef struct bench_cfg {
 } bench_cfg_t;
 
 static const bench_cfg_t configs[] = {
-    {"small", {6, 6, 384, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0}, 4, 5, 2, 1},
-    {"gpt2_124m", {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0}, 1, 3, 1, 0},
-    {"gpt2_124m_b4t64", {12, 12, 768, 50257, 50304, 64, 0, CH_SCHEDULE_1F1B, 0}, 4, 5, 1, 0},
-    {"gpt2_124m_b8t256", {12, 12, 768, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0}, 8, 3, 1, 0},
+    {"small", {6, 6, 384, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0}, 4, 5, 2, 1},
+    {"gpt2_124m", {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0}, 1, 3, 1, 0},
+    {"gpt2_124m_b4t64", {12, 12, 768, 50257, 50304, 64, 0, CH_SCHEDULE_1F1B, 0, 0}, 4, 5, 1, 0},
+    {"gpt2_124m_b8t256", {12, 12, 768, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0}, 8, 3, 1, 0},
 };
 
 static int unfused; /* --unfused: the optimizer in three passes, as before the fused step */
@@ -524,7 +527,7 @@ out:
 #define CUDA_MAX_B    64 /* halved until the model, its Adam state and activations fit */
 #define CUDA_FILL_MAX ((size_t)1 << 20)
 
-static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0};
+static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
 
 /* n floats of backend memory filled with a repeated normal pattern (not zeros: a GEMM on
  * zeros draws less power and clocks higher than on data); NULL when it does not fit */
@@ -776,6 +779,28 @@ static void cuda_vs_torch(uint32_t B, const char *prec, double tps)
     }
 }
 
+/* --precision bf16: the GEMM peak on bf16 operands, then the model's steps through the bf16
+ * wrapper over be (bf16 GEMMs on). *tps: its tokens/s. */
+static int cuda_bf16(eng_backend_t *be, uint32_t B, double *tps)
+{
+    eng_backend_t *w = NULL;
+    cuda_bench_t cb;
+    eng_backend_cuda_set_tf32(be, 0);
+    eng_backend_cuda_set_bf16(be, 1);
+    double peak = cuda_gemm_peak(be, CUDA_PEAK_N);
+    printf("bf16 GEMM peak (matmul_fwd %d^3 on bf16 operands, cuBLASLt, best of 5 rounds of 4, "
+           "casts included): %.1f TFLOP/s\n",
+           CUDA_PEAK_N, peak);
+    int rc = peak > 0 ? eng_backend_bf16_create(be, &w) : -1;
+    if (rc == 0 && (rc = cuda_bench_init(&cb, w, B)) == 0) {
+        rc = cuda_measure(&cb, "bf16", peak, tps);
+        cuda_bench_free(&cb);
+    }
+    eng_backend_bf16_destroy(w);
+    eng_backend_cuda_set_bf16(be, 0);
+    return rc;
+}
+
 static int cuda_main(uint32_t batch, const char *precision, int no_torch)
 {
     int n = 0, rc = eng_backend_cuda_devices(&n);
@@ -828,10 +853,17 @@ static int cuda_main(uint32_t batch, const char *precision, int no_torch)
         rc = peak > 0 ? cuda_measure(&cb, precs[p], peak, &tps[p]) : -1;
     }
     cuda_bench_free(&cb);
+    double tps16 = 0.0;
+    if (rc == 0 && strcmp(precision, "bf16") == 0) {
+        rc = cuda_bf16(be, B, &tps16);
+    }
     for (int p = 0; rc == 0 && !no_torch && p < 2; p++) {
         if (tps[p] > 0) {
             cuda_vs_torch(B, precs[p], tps[p]);
         }
+    }
+    if (rc == 0 && !no_torch && tps16 > 0) {
+        cuda_vs_torch(B, "bf16", tps16);
     }
     eng_backend_cuda_destroy(be);
     return rc < 0 ? 1 : 0;
@@ -922,8 +954,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(device, "cuda") == 0) {
         if (strcmp(precision, "fp32") != 0 && strcmp(precision, "tf32") != 0 &&
-            strcmp(precision, "both") != 0) {
-            fprintf(stderr, "bench-engine: --precision %s: fp32, tf32 or both\n", precision);
+            strcmp(precision, "bf16") != 0 && strcmp(precision, "both") != 0) {
+            fprintf(stderr, "bench-engine: --precision %s: fp32, tf32, bf16 or both\n", precision);
             return 1;
         }
         return cuda_main(batch, precision, no_torch);

@@ -5,7 +5,9 @@ written out as Chorus computes it) with the head over the padded vocab (50304, a
 trained with torch.optim.AdamW (fused) on random tokens, fp32 weights and activations, on
 GPU 0, at the same batch and sequence length as the Chorus run.
 
-Precision: fp32 (torch.backends.cuda.matmul.allow_tf32 = False) or tf32 (True; cuDNN too).
+Precision: fp32 (torch.backends.cuda.matmul.allow_tf32 = False), tf32 (True; cuDNN too) or
+bf16 (torch.autocast("cuda", dtype=torch.bfloat16) around the forward and loss: fp32 master
+weights and AdamW state, bf16 matmuls and activations, as Chorus's train.precision = bf16).
 Modes: eager, and compile (torch.compile of the model, default options). Each mode runs
 --warmup steps (compile's first step compiles), then --steps timed steps, synchronised
 before each clock read; the figure is the mean timed step. Prints, per mode,
@@ -22,9 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_engine import GPT  # noqa: E402  (the same model as the CPU reference)
 
 
-def step(model, opt, x, y):
+def step(model, opt, x, y, bf16=False):
     opt.zero_grad(set_to_none=True)
-    loss = model(x, y)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(x, y)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -40,13 +43,14 @@ def run(mode, a):
     x = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     y = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     t0 = time.perf_counter()
+    bf16 = a.precision == "bf16"
     for _ in range(a.warmup):
-        step(fwd, opt, x, y)
+        step(fwd, opt, x, y, bf16)
     torch.cuda.synchronize()
     warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(a.steps):
-        step(fwd, opt, x, y)
+        step(fwd, opt, x, y, bf16)
     torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / a.steps
     print(f"mode={mode} precision={a.precision} step_ms={dt * 1e3:.1f} "
@@ -59,7 +63,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="tf32")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="tf32")
     p.add_argument("--modes", default="eager,compile")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)

@@ -3,10 +3,12 @@
 # benchmarks, print the RESULT lines. Everything runs under `timeout` against one deadline,
 # so the script ends within CHECK_BUDGET seconds (default 450, under 8 minutes) with its
 # summary. What runs: the CUDA kernels against the CPU kernels; the engine on CUDA against
-# the CPU (20 trainer steps fp32, 20 steps tf32, checkpoints both ways); a tp 2 x pp 2 job of
+# the CPU (20 trainer steps fp32, 20 steps tf32, 20 bf16 against the CPU emulation,
+# checkpoints both ways); a tp 2 x pp 2 job of
 # four ranks on one GPU (host-staged collectives) against its CPU run; diag on the GPU;
 # NCCL; an end-to-end local cluster job on train.device = cuda to completion; the
-# benchmarks (chorus-bench-engine --device cuda against cuBLAS and PyTorch eager/compile).
+# benchmarks (chorus-bench-engine --device cuda against cuBLAS and PyTorch eager/compile, at
+# tf32 and at bf16 against autocast bf16).
 #
 #   tests/gpu/check.sh                 build in build-gpu/ and run (a machine with -dev packages)
 #   tests/gpu/check.sh --pack DIR      build here (CHORUS_PACK_NOBUILD=1: take $CHORUS_GPU_BUILD
@@ -263,8 +265,9 @@ criterion_run "CUDA kernels vs CPU" 150 "$BIN_TESTS/test_kernels_cuda"
 # and through the trainer, checkpoints GPU -> CPU and CPU -> GPU
 criterion_run "the engine on CUDA vs CPU (table, model, 20 steps, trainer, checkpoints)" 150 \
     "$BIN_TESTS/test_model_cuda"
-# 20 steps at tf32 against the CPU, and tp 2 x pp 2 as four ranks on this one GPU
-criterion_run "tf32 steps; tp2 x pp2 on one GPU (host-staged collectives) vs CPU" 150 \
+# 20 steps at tf32 against the CPU, 20 at bf16 against the CPU's emulation of bf16, and
+# tp 2 x pp 2 as four ranks on this one GPU
+criterion_run "tf32 and bf16 steps; tp2 x pp2 on one GPU (host-staged collectives) vs CPU" 150 \
     "$BIN_TESTS/test_staged_cuda"
 criterion_run "diag on a GPU (cuBLAS GEMM, NCCL)" 60 "$BIN_TESTS/test_diag_cuda" \
     --filter 'diag_gpu/*'
@@ -288,6 +291,14 @@ if grep -q -- '"--device"' "$ROOT/tests/bench/bench_engine.c" && [ -x "$BIN_BENC
         say "FAILED: chorus-bench-engine --device cuda"
         STATUS=1
     }
+    # bf16 (issue 23): Chorus's mixed precision against cuBLASLt's bf16 GEMM and PyTorch
+    # autocast bf16, eager and compile
+    if grep -q -- '"bf16"' "$ROOT/tests/bench/bench_engine.c"; then
+        run 200 "$BIN_BENCH/chorus-bench-engine" --device cuda --precision bf16 | tee -a "$RESULTS" || {
+            say "FAILED: chorus-bench-engine --device cuda --precision bf16"
+            STATUS=1
+        }
+    fi
 else
     say "chorus-bench-engine --device cuda not run: the benchmark has no --device flag yet"
 fi

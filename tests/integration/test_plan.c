@@ -83,6 +83,36 @@ Test(plan, gpt2_124m_on_one_rank)
     h_out_free(&o);
 }
 
+/* --precision bf16 (issue 23): the same fp32 state, a 2-byte working copy, less activation
+ * memory; the job's own precision otherwise. */
+Test(plan, bf16_precision)
+{
+    char job[PATH_MAX + 32];
+    write_job(job, sizeof job, "gpt2.ini", gpt2_124m);
+    ch_json_t *f = h_ctl_json(NULL, "plan", job, "--json", NULL);
+    ch_json_t *b = h_ctl_json(NULL, "plan", job, "--precision", "bf16", "--json", NULL);
+    cr_assert_not_null(f);
+    cr_assert_not_null(b);
+    cr_expect_str_eq(h_json_str(f, "precision"), "fp32");
+    cr_expect_str_eq(h_json_str(b, "precision"), "bf16");
+    const ch_json_t *mf = ch_json_get(stage(f, 0), "memory"),
+                    *mb = ch_json_get(stage(b, 0), "memory");
+    cr_expect_eq(h_json_num(mb, "state_bytes"), h_json_num(mf, "state_bytes"));
+    cr_expect_eq(h_json_num(mf, "working_bytes"), 0.0);
+    cr_expect_eq(h_json_num(mb, "working_bytes"), 2.0 * 124475904);
+    cr_expect_lt(h_json_num(mb, "activation_bytes"), h_json_num(mf, "activation_bytes"));
+    cr_expect_eq(h_json_num(mb, "total_bytes"),
+                 h_json_num(mb, "state_bytes") + h_json_num(mb, "gathered_bytes") +
+                     h_json_num(mb, "working_bytes") + h_json_num(mb, "activation_bytes"));
+    ch_json_free(f);
+    ch_json_free(b);
+    h_out_t o;
+    cr_assert_eq(h_ctl(NULL, &o, "plan", job, "--precision", "fp16", NULL), 0);
+    cr_expect_neq(o.status, 0);
+    cr_expect(h_has(o.err, "--precision: expected fp32, tf32 or bf16"), "%s", o.err);
+    h_out_free(&o);
+}
+
 Test(plan, tp2_pp2_dp2_stages_and_bubble)
 {
     char job[PATH_MAX + 32];

@@ -147,8 +147,7 @@ Test(jobspec, bad_values_name_the_field)
     expect_parse_error("[train]\ndevice = gpu\n",
                        "[train] device: expected cpu or cuda, got 'gpu'");
     expect_parse_error("[train]\nprecision = fp16\n",
-                       "[train] precision: expected fp32 or tf32, got 'fp16'");
-    expect_parse_error("[train]\nprecision = bf16\n", "(bf16 is not built yet)");
+                       "[train] precision: expected fp32, tf32 or bf16, got 'fp16'");
     char big[2200];
     int n = snprintf(big, sizeof(big), "[train]\ndata = ");
     memset(big + n, 'x', 2000);
@@ -768,4 +767,38 @@ Test(jobspec, fault_healing_keys)
                  0);
     cr_expect_eq(ch_jobspec_validate(&j, 0, err, sizeof err), CH_E_CONFIG);
     expect_has(err, "fault.backoff_max");
+}
+
+/* Issue 23: bf16 on a GPU, on the CPU only as the emulation a test names; grad_reduce. */
+Test(jobspec, bf16_precision_emulation_and_grad_reduce)
+{
+    ch_jobspec_t b;
+    char why[512] = "";
+    ch_jobspec_defaults(&b);
+    cr_assert_eq(ch_jobspec_parse("[train]\nprecision = bf16\nemulate = yes\n"
+                                  "[optim]\ngrad_reduce = bf16\n",
+                                  &b, why, sizeof why),
+                 0, "%s", why);
+    cr_expect_eq(b.train.precision, CH_PRECISION_BF16);
+    cr_expect_eq(b.train.emulate, 1);
+    cr_expect_eq(b.optim.grad_reduce, CH_PRECISION_BF16);
+    cr_expect_eq(ch_jobspec_validate(&b, 0, why, sizeof why), 0, "%s", why);
+    char *text = NULL;
+    cr_assert_eq(ch_jobspec_format(&b, &text), 0);
+    cr_expect_not_null(strstr(text, "precision = bf16\nemulate = yes\n"), "%s", text);
+    cr_expect_not_null(strstr(text, "grad_reduce = bf16\n"), "%s", text);
+    free(text);
+    expect_parse_error("[optim]\ngrad_reduce = fp16\n",
+                       "[optim] grad_reduce: expected fp32 or bf16, got 'fp16'");
+    INVALID(j.train.precision = CH_PRECISION_BF16, "train.precision: bf16 computes on a GPU");
+    VALID((j.train.precision = CH_PRECISION_BF16, j.train.device = CH_DEVICE_CUDA));
+    VALID((j.train.precision = CH_PRECISION_BF16, j.train.emulate = 1));
+    INVALID(j.train.emulate = 1, "train.emulate: emulates bf16 on the CPU");
+    INVALID((j.train.precision = CH_PRECISION_BF16, j.train.device = CH_DEVICE_CUDA,
+             j.train.emulate = 1),
+            "train.emulate");
+    INVALID(j.optim.grad_reduce = CH_PRECISION_BF16, "optim.grad_reduce: bf16 reductions need");
+    INVALID(j.optim.grad_reduce = CH_PRECISION_TF32, "optim.grad_reduce: bad type 1");
+    VALID((j.train.precision = CH_PRECISION_BF16, j.train.emulate = 1,
+           j.optim.grad_reduce = CH_PRECISION_BF16));
 }

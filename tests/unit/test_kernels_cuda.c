@@ -19,6 +19,7 @@
 #include "common/rng.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/cuda.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
@@ -845,4 +846,60 @@ Test(cuda_tp, cross_entropy_matches_the_cpu_loops)
     need_gpu();
     tp_xent_case(0, 1000, 1000);
     tp_xent_case(3000, 1000, 777);
+}
+
+// ----------------------------------------------------------------------------
+// bf16 (issue 23): the cast kernel against kernels/bf16.h, and the matmuls on bf16 operands
+// against the CPU's fp32 reference on the same (bf16-valued) inputs
+
+Test(cuda_bf16, round_matches_the_cpu_bit_for_bit)
+{
+    need_gpu();
+    enum { N = 4096 };
+    float *x = randn(N, "bf16 x", 3), *y = zeros(N);
+    /* the hand cases of test_bf16.c: ties both ways, subnormals, overflow, infinities */
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x00008000u,
+                                0x00018000u, 0x007fffffu, 0x7f7fffffu, 0x7f7f7fffu,
+                                0x7f800000u, 0xff800000u, 0x80000000u, 0x3fff8000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        x[i] = kn_f32_of_bits(special[i]);
+    for (size_t i = 64; i < N; i += 7)
+        x[i] *= 1e-39f; /* subnormals */
+    float *d = upf(x, N);
+    cr_assert_eq(kn_cuda_bf16_round(d, d, N, NULL), 0);
+    cr_assert_eq(cudaMemcpy(y, d, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < N; i++)
+        cr_expect_eq(kn_f32_bits(y[i]), kn_f32_bits(kn_bf16_round1(x[i])), "element %zu", i);
+    cudaFree(d);
+    free(y), free(x);
+}
+
+Test(cuda_bf16, matmul_on_bf16_operands)
+{
+    need_gpu();
+    const int N = 64, C = 96, OC = 160;
+    kn_cuda_t *ctx = ctx_new(0);
+    kn_cuda_set_bf16(ctx, 1);
+    size_t nI = (size_t)N * C, nW = (size_t)C * OC, nO = (size_t)N * OC;
+    float *x = randn(nI, "x16", 1), *w = randn(nW, "w16", 0.1f), *b = randn(OC, "b16", 1);
+    float *dout = randn(nO, "dout16", 1), *out = zeros(nO), *dx = zeros(nI), *dw = zeros(nW);
+    float *db = zeros(OC);
+    kn_bf16_round(x, nI), kn_bf16_round(w, nW), kn_bf16_round(b, OC), kn_bf16_round(dout, nO);
+    float *d_x = upf(x, nI), *d_w = upf(w, nW), *d_b = upf(b, OC), *d_out = upf(out, nO);
+    float *d_dout = upf(dout, nO), *d_dx = upf(dx, nI), *d_dw = upf(dw, nW), *d_db = upf(db, OC);
+    cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out, d_x, d_w, d_b, N, C, OC, NULL), 0, "%s",
+                 kn_cuda_ctx_error(ctx));
+    kn_matmul_fwd_ref(out, x, w, b, N, C, OC);
+    /* bf16 products are exact in fp32: only the summation order differs */
+    check_dev("bf16 matmul out", d_out, out, nO, 1e-5, 1e-5);
+    cr_assert_eq(kn_cuda_matmul_bwd(ctx, d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL), 0,
+                 "%s", kn_cuda_ctx_error(ctx));
+    kn_matmul_bwd_ref(dx, dw, db, dout, x, w, N, C, OC);
+    check_dev("bf16 matmul dinp", d_dx, dx, nI, 1e-4, 1e-5);
+    check_dev("bf16 matmul dweight", d_dw, dw, nW, 1e-4, 1e-5);
+    check_dev("bf16 matmul dbias", d_db, db, OC, 1e-4, 1e-5);
+    cudaFree(d_db), cudaFree(d_dw), cudaFree(d_dx), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_b), cudaFree(d_w), cudaFree(d_x);
+    free(db), free(dw), free(dx), free(out), free(dout), free(b), free(w), free(x);
+    kn_cuda_destroy(ctx);
 }

@@ -11,7 +11,7 @@
 /* GPT-2 124M (Hugging Face's "gpt2"). */
 static ch_model_cfg_t gpt2(uint32_t seq_len)
 {
-    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B, 0};
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B, 0, 0};
     return m;
 }
 
@@ -42,7 +42,8 @@ static void check_stage(const ch_plan_t *p, const want_t *w)
     cr_assert_eq(p->in_flight, w->in_flight);
     cr_assert_eq(p->scratch_bytes, w->scratch);
     cr_assert_eq(floor(p->total_bytes), w->total, "stage %u total %.0f", p->stage, p->total_bytes);
-    cr_assert_eq(p->total_bytes, p->state_bytes + p->gathered_bytes + p->act_bytes);
+    cr_assert_eq(p->total_bytes,
+                 p->state_bytes + p->gathered_bytes + p->working_bytes + p->act_bytes);
 }
 
 Test(plan, gpt2_124m_on_one_rank)
@@ -147,12 +148,12 @@ Test(plan, absurd_models_do_not_overflow)
 {
     ch_plan_t p;
     /* vocab 2^32 - 1 pads past 2^32: no wrap. */
-    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B, 0};
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B, 0, 0};
     cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(p.padded_vocab, 4294967296.0);
     cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
     /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
-    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B, 0};
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
     cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
     cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
     cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);
@@ -338,4 +339,37 @@ Test(plan, cuda_keeps_no_attention_probabilities)
     /* head size 192 > CH_PLAN_FLASH_MAX_HS: the materialised attention, on CUDA too */
     j.model.heads = 4;
     cr_expect_eq(ch_plan_model_of(&j).att_row, 0);
+}
+
+/* Mixed precision (issue 23): the same fp32 state, a 2-byte working copy, 2-byte activations
+ * but for the fp32 statistics, probabilities and logits. Figures computed by hand for GPT-2
+ * 124M, B 8, T 1024 on one rank: per block 2·N·C·16 + 4·(4N + B·NH·T·T). */
+Test(plan, bf16_working_copy_and_activations)
+{
+    ch_model_cfg_t m = gpt2(1024), f = gpt2(1024);
+    m.bf16 = 1;
+    ch_plan_t p, q;
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
+    cr_assert_eq(ch_plan_stage(&f, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &q), 0);
+    cr_assert_eq(p.state_bytes, 16.0 * 124475904);
+    cr_assert_eq(p.working_bytes, 2.0 * 124475904);
+    cr_assert_eq(q.working_bytes, 0.0);
+    cr_assert_eq(p.act_mb_bytes, 7274692608.0);
+    cr_assert_eq(p.scratch_bytes, 360710144.0);
+    cr_assert_eq(p.total_bytes, 9875969024.0);
+    cr_assert_eq(q.total_bytes, 12156182528.0, "fp32 %.0f", q.total_bytes);
+    /* ZeRO-3: the gathered blocks are the working copy (2 bytes), their gradients fp32 */
+    cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 2), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
+    cr_assert_eq(ch_plan_stage(&f, lay(1, 1, 2), 8, 1, CH_RESHARD_PER_USE, 0, &q), 0);
+    cr_assert_eq(p.working_bytes, 0.0);
+    cr_assert_eq(p.state_bytes, q.state_bytes);
+    double bs = p.block_shard * 2, outside = q.gathered_bytes - 4.0 * 3 * bs;
+    cr_assert_eq(p.gathered_bytes, 2.0 * 2 * bs + 4.0 * bs + outside * 6 / 8);
+    ch_jobspec_t j;
+    ch_jobspec_defaults(&j);
+    cr_expect_eq(ch_plan_model_of(&j).bf16, 0);
+    j.train.precision = CH_PRECISION_BF16;
+    cr_expect_eq(ch_plan_model_of(&j).bf16, 1);
+    j.train.emulate = 1; /* the CPU emulation: fp32 slots, fp32 figures */
+    cr_expect_eq(ch_plan_model_of(&j).bf16, 0);
 }

@@ -5,7 +5,10 @@
  *   backend on GPU 0, collectives host-staged through the backends' copies (coll.h:
  *   wrk_coll_stage_t, the path GPU ranks take when they share a device, which NCCL refuses),
  *   trains like the same job on the CPU over UCX (losses within 1e-4 relative, fp32).
- * Both print a RESULT line with the worst relative loss difference. */
+ * - bf16 (issue 23): 20 steps with precision = bf16 on the GPU (cuBLASLt bf16 GEMMs, the
+ *   cast kernel) track the CPU's emulation of bf16 (losses within 1e-2 relative: the same
+ *   roundings, other summation orders that flip some of them).
+ * All print a RESULT line with the worst relative loss difference. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -84,6 +87,7 @@ static void *rank_main(void *arg)
     eng_trainer_t *t = NULL;
     if (d->gpu && (d->rc = eng_backend_cuda_create(0, &be)) == 0) {
         eng_backend_cuda_set_tf32(be, d->tf32);
+        eng_backend_cuda_set_bf16(be, d->spec->train.precision == CH_PRECISION_BF16);
         /* as a GPU rank does: the scratch before the first step */
         d->rc = eng_backend_cuda_reserve(be, (int)d->spec->parallel.micro_batch_size,
                                          (int)d->spec->model.seq_len, (int)d->spec->model.embd,
@@ -143,6 +147,21 @@ Test(staged_cuda, twenty_tf32_steps_track_the_cpu, .timeout = 240)
     double w = worst_rel(a, b);
     printf("RESULT name=gpu_vs_cpu_tf32_20_steps value=%.3g unit=max_rel_loss_diff\n", w);
     cr_expect_leq(w, 1e-2, "tf32 on the GPU vs fp32 on the CPU: worst loss rel diff %.3g", w);
+}
+
+Test(staged_cuda, twenty_bf16_steps_track_the_cpu_emulation, .timeout = 240)
+{
+    need_gpu();
+    ch_jobspec_t j;
+    rank_run_t a[1], b[1];
+    spec_for(&j, 1, 1);
+    j.train.precision = CH_PRECISION_BF16;
+    j.train.emulate = 1; /* the spec's device is the CPU's; the GPU run passes its backend */
+    run(&j, 0, 0, a);
+    run(&j, 1, 0, b);
+    double w = worst_rel(a, b);
+    printf("RESULT name=gpu_vs_cpu_bf16_20_steps value=%.3g unit=max_rel_loss_diff\n", w);
+    cr_expect_leq(w, 1e-2, "bf16 on the GPU vs its CPU emulation: worst loss rel diff %.3g", w);
 }
 
 Test(staged_cuda, tp2_pp2_on_one_gpu_trains_like_the_cpu, .timeout = 300)

@@ -154,6 +154,13 @@ struct eng_backend {
      * or 1 (a fused attention's log-sum-exp, B*NH*T floats: CUDA's by default). The model
      * sizes its att buffers by it; common/plan.h's ch_model_cfg_t.att_row says the same. */
     int (*att_row)(const eng_backend_t *be, int T, int hs);
+
+    // bf16 mixed precision (backend_bf16.h)
+
+    /* dst[0..n) = src[0..n) rounded to bf16 and widened back (kernels/bf16.h's
+     * kn_bf16_round1; dst may be src), in the backend's memory. NULL: the bf16 wrapper
+     * rounds on the host (directly with host_memory, else through copies). */
+    void (*bf16_round)(const eng_backend_t *be, float *dst, const float *src, size_t n);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static
@@ -173,6 +180,9 @@ void eng_backend_cuda_destroy(eng_backend_t *be);
 int eng_backend_cuda_devices(int *count);
 /* Let the GEMMs use TF32 tensor cores (on) or not (off, the default). */
 void eng_backend_cuda_set_tf32(eng_backend_t *be, int on);
+/* The matmuls' GEMMs on bf16 operands with fp32 accumulation (on; train.precision = bf16,
+ * under the bf16 wrapper of backend_bf16.h) or as set_tf32 says (off, the default). */
+void eng_backend_cuda_set_bf16(eng_backend_t *be, int on);
 /* Its cudaStream_t (the collectives' wrk_coll_config_t.stream); borrowed. */
 void *eng_backend_cuda_stream(const eng_backend_t *be);
 /* Wait for every kernel enqueued so far; the pending launch failure if any. */

@@ -376,6 +376,11 @@ static void cu_axpy(const eng_backend_t *be, float *y, const float *x, size_t n,
     note(be, "axpy", kn_cuda_axpy(y, x, n, a, S(be)->stream));
 }
 
+static void cu_bf16_round(const eng_backend_t *be, float *dst, const float *src, size_t n)
+{
+    note(be, "bf16_round", kn_cuda_bf16_round(dst, src, n, S(be)->stream));
+}
+
 static void cu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
                      size_t n, double lr, double beta1, double beta2, double eps, double wd,
                      uint64_t t)
@@ -508,6 +513,7 @@ static const eng_backend_t cuda_table = {
     .tp_xent_finish = cu_tp_xent_finish,
     .tp_xent_bwd = cu_tp_xent_bwd,
     .att_row = cu_att_row,
+    .bf16_round = cu_bf16_round,
 };
 
 // ----------------------------------------------------------------------------
@@ -589,6 +595,11 @@ static void cu_set_tf32(eng_backend_t *be, int on)
     kn_cuda_set_tf32(S(be)->ctx, on);
 }
 
+static void cu_set_bf16(eng_backend_t *be, int on)
+{
+    kn_cuda_set_bf16(S(be)->ctx, on);
+}
+
 static void *cu_stream(const eng_backend_t *be)
 {
     return S(be)->stream;
@@ -623,6 +634,7 @@ __attribute__((visibility("default"))) const eng_cuda_module_t eng_cuda_module =
     .create = cu_create,
     .destroy = cu_destroy,
     .set_tf32 = cu_set_tf32,
+    .set_bf16 = cu_set_bf16,
     .stream = cu_stream,
     .sync = cu_sync,
     .reserve = cu_reserve,

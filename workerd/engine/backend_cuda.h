@@ -13,8 +13,9 @@
 
 #define ENG_CUDA_MODULE_FILE   "libchorus_engine_cuda.so"
 #define ENG_CUDA_MODULE_SYMBOL "eng_cuda_module"
-/* 2: backend.h's table grew the tp_* entries; 3: reserve; 4: att_row */
-#define ENG_CUDA_MODULE_ABI 4
+/* 2: backend.h's table grew the tp_* entries; 3: reserve; 4: att_row; 5: bf16_round and
+ * set_bf16 */
+#define ENG_CUDA_MODULE_ABI 5
 
 /* How the module reports an error it cannot return (a launch failure noticed later): one
  * line, logged by the engine. */
@@ -27,6 +28,7 @@ typedef struct eng_cuda_module {
     int (*create)(int device, eng_cuda_log_fn log, eng_backend_t **out);
     void (*destroy)(eng_backend_t *be);
     void (*set_tf32)(eng_backend_t *be, int on);
+    void (*set_bf16)(eng_backend_t *be, int on);
     void *(*stream)(const eng_backend_t *be);
     int (*sync)(const eng_backend_t *be);
     int (*reserve)(eng_backend_t *be, int B, int T, int C, int NH);

@@ -110,6 +110,11 @@ void eng_backend_cuda_set_tf32(eng_backend_t *be, int on)
     module->set_tf32(be, on);
 }
 
+void eng_backend_cuda_set_bf16(eng_backend_t *be, int on)
+{
+    module->set_bf16(be, on);
+}
+
 void *eng_backend_cuda_stream(const eng_backend_t *be)
 {
     return module->stream(be);

@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
+#include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/trainer_impl.h"
@@ -323,6 +324,7 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
             return rc;
         }
+        eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
     }
     if (t->dp) {
         /* what same-host members of the DP group reduce in place (coll.h) */
@@ -353,6 +355,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         return rc;
     const eng_groups_t *groups = opts ? opts->groups : NULL;
     const eng_backend_t *be = opts && opts->backend ? opts->backend : eng_backend_cpu();
+    const eng_backend_t *dev = be; /* the GEMM peak's: the job's backend, not its bf16 wrapper */
     if (spec->parallel.tp > 1 && !eng_model_tp_runs_on(be))
         return ch_errf(err, errlen, CH_E_CONFIG,
                        "parallel.tp = %u: backend %s has no vocab-parallel embedding and head "
@@ -367,6 +370,11 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     t->spec = *spec;
     t->be = be;
     t->stages = 1;
+    if (spec->train.precision == CH_PRECISION_BF16) { /* the model computes through it */
+        if ((rc = eng_backend_bf16_create(be, &t->bf16)) < 0)
+            goto out;
+        be = t->bf16;
+    }
     if ((rc = eng_mem_create(be, &t->mem)) < 0)
         goto out;
     t->be = eng_mem_backend(t->mem, ENG_MEM_SCRATCH);
@@ -408,7 +416,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
         goto out;
     }
     t->peak_flops =
-        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops_on(be, 256, 0.2);
+        opts && opts->peak_flops > 0 ? opts->peak_flops : eng_measure_peak_flops_on(dev, 256, 0.2);
     *out = t;
     t = NULL;
 out:
@@ -435,6 +443,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
     if (t->be)
         t->be->free(t->be, t->small);
     eng_mem_destroy(t->mem);
+    eng_backend_bf16_destroy(t->bf16);
     eng_data_close(t->data);
     eng_data_close(t->val);
     free(t);
@@ -509,6 +518,19 @@ static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
     }
 }
 
+/* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 the
+ * reduction's inputs and output rounded to bf16 (the emulation of a bf16 all-reduce). */
+static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
+{
+    int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
+    if (bf16)
+        eng_backend_bf16_round(t->be, grads, n);
+    int rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    if (rc == 0 && bf16)
+        eng_backend_bf16_round(t->be, grads, n);
+    return rc;
+}
+
 /* After the schedule: the gradients made whole and their global norm. The tied wte's two halves are
  * summed over the embedding group (first and last stage), the slab's gradients over the DP
  * group (ZeRO-3's shards were reduce-scattered block by block), the loss and the squared
@@ -528,7 +550,7 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     if (rc == 0 && t->zero)
         rc = eng_zero_reduce_rest(t->zero);
     else if (rc == 0 && t->dp && n)
-        rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        rc = dp_allreduce_grads(t, grads, n);
     if (rc < 0)
         return rc;
     double sq = state_sumsq(t);

@@ -24,6 +24,8 @@ struct eng_trainer {
      * `mem` (mem.h) over the job's backend, which counts what the rank holds by kind */
     const eng_backend_t *be;
     eng_mem_t *mem;
+    eng_backend_t *bf16; /* precision = bf16: the rounding wrapper over the job's backend
+                            (backend_bf16.h) the ledger counts; NULL otherwise */
     eng_model_t *model;
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */

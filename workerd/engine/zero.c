@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/mem.h"
 
 struct eng_zero {
@@ -31,7 +32,8 @@ struct eng_zero {
     int64_t *holds;
     uint8_t *valid;
     wrk_coll_req_t **req;
-    float *full_g; /* padded: the block's unsharded gradient during its backward */
+    float *full_g;   /* padded: the block's unsharded gradient during its backward */
+    int bf16_reduce; /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
 };
 
 /* floats of kind (mem.h), zeroed: the collectives' memory, or the backend's without a
@@ -143,8 +145,12 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
     if (z->dp) {
         /* in place: this rank's shard of the sum lands on its own range */
         part = full + (size_t)z->d * S;
+        if (z->bf16_reduce) /* the bf16 reduction's inputs */
+            eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
         rc = wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM,
                                      NULL);
+        if (rc == 0 && z->bf16_reduce) /* and its output */
+            eng_backend_bf16_round(z->be, (float *)part, S);
     }
     if (rc < 0)
         return rc;
@@ -396,6 +402,11 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
     /* the blocks' buffers, and the model's slab: the tensors outside blocks gathered, and
      * their unsharded gradients */
     *gathered = (((size_t)z->nbuf + 1) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
+}
+
+void eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
+{
+    z->bf16_reduce = on;
 }
 
 size_t eng_zero_shard_len(const eng_zero_t *z)

@@ -85,6 +85,10 @@ void eng_zero_drop_grads(eng_zero_t *z);
  * = the blocks' gathered buffers and their unsharded gradient buffer (reduce-scattered in
  * place), and the model's slab: the tensors outside blocks gathered, with their gradients. */
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered);
+/* optim.grad_reduce = bf16 (on): the gradient reduce-scatters emulate a bf16 reduction, their
+ * inputs and output rounded to bf16 (the model's backend must be a bf16 wrapper's,
+ * backend_bf16.h). Off by default. */
+void eng_zero_set_bf16_reduce(eng_zero_t *z, int on);
 /* Floats per shard of block l (S), and the block's unpadded count. */
 size_t eng_zero_shard_len(const eng_zero_t *z);
 

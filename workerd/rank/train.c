@@ -289,6 +289,8 @@ static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
     if (rc < 0)
         return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
     eng_backend_cuda_set_tf32(*out, r->spec.train.precision == CH_PRECISION_TF32);
+    /* bf16: the trainer wraps this backend in the bf16 rounding (backend_bf16.h) */
+    eng_backend_cuda_set_bf16(*out, r->spec.train.precision == CH_PRECISION_BF16);
     /* the launchers' scratch now, not grown inside the first steps */
     const ch_jobspec_t *s = &r->spec;
     rc = eng_backend_cuda_reserve(*out, (int)s->parallel.micro_batch_size, (int)s->model.seq_len,

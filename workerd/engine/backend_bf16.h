@@ -1,0 +1,45 @@
+/* The bf16 emulation backend (issue 23): a wrapper over any backend (backend.h) that rounds to
+ * bf16 (kernels/bf16.h, round to nearest even) at exactly the points a mixed-precision GPU
+ * run stores bf16, so the CPU proves the mixed-precision arithmetic without a GPU. It is the
+ * reference of `train.precision = bf16` (selected on device = cpu with train.emulate = yes)
+ * and is slow on purpose: every rounding is a pass over the tensor, through host copies when
+ * the inner backend's memory is not the host's and it has no bf16_round entry. Over the
+ * CUDA backend (bf16_round a cast kernel, eng_backend_cuda_set_bf16: the matmuls multiply
+ * bf16 operands with cuBLASLt) the same wrapper is the GPU path's bookkeeping; its fp32
+ * slots and extra passes make it a correct, not yet a fast, bf16 (issue 23's goals are
+ * unmeasured).
+ *
+ * What is bf16 (rounded) and what stays fp32:
+ * - parameters as the kernels read them: each kernel reads bf16 copies of its weights and
+ *   biases, rounded from the fp32 master values the model holds. Rounding is deterministic,
+ *   so this is the same arithmetic as casting the master weights once per step (or once per
+ *   ZeRO-3 gathered block) into a bf16 working copy, as the GPU path does;
+ * - GEMM inputs (activations, their gradients, the weights): bf16; the products accumulate in
+ *   fp32 (the inner kernel's arithmetic) and the GEMM's output is stored bf16;
+ * - activations and activation gradients every kernel writes (encoder, layernorm, attention
+ *   output, GELU, residual, dinp of every backward): stored bf16 (the tensor keeps its fp32
+ *   slot, holding bf16 values);
+ * - fp32: LayerNorm statistics (mean, rstd), the softmax (attention probabilities), the LM
+ *   head's logits and cross-entropy (lse, losses, dlogits), every parameter gradient (fp32,
+ *   accumulated across micro-batches), the gradient norm, AdamW and its state, and the
+ *   master weights the checkpoints hold.
+ *
+ * The entries that move or reduce fp32 state (alloc, free, copy, memset, axpy, adamw,
+ * adamw_fused, sumsq, scale, sync) are the inner backend's. Kernels cannot fail: a scratch
+ * allocation or staging copy that fails is reported by the next copy (and that kernel ran
+ * on unrounded inputs). One thread drives a wrapper, like its inner backend. */
+#ifndef ENG_BACKEND_BF16_H
+#define ENG_BACKEND_BF16_H
+
+#include "workerd/engine/backend.h"
+
+/* A wrapper over inner (borrowed: it must outlive the wrapper), name "<inner>+bf16", the
+ * inner's host_memory. Caller owns *out: eng_backend_bf16_destroy. 0 or -ENOMEM. */
+int eng_backend_bf16_create(const eng_backend_t *inner, eng_backend_t **out);
+/* Frees the wrapper and its scratch; NULL is fine. */
+void eng_backend_bf16_destroy(eng_backend_t *be);
+/* x[0..n) of be's memory rounded to bf16 in place (optim.grad_reduce = bf16's casts around
+ * the reduction). be: a wrapper, or any view of a ledger over one (mem.h). */
+void eng_backend_bf16_round(const eng_backend_t *be, float *x, size_t n);
+
+#endif
