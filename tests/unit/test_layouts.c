@@ -885,6 +885,7 @@ Test(layouts, zbh1_is_exact_and_measured)
                          k, s);
         expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
                            "1f1b resumed under zb-h1");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
