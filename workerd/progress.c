@@ -244,7 +244,7 @@ void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen)
 
 void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms)
 {
-    if (!p->groups || now_ms - p->last_send_ms < p->cfg.interval_ms)
+    if (!p->groups || now_ms + p->cfg.slack_ms - p->last_send_ms < p->cfg.interval_ms)
         return;
     int failed = 0;
     for (pgroup_t **pp = &p->groups; *pp;) {

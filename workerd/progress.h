@@ -33,6 +33,8 @@ typedef int (*wrk_progress_send_fn)(void *ud, Chorus__Envelope *env);
 typedef struct wrk_progress_cfg {
     uint32_t interval_ms;  /* workerd.conf progress-ms */
     uint32_t detail_every; /* workerd.conf progress-detail-every; 0: only when asked */
+    uint32_t slack_ms;     /* a tick this close to the interval's end sends already (for an
+                            * owner whose ticks are as long as the interval) */
     wrk_progress_send_fn send;
     void *ud;
 } wrk_progress_cfg_t;
