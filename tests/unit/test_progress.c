@@ -66,10 +66,19 @@ Test(progress, one_message_per_interval_grouping_equal_ranks)
     cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
     wrk_progress_tick(p, 5000); /* nothing held: nothing sent */
     cr_assert_eq(s.n, 0);
-    for (uint64_t step = 1; step <= 3; step++) /* three steps in one interval */
+    for (uint32_t r = 1; r <= 4; r++) /* a rank's first report goes in full */
+        report(p, r, 1);
+    wrk_progress_tick(p, 6000);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.got[0]->node_progress->n_detail, 4);
+    cr_assert_eq(s.got[0]->node_progress->n_ranks + s.got[0]->node_progress->n_differ, 0);
+    sink_free(&s);
+    for (uint64_t step = 2; step <= 4; step++) /* three steps in one interval */
         for (uint32_t r = 1; r <= 4; r++)
             report(p, r, step);
-    wrk_progress_tick(p, 5000);
+    wrk_progress_tick(p, 6999);
+    cr_assert_eq(s.n, 0, "not before the interval ends");
+    wrk_progress_tick(p, 7000);
     cr_assert_eq(s.n, 1, "one message for 12 reports");
     const Chorus__NodeProgress *np = s.got[0]->node_progress;
     cr_assert_eq(s.got[0]->body_case, CHORUS__ENVELOPE__BODY_NODE_PROGRESS);
@@ -77,32 +86,29 @@ Test(progress, one_message_per_interval_grouping_equal_ranks)
     cr_assert_eq(np->generation, 2);
     cr_assert_eq(np->launch_token, 77);
     cr_assert_eq(np->total_steps, 50);
-    /* ranks 1, 2, 4 agree (the latest step, 3); rank 3's step time differs */
+    /* ranks 1, 2, 4 agree (the latest step, 4); rank 3's step time differs */
     cr_assert_not_null(np->common);
-    cr_assert_eq(np->common->step, 3);
+    cr_assert_eq(np->common->step, 4);
     cr_assert_float_eq(np->common->step_ms, 100, 1e-12);
     cr_assert_float_eq(np->common->t_compute, 0.05, 1e-12);
     cr_assert_eq(np->n_ranks, 3);
     cr_assert_eq(np->ranks[0] + np->ranks[1] + np->ranks[2], 1 + 2 + 4);
     cr_assert_eq(np->n_differ, 1);
     cr_assert_eq(np->differ[0]->rank, 3);
-    cr_assert_eq(np->differ[0]->step, 3);
+    cr_assert_eq(np->differ[0]->step, 4);
     cr_assert_float_eq(np->differ[0]->step_ms, 180, 1e-12);
     cr_assert_eq(np->n_detail, 0);
     sink_free(&s);
-    /* The next interval: not before it ends. */
-    report(p, 1, 4);
-    wrk_progress_tick(p, 5999);
-    cr_assert_eq(s.n, 0);
-    wrk_progress_tick(p, 6000);
+    report(p, 1, 5);
+    wrk_progress_tick(p, 8000);
     cr_assert_eq(s.n, 1);
     cr_assert_eq(s.got[0]->node_progress->n_differ, 1, "a lone rank is a summary of its own");
-    cr_assert_eq(s.got[0]->node_progress->differ[0]->step, 4);
+    cr_assert_eq(s.got[0]->node_progress->differ[0]->step, 5);
     sink_free(&s);
     wrk_progress_stats_t st;
     wrk_progress_stats(p, &st);
-    cr_assert_eq(st.reports, 13);
-    cr_assert_eq(st.messages, 2);
+    cr_assert_eq(st.reports, 17);
+    cr_assert_eq(st.messages, 3);
     wrk_progress_destroy(p);
 }
 
@@ -110,13 +116,13 @@ Test(progress, detail_every_n_intervals_and_when_asked)
 {
     sink_t s = {0};
     wrk_progress_t *p = NULL;
-    wrk_progress_cfg_t cfg = {.interval_ms = 100, .detail_every = 2, .send = sink_send, .ud = &s};
+    wrk_progress_cfg_t cfg = {.interval_ms = 100, .detail_every = 3, .send = sink_send, .ud = &s};
     cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
     uint64_t now = 1000;
-    int detail[4] = {0};
-    for (int i = 0; i < 4; i++, now += 100) {
-        if (i == 2)
-            wrk_progress_want_detail(p, "j1"); /* asked: the next interval, not the 4th */
+    int detail[5] = {0};
+    for (int i = 0; i < 5; i++, now += 100) {
+        if (i == 3)
+            wrk_progress_want_detail(p, "j1"); /* asked: the next interval */
         for (uint32_t r = 1; r <= 2; r++)
             report(p, r, (uint64_t)i + 1);
         wrk_progress_tick(p, now);
@@ -133,10 +139,11 @@ Test(progress, detail_every_n_intervals_and_when_asked)
         }
         sink_free(&s);
     }
-    cr_assert_eq(detail[0], 0);
-    cr_assert_eq(detail[1], 2, "every 2nd interval");
-    cr_assert_eq(detail[2], 2, "asked for");
-    cr_assert_eq(detail[3], 2, "every 2nd interval");
+    cr_assert_eq(detail[0], 2, "the ranks' first reports");
+    cr_assert_eq(detail[1], 0);
+    cr_assert_eq(detail[2], 2, "every 3rd interval");
+    cr_assert_eq(detail[3], 2, "asked for");
+    cr_assert_eq(detail[4], 0);
     wrk_progress_destroy(p);
 }
 
@@ -149,9 +156,16 @@ Test(progress, flush_sends_at_once_and_a_refused_tick_keeps_the_reports)
     report(p, 1, 7);
     wrk_progress_flush(p, "j1", 1); /* another generation: nothing */
     cr_assert_eq(s.n, 0);
-    wrk_progress_flush(p, "j1", 2); /* before a lifecycle event of that job: now */
+    wrk_progress_flush(p, "j1", 2); /* before a lifecycle event of that job: now, in full */
     cr_assert_eq(s.n, 1);
-    cr_assert_eq(s.got[0]->node_progress->differ[0]->step, 7);
+    cr_assert_eq(s.got[0]->node_progress->n_detail, 1);
+    cr_assert_eq(s.got[0]->node_progress->detail[0]->step, 7);
+    sink_free(&s);
+    report(p, 1, 8); /* a flush sends in full even what was sent in full before */
+    wrk_progress_flush(p, "j1", 2);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.got[0]->node_progress->n_detail, 1);
+    cr_assert_eq(s.got[0]->node_progress->detail[0]->n_metrics, 2);
     sink_free(&s);
     /* the link is down at the tick: kept, and sent (the latest step) once it is back */
     report(p, 1, 8);
