@@ -15,8 +15,9 @@
 /* One rank's latest report of the interval. */
 typedef struct held {
     uint32_t rank;
-    int fresh;     /* a report came since the last send */
-    int sent_full; /* a full report of it went (its first one always does) */
+    int fresh;      /* a report came since the last send */
+    int sent_full;  /* a full report of it went (its first one always does) */
+    uint64_t names; /* hash of the metric names of the last full report sent */
     Chorus__RankSummary sum;
     Chorus__RankEvent *full; /* owned copy of the latest report, freed once sent */
 } held_t;
@@ -120,6 +121,48 @@ static double metric(const Chorus__RankEvent *ev, const char *name)
     return 0;
 }
 
+/* The coordinator keeps a rank's metrics by name (a diag rank reports each group's in its
+ * own report): the interval's reports are one, each name with its latest value. Adds to dst
+ * (the newer copy) the metrics of old it lacks. */
+static int merge_metrics(Chorus__RankEvent *dst, const Chorus__RankEvent *old)
+{
+    for (size_t i = 0; i < old->n_metrics; i++) {
+        const char *name = old->metrics[i]->name;
+        size_t k = 0;
+        while (k < dst->n_metrics && strcmp(dst->metrics[k]->name, name) != 0)
+            k++;
+        if (k < dst->n_metrics)
+            continue;
+        Chorus__Metric **v = realloc(dst->metrics, (dst->n_metrics + 1) * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        dst->metrics = v;
+        Chorus__Metric *m = malloc(sizeof *m);
+        if (!m)
+            return -ENOMEM;
+        *m = *old->metrics[i];
+        if (!(m->name = strdup(name))) {
+            free(m);
+            return -ENOMEM;
+        }
+        v[dst->n_metrics++] = m;
+    }
+    return 0;
+}
+
+/* Order-free hash of ev's metric names (FNV-1a of each, summed). */
+static uint64_t names_hash(const Chorus__RankEvent *ev)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < ev->n_metrics; i++) {
+        uint64_t h = 1469598103934665603ull;
+        for (const char *c = ev->metrics[i]->name; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        sum += h;
+    }
+    return sum;
+}
+
 int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
 {
     pgroup_t *g = group_get(p, ev);
@@ -138,8 +181,13 @@ int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
     h->sum.step_ms = metric(ev, "step_ms");
     h->sum.step_s = ev->step_s;
     h->sum.t_compute = ev->t_compute;
+    Chorus__RankEvent *full = wrk_evq_dup(ev); /* NULL when out of memory: a summary then */
+    if (full && h->full && merge_metrics(full, h->full) < 0) {
+        wrk_evq_free_event(full);
+        full = NULL;
+    }
     wrk_evq_free_event(h->full);
-    h->full = wrk_evq_dup(ev); /* NULL when out of memory: a summary then */
+    h->full = full;
     return 0;
 }
 
@@ -152,7 +200,7 @@ static int same(const Chorus__RankSummary *a, const Chorus__RankSummary *b)
 /* Whether h goes as a full report: its first, or all of them (a detail interval, a flush). */
 static int goes_full(const held_t *h, int all)
 {
-    return h->full && (all || !h->sent_full);
+    return h->full && (all || !h->sent_full || names_hash(h->full) != h->names);
 }
 
 static int goes_summary(const held_t *h, int all)
@@ -187,7 +235,10 @@ static void settle(pgroup_t *g, int all)
         held_t *h = &g->v[i];
         if (!h->fresh)
             continue;
-        h->sent_full |= goes_full(h, all);
+        if (goes_full(h, all)) {
+            h->sent_full = 1;
+            h->names = names_hash(h->full);
+        }
         h->fresh = 0;
         wrk_evq_free_event(h->full);
         h->full = NULL;

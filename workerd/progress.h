@@ -8,10 +8,13 @@
  * owner's tick period (the agent ticks every 100 ms), and only the latest step of each rank
  * in an interval reaches the coordinator (a progress report supersedes the one before).
  *
- * A rank's first report of a generation, its reports every detail_every intervals (and at
- * the next interval after wrk_progress_want_detail), and what is held when the owner
- * flushes before a lifecycle event go in full instead (NodeProgress.detail: time
- * breakdown, metrics such as memory, gflops and busbw).
+ * A rank's reports of one interval are merged into one (its metrics by name, each with
+ * its latest value, as the coordinator keeps them). It goes in full instead of a summary
+ * (NodeProgress.detail: time breakdown, metrics such as memory, gflops and busbw) when it is
+ * the rank's first of a generation, when its metric names differ from those of the last
+ * full one sent (news, such as a diag rank's next group), every detail_every intervals
+ * (and at the next interval after wrk_progress_want_detail), and when the owner flushes
+ * before a lifecycle event.
  *
  * What is not held here is the owner's business: rank 0's reports (the job's loss, every
  * step), failures, exits, hangs and checkpoints go at once. Before such an event of a job

@@ -179,3 +179,58 @@ Test(progress, flush_sends_at_once_and_a_refused_tick_keeps_the_reports)
     sink_free(&s);
     wrk_progress_destroy(p);
 }
+
+/* One report of rank 1 carrying one metric. */
+static void report_metric(wrk_progress_t *p, uint64_t s, const char *name, double v)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Metric m = CHORUS__METRIC__INIT, *mp = &m;
+    m.name = (char *)name;
+    m.value = v;
+    ev.job_id = "j1";
+    ev.generation = 2;
+    ev.rank = 1;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = s;
+    ev.metrics = &mp;
+    ev.n_metrics = 1;
+    cr_assert_eq(wrk_progress_add(p, &ev), 0);
+}
+
+/* A diag rank reports each group's bandwidth in its own report: merged in the interval,
+ * and sent in full whenever its names are news. */
+Test(progress, an_intervals_metrics_are_merged_and_new_names_go_in_full)
+{
+    sink_t s = {0};
+    wrk_progress_t *p = NULL;
+    wrk_progress_cfg_t cfg = {.interval_ms = 100, .send = sink_send, .ud = &s};
+    cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
+    report_metric(p, 1, "busbw.world.allreduce", 1.0);
+    report_metric(p, 2, "busbw.tp.allreduce", 2.0);
+    report_metric(p, 3, "busbw.world.allreduce", 3.0);
+    wrk_progress_tick(p, 1000);
+    cr_assert_eq(s.n, 1);
+    const Chorus__NodeProgress *np = s.got[0]->node_progress;
+    cr_assert_eq(np->n_detail, 1);
+    cr_assert_eq(np->detail[0]->step, 3);
+    cr_assert_eq(np->detail[0]->n_metrics, 2, "both groups' figures");
+    for (size_t i = 0; i < 2; i++) {
+        const Chorus__Metric *m = np->detail[0]->metrics[i];
+        double want = strcmp(m->name, "busbw.tp.allreduce") == 0 ? 2.0 : 3.0; /* the latest */
+        cr_assert_float_eq(m->value, want, 1e-12, "%s", m->name);
+    }
+    sink_free(&s);
+    report_metric(p, 4, "busbw.world.allreduce", 4.0); /* names seen before... */
+    report_metric(p, 5, "busbw.tp.allreduce", 5.0);
+    wrk_progress_tick(p, 1100);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.got[0]->node_progress->n_detail, 0, "...a summary");
+    cr_assert_eq(s.got[0]->node_progress->n_differ, 1);
+    sink_free(&s);
+    report_metric(p, 6, "busbw.dp.allreduce", 6.0); /* news */
+    wrk_progress_tick(p, 1200);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.got[0]->node_progress->n_detail, 1);
+    sink_free(&s);
+    wrk_progress_destroy(p);
+}
