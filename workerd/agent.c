@@ -104,8 +104,9 @@ struct wrk_agent {
     size_t n_finished;
     kv_relay_t *relays;
     uint64_t next_request_id;
-    wrk_evq_t queue;          /* events while the coordinator link is down */
-    wrk_progress_t *progress; /* NULL: progress-ms 0, every report at once */
+    wrk_evq_t queue; /* events while the coordinator link is down */
+    /* the ranks' progress held for one NodeProgress (NULL: progress-ms 0) */
+    wrk_progress_t *progress;
     uint64_t rng;
     wrk_agent_stats_t stats; /* the counters; the gauges are filled in by wrk_agent_stats */
     int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */

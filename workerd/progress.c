@@ -9,19 +9,25 @@
 #include "common/log.h"
 #include "workerd/evqueue.h"
 
+/* A group nothing was reported to for this many intervals is let go (a generation ended). */
+#define GROUP_IDLE_MAX 60
+
 /* One rank's latest report of the interval. */
 typedef struct held {
     uint32_t rank;
-    int fresh; /* a report came since the last send */
+    int fresh;      /* a report came since the last send */
+    int sent_full;  /* a full report of it went (its first one always does) */
+    uint64_t names; /* hash of the metric names of the last full report sent */
     Chorus__RankSummary sum;
-    Chorus__RankEvent *full; /* owned copy, only for an interval that carries detail */
+    Chorus__RankEvent *full; /* owned copy of the latest report, freed once sent */
 } held_t;
 
-/* The held reports of one (job, generation); freed once sent. */
+/* The ranks of one (job, generation) this node reports for. */
 typedef struct pgroup {
     struct pgroup *next;
     char job_id[64];
     uint64_t gen, token, total;
+    uint32_t idle; /* intervals with nothing fresh */
     held_t *v;
     size_t n, cap;
 } pgroup_t;
@@ -66,7 +72,7 @@ void wrk_progress_destroy(wrk_progress_t *p)
     free(p);
 }
 
-/* The next interval carries full reports of job. */
+/* This interval carries full reports of job's ranks. */
 static int detail_due(const wrk_progress_t *p, const char *job)
 {
     if (p->want_all || (p->want_job[0] && strcmp(p->want_job, job) == 0))
@@ -115,6 +121,48 @@ static double metric(const Chorus__RankEvent *ev, const char *name)
     return 0;
 }
 
+/* The coordinator keeps a rank's metrics by name (a diag rank reports each group's in its
+ * own report): the interval's reports are one, each name with its latest value. Adds to dst
+ * (the newer copy) the metrics of old it lacks. */
+static int merge_metrics(Chorus__RankEvent *dst, const Chorus__RankEvent *old)
+{
+    for (size_t i = 0; i < old->n_metrics; i++) {
+        const char *name = old->metrics[i]->name;
+        size_t k = 0;
+        while (k < dst->n_metrics && strcmp(dst->metrics[k]->name, name) != 0)
+            k++;
+        if (k < dst->n_metrics)
+            continue;
+        Chorus__Metric **v = realloc(dst->metrics, (dst->n_metrics + 1) * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        dst->metrics = v;
+        Chorus__Metric *m = malloc(sizeof *m);
+        if (!m)
+            return -ENOMEM;
+        *m = *old->metrics[i];
+        if (!(m->name = strdup(name))) {
+            free(m);
+            return -ENOMEM;
+        }
+        v[dst->n_metrics++] = m;
+    }
+    return 0;
+}
+
+/* Order-free hash of ev's metric names (FNV-1a of each, summed). */
+static uint64_t names_hash(const Chorus__RankEvent *ev)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < ev->n_metrics; i++) {
+        uint64_t h = 1469598103934665603ull;
+        for (const char *c = ev->metrics[i]->name; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        sum += h;
+    }
+    return sum;
+}
+
 int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
 {
     pgroup_t *g = group_get(p, ev);
@@ -126,14 +174,20 @@ int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
     if (ev->total_steps)
         g->total = ev->total_steps;
     h->fresh = 1;
+    g->idle = 0;
     chorus__rank_summary__init(&h->sum);
     h->sum.rank = ev->rank;
     h->sum.step = ev->step;
     h->sum.step_ms = metric(ev, "step_ms");
     h->sum.step_s = ev->step_s;
     h->sum.t_compute = ev->t_compute;
+    Chorus__RankEvent *full = wrk_evq_dup(ev); /* NULL when out of memory: a summary then */
+    if (full && h->full && merge_metrics(full, h->full) < 0) {
+        wrk_evq_free_event(full);
+        full = NULL;
+    }
     wrk_evq_free_event(h->full);
-    h->full = detail_due(p, ev->job_id) ? wrk_evq_dup(ev) : NULL;
+    h->full = full;
     return 0;
 }
 
@@ -143,18 +197,29 @@ static int same(const Chorus__RankSummary *a, const Chorus__RankSummary *b)
            a->t_compute == b->t_compute;
 }
 
-/* The largest set of fresh summary-only ranks with equal figures: its first member, or -1
- * when no two agree. O(n^2) over a node's slots. */
-static long largest_equal(const pgroup_t *g, size_t *count)
+/* Whether h goes as a full report: its first, or all of them (a detail interval, a flush). */
+static int goes_full(const held_t *h, int all)
+{
+    return h->full && (all || !h->sent_full || names_hash(h->full) != h->names);
+}
+
+static int goes_summary(const held_t *h, int all)
+{
+    return h->fresh && !goes_full(h, all);
+}
+
+/* The largest set of fresh summary ranks with equal figures: its first member, or -1 when
+ * no two agree. O(n^2) over a node's slots. */
+static long largest_equal(const pgroup_t *g, int all, size_t *count)
 {
     long best = -1;
     *count = 0;
     for (size_t i = 0; i < g->n; i++) {
-        if (!g->v[i].fresh || g->v[i].full)
+        if (!goes_summary(&g->v[i], all))
             continue;
         size_t k = 0;
         for (size_t j = 0; j < g->n; j++)
-            k += g->v[j].fresh && !g->v[j].full && same(&g->v[i].sum, &g->v[j].sum);
+            k += goes_summary(&g->v[j], all) && same(&g->v[i].sum, &g->v[j].sum);
         if (k >= 2 && k > *count) {
             *count = k;
             best = (long)i;
@@ -163,8 +228,26 @@ static long largest_equal(const pgroup_t *g, size_t *count)
     return best;
 }
 
-/* One NodeProgress for g; 0 when sent or nothing was held. */
-static int send_group(wrk_progress_t *p, pgroup_t *g)
+/* What was sent (or is dropped) no longer fresh. */
+static void settle(pgroup_t *g, int all)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        held_t *h = &g->v[i];
+        if (!h->fresh)
+            continue;
+        if (goes_full(h, all)) {
+            h->sent_full = 1;
+            h->names = names_hash(h->full);
+        }
+        h->fresh = 0;
+        wrk_evq_free_event(h->full);
+        h->full = NULL;
+    }
+}
+
+/* One NodeProgress for g's fresh ranks (all: every one in full); 0 when sent or nothing
+ * was fresh. */
+static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
 {
     Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
     Chorus__RankSummary common = CHORUS__RANK_SUMMARY__INIT;
@@ -176,12 +259,12 @@ static int send_group(wrk_progress_t *p, pgroup_t *g)
     if (!ranks || !differ || !detail)
         goto out;
     size_t n_eq;
-    long eq = largest_equal(g, &n_eq);
+    long eq = largest_equal(g, all, &n_eq);
     for (size_t i = 0; i < g->n; i++) {
         held_t *h = &g->v[i];
         if (!h->fresh)
             continue;
-        if (h->full)
+        if (goes_full(h, all))
             detail[np.n_detail++] = h->full;
         else if (eq >= 0 && same(&h->sum, &g->v[eq].sum))
             ranks[np.n_ranks++] = h->rank;
@@ -209,6 +292,7 @@ static int send_group(wrk_progress_t *p, pgroup_t *g)
     if (rc == 0) {
         p->st.messages++;
         p->st.details += np.n_detail;
+        settle(g, all);
     }
 out:
     free(ranks);
@@ -217,41 +301,46 @@ out:
     return rc;
 }
 
-/* Send g (or lose it when drop_on_fail): unlinks and frees it unless it is kept. */
-static int flush_one(wrk_progress_t *p, pgroup_t **pp, int drop_on_fail)
-{
-    pgroup_t *g = *pp;
-    int rc = send_group(p, g);
-    if (rc < 0 && !drop_on_fail)
-        return rc;
-    *pp = g->next;
-    group_free(g);
-    return rc;
-}
-
+/* Before a lifecycle event of the job (a rank done, failed, exited, a checkpoint): what is
+ * held goes now and in full, so a rank's last figures (a diag rank's gflops) precede its
+ * end. */
 void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen)
 {
-    for (pgroup_t **pp = &p->groups; *pp;) {
-        if ((*pp)->gen == gen && strcmp((*pp)->job_id, job) == 0) {
-            if (flush_one(p, pp, 1) < 0)
-                CH_LOGD("progress", "job=%s gen=%llu held progress dropped (not sent)", job,
-                        (unsigned long long)gen);
-            return;
+    for (pgroup_t *g = p->groups; g; g = g->next) {
+        if (g->gen != gen || strcmp(g->job_id, job) != 0)
+            continue;
+        if (send_group(p, g, 1) < 0) {
+            CH_LOGD("progress", "job=%s gen=%llu held progress dropped (not sent)", job,
+                    (unsigned long long)gen);
+            settle(g, 0);
         }
-        pp = &(*pp)->next;
+        return;
     }
+}
+
+static int has_fresh(const pgroup_t *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->v[i].fresh)
+            return 1;
+    return 0;
 }
 
 void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms)
 {
-    if (!p->groups || now_ms - p->last_send_ms < p->cfg.interval_ms)
+    if (!p->groups || now_ms + p->cfg.slack_ms - p->last_send_ms < p->cfg.interval_ms)
         return;
     int failed = 0;
     for (pgroup_t **pp = &p->groups; *pp;) {
-        if (flush_one(p, pp, 0) < 0) {
-            failed = 1; /* kept: tried again at the next tick */
-            pp = &(*pp)->next;
+        pgroup_t *g = *pp;
+        if (!has_fresh(g) && ++g->idle > GROUP_IDLE_MAX) {
+            *pp = g->next;
+            group_free(g);
+            continue;
         }
+        if (send_group(p, g, detail_due(p, g->job_id)) < 0)
+            failed = 1; /* kept: tried again at the next tick */
+        pp = &g->next;
     }
     if (failed)
         return;

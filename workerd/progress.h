@@ -8,10 +8,13 @@
  * owner's tick period (the agent ticks every 100 ms), and only the latest step of each rank
  * in an interval reaches the coordinator (a progress report supersedes the one before).
  *
- * Every detail_every intervals (and at the next interval after wrk_progress_want_detail)
- * each rank's latest full report (time breakdown, metrics such as memory and busbw) goes
- * instead, in NodeProgress.detail. To keep the copy cheap it is taken only for the
- * interval that will carry it.
+ * A rank's reports of one interval are merged into one (its metrics by name, each with
+ * its latest value, as the coordinator keeps them). It goes in full instead of a summary
+ * (NodeProgress.detail: time breakdown, metrics such as memory, gflops and busbw) when it is
+ * the rank's first of a generation, when its metric names differ from those of the last
+ * full one sent (news, such as a diag rank's next group), every detail_every intervals
+ * (and at the next interval after wrk_progress_want_detail), and when the owner flushes
+ * before a lifecycle event.
  *
  * What is not held here is the owner's business: rank 0's reports (the job's loss, every
  * step), failures, exits, hangs and checkpoints go at once. Before such an event of a job
@@ -33,6 +36,8 @@ typedef int (*wrk_progress_send_fn)(void *ud, Chorus__Envelope *env);
 typedef struct wrk_progress_cfg {
     uint32_t interval_ms;  /* workerd.conf progress-ms */
     uint32_t detail_every; /* workerd.conf progress-detail-every; 0: only when asked */
+    uint32_t slack_ms;     /* a tick this close to the interval's end sends already (for an
+                            * owner whose ticks are as long as the interval) */
     wrk_progress_send_fn send;
     void *ud;
 } wrk_progress_cfg_t;
@@ -43,13 +48,13 @@ void wrk_progress_destroy(wrk_progress_t *p);
 /* Take one RANK_PROGRESS report (borrowed: what is needed is copied). job_id, generation,
  * rank and launch_token must already be the rank's own. */
 int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev);
-/* Send what is held for (job, gen) now; on failure it is dropped (the lifecycle event the
- * caller sends next supersedes it). */
+/* Send what is held for (job, gen) now, in full; on failure it is dropped (the lifecycle
+ * event the caller sends next supersedes it). */
 void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen);
 /* Periodic: once interval_ms has passed since the last send, send what is held. */
 void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms);
-/* Full reports of job's ranks at the next interval: those reported after this call
- * (ProgressDetail; NULL or "": every job). */
+/* Full reports of job's ranks at the next interval (ProgressDetail; NULL or "": every
+ * job). */
 void wrk_progress_want_detail(wrk_progress_t *p, const char *job);
 
 /* Counters, for tests and the simulator. */

@@ -267,10 +267,15 @@ int main(int argc, char **argv)
         sc_sim_stats(&c, &s1) < 0)
         goto fail;
     double dt = sc_now() - w0;
+    /* What the messages stand for: the ranks' steps (a loaded simulator steps slower than
+     * --step-ms, and then reports less than its ranks would) */
+    double steps_s = (double)(s1.max_step - s0.max_step) / dt;
     printf("scale: steady state %.1f s: %.0f messages/s to the coordinator (rank events and node "
-           "progress; plus %.0f heartbeats/s), steps %llu..%llu\n",
-           dt, (double)(s1.events - s0.events) / dt, total * 1000.0 / (double)o.hb_ms, s1.min_step,
-           s1.max_step);
+           "progress; plus %.0f heartbeats/s) for %.0f rank steps/s (ranks at %.2f steps/s, "
+           "steps %llu..%llu); coordinator %.1f us of CPU per rank step\n",
+           dt, (double)(s1.events - s0.events) / dt, total * 1000.0 / (double)o.hb_ms,
+           steps_s * world, steps_s, s1.min_step, s1.max_step,
+           steps_s > 0 ? (cpu1 - cpu0) / dt / (steps_s * world) * 1e6 : 0.0);
     result("coord_cpu", (cpu1 - cpu0) / dt, "core", "goal", 0.05);
     result("coord_rss", rss / 1e6, "MB", "goal", 200.0);
     result("sim_cpu", (sim1 - sim0) / dt, "core", "limit(one loop)", 1.0);

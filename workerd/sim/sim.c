@@ -431,10 +431,8 @@ static void on_step(uv_timer_t *t)
             }
         }
     }
-    /* Ticked by the step timer: a quarter step of slack, so a timer firing a millisecond
-     * early does not push an interval equal to the step to the next step. */
     if (n->progress)
-        wrk_progress_tick(n->progress, ch_now_ms() + n->s->cfg.step_ms / 4);
+        wrk_progress_tick(n->progress, ch_now_ms());
 }
 
 // ----------------------------------------------------------------------------
@@ -664,7 +662,11 @@ int wrk_sim_create(uv_loop_t *loop, const wrk_sim_cfg_t *cfg, wrk_sim_t **out)
         wrk_progress_cfg_t pc = {.interval_ms = cfg->progress_ms,
                                  .detail_every = cfg->progress_detail_every,
                                  .send = send_progress,
-                                 .ud = n};
+                                 .ud = n,
+                                 /* ticked by the step timer: a timer firing a millisecond
+                                  * early must not push an interval equal to the step to
+                                  * the next step */
+                                 .slack_ms = s->cfg.step_ms / 4};
         if (cfg->progress_ms && wrk_progress_create(&pc, &n->progress) < 0)
             CH_LOGW("sim", "node=%s: out of memory: it reports per rank", n->name);
     }
