@@ -1,13 +1,13 @@
 /* The HTTP address: limits, parsing and routing; see http.h. */
 #include "http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -15,73 +15,6 @@
 #include "metrics.h"
 #include "jobjson.h"
 #include "statuspage.h"
-
-// ---------------------------------------------------------------------------------------
-// text buffer
-
-void coord_buf_printf(coord_buf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    for (int tries = 0; tries < 2 && !b->err; tries++) {
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->err = -EINVAL;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->err = -ENOMEM;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-void coord_buf_puts(coord_buf_t *b, const char *s)
-{
-    coord_buf_printf(b, "%s", s);
-}
-
-void coord_buf_html(coord_buf_t *b, const char *s)
-{
-    for (const char *run = s; *s; run = s) {
-        while (*s && !strchr("&<>\"'", *s))
-            s++;
-        coord_buf_printf(b, "%.*s", (int)(s - run), run);
-        if (!*s)
-            break;
-        switch (*s++) {
-        case '&':
-            coord_buf_puts(b, "&amp;");
-            break;
-        case '<':
-            coord_buf_puts(b, "&lt;");
-            break;
-        case '>':
-            coord_buf_puts(b, "&gt;");
-            break;
-        case '"':
-            coord_buf_puts(b, "&quot;");
-            break;
-        default:
-            coord_buf_puts(b, "&#39;");
-        }
-    }
-}
-
-void coord_buf_fini(coord_buf_t *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 // ---------------------------------------------------------------------------------------
 // connections
@@ -159,14 +92,14 @@ static void on_written(uv_write_t *req, int status)
 typedef struct answer {
     const char *status; /* "200 OK" */
     const char *type;
-    coord_buf_t body;
+    ch_buf_t body;
 } answer_t;
 
 static void plain(answer_t *a, const char *status, const char *text)
 {
     a->status = status;
     a->type = "text/plain; charset=utf-8";
-    coord_buf_puts(&a->body, text);
+    ch_buf_puts(&a->body, text);
 }
 
 /* 1 when the head announces a body (we take none). */
@@ -217,7 +150,7 @@ static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
         if (rc == 0) {
             a->status = "200 OK";
             a->type = "text/plain; version=0.0.4; charset=utf-8";
-            coord_buf_printf(&a->body, "%.*s", (int)len, text);
+            ch_buf_append(&a->body, text, len);
         }
         free(text);
     } else if (strcmp(target, "/healthz") == 0) {
@@ -241,10 +174,10 @@ static void route(coord_t *c, const char *head, int *head_only, answer_t *a)
         rc = CH_E_NOTFOUND;
     }
     if (rc == CH_E_NOTFOUND) {
-        coord_buf_fini(&a->body);
+        ch_buf_fini(&a->body);
         plain(a, "404 Not Found", "not found: try /, /metrics or /healthz\n");
     } else if (rc < 0 || a->body.err) {
-        coord_buf_fini(&a->body);
+        ch_buf_fini(&a->body);
         plain(a, "500 Internal Server Error", "could not render the page\n");
     }
 }
@@ -261,18 +194,18 @@ static void answer(conn_t *x, int too_big)
     x->c->http.served++;
     if (strncmp(a.status, "4", 1) == 0)
         CH_LOGD("http", "%s for %.60s", a.status, too_big ? "(oversized head)" : x->req);
-    coord_buf_t out = {0};
-    coord_buf_printf(&out,
-                     "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
-                     "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
-                     "Referrer-Policy: no-referrer\r\nConnection: close\r\n\r\n",
-                     a.status, a.type, a.body.len);
+    ch_buf_t out = {0};
+    ch_buf_printf(&out,
+                  "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                  "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                  "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
+                  "Referrer-Policy: no-referrer\r\nConnection: close\r\n\r\n",
+                  a.status, a.type, a.body.len);
     if (!head_only && a.body.len)
-        coord_buf_printf(&out, "%.*s", (int)a.body.len, a.body.p);
-    coord_buf_fini(&a.body);
+        ch_buf_append(&out, a.body.p, a.body.len);
+    ch_buf_fini(&a.body);
     if (out.err) {
-        coord_buf_fini(&out);
+        ch_buf_fini(&out);
         conn_close(x);
         return;
     }

@@ -41,18 +41,4 @@ typedef struct coord_http {
 int coord_http_start(coord_t *c);
 void coord_http_stop(coord_t *c);
 
-/* ---- a growing text buffer for the renderers (metrics.c, statuspage.c) ----
- * Errors are sticky in err. */
-typedef struct coord_buf {
-    char *p;
-    size_t len, cap;
-    int err;
-} coord_buf_t;
-
-void coord_buf_printf(coord_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void coord_buf_puts(coord_buf_t *b, const char *s);
-/* s with & < > " ' as entities: safe in HTML text and quoted attributes. */
-void coord_buf_html(coord_buf_t *b, const char *s);
-void coord_buf_fini(coord_buf_t *b);
-
 #endif

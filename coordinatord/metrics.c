@@ -118,7 +118,7 @@ static double gauge_value(const coord_job_t *j, gauge_kind_t kind)
 }
 
 /* The process_* family every Prometheus client library exports, from /proc/self. */
-static void process_metrics(coord_buf_t *b)
+static void process_metrics(ch_buf_t *b)
 {
     unsigned long long utime = 0, stime = 0, start = 0, rss_pages = 0;
     long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
@@ -150,84 +150,82 @@ static void process_metrics(coord_buf_t *b)
     if (d)
         closedir(d);
     if (tick > 0) {
-        coord_buf_printf(b,
-                         "# HELP process_cpu_seconds_total User and system CPU time.\n"
-                         "# TYPE process_cpu_seconds_total counter\n"
-                         "process_cpu_seconds_total %.2f\n"
-                         "# HELP process_resident_memory_bytes Resident memory.\n"
-                         "# TYPE process_resident_memory_bytes gauge\n"
-                         "process_resident_memory_bytes %llu\n",
-                         (double)(utime + stime) / (double)tick,
-                         rss_pages * (unsigned long long)page);
+        ch_buf_printf(b,
+                      "# HELP process_cpu_seconds_total User and system CPU time.\n"
+                      "# TYPE process_cpu_seconds_total counter\n"
+                      "process_cpu_seconds_total %.2f\n"
+                      "# HELP process_resident_memory_bytes Resident memory.\n"
+                      "# TYPE process_resident_memory_bytes gauge\n"
+                      "process_resident_memory_bytes %llu\n",
+                      (double)(utime + stime) / (double)tick, rss_pages * (unsigned long long)page);
         if (isfinite(boot))
-            coord_buf_printf(b,
-                             "# HELP process_start_time_seconds Start time since the epoch.\n"
-                             "# TYPE process_start_time_seconds gauge\n"
-                             "process_start_time_seconds %.2f\n",
-                             boot + (double)start / (double)tick);
+            ch_buf_printf(b,
+                          "# HELP process_start_time_seconds Start time since the epoch.\n"
+                          "# TYPE process_start_time_seconds gauge\n"
+                          "process_start_time_seconds %.2f\n",
+                          boot + (double)start / (double)tick);
     }
-    coord_buf_printf(b,
-                     "# HELP process_open_fds Open file descriptors.\n"
-                     "# TYPE process_open_fds gauge\nprocess_open_fds %d\n",
-                     fds - 1 /* the directory's own */);
+    ch_buf_printf(b,
+                  "# HELP process_open_fds Open file descriptors.\n"
+                  "# TYPE process_open_fds gauge\nprocess_open_fds %d\n",
+                  fds - 1 /* the directory's own */);
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        coord_buf_printf(b,
-                         "# HELP process_max_fds Descriptor limit.\n"
-                         "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
-                         (unsigned long long)rl.rlim_cur);
+        ch_buf_printf(b,
+                      "# HELP process_max_fds Descriptor limit.\n"
+                      "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+                      (unsigned long long)rl.rlim_cur);
 }
 
 int coord_metrics_render(coord_t *c, char **out, size_t *len)
 {
-    coord_buf_t b = {0};
+    ch_buf_t b = {0};
     size_t nodes[COORD_NODE_NSTATES], jobs[COORD_JOB_NSTATES];
     char l1[160], l2[160];
 
     *out = NULL;
     coord_nodes_count(c, nodes);
     coord_jobs_count(c, jobs);
-    coord_buf_printf(&b,
-                     "# HELP chorus_build_info The coordinator's version (value 1).\n"
-                     "# TYPE chorus_build_info gauge\nchorus_build_info{version=\"%s\"} 1\n",
-                     CHORUS_VERSION);
+    ch_buf_printf(&b,
+                  "# HELP chorus_build_info The coordinator's version (value 1).\n"
+                  "# TYPE chorus_build_info gauge\nchorus_build_info{version=\"%s\"} 1\n",
+                  CHORUS_VERSION);
     process_metrics(&b);
-    coord_buf_puts(&b, "# HELP chorus_nodes Nodes by state.\n# TYPE chorus_nodes gauge\n");
+    ch_buf_puts(&b, "# HELP chorus_nodes Nodes by state.\n# TYPE chorus_nodes gauge\n");
     for (int s = 0; s < COORD_NODE_NSTATES; s++)
-        coord_buf_printf(&b, "chorus_nodes{state=\"%s\"} %zu\n", coord_node_state_name(s),
-                         nodes[s]);
-    coord_buf_puts(&b, "# HELP chorus_jobs Jobs by state.\n# TYPE chorus_jobs gauge\n");
+        ch_buf_printf(&b, "chorus_nodes{state=\"%s\"} %zu\n", coord_node_state_name(s), nodes[s]);
+    ch_buf_puts(&b, "# HELP chorus_jobs Jobs by state.\n# TYPE chorus_jobs gauge\n");
     for (int s = 0; s < COORD_JOB_NSTATES; s++)
-        coord_buf_printf(&b, "chorus_jobs{state=\"%s\"} %zu\n", coord_job_state_name(s), jobs[s]);
-    coord_buf_printf(&b,
-                     "# HELP chorus_heartbeats_total Heartbeats received from workers.\n"
-                     "# TYPE chorus_heartbeats_total counter\nchorus_heartbeats_total %llu\n",
-                     (unsigned long long)c->heartbeats_total);
-    coord_buf_printf(&b,
-                     "# HELP chorus_recoveries_total Job recoveries started.\n"
-                     "# TYPE chorus_recoveries_total counter\nchorus_recoveries_total %llu\n",
-                     (unsigned long long)c->recoveries_total);
-    coord_buf_puts(&b, "# HELP chorus_restarts_total Job restarts by the cause of the failure.\n"
-                       "# TYPE chorus_restarts_total counter\n");
+        ch_buf_printf(&b, "chorus_jobs{state=\"%s\"} %zu\n", coord_job_state_name(s), jobs[s]);
+    ch_buf_printf(&b,
+                  "# HELP chorus_heartbeats_total Heartbeats received from workers.\n"
+                  "# TYPE chorus_heartbeats_total counter\nchorus_heartbeats_total %llu\n",
+                  (unsigned long long)c->heartbeats_total);
+    ch_buf_printf(&b,
+                  "# HELP chorus_recoveries_total Job recoveries started.\n"
+                  "# TYPE chorus_recoveries_total counter\nchorus_recoveries_total %llu\n",
+                  (unsigned long long)c->recoveries_total);
+    ch_buf_puts(&b, "# HELP chorus_restarts_total Job restarts by the cause of the failure.\n"
+                    "# TYPE chorus_restarts_total counter\n");
     for (int k = 0; k < COORD_CAUSE_NCAUSES; k++)
-        coord_buf_printf(&b, "chorus_restarts_total{cause=\"%s\"} %llu\n", coord_cause_name(k),
-                         (unsigned long long)c->restarts_by_cause[k]);
-    coord_buf_printf(&b,
-                     "# HELP chorus_time_to_recover_seconds The last restart: failure to the first "
-                     "completed step after it.\n# TYPE chorus_time_to_recover_seconds gauge\n"
-                     "chorus_time_to_recover_seconds %.3f\n",
-                     c->recover_s_last);
-    coord_buf_printf(&b,
-                     "# HELP chorus_kv_keys Rendezvous keys held.\n# TYPE chorus_kv_keys gauge\n"
-                     "chorus_kv_keys %zu\n",
-                     coord_kv_keys(c->kv));
-    coord_buf_printf(&b,
-                     "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
-                     "limit.\n# TYPE chorus_http_limited_total counter\n"
-                     "chorus_http_limited_total %llu\n",
-                     (unsigned long long)c->http.limited);
+        ch_buf_printf(&b, "chorus_restarts_total{cause=\"%s\"} %llu\n", coord_cause_name(k),
+                      (unsigned long long)c->restarts_by_cause[k]);
+    ch_buf_printf(&b,
+                  "# HELP chorus_time_to_recover_seconds The last restart: failure to the first "
+                  "completed step after it.\n# TYPE chorus_time_to_recover_seconds gauge\n"
+                  "chorus_time_to_recover_seconds %.3f\n",
+                  c->recover_s_last);
+    ch_buf_printf(&b,
+                  "# HELP chorus_kv_keys Rendezvous keys held.\n# TYPE chorus_kv_keys gauge\n"
+                  "chorus_kv_keys %zu\n",
+                  coord_kv_keys(c->kv));
+    ch_buf_printf(&b,
+                  "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
+                  "limit.\n# TYPE chorus_http_limited_total counter\n"
+                  "chorus_http_limited_total %llu\n",
+                  (unsigned long long)c->http.limited);
     for (size_t g = 0; g < sizeof(JOB_GAUGES) / sizeof(JOB_GAUGES[0]); g++) {
-        coord_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name,
-                         JOB_GAUGES[g].help, JOB_GAUGES[g].name);
+        ch_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name, JOB_GAUGES[g].help,
+                      JOB_GAUGES[g].name);
         for (size_t i = 0; i < c->jobs.n; i++) {
             const coord_job_t *j = c->jobs.v[i];
             if (!j->started_ms)
@@ -236,16 +234,9 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
             if (!isfinite(v))
                 continue; /* not reported: no sample rather than a made-up one */
             /* job_id, not job: Prometheus keeps `job` for the scrape job's name. */
-            coord_buf_printf(&b, "%s{job_id=\"%s\",name=\"%s\"} %.17g\n", JOB_GAUGES[g].name,
-                             label(j->id, l1, sizeof(l1)), label(j->name, l2, sizeof(l2)), v);
+            ch_buf_printf(&b, "%s{job_id=\"%s\",name=\"%s\"} %.17g\n", JOB_GAUGES[g].name,
+                          label(j->id, l1, sizeof(l1)), label(j->name, l2, sizeof(l2)), v);
         }
     }
-    if (b.err) {
-        int rc = b.err;
-        coord_buf_fini(&b);
-        return rc;
-    }
-    *out = b.p;
-    *len = b.len;
-    return 0;
+    return ch_buf_finish(&b, out, len);
 }
