@@ -153,9 +153,8 @@ static int spawn_daemon(char *const argv[], const char *log_path, const char *pi
         _exit(127);
     }
     close(pfd[1]);
-    ssize_t n;
-    while ((n = read(pfd[0], &err, sizeof err)) < 0 && errno == EINTR) {
-    }
+    size_t n = 0;
+    (void)ch_read_full(pfd[0], &err, sizeof err, &n); /* nothing to read: exec succeeded */
     close(pfd[0]);
     if (n > 0) {
         waitpid(pid, NULL, 0);

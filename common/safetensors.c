@@ -149,16 +149,13 @@ int ch_hash64_file(const char *path, uint64_t *out, uint64_t *bytes)
         goto out;
     }
     for (;;) {
-        ssize_t r = read(fd, buf, cap);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
+        size_t got = 0;
+        rc = ch_read_full(fd, buf, cap, &got);
+        if (rc < 0)
             goto out;
-        }
-        if (r == 0)
-            break;
-        ch_hash64_update(&h, buf, (size_t)r);
+        ch_hash64_update(&h, buf, got);
+        if (got < cap)
+            break; /* end of file */
     }
     *out = ch_hash64_final(&h);
     if (bytes)
