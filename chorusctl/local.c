@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/device.h"
 #include "common/err.h"
 #include "common/msg.h"
 #include "common/util.h"
@@ -42,7 +43,7 @@ typedef struct local {
     char dir[PATH_MAX];
     long nodes, slots, heartbeat_ms, dead_after_ms;
     const char *metrics; /* coordinatord --metrics: the status page and /metrics */
-    const char *device;  /* workerd --device: cpu, or cuda (each slot one GPU) */
+    ch_device_t device;  /* workerd --device: cpu, or cuda (each slot one GPU) */
 } local_t;
 
 static void pause_ms(unsigned ms)
@@ -434,9 +435,11 @@ static int start_worker(const local_t *L, const char *exe, const char *addr, lon
     if (pathf(run, "%s/%s", L->dir, name) < 0 || pathf(key, "%s/cluster.key", L->dir) < 0 ||
         pathf(log, "%s/%s.log", L->dir, name) < 0 || pathf(pidf, "%s/%s.pid", L->dir, name) < 0)
         return -ENAMETOOLONG;
-    char *argv[] = {(char *)exe, "--coordinator", (char *)addr,      "--name",    name, "--slots",
-                    slots,       "--threads",     threads,           "--run-dir", run,  "--key",
-                    key,         "--device",      (char *)L->device, NULL};
+    char *argv[] = {
+        (char *)exe, "--coordinator", (char *)addr, "--name",   name,
+        "--slots",   slots,           "--threads",  threads,    "--run-dir",
+        run,         "--key",         key,          "--device", (char *)ch_device_name(L->device),
+        NULL};
     return spawn_daemon(argv, log, pidf, pid);
 }
 
@@ -587,7 +590,7 @@ const ctl_opt_t ctl_opts_local[] = {
 
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
 {
-    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0", .device = "cpu"};
+    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0"};
     const char *dir = NULL;
     int up;
 
@@ -612,11 +615,9 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
             num = &L.dead_after_ms;
         } else if (c == OPT_METRICS) {
             L.metrics = v;
-        } else if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+        } else if (ch_device_parse(v, &L.device) < 0) {
             ctl_errf("local: --device: expected cpu or cuda, got '%s'", v);
             goto usage;
-        } else {
-            L.device = v;
         }
         if (num && ctl_parse_long(v, 1, max, num) < 0) {
             ctl_errf("local: '%s' is not a number in [1, %ld]", v, max);

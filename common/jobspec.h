@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/device.h"
 #include "common/layout.h"
 
 typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
@@ -23,8 +24,6 @@ typedef enum {
 } ch_recompute_t;
 /* "none", "full", "selective" */
 const char *ch_recompute_name(ch_recompute_t r);
-/* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
-typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
  * tf32: TF32 tensor cores on a GPU (train.device = cuda only). */
 typedef enum { CH_PRECISION_FP32 = 0, CH_PRECISION_TF32 = 1 } ch_precision_t;
@@ -134,7 +133,6 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
     return l;
 }
 const char *ch_job_kind_name(ch_job_kind_t k);
-const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
 const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
 const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" */
 const char *ch_straggler_name(ch_straggler_t p); /* "report" | "replace" */

@@ -118,7 +118,7 @@ static void nodes_table(coord_t *c, ch_buf_t *b)
                       n->slots);
         ch_buf_html(b, n->rack[0] ? n->rack : "-");
         ch_buf_puts(b, "<td>");
-        ch_buf_html(b, n->device[0] ? n->device : "-");
+        ch_buf_html(b, ch_device_name(n->device));
         if (n->last_hb_ms && n->last_hb_ms <= now) {
             ch_buf_printf(b, "<td class=\"num\">%.1f s ago</tr>\n",
                           (double)(now - n->last_hb_ms) / 1e3);

@@ -326,10 +326,11 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
         snprintf(err, errlen, "bad or missing CHORUS_JOB/GENERATION/RESUME_STEP/RUN_DIR");
         return CH_E_CONFIG;
     }
-    if (env_str("CHORUS_DEVICE", r->device, sizeof r->device) < 0)
-        strcpy(r->device, "cpu");
-    if (strcmp(r->device, "cpu") != 0 && strcmp(r->device, "cuda") != 0) {
-        snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", r->device);
+    char device[16];
+    r->device = CH_DEVICE_CPU;
+    if (env_str("CHORUS_DEVICE", device, sizeof device) == 0 &&
+        ch_device_parse(device, &r->device) < 0) {
+        snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", device);
         return CH_E_CONFIG;
     }
     return 0;
@@ -338,7 +339,7 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
 int wrk_rank_on_gpu(const wrk_rank_t *r)
 {
     return r->spec.train.device == CH_DEVICE_CUDA ||
-           (r->spec.kind == CH_JOB_DIAG && strcmp(r->device, "cuda") == 0);
+           (r->spec.kind == CH_JOB_DIAG && r->device == CH_DEVICE_CUDA);
 }
 
 int wrk_rank_gpu_shared(const wrk_rank_t *r)

@@ -463,7 +463,7 @@ static void send_register(sim_node_t *n)
     reg.name = n->name;
     reg.slots = n->s->cfg.slots;
     reg.rack = n->rack;
-    reg.device = "cpu";
+    reg.device = (char *)ch_device_name(CH_DEVICE_CPU);
     reg.n_running = i;
     reg.running = pr;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
