@@ -430,6 +430,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
+    m->head = m->tp > 1                                             ? ENG_HEAD_VOCAB_PARALLEL
+              : m->be->lmhead_fwdbwd != NULL && m->be->axpy != NULL ? ENG_HEAD_FUSED
+                                                                    : ENG_HEAD_WHOLE;
     m->external = opts != NULL && opts->external_blocks;
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
     m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
@@ -466,7 +469,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         m->logits_cap = m->logits_budget_rows;
         CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->logits), rc,
                       fail);
-        if (m->tp > 1) {
+        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
             CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, 3 * m->logits_cap, &m->tp_rows), rc,
                           fail);
             CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->tp_dlog), rc,
