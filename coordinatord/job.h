@@ -105,8 +105,7 @@ typedef struct coord_restart {
 /* A training rank's place in the layout (DESIGN §5), as it reported at start
  * (RankEvent.placed); status derives it from the layout when reported is 0. */
 typedef struct coord_rank_place {
-    uint32_t tp, pp, dp, first_block, blocks, shards;
-    uint64_t owned_params;
+    ch_place_t at;
     int reported;
 } coord_rank_place_t;
 

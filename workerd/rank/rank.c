@@ -126,19 +126,9 @@ void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev)
     ch_layout_t l = ch_jobspec_layout(s);
     if (s->kind != CH_JOB_TRAIN || ch_layout_world(l) != r->world_size)
         return;
-    ch_coord_t c = ch_layout_coord(l, r->rank);
-    ev->placed = 1;
-    ev->coord_tp = c.tp;
-    ev->coord_pp = c.pp;
-    ev->coord_dp = c.dp;
-    ev->shards = l.dp;
-    ch_model_cfg_t m = ch_plan_model_of(s);
-    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, ch_plan_head_blocks(&m), &ev->first_block,
-                           &ev->blocks);
-    ch_plan_t p;
-    if (ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
-                      s->parallel.reshard, c.pp, &p) == 0)
-        ev->owned_params = (uint64_t)p.owned;
+    ch_place_t p;
+    if (ch_plan_place(s, r->rank, &p) == 0)
+        ch_msg_place_to_event(&p, ev);
 }
 
 /* RANK_STARTED, with the rank's place in the layout. */
