@@ -132,6 +132,12 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
     ch_layout_t l = {j->parallel.tp, j->parallel.pp, j->parallel.dp};
     return l;
 }
+static inline ch_layout_split_t ch_jobspec_split(const ch_jobspec_t *j)
+{
+    ch_layout_split_t l = {j->parallel.tp, j->parallel.pp, j->parallel.dp, j->parallel.microbatches,
+                           j->parallel.micro_batch_size};
+    return l;
+}
 const char *ch_job_kind_name(ch_job_kind_t k);
 const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" */
 const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" */

@@ -10,6 +10,12 @@ typedef struct ch_layout {
     uint32_t tp, pp, dp;
 } ch_layout_t;
 
+/* A layout and its split of the global batch ([parallel] in a job file): what an elastic
+ * restart (fault.elastic) changes and what the planner proposes. */
+typedef struct ch_layout_split {
+    uint32_t tp, pp, dp, microbatches, micro_batch_size;
+} ch_layout_split_t;
+
 typedef struct ch_coord {
     uint32_t tp, dp, pp;
 } ch_coord_t;

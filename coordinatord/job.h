@@ -76,12 +76,6 @@ typedef enum {
     COORD_CAUSE_NCAUSES,
 } coord_cause_t;
 
-/* A layout and its split of the global batch: what an elastic restart (fault.elastic)
- * changes. dp 0: none. */
-typedef struct coord_layout {
-    uint32_t tp, pp, dp, microbatches, micro_batch_size;
-} coord_layout_t;
-
 typedef struct coord_restart {
     uint64_t time_ms; /* wall clock of the detection */
     coord_cause_t cause;
@@ -94,7 +88,7 @@ typedef struct coord_restart {
     double recover_s; /* -1: not yet */
     /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged); kept in
      * the store with the rest of the restart. */
-    coord_layout_t layout_from, layout_to;
+    ch_layout_split_t layout_from, layout_to; /* dp 0: none */
     /* In memory only: what the failure looked like, to tell a job failing the same way
      * every generation (recovery.c): "" when not comparable (a node lost, a kill -9), and
      * whether its generation failed before completing a step. */

@@ -19,7 +19,7 @@
 // ---------------------------------------------------------------------------------------
 // Replies
 
-static void restart_layout(Chorus__RestartLayout *out, const coord_layout_t *l)
+static void restart_layout(Chorus__RestartLayout *out, const ch_layout_split_t *l)
 {
     chorus__restart_layout__init(out);
     out->tp = l->tp;
