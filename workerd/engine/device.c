@@ -90,6 +90,11 @@ ch_device_t eng_device_kind(const eng_device_t *d)
     return d->kind;
 }
 
+int eng_device_gpu(const eng_device_t *d)
+{
+    return d->gpu;
+}
+
 eng_backend_t *eng_device_backend(const eng_device_t *d)
 {
     return d->be;

@@ -28,6 +28,8 @@ int eng_device_open(ch_device_t kind, const eng_device_opts_t *o, eng_device_t *
 /* After every user of its backend (trainer, collectives); NULL is a no-op. */
 void eng_device_close(eng_device_t *d);
 ch_device_t eng_device_kind(const eng_device_t *d);
+/* The GPU's ordinal; -1 on the CPU. */
+int eng_device_gpu(const eng_device_t *d);
 /* The backend to hand the trainer (eng_trainer_opts_t.backend): NULL on the CPU. Borrowed
  * until eng_device_close. */
 eng_backend_t *eng_device_backend(const eng_device_t *d);

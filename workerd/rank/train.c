@@ -239,7 +239,8 @@ static int groups_setup(wrk_rank_t *r, const eng_device_t *dev, wrk_coll_stage_t
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
     if (eng_device_coll_config(dev, wrk_rank_gpu_shared(r), &cfg, stage))
-        CH_LOGI("train", "rank %u: collectives host-staged (ranks share a GPU)", r->rank);
+        CH_LOGI("train", "rank %u: collectives host-staged (ranks share GPU %d)", r->rank,
+                eng_device_gpu(dev));
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
