@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/device.h"
 #include "common/err.h"
 #include "common/msg.h"
 #include "common/util.h"
@@ -42,7 +43,7 @@ typedef struct local {
     char dir[PATH_MAX];
     long nodes, slots, heartbeat_ms, dead_after_ms;
     const char *metrics; /* coordinatord --metrics: the status page and /metrics */
-    const char *device;  /* workerd --device: cpu, or cuda (each slot one GPU) */
+    ch_device_t device;  /* workerd --device: cpu, or cuda (each slot one GPU) */
 } local_t;
 
 static void pause_ms(unsigned ms)
@@ -153,9 +154,8 @@ static int spawn_daemon(char *const argv[], const char *log_path, const char *pi
         _exit(127);
     }
     close(pfd[1]);
-    ssize_t n;
-    while ((n = read(pfd[0], &err, sizeof err)) < 0 && errno == EINTR) {
-    }
+    size_t n = 0;
+    (void)ch_read_full(pfd[0], &err, sizeof err, &n); /* nothing to read: exec succeeded */
     close(pfd[0]);
     if (n > 0) {
         waitpid(pid, NULL, 0);
@@ -437,9 +437,10 @@ static int start_worker(const local_t *L, const char *exe, const char *addr, lon
         pathf(mem, "%s/%s-mem", L->dir, name) < 0) /* each node its own "host memory" */
         return -ENAMETOOLONG;
     char *argv[] = {
-        (char *)exe, "--coordinator", (char *)addr,      "--name",       name, "--slots",
-        slots,       "--threads",     threads,           "--run-dir",    run,  "--key",
-        key,         "--device",      (char *)L->device, "--memory-dir", mem,  NULL};
+        (char *)exe, "--coordinator", (char *)addr, "--name",   name,
+        "--slots",   slots,           "--threads",  threads,    "--run-dir",
+        run,         "--key",         key,          "--device", (char *)ch_device_name(L->device),
+        "--memory-dir", mem, NULL};
     return spawn_daemon(argv, log, pidf, pid);
 }
 
@@ -590,7 +591,7 @@ const ctl_opt_t ctl_opts_local[] = {
 
 int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
 {
-    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0", .device = "cpu"};
+    local_t L = {.nodes = 2, .slots = 2, .metrics = "127.0.0.1:0"};
     const char *dir = NULL;
     int up;
 
@@ -615,11 +616,9 @@ int ctl_cmd_local(ctl_t *ctl, int argc, char **argv)
             num = &L.dead_after_ms;
         } else if (c == OPT_METRICS) {
             L.metrics = v;
-        } else if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+        } else if (ch_device_parse(v, &L.device) < 0) {
             ctl_errf("local: --device: expected cpu or cuda, got '%s'", v);
             goto usage;
-        } else {
-            L.device = v;
         }
         if (num && ctl_parse_long(v, 1, max, num) < 0) {
             ctl_errf("local: '%s' is not a number in [1, %ld]", v, max);

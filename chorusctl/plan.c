@@ -683,7 +683,8 @@ static void fmt_sets(char *buf, size_t n, const ch_planner_layout_t *l)
              "--set parallel.tp=%u --set parallel.pp=%u --set parallel.dp=%u --set "
              "parallel.microbatches=%u --set parallel.micro_batch_size=%u --set "
              "parallel.reshard=%s",
-             l->tp, l->pp, l->dp, l->microbatches, l->micro_batch_size, reshard_name(l->reshard));
+             l->split.tp, l->split.pp, l->split.dp, l->split.microbatches,
+             l->split.micro_batch_size, reshard_name(l->reshard));
 }
 
 typedef struct auto_view {
@@ -738,12 +739,12 @@ static void auto_print_text(const auto_view_t *v)
         for (size_t i = 0; i < shown; i++) {
             const ch_planner_layout_t *l = &r->layouts[i];
             ctl_table_cell(&t, "%zu", i + 1);
-            ctl_table_cell(&t, "%u", l->tp);
-            ctl_table_cell(&t, "%u", l->pp);
-            ctl_table_cell(&t, "%u", l->dp);
+            ctl_table_cell(&t, "%u", l->split.tp);
+            ctl_table_cell(&t, "%u", l->split.pp);
+            ctl_table_cell(&t, "%u", l->split.dp);
             ctl_table_cell(&t, "%u", l->world);
-            ctl_table_cell(&t, "%u", l->microbatches);
-            ctl_table_cell(&t, "%u", l->micro_batch_size);
+            ctl_table_cell(&t, "%u", l->split.microbatches);
+            ctl_table_cell(&t, "%u", l->split.micro_batch_size);
             ctl_table_cell(&t, "%s", reshard_name(l->reshard));
             fmt_bytes(a, sizeof a, l->mem_bytes);
             ctl_table_cell(&t, "%s", a);
@@ -776,10 +777,11 @@ static void auto_print_text(const auto_view_t *v)
         }
         for (size_t i = 0; i < r->n_refused; i++) {
             const ch_planner_refusal_t *f = &r->refused[i];
-            if (f->l.pp)
-                printf("refused tp %u pp %u dp %u: %s\n", f->l.tp, f->l.pp, f->l.dp, f->reason);
+            if (f->l.split.pp)
+                printf("refused tp %u pp %u dp %u: %s\n", f->l.split.tp, f->l.split.pp,
+                       f->l.split.dp, f->reason);
             else
-                printf("refused tp %u: %s\n", f->l.tp, f->reason);
+                printf("refused tp %u: %s\n", f->l.split.tp, f->reason);
         }
         if (shown || r->n_refused)
             printf("\n");
@@ -794,12 +796,12 @@ static void auto_print_text(const auto_view_t *v)
 
 static void auto_json_layout(ctl_json_t *js, const ch_planner_layout_t *l)
 {
-    ctl_json_kuint(js, "tp", l->tp);
-    ctl_json_kuint(js, "pp", l->pp);
-    ctl_json_kuint(js, "dp", l->dp);
+    ctl_json_kuint(js, "tp", l->split.tp);
+    ctl_json_kuint(js, "pp", l->split.pp);
+    ctl_json_kuint(js, "dp", l->split.dp);
     ctl_json_kuint(js, "world_size", l->world);
-    ctl_json_kuint(js, "microbatches", l->microbatches);
-    ctl_json_kuint(js, "micro_batch_size", l->micro_batch_size);
+    ctl_json_kuint(js, "microbatches", l->split.microbatches);
+    ctl_json_kuint(js, "micro_batch_size", l->split.micro_batch_size);
     ctl_json_kstr(js, "reshard", reshard_name(l->reshard));
     ctl_json_kuint(js, "peak_stage", l->peak_stage);
     ctl_json_kuint(js, "memory_bytes", (uint64_t)l->mem_bytes);
@@ -933,7 +935,7 @@ static int plan_auto(ctl_t *ctl, int argc, char **argv)
         const ch_planner_refusal_t *f = r.n_refused ? &r.refused[0] : NULL;
         if (f)
             ctl_errf("%s: no layout fits this cluster; closest: tp %u pp %u dp %u: %s", a.file,
-                     f->l.tp, f->l.pp, f->l.dp, f->reason);
+                     f->l.split.tp, f->l.split.pp, f->l.split.dp, f->reason);
         else
             ctl_errf("%s: no layout fits this cluster", a.file);
         st = CTL_EXIT_FAILED;

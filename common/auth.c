@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/util.h"
 
 #define LABEL_LEN 8 /* "chorus-s", "chorus-c", "chorus-k" */
 
@@ -65,18 +66,9 @@ int ch_key_load(const char *path, ch_key_t *key)
         rc = CH_E_KEYPERM;
         goto out;
     }
-    while (n < sizeof buf) {
-        ssize_t r = read(fd, buf + n, sizeof buf - n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            goto out;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
+    rc = ch_read_full(fd, buf, sizeof buf, &n);
+    if (rc < 0)
+        goto out;
     rc = parse_key(buf, n, key);
 out:
     sodium_memzero(buf, sizeof buf);
@@ -104,17 +96,9 @@ int ch_key_generate(const char *path)
     randombytes_buf(raw, sizeof raw);
     sodium_bin2hex(hex, sizeof hex - 1, raw, sizeof raw);
     hex[2 * CH_KEY_LEN] = '\n';
-    size_t off = 0, total = 2 * CH_KEY_LEN + 1;
-    while (off < total) {
-        ssize_t w = write(fd, hex + off, total - off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            goto out;
-        }
-        off += (size_t)w;
-    }
+    rc = ch_write_full(fd, hex, 2 * CH_KEY_LEN + 1);
+    if (rc < 0)
+        goto out;
     if (fsync(fd) < 0) {
         rc = -errno;
         goto out;

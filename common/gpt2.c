@@ -8,17 +8,13 @@
 #include "common/err.h"
 #include "common/safetensors.h"
 
-/* A block's tensors: name, dimensions as multiples of C (cols 0: 1-D). */
-static const struct {
-    const char *suffix;
-    uint32_t rows, cols;
-} block[] = {
+const ch_gpt2_block_tensor_t ch_gpt2_block[CH_GPT2_BLOCK_TENSORS] = {
     {"ln_1.weight", 1, 0},      {"ln_1.bias", 1, 0},          {"attn.c_attn.weight", 1, 3},
     {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
     {"ln_2.weight", 1, 0},      {"ln_2.bias", 1, 0},          {"mlp.c_fc.weight", 1, 4},
     {"mlp.c_fc.bias", 4, 0},    {"mlp.c_proj.weight", 4, 1},  {"mlp.c_proj.bias", 1, 0},
 };
-#define NBLOCK (sizeof block / sizeof block[0])
+#define NBLOCK CH_GPT2_BLOCK_TENSORS
 
 size_t ch_gpt2_count(const ch_model_cfg_t *c)
 {
@@ -45,8 +41,9 @@ void ch_gpt2_tensor(const ch_model_cfg_t *c, size_t i, ch_gpt2_tensor_t *out)
     if (i >= 2 + nb)
         return set(out, i == 2 + nb ? "ln_f.weight" : "ln_f.bias", 1, C, 0);
     size_t l = (i - 2) / NBLOCK, k = (i - 2) % NBLOCK;
-    snprintf(name, sizeof name, "h.%zu.%s", l, block[k].suffix);
-    set(out, name, block[k].cols ? 2 : 1, block[k].rows * C, block[k].cols * C);
+    snprintf(name, sizeof name, "h.%zu.%s", l, ch_gpt2_block[k].suffix);
+    set(out, name, ch_gpt2_block[k].cols ? 2 : 1, ch_gpt2_block[k].rows * C,
+        ch_gpt2_block[k].cols * C);
 }
 
 static void shape_text(uint32_t ndim, const uint64_t *shape, char *buf, size_t len)

@@ -9,6 +9,19 @@
 
 #include "common/plan.h"
 
+/* One of a block's tensors, "h.{l}." + suffix: its shape in units of C, [rows·C, cols·C]
+ * (cols 0: 1-D [rows·C]). */
+typedef struct ch_gpt2_block_tensor {
+    const char *suffix;
+    uint32_t rows, cols;
+} ch_gpt2_block_tensor_t;
+
+#define CH_GPT2_BLOCK_TENSORS 12
+/* A block's tensors in Hugging Face (and the engine's slab) order: ln_1, attn.c_attn,
+ * attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, each weight then bias. The one list the table
+ * below, the engine's model (workerd/engine/model.c) and export share. */
+extern const ch_gpt2_block_tensor_t ch_gpt2_block[CH_GPT2_BLOCK_TENSORS];
+
 typedef struct ch_gpt2_tensor {
     char name[64];
     uint32_t ndim;

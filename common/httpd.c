@@ -173,7 +173,7 @@ static void answer(conn_t *x, int too_big)
                   "close\r\n\r\n",
                   r.status, r.type, r.body.len, h->cfg.headers ? h->cfg.headers : "");
     if (!head_only && r.body.len)
-        ch_buf_put(&out, r.body.p, r.body.len);
+        ch_buf_append(&out, r.body.p, r.body.len);
     ch_buf_fini(&r.body);
     if (out.err) {
         ch_buf_fini(&out);

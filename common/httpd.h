@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "common/textbuf.h"
+#include "common/buf.h"
 
 #define CH_HTTPD_HEAD_MAX 8192
 #define CH_HTTPD_LOG_MS   10000

@@ -186,11 +186,6 @@ double ch_jobspec_lr_min(const ch_jobspec_t *j)
     return j->train.lr_min < 0 ? j->train.lr / 10 : j->train.lr_min;
 }
 
-const char *ch_device_name(ch_device_t d)
-{
-    return d == CH_DEVICE_CUDA ? "cuda" : "cpu";
-}
-
 const char *ch_precision_name(ch_precision_t p)
 {
     return p == CH_PRECISION_TF32 ? "tf32" : p == CH_PRECISION_BF16 ? "bf16" : "fp32";
@@ -412,10 +407,8 @@ static int set_field(const field_t *f, ch_jobspec_t *j, const char *v, char *why
         snprintf(why, whylen, "expected none, selective or full, got '%s'", v);
         return CH_E_CONFIG;
     case F_DEVICE:
-        if (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0) {
-            *(ch_device_t *)p = v[1] == 'u' ? CH_DEVICE_CUDA : CH_DEVICE_CPU;
+        if (ch_device_parse(v, (ch_device_t *)p) == 0)
             return 0;
-        }
         snprintf(why, whylen, "expected cpu or cuda, got '%s'", v);
         return CH_E_CONFIG;
     case F_PRECISION:

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/device.h"
 #include "common/layout.h"
 
 typedef enum { CH_JOB_TRAIN = 0, CH_JOB_DIAG = 1 } ch_job_kind_t;
@@ -37,8 +38,6 @@ typedef enum {
 } ch_recompute_t;
 /* "none", "full", "selective" */
 const char *ch_recompute_name(ch_recompute_t r);
-/* train.device: where each rank computes (cuda: one GPU per rank, LOCAL_RANK -> device) */
-typedef enum { CH_DEVICE_CPU = 0, CH_DEVICE_CUDA = 1 } ch_device_t;
 /* train.precision: the GEMMs' arithmetic (fp32 parameters and optimizer state either way).
  * tf32: TF32 tensor cores on a GPU (train.device = cuda only). bf16: mixed precision (issue
  * 23): bf16 working copies of the parameters, bf16 GEMM inputs and activations, fp32
@@ -163,8 +162,13 @@ static inline ch_layout_t ch_jobspec_layout(const ch_jobspec_t *j)
     ch_layout_t l = {j->parallel.tp, j->parallel.pp, j->parallel.dp};
     return l;
 }
+static inline ch_layout_split_t ch_jobspec_split(const ch_jobspec_t *j)
+{
+    ch_layout_split_t l = {j->parallel.tp, j->parallel.pp, j->parallel.dp, j->parallel.microbatches,
+                           j->parallel.micro_batch_size};
+    return l;
+}
 const char *ch_job_kind_name(ch_job_kind_t k);
-const char *ch_device_name(ch_device_t d);       /* "cpu" | "cuda" */
 const char *ch_precision_name(ch_precision_t p); /* "fp32" | "tf32" | "bf16" */
 const char *ch_nonfinite_name(ch_nonfinite_t p); /* "fail" | "skip" | "rewind" */
 const char *ch_straggler_name(ch_straggler_t p); /* "report" | "replace" */

@@ -429,120 +429,35 @@ int ch_jb_finish(ch_jb_t *b, int style, char **out, size_t *len)
 // ----------------------------------------------------------------------------
 // writer
 
-void ch_jw_init(ch_jw_t *w)
+void ch_jw_str(ch_buf_t *w, const char *s)
 {
-    memset(w, 0, sizeof *w);
-}
-
-static int reserve(ch_jw_t *w, size_t extra)
-{
-    if (w->err)
-        return w->err;
-    if (extra > SIZE_MAX / 2 - w->len) {
-        w->err = -ENOMEM;
-        return w->err;
-    }
-    if (w->len + extra + 1 <= w->cap)
-        return 0;
-    size_t ncap = w->cap ? w->cap : 256;
-    while (ncap < w->len + extra + 1)
-        ncap *= 2;
-    char *b = realloc(w->buf, ncap);
-    if (!b) {
-        w->err = -ENOMEM;
-        return w->err;
-    }
-    w->buf = b;
-    w->cap = ncap;
-    return 0;
-}
-
-static void append(ch_jw_t *w, const char *s, size_t n)
-{
-    if (reserve(w, n) < 0)
-        return;
-    memcpy(w->buf + w->len, s, n);
-    w->len += n;
-    w->buf[w->len] = '\0';
-}
-
-void ch_jw_raw(ch_jw_t *w, const char *s)
-{
-    append(w, s, strlen(s));
-}
-
-void ch_jw_printf(ch_jw_t *w, const char *fmt, ...)
-{
-    if (w->err)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        w->err = -EINVAL;
-        return;
-    }
-    if (reserve(w, (size_t)n) < 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(w->buf + w->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    w->len += (size_t)n;
-}
-
-void ch_jw_str(ch_jw_t *w, const char *s)
-{
-    append(w, "\"", 1);
+    ch_buf_append(w, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         char esc[8];
         switch (*c) {
         case '"':
-            append(w, "\\\"", 2);
+            ch_buf_append(w, "\\\"", 2);
             break;
         case '\\':
-            append(w, "\\\\", 2);
+            ch_buf_append(w, "\\\\", 2);
             break;
         case '\n':
-            append(w, "\\n", 2);
+            ch_buf_append(w, "\\n", 2);
             break;
         case '\r':
-            append(w, "\\r", 2);
+            ch_buf_append(w, "\\r", 2);
             break;
         case '\t':
-            append(w, "\\t", 2);
+            ch_buf_append(w, "\\t", 2);
             break;
         default:
             if (*c < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", *c);
-                append(w, esc, 6);
+                ch_buf_append(w, esc, 6);
             } else {
-                append(w, (const char *)c, 1);
+                ch_buf_append(w, (const char *)c, 1);
             }
         }
     }
-    append(w, "\"", 1);
-}
-
-int ch_jw_finish(ch_jw_t *w, char **out, size_t *len)
-{
-    int rc = w->err;
-    if (rc == 0 && reserve(w, 0) < 0)
-        rc = w->err;
-    if (rc < 0) {
-        ch_jw_fini(w);
-        return rc;
-    }
-    *out = w->buf;
-    if (len)
-        *len = w->len;
-    w->buf = NULL;
-    ch_jw_fini(w);
-    return 0;
-}
-
-void ch_jw_fini(ch_jw_t *w)
-{
-    free(w->buf);
-    memset(w, 0, sizeof *w);
+    ch_buf_append(w, "\"", 1);
 }

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
+
 typedef enum {
     CH_JSON_NULL = 0,
     CH_JSON_BOOL,
@@ -94,23 +96,8 @@ enum { CH_JB_PRETTY = 0, CH_JB_LINE = 1 };
  * caller frees; *len its length, may be NULL), or the sticky error. Leaves b as it was. */
 int ch_jb_finish(ch_jb_t *b, int style, char **out, size_t *len);
 
-/* ---- writing by hand ----
- * A growing string. Errors are sticky: after a failed append, further appends do nothing
- * and ch_jw_finish returns the error. */
-typedef struct ch_jw {
-    char *buf;
-    size_t len, cap;
-    int err;
-} ch_jw_t;
-
-void ch_jw_init(ch_jw_t *w);
-void ch_jw_raw(ch_jw_t *w, const char *s);
-void ch_jw_printf(ch_jw_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ---- writing by hand: into a ch_buf_t (buf.h) ---- */
 /* s as a quoted JSON string: escapes ", \, and control characters. */
-void ch_jw_str(ch_jw_t *w, const char *s);
-/* 0 and *out (malloc'd, NUL-terminated, caller frees; *len its length), or the sticky
- * error. Releases the builder either way. */
-int ch_jw_finish(ch_jw_t *w, char **out, size_t *len);
-void ch_jw_fini(ch_jw_t *w);
+void ch_jw_str(ch_buf_t *w, const char *s);
 
 #endif

@@ -4,6 +4,12 @@
  * pipeline stage is a block of TP*DP consecutive ranks. */
 #include "common/layout.h"
 
+void ch_layout_place(ch_layout_t l, uint32_t layers, double head, uint32_t rank, ch_place_t *out)
+{
+    *out = (ch_place_t){.coord = ch_layout_coord(l, rank), .shards = l.dp};
+    ch_layout_stage_blocks(layers, l.pp, out->coord.pp, head, &out->first_block, &out->blocks);
+}
+
 ch_coord_t ch_layout_coord(ch_layout_t l, uint32_t rank)
 {
     ch_coord_t c;

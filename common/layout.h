@@ -10,6 +10,12 @@ typedef struct ch_layout {
     uint32_t tp, pp, dp;
 } ch_layout_t;
 
+/* A layout and its split of the global batch ([parallel] in a job file): what an elastic
+ * restart (fault.elastic) changes and what the planner proposes. */
+typedef struct ch_layout_split {
+    uint32_t tp, pp, dp, microbatches, micro_batch_size;
+} ch_layout_split_t;
+
 typedef struct ch_coord {
     uint32_t tp, dp, pp;
 } ch_coord_t;
@@ -43,6 +49,18 @@ double ch_layout_head_blocks(uint32_t embd, uint32_t vocab, uint32_t seq_len);
  * ch_plan_head_blocks), so they agree. */
 void ch_layout_stage_blocks(uint32_t layers, uint32_t pp, uint32_t stage, double head,
                             uint32_t *first, uint32_t *count);
+/* A rank's place in a layout: its coordinates, its pipeline stage's blocks and its ZeRO-3
+ * shard. The one spelling of it in C: the rank reports it (RankEvent's placed fields), the
+ * coordinator derives and shows it (RankPlace); common/msg.h converts both ways. */
+typedef struct ch_place {
+    ch_coord_t coord;             /* tp, dp, pp ranks */
+    uint32_t first_block, blocks; /* its stage holds blocks [first_block, first_block+blocks) */
+    uint32_t shards;              /* ZeRO-3: it owns shard coord.dp of `shards` (= dp) */
+    uint64_t owned_params;        /* parameters it owns after the shard (ch_plan_place) */
+} ch_place_t;
+/* rank's place in l for a model of `layers` blocks, stages split as ch_layout_stage_blocks
+ * with `head`; owned_params 0 (ch_plan_place fills it). rank < ch_layout_world(l). */
+void ch_layout_place(ch_layout_t l, uint32_t layers, double head, uint32_t rank, ch_place_t *out);
 /* ZeRO-3 shard of a flat buffer of n elements split into dp equal padded shards:
  * shard length is ceil(n/dp); shard d covers [d*len, d*len+len) of the padded buffer. */
 size_t ch_layout_shard_len(size_t n, uint32_t dp);

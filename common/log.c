@@ -9,6 +9,7 @@
 #include "common/log.h"
 
 #include "common/escape.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -106,20 +107,6 @@ int ch_log_enabled(ch_log_level_t level, const char *subsys)
     return strstr(g_subsys, key) != NULL;
 }
 
-static void write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
 /* "2026-12-03T16:38:36.123Z workerd INFO net: ", or under journald "<6>workerd INFO net: ". */
 static int line_head(char *line, size_t size, ch_log_level_t level, const char *subsys)
 {
@@ -169,7 +156,7 @@ void ch_log(ch_log_level_t level, const char *subsys, const char *fmt, ...)
         n += 3;
     }
     line[n++] = '\n';
-    write_all(2, line, (size_t)n);
+    (void)ch_write_full(2, line, (size_t)n); /* nowhere to report a failed log line */
 out:
     errno = saved_errno;
 }

@@ -81,3 +81,36 @@ const char *ch_msg_name(const Chorus__Envelope *env)
         &chorus__envelope__descriptor, (unsigned)env->body_case);
     return f ? f->name : "unknown";
 }
+
+void ch_msg_place_to_event(const ch_place_t *p, Chorus__RankEvent *ev)
+{
+    ev->placed = 1;
+    ev->coord_tp = p->coord.tp;
+    ev->coord_pp = p->coord.pp;
+    ev->coord_dp = p->coord.dp;
+    ev->first_block = p->first_block;
+    ev->blocks = p->blocks;
+    ev->shards = p->shards;
+    ev->owned_params = p->owned_params;
+}
+
+void ch_msg_place_from_event(const Chorus__RankEvent *ev, ch_place_t *p)
+{
+    *p = (ch_place_t){.coord = {.tp = ev->coord_tp, .dp = ev->coord_dp, .pp = ev->coord_pp},
+                      .first_block = ev->first_block,
+                      .blocks = ev->blocks,
+                      .shards = ev->shards,
+                      .owned_params = ev->owned_params};
+}
+
+void ch_msg_place_to_pb(const ch_place_t *p, Chorus__RankPlace *out)
+{
+    chorus__rank_place__init(out);
+    out->tp = p->coord.tp;
+    out->pp = p->coord.pp;
+    out->dp = p->coord.dp;
+    out->first_block = p->first_block;
+    out->blocks = p->blocks;
+    out->shards = p->shards;
+    out->owned_params = p->owned_params;
+}

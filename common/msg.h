@@ -5,6 +5,7 @@
 
 #include "chorus.pb-c.h"
 #include "common/auth.h"
+#include "common/layout.h"
 
 /* Pack env into a complete frame (header | payload | tag). Sets env->seq to the next
  * send sequence of s. *out is malloc'd; the caller frees it. */
@@ -14,6 +15,12 @@ int ch_msg_encode(ch_session_t *s, Chorus__Envelope *env, uint8_t **out, size_t 
 int ch_msg_decode(ch_session_t *s, const uint8_t *payload, size_t len, const uint8_t *tag,
                   Chorus__Envelope **out);
 void ch_msg_free(Chorus__Envelope *env);
+/* A rank's place (common/layout.h) on the wire: RankEvent's placed fields (the rank
+ * reports; to_event sets placed) and RankPlace (status; `reported` is the caller's). The
+ * one place that converts the layout between protobuf and C. */
+void ch_msg_place_to_event(const ch_place_t *p, Chorus__RankEvent *ev);
+void ch_msg_place_from_event(const Chorus__RankEvent *ev, ch_place_t *p);
+void ch_msg_place_to_pb(const ch_place_t *p, Chorus__RankPlace *out);
 /* Name of the envelope's body ("heartbeat"), for logs. */
 const char *ch_msg_name(const Chorus__Envelope *env);
 

@@ -134,6 +134,22 @@ double ch_plan_head_blocks(const ch_model_cfg_t *m)
     return m->balanced_stages ? ch_layout_head_blocks(m->embd, m->vocab, m->seq_len) : 0.0;
 }
 
+int ch_plan_place(const ch_jobspec_t *s, uint32_t rank, ch_place_t *out)
+{
+    ch_layout_t l = ch_jobspec_layout(s);
+    *out = (ch_place_t){0};
+    if (l.tp == 0 || l.pp == 0 || l.dp == 0 || rank >= ch_layout_world(l))
+        return -EINVAL;
+    ch_model_cfg_t m = ch_plan_model_of(s);
+    ch_layout_place(l, s->model.layers, ch_plan_head_blocks(&m), rank, out);
+    ch_plan_t p;
+    if (s->kind == CH_JOB_TRAIN &&
+        ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
+                      s->parallel.reshard, out->coord.pp, &p) == 0)
+        out->owned_params = (uint64_t)p.owned;
+    return 0;
+}
+
 /* The whole-model figures: they do not depend on the stage. */
 static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                        uint32_t microbatches, ch_plan_t *p)

@@ -160,6 +160,11 @@ int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batc
  * tie). Errors as ch_plan_stage. */
 int ch_plan_peak(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                  uint32_t microbatches, ch_reshard_t reshard, ch_plan_t *out);
+/* rank's place in the job's layout (ch_layout_place, the stages split as the job says) with,
+ * for a training job, the parameters it owns (ch_plan_stage's `owned`; 0 when the plan is
+ * refused). The one function the coordinator, the rank, the planner and the simulator
+ * call. 0, or -EINVAL when rank is outside the layout's world. */
+int ch_plan_place(const ch_jobspec_t *s, uint32_t rank, ch_place_t *out);
 /* The model and parallel sections of a job file; stage_split = auto resolved here (every
  * component asks this function, so they agree). */
 ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j);

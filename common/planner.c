@@ -155,12 +155,12 @@ static int eval_split(const ctx_t *x, ch_layout_t l, uint32_t mbs, ch_reshard_t 
     uint32_t nst = l.pp > 1 ? 2 : 1;
 
     memset(out, 0, sizeof *out);
-    out->tp = l.tp;
-    out->pp = l.pp;
-    out->dp = l.dp;
+    out->split.tp = l.tp;
+    out->split.pp = l.pp;
+    out->split.dp = l.dp;
     out->world = l.tp * l.pp * l.dp;
-    out->microbatches = mb;
-    out->micro_batch_size = mbs;
+    out->split.microbatches = mb;
+    out->split.micro_batch_size = mbs;
     out->reshard = reshard;
     for (uint32_t i = 0; i < nst; i++) {
         int rc = stage_memory(x, l, mbs, mb, reshard, i == 0 ? 0 : l.pp - 1, &st[i]);
@@ -325,12 +325,12 @@ static int better(const ch_planner_layout_t *a, const ch_planner_layout_t *b)
         return a->step_s < b->step_s ? -1 : 1;
     if (a->mem_bytes != b->mem_bytes)
         return a->mem_bytes < b->mem_bytes ? -1 : 1;
-    if (a->tp != b->tp)
-        return a->tp < b->tp ? -1 : 1;
-    if (a->pp != b->pp)
-        return a->pp < b->pp ? -1 : 1;
-    if (a->micro_batch_size != b->micro_batch_size)
-        return a->micro_batch_size < b->micro_batch_size ? -1 : 1;
+    if (a->split.tp != b->split.tp)
+        return a->split.tp < b->split.tp ? -1 : 1;
+    if (a->split.pp != b->split.pp)
+        return a->split.pp < b->split.pp ? -1 : 1;
+    if (a->split.micro_batch_size != b->split.micro_batch_size)
+        return a->split.micro_batch_size < b->split.micro_batch_size ? -1 : 1;
     return (int)a->reshard - (int)b->reshard;
 }
 
@@ -348,9 +348,9 @@ static int cmp_refusal(const void *pa, const void *pb)
         return eb - ea;
     if (a->l.mem_bytes != b->l.mem_bytes)
         return a->l.mem_bytes < b->l.mem_bytes ? -1 : 1;
-    if (a->l.tp != b->l.tp)
-        return a->l.tp < b->l.tp ? -1 : 1;
-    return a->l.pp < b->l.pp ? -1 : a->l.pp > b->l.pp;
+    if (a->l.split.tp != b->l.split.tp)
+        return a->l.split.tp < b->l.split.tp ? -1 : 1;
+    return a->l.split.pp < b->l.split.pp ? -1 : a->l.split.pp > b->l.split.pp;
 }
 
 /* The largest divisor of the global batch at most limit. */
@@ -421,7 +421,7 @@ int ch_planner_run(const ch_model_cfg_t *m, const ch_planner_cluster_t *c,
             if (!r)
                 goto nomem;
             memset(r, 0, sizeof *r);
-            r->l.tp = l.tp;
+            r->l.split.tp = l.tp;
             snprintf(r->reason, sizeof r->reason, "%s", why);
             continue;
         }

@@ -92,7 +92,7 @@ typedef struct ch_planner_opts {
 
 /* One layout: the split, its memory and its predicted step. */
 typedef struct ch_planner_layout {
-    uint32_t tp, pp, dp, microbatches, micro_batch_size;
+    ch_layout_split_t split;
     ch_reshard_t reshard;
     uint32_t world;
     /* the peak stage, one rank (bytes) */

@@ -101,20 +101,20 @@ int ch_run_write(const char *folder, const ch_run_t *run, char *err, size_t errl
     char *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/" CH_RUN_FILE, folder);
-    ch_jw_t j;
-    ch_jw_init(&j);
-    ch_jw_raw(&j, "{\n  \"format\": \"" CH_RUN_FORMAT "\",\n  \"run_id\": ");
+    ch_buf_t j;
+    ch_buf_init(&j);
+    ch_buf_puts(&j, "{\n  \"format\": \"" CH_RUN_FORMAT "\",\n  \"run_id\": ");
     ch_jw_str(&j, run->id);
-    ch_jw_raw(&j, ",\n  \"name\": ");
+    ch_buf_puts(&j, ",\n  \"name\": ");
     ch_jw_str(&j, run->name);
-    ch_jw_printf(&j,
-                 ",\n  \"created_ms\": %" PRIu64 ",\n  \"model\": {\"layers\": %" PRIu32
-                 ", \"heads\": %" PRIu32 ", \"embd\": %" PRIu32 ", \"vocab\": %" PRIu32
-                 ", \"seq_len\": %" PRIu32 "},\n  \"resumed_from\": ",
-                 run->created_ms, run->layers, run->heads, run->embd, run->vocab, run->seq_len);
+    ch_buf_printf(&j,
+                  ",\n  \"created_ms\": %" PRIu64 ",\n  \"model\": {\"layers\": %" PRIu32
+                  ", \"heads\": %" PRIu32 ", \"embd\": %" PRIu32 ", \"vocab\": %" PRIu32
+                  ", \"seq_len\": %" PRIu32 "},\n  \"resumed_from\": ",
+                  run->created_ms, run->layers, run->heads, run->embd, run->vocab, run->seq_len);
     ch_jw_str(&j, run->resumed_from);
-    ch_jw_raw(&j, "\n}\n");
-    int rc = ch_jw_finish(&j, &text, &len);
+    ch_buf_puts(&j, "\n}\n");
+    int rc = ch_buf_finish(&j, &text, &len);
     if (rc == 0)
         rc = ch_file_write_atomic(path, text, len, 0644);
     free(text);

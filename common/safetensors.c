@@ -150,16 +150,13 @@ int ch_hash64_file(const char *path, uint64_t *out, uint64_t *bytes)
         goto out;
     }
     for (;;) {
-        ssize_t r = read(fd, buf, cap);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
+        size_t got = 0;
+        rc = ch_read_full(fd, buf, cap, &got);
+        if (rc < 0)
             goto out;
-        }
-        if (r == 0)
-            break;
-        ch_hash64_update(&h, buf, (size_t)r);
+        ch_hash64_update(&h, buf, got);
+        if (got < cap)
+            break; /* end of file */
     }
     *out = ch_hash64_final(&h);
     if (bytes)
@@ -623,40 +620,40 @@ int ch_st_writer_meta(ch_st_writer_t *w, const char *key, const char *value)
 /* The header, padded with spaces so that 8 + its length is a multiple of 8. */
 static int build_header(const ch_st_writer_t *w, char **out, size_t *len)
 {
-    ch_jw_t j;
-    ch_jw_init(&j);
-    ch_jw_raw(&j, "{");
+    ch_buf_t j;
+    ch_buf_init(&j);
+    ch_buf_puts(&j, "{");
     int first = 1;
     if (w->nmeta) {
-        ch_jw_raw(&j, "\"__metadata__\":{");
+        ch_buf_puts(&j, "\"__metadata__\":{");
         for (size_t i = 0; i < w->nmeta; i++) {
             if (i)
-                ch_jw_raw(&j, ",");
+                ch_buf_puts(&j, ",");
             ch_jw_str(&j, w->meta[2 * i]);
-            ch_jw_raw(&j, ":");
+            ch_buf_puts(&j, ":");
             ch_jw_str(&j, w->meta[2 * i + 1]);
         }
-        ch_jw_raw(&j, "}");
+        ch_buf_puts(&j, "}");
         first = 0;
     }
     uint64_t pos = 0;
     for (size_t i = 0; i < w->n; i++) {
         const wentry_t *e = &w->e[i];
         if (!first)
-            ch_jw_raw(&j, ",");
+            ch_buf_puts(&j, ",");
         first = 0;
         ch_jw_str(&j, e->name);
-        ch_jw_printf(&j, ":{\"dtype\":\"%s\",\"shape\":[", ch_st_dtype_name(e->dtype));
+        ch_buf_printf(&j, ":{\"dtype\":\"%s\",\"shape\":[", ch_st_dtype_name(e->dtype));
         for (uint32_t d = 0; d < e->ndim; d++)
-            ch_jw_printf(&j, "%s%llu", d ? "," : "", (unsigned long long)e->shape[d]);
-        ch_jw_printf(&j, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)pos,
-                     (unsigned long long)(pos + e->nbytes));
+            ch_buf_printf(&j, "%s%llu", d ? "," : "", (unsigned long long)e->shape[d]);
+        ch_buf_printf(&j, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)pos,
+                      (unsigned long long)(pos + e->nbytes));
         pos += e->nbytes;
     }
-    ch_jw_raw(&j, "}");
+    ch_buf_puts(&j, "}");
     while (j.err == 0 && j.len % 8 != 0)
-        ch_jw_raw(&j, " ");
-    return ch_jw_finish(&j, out, len);
+        ch_buf_puts(&j, " ");
+    return ch_buf_finish(&j, out, len);
 }
 
 static int write_all(int fd, const void *data, size_t len, ch_hash64_t *h)

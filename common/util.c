@@ -74,15 +74,11 @@ int ch_file_read(const char *path, size_t max, char **out, size_t *len)
             if (cap >= max + 1) {
                 /* Exactly max bytes so far: the file fits only if EOF follows. */
                 char c;
-                ssize_t r1;
-                do
-                    r1 = read(fd, &c, 1);
-                while (r1 < 0 && errno == EINTR);
-                if (r1 < 0) {
-                    rc = -errno;
+                size_t got1 = 0;
+                rc = ch_read_full(fd, &c, 1, &got1);
+                if (rc < 0)
                     goto out;
-                }
-                if (r1 == 0)
+                if (got1 == 0)
                     break;
                 rc = CH_E_TOOBIG;
                 goto out;
@@ -96,16 +92,13 @@ int ch_file_read(const char *path, size_t max, char **out, size_t *len)
             buf = nb;
             cap = ncap;
         }
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
+        size_t want = cap - 1 - n, got = 0;
+        rc = ch_read_full(fd, buf + n, want, &got);
+        if (rc < 0)
             goto out;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
+        n += got;
+        if (got < want)
+            break; /* end of file */
     }
     buf[n] = '\0';
     *out = buf;
@@ -117,6 +110,24 @@ out:
     if (fd >= 0)
         close(fd);
     return rc;
+}
+
+int ch_read_full(int fd, void *buf, size_t len, size_t *got)
+{
+    char *p = buf;
+    *got = 0;
+    while (*got < len) {
+        ssize_t r = read(fd, p + *got, len - *got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return 0;
 }
 
 int ch_write_full(int fd, const void *data, size_t len)

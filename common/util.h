@@ -24,6 +24,9 @@ int ch_file_tmp_commit(int fd, char *tmp, const char *path);
 void ch_file_tmp_abort(int fd, char *tmp);
 /* write(2) all of data, retrying on EINTR and short writes. */
 int ch_write_full(int fd, const void *data, size_t len);
+/* read(2) until len bytes or end of file, retrying on EINTR and short reads: 0 and *got
+ * (len, or less when end of file came first), or -errno (*got then holds what was read). */
+int ch_read_full(int fd, void *buf, size_t len, size_t *got);
 /* fsync the directory holding path (after a rename into it). */
 int ch_fsync_dir_of(const char *path);
 /* mkdir -p */

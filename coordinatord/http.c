@@ -15,36 +15,6 @@
 #include "statuspage.h"
 
 // ---------------------------------------------------------------------------------------
-// text buffer
-
-void coord_buf_html(coord_buf_t *b, const char *s)
-{
-    for (const char *run = s; *s; run = s) {
-        while (*s && !strchr("&<>\"'", *s))
-            s++;
-        coord_buf_printf(b, "%.*s", (int)(s - run), run);
-        if (!*s)
-            break;
-        switch (*s++) {
-        case '&':
-            coord_buf_puts(b, "&amp;");
-            break;
-        case '<':
-            coord_buf_puts(b, "&lt;");
-            break;
-        case '>':
-            coord_buf_puts(b, "&gt;");
-            break;
-        case '"':
-            coord_buf_puts(b, "&quot;");
-            break;
-        default:
-            coord_buf_puts(b, "&#39;");
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // requests
 
 /* /jobs/<id>.json, whose id is not empty */
@@ -65,14 +35,14 @@ static int route(void *ud, char *target, ch_http_reply_t *a)
         if (rc == 0) {
             a->status = "200 OK";
             a->type = "text/plain; version=0.0.4; charset=utf-8";
-            ch_buf_put(&a->body, text, len);
+            ch_buf_append(&a->body, text, len);
         }
         free(text);
     } else if (strcmp(target, "/healthz") == 0) {
         /* Answered from the event loop: a wedged loop answers nothing (a probe's timeout). */
         a->status = "200 OK";
         a->type = "text/plain; charset=utf-8";
-        coord_buf_puts(&a->body, "ok\n");
+        ch_buf_puts(&a->body, "ok\n");
     } else if (strcmp(target, "/") == 0) {
         a->status = "200 OK";
         a->type = "text/html; charset=utf-8";

@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "common/httpd.h"
-#include "common/textbuf.h"
+#include "common/buf.h"
 
 typedef struct coord coord_t;
 
@@ -27,14 +27,5 @@ typedef struct coord_http {
 
 int coord_http_start(coord_t *c);
 void coord_http_stop(coord_t *c);
-
-/* ---- a growing text buffer for the renderers (metrics.c, statuspage.c): common/textbuf.h,
- * under the names the coordinator's renderers use. */
-typedef ch_buf_t coord_buf_t;
-#define coord_buf_printf ch_buf_printf
-#define coord_buf_puts   ch_buf_puts
-#define coord_buf_fini   ch_buf_fini
-/* s with & < > " ' as entities: safe in HTML text and quoted attributes. */
-void coord_buf_html(coord_buf_t *b, const char *s);
 
 #endif

@@ -584,24 +584,8 @@ coord_rank_place_t coord_job_rank_place(const coord_job_t *j, uint32_t r)
 {
     if (j->ranks && r < j->world && j->ranks[r].place.reported)
         return j->ranks[r].place;
-    const ch_jobspec_t *s = &j->spec;
-    ch_layout_t l = ch_jobspec_layout(s);
     coord_rank_place_t p = {0};
-    if (r >= ch_layout_world(l))
-        return p;
-    ch_coord_t c = ch_layout_coord(l, r);
-    p.tp = c.tp;
-    p.pp = c.pp;
-    p.dp = c.dp;
-    p.shards = l.dp;
-    ch_model_cfg_t m = ch_plan_model_of(s);
-    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, ch_plan_head_blocks(&m), &p.first_block,
-                           &p.blocks);
-    ch_plan_t plan;
-    if (s->kind == CH_JOB_TRAIN &&
-        ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
-                      s->parallel.reshard, c.pp, &plan) == 0)
-        p.owned_params = (uint64_t)plan.owned;
+    (void)ch_plan_place(&j->spec, r, &p.at); /* outside the layout: all zero */
     return p;
 }
 

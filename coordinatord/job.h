@@ -89,12 +89,6 @@ typedef enum {
     COORD_PHASES,
 } coord_phase_t;
 
-/* A layout and its split of the global batch: what an elastic restart (fault.elastic)
- * changes. dp 0: none. */
-typedef struct coord_layout {
-    uint32_t tp, pp, dp, microbatches, micro_batch_size;
-} coord_layout_t;
-
 typedef struct coord_restart {
     uint64_t time_ms; /* wall clock of the detection */
     coord_cause_t cause;
@@ -107,7 +101,7 @@ typedef struct coord_restart {
     double recover_s; /* -1: not yet */
     /* fault.elastic: the layout given up and the one resumed in (dp 0: unchanged); kept in
      * the store with the rest of the restart. */
-    coord_layout_t layout_from, layout_to;
+    ch_layout_split_t layout_from, layout_to; /* dp 0: none */
     /* "memory" | "disk" as the resumed generation's rank 0 reported; "": not yet, or a fresh
      * start (no state saved). */
     char source[8];
@@ -125,8 +119,7 @@ typedef struct coord_restart {
 /* A training rank's place in the layout (DESIGN §5), as it reported at start
  * (RankEvent.placed); status derives it from the layout when reported is 0. */
 typedef struct coord_rank_place {
-    uint32_t tp, pp, dp, first_block, blocks, shards;
-    uint64_t owned_params;
+    ch_place_t at;
     int reported;
 } coord_rank_place_t;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/msg.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "coord.h"
@@ -71,24 +72,20 @@ static void on_started(coord_job_t *j, uint32_t rank, const Chorus__RankEvent *e
     if (!ev->placed)
         return;
     coord_rank_place_t *p = &j->ranks[rank].place;
-    *p = (coord_rank_place_t){.tp = ev->coord_tp,
-                              .pp = ev->coord_pp,
-                              .dp = ev->coord_dp,
-                              .first_block = ev->first_block,
-                              .blocks = ev->blocks,
-                              .shards = ev->shards,
-                              .owned_params = ev->owned_params,
-                              .reported = 1};
     p->reported = 0;
-    coord_rank_place_t want = coord_job_rank_place(j, rank); /* from the layout */
+    const ch_place_t want = coord_job_rank_place(j, rank).at; /* from the layout */
+    ch_msg_place_from_event(ev, &p->at);
     p->reported = 1;
-    if (want.tp != p->tp || want.pp != p->pp || want.dp != p->dp ||
-        want.first_block != p->first_block || want.blocks != p->blocks)
+    const ch_place_t *got = &p->at;
+    if (want.coord.tp != got->coord.tp || want.coord.pp != got->coord.pp ||
+        want.coord.dp != got->coord.dp || want.first_block != got->first_block ||
+        want.blocks != got->blocks)
         CH_LOGW("job",
                 "job=%s gen=%" PRIu64 " rank=%u reports tp %u pp %u dp %u blocks %u+%u, the "
                 "layout says tp %u pp %u dp %u blocks %u+%u",
-                j->id, j->generation, rank, p->tp, p->pp, p->dp, p->first_block, p->blocks, want.tp,
-                want.pp, want.dp, want.first_block, want.blocks);
+                j->id, j->generation, rank, got->coord.tp, got->coord.pp, got->coord.dp,
+                got->first_block, got->blocks, want.coord.tp, want.coord.pp, want.coord.dp,
+                want.first_block, want.blocks);
 }
 
 /* The latest step's time breakdown: one rank's figures replace its previous ones. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/msg.h"
 #include "common/plan.h"
 #include "common/util.h"
 #include "coord.h"
@@ -19,7 +20,7 @@
 // ---------------------------------------------------------------------------------------
 // Replies
 
-static void restart_layout(Chorus__RestartLayout *out, const coord_layout_t *l)
+static void restart_layout(Chorus__RestartLayout *out, const ch_layout_split_t *l)
 {
     chorus__restart_layout__init(out);
     out->tp = l->tp;
@@ -176,14 +177,7 @@ static int history_info(const coord_job_t *j, Chorus__JobInfo *ji)
 static void rank_place(const coord_job_t *j, uint32_t r, Chorus__RankPlace *out)
 {
     coord_rank_place_t pl = coord_job_rank_place(j, r);
-    chorus__rank_place__init(out);
-    out->tp = pl.tp;
-    out->pp = pl.pp;
-    out->dp = pl.dp;
-    out->first_block = pl.first_block;
-    out->blocks = pl.blocks;
-    out->shards = pl.shards;
-    out->owned_params = pl.owned_params;
+    ch_msg_place_to_pb(&pl.at, out);
     out->reported = pl.reported != 0;
 }
 

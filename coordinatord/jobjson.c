@@ -57,7 +57,7 @@ static void status_fields(ch_jb_t *b, const coord_job_t *j)
     ch_jb_str(b, j->spec.checkpoint.run_id);
 }
 
-int coord_page_job_json(coord_t *c, const char *id, coord_buf_t *out)
+int coord_page_job_json(coord_t *c, const char *id, ch_buf_t *out)
 {
     coord_job_t *j = coord_job_find(c, id);
     ch_jb_t *b = NULL;
@@ -91,7 +91,7 @@ int coord_page_job_json(coord_t *c, const char *id, coord_buf_t *out)
     ch_jb_obj_end(b);
     rc = ch_jb_finish(b, CH_JB_PRETTY, &text, NULL);
     if (rc == 0)
-        coord_buf_puts(out, text);
+        ch_buf_puts(out, text);
 out:
     free(text);
     free(pts);

@@ -5,11 +5,11 @@
 #ifndef COORD_JOBJSON_H
 #define COORD_JOBJSON_H
 
-#include "http.h"
+#include "common/buf.h"
 
 typedef struct coord coord_t;
 
 /* Append job id's document (id or name, ".json" already cut) to b: 0, CH_E_NOTFOUND. */
-int coord_page_job_json(coord_t *c, const char *id, coord_buf_t *b);
+int coord_page_job_json(coord_t *c, const char *id, ch_buf_t *b);
 
 #endif

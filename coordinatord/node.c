@@ -103,7 +103,7 @@ static void store_node(coord_t *c, const coord_node_t *n)
         .name = n->name,
         .state = coord_node_state_name(n->state),
         .rack = n->rack,
-        .device = n->device,
+        .device = ch_device_name(n->device),
         .slots = n->slots,
         .updated_ms = ch_wall_ms(),
     };
@@ -147,7 +147,7 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
 {
     const char *name = reg->name ? reg->name : "";
     const char *rack = reg->rack ? reg->rack : "";
-    const char *device = reg->device && *reg->device ? reg->device : "cpu";
+    ch_device_t device = CH_DEVICE_CPU; /* an old workerd sends none */
     size_t len = strlen(name);
 
     *out = NULL;
@@ -161,7 +161,7 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
         snprintf(err, errlen, "register: node %s: bad rack (0..63 printable characters)", name);
         return CH_E_CONFIG;
     }
-    if (strlen(device) >= sizeof(((coord_node_t *)0)->device) || !printable(device, 0x21)) {
+    if (reg->device && *reg->device && ch_device_parse(reg->device, &device) < 0) {
         snprintf(err, errlen, "register: node %s: bad device (cpu or cuda)", name);
         return CH_E_CONFIG;
     }
@@ -208,7 +208,7 @@ int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *
     n->link = link;
     link->node = n;
     snprintf(n->rack, sizeof(n->rack), "%s", rack);
-    snprintf(n->device, sizeof(n->device), "%s", device);
+    n->device = device;
     n->slots = reg->slots;
     n->memory_bytes = reg->memory_bytes;
     n->progress_ms = reg->progress_ms;
@@ -412,7 +412,8 @@ static int load_one(void *ud, const coord_node_rec_t *rec)
     if (!n)
         return -ENOMEM;
     snprintf(n->rack, sizeof(n->rack), "%s", rec->rack);
-    snprintf(n->device, sizeof(n->device), "%s", rec->device);
+    if (ch_device_parse(rec->device, &n->device) < 0)
+        n->device = CH_DEVICE_CPU; /* corrected when the node registers again */
     n->slots = rec->slots;
     n->state = COORD_NODE_DEAD; /* unknown until it registers again */
     n->dead_since_ms = ch_now_ms();

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "chorus.pb-c.h"
+#include "common/device.h"
 
 typedef struct coord coord_t;
 typedef struct coord_link coord_link_t;
@@ -35,7 +36,8 @@ typedef enum {
 #define COORD_NODE_RUNNING_MAX(slots) ((slots)*2u < 4096u ? (slots)*2u : 4096u)
 
 typedef struct coord_node {
-    char name[64], rack[64], device[16];
+    char name[64], rack[64];
+    ch_device_t device;
     uint32_t slots;
     uint64_t memory_bytes; /* as registered; 0: unknown (not checked at admission) */
     uint32_t progress_ms;  /* its ranks' progress is held up to this long (NodeProgress) */

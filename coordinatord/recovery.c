@@ -46,7 +46,7 @@ static coord_cause_t cause_parse(const char *name)
 // History
 
 /* The store's text of a layout: "tp,pp,dp,microbatches,micro_batch_size"; "" for none. */
-static void layout_store_text(const coord_layout_t *l, char *out, size_t len)
+static void layout_store_text(const ch_layout_split_t *l, char *out, size_t len)
 {
     if (!l->dp)
         out[0] = '\0';
@@ -56,9 +56,9 @@ static void layout_store_text(const coord_layout_t *l, char *out, size_t len)
 }
 
 /* Its inverse; a text that is not one leaves *l none (dp 0). */
-static void layout_store_parse(const char *s, coord_layout_t *l)
+static void layout_store_parse(const char *s, ch_layout_split_t *l)
 {
-    coord_layout_t v = {0};
+    ch_layout_split_t v = {0};
     memset(l, 0, sizeof *l);
     if (s &&
         sscanf(s, "%u,%u,%u,%u,%u", &v.tp, &v.pp, &v.dp, &v.microbatches, &v.micro_batch_size) == 5)
@@ -581,13 +581,6 @@ int coord_recovery_ready(coord_t *c, coord_job_t *j)
 // ---------------------------------------------------------------------------------------
 // Elastic restart
 
-static coord_layout_t layout_of(const ch_jobspec_t *s)
-{
-    coord_layout_t l = {s->parallel.tp, s->parallel.pp, s->parallel.dp, s->parallel.microbatches,
-                        s->parallel.micro_batch_size};
-    return l;
-}
-
 /* The dp the job was submitted with: the first elastic restart's layout_from, else the
  * current one. */
 static uint32_t dp_submitted(const coord_job_t *j)
@@ -620,7 +613,7 @@ static int same_batch(const ch_jobspec_t *spec, uint32_t d, ch_jobspec_t *out)
     return -1;
 }
 
-static void layout_text(const coord_layout_t *l, char *out, size_t len)
+static void layout_text(const ch_layout_split_t *l, char *out, size_t len)
 {
     snprintf(out, len, "tp %u x pp %u x dp %u (microbatches %u x micro_batch_size %u)", l->tp,
              l->pp, l->dp, l->microbatches, l->micro_batch_size);
@@ -644,7 +637,7 @@ int coord_recovery_shrink(coord_t *c, coord_job_t *j)
         }
         if (!coord_sched_fits(c, &cand))
             continue;
-        coord_layout_t was = layout_of(&j->spec), now = layout_of(&cand);
+        ch_layout_split_t was = ch_jobspec_split(&j->spec), now = ch_jobspec_split(&cand);
         int rc = coord_job_relayout(c, j, &cand);
         if (rc < 0) {
             CH_LOGE("recovery", "job=%s cannot change its layout: %s", j->id, ch_strerror(rc));

@@ -262,7 +262,7 @@ static void h_list_nodes(coord_t *c, coord_link_t *l, const Chorus__Envelope *re
         ni[i].rack = (char *)node->rack;
         ni[i].last_heartbeat_ms = node->last_hb_wall;
         ni[i].memory_bytes = node->memory_bytes;
-        ni[i].device = (char *)(node->device[0] ? node->device : "cpu");
+        ni[i].device = (char *)ch_device_name(node->device);
         np[i] = &ni[i];
     }
     Chorus__NodeList nl = CHORUS__NODE_LIST__INIT;

@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/run.h"
+#include "common/util.h"
 #include "coord.h"
 
 /* What the checking child sends back through its pipe. */
@@ -69,14 +70,7 @@ static int check_as_user(const ch_jobspec_t *s, verdict_t *v)
     }
     close(fds[1]);
     size_t got = 0;
-    while (got < sizeof *v) {
-        ssize_t n = read(fds[0], (char *)v + got, sizeof *v - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
+    (void)ch_read_full(fds[0], v, sizeof *v, &got); /* a short verdict is checked below */
     close(fds[0]);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;

@@ -45,7 +45,7 @@ static int node_fits(const coord_node_t *n, double need)
 static int node_serves(const coord_node_t *n, const ch_jobspec_t *spec)
 {
     return spec->kind != CH_JOB_TRAIN || spec->train.device != CH_DEVICE_CUDA ||
-           strcmp(n->device, "cuda") == 0;
+           n->device == CH_DEVICE_CUDA;
 }
 
 /* Nodes usable for placement of spec: alive ones (not dead when idle) that serve it, with

@@ -52,14 +52,14 @@ static const char STYLE[] =
     ".muted{color:#777}svg{background:#fff;border:1px solid #ddd}"
     "svg text{font:11px system-ui,sans-serif;fill:#555}";
 
-static void head(coord_buf_t *b, const char *title, int refresh)
+static void head(ch_buf_t *b, const char *title, int refresh)
 {
-    coord_buf_puts(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    ch_buf_puts(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     if (refresh)
-        coord_buf_puts(b, "<meta http-equiv=\"refresh\" content=\"5\">");
-    coord_buf_puts(b, "<title>");
-    coord_buf_html(b, title);
-    coord_buf_printf(b, " - Chorus</title><style>%s</style></head><body>\n", STYLE);
+        ch_buf_puts(b, "<meta http-equiv=\"refresh\" content=\"5\">");
+    ch_buf_puts(b, "<title>");
+    ch_buf_html(b, title);
+    ch_buf_printf(b, " - Chorus</title><style>%s</style></head><body>\n", STYLE);
 }
 
 static void fmt_wall(char *buf, size_t n, uint64_t ms)
@@ -95,51 +95,51 @@ static double progress(const coord_job_t *j)
     return j->total_steps ? fmin(1.0, (double)j->step / (double)j->total_steps) : 0.0;
 }
 
-static void bar(coord_buf_t *b, double frac)
+static void bar(ch_buf_t *b, double frac)
 {
-    coord_buf_printf(b, "<span class=\"bar\"><span style=\"width:%.1f%%\"></span></span> %.0f%%",
+    ch_buf_printf(b, "<span class=\"bar\"><span style=\"width:%.1f%%\"></span></span> %.0f%%",
                      100.0 * frac, 100.0 * frac);
 }
 
 // ---------------------------------------------------------------------------------------
 // index
 
-static void nodes_table(coord_t *c, coord_buf_t *b)
+static void nodes_table(coord_t *c, ch_buf_t *b)
 {
     uint64_t now = ch_now_ms();
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<h2>Nodes (%zu)</h2>\n<table id=\"nodes\"><tr><th>node<th>state"
                      "<th>slots used/total<th>rack<th>device<th>last heartbeat</tr>\n",
                      c->nodes.n);
     for (size_t i = 0; i < c->nodes.n && i < COORD_PAGE_MAX_NODES; i++) {
         const coord_node_t *n = c->nodes.v[i];
         const char *st = coord_node_state_name(n->state);
-        coord_buf_puts(b, "<tr class=\"node\"><td>");
-        coord_buf_html(b, n->name);
-        coord_buf_printf(b, "<td class=\"%s\">%s<td class=\"num\">%u/%u<td>", st, st, n->used,
+        ch_buf_puts(b, "<tr class=\"node\"><td>");
+        ch_buf_html(b, n->name);
+        ch_buf_printf(b, "<td class=\"%s\">%s<td class=\"num\">%u/%u<td>", st, st, n->used,
                          n->slots);
-        coord_buf_html(b, n->rack[0] ? n->rack : "-");
-        coord_buf_puts(b, "<td>");
-        coord_buf_html(b, n->device[0] ? n->device : "-");
+        ch_buf_html(b, n->rack[0] ? n->rack : "-");
+        ch_buf_puts(b, "<td>");
+        ch_buf_html(b, n->device[0] ? n->device : "-");
         if (n->last_hb_ms && n->last_hb_ms <= now) {
-            coord_buf_printf(b, "<td class=\"num\">%.1f s ago</tr>\n",
+            ch_buf_printf(b, "<td class=\"num\">%.1f s ago</tr>\n",
                              (double)(now - n->last_hb_ms) / 1e3);
         } else {
             char when[48];
             fmt_wall(when, sizeof when, n->last_hb_wall);
-            coord_buf_printf(b, "<td>%s</tr>\n", when);
+            ch_buf_printf(b, "<td>%s</tr>\n", when);
         }
     }
-    coord_buf_puts(b, "</table>\n");
+    ch_buf_puts(b, "</table>\n");
     if (c->nodes.n > COORD_PAGE_MAX_NODES)
-        coord_buf_printf(b, "<p class=\"muted\">first %d of %zu nodes</p>\n", COORD_PAGE_MAX_NODES,
+        ch_buf_printf(b, "<p class=\"muted\">first %d of %zu nodes</p>\n", COORD_PAGE_MAX_NODES,
                          c->nodes.n);
 }
 
-static void jobs_table(coord_t *c, coord_buf_t *b)
+static void jobs_table(coord_t *c, ch_buf_t *b)
 {
     size_t first = c->jobs.n > COORD_PAGE_MAX_JOBS ? c->jobs.n - COORD_PAGE_MAX_JOBS : 0;
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<h2>Jobs (%zu)</h2>\n<table id=\"jobs\"><tr><th>job<th>name<th>kind"
                      "<th>state<th>progress<th>step<th>loss<th>tokens/s<th>TP&times;PP&times;DP"
                      "<th>restarts<th>reason</tr>\n",
@@ -149,41 +149,41 @@ static void jobs_table(coord_t *c, coord_buf_t *b)
         const char *st = coord_job_state_name(j->state);
         char tps[32];
         fmt_si(tps, sizeof tps, j->tokens_per_s);
-        coord_buf_printf(b, "<tr class=\"job\"><td><a href=\"/jobs/%s\">%s</a><td>", j->id, j->id);
-        coord_buf_html(b, j->name[0] ? j->name : "-");
-        coord_buf_printf(b, "<td>%s<td class=\"%s\">%s<td>", ch_job_kind_name(j->spec.kind), st,
+        ch_buf_printf(b, "<tr class=\"job\"><td><a href=\"/jobs/%s\">%s</a><td>", j->id, j->id);
+        ch_buf_html(b, j->name[0] ? j->name : "-");
+        ch_buf_printf(b, "<td>%s<td class=\"%s\">%s<td>", ch_job_kind_name(j->spec.kind), st,
                          st);
         bar(b, progress(j));
-        coord_buf_printf(b, "<td class=\"num\">%" PRIu64 "/%" PRIu64, j->step, j->total_steps);
+        ch_buf_printf(b, "<td class=\"num\">%" PRIu64 "/%" PRIu64, j->step, j->total_steps);
         if (has_loss(j))
-            coord_buf_printf(b, "<td class=\"num\">%.4f", j->loss);
+            ch_buf_printf(b, "<td class=\"num\">%.4f", j->loss);
         else
-            coord_buf_puts(b, "<td class=\"num\">-");
-        coord_buf_printf(b, "<td class=\"num\">%s<td>%u&times;%u&times;%u<td class=\"num\">%u<td>",
+            ch_buf_puts(b, "<td class=\"num\">-");
+        ch_buf_printf(b, "<td class=\"num\">%s<td>%u&times;%u&times;%u<td class=\"num\">%u<td>",
                          tps, j->spec.parallel.tp, j->spec.parallel.pp, j->spec.parallel.dp,
                          j->restarts);
-        coord_buf_html(b, j->reason);
-        coord_buf_puts(b, "</tr>\n");
+        ch_buf_html(b, j->reason);
+        ch_buf_puts(b, "</tr>\n");
     }
-    coord_buf_puts(b, "</table>\n");
+    ch_buf_puts(b, "</table>\n");
     if (first)
-        coord_buf_printf(b, "<p class=\"muted\">the latest %d of %zu jobs</p>\n",
+        ch_buf_printf(b, "<p class=\"muted\">the latest %d of %zu jobs</p>\n",
                          COORD_PAGE_MAX_JOBS, c->jobs.n);
 }
 
-int coord_page_index(coord_t *c, coord_buf_t *b)
+int coord_page_index(coord_t *c, ch_buf_t *b)
 {
     char now[48];
     fmt_wall(now, sizeof now, ch_wall_ms());
     head(b, "cluster", 1);
-    coord_buf_printf(
+    ch_buf_printf(
         b,
         "<h1>Chorus</h1><p class=\"muted\">%s &middot; "
         "<a href=\"/metrics\">Prometheus metrics</a> &middot; refreshes every 5 s</p>\n",
         now);
     nodes_table(c, b);
     jobs_table(c, b);
-    coord_buf_puts(b, "</body></html>\n");
+    ch_buf_puts(b, "</body></html>\n");
     return 0;
 }
 
@@ -205,7 +205,7 @@ static double field(const coord_point_t *p, int f)
 }
 
 /* A line chart of field f over steps: one path vertex per point with a finite value. */
-static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const char *title,
+static void chart(ch_buf_t *b, const coord_job_t *j, const char *id, const char *title,
                   const coord_point_t *pts, size_t n, int f)
 {
     double vmin = INFINITY, vmax = -INFINITY;
@@ -220,15 +220,15 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
         smin = pts[i].step < smin ? pts[i].step : smin;
         smax = pts[i].step > smax ? pts[i].step : smax;
     }
-    coord_buf_printf(b, "<h2>");
-    coord_buf_html(b, title);
-    coord_buf_printf(b,
+    ch_buf_printf(b, "<h2>");
+    ch_buf_html(b, title);
+    ch_buf_printf(b,
                      "</h2>\n<svg id=\"%s-chart\" class=\"chart\" width=\"%d\" height=\"%d\" "
                      "viewBox=\"0 0 %d %d\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\">",
                      id, CH_W, CH_H, CH_W, CH_H);
-    coord_buf_printf(b, "<title>%s over steps</title>", title);
+    ch_buf_printf(b, "<title>%s over steps</title>", title);
     if (!good) {
-        coord_buf_printf(b, "<text x=\"%d\" y=\"%d\">no steps reported yet</text></svg>\n",
+        ch_buf_printf(b, "<text x=\"%d\" y=\"%d\">no steps reported yet</text></svg>\n",
                          CH_W / 2 - 60, CH_H / 2);
         return;
     }
@@ -237,7 +237,7 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
     double pw = CH_W - CH_L - CH_R, ph = CH_H - CH_T - CH_B;
     double sspan = smax > smin ? (double)(smax - smin) : 1.0;
     /* Axes and labels. */
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<path d=\"M%d %d V%d H%d\" fill=\"none\" stroke=\"#999\"/>"
                      "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
                      "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
@@ -245,7 +245,7 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
                      "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step %" PRIu64 "</text>",
                      CH_L, CH_T, CH_H - CH_B, CH_W - CH_R, CH_L - 4, CH_T + 8, vmax, CH_L - 4,
                      CH_H - CH_B, vmin, CH_L, CH_H - 6, smin, CH_W - CH_R, CH_H - 6, smax);
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<path id=\"%s-path\" class=\"line\" data-points=\"%zu\" fill=\"none\" "
                      "stroke=\"%s\" stroke-width=\"1.5\" d=\"",
                      id, good, f == F_LOSS ? "#c0262d" : "#3b82f6");
@@ -258,10 +258,10 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
         }
         double x = CH_L + pw * (double)(pts[i].step - smin) / sspan;
         double y = CH_T + ph * (vmax - v) / (vmax - vmin);
-        coord_buf_printf(b, "%s%.1f %.1f", pen ? " L" : (i ? " M" : "M"), x, y);
+        ch_buf_printf(b, "%s%.1f %.1f", pen ? " L" : (i ? " M" : "M"), x, y);
         pen = 1;
     }
-    coord_buf_puts(b, "\"/>");
+    ch_buf_puts(b, "\"/>");
     /* A dashed line where each restart resumed: the curve after it is the new run's. */
     coord_restart_view_t hist[16];
     size_t nh = coord_job_restart_history(j, hist, 16);
@@ -270,13 +270,13 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
             (uint64_t)hist[k].from_step > smax)
             continue;
         double x = CH_L + pw * (double)((uint64_t)hist[k].from_step - smin) / sspan;
-        coord_buf_printf(b,
+        ch_buf_printf(b,
                          "<path class=\"restart\" d=\"M%.1f %d V%d\" stroke=\"#a86b00\" "
                          "stroke-dasharray=\"4 3\"><title>generation %" PRIu64
                          " resumed from step %" PRId64 "</title></path>",
                          x, CH_T, CH_H - CH_B, hist[k].generation, hist[k].from_step);
     }
-    coord_buf_puts(b, "</svg>\n");
+    ch_buf_puts(b, "</svg>\n");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -284,39 +284,39 @@ static void chart(coord_buf_t *b, const coord_job_t *j, const char *id, const ch
 
 /* One table per data-parallel replica: pipeline stages down, tensor-parallel ranks
  * across; each cell names the rank and its node. */
-static void layout_grid(const coord_job_t *j, coord_buf_t *b)
+static void layout_grid(const coord_job_t *j, ch_buf_t *b)
 {
     ch_layout_t l = {j->spec.parallel.tp, j->spec.parallel.pp, j->spec.parallel.dp};
     uint32_t world = ch_layout_world(l);
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<h2>Layout: TP %u &times; PP %u &times; DP %u (world %u)</h2>\n"
                      "<div id=\"layout\" data-world=\"%u\">",
                      l.tp, l.pp, l.dp, world, world);
     if (world > COORD_PAGE_MAX_CELLS || world != j->world) {
-        coord_buf_printf(b, "<p class=\"muted\">%u ranks: too many to draw</p></div>\n", world);
+        ch_buf_printf(b, "<p class=\"muted\">%u ranks: too many to draw</p></div>\n", world);
         return;
     }
     for (uint32_t d = 0; d < l.dp; d++) {
-        coord_buf_printf(b, "<table class=\"grid\" data-dp=\"%u\"><tr><th>DP %u", d, d);
+        ch_buf_printf(b, "<table class=\"grid\" data-dp=\"%u\"><tr><th>DP %u", d, d);
         for (uint32_t t = 0; t < l.tp; t++)
-            coord_buf_printf(b, "<th>TP %u", t);
-        coord_buf_puts(b, "</tr>");
+            ch_buf_printf(b, "<th>TP %u", t);
+        ch_buf_puts(b, "</tr>");
         for (uint32_t p = 0; p < l.pp; p++) {
-            coord_buf_printf(b, "<tr><th>PP %u", p);
+            ch_buf_printf(b, "<tr><th>PP %u", p);
             for (uint32_t t = 0; t < l.tp; t++) {
                 ch_coord_t at = {.tp = t, .dp = d, .pp = p};
                 uint32_t r = ch_layout_rank(l, at);
                 const coord_rank_t *rk = j->ranks ? &j->ranks[r] : NULL;
                 const char *st = rk ? coord_rank_state_name(rk->state) : "unplaced";
-                coord_buf_printf(b, "<td class=\"rank %s\" data-rank=\"%u\">rank %u<br>", st, r, r);
-                coord_buf_html(b, rk && rk->node ? rk->node->name : "-");
-                coord_buf_printf(b, "<br><small>%s</small>", st);
+                ch_buf_printf(b, "<td class=\"rank %s\" data-rank=\"%u\">rank %u<br>", st, r, r);
+                ch_buf_html(b, rk && rk->node ? rk->node->name : "-");
+                ch_buf_printf(b, "<br><small>%s</small>", st);
             }
-            coord_buf_puts(b, "</tr>");
+            ch_buf_puts(b, "</tr>");
         }
-        coord_buf_puts(b, "</table>");
+        ch_buf_puts(b, "</table>");
     }
-    coord_buf_puts(b, "</div>\n");
+    ch_buf_puts(b, "</div>\n");
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -328,14 +328,14 @@ static int cmp_float(const void *a, const void *b)
 /* Columns: the last steps; rows: ranks; colour: the rank's step time against the
  * step's median (green at or under it, red at 1.5 times or more): a straggler is a red
  * row, a slow step a column. */
-static void heat_map(const coord_series_t *s, coord_buf_t *b)
+static void heat_map(const coord_series_t *s, ch_buf_t *b)
 {
     uint64_t steps[COORD_SERIES_HEAT_STEPS];
     float median[COORD_SERIES_HEAT_STEPS], col[COORD_PAGE_HEAT_RANKS];
     size_t cols = s ? coord_series_heat_rows(s, steps, COORD_SERIES_HEAT_STEPS) : 0;
-    coord_buf_puts(b, "<h2>Per-rank step time, last steps</h2>\n");
+    ch_buf_puts(b, "<h2>Per-rank step time, last steps</h2>\n");
     if (!cols || !s->heat_ranks) {
-        coord_buf_puts(b, "<p id=\"heatmap\" class=\"muted\">no per-rank step times reported "
+        ch_buf_puts(b, "<p id=\"heatmap\" class=\"muted\">no per-rank step times reported "
                           "yet</p>\n");
         return;
     }
@@ -352,7 +352,7 @@ static void heat_map(const coord_series_t *s, coord_buf_t *b)
         qsort(col, n, sizeof col[0], cmp_float);
         median[i] = n ? col[(n - 1) / 2] : NAN; /* the lower median: of two, the faster */
     }
-    coord_buf_printf(b,
+    ch_buf_printf(b,
                      "<svg id=\"heatmap\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                      "data-steps=\"%zu\" data-ranks=\"%u\" xmlns=\"http://www.w3.org/2000/svg\">"
                      "<title>step time per rank</title>"
@@ -371,77 +371,77 @@ static void heat_map(const coord_series_t *s, coord_buf_t *b)
                 double hue = 120.0 - fmin(120.0, fmax(0.0, (ms / median[i] - 1.0) * 240.0));
                 snprintf(fill, sizeof fill, "hsl(%.0f,70%%,45%%)", hue);
             }
-            coord_buf_printf(b,
+            ch_buf_printf(b,
                              "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
                              "<title>rank %u step %" PRIu64 ": ",
                              left + cw * (int)i, top + rh * (int)r, cw - 1, rh - (rh > 2), fill, r,
                              steps[i]);
             if (isfinite(ms))
-                coord_buf_printf(b, "%.1f ms</title></rect>", ms);
+                ch_buf_printf(b, "%.1f ms</title></rect>", ms);
             else
-                coord_buf_puts(b, "not reported</title></rect>");
+                ch_buf_puts(b, "not reported</title></rect>");
         }
     }
-    coord_buf_puts(b, "</svg>\n<p class=\"muted\">colour: a rank's step time against the "
+    ch_buf_puts(b, "</svg>\n<p class=\"muted\">colour: a rank's step time against the "
                       "step's median, green at or under it, red at 1.5&times; or more");
     if (s->world > ranks)
-        coord_buf_printf(b, "; the first %u of %u ranks", ranks, s->world);
-    coord_buf_puts(b, "</p>\n");
+        ch_buf_printf(b, "; the first %u of %u ranks", ranks, s->world);
+    ch_buf_puts(b, "</p>\n");
 }
 
 /* Under the heat map: the straggler and the slow-collective node named now, if any
  * (straggler.h), so that a red row or a node's rows come with the numbers. */
-static void heat_named(const coord_job_t *j, coord_buf_t *b)
+static void heat_named(const coord_job_t *j, ch_buf_t *b)
 {
     uint32_t ranks = 0, nodes = 0;
     const char *rank_line = coord_straggler_line(j, &ranks);
     const char *node_line = coord_straggler_node_line(j, &nodes);
     if (!ranks && !nodes)
         return;
-    coord_buf_puts(b, "<p id=\"slow\">");
+    ch_buf_puts(b, "<p id=\"slow\">");
     if (ranks) {
-        coord_buf_puts(b, "straggler: ");
-        coord_buf_html(b, rank_line);
+        ch_buf_puts(b, "straggler: ");
+        ch_buf_html(b, rank_line);
     }
     if (nodes) {
-        coord_buf_puts(b, ranks ? "<br>slow collectives: " : "slow collectives: ");
-        coord_buf_html(b, node_line);
+        ch_buf_puts(b, ranks ? "<br>slow collectives: " : "slow collectives: ");
+        ch_buf_html(b, node_line);
     }
-    coord_buf_puts(b, "</p>\n");
+    ch_buf_puts(b, "</p>\n");
 }
 
-static void restarts(const coord_job_t *j, coord_buf_t *b)
+static void restarts(const coord_job_t *j, ch_buf_t *b)
 {
     coord_restart_view_t hist[64];
     size_t n = coord_job_restart_history(j, hist, 64);
-    coord_buf_printf(b, "<h2>Restarts (%u)</h2>\n", j->restarts);
+    ch_buf_printf(b, "<h2>Restarts (%u)</h2>\n", j->restarts);
     if (!n) {
-        coord_buf_printf(b, "<p id=\"restarts\" class=\"muted\">%s</p>\n",
+        ch_buf_printf(b, "<p id=\"restarts\" class=\"muted\">%s</p>\n",
                          j->restarts ? "no history recorded" : "no restarts");
         return;
     }
-    coord_buf_puts(b, "<table id=\"restarts\"><tr><th>generation<th>when<th>resumed from"
+    ch_buf_puts(b, "<table id=\"restarts\"><tr><th>generation<th>when<th>resumed from"
                       "<th>cause</tr>\n");
     for (size_t i = 0; i < n; i++) {
         char when[48];
         fmt_wall(when, sizeof when, hist[i].at_ms);
-        coord_buf_printf(b, "<tr><td class=\"num\">%" PRIu64 "<td>%s<td>", hist[i].generation,
+        ch_buf_printf(b, "<tr><td class=\"num\">%" PRIu64 "<td>%s<td>", hist[i].generation,
                          when);
         if (hist[i].from_step >= 0)
-            coord_buf_printf(b, "step %" PRId64, hist[i].from_step);
+            ch_buf_printf(b, "step %" PRId64, hist[i].from_step);
         else
-            coord_buf_puts(b, "scratch");
-        coord_buf_puts(b, "<td>");
-        coord_buf_html(b, hist[i].cause ? hist[i].cause : "");
-        coord_buf_puts(b, "</tr>\n");
+            ch_buf_puts(b, "scratch");
+        ch_buf_puts(b, "<td>");
+        ch_buf_html(b, hist[i].cause ? hist[i].cause : "");
+        ch_buf_puts(b, "</tr>\n");
     }
-    coord_buf_puts(b, "</table>\n");
+    ch_buf_puts(b, "</table>\n");
 }
 
 // ---------------------------------------------------------------------------------------
 // job
 
-static void summary(const coord_job_t *j, const coord_point_t *last, coord_buf_t *b)
+static void summary(const coord_job_t *j, const coord_point_t *last, ch_buf_t *b)
 {
     const char *st = coord_job_state_name(j->state);
     char tps[32], sub[48], start[48], fin[48];
@@ -452,45 +452,45 @@ static void summary(const coord_job_t *j, const coord_point_t *last, coord_buf_t
     fmt_wall(sub, sizeof sub, j->submitted_ms);
     fmt_wall(start, sizeof start, j->started_ms);
     fmt_wall(fin, sizeof fin, j->finished_ms);
-    coord_buf_printf(b, "<table id=\"summary\"><tr><th>state<td class=\"%s\">%s", st, st);
+    ch_buf_printf(b, "<table id=\"summary\"><tr><th>state<td class=\"%s\">%s", st, st);
     if (j->reason[0]) {
-        coord_buf_puts(b, ": ");
-        coord_buf_html(b, j->reason);
+        ch_buf_puts(b, ": ");
+        ch_buf_html(b, j->reason);
     }
-    coord_buf_puts(b, "</tr><tr><th>progress<td>");
+    ch_buf_puts(b, "</tr><tr><th>progress<td>");
     bar(b, progress(j));
-    coord_buf_printf(b, " &nbsp; step %" PRIu64 " of %" PRIu64 "</tr>", j->step, j->total_steps);
+    ch_buf_printf(b, " &nbsp; step %" PRIu64 " of %" PRIu64 "</tr>", j->step, j->total_steps);
     if (has_loss(j))
-        coord_buf_printf(b, "<tr><th>loss<td>%.4f</tr>", j->loss);
+        ch_buf_printf(b, "<tr><th>loss<td>%.4f</tr>", j->loss);
     double val = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
     double val_step = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     if (isfinite(val) && isfinite(val_step)) /* train.val_data's, when one was taken */
-        coord_buf_printf(b, "<tr><th>validation loss<td>%.4f (after step %.0f)</tr>", val,
+        ch_buf_printf(b, "<tr><th>validation loss<td>%.4f (after step %.0f)</tr>", val,
                          val_step);
-    coord_buf_printf(b, "<tr><th>tokens/s<td>%s</tr>", tps);
+    ch_buf_printf(b, "<tr><th>tokens/s<td>%s</tr>", tps);
     if (mfu > 0 && isfinite(mfu))
-        coord_buf_printf(b, "<tr><th>MFU<td>%.2f%%</tr>", 100.0 * mfu);
+        ch_buf_printf(b, "<tr><th>MFU<td>%.2f%%</tr>", 100.0 * mfu);
     if (last && isfinite(last->step_ms))
-        coord_buf_printf(b, "<tr><th>step time (rank 0)<td>%.1f ms</tr>", last->step_ms);
+        ch_buf_printf(b, "<tr><th>step time (rank 0)<td>%.1f ms</tr>", last->step_ms);
     double measured = coord_job_bubble(j); /* mean over ranks; rank 0's when reloaded */
     if (measured < 0 && last && isfinite(last->bubble))
         measured = last->bubble;
     if (j->spec.parallel.pp > 1 && measured >= 0)
-        coord_buf_printf(b,
+        ch_buf_printf(b,
                          "<tr><th>pipeline bubble<td>%.1f%% measured, %.1f%% 1F1B "
                          "(pp&minus;1)/(microbatches+pp&minus;1)</tr>",
                          100.0 * measured, 100.0 * coord_job_bubble_theory(j));
-    coord_buf_printf(b, "<tr><th>generation<td>%" PRIu64 " (restarts %u)</tr>", j->generation,
+    ch_buf_printf(b, "<tr><th>generation<td>%" PRIu64 " (restarts %u)</tr>", j->generation,
                      j->restarts);
     if (j->last_ckpt_step >= 0)
-        coord_buf_printf(b, "<tr><th>last checkpoint<td>step %" PRId64 "</tr>", j->last_ckpt_step);
-    coord_buf_printf(b,
+        ch_buf_printf(b, "<tr><th>last checkpoint<td>step %" PRId64 "</tr>", j->last_ckpt_step);
+    ch_buf_printf(b,
                      "<tr><th>submitted<td>%s</tr><tr><th>started<td>%s</tr>"
                      "<tr><th>finished<td>%s</tr></table>\n",
                      sub, start, fin);
 }
 
-int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
+int coord_page_job(coord_t *c, const char *id, ch_buf_t *b)
 {
     coord_job_t *j = coord_job_find(c, id);
     if (!j)
@@ -506,9 +506,9 @@ int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
     char title[96];
     snprintf(title, sizeof title, "%s %s", j->id, j->name);
     head(b, title, coord_job_is_active(j) || j->state == COORD_JOB_QUEUED);
-    coord_buf_printf(b, "<p><a href=\"/\">&larr; cluster</a></p><h1>Job %s: ", j->id);
-    coord_buf_html(b, j->name[0] ? j->name : "-");
-    coord_buf_printf(b, " <small class=\"muted\">(%s)</small></h1>\n",
+    ch_buf_printf(b, "<p><a href=\"/\">&larr; cluster</a></p><h1>Job %s: ", j->id);
+    ch_buf_html(b, j->name[0] ? j->name : "-");
+    ch_buf_printf(b, " <small class=\"muted\">(%s)</small></h1>\n",
                      ch_job_kind_name(j->spec.kind));
     summary(j, n ? &pts[n - 1] : NULL, b);
     if (j->spec.kind == CH_JOB_TRAIN) {
@@ -519,7 +519,7 @@ int coord_page_job(coord_t *c, const char *id, coord_buf_t *b)
     heat_map(s, b);
     heat_named(j, b);
     restarts(j, b);
-    coord_buf_puts(b, "</body></html>\n");
+    ch_buf_puts(b, "</body></html>\n");
     free(pts);
     return 0;
 }

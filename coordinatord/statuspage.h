@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "http.h"
+#include "common/buf.h"
 
 typedef struct coord coord_t;
 typedef struct coord_job coord_job_t;
@@ -29,8 +29,8 @@ typedef struct coord_job coord_job_t;
 #define COORD_PAGE_HEAT_RANKS 256
 
 /* Append the page to b. 0, or CH_E_NOTFOUND for an unknown job. */
-int coord_page_index(coord_t *c, coord_buf_t *b);
-int coord_page_job(coord_t *c, const char *id, coord_buf_t *b);
+int coord_page_index(coord_t *c, ch_buf_t *b);
+int coord_page_job(coord_t *c, const char *id, ch_buf_t *b);
 
 /* One restart of a job, as the page and the metrics show it. */
 typedef struct coord_restart_view {

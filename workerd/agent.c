@@ -741,7 +741,7 @@ static void send_register(wrk_agent_t *a)
     reg.name = a->cfg.name;
     reg.slots = a->cfg.slots;
     reg.rack = a->cfg.rack;
-    reg.device = a->cfg.device;
+    reg.device = (char *)ch_device_name(a->cfg.device);
     reg.memory_bytes = a->cfg.memory_bytes ? a->cfg.memory_bytes : mem_total();
     reg.progress_ms = a->cfg.progress_ms;
     reg.n_running = i;

@@ -23,7 +23,7 @@ typedef struct wrk_agent_cfg {
     uint32_t threads;          /* compute threads per rank (CHORUS_THREADS); 0: the rank's
                                 * share of the node's cores */
     char rack[256];            /* placement label */
-    char device[16];           /* "cpu" | "cuda" */
+    ch_device_t device;        /* workerd --device, resolved */
     const ch_key_t *key;       /* cluster key; borrowed for the agent's life */
     char run_dir[CH_PATH_LEN]; /* job files, rank dirs and rank logs live under here */
     const char *rank_exe;      /* NULL: chorus-rank next to workerd (wrk_proc_rank_exe) */

@@ -154,8 +154,9 @@ static void on_signal(uv_signal_t *s, int signum)
 // configuration
 
 /* device = cpu | cuda | auto and slots = N | auto, resolved against what the NVIDIA driver
- * lists (gpus.h) and what this build has (chorus/config.h). Leaves c->device "cpu" or "cuda". */
-static int resolve_device(wrkd_cfg_t *c, long *slots, int *visible)
+ * lists (gpus.h) and what this build has (chorus/config.h), into *dev and *slots;
+ * *visible: the GPUs visible to it. */
+static int resolve_device(const wrkd_cfg_t *c, ch_device_t *dev, long *slots, int *visible)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     int gpus = ch_gpus_visible(ch_gpus_present(CH_GPUS_PROC_DIR), cvd);
@@ -167,18 +168,18 @@ static int resolve_device(wrkd_cfg_t *c, long *slots, int *visible)
                     "--device auto: %d GPU(s) visible, but this workerd was built "
                     "without CUDA/NCCL: the node runs cpu ranks",
                     gpus);
-        snprintf(c->device, sizeof c->device, "%s", gpus > 0 && CHORUS_HAVE_CUDA ? "cuda" : "cpu");
-        CH_LOGI("workerd", "--device auto: %s (%d GPU(s) visible)", c->device, gpus);
-    } else if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
+        *dev = gpus > 0 && CHORUS_HAVE_CUDA ? CH_DEVICE_CUDA : CH_DEVICE_CPU;
+        CH_LOGI("workerd", "--device auto: %s (%d GPU(s) visible)", ch_device_name(*dev), gpus);
+    } else if (ch_device_parse(c->device, dev) < 0) {
         CH_LOGE("workerd", "--device: expected cpu, cuda or auto, got '%s'", c->device);
         return CH_E_CONFIG;
     }
-    if (!CHORUS_HAVE_CUDA && strcmp(c->device, "cuda") == 0) {
+    int cuda = *dev == CH_DEVICE_CUDA;
+    if (!CHORUS_HAVE_CUDA && cuda) {
         CH_LOGE("workerd", "--device cuda: this workerd was built without CUDA/NCCL "
                            "(rebuild where the CUDA toolkit and NCCL are installed)");
         return CH_E_CONFIG;
     }
-    int cuda = strcmp(c->device, "cuda") == 0;
     if (strcmp(c->slots, "auto") == 0) {
         if (cuda && gpus == 0) {
             CH_LOGE("workerd", "--slots auto: no GPU visible (%s lists none%s%s); set --slots N",
@@ -238,7 +239,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
         return CH_E_CONFIG;
     }
     long slots = 0;
-    if ((rc = resolve_device(c, &slots, &w->gpus)) < 0)
+    if ((rc = resolve_device(c, &ac->device, &slots, &w->gpus)) < 0)
         return rc;
     if (c->metrics_port < 0 || c->metrics_port > 65535) {
         CH_LOGE("workerd", "--metrics-port: expected 0..65535, got %ld", c->metrics_port);
@@ -264,7 +265,6 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     }
     snprintf(ac->name, sizeof ac->name, "%s", c->name);
     snprintf(ac->rack, sizeof ac->rack, "%s", c->rack);
-    strcpy(ac->device, strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu");
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
     snprintf(ac->memory_dir, sizeof ac->memory_dir, "%s", c->memory_dir);
     /* ranks run as their job's user and make their job's folder here, as in /tmp */
@@ -326,10 +326,10 @@ static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
         uv_timer_start(&w->watchdog, on_watchdog, period, period);
     }
     CH_LOGI("workerd", "node=%s slots=%u rack=%s device=%s coordinator=%s run-dir=%s", ac->name,
-            ac->slots, ac->rack, ac->device, w->cfg.coordinator, ac->run_dir);
+            ac->slots, ac->rack, ch_device_name(ac->device), w->cfg.coordinator, ac->run_dir);
     if (w->cfg.metrics_port) {
         wrk_metrics_src_t src = {
-            .agent = w->agent, .node = ac->name, .device = ac->device, .gpus = w->gpus};
+            .agent = w->agent, .node = ac->name, .device = ch_device_name(ac->device), .gpus = w->gpus};
         rc = wrk_metrics_start(&w->loop, w->cfg.metrics_address, (int)w->cfg.metrics_port, &src,
                                &w->metrics);
         if (rc < 0) {

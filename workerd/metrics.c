@@ -10,7 +10,7 @@
 #include "common/httpd.h"
 #include "common/log.h"
 #include "common/procmetrics.h"
-#include "common/textbuf.h"
+#include "common/buf.h"
 #include "common/util.h"
 
 // ----------------------------------------------------------------------------
@@ -119,7 +119,7 @@ static int route(void *ud, char *target, ch_http_reply_t *r)
             return rc;
         r->status = "200 OK";
         r->type = "text/plain; version=0.0.4; charset=utf-8";
-        ch_buf_put(&r->body, text, len);
+        ch_buf_append(&r->body, text, len);
         free(text);
         return 0;
     }

@@ -122,7 +122,7 @@ static int env_build(const wrk_proc_spec_t *s, char ***out)
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_RUN_DIR", s->run_dir ? s->run_dir : ""), rc, out);
     CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_RESUME_STEP", s->resume_step), rc, out);
     CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_PARENT_PID", (uint64_t)getpid()), rc, out);
-    CH_CHECK_GOTO(env_add(env, &n, "CHORUS_DEVICE", s->device ? s->device : "cpu"), rc, out);
+    CH_CHECK_GOTO(env_add(env, &n, "CHORUS_DEVICE", ch_device_name(s->device)), rc, out);
     if (s->threads > 0)
         CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_THREADS", s->threads), rc, out);
     if (s->memory_dir)

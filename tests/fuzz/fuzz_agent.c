@@ -70,7 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(cfg.name, sizeof cfg.name, "fuzz-node");
     cfg.slots = 2;
     snprintf(cfg.rack, sizeof cfg.rack, "r1");
-    snprintf(cfg.device, sizeof cfg.device, "cpu");
+    cfg.device = CH_DEVICE_CPU;
     cfg.key = &key;
     snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", run_dir);
     cfg.rank_exe = "/nonexistent/chorus-rank";

@@ -61,35 +61,35 @@ static void check_tree(const ch_json_t *j, size_t depth, size_t *nodes, const ch
     }
 }
 
-static void write_tree(ch_jw_t *w, const ch_json_t *j)
+static void write_tree(ch_buf_t *w, const ch_json_t *j)
 {
     switch (j->type) {
     case CH_JSON_NULL:
-        ch_jw_raw(w, "null");
+        ch_buf_puts(w, "null");
         return;
     case CH_JSON_BOOL:
-        ch_jw_raw(w, j->boolean ? "true" : "false");
+        ch_buf_puts(w, j->boolean ? "true" : "false");
         return;
     case CH_JSON_NUMBER:
         /* A double whose %.17g looks like an integer stays a double. */
-        ch_jw_printf(w, "%s%s", j->str, j->is_int || strpbrk(j->str, ".eE") ? "" : ".0");
+        ch_buf_printf(w, "%s%s", j->str, j->is_int || strpbrk(j->str, ".eE") ? "" : ".0");
         return;
     case CH_JSON_STRING:
         ch_jw_str(w, j->str);
         return;
     case CH_JSON_ARRAY:
     case CH_JSON_OBJECT:
-        ch_jw_raw(w, j->type == CH_JSON_ARRAY ? "[" : "{");
+        ch_buf_puts(w, j->type == CH_JSON_ARRAY ? "[" : "{");
         for (size_t i = 0; i < j->nkids; i++) {
             if (i)
-                ch_jw_raw(w, ",");
+                ch_buf_puts(w, ",");
             if (j->kids[i]->key) {
                 ch_jw_str(w, j->kids[i]->key);
-                ch_jw_raw(w, ":");
+                ch_buf_puts(w, ":");
             }
             write_tree(w, j->kids[i]);
         }
-        ch_jw_raw(w, j->type == CH_JSON_ARRAY ? "]" : "}");
+        ch_buf_puts(w, j->type == CH_JSON_ARRAY ? "]" : "}");
         return;
     }
 }
@@ -171,12 +171,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_tree(root, 0, &nodes, &lim);
     FUZZ_ASSERT(nodes <= lim.max_nodes);
 
-    ch_jw_t w;
+    ch_buf_t w;
     char *out = NULL;
     size_t outlen = 0;
-    ch_jw_init(&w);
+    ch_buf_init(&w);
     write_tree(&w, root);
-    FUZZ_ASSERT(ch_jw_finish(&w, &out, &outlen) == 0 && strlen(out) == outlen);
+    FUZZ_ASSERT(ch_buf_finish(&w, &out, &outlen) == 0 && strlen(out) == outlen);
     if (ch_json_parse(out, outlen, &lim, &again, err, sizeof err) != 0)
         fuzz_fail(__FILE__, __LINE__, err);
     FUZZ_ASSERT(same(root, again));

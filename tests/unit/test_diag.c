@@ -141,7 +141,7 @@ Test(coll, diag_checks_and_reports, .timeout = 60)
         r->spec.diag.rounds = 2;
         r->rank = i, r->world_size = N, r->local_rank = i, r->local_world_size = N;
         snprintf(r->job_id, sizeof r->job_id, "j-test");
-        snprintf(r->device, sizeof r->device, "cpu");
+        r->device = CH_DEVICE_CPU;
         r->rdzv = (ch_rdzv_t){.ud = &table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};
         int sv[2];
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

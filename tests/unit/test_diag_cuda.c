@@ -30,7 +30,7 @@ static void need_gpu(void)
 }
 
 /* A one-rank diag job on device `device` whose events go to *peer (the workerd end). */
-static void rank_init(wrk_rank_t *r, const char *device, ch_client_t **peer)
+static void rank_init(wrk_rank_t *r, ch_device_t device, ch_client_t **peer)
 {
     memset(r, 0, sizeof *r);
     ch_jobspec_defaults(&r->spec);
@@ -39,7 +39,7 @@ static void rank_init(wrk_rank_t *r, const char *device, ch_client_t **peer)
     r->spec.diag.rounds = 2;
     r->rank = 0, r->world_size = 1, r->local_rank = 0, r->local_world_size = 1;
     snprintf(r->job_id, sizeof r->job_id, "j-gpu");
-    snprintf(r->device, sizeof r->device, "%s", device);
+    r->device = device;
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     cr_assert_eq(ch_client_from_fd(sv[0], &r->link), 0);
@@ -72,11 +72,11 @@ Test(rank_gpu, who_asks_for_a_gpu)
     wrk_rank_t r;
     memset(&r, 0, sizeof r);
     ch_jobspec_defaults(&r.spec);
-    snprintf(r.device, sizeof r.device, "cuda");
+    r.device = CH_DEVICE_CUDA;
     cr_expect_eq(wrk_rank_on_gpu(&r), 0, "a train job on a GPU node runs where train.device says");
     r.spec.kind = CH_JOB_DIAG;
     cr_expect_eq(wrk_rank_on_gpu(&r), 1, "a diag job checks the node's GPU");
-    snprintf(r.device, sizeof r.device, "cpu");
+    r.device = CH_DEVICE_CPU;
     cr_expect_eq(wrk_rank_on_gpu(&r), 0);
     r.spec.train.device = CH_DEVICE_CUDA;
     cr_expect_eq(wrk_rank_on_gpu(&r), 1);
@@ -119,7 +119,7 @@ Test(rank_gpu, a_cuda_diag_without_a_gpu_fails_naming_why)
     }
     wrk_rank_t r;
     ch_client_t *peer = NULL;
-    rank_init(&r, "cuda", &peer);
+    rank_init(&r, CH_DEVICE_CUDA, &peer);
     cr_expect_eq(wrk_diag_run(&r), CH_E_CONFIG);
     cr_expect(strstr(r.detail, "cuda requested but no GPU visible") != NULL, "%s", r.detail);
     ch_client_destroy(peer);
@@ -134,7 +134,7 @@ Test(diag_gpu, gemm_self_check_reports_tflops, .timeout = 120)
     need_gpu();
     wrk_rank_t r;
     ch_client_t *peer = NULL;
-    rank_init(&r, "cuda", &peer);
+    rank_init(&r, CH_DEVICE_CUDA, &peer);
     cr_assert_eq(wrk_diag_run(&r), 0, "%s", r.detail);
     double fp32 = metric(peer, "tflops");
     cr_expect_gt(fp32, 0, "tflops reported");
@@ -151,7 +151,7 @@ Test(diag_gpu, collectives_over_nccl_on_one_gpu, .timeout = 120)
     ts_rdzv_table_init(&table);
     wrk_rank_t r;
     ch_client_t *peer = NULL;
-    rank_init(&r, "cuda", &peer);
+    rank_init(&r, CH_DEVICE_CUDA, &peer);
     r.spec.diag.collectives = 1;
     r.spec.diag.bytes = 1 << 20;
     r.rdzv = (ch_rdzv_t){.ud = &table, .set = ts_rdzv_table_set, .get = ts_rdzv_table_get};

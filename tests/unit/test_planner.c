@@ -48,7 +48,8 @@ static ch_planner_result_t run(const ch_model_cfg_t *m, const ch_planner_cluster
 static size_t rank_of(const ch_planner_result_t *r, uint32_t tp, uint32_t pp, uint32_t dp)
 {
     for (size_t i = 0; i < r->n_layouts; i++)
-        if (r->layouts[i].tp == tp && r->layouts[i].pp == pp && r->layouts[i].dp == dp)
+        if (r->layouts[i].split.tp == tp && r->layouts[i].split.pp == pp &&
+            r->layouts[i].split.dp == dp)
             return i + 1;
     return 0;
 }
@@ -59,16 +60,17 @@ static void check_invariants(const ch_model_cfg_t *m, const ch_planner_cluster_t
 {
     for (size_t i = 0; i < r->n_layouts; i++) {
         const ch_planner_layout_t *l = &r->layouts[i];
-        cr_assert_eq((uint64_t)l->dp * l->microbatches * l->micro_batch_size, o->global_batch,
-                     "#%zu keeps the global batch", i);
-        cr_assert_eq(l->world, l->tp * l->pp * l->dp);
+        cr_assert_eq((uint64_t)l->split.dp * l->split.microbatches * l->split.micro_batch_size,
+                     o->global_batch, "#%zu keeps the global batch", i);
+        cr_assert_eq(l->world, l->split.tp * l->split.pp * l->split.dp);
         cr_assert_leq(l->world, r->slots);
-        cr_assert_leq(l->tp, c->slots_per_node, "TP stays inside a node");
-        cr_assert_eq(l->tp & (l->tp - 1), 0, "tp %u is a power of two", l->tp);
-        cr_assert_eq(m->heads % l->tp, 0);
-        cr_assert_leq(l->pp, m->layers);
+        cr_assert_leq(l->split.tp, c->slots_per_node, "TP stays inside a node");
+        cr_assert_eq(l->split.tp & (l->split.tp - 1), 0, "tp %u is a power of two", l->split.tp);
+        cr_assert_eq(m->heads % l->split.tp, 0);
+        cr_assert_leq(l->split.pp, m->layers);
         cr_assert_leq(l->mem_bytes, r->usable_bytes);
-        cr_assert_float_eq(l->bubble, (l->pp - 1.0) / (l->microbatches + l->pp - 1.0), 1e-12);
+        cr_assert_float_eq(
+            l->bubble, (l->split.pp - 1.0) / (l->split.microbatches + l->split.pp - 1.0), 1e-12);
         cr_assert_float_eq(l->tokens_per_s * l->step_s, (double)o->global_batch * m->seq_len,
                            1e-6 * o->global_batch * m->seq_len);
         if (i > 0)
@@ -88,7 +90,7 @@ Test(planner, megatron_1t_on_3072_a100s)
     cr_assert(at >= 1 && at <= 3, "Megatron's TP=8 PP=64 DP=6 ranks %zu", at);
     const ch_planner_layout_t *l = &r.layouts[at - 1];
     cr_assert_eq(l->world, 3072);
-    cr_assert_eq(l->microbatches * l->micro_batch_size, 512);
+    cr_assert_eq(l->split.microbatches * l->split.micro_batch_size, 512);
     /* The model's MFU lands where Megatron measured it (52% of peak counting recomputation,
      * i.e. about 39% in model FLOPs), not at some impossible figure. */
     cr_assert(l->mfu > 0.15 && l->mfu < 0.5, "mfu %.3f", l->mfu);
@@ -144,8 +146,8 @@ Test(planner, gpt2_124m_on_one_node_is_pure_dp)
     check_invariants(&gpt2_124m, &c, &o, &r);
     cr_assert_gt(r.n_layouts, 1);
     const ch_planner_layout_t *l = &r.layouts[0];
-    cr_assert(l->tp == 1 && l->pp == 1 && l->dp == 8, "best tp %u pp %u dp %u", l->tp, l->pp,
-              l->dp);
+    cr_assert(l->split.tp == 1 && l->split.pp == 1 && l->split.dp == 8, "best tp %u pp %u dp %u",
+              l->split.tp, l->split.pp, l->split.dp);
     cr_assert_eq(l->bubble, 0.0);
     cr_assert_eq(l->p2p_s, 0.0);
     ch_planner_result_free(&r);
@@ -251,8 +253,8 @@ Test(planner, invalid_layouts_say_why)
     ch_planner_result_t r = run(&gpt2_124m, &c, &o);
     size_t tp_refusals = 0;
     for (size_t i = 0; i < r.n_refused; i++)
-        if (r.refused[i].l.pp == 0) {
-            cr_assert(r.refused[i].l.tp == 8 || r.refused[i].l.tp == 16);
+        if (r.refused[i].l.split.pp == 0) {
+            cr_assert(r.refused[i].l.split.tp == 8 || r.refused[i].l.split.tp == 16);
             cr_assert(strstr(r.refused[i].reason, "does not divide"), "%s", r.refused[i].reason);
             tp_refusals++;
         }
@@ -282,11 +284,11 @@ Test(planner, uneven_nodes_keep_tp_groups_inside_nodes)
     cr_assert_eq(r.slots, 20);
     for (size_t i = 0; i < r.n_layouts; i++) {
         const ch_planner_layout_t *l = &r.layouts[i];
-        if (l->tp == 8)
-            cr_assert_eq(l->pp * l->dp, 1, "only one node holds a group of 8");
-        if (l->tp == 4)
-            cr_assert_leq(l->pp * l->dp, 5);
-        cr_assert_eq(64 % l->dp, 0);
+        if (l->split.tp == 8)
+            cr_assert_eq(l->split.pp * l->split.dp, 1, "only one node holds a group of 8");
+        if (l->split.tp == 4)
+            cr_assert_leq(l->split.pp * l->split.dp, 5);
+        cr_assert_eq(64 % l->split.dp, 0);
     }
     cr_assert(rank_of(&r, 8, 1, 1), "tp 8 on the big node is proposed");
     ch_planner_result_free(&r);

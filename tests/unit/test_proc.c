@@ -75,7 +75,7 @@ static wrk_proc_spec_t sh_spec(char *const *argv, const char *log)
         .local_rank = 1,
         .local_world = 4,
         .resume_step = 200,
-        .device = "cuda",
+        .device = CH_DEVICE_CUDA,
         .threads = 3,
         .job_file = "/x/job.ini",
         .run_dir = "/x/rank-5/",

@@ -4,11 +4,11 @@
  * Theory of operation
  * - One ucp context + worker per rank, single-threaded. The worker address is published
  *   under "ucx/<rank>" behind a small header (host identity, pid); endpoints are created
- *   when a group needs them (all members of groups up to PRECONNECT_MAX, else on first use).
+ *   when a group needs them (all members of groups up to CH_UCX_PRECONNECT_MAX, else on first use).
  * - Peer failure. Endpoints to other hosts use UCP_ERR_HANDLING_MODE_PEER, so a dead peer
  *   turns into an endpoint error. UCX 1.13's shared-memory transports do not support that
  *   mode (asking for it silently falls back to TCP, ~20x slower), so endpoints to the same
- *   host use mode NONE and the waiting thread checks every LIVENESS_MS that those peers'
+ *   host use mode NONE and the waiting thread checks every CH_UCX_LIVENESS_MS that those peers'
  *   processes still exist. A failed peer fails every operation of every group holding it
  *   (CH_E_ABORTED); the wait timeout catches everything else (a hung peer, a peer thread).
  * - Nothing progresses in the background: the thread that tests or waits drives
@@ -20,7 +20,7 @@
  * - Two message engines (coll_ucx_algo.c). "rounds": a short list of exchanges done one
  *   after another (recursive doubling allreduce, binomial broadcast, dissemination barrier,
  *   p2p): latency-optimal for small messages. "pipe": a ring (or, for broadcast, a chain)
- *   cut into segments with up to WINDOW segments in flight each way, so copying, reducing
+ *   cut into segments with up to CH_UCX_WINDOW segments in flight each way, so copying, reducing
  *   and transfer overlap: bandwidth-optimal for large messages.
  * - Transports are UCX's choice (UCX_TLS etc. apply), with one exception: a job whose ranks
  *   all run on this host (LOCAL_WORLD_SIZE == WORLD_SIZE) and whose user left UCX_TLS unset
@@ -50,15 +50,15 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define PRECONNECT_MAX 64
-#define SCRATCH_POOL   8
-#define CLOSE_WAIT_MS  1000
-#define LIVENESS_MS    100
-#define ADDR_MAGIC     0x43485558u /* "CHUX" */
-#define HOST_ID_LEN    80
-#define LOCAL_TLS      "posix,sysv,self" /* see pick_transports */
+#define CH_UCX_PRECONNECT_MAX 64
+#define CH_UCX_SCRATCH_POOL   8
+#define CH_UCX_CLOSE_WAIT_MS  1000
+#define CH_UCX_LIVENESS_MS    100
+#define CH_UCX_ADDR_MAGIC     0x43485558u /* "CHUX" */
+#define CH_UCX_HOST_ID_LEN    80
+#define CH_UCX_LOCAL_TLS      "posix,sysv,self" /* see pick_transports */
 
-#define TAG_WORLD_BITS 20
+#define CH_UCX_TAG_WORLD_BITS 20
 
 typedef struct peer {
     ucx_ctx_t *u;
@@ -74,7 +74,7 @@ typedef struct peer {
 typedef struct addr_hdr {
     uint32_t magic;
     int32_t pid;
-    char host[HOST_ID_LEN]; /* boot id + pid namespace: equal <=> pids are comparable */
+    char host[CH_UCX_HOST_ID_LEN]; /* boot id + pid namespace: equal <=> pids are comparable */
 } addr_hdr_t;
 
 typedef struct scratch {
@@ -96,9 +96,9 @@ struct ucx_ctx {
     ucx_op_t *active;
     wrk_coll_group_t **groups;
     size_t ngroups, groups_cap;
-    scratch_t pool[SCRATCH_POOL];
+    scratch_t pool[CH_UCX_SCRATCH_POOL];
     parked_t *parked;
-    char host[HOST_ID_LEN];
+    char host[CH_UCX_HOST_ID_LEN];
     pid_t pid;
     uint64_t last_liveness_ms;
     int shm_enabled;    /* CHORUS_COLL_SHM is not "0" */
@@ -142,7 +142,7 @@ static int ucx_err(ucs_status_t st)
 void *wrk_ucx_scratch_get(ucx_ctx_t *u, size_t len, size_t *cap)
 {
     int best = -1;
-    for (int i = 0; i < SCRATCH_POOL; i++)
+    for (int i = 0; i < CH_UCX_SCRATCH_POOL; i++)
         if (u->pool[i].p && u->pool[i].cap >= len &&
             (best < 0 || u->pool[i].cap < u->pool[best].cap))
             best = i;
@@ -162,7 +162,7 @@ static void scratch_put(ucx_ctx_t *u, void *p, size_t cap)
     if (!p)
         return;
     int slot = 0;
-    for (int i = 0; i < SCRATCH_POOL; i++) {
+    for (int i = 0; i < CH_UCX_SCRATCH_POOL; i++) {
         if (!u->pool[i].p) {
             slot = i;
             break;
@@ -236,7 +236,7 @@ static int get_ep(ucx_ctx_t *u, uint32_t rank, ucp_ep_h *out)
         return CH_E_FORMAT;
     }
     memcpy(&h, val, sizeof h);
-    if (h.magic != ADDR_MAGIC || memchr(h.host, 0, sizeof h.host) == NULL) {
+    if (h.magic != CH_UCX_ADDR_MAGIC || memchr(h.host, 0, sizeof h.host) == NULL) {
         free(val);
         return CH_E_FORMAT;
     }
@@ -277,12 +277,12 @@ static void host_id(char *out, size_t len)
 
 static uint64_t tag_of(const wrk_coll_group_t *g, uint32_t sender, uint32_t low)
 {
-    return ((uint64_t)g->id << (32 + TAG_WORLD_BITS)) | ((uint64_t)sender << 32) | low;
+    return ((uint64_t)g->id << (32 + CH_UCX_TAG_WORLD_BITS)) | ((uint64_t)sender << 32) | low;
 }
 
 uint32_t wrk_ucx_coll_low(uint32_t seq, uint32_t unit)
 {
-    return ((seq & 0xfffu) << TAG_UNIT_BITS) | unit;
+    return ((seq & 0xfffu) << CH_UCX_TAG_UNIT_BITS) | unit;
 }
 
 int wrk_ucx_post_send(ucx_op_t *o, uint32_t peer, const void *buf, size_t len, uint32_t low,
@@ -419,7 +419,7 @@ static int proc_gone(pid_t pid)
 static void check_liveness(ucx_ctx_t *u)
 {
     uint64_t now = ch_now_ms();
-    if (now - u->last_liveness_ms < LIVENESS_MS)
+    if (now - u->last_liveness_ms < CH_UCX_LIVENESS_MS)
         return;
     u->last_liveness_ms = now;
     int dead = 0;
@@ -509,7 +509,7 @@ static void op_free(ucx_ctx_t *u, ucx_op_t *o)
     op_unlink(u, o);
     req_drop(u, &o->sreq, 0);
     req_drop(u, &o->rreq, 1);
-    for (int i = 0; i < WINDOW; i++) {
+    for (int i = 0; i < CH_UCX_WINDOW; i++) {
         req_drop(u, &o->p.sreq[i], 0);
         req_drop(u, &o->p.rreq[i], 1);
     }
@@ -554,15 +554,16 @@ static int pick_transports(ucp_config_t *conf, uint32_t rank, uint32_t world_siz
     const char *tls = getenv("UCX_TLS");
     if (world_size < 2 || (tls && *tls) || !job_is_local(world_size))
         return 0;
-    int rc = ucx_err(ucp_config_modify(conf, "TLS", LOCAL_TLS));
+    int rc = ucx_err(ucp_config_modify(conf, "TLS", CH_UCX_LOCAL_TLS));
     if (rc == 0 && rank == 0)
-        CH_LOGI("coll", "all %u ranks on this host: UCX transports %s", world_size, LOCAL_TLS);
+        CH_LOGI("coll", "all %u ranks on this host: UCX transports %s", world_size,
+                CH_UCX_LOCAL_TLS);
     return rc;
 }
 
 static int ucx_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
 {
-    if (c->world_size >= MAX_UNITS)
+    if (c->world_size >= CH_UCX_MAX_UNITS)
         return -E2BIG;
     int rc = 0;
     ucp_config_t *conf = NULL;
@@ -603,7 +604,7 @@ static int ucx_init(wrk_coll_t *c, const wrk_coll_config_t *cfg)
         rc = CH_E_TOOBIG;
         goto fail;
     }
-    addr_hdr_t h = {.magic = ADDR_MAGIC, .pid = (int32_t)u->pid};
+    addr_hdr_t h = {.magic = CH_UCX_ADDR_MAGIC, .pid = (int32_t)u->pid};
     memcpy(h.host, u->host, sizeof h.host);
     val = malloc(sizeof h + alen);
     if (!val) {
@@ -665,7 +666,7 @@ static void close_eps(ucx_ctx_t *u, int force, int only_forced)
     }
     if (!reqs)
         return;
-    uint64_t deadline = ch_now_ms() + CLOSE_WAIT_MS;
+    uint64_t deadline = ch_now_ms() + CH_UCX_CLOSE_WAIT_MS;
     for (int pending = 1; pending && ch_now_ms() < deadline;) {
         ucp_worker_progress(u->worker);
         pending = 0;
@@ -689,7 +690,7 @@ static void ucx_fini(wrk_coll_t *c)
     close_eps(u, atomic_load(&c->aborted) != 0, 0);
     ucp_worker_destroy(u->worker);
     ucp_cleanup(u->ctx);
-    for (int i = 0; i < SCRATCH_POOL; i++)
+    for (int i = 0; i < CH_UCX_SCRATCH_POOL; i++)
         free(u->pool[i].p);
     while (u->parked) {
         parked_t *k = u->parked;
@@ -800,7 +801,7 @@ static int ucx_group_init(wrk_coll_group_t *g, int timeout_ms)
     }
     /* Connect up front so the first operation does not wait on the rendezvous store; large
      * groups connect on first use to the few peers their algorithms talk to. */
-    if (g->n <= PRECONNECT_MAX)
+    if (g->n <= CH_UCX_PRECONNECT_MAX)
         for (uint32_t i = 0; i < g->n; i++) {
             ucp_ep_h ep;
             int rc = i == g->me ? 0 : get_ep(u, g->ranks[i], &ep);

@@ -3,7 +3,7 @@
  * includes this header.
  *
  * An operation (ucx_op_t) runs one of three engines: "rounds", a short list of exchanges
- * done one after another; "pipe", a ring or chain cut into segments with up to WINDOW in
+ * done one after another; "pipe", a ring or chain cut into segments with up to CH_UCX_WINDOW in
  * flight each way; or the same-host shared segment (coll_shm.h). wrk_ucx_build picks and
  * sets up the first two; the advance functions move them as far as the messages allow. */
 #ifndef WRK_COLL_UCX_H
@@ -17,16 +17,16 @@
 #include "workerd/coll/coll_impl.h"
 #include "workerd/coll/coll_shm.h"
 
-#define WINDOW             4            /* segments in flight per direction */
-#define SEG_BYTES          (512u << 10) /* pipe segment */
-#define RD_MAX_BYTES       (64u << 10)  /* allreduce: recursive doubling up to this size */
-#define BINOMIAL_MAX_BYTES (64u << 10)  /* broadcast: binomial tree up to this size */
+#define CH_UCX_WINDOW             4            /* segments in flight per direction */
+#define CH_UCX_SEG_BYTES          (512u << 10) /* pipe segment */
+#define CH_UCX_RD_MAX_BYTES       (64u << 10)  /* allreduce: recursive doubling up to this size */
+#define CH_UCX_BINOMIAL_MAX_BYTES (64u << 10)  /* broadcast: binomial tree up to this size */
 
 /* Tags: group id | sender's world rank | low 32 bits, which are (collective sequence number,
- * unit) or (TAG_P2P, per-pair count). */
-#define TAG_UNIT_BITS 19
-#define TAG_P2P       (1ull << 31)
-#define MAX_UNITS     (1u << TAG_UNIT_BITS)
+ * unit) or (CH_UCX_TAG_P2P, per-pair count). */
+#define CH_UCX_TAG_UNIT_BITS 19
+#define CH_UCX_TAG_P2P       (1ull << 31)
+#define CH_UCX_MAX_UNITS     (1u << CH_UCX_TAG_UNIT_BITS)
 
 typedef struct ucx_ctx ucx_ctx_t;
 
@@ -49,7 +49,7 @@ typedef struct pipe {
     const char *sbuf;
     char *rbuf, *stage, *acc[2];
     size_t rposted, rdone, sposted, sdone;
-    void *rreq[WINDOW], *sreq[WINDOW];
+    void *rreq[CH_UCX_WINDOW], *sreq[CH_UCX_WINDOW];
 } pipe_t;
 
 typedef struct ucx_op {

@@ -148,7 +148,7 @@ static void build_barrier(ucx_op_t *o)
 // pipe engine: ring reduce-scatter / allgather / allreduce, chain broadcast
 //
 // Unit u = step * nseg + segment. Receives and sends are posted in unit order, at most
-// WINDOW ahead of the oldest unfinished one. A send of step s > 0 forwards what the
+// CH_UCX_WINDOW ahead of the oldest unfinished one. A send of step s > 0 forwards what the
 // previous step received, so it waits for that unit (lag = nseg; chain: lag = 0).
 
 static size_t umod(int64_t x, uint32_t n)
@@ -217,7 +217,7 @@ static void unit_recv(const pipe_t *p, size_t u, char **dst, size_t *len, char *
 {
     int64_t s = (int64_t)(u / p->nseg), me = p->me;
     size_t b, off, blen, soff, e = p->esz;
-    char *stage = p->stage + (u % WINDOW) * p->seg * e;
+    char *stage = p->stage + (u % CH_UCX_WINDOW) * p->seg * e;
     *out = NULL, *own = NULL;
     switch (p->kind) {
     case PIPE_ALLREDUCE:
@@ -274,7 +274,7 @@ int wrk_ucx_pipe_advance(ucx_op_t *o)
             if (p->kind == PIPE_REDUCE_SCATTER && out != NULL && u >= 2 * p->nseg &&
                 (size_t)(u / p->nseg) < p->n - 2 && p->sdone <= u - p->nseg)
                 break;
-            int rc = wrk_ucx_req_poll(&p->rreq[u % WINDOW], len, 1);
+            int rc = wrk_ucx_req_poll(&p->rreq[u % CH_UCX_WINDOW], len, 1);
             if (rc < 0)
                 return rc;
             if (rc)
@@ -285,7 +285,7 @@ int wrk_ucx_pipe_advance(ucx_op_t *o)
             moved = 1;
         }
         while (p->sdone < p->sposted) {
-            int rc = wrk_ucx_req_poll(&p->sreq[p->sdone % WINDOW], 0, 0);
+            int rc = wrk_ucx_req_poll(&p->sreq[p->sdone % CH_UCX_WINDOW], 0, 0);
             if (rc < 0)
                 return rc;
             if (rc)
@@ -293,26 +293,26 @@ int wrk_ucx_pipe_advance(ucx_op_t *o)
             p->sdone++;
             moved = 1;
         }
-        while (p->has_recv && p->rposted < p->nunits && p->rposted - p->rdone < WINDOW) {
+        while (p->has_recv && p->rposted < p->nunits && p->rposted - p->rdone < CH_UCX_WINDOW) {
             size_t u = p->rposted, len;
             char *dst, *out;
             const char *own;
             unit_recv(p, u, &dst, &len, &out, &own);
             int rc = wrk_ucx_post_recv(o, p->rpeer, dst, len, wrk_ucx_coll_low(o->seq, (uint32_t)u),
-                                       &p->rreq[u % WINDOW]);
+                                       &p->rreq[u % CH_UCX_WINDOW]);
             if (rc < 0)
                 return rc;
             p->rposted++;
             moved = 1;
         }
-        while (p->has_send && p->sposted < p->nunits && p->sposted - p->sdone < WINDOW) {
+        while (p->has_send && p->sposted < p->nunits && p->sposted - p->sdone < CH_UCX_WINDOW) {
             size_t u = p->sposted, len;
             if (p->has_recv && u >= p->lag && p->rdone <= u - p->lag)
                 break;
             const char *src;
             unit_send(p, u, &src, &len);
             int rc = wrk_ucx_post_send(o, p->speer, src, len, wrk_ucx_coll_low(o->seq, (uint32_t)u),
-                                       &p->sreq[u % WINDOW]);
+                                       &p->sreq[u % CH_UCX_WINDOW]);
             if (rc < 0)
                 return rc;
             p->sposted++;
@@ -328,17 +328,17 @@ static int pipe_setup(ucx_ctx_t *u, ucx_op_t *o, size_t maxblk, size_t nsteps, i
 {
     pipe_t *p = &o->p;
     size_t e = p->esz;
-    if (nsteps >= MAX_UNITS)
+    if (nsteps >= CH_UCX_MAX_UNITS)
         return -E2BIG;
     p->nsteps = nsteps;
-    p->seg = SEG_BYTES / e;
-    size_t max_seg = MAX_UNITS / nsteps;
+    p->seg = CH_UCX_SEG_BYTES / e;
+    size_t max_seg = CH_UCX_MAX_UNITS / nsteps;
     if (maxblk / p->seg + 1 > max_seg)
         p->seg = maxblk / max_seg + 1;
     p->nseg = maxblk ? (maxblk + p->seg - 1) / p->seg : 1;
     p->nunits = p->nseg * nsteps;
     p->lag = p->kind == PIPE_BROADCAST ? 0 : p->nseg;
-    size_t stage_len = staged ? WINDOW * p->seg * e : 0;
+    size_t stage_len = staged ? CH_UCX_WINDOW * p->seg * e : 0;
     size_t len = stage_len + (size_t)accs * maxblk * e;
     if (len) {
         o->scratch = wrk_ucx_scratch_get(u, len, &o->scratch_cap);
@@ -387,10 +387,10 @@ int wrk_ucx_build(ucx_ctx_t *u, ucx_op_t *o)
         uint32_t peer = a->peer;
         if (a->kind == WRK_COLL_OP_SEND) {
             rd->speer = peer, rd->sbuf = a->sendbuf, rd->sbytes = bytes;
-            rd->sunit = (uint32_t)(TAG_P2P | (g->p2p_sent[peer]++ & 0x7fffffffu));
+            rd->sunit = (uint32_t)(CH_UCX_TAG_P2P | (g->p2p_sent[peer]++ & 0x7fffffffu));
         } else {
             rd->rpeer = peer, rd->rbuf = a->recvbuf, rd->rbytes = bytes;
-            rd->runit = (uint32_t)(TAG_P2P | (g->p2p_recvd[peer]++ & 0x7fffffffu));
+            rd->runit = (uint32_t)(CH_UCX_TAG_P2P | (g->p2p_recvd[peer]++ & 0x7fffffffu));
         }
         return 0;
     }
@@ -400,7 +400,7 @@ int wrk_ucx_build(ucx_ctx_t *u, ucx_op_t *o)
         build_barrier(o);
         return 0;
     case WRK_COLL_OP_BROADCAST:
-        if (bytes <= BINOMIAL_MAX_BYTES) {
+        if (bytes <= CH_UCX_BINOMIAL_MAX_BYTES) {
             if ((rc = start_rounds(o, (size_t)log2_ceil(n) + 1)) < 0)
                 return rc;
             build_binomial_bcast(o, a->recvbuf, bytes, a->peer);
@@ -413,7 +413,7 @@ int wrk_ucx_build(ucx_ctx_t *u, ucx_op_t *o)
         p->esz = 1, p->count = bytes;
         return pipe_setup(u, o, bytes, 1, 0, 0);
     case WRK_COLL_OP_ALLREDUCE:
-        if (bytes <= RD_MAX_BYTES || a->count < n) {
+        if (bytes <= CH_UCX_RD_MAX_BYTES || a->count < n) {
             if (a->sendbuf != a->recvbuf)
                 memcpy(a->recvbuf, a->sendbuf, bytes);
             if ((rc = start_rounds(o, (size_t)log2_ceil(n) + 2)) < 0)

@@ -86,21 +86,23 @@ int eng_ckpt_write_manifest(const char *dir, const eng_ckpt_meta_t *meta,
     if (rc < 0)
         return ch_errf(err, errlen, rc, "%s: checkpoint path too long", dir);
     snprintf(path, sizeof path, "%s/" MANIFEST, sdir);
-    ch_jw_t j;
-    ch_jw_init(&j);
-    ch_jw_raw(&j, "{\n  \"format\": \"" ENG_CKPT_FORMAT "\",\n  \"job\": ");
+    ch_buf_t j;
+    ch_buf_init(&j);
+    ch_buf_puts(&j, "{\n  \"format\": \"" ENG_CKPT_FORMAT "\",\n  \"job\": ");
     ch_jw_str(&j, meta->job);
-    ch_jw_printf(&j,
-                 ",\n  \"step\": %" PRIu64 ",\n  \"layout\": {\"tp\": %" PRIu32 ", \"pp\": %" PRIu32
-                 ", \"dp\": %" PRIu32 "},\n  \"world\": %" PRIu32 ",\n  \"files\": [",
-                 meta->step, meta->layout.tp, meta->layout.pp, meta->layout.dp, meta->world);
+    ch_buf_printf(&j,
+                  ",\n  \"step\": %" PRIu64 ",\n  \"layout\": {\"tp\": %" PRIu32
+                  ", \"pp\": %" PRIu32 ", \"dp\": %" PRIu32 "},\n  \"world\": %" PRIu32
+                  ",\n  \"files\": [",
+                  meta->step, meta->layout.tp, meta->layout.pp, meta->layout.dp, meta->world);
     for (size_t i = 0; i < nfiles; i++)
-        ch_jw_printf(&j,
-                     "%s\n    {\"rank\": %" PRIu32 ", \"file\": \"rank-%05" PRIu32
-                     ".safetensors\", \"bytes\": %" PRIu64 ", \"checksum\": \"%016" PRIx64 "\"}",
-                     i ? "," : "", files[i].rank, files[i].rank, files[i].bytes, files[i].checksum);
-    ch_jw_raw(&j, "\n  ]\n}\n");
-    rc = ch_jw_finish(&j, &text, &len);
+        ch_buf_printf(&j,
+                      "%s\n    {\"rank\": %" PRIu32 ", \"file\": \"rank-%05" PRIu32
+                      ".safetensors\", \"bytes\": %" PRIu64 ", \"checksum\": \"%016" PRIx64 "\"}",
+                      i ? "," : "", files[i].rank, files[i].rank, files[i].bytes,
+                      files[i].checksum);
+    ch_buf_puts(&j, "\n  ]\n}\n");
+    rc = ch_buf_finish(&j, &text, &len);
     if (rc == 0)
         rc = ch_file_write_atomic(path, text, len, 0644);
     free(text);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workerd/engine/data.h"
+#include "common/rng.h"
 
 #define TOK_PLUS   10
 #define TOK_EQ     11

@@ -16,7 +16,6 @@
 #include "common/util.h"
 #include "common/safetensors.h"
 #include "workerd/engine/ckpt_piece.h"
-#include "workerd/engine/gpt2.h"
 
 /* Every tensor of a GPT-2 of cfg, whole, in the model's order (common/gpt2.h). */
 static size_t gpt2_pieces(const ch_model_cfg_t *c, eng_ckpt_piece_t *out)

@@ -24,10 +24,10 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gpt2.h"
 #include "common/layout.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "workerd/engine/gpt2.h"
 #include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 
@@ -39,7 +39,7 @@
 
 enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESID };
 
-/* How each of a block's tensors (gpt2.h's eng_gpt2_block, same order) is initialised and
+/* How each of a block's tensors (common/gpt2.h's ch_gpt2_block, same order) is initialised and
  * split by tensor parallelism. */
 typedef struct block_tensor_spec {
     enum init_kind init;
@@ -54,7 +54,7 @@ static const block_tensor_spec_t block_specs[NBLOCK_TENSORS] = {
     [FCW] = {INIT_NORMAL, ENG_SPLIT_COLUMN},  [FCB] = {INIT_ZERO, ENG_SPLIT_COLUMN},
     [FCPROJW] = {INIT_RESID, ENG_SPLIT_ROW},  [FCPROJB] = {INIT_ZERO, ENG_SPLIT_NONE},
 };
-_Static_assert(NBLOCK_TENSORS == ENG_GPT2_BLOCK_TENSORS, "one list of a block's tensors");
+_Static_assert(NBLOCK_TENSORS == CH_GPT2_BLOCK_TENSORS, "one list of a block's tensors");
 
 // ----------------------------------------------------------------------------
 // parameter table and initialisation
@@ -185,7 +185,7 @@ static void build_table(eng_model_t *m)
         m->blk_slab[l - p->first] = base;
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
-            const eng_gpt2_tensor_t *g = &eng_gpt2_block[i];
+            const ch_gpt2_block_tensor_t *g = &ch_gpt2_block[i];
             uint32_t d0 = g->rows * C, d1 = g->cols * C;
             snprintf(name, sizeof name, "h.%u.%s", l, g->suffix);
             m->blk_off[i] = m->nparams - base;
@@ -433,6 +433,9 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
+    m->head = m->tp > 1                                             ? ENG_HEAD_VOCAB_PARALLEL
+              : m->be->lmhead_fwdbwd != NULL && m->be->axpy != NULL ? ENG_HEAD_FUSED
+                                                                    : ENG_HEAD_WHOLE;
     m->external = opts != NULL && opts->external_blocks;
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
     m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
@@ -470,7 +473,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         m->logits_cap = m->logits_budget_rows;
         CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->logits), rc,
                       fail);
-        if (m->tp > 1) {
+        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
             CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, 3 * m->logits_cap, &m->tp_rows), rc,
                           fail);
             CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, m->logits_cap * m->Vl, &m->tp_dlog), rc,

@@ -65,6 +65,20 @@ struct eng_acts {
     int head_live;
 };
 
+/* How the LM head (tied to wte) computes, chosen once at create (head_pick in model.c); the
+ * embedding asks it too, since the vocab-parallel head and embedding share one wte slice. */
+typedef enum {
+    /* logits [rows, Vp] in chunks of logits_budget_rows; the backward recomputes all but the
+     * last chunk (lmhead_fwd, lmhead_bwd) */
+    ENG_HEAD_WHOLE,
+    /* as WHOLE while the rows fit the logits budget; past it the forward runs the backward
+     * too, chunk by chunk (lmhead_fwdbwd + axpy; model_stage.c's theory of operation) */
+    ENG_HEAD_FUSED,
+    /* tp > 1: this rank's vocab slice [rows, Vl] only, vocab-parallel cross-entropy and
+     * embedding (kernels/tp.h; Megatron's VocabParallelCrossEntropy) */
+    ENG_HEAD_VOCAB_PARALLEL,
+} eng_head_t;
+
 struct eng_model {
     eng_config_t cfg;
     const eng_backend_t *be; /* kernels and memory (borrowed) */
@@ -74,6 +88,7 @@ struct eng_model {
     /* tensor parallelism: rank tpr of tp in tpg (NULL when tp == 1); local widths */
     uint32_t tp, tpr;
     wrk_coll_group_t *tpg;
+    eng_head_t head;      /* the LM head's strategy (and wte's vocab split) */
     uint32_t dp, dpr;     /* data parallelism: this rank's index in dp (the table's owners) */
     uint32_t Cl, NHl, Vl; /* C/tp (attention width), heads/tp, padded_vocab/tp */
     float *tp_rows;       /* [3 * logits_cap]: per-row max, sum, target logit */

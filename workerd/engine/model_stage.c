@@ -12,7 +12,7 @@
  * The LM head is tied to wte and fused with the loss (kernels/xent.h). Its logits are
  * held for at most `logits_budget_rows` rows at a time in one buffer per model (the memory
  * budget). When a micro-batch fits, the forward keeps its logits and the backward reuses
- * them if no other forward has replaced them since. When it does not fit (and tp == 1),
+ * them if no other forward has replaced them since. When it does not fit (ENG_HEAD_FUSED),
  * the forward runs the head's backward too, chunk by chunk (kn_lmhead_fwdbwd): each
  * chunk's logits are computed once, turned into the unscaled dlogits in place and consumed
  * at once by the two backward SGEMMs; what the backward needs is then dx [N,C] and
@@ -21,7 +21,7 @@
  * the SGEMMs' cache blocking), V*C floats for dwte, plus C floats (4*C bytes: 3 KiB for
  * GPT-2) per token row; for GPT-2 at B8 T256, 4 chunks of 512 rows, all inside the
  * budget's 256 MiB buffer (it grows only when a chunk of HEAD_MIN_ROWS does not fit). If another
- * head forward ran in between, or the backend lacks those entries, or tp > 1, the backward
+ * head forward ran in between, or the head is not ENG_HEAD_FUSED (model_impl.h), the backward
  * recomputes each chunk's logits (the same kernel on the same inputs: the same bits). */
 #include <errno.h>
 #include <math.h>
@@ -290,7 +290,7 @@ int eng_model_embed_forward(eng_model_t *m, eng_acts_t *a, const int32_t *inputs
     if (rc < 0) {
         return rc;
     }
-    if (m->tp > 1) {
+    if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
         rc = embed_tp_forward(m, a, out);
     } else {
         m->be->encoder_fwd(m->be, out, a->inputs, m->params + m->wte, m->params + m->wpe, (int)B,
@@ -308,7 +308,7 @@ int eng_model_embed_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
     if (!a->embed_live) {
         return CH_E_STATE;
     }
-    if (m->tp > 1) {
+    if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
         embed_tp_backward(m, a, dout);
     } else {
         m->be->encoder_bwd(m->be, m->grads + m->wte, m->grads + m->wpe, dout, a->inputs, (int)a->B,
@@ -478,6 +478,17 @@ static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t 
                    Vl, C);
 }
 
+/* Logits of n rows of x (ln_f's output) into m->logits, no loss: [n, Vp] (the padding
+ * columns zero), or this rank's vocab slice [n, Vl] under the vocab-parallel head. */
+static void head_logits(eng_model_t *m, const float *x, size_t n)
+{
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
+    if (m->head == ENG_HEAD_VOCAB_PARALLEL)
+        V = Vp = (int)m->Vl;
+    be->lmhead_fwd(be, m->logits, NULL, NULL, x, m->params + m->wte, NULL, (int)n, C, V, Vp);
+}
+
 /* The fused head's chunk: as many rows as the logits budget (memory) leaves after its dwte
  * and dx, but at least HEAD_MIN_ROWS: the dwte SGEMM's inner dimension is the chunk's rows,
  * and below OpenBLAS's K block (sized for the L2 cache; 256-384 on x86-64) each chunk
@@ -489,8 +500,7 @@ static void head_tp_backward(eng_model_t *m, eng_acts_t *a, float scale, size_t 
 /* Whether a head forward of N rows with targets takes the fused path, and its chunk rows. */
 static int head_fused(const eng_model_t *m, size_t N, size_t *rows)
 {
-    const eng_backend_t *be = m->be;
-    if (m->tp > 1 || N <= m->logits_budget_rows || be->lmhead_fwdbwd == NULL || be->axpy == NULL)
+    if (m->head != ENG_HEAD_FUSED || N <= m->logits_budget_rows)
         return 0;
     size_t Vp = m->cfg.padded_vocab, budget = m->logits_budget_rows * Vp;
     size_t fixed = ((size_t)m->cfg.vocab + N) * m->cfg.embd;
@@ -545,7 +555,7 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     }
     for (size_t r = 0; rc == 0 && !fused && r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
-        if (m->tp > 1) {
+        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
             rc = head_tp_loss(m, a, r, n);
         } else {
             be->lmhead_fwd(be, m->logits, a->lse + r, a->losses + r, a->lnf + r * C, wte,
@@ -589,7 +599,7 @@ int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const 
         return rc;
     }
     const eng_backend_t *be = m->be;
-    int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
+    int C = (int)m->cfg.embd;
     a->head_live = 0;
     m->logits_of = NULL;
     m->logits_all = 0;
@@ -597,13 +607,7 @@ int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const 
                       m->params + m->lnfb, (int)N, C);
     a->head_x = x;
     if (targets == NULL) {
-        if (m->tp > 1) {
-            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf, m->params + m->wte, NULL, (int)N, C,
-                           (int)m->Vl, (int)m->Vl);
-        } else {
-            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf, m->params + m->wte, NULL, (int)N, C,
-                           V, Vp);
-        }
+        head_logits(m, a->lnf, N);
         m->logits_all = 1;
         return 0;
     }
@@ -641,12 +645,10 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     // LM head, last chunk first: its logits may still be in the buffer
     for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused; r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
-        int Vw = m->tp > 1 ? (int)m->Vl : Vp;
         if (!first || m->logits_of != a) {
-            be->lmhead_fwd(be, m->logits, NULL, NULL, a->lnf + r * C, wte, NULL, (int)n, C,
-                           m->tp > 1 ? Vw : V, Vw);
+            head_logits(m, a->lnf + r * C, n);
         }
-        if (m->tp > 1) {
+        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
             head_tp_backward(m, a, grad_scale, r, n);
         } else {
             be->lmhead_bwd(be, m->dsmall + r * C, gwte, m->logits, a->lse + r, a->lnf + r * C, wte,

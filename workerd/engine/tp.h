@@ -17,7 +17,6 @@
 #include <stddef.h>
 
 #include "workerd/coll/coll.h"
-#include "workerd/engine/model.h"
 
 /* In-place all-reduce (op over the group) of n floats, waited for. 0 or the collectives'
  * error. */

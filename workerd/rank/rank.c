@@ -126,19 +126,9 @@ void wrk_rank_place(const wrk_rank_t *r, Chorus__RankEvent *ev)
     ch_layout_t l = ch_jobspec_layout(s);
     if (s->kind != CH_JOB_TRAIN || ch_layout_world(l) != r->world_size)
         return;
-    ch_coord_t c = ch_layout_coord(l, r->rank);
-    ev->placed = 1;
-    ev->coord_tp = c.tp;
-    ev->coord_pp = c.pp;
-    ev->coord_dp = c.dp;
-    ev->shards = l.dp;
-    ch_model_cfg_t m = ch_plan_model_of(s);
-    ch_layout_stage_blocks(s->model.layers, l.pp, c.pp, ch_plan_head_blocks(&m), &ev->first_block,
-                           &ev->blocks);
-    ch_plan_t p;
-    if (ch_plan_stage(&m, l, s->parallel.micro_batch_size, s->parallel.microbatches,
-                      s->parallel.reshard, c.pp, &p) == 0)
-        ev->owned_params = (uint64_t)p.owned;
+    ch_place_t p;
+    if (ch_plan_place(s, r->rank, &p) == 0)
+        ch_msg_place_to_event(&p, ev);
 }
 
 /* RANK_STARTED, with the rank's place in the layout. */
@@ -326,14 +316,15 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
         snprintf(err, errlen, "bad or missing CHORUS_JOB/GENERATION/RESUME_STEP/RUN_DIR");
         return CH_E_CONFIG;
     }
-    if (env_str("CHORUS_DEVICE", r->device, sizeof r->device) < 0)
-        strcpy(r->device, "cpu");
     if (env_str("CHORUS_MEMORY_DIR", r->memory_dir, sizeof r->memory_dir) < 0)
         r->memory_dir[0] = '\0'; /* optional: no in-memory checkpoints */
     if (env_str("CHORUS_NODE", r->node, sizeof r->node) < 0)
         r->node[0] = '\0';
-    if (strcmp(r->device, "cpu") != 0 && strcmp(r->device, "cuda") != 0) {
-        snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", r->device);
+    char device[16];
+    r->device = CH_DEVICE_CPU;
+    if (env_str("CHORUS_DEVICE", device, sizeof device) == 0 &&
+        ch_device_parse(device, &r->device) < 0) {
+        snprintf(err, errlen, "CHORUS_DEVICE: expected cpu or cuda, got '%s'", device);
         return CH_E_CONFIG;
     }
     return 0;
@@ -342,7 +333,7 @@ static int read_identity(wrk_rank_t *r, char *err, size_t errlen)
 int wrk_rank_on_gpu(const wrk_rank_t *r)
 {
     return r->spec.train.device == CH_DEVICE_CUDA ||
-           (r->spec.kind == CH_JOB_DIAG && strcmp(r->device, "cuda") == 0);
+           (r->spec.kind == CH_JOB_DIAG && r->device == CH_DEVICE_CUDA);
 }
 
 int wrk_rank_gpu_shared(const wrk_rank_t *r)

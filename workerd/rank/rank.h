@@ -25,7 +25,7 @@ typedef struct wrk_rank {
     char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */
     ch_client_t *link;         /* to workerd; owned by the runtime */
     ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
-    char device[16];           /* "cpu" | "cuda" (workerd --device); cuda: GPU = local_rank */
+    ch_device_t device;        /* workerd --device (CHORUS_DEVICE); cuda: GPU = local_rank */
     char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
     char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
     uint32_t timeout_peer;     /* waiting for this world rank */

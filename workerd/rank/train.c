@@ -17,12 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chorus/config.h"
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
-#include "common/skipsteps.h"
 #include "common/plan.h"
+#include "common/skipsteps.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
@@ -30,8 +29,8 @@
 #include "workerd/engine/ckpt_file.h"
 #include "workerd/engine/export.h"
 #include "workerd/engine/corpus.h"
+#include "workerd/engine/device.h"
 #include "workerd/engine/groups.h"
-#include "workerd/engine/stage.h"
 #include "workerd/engine/trainer.h"
 #include "workerd/rank/history.h"
 #include "workerd/rank/memckpt.h"
@@ -276,63 +275,45 @@ static void set_threads(const wrk_rank_t *r)
     kn_blas_set_threads(per > 0 ? (int)per : 1); /* this rank's share of the node */
 }
 
-/* train.device = cuda: this rank's GPU and the CUDA backend on it (*out, owned by the
- * caller: eng_backend_cuda_destroy). */
-static int gpu_setup(wrk_rank_t *r, int *device, eng_backend_t **out)
+/* The device this rank computes on (engine/device.h): on train.device = cuda, its GPU
+ * (wrk_rank_gpu: LOCAL_RANK among the visible ones) and the CUDA backend on it. */
+static int device_setup(wrk_rank_t *r, eng_device_t **out)
 {
-    char err[256];
-    int rc = wrk_rank_gpu(r, "train.device", device, err, sizeof err);
-    if (rc < 0)
-        return wrk_rank_fail(r, rc, "%s", err);
-#if CHORUS_HAVE_CUDA
-    rc = eng_backend_cuda_create(*device, out);
-    if (rc < 0)
-        return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: %s", *device, ch_strerror(rc));
-    eng_backend_cuda_set_tf32(*out, r->spec.train.precision == CH_PRECISION_TF32);
-    /* bf16: the trainer wraps this backend in the bf16 rounding (backend_bf16.h) */
-    eng_backend_cuda_set_bf16(*out, r->spec.train.precision == CH_PRECISION_BF16);
-    /* the launchers' scratch now, not grown inside the first steps */
     const ch_jobspec_t *s = &r->spec;
-    rc = eng_backend_cuda_reserve(*out, (int)s->parallel.micro_batch_size, (int)s->model.seq_len,
-                                  (int)s->model.embd, (int)s->model.heads);
+    eng_device_opts_t o = {.gpu = -1,
+                           .tf32 = s->train.precision == CH_PRECISION_TF32,
+                           .bf16 = s->train.precision == CH_PRECISION_BF16,
+                           .B = (int)s->parallel.micro_batch_size,
+                           .T = (int)s->model.seq_len,
+                           .C = (int)s->model.embd,
+                           .NH = (int)s->model.heads};
+    char err[256];
+    int rc;
+    if (s->train.device == CH_DEVICE_CUDA &&
+        (rc = wrk_rank_gpu(r, "train.device", &o.gpu, err, sizeof err)) < 0)
+        return wrk_rank_fail(r, rc, "%s", err);
+    rc = eng_device_open(s->train.device, &o, out, err, sizeof err);
     if (rc < 0)
-        return wrk_rank_fail(r, rc, "train.device: cuda: GPU %d: scratch: %s", *device,
-                             ch_strerror(rc));
-    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u), %s",
-            r->job_id, r->generation, r->rank, *device, r->local_rank,
-            ch_precision_name(r->spec.train.precision));
-#else
-    (void)out;
-#endif
-    return rc;
+        return wrk_rank_fail(r, rc, "train.device: %s: %s", ch_device_name(s->train.device), err);
+    if (s->train.device == CH_DEVICE_CUDA)
+        CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u: computing on GPU %d (local rank %u), %s",
+                r->job_id, r->generation, r->rank, o.gpu, r->local_rank,
+                ch_precision_name(s->train.precision));
+    return 0;
 }
 
 /* More than one rank: the collectives context and this rank's groups under the job's
- * layout. gpu NULL: host memory over UCX (the engine runs on the CPU); else device memory
- * over NCCL on GPU `device`, each operation waiting for the backend's stream. */
-static int groups_setup(wrk_rank_t *r, const eng_backend_t *gpu, int device, wrk_coll_t **c,
-                        eng_groups_t **g)
+ * layout, over the memory the device computes in (eng_device_coll_config). stage: the
+ * host-staged table's storage, which outlives the context. */
+static int groups_setup(wrk_rank_t *r, const eng_device_t *dev, wrk_coll_stage_t *stage,
+                        wrk_coll_t **c, eng_groups_t **g)
 {
     const ch_jobspec_t *s = &r->spec;
     wrk_coll_config_t cfg;
     wrk_coll_config_defaults(&cfg);
-    cfg.backend = gpu != NULL ? WRK_COLL_NCCL : WRK_COLL_UCX;
-    wrk_coll_stage_t stage;
-    if (gpu != NULL && wrk_rank_gpu_shared(r)) {
-        /* ranks share this GPU: NCCL refuses that; device buffers go through the host */
-        eng_stage_of(gpu, &stage);
-        cfg.backend = WRK_COLL_UCX;
-        cfg.stage = &stage;
-        CH_LOGI("train", "rank %u: collectives host-staged (ranks share GPU %d)", r->rank, device);
-    }
-#if CHORUS_HAVE_CUDA
-    if (cfg.backend == WRK_COLL_NCCL) {
-        cfg.device = device;
-        cfg.stream = eng_backend_cuda_stream(gpu);
-    }
-#else
-    (void)device;
-#endif
+    if (eng_device_coll_config(dev, wrk_rank_gpu_shared(r), &cfg, stage))
+        CH_LOGI("train", "rank %u: collectives host-staged (ranks share GPU %d)", r->rank,
+                eng_device_gpu(dev));
     cfg.rank = r->rank;
     cfg.world_size = r->world_size;
     cfg.rdzv = r->rdzv;
@@ -395,215 +376,251 @@ static void report_phase(wrk_rank_t *r, uint32_t phase)
     wrk_rank_report(r, &ev); /* a lost report costs a figure, not the run */
 }
 
-int wrk_train_run(wrk_rank_t *r)
+// ----------------------------------------------------------------------------
+// the run, in named steps
+
+/* One training run's state, set up by run_setup and torn down by run_fini. */
+typedef struct run {
+    wrk_rank_t *r;
+    eng_device_t *dev;
+    wrk_coll_stage_t stage; /* host-staged collectives' table (groups_setup) */
+    wrk_coll_t *c;
+    eng_groups_t *groups;
+    eng_trainer_t *t;
+    wrk_memckpt_t *mem; /* checkpoint.memory_every's copies; NULL: off */
+    wrk_history_t hist;
+    int builtin;      /* rank 0 on the built-in corpus: it reports accuracy */
+    int sliced;       /* ... from each committed checkpoint (evaluate_checkpoint) */
+    uint64_t total;   /* the run's last step */
+    uint64_t skipped; /* steps whose update fault.nonfinite = skip dropped */
+    double acc;       /* an accuracy not reported yet, else NAN */
+    char err[512];
+} run_t;
+
+/* The device, the groups and the trainer, at the step this run starts from. */
+static int run_setup(run_t *x)
 {
-    char err[512] = "";
-    eng_trainer_t *t = NULL;
-    wrk_coll_t *c = NULL;
-    eng_groups_t *groups = NULL;
-    eng_backend_t *gpu = NULL;
-    wrk_memckpt_t *mem = NULL;
-    int device = -1;
-    /* checkpoints go to the run's folder, checkpoint.dir/<job.name> (common/run.h) */
-    eng_trainer_opts_t opts = {.job_id = r->spec.name, .peak_flops = 0};
+    wrk_rank_t *r = x->r;
     const ch_jobspec_t *s = &r->spec;
-    wrk_history_t hist = {NULL};
+    /* checkpoints go to the run's folder, checkpoint.dir/<job.name> (common/run.h) */
+    eng_trainer_opts_t opts = {.job_id = s->name, .peak_flops = 0};
     ch_run_resume_t res;
     int rc;
 
     if ((rc = wrk_history_prepare(r, &res)) < 0)
         return rc;
     set_threads(r);
-    if (s->train.device == CH_DEVICE_CUDA) {
-        if ((rc = gpu_setup(r, &device, &gpu)) < 0)
-            goto out;
-        opts.backend = gpu;
-        /* MFU against this GPU's GEMM at the job's precision (cuBLAS, about 0.3 s) */
-        opts.peak_flops = eng_measure_peak_flops_on(gpu, 4096, 0.3);
-    } else {
-        opts.peak_flops = wrk_peak_flops(r, kn_blas_threads()); /* the node's, cached */
-    }
+    if ((rc = device_setup(r, &x->dev)) < 0)
+        return rc;
+    eng_backend_t *be = eng_device_backend(x->dev);
+    opts.backend = be;
+    /* MFU against a GPU's GEMM at the job's precision (cuBLAS, about 0.3 s), or the node's
+     * (cached) */
+    opts.peak_flops =
+        be ? eng_measure_peak_flops_on(be, 4096, 0.3) : wrk_peak_flops(r, kn_blas_threads());
     if (ch_layout_world(ch_jobspec_layout(s)) > 1) {
-        if ((rc = groups_setup(r, gpu, device, &c, &groups)) < 0)
-            goto out;
-        opts.groups = groups;
+        if ((rc = groups_setup(r, x->dev, &x->stage, &x->c, &x->groups)) < 0)
+            return rc;
+        opts.groups = x->groups;
     }
-    if ((rc = wrk_memckpt_create(r, c, &mem)) < 0) {
-        rc = wrk_rank_fail(r, rc, "checkpoint.memory_every: %s", ch_strerror(rc));
-        goto out;
-    }
+    if ((rc = wrk_memckpt_create(r, x->c, &x->mem)) < 0)
+        return wrk_rank_fail(r, rc, "checkpoint.memory_every: %s", ch_strerror(rc));
     report_phase(r, 1);
-    rc = eng_trainer_create(&r->spec, &opts, &t, err, sizeof err);
-    if (rc < 0) {
-        rc = wrk_rank_fail(r, rc, "%s", err);
-        goto out;
-    }
+    if ((rc = eng_trainer_create(s, &opts, &x->t, x->err, sizeof x->err)) < 0)
+        return wrk_rank_fail(r, rc, "%s", x->err);
     /* never a silent CPU run with NCCL on device buffers */
-    if (gpu != NULL && eng_model_backend(eng_trainer_model(t)) != gpu) {
-        rc = wrk_rank_fail(r, -ENOTSUP,
-                           "train.device: cuda: this trainer does not run its "
-                           "model on the CUDA backend it was given");
-        goto out;
-    }
-    if ((rc = resume(r, t, mem, &res)) < 0)
-        goto out;
-    if (eng_trainer_next_step(t) == 0) {
-        if (s->train.init_from[0]) {
-            rc = eng_trainer_init_from(t, s->train.init_from, err, sizeof err);
-            if (rc < 0) {
-                rc = wrk_rank_fail(r, rc, "train.init_from: %s", err);
-                goto out;
-            }
-        }
-    }
+    if (be != NULL && eng_model_backend(eng_trainer_model(x->t)) != be)
+        return wrk_rank_fail(r, -ENOTSUP,
+                             "train.device: cuda: this trainer does not run its "
+                             "model on the CUDA backend it was given");
+    if ((rc = resume(r, x->t, x->mem, &res)) < 0)
+        return rc;
+    if (eng_trainer_next_step(x->t) == 0 && s->train.init_from[0] &&
+        (rc = eng_trainer_init_from(x->t, s->train.init_from, x->err, sizeof x->err)) < 0)
+        return wrk_rank_fail(r, rc, "train.init_from: %s", x->err);
     if ((rc = ckpt_dir_check(r)) < 0)
-        goto out;
+        return rc;
     report_phase(r, 2);
     const char *drill = getenv("CHORUS_DRILL_NONFINITE_BATCH"); /* tests and benches */
     if (drill && *drill)
-        eng_trainer_drill_nonfinite(t, strtoull(drill, NULL, 10));
-    /* Data-parallel ranks hold the same model: one of them evaluates, every EVAL_EVERY
-     * steps. A sliced layout evaluates what it commits (evaluate_checkpoint). */
-    int builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
-    /* the evaluation reads logits on the host: a GPU model is evaluated from its
-     * checkpoints; so is a model sliced over tp, pp or ZeRO-3 shards */
-    int sliced = !eng_trainer_holds_whole_model(t) || gpu != NULL;
-    if (builtin && sliced && !s->checkpoint.dir[0]) {
+        eng_trainer_drill_nonfinite(x->t, strtoull(drill, NULL, 10));
+    return 0;
+}
+
+/* Who evaluates, how, and the run's opening log lines. Data-parallel ranks hold the same
+ * model: one of them evaluates, every EVAL_EVERY steps. The evaluation reads logits on the
+ * host: a GPU model, or one sliced over tp, pp or ZeRO-3 shards, evaluates what it
+ * commits (evaluate_checkpoint). */
+static void run_start(run_t *x)
+{
+    wrk_rank_t *r = x->r;
+    const ch_jobspec_t *s = &r->spec;
+    eng_trainer_t *t = x->t;
+    x->builtin = eng_data_is_builtin(eng_trainer_data(t)) && r->rank == 0;
+    x->sliced = !eng_trainer_holds_whole_model(t) || eng_device_backend(x->dev) != NULL;
+    if (x->builtin && x->sliced && !s->checkpoint.dir[0]) {
         CH_LOGI("train",
                 "job=%s gen=%" PRIu64 " rank=%u: accuracy not evaluated: tp %u x pp %u on %s; "
                 "set checkpoint.dir to evaluate each committed checkpoint",
                 r->job_id, r->generation, r->rank, s->parallel.tp, s->parallel.pp,
                 ch_device_name(s->train.device));
-        builtin = 0;
+        x->builtin = 0;
     }
-    uint64_t total = eng_trainer_total_steps(t);
+    x->total = eng_trainer_total_steps(t);
+    x->acc = NAN;
     CH_LOGI("train",
             "job=%s gen=%" PRIu64 " rank=%u: %" PRIu64 " parameters, steps %" PRIu64 "..%" PRIu64
             ", peak %.1f GFLOP/s",
             r->job_id, r->generation, r->rank, (uint64_t)eng_model_nparams(eng_trainer_model(t)),
-            eng_trainer_next_step(t), total, eng_trainer_peak_flops(t) * 1e-9);
-
+            eng_trainer_next_step(t), x->total, eng_trainer_peak_flops(t) * 1e-9);
     log_memory_at_start(r, t);
-    wrk_history_open(r, eng_trainer_next_step(t), &hist);
-    double acc = NAN;     /* an accuracy not reported yet */
-    uint64_t skipped = 0; /* steps whose update fault.nonfinite = skip dropped */
-    while (eng_trainer_next_step(t) < total) {
-        eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
-        if (wrk_rank_poll_checkpoint(r))
-            eng_trainer_request_checkpoint(t);
-        rc = eng_trainer_step(t, &info);
-        if (rc < 0) {
-            const char *g;
-            uint32_t peer;
-            if (wrk_coll_timed_out(c, &g, &peer)) {
-                snprintf(r->timeout_group, sizeof r->timeout_group, "%s", g);
-                r->timeout_peer = peer;
-                note_entered(r, c, groups);
-                rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s collective waited for rank %u",
-                                   eng_trainer_next_step(t), g, peer);
-                goto out;
-            }
-            if (rc == CH_E_NUMERIC && (!isfinite(info.loss) || !isfinite(info.grad_norm))) {
-                /* the loss is global: a restart would replay the same step to the same end */
-                r->cause_class = "nonfinite";
-                r->nonfinite_batch = ch_skip_batch_of(s->train.skip_steps, info.step) + 1;
-                rc = wrk_rank_fail(r, rc,
-                                   "step %" PRIu64 ": loss %g, gradient norm %g: not finite "
-                                   "(fault.nonfinite = %s, data batch %" PRIu64 ")",
-                                   info.step + 1, info.loss, info.grad_norm,
-                                   ch_nonfinite_name(s->fault.nonfinite), r->nonfinite_batch - 1);
-                goto out;
-            }
-            rc = wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(t));
-            goto out;
-        }
-        r->stepped = 1;
-        if (info.skipped) {
-            skipped++;
-            CH_LOGW("train",
-                    "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
-                    ": loss %g, gradient norm %g not finite: update skipped (fault.nonfinite = "
-                    "skip; %" PRIu64 " so far)",
-                    r->job_id, r->generation, r->rank, info.step + 1, info.loss, info.grad_norm,
-                    skipped);
-        }
-        Chorus__Metric m[8] = {CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT, CHORUS__METRIC__INIT,
-                               CHORUS__METRIC__INIT, CHORUS__METRIC__INIT};
-        Chorus__Metric *mp[8] = {&m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &m[6], &m[7]};
-        size_t nm = 0;
-        nm = mem_metrics(t, m, nm);
-        m[nm].name = "lr";
-        m[nm++].value = info.lr;
-        m[nm].name = "grad_norm";
-        m[nm++].value = info.grad_norm;
-        if (skipped) { /* fault.nonfinite = skip: updates dropped by this generation */
-            m[nm].name = "skipped_steps";
-            m[nm++].value = (double)skipped;
-        }
-        m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
-        m[nm++].value = info.seconds * 1e3;
-        if (s->parallel.pp > 1) { /* the status page's and Prometheus' bubble (rank 0's) */
-            m[nm].name = "bubble";
-            m[nm++].value = step_bubble(&info);
-        }
-        uint64_t done = info.step + 1;
-        if (builtin && !sliced && (done % EVAL_EVERY == 0 || done == total) &&
-            evaluate(r, t, done, &acc) < 0)
-            acc = NAN;
-        if (isfinite(acc)) { /* a sliced layout's comes with the step after its checkpoint */
-            m[nm].name = "accuracy";
-            m[nm++].value = acc;
-            acc = NAN;
-        }
-        if (!isnan(info.val_loss)) { /* train.val_data's loss, when one was due */
-            m[nm].name = "val_loss";
-            m[nm++].value = info.val_loss;
-            m[nm].name = "val_step";
-            m[nm++].value = (double)done;
-        }
-        log_step(r, &info, total);
-        wrk_history_step(&hist, r, &info);
-        rc = report_step(r, &info, total, mp, nm);
-        if (rc < 0) {
-            rc = wrk_rank_fail(r, rc, "reporting progress to workerd");
-            goto out;
-        }
-        if (eng_trainer_checkpoint_due(t)) {
-            uint64_t bytes = 0, sum = 0;
-            rc = eng_trainer_checkpoint(t, &bytes, &sum, err, sizeof err);
-            if (rc < 0) {
-                rc = wrk_rank_fail(r, rc, "checkpoint at step %" PRIu64 ": %s", done, err);
-                goto out;
-            }
-            rc = report_checkpoint(r, done, bytes, sum);
-            if (rc < 0) {
-                rc = wrk_rank_fail(r, rc, "reporting checkpoint to workerd");
-                goto out;
-            }
-            if (builtin && sliced && evaluate_checkpoint(r, done, &acc, err, sizeof err) < 0) {
-                acc = NAN;
-                CH_LOGW("train",
-                        "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
-                        ": accuracy not evaluated, and not tried again: %s",
-                        r->job_id, r->generation, r->rank, done, err);
-                builtin = 0;
-            }
-        }
-        if (wrk_memckpt_due(mem, done) && done < total &&
-            (rc = wrk_memckpt_save(mem, t, err, sizeof err)) < 0) {
-            rc = wrk_rank_fail(r, rc, "step %" PRIu64 ": %s", done, err);
-            goto out;
-        }
+    wrk_history_open(r, eng_trainer_next_step(t), &x->hist);
+}
+
+/* A step that failed (rc < 0): the rank's failure, named as precisely as it can be. */
+static int step_failed(run_t *x, int rc, const eng_step_info_t *info)
+{
+    wrk_rank_t *r = x->r;
+    const char *g;
+    uint32_t peer;
+    if (wrk_coll_timed_out(x->c, &g, &peer)) {
+        snprintf(r->timeout_group, sizeof r->timeout_group, "%s", g);
+        r->timeout_peer = peer;
+        note_entered(r, x->c, x->groups);
+        return wrk_rank_fail(r, rc, "step %" PRIu64 ": %s collective waited for rank %u",
+                             eng_trainer_next_step(x->t), g, peer);
     }
-out:
-    wrk_history_close(&hist);
-    eng_trainer_destroy(t);
-    wrk_memckpt_destroy(mem);
-    eng_groups_destroy(groups);
-    wrk_coll_destroy(c);
-#if CHORUS_HAVE_CUDA
-    eng_backend_cuda_destroy(gpu);
-#endif
+    if (rc == CH_E_NUMERIC && (!isfinite(info->loss) || !isfinite(info->grad_norm))) {
+        /* the loss is global: a restart would replay the same step to the same end */
+        r->cause_class = "nonfinite";
+        r->nonfinite_batch = ch_skip_batch_of(x->r->spec.train.skip_steps, info->step) + 1;
+        return wrk_rank_fail(r, rc,
+                             "step %" PRIu64 ": loss %g, gradient norm %g: not finite "
+                             "(fault.nonfinite = %s, data batch %" PRIu64 ")",
+                             info->step + 1, info->loss, info->grad_norm,
+                             ch_nonfinite_name(x->r->spec.fault.nonfinite), r->nonfinite_batch - 1);
+    }
+    return wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(x->t));
+}
+
+/* The step's named metrics into m (room for RUN_METRICS), evaluating on the live model when
+ * due; returns their count. */
+#define RUN_METRICS 12
+static size_t step_metrics(run_t *x, const eng_step_info_t *info, Chorus__Metric *m)
+{
+    size_t nm = mem_metrics(x->t, m, 0);
+    uint64_t done = info->step + 1;
+    m[nm].name = "lr";
+    m[nm++].value = info->lr;
+    m[nm].name = "grad_norm";
+    m[nm++].value = info->grad_norm;
+    if (x->skipped) { /* fault.nonfinite = skip: updates dropped by this generation */
+        m[nm].name = "skipped_steps";
+        m[nm++].value = (double)x->skipped;
+    }
+    m[nm].name = "step_ms"; /* this rank's time for the step: the status page's heat map */
+    m[nm++].value = info->seconds * 1e3;
+    if (x->r->spec.parallel.pp > 1) { /* the status page's and Prometheus' bubble (rank 0's) */
+        m[nm].name = "bubble";
+        m[nm++].value = step_bubble(info);
+    }
+    if (x->builtin && !x->sliced && (done % EVAL_EVERY == 0 || done == x->total) &&
+        evaluate(x->r, x->t, done, &x->acc) < 0)
+        x->acc = NAN;
+    if (isfinite(x->acc)) { /* a sliced layout's comes with the step after its checkpoint */
+        m[nm].name = "accuracy";
+        m[nm++].value = x->acc;
+        x->acc = NAN;
+    }
+    if (!isnan(info->val_loss)) { /* train.val_data's loss, when one was due */
+        m[nm].name = "val_loss";
+        m[nm++].value = info->val_loss;
+        m[nm].name = "val_step";
+        m[nm++].value = (double)done;
+    }
+    return nm;
+}
+
+/* The checkpoint due after step `done`, its report, and a sliced layout's evaluation. */
+static int step_checkpoint(run_t *x, uint64_t done)
+{
+    wrk_rank_t *r = x->r;
+    uint64_t bytes = 0, sum = 0;
+    int rc = eng_trainer_checkpoint(x->t, &bytes, &sum, x->err, sizeof x->err);
+    if (rc < 0)
+        return wrk_rank_fail(r, rc, "checkpoint at step %" PRIu64 ": %s", done, x->err);
+    if ((rc = report_checkpoint(r, done, bytes, sum)) < 0)
+        return wrk_rank_fail(r, rc, "reporting checkpoint to workerd");
+    if (x->builtin && x->sliced &&
+        evaluate_checkpoint(r, done, &x->acc, x->err, sizeof x->err) < 0) {
+        x->acc = NAN;
+        CH_LOGW("train",
+                "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+                ": accuracy not evaluated, and not tried again: %s",
+                r->job_id, r->generation, r->rank, done, x->err);
+        x->builtin = 0;
+    }
+    return 0;
+}
+
+/* One step: train, report, checkpoint when due. */
+static int run_step(run_t *x)
+{
+    wrk_rank_t *r = x->r;
+    eng_step_info_t info = {0}; /* parts the engine does not measure stay zero */
+    if (wrk_rank_poll_checkpoint(r))
+        eng_trainer_request_checkpoint(x->t);
+    int rc = eng_trainer_step(x->t, &info);
+    if (rc < 0)
+        return step_failed(x, rc, &info);
+    r->stepped = 1;
+    if (info.skipped) {
+        x->skipped++;
+        CH_LOGW("train",
+                "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+                ": loss %g, gradient norm %g not finite: update skipped (fault.nonfinite = "
+                "skip; %" PRIu64 " so far)",
+                r->job_id, r->generation, r->rank, info.step + 1, info.loss, info.grad_norm,
+                x->skipped);
+    }
+    Chorus__Metric m[RUN_METRICS], *mp[RUN_METRICS];
+    for (size_t i = 0; i < RUN_METRICS; i++) {
+        chorus__metric__init(&m[i]);
+        mp[i] = &m[i];
+    }
+    size_t nm = step_metrics(x, &info, m);
+    log_step(r, &info, x->total);
+    wrk_history_step(&x->hist, r, &info);
+    if ((rc = report_step(r, &info, x->total, mp, nm)) < 0)
+        return wrk_rank_fail(r, rc, "reporting progress to workerd");
+    uint64_t done = info.step + 1;
+    if (eng_trainer_checkpoint_due(x->t) && (rc = step_checkpoint(x, done)) < 0)
+        return rc;
+    if (wrk_memckpt_due(x->mem, done) && done < x->total &&
+        (rc = wrk_memckpt_save(x->mem, x->t, x->err, sizeof x->err)) < 0)
+        return wrk_rank_fail(r, rc, "step %" PRIu64 ": %s", done, x->err);
+    return 0;
+}
+
+static void run_fini(run_t *x)
+{
+    wrk_history_close(&x->hist);
+    eng_trainer_destroy(x->t);
+    wrk_memckpt_destroy(x->mem);
+    eng_groups_destroy(x->groups);
+    wrk_coll_destroy(x->c);
+    eng_device_close(x->dev); /* after every user of its backend */
+}
+
+int wrk_train_run(wrk_rank_t *r)
+{
+    run_t x = {.r = r, .hist = {NULL}, .acc = NAN};
+    int rc = run_setup(&x);
+    if (rc == 0) {
+        run_start(&x);
+        while (rc == 0 && eng_trainer_next_step(x.t) < x.total)
+            rc = run_step(&x);
+    }
+    run_fini(&x);
     return rc;
 }

@@ -26,6 +26,8 @@
 #include "common/err.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/msg.h"
+#include "common/plan.h"
 #include "common/rng.h"
 #include "common/util.h"
 #include "workerd/progress.h"
@@ -252,17 +254,24 @@ static void rank_rendezvous(sim_node_t *n, sim_group_t *g, uint32_t idx)
 {
     ch_layout_t l = g->layout;
     uint32_t r = g->ranks[idx].rank;
-    uint32_t t = r % l.tp, d = (r / l.tp) % l.dp, p = r / (l.tp * l.dp);
+    ch_coord_t c = ch_layout_coord(l, r), succ;
     uint32_t peers[3], np = 0;
     char key[32];
     snprintf(key, sizeof key, "ucx/%u", r);
     kv_send(n, g, idx, key, 1);
-    if (l.tp > 1)
-        peers[np++] = (t + 1) % l.tp + l.tp * (d + l.dp * p);
-    if (l.dp > 1)
-        peers[np++] = t + l.tp * ((d + 1) % l.dp + l.dp * p);
-    if (p + 1 < l.pp)
-        peers[np++] = t + l.tp * (d + l.dp * (p + 1));
+    if (l.tp > 1) {
+        succ = c;
+        succ.tp = (c.tp + 1) % l.tp;
+        peers[np++] = ch_layout_rank(l, succ);
+    }
+    if (l.dp > 1) {
+        succ = c;
+        succ.dp = (c.dp + 1) % l.dp;
+        peers[np++] = ch_layout_rank(l, succ);
+    }
+    int64_t next = ch_layout_pp_next(l, r);
+    if (next >= 0)
+        peers[np++] = (uint32_t)next;
     for (uint32_t i = 0; i < np; i++) {
         snprintf(key, sizeof key, "ucx/%u", peers[i]);
         kv_send(n, g, idx, key, 0);
@@ -351,7 +360,12 @@ static void on_start_ranks(sim_node_t *n, const Chorus__StartRanks *sr)
         g->ranks[i].step = sr->resume_step;
     }
     for (uint32_t i = 0; i < g->n; i++) {
-        send_kind(n, g, g->ranks[i].rank, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0, NULL);
+        Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+        ev.kind = CHORUS__RANK_EVENT_KIND__RANK_STARTED;
+        ch_place_t place;
+        if (spec.kind == CH_JOB_TRAIN && ch_plan_place(&spec, g->ranks[i].rank, &place) == 0)
+            ch_msg_place_to_event(&place, &ev); /* as a real rank reports it */
+        send_event(n, g, g->ranks[i].rank, &ev);
         rank_rendezvous(n, g, i);
     }
 }
@@ -487,7 +501,7 @@ static void send_register(sim_node_t *n)
     reg.name = n->name;
     reg.slots = n->s->cfg.slots;
     reg.rack = n->rack;
-    reg.device = "cpu";
+    reg.device = (char *)ch_device_name(CH_DEVICE_CPU);
     reg.n_running = i;
     reg.running = pr;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
