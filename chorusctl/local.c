@@ -436,11 +436,24 @@ static int start_worker(const local_t *L, const char *exe, const char *addr, lon
         pathf(log, "%s/%s.log", L->dir, name) < 0 || pathf(pidf, "%s/%s.pid", L->dir, name) < 0 ||
         pathf(mem, "%s/%s-mem", L->dir, name) < 0) /* each node its own "host memory" */
         return -ENAMETOOLONG;
-    char *argv[] = {
-        (char *)exe, "--coordinator", (char *)addr, "--name",   name,
-        "--slots",   slots,           "--threads",  threads,    "--run-dir",
-        run,         "--key",         key,          "--device", (char *)ch_device_name(L->device),
-        "--memory-dir", mem, NULL};
+    char *argv[] = {(char *)exe,
+                    "--coordinator",
+                    (char *)addr,
+                    "--name",
+                    name,
+                    "--slots",
+                    slots,
+                    "--threads",
+                    threads,
+                    "--run-dir",
+                    run,
+                    "--key",
+                    key,
+                    "--device",
+                    (char *)ch_device_name(L->device),
+                    "--memory-dir",
+                    mem,
+                    NULL};
     return spawn_daemon(argv, log, pidf, pid);
 }
 

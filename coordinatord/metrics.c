@@ -115,49 +115,48 @@ int coord_metrics_render(coord_t *c, char **out, size_t *len)
     coord_nodes_count(c, nodes);
     coord_jobs_count(c, jobs);
     ch_buf_printf(&b,
-                     "# HELP chorus_build_info The coordinator's version (value 1).\n"
-                     "# TYPE chorus_build_info gauge\nchorus_build_info{version=\"%s\"} 1\n",
-                     CHORUS_VERSION);
+                  "# HELP chorus_build_info The coordinator's version (value 1).\n"
+                  "# TYPE chorus_build_info gauge\nchorus_build_info{version=\"%s\"} 1\n",
+                  CHORUS_VERSION);
     char proc[2048];
     if (ch_procmetrics_render(proc, sizeof proc) > 0)
         ch_buf_puts(&b, proc);
     ch_buf_puts(&b, "# HELP chorus_nodes Nodes by state.\n# TYPE chorus_nodes gauge\n");
     for (int s = 0; s < COORD_NODE_NSTATES; s++)
-        ch_buf_printf(&b, "chorus_nodes{state=\"%s\"} %zu\n", coord_node_state_name(s),
-                         nodes[s]);
+        ch_buf_printf(&b, "chorus_nodes{state=\"%s\"} %zu\n", coord_node_state_name(s), nodes[s]);
     ch_buf_puts(&b, "# HELP chorus_jobs Jobs by state.\n# TYPE chorus_jobs gauge\n");
     for (int s = 0; s < COORD_JOB_NSTATES; s++)
         ch_buf_printf(&b, "chorus_jobs{state=\"%s\"} %zu\n", coord_job_state_name(s), jobs[s]);
     ch_buf_printf(&b,
-                     "# HELP chorus_heartbeats_total Heartbeats received from workers.\n"
-                     "# TYPE chorus_heartbeats_total counter\nchorus_heartbeats_total %llu\n",
-                     (unsigned long long)c->heartbeats_total);
+                  "# HELP chorus_heartbeats_total Heartbeats received from workers.\n"
+                  "# TYPE chorus_heartbeats_total counter\nchorus_heartbeats_total %llu\n",
+                  (unsigned long long)c->heartbeats_total);
     ch_buf_printf(&b,
-                     "# HELP chorus_recoveries_total Job recoveries started.\n"
-                     "# TYPE chorus_recoveries_total counter\nchorus_recoveries_total %llu\n",
-                     (unsigned long long)c->recoveries_total);
+                  "# HELP chorus_recoveries_total Job recoveries started.\n"
+                  "# TYPE chorus_recoveries_total counter\nchorus_recoveries_total %llu\n",
+                  (unsigned long long)c->recoveries_total);
     ch_buf_puts(&b, "# HELP chorus_restarts_total Job restarts by the cause of the failure.\n"
-                       "# TYPE chorus_restarts_total counter\n");
+                    "# TYPE chorus_restarts_total counter\n");
     for (int k = 0; k < COORD_CAUSE_NCAUSES; k++)
         ch_buf_printf(&b, "chorus_restarts_total{cause=\"%s\"} %llu\n", coord_cause_name(k),
-                         (unsigned long long)c->restarts_by_cause[k]);
+                      (unsigned long long)c->restarts_by_cause[k]);
     ch_buf_printf(&b,
-                     "# HELP chorus_time_to_recover_seconds The last restart: failure to the first "
-                     "completed step after it.\n# TYPE chorus_time_to_recover_seconds gauge\n"
-                     "chorus_time_to_recover_seconds %.3f\n",
-                     c->recover_s_last);
+                  "# HELP chorus_time_to_recover_seconds The last restart: failure to the first "
+                  "completed step after it.\n# TYPE chorus_time_to_recover_seconds gauge\n"
+                  "chorus_time_to_recover_seconds %.3f\n",
+                  c->recover_s_last);
     ch_buf_printf(&b,
-                     "# HELP chorus_kv_keys Rendezvous keys held.\n# TYPE chorus_kv_keys gauge\n"
-                     "chorus_kv_keys %zu\n",
-                     coord_kv_keys(c->kv));
+                  "# HELP chorus_kv_keys Rendezvous keys held.\n# TYPE chorus_kv_keys gauge\n"
+                  "chorus_kv_keys %zu\n",
+                  coord_kv_keys(c->kv));
     ch_buf_printf(&b,
-                     "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
-                     "limit.\n# TYPE chorus_http_limited_total counter\n"
-                     "chorus_http_limited_total %llu\n",
-                     (unsigned long long)ch_httpd_limited(c->http.srv));
+                  "# HELP chorus_http_limited_total Times the HTTP address hit its connection "
+                  "limit.\n# TYPE chorus_http_limited_total counter\n"
+                  "chorus_http_limited_total %llu\n",
+                  (unsigned long long)ch_httpd_limited(c->http.srv));
     for (size_t g = 0; g < sizeof(JOB_GAUGES) / sizeof(JOB_GAUGES[0]); g++) {
-        ch_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name,
-                         JOB_GAUGES[g].help, JOB_GAUGES[g].name);
+        ch_buf_printf(&b, "# HELP %s %s\n# TYPE %s gauge\n", JOB_GAUGES[g].name, JOB_GAUGES[g].help,
+                      JOB_GAUGES[g].name);
         for (size_t i = 0; i < c->jobs.n; i++) {
             const coord_job_t *j = c->jobs.v[i];
             if (!j->started_ms)

@@ -98,7 +98,7 @@ static double progress(const coord_job_t *j)
 static void bar(ch_buf_t *b, double frac)
 {
     ch_buf_printf(b, "<span class=\"bar\"><span style=\"width:%.1f%%\"></span></span> %.0f%%",
-                     100.0 * frac, 100.0 * frac);
+                  100.0 * frac, 100.0 * frac);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -108,22 +108,22 @@ static void nodes_table(coord_t *c, ch_buf_t *b)
 {
     uint64_t now = ch_now_ms();
     ch_buf_printf(b,
-                     "<h2>Nodes (%zu)</h2>\n<table id=\"nodes\"><tr><th>node<th>state"
-                     "<th>slots used/total<th>rack<th>device<th>last heartbeat</tr>\n",
-                     c->nodes.n);
+                  "<h2>Nodes (%zu)</h2>\n<table id=\"nodes\"><tr><th>node<th>state"
+                  "<th>slots used/total<th>rack<th>device<th>last heartbeat</tr>\n",
+                  c->nodes.n);
     for (size_t i = 0; i < c->nodes.n && i < COORD_PAGE_MAX_NODES; i++) {
         const coord_node_t *n = c->nodes.v[i];
         const char *st = coord_node_state_name(n->state);
         ch_buf_puts(b, "<tr class=\"node\"><td>");
         ch_buf_html(b, n->name);
         ch_buf_printf(b, "<td class=\"%s\">%s<td class=\"num\">%u/%u<td>", st, st, n->used,
-                         n->slots);
+                      n->slots);
         ch_buf_html(b, n->rack[0] ? n->rack : "-");
         ch_buf_puts(b, "<td>");
-        ch_buf_html(b, n->device[0] ? n->device : "-");
+        ch_buf_html(b, ch_device_name(n->device));
         if (n->last_hb_ms && n->last_hb_ms <= now) {
             ch_buf_printf(b, "<td class=\"num\">%.1f s ago</tr>\n",
-                             (double)(now - n->last_hb_ms) / 1e3);
+                          (double)(now - n->last_hb_ms) / 1e3);
         } else {
             char when[48];
             fmt_wall(when, sizeof when, n->last_hb_wall);
@@ -133,17 +133,17 @@ static void nodes_table(coord_t *c, ch_buf_t *b)
     ch_buf_puts(b, "</table>\n");
     if (c->nodes.n > COORD_PAGE_MAX_NODES)
         ch_buf_printf(b, "<p class=\"muted\">first %d of %zu nodes</p>\n", COORD_PAGE_MAX_NODES,
-                         c->nodes.n);
+                      c->nodes.n);
 }
 
 static void jobs_table(coord_t *c, ch_buf_t *b)
 {
     size_t first = c->jobs.n > COORD_PAGE_MAX_JOBS ? c->jobs.n - COORD_PAGE_MAX_JOBS : 0;
     ch_buf_printf(b,
-                     "<h2>Jobs (%zu)</h2>\n<table id=\"jobs\"><tr><th>job<th>name<th>kind"
-                     "<th>state<th>progress<th>step<th>loss<th>tokens/s<th>TP&times;PP&times;DP"
-                     "<th>restarts<th>reason</tr>\n",
-                     c->jobs.n);
+                  "<h2>Jobs (%zu)</h2>\n<table id=\"jobs\"><tr><th>job<th>name<th>kind"
+                  "<th>state<th>progress<th>step<th>loss<th>tokens/s<th>TP&times;PP&times;DP"
+                  "<th>restarts<th>reason</tr>\n",
+                  c->jobs.n);
     for (size_t i = c->jobs.n; i-- > first;) { /* newest first */
         const coord_job_t *j = c->jobs.v[i];
         const char *st = coord_job_state_name(j->state);
@@ -151,8 +151,7 @@ static void jobs_table(coord_t *c, ch_buf_t *b)
         fmt_si(tps, sizeof tps, j->tokens_per_s);
         ch_buf_printf(b, "<tr class=\"job\"><td><a href=\"/jobs/%s\">%s</a><td>", j->id, j->id);
         ch_buf_html(b, j->name[0] ? j->name : "-");
-        ch_buf_printf(b, "<td>%s<td class=\"%s\">%s<td>", ch_job_kind_name(j->spec.kind), st,
-                         st);
+        ch_buf_printf(b, "<td>%s<td class=\"%s\">%s<td>", ch_job_kind_name(j->spec.kind), st, st);
         bar(b, progress(j));
         ch_buf_printf(b, "<td class=\"num\">%" PRIu64 "/%" PRIu64, j->step, j->total_steps);
         if (has_loss(j))
@@ -160,15 +159,15 @@ static void jobs_table(coord_t *c, ch_buf_t *b)
         else
             ch_buf_puts(b, "<td class=\"num\">-");
         ch_buf_printf(b, "<td class=\"num\">%s<td>%u&times;%u&times;%u<td class=\"num\">%u<td>",
-                         tps, j->spec.parallel.tp, j->spec.parallel.pp, j->spec.parallel.dp,
-                         j->restarts);
+                      tps, j->spec.parallel.tp, j->spec.parallel.pp, j->spec.parallel.dp,
+                      j->restarts);
         ch_buf_html(b, j->reason);
         ch_buf_puts(b, "</tr>\n");
     }
     ch_buf_puts(b, "</table>\n");
     if (first)
-        ch_buf_printf(b, "<p class=\"muted\">the latest %d of %zu jobs</p>\n",
-                         COORD_PAGE_MAX_JOBS, c->jobs.n);
+        ch_buf_printf(b, "<p class=\"muted\">the latest %d of %zu jobs</p>\n", COORD_PAGE_MAX_JOBS,
+                      c->jobs.n);
 }
 
 int coord_page_index(coord_t *c, ch_buf_t *b)
@@ -176,11 +175,10 @@ int coord_page_index(coord_t *c, ch_buf_t *b)
     char now[48];
     fmt_wall(now, sizeof now, ch_wall_ms());
     head(b, "cluster", 1);
-    ch_buf_printf(
-        b,
-        "<h1>Chorus</h1><p class=\"muted\">%s &middot; "
-        "<a href=\"/metrics\">Prometheus metrics</a> &middot; refreshes every 5 s</p>\n",
-        now);
+    ch_buf_printf(b,
+                  "<h1>Chorus</h1><p class=\"muted\">%s &middot; "
+                  "<a href=\"/metrics\">Prometheus metrics</a> &middot; refreshes every 5 s</p>\n",
+                  now);
     nodes_table(c, b);
     jobs_table(c, b);
     ch_buf_puts(b, "</body></html>\n");
@@ -223,13 +221,13 @@ static void chart(ch_buf_t *b, const coord_job_t *j, const char *id, const char 
     ch_buf_printf(b, "<h2>");
     ch_buf_html(b, title);
     ch_buf_printf(b,
-                     "</h2>\n<svg id=\"%s-chart\" class=\"chart\" width=\"%d\" height=\"%d\" "
-                     "viewBox=\"0 0 %d %d\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\">",
-                     id, CH_W, CH_H, CH_W, CH_H);
+                  "</h2>\n<svg id=\"%s-chart\" class=\"chart\" width=\"%d\" height=\"%d\" "
+                  "viewBox=\"0 0 %d %d\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\">",
+                  id, CH_W, CH_H, CH_W, CH_H);
     ch_buf_printf(b, "<title>%s over steps</title>", title);
     if (!good) {
         ch_buf_printf(b, "<text x=\"%d\" y=\"%d\">no steps reported yet</text></svg>\n",
-                         CH_W / 2 - 60, CH_H / 2);
+                      CH_W / 2 - 60, CH_H / 2);
         return;
     }
     if (vmax - vmin < 1e-12 * fmax(1.0, fabs(vmax)))
@@ -238,17 +236,17 @@ static void chart(ch_buf_t *b, const coord_job_t *j, const char *id, const char 
     double sspan = smax > smin ? (double)(smax - smin) : 1.0;
     /* Axes and labels. */
     ch_buf_printf(b,
-                     "<path d=\"M%d %d V%d H%d\" fill=\"none\" stroke=\"#999\"/>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
-                     "<text x=\"%d\" y=\"%d\">step %" PRIu64 "</text>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step %" PRIu64 "</text>",
-                     CH_L, CH_T, CH_H - CH_B, CH_W - CH_R, CH_L - 4, CH_T + 8, vmax, CH_L - 4,
-                     CH_H - CH_B, vmin, CH_L, CH_H - 6, smin, CH_W - CH_R, CH_H - 6, smax);
+                  "<path d=\"M%d %d V%d H%d\" fill=\"none\" stroke=\"#999\"/>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.4g</text>"
+                  "<text x=\"%d\" y=\"%d\">step %" PRIu64 "</text>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step %" PRIu64 "</text>",
+                  CH_L, CH_T, CH_H - CH_B, CH_W - CH_R, CH_L - 4, CH_T + 8, vmax, CH_L - 4,
+                  CH_H - CH_B, vmin, CH_L, CH_H - 6, smin, CH_W - CH_R, CH_H - 6, smax);
     ch_buf_printf(b,
-                     "<path id=\"%s-path\" class=\"line\" data-points=\"%zu\" fill=\"none\" "
-                     "stroke=\"%s\" stroke-width=\"1.5\" d=\"",
-                     id, good, f == F_LOSS ? "#c0262d" : "#3b82f6");
+                  "<path id=\"%s-path\" class=\"line\" data-points=\"%zu\" fill=\"none\" "
+                  "stroke=\"%s\" stroke-width=\"1.5\" d=\"",
+                  id, good, f == F_LOSS ? "#c0262d" : "#3b82f6");
     int pen = 0;
     for (size_t i = 0; i < n; i++) {
         double v = field(&pts[i], f);
@@ -271,10 +269,10 @@ static void chart(ch_buf_t *b, const coord_job_t *j, const char *id, const char 
             continue;
         double x = CH_L + pw * (double)((uint64_t)hist[k].from_step - smin) / sspan;
         ch_buf_printf(b,
-                         "<path class=\"restart\" d=\"M%.1f %d V%d\" stroke=\"#a86b00\" "
-                         "stroke-dasharray=\"4 3\"><title>generation %" PRIu64
-                         " resumed from step %" PRId64 "</title></path>",
-                         x, CH_T, CH_H - CH_B, hist[k].generation, hist[k].from_step);
+                      "<path class=\"restart\" d=\"M%.1f %d V%d\" stroke=\"#a86b00\" "
+                      "stroke-dasharray=\"4 3\"><title>generation %" PRIu64
+                      " resumed from step %" PRId64 "</title></path>",
+                      x, CH_T, CH_H - CH_B, hist[k].generation, hist[k].from_step);
     }
     ch_buf_puts(b, "</svg>\n");
 }
@@ -289,9 +287,9 @@ static void layout_grid(const coord_job_t *j, ch_buf_t *b)
     ch_layout_t l = {j->spec.parallel.tp, j->spec.parallel.pp, j->spec.parallel.dp};
     uint32_t world = ch_layout_world(l);
     ch_buf_printf(b,
-                     "<h2>Layout: TP %u &times; PP %u &times; DP %u (world %u)</h2>\n"
-                     "<div id=\"layout\" data-world=\"%u\">",
-                     l.tp, l.pp, l.dp, world, world);
+                  "<h2>Layout: TP %u &times; PP %u &times; DP %u (world %u)</h2>\n"
+                  "<div id=\"layout\" data-world=\"%u\">",
+                  l.tp, l.pp, l.dp, world, world);
     if (world > COORD_PAGE_MAX_CELLS || world != j->world) {
         ch_buf_printf(b, "<p class=\"muted\">%u ranks: too many to draw</p></div>\n", world);
         return;
@@ -336,7 +334,7 @@ static void heat_map(const coord_series_t *s, ch_buf_t *b)
     ch_buf_puts(b, "<h2>Per-rank step time, last steps</h2>\n");
     if (!cols || !s->heat_ranks) {
         ch_buf_puts(b, "<p id=\"heatmap\" class=\"muted\">no per-rank step times reported "
-                          "yet</p>\n");
+                       "yet</p>\n");
         return;
     }
     uint32_t ranks = s->heat_ranks < COORD_PAGE_HEAT_RANKS ? s->heat_ranks : COORD_PAGE_HEAT_RANKS;
@@ -353,16 +351,15 @@ static void heat_map(const coord_series_t *s, ch_buf_t *b)
         median[i] = n ? col[(n - 1) / 2] : NAN; /* the lower median: of two, the faster */
     }
     ch_buf_printf(b,
-                     "<svg id=\"heatmap\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                     "data-steps=\"%zu\" data-ranks=\"%u\" xmlns=\"http://www.w3.org/2000/svg\">"
-                     "<title>step time per rank</title>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank 0</text>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %u</text>"
-                     "<text x=\"%d\" y=\"%d\">step %" PRIu64 "</text>"
-                     "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step %" PRIu64 "</text>",
-                     w, h, w, h, cols, ranks, left - 4, top + 10, left - 4, top + rh * (int)ranks,
-                     ranks - 1, left, h - 6, steps[0], left + cw * (int)cols, h - 6,
-                     steps[cols - 1]);
+                  "<svg id=\"heatmap\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                  "data-steps=\"%zu\" data-ranks=\"%u\" xmlns=\"http://www.w3.org/2000/svg\">"
+                  "<title>step time per rank</title>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank 0</text>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %u</text>"
+                  "<text x=\"%d\" y=\"%d\">step %" PRIu64 "</text>"
+                  "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step %" PRIu64 "</text>",
+                  w, h, w, h, cols, ranks, left - 4, top + 10, left - 4, top + rh * (int)ranks,
+                  ranks - 1, left, h - 6, steps[0], left + cw * (int)cols, h - 6, steps[cols - 1]);
     for (uint32_t r = 0; r < ranks; r++) {
         for (size_t i = 0; i < cols; i++) {
             float ms = coord_series_heat_at(s, steps[i], r);
@@ -372,10 +369,10 @@ static void heat_map(const coord_series_t *s, ch_buf_t *b)
                 snprintf(fill, sizeof fill, "hsl(%.0f,70%%,45%%)", hue);
             }
             ch_buf_printf(b,
-                             "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
-                             "<title>rank %u step %" PRIu64 ": ",
-                             left + cw * (int)i, top + rh * (int)r, cw - 1, rh - (rh > 2), fill, r,
-                             steps[i]);
+                          "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
+                          "<title>rank %u step %" PRIu64 ": ",
+                          left + cw * (int)i, top + rh * (int)r, cw - 1, rh - (rh > 2), fill, r,
+                          steps[i]);
             if (isfinite(ms))
                 ch_buf_printf(b, "%.1f ms</title></rect>", ms);
             else
@@ -383,7 +380,7 @@ static void heat_map(const coord_series_t *s, ch_buf_t *b)
         }
     }
     ch_buf_puts(b, "</svg>\n<p class=\"muted\">colour: a rank's step time against the "
-                      "step's median, green at or under it, red at 1.5&times; or more");
+                   "step's median, green at or under it, red at 1.5&times; or more");
     if (s->world > ranks)
         ch_buf_printf(b, "; the first %u of %u ranks", ranks, s->world);
     ch_buf_puts(b, "</p>\n");
@@ -417,16 +414,15 @@ static void restarts(const coord_job_t *j, ch_buf_t *b)
     ch_buf_printf(b, "<h2>Restarts (%u)</h2>\n", j->restarts);
     if (!n) {
         ch_buf_printf(b, "<p id=\"restarts\" class=\"muted\">%s</p>\n",
-                         j->restarts ? "no history recorded" : "no restarts");
+                      j->restarts ? "no history recorded" : "no restarts");
         return;
     }
     ch_buf_puts(b, "<table id=\"restarts\"><tr><th>generation<th>when<th>resumed from"
-                      "<th>cause</tr>\n");
+                   "<th>cause</tr>\n");
     for (size_t i = 0; i < n; i++) {
         char when[48];
         fmt_wall(when, sizeof when, hist[i].at_ms);
-        ch_buf_printf(b, "<tr><td class=\"num\">%" PRIu64 "<td>%s<td>", hist[i].generation,
-                         when);
+        ch_buf_printf(b, "<tr><td class=\"num\">%" PRIu64 "<td>%s<td>", hist[i].generation, when);
         if (hist[i].from_step >= 0)
             ch_buf_printf(b, "step %" PRId64, hist[i].from_step);
         else
@@ -465,8 +461,7 @@ static void summary(const coord_job_t *j, const coord_point_t *last, ch_buf_t *b
     double val = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_LOSS);
     double val_step = coord_job_rank_metric(j, 0, COORD_METRIC_VAL_STEP);
     if (isfinite(val) && isfinite(val_step)) /* train.val_data's, when one was taken */
-        ch_buf_printf(b, "<tr><th>validation loss<td>%.4f (after step %.0f)</tr>", val,
-                         val_step);
+        ch_buf_printf(b, "<tr><th>validation loss<td>%.4f (after step %.0f)</tr>", val, val_step);
     ch_buf_printf(b, "<tr><th>tokens/s<td>%s</tr>", tps);
     if (mfu > 0 && isfinite(mfu))
         ch_buf_printf(b, "<tr><th>MFU<td>%.2f%%</tr>", 100.0 * mfu);
@@ -477,17 +472,17 @@ static void summary(const coord_job_t *j, const coord_point_t *last, ch_buf_t *b
         measured = last->bubble;
     if (j->spec.parallel.pp > 1 && measured >= 0)
         ch_buf_printf(b,
-                         "<tr><th>pipeline bubble<td>%.1f%% measured, %.1f%% 1F1B "
-                         "(pp&minus;1)/(microbatches+pp&minus;1)</tr>",
-                         100.0 * measured, 100.0 * coord_job_bubble_theory(j));
+                      "<tr><th>pipeline bubble<td>%.1f%% measured, %.1f%% 1F1B "
+                      "(pp&minus;1)/(microbatches+pp&minus;1)</tr>",
+                      100.0 * measured, 100.0 * coord_job_bubble_theory(j));
     ch_buf_printf(b, "<tr><th>generation<td>%" PRIu64 " (restarts %u)</tr>", j->generation,
-                     j->restarts);
+                  j->restarts);
     if (j->last_ckpt_step >= 0)
         ch_buf_printf(b, "<tr><th>last checkpoint<td>step %" PRId64 "</tr>", j->last_ckpt_step);
     ch_buf_printf(b,
-                     "<tr><th>submitted<td>%s</tr><tr><th>started<td>%s</tr>"
-                     "<tr><th>finished<td>%s</tr></table>\n",
-                     sub, start, fin);
+                  "<tr><th>submitted<td>%s</tr><tr><th>started<td>%s</tr>"
+                  "<tr><th>finished<td>%s</tr></table>\n",
+                  sub, start, fin);
 }
 
 int coord_page_job(coord_t *c, const char *id, ch_buf_t *b)
@@ -508,8 +503,7 @@ int coord_page_job(coord_t *c, const char *id, ch_buf_t *b)
     head(b, title, coord_job_is_active(j) || j->state == COORD_JOB_QUEUED);
     ch_buf_printf(b, "<p><a href=\"/\">&larr; cluster</a></p><h1>Job %s: ", j->id);
     ch_buf_html(b, j->name[0] ? j->name : "-");
-    ch_buf_printf(b, " <small class=\"muted\">(%s)</small></h1>\n",
-                     ch_job_kind_name(j->spec.kind));
+    ch_buf_printf(b, " <small class=\"muted\">(%s)</small></h1>\n", ch_job_kind_name(j->spec.kind));
     summary(j, n ? &pts[n - 1] : NULL, b);
     if (j->spec.kind == CH_JOB_TRAIN) {
         chart(b, j, "loss", "Loss", pts, n, F_LOSS);

@@ -328,8 +328,10 @@ static int run(workerd_t *w, const wrk_agent_cfg_t *ac)
     CH_LOGI("workerd", "node=%s slots=%u rack=%s device=%s coordinator=%s run-dir=%s", ac->name,
             ac->slots, ac->rack, ch_device_name(ac->device), w->cfg.coordinator, ac->run_dir);
     if (w->cfg.metrics_port) {
-        wrk_metrics_src_t src = {
-            .agent = w->agent, .node = ac->name, .device = ch_device_name(ac->device), .gpus = w->gpus};
+        wrk_metrics_src_t src = {.agent = w->agent,
+                                 .node = ac->name,
+                                 .device = ch_device_name(ac->device),
+                                 .gpus = w->gpus};
         rc = wrk_metrics_start(&w->loop, w->cfg.metrics_address, (int)w->cfg.metrics_port, &src,
                                &w->metrics);
         if (rc < 0) {

@@ -49,8 +49,8 @@ typedef struct wrk_proc_spec {
     ch_device_t device; /* CHORUS_DEVICE */ /* CHORUS_RESUME_STEP */
     const char *job_file;                   /* CHORUS_JOB_FILE */
     uint32_t threads;                       /* CHORUS_THREADS when > 0 */
-    const char *run_dir;  /* CHORUS_RUN_DIR: the rank's scratch dir (the rank makes it) */
-    const char *log_path; /* stdout+stderr, opened O_APPEND|O_CREAT, mode 0644 */
+    const char *run_dir;    /* CHORUS_RUN_DIR: the rank's scratch dir (the rank makes it) */
+    const char *log_path;   /* stdout+stderr, opened O_APPEND|O_CREAT, mode 0644 */
     const char *memory_dir; /* CHORUS_MEMORY_DIR: in-memory checkpoints; NULL: not set */
     const char *node;       /* CHORUS_NODE: the node's name; NULL: not set */
 } wrk_proc_spec_t;

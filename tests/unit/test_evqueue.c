@@ -36,8 +36,8 @@ static Chorus__RankEvent *heap_event(void)
 /* Frees and scribbles: whatever a copy still shared with it would read garbage. */
 static void wipe_event(Chorus__RankEvent *ev)
 {
-    char *strs[] = {ev->job_id, ev->message, ev->timeout_group, ev->cause_class,
-                    ev->metrics[0]->name, ev->group_entered[0]->name};
+    char *strs[] = {ev->job_id,      ev->message,          ev->timeout_group,
+                    ev->cause_class, ev->metrics[0]->name, ev->group_entered[0]->name};
     for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
         memset(strs[i], 'X', strlen(strs[i]));
         free(strs[i]);
