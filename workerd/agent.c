@@ -24,6 +24,7 @@
  *    to the rank's own, so a rank cannot touch another job's store.
  *  - A 100 ms cron expires relays the coordinator never answered and closes stale links. */
 #include "workerd/agent.h"
+#include "workerd/agent_impl.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -47,77 +48,12 @@
 #include "workerd/progress.h"
 #include "workerd/rundir.h"
 
-#define BACKOFF_MIN_MS       100
-#define BACKOFF_MAX_MS       1000
-#define CRON_MS              100
-#define LINK_GRACE_MS        500 /* between a rank's exit and its link's EOF, either way round */
-#define KV_EXPIRE_MARGIN_MS  10000
-#define HEARTBEAT_DEFAULT_MS 1000
-#define FINISHED_MAX         4096 /* final reports awaiting acknowledgement */
-
-typedef struct rank_ent {
-    struct rank_ent *next;
-    wrk_agent_t *a;
-    char job_id[64];
-    uint64_t gen;
-    uint64_t token; /* StartRanks.launch_token: every report about the rank presents it */
-    uint32_t rank;
-    wrk_proc_t *proc; /* NULL once reaped */
-    ch_conn_t *link;  /* NULL once closed */
-    int pid;
-    uint64_t start_ticks; /* /proc/PID/stat's start time: the rank in WRK_ADOPT_FILE */
-    int exited, exit_code, signal;
-    int done;                /* it reported RANK_DONE */
-    uint64_t exited_ms;      /* when the process was reaped */
-    uint64_t link_closed_ms; /* when its link closed */
-    int orphan_killed;       /* killed for having lost its link */
-} rank_ent_t;
-
-/* A finished rank's final report, kept until the coordinator acknowledges it. */
-typedef struct fin_ent {
-    struct fin_ent *next;
-    char job_id[64];
-    uint64_t gen, token;
-    uint32_t rank;
-    int done, exit_code, signal;
-} fin_ent_t;
-
-typedef struct kv_relay {
-    struct kv_relay *next;
-    uint64_t id;      /* request id toward the coordinator */
-    uint64_t rank_id; /* the rank's own request id */
-    rank_ent_t *ent;
-    uint64_t expire_ms;
-} kv_relay_t;
-
-struct wrk_agent {
-    uv_loop_t *loop;
-    wrk_agent_cfg_t cfg;
-    char rank_exe[CH_PATH_LEN]; /* cfg.rank_exe, or the chorus-rank next to workerd */
-    ch_conn_t *coord;
-    int registered, ever_registered, stopping;
-    uint32_t heartbeat_ms;
-    uint32_t backoff_ms;
-    uv_timer_t reconnect, heartbeat, cron;
-    rank_ent_t *ranks;
-    fin_ent_t *finished; /* newest first */
-    size_t n_finished;
-    kv_relay_t *relays;
-    uint64_t next_request_id;
-    wrk_evq_t queue; /* events while the coordinator link is down */
-    /* the ranks' progress held for one NodeProgress (NULL: progress-ms 0) */
-    wrk_progress_t *progress;
-    uint64_t rng;
-    wrk_agent_stats_t stats; /* the counters; the gauges are filled in by wrk_agent_stats */
-    int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */
-};
-
 static void on_reconnect_timer(uv_timer_t *t);
 
 // ----------------------------------------------------------------------------
 // small helpers
 
-static int coord_send(wrk_agent_t *a, Chorus__Envelope *env)
+int wrk_agent_coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 {
     if (!a->coord || !ch_conn_is_ready(a->coord))
         return -ENOTCONN;
@@ -133,7 +69,7 @@ static void q_flush(wrk_agent_t *a)
         Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
         env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
         env.rank_event = wrk_evq_front(&a->queue);
-        if (coord_send(a, &env) < 0)
+        if (wrk_agent_coord_send(a, &env) < 0)
             return;
         wrk_evq_pop(&a->queue);
     }
@@ -145,7 +81,7 @@ static int progress_send(void *ud, Chorus__Envelope *env)
     wrk_agent_t *a = ud;
     if (!a->registered || a->queue.len)
         return -ENOTCONN;
-    return coord_send(a, env);
+    return wrk_agent_coord_send(a, env);
 }
 
 static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
@@ -161,7 +97,7 @@ static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
         Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
         env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
         env.rank_event = (Chorus__RankEvent *)ev;
-        if (coord_send(a, &env) == 0)
+        if (wrk_agent_coord_send(a, &env) == 0)
             return;
     }
     wrk_evq_push(&a->queue, ev);
@@ -184,117 +120,6 @@ static void send_rank_event(wrk_agent_t *a, const char *job, uint64_t gen, uint6
     if (msg)
         ev.message = (char *)msg;
     send_event(a, &ev);
-}
-
-// ----------------------------------------------------------------------------
-// rendezvous relay
-
-static void relay_remove(wrk_agent_t *a, kv_relay_t **pp)
-{
-    kv_relay_t *k = *pp;
-    *pp = k->next;
-    free(k);
-    (void)a;
-}
-
-static void reply_rank_code(rank_ent_t *ent, uint64_t rank_id, int code)
-{
-    Chorus__KvReply kr = CHORUS__KV_REPLY__INIT;
-    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
-    if (!ent->link)
-        return;
-    kr.code = code;
-    env.request_id = rank_id;
-    env.body_case = CHORUS__ENVELOPE__BODY_KV_REPLY;
-    env.kv_reply = &kr;
-    ch_conn_send(ent->link, &env);
-}
-
-/* Answer every relay (of one rank, or all when ent is NULL) with code and forget it. */
-static void relays_fail(wrk_agent_t *a, rank_ent_t *ent, int code)
-{
-    kv_relay_t **pp = &a->relays;
-    while (*pp) {
-        if (ent && (*pp)->ent != ent) {
-            pp = &(*pp)->next;
-            continue;
-        }
-        if (code)
-            reply_rank_code((*pp)->ent, (*pp)->rank_id, code);
-        relay_remove(a, pp);
-    }
-}
-
-static void relay_kv(wrk_agent_t *a, rank_ent_t *ent, Chorus__Envelope *env)
-{
-    uint32_t timeout_ms = 0;
-    char **job_field;
-    int rc;
-    /* The rank's (job, generation) are forced to its own. The job string belongs to the
-     * decoded message: ours is borrowed for the send and theirs put back . */
-    if (env->body_case == CHORUS__ENVELOPE__BODY_KV_SET) {
-        Chorus__KvSet *ks = env->kv_set;
-        if (ks->value.len > CH_RDZV_VALUE_MAX) {
-            reply_rank_code(ent, env->request_id, CH_E_TOOBIG);
-            return;
-        }
-        job_field = &ks->job_id;
-        ks->generation = ent->gen;
-    } else {
-        Chorus__KvGet *kg = env->kv_get;
-        job_field = &kg->job_id;
-        kg->generation = ent->gen;
-        timeout_ms = kg->timeout_ms;
-    }
-    if (!a->registered) {
-        reply_rank_code(ent, env->request_id, -ENOTCONN);
-        return;
-    }
-    kv_relay_t *k = calloc(1, sizeof *k);
-    if (!k) {
-        reply_rank_code(ent, env->request_id, -ENOMEM);
-        return;
-    }
-    k->id = ++a->next_request_id;
-    k->rank_id = env->request_id;
-    k->ent = ent;
-    k->expire_ms = ch_now_ms() + timeout_ms + KV_EXPIRE_MARGIN_MS;
-    /* env is borrowed from the rank link's callback: rewrite in place, send, restore. */
-    uint64_t rank_id = env->request_id;
-    char *their_job = *job_field;
-    env->request_id = k->id;
-    *job_field = ent->job_id;
-    rc = coord_send(a, env);
-    *job_field = their_job;
-    env->request_id = rank_id;
-    if (rc < 0) {
-        free(k);
-        reply_rank_code(ent, rank_id, -ENOTCONN);
-        return;
-    }
-    k->next = a->relays;
-    a->relays = k;
-}
-
-/* A coordinator reply: route it to the rank that asked. 1 if it was a relay's reply. */
-static int route_reply(wrk_agent_t *a, Chorus__Envelope *env)
-{
-    if (env->request_id == 0)
-        return 0;
-    for (kv_relay_t **pp = &a->relays; *pp; pp = &(*pp)->next) {
-        kv_relay_t *k = *pp;
-        if (k->id != env->request_id)
-            continue;
-        if (k->ent->link) {
-            uint64_t id = env->request_id;
-            env->request_id = k->rank_id;
-            ch_conn_send(k->ent->link, env);
-            env->request_id = id;
-        }
-        relay_remove(a, pp);
-        return 1;
-    }
-    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -421,7 +246,7 @@ static void ent_finish(rank_ent_t *ent)
             ent->gen, ent->rank, ent->pid, ent->exit_code, ent->signal);
     send_rank_event(a, ent->job_id, ent->gen, ent->token, ent->rank,
                     CHORUS__RANK_EVENT_KIND__RANK_EXITED, ent->exit_code, ent->signal, NULL);
-    relays_fail(a, ent, 0);
+    wrk_agent_relays_fail(a, ent, 0);
     memory_release(a, ent);
     for (rank_ent_t **pp = &a->ranks; *pp; pp = &(*pp)->next) {
         if (*pp == ent) {
@@ -470,7 +295,7 @@ static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
     }
     case CHORUS__ENVELOPE__BODY_KV_SET:
     case CHORUS__ENVELOPE__BODY_KV_GET:
-        relay_kv(a, ent, env);
+        wrk_agent_relay_kv(a, ent, env);
         break;
     default:
         CH_LOGW("agent", "job=%s rank=%u: unexpected %s from rank", ent->job_id, ent->rank,
@@ -485,7 +310,7 @@ static void on_rank_close(ch_conn_t *c, int reason, void *ud)
     rank_ent_t *ent = ud;
     ent->link = NULL;
     ent->link_closed_ms = ch_now_ms();
-    relays_fail(ent->a, ent, 0);
+    wrk_agent_relays_fail(ent->a, ent, 0);
     /* Usually the rank is exiting and its reaping is a moment away; the cron kills it
      * if it is still there after the grace (a rank that cannot report is of no use). */
     CH_LOGD("agent", "job=%s rank=%u: link closed (%s)", ent->job_id, ent->rank,
@@ -673,7 +498,7 @@ static void send_heartbeat(wrk_agent_t *a)
     hb.free_slots = alive >= a->cfg.slots ? 0 : a->cfg.slots - alive;
     env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    coord_send(a, &env);
+    wrk_agent_coord_send(a, &env);
 }
 
 static void on_heartbeat_timer(uv_timer_t *t)
@@ -748,7 +573,7 @@ static void send_register(wrk_agent_t *a)
     reg.running = pr;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER;
     env.register_ = &reg;
-    if (coord_send(a, &env) == 0)
+    if (wrk_agent_coord_send(a, &env) == 0)
         CH_LOGI("agent", "node=%s: registering with %s:%d (%u slots, rack %s, %u ranks running)",
                 a->cfg.name, a->cfg.host, a->cfg.port, a->cfg.slots, a->cfg.rack, i);
 out:
@@ -811,7 +636,7 @@ static void serve_log(wrk_agent_t *a, const Chorus__Envelope *req)
         env.body_case = CHORUS__ENVELOPE__BODY_ERROR;
         env.error = &e;
         env.request_id = req->request_id;
-        coord_send(a, &env);
+        wrk_agent_coord_send(a, &env);
         return;
     }
     lc.node = a->cfg.name;
@@ -819,7 +644,7 @@ static void serve_log(wrk_agent_t *a, const Chorus__Envelope *req)
     env.body_case = CHORUS__ENVELOPE__BODY_LOG_CHUNK;
     env.log_chunk = &lc;
     env.request_id = req->request_id;
-    coord_send(a, &env);
+    wrk_agent_coord_send(a, &env);
     free(lc.data.data);
 }
 
@@ -854,7 +679,7 @@ void wrk_agent_coord_msg(wrk_agent_t *a, Chorus__Envelope *env)
     default:
         break;
     }
-    if (route_reply(a, env))
+    if (wrk_agent_route_reply(a, env))
         return;
     if (env->body_case == CHORUS__ENVELOPE__BODY_ERROR)
         CH_LOGW("agent", "coordinator: error %d: %s", env->error->code, env->error->message);
@@ -892,7 +717,7 @@ static void on_coord_close(ch_conn_t *c, int reason, void *ud)
     a->coord = NULL;
     a->registered = 0;
     uv_timer_stop(&a->heartbeat);
-    relays_fail(a, NULL, -ENOTCONN);
+    wrk_agent_relays_fail(a, NULL, -ENOTCONN);
     schedule_reconnect(a);
 }
 
@@ -921,8 +746,8 @@ static void on_cron(uv_timer_t *t)
     uint64_t now = ch_now_ms();
     for (kv_relay_t **pp = &a->relays; *pp;) {
         if ((*pp)->expire_ms <= now) {
-            reply_rank_code((*pp)->ent, (*pp)->rank_id, -ETIMEDOUT);
-            relay_remove(a, pp);
+            wrk_agent_reply_rank_code((*pp)->ent, (*pp)->rank_id, -ETIMEDOUT);
+            wrk_agent_relay_remove(a, pp);
         } else {
             pp = &(*pp)->next;
         }
@@ -1005,7 +830,7 @@ void wrk_agent_stop(wrk_agent_t *a)
     for (rank_ent_t *e = a->ranks; e; e = e->next)
         if (e->link)
             ch_conn_close(e->link);
-    relays_fail(a, NULL, 0);
+    wrk_agent_relays_fail(a, NULL, 0);
     if (a->coord)
         ch_conn_close(a->coord);
     uv_close((uv_handle_t *)&a->reconnect, NULL);
@@ -1027,7 +852,7 @@ void wrk_agent_destroy(wrk_agent_t *a)
         a->finished = f->next;
         free(f);
     }
-    relays_fail(a, NULL, 0);
+    wrk_agent_relays_fail(a, NULL, 0);
     wrk_evq_fini(&a->queue);
     wrk_progress_destroy(a->progress);
     if (a->record_fd >= 0)

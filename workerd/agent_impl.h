@@ -1,0 +1,95 @@
+/* The node agent's state, shared by its files (agent.c; agent_kv.c, the rendezvous relay);
+ * nothing outside workerd/agent*.c includes this. */
+#ifndef WRK_AGENT_IMPL_H
+#define WRK_AGENT_IMPL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/conn.h"
+#include "workerd/agent.h"
+#include "workerd/evqueue.h"
+#include "workerd/proc.h"
+#include "workerd/progress.h"
+
+#define BACKOFF_MIN_MS       100
+#define BACKOFF_MAX_MS       1000
+#define CRON_MS              100
+#define LINK_GRACE_MS        500 /* between a rank's exit and its link's EOF, either way round */
+#define KV_EXPIRE_MARGIN_MS  10000
+#define HEARTBEAT_DEFAULT_MS 1000
+#define FINISHED_MAX         4096 /* final reports awaiting acknowledgement */
+
+typedef struct rank_ent {
+    struct rank_ent *next;
+    wrk_agent_t *a;
+    char job_id[64];
+    uint64_t gen;
+    uint64_t token; /* StartRanks.launch_token: every report about the rank presents it */
+    uint32_t rank;
+    wrk_proc_t *proc; /* NULL once reaped */
+    ch_conn_t *link;  /* NULL once closed */
+    int pid;
+    uint64_t start_ticks; /* /proc/PID/stat's start time: the rank in WRK_ADOPT_FILE */
+    int exited, exit_code, signal;
+    int done;                /* it reported RANK_DONE */
+    uint64_t exited_ms;      /* when the process was reaped */
+    uint64_t link_closed_ms; /* when its link closed */
+    int orphan_killed;       /* killed for having lost its link */
+} rank_ent_t;
+
+/* A finished rank's final report, kept until the coordinator acknowledges it. */
+typedef struct fin_ent {
+    struct fin_ent *next;
+    char job_id[64];
+    uint64_t gen, token;
+    uint32_t rank;
+    int done, exit_code, signal;
+} fin_ent_t;
+
+typedef struct kv_relay {
+    struct kv_relay *next;
+    uint64_t id;      /* request id toward the coordinator */
+    uint64_t rank_id; /* the rank's own request id */
+    rank_ent_t *ent;
+    uint64_t expire_ms;
+} kv_relay_t;
+
+struct wrk_agent {
+    uv_loop_t *loop;
+    wrk_agent_cfg_t cfg;
+    char rank_exe[CH_PATH_LEN]; /* cfg.rank_exe, or the chorus-rank next to workerd */
+    ch_conn_t *coord;
+    int registered, ever_registered, stopping;
+    uint32_t heartbeat_ms;
+    uint32_t backoff_ms;
+    uv_timer_t reconnect, heartbeat, cron;
+    rank_ent_t *ranks;
+    fin_ent_t *finished; /* newest first */
+    size_t n_finished;
+    kv_relay_t *relays;
+    uint64_t next_request_id;
+    wrk_evq_t queue; /* events while the coordinator link is down */
+    /* the ranks' progress held for one NodeProgress (NULL: progress-ms 0) */
+    wrk_progress_t *progress;
+    uint64_t rng;
+    wrk_agent_stats_t stats; /* the counters; the gauges are filled in by wrk_agent_stats */
+    int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */
+};
+
+/* To the coordinator when the link is up; -ENOTCONN otherwise. */
+int wrk_agent_coord_send(wrk_agent_t *a, Chorus__Envelope *env);
+
+// rendezvous relay (agent_kv.c)
+
+void wrk_agent_relay_remove(wrk_agent_t *a, kv_relay_t **pp);
+/* A KvReply of code to the rank's request rank_id (nothing when its link is gone). */
+void wrk_agent_reply_rank_code(rank_ent_t *ent, uint64_t rank_id, int code);
+/* Answer every relay (of one rank, or all when ent is NULL) with code and forget it. */
+void wrk_agent_relays_fail(wrk_agent_t *a, rank_ent_t *ent, int code);
+/* Relay a rank's KvSet or KvGet (env, borrowed) to the coordinator as its own job's. */
+void wrk_agent_relay_kv(wrk_agent_t *a, rank_ent_t *ent, Chorus__Envelope *env);
+/* A coordinator reply: route it to the rank that asked. 1 if it was a relay's reply. */
+int wrk_agent_route_reply(wrk_agent_t *a, Chorus__Envelope *env);
+
+#endif
