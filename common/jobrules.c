@@ -135,7 +135,7 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
     return CH_E_CONFIG;
 }
 
-/* train.precision, train.emulate and optim.grad_reduce together (issue 23): bf16 computes on
+/* train.precision, train.emulate and optim.grad_reduce together: bf16 computes on
  * a GPU; the CPU emulates its rounding only when a test asks for it by name. */
 static int validate_precision(const ch_jobspec_t *j, char *err, size_t errlen)
 {

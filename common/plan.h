@@ -58,7 +58,7 @@
  * ledger of workerd/engine/mem.h); on CUDA it is device memory, all of it allocated before the
  * first step.
  *
- * Mixed precision (bf16, issue 23; m->bf16), the GPU path's figures: state unchanged (fp32
+ * Mixed precision (bf16; m->bf16), the GPU path's figures: state unchanged (fp32
  * masters, gradients, Adam m and v: 16 bytes an owned parameter); a bf16 working copy of
  * the parameters, 2 bytes each: without ZeRO-3 a cast of the rank's parameters
  * (working_bytes), under ZeRO-3 the gathered blocks and tensors outside blocks themselves

@@ -1,4 +1,4 @@
-/* Per-node progress (issue 26): what a node says for its ranks.
+/* Per-node progress: what a node says for its ranks.
  *
  * A workerd sends one NodeProgress per job per progress-ms interval (workerd/progress.h)
  * instead of one RankEvent per rank per step. Applying it turns each rank's summary into the

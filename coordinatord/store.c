@@ -1,6 +1,6 @@
 /* SQLite-backed coordinator state; see store.h.
  *
- * What is journaled, and why (issue 26). The store's write rate at steady state is bounded
+ * What is journaled, and why. The store's write rate at steady state is bounded
  * by what must survive a crash, not by the ranks' progress:
  *  - at once, committed before anything that relies on it leaves: an accepted job, every
  *    job and node state change, a committed checkpoint step (what a restart resumes from),

@@ -1,6 +1,6 @@
 /* bfloat16: the top 16 bits of an IEEE-754 binary32 (1 sign, 8 exponent, 7 mantissa bits),
  * the storage type of a mixed-precision run's working copy of the parameters and of its
- * activations (issue 23). The range is fp32's; the precision is 8 significant bits.
+ * activations. The range is fp32's; the precision is 8 significant bits.
  *
  * fp32 -> bf16 rounds to nearest, ties to even, as CUDA's __float2bfloat16_rn and PyTorch's
  * .to(torch.bfloat16) do: subnormals round like any other value (no flush to zero), values

@@ -1,4 +1,4 @@
-/* Per-node progress aggregation (issue 26): the node speaks for its ranks.
+/* Per-node progress aggregation: the node speaks for its ranks.
  *
  * Theory of operation. Every rank reports each step (RANK_PROGRESS). Instead of relaying
  * each report, the agent hands them here: per (job, generation) we keep each rank's latest

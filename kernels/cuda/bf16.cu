@@ -1,4 +1,4 @@
-/* bf16 mixed precision on the GPU (kernels/cuda.h, issue 23): the casts, and the matmul's GEMMs
+/* bf16 mixed precision on the GPU (kernels/cuda.h): the casts, and the matmul's GEMMs
  * on bf16 operands with fp32 accumulation and an fp32 result through cuBLASLt (A and B
  * CUDA_R_16BF, C and D CUDA_R_32F, CUBLAS_COMPUTE_32F), the arithmetic the CPU emulation
  * (workerd/engine/backend_bf16.h) rounds at. The operands arrive as fp32 tensors holding

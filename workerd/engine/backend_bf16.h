@@ -1,4 +1,4 @@
-/* The bf16 emulation backend (issue 23): a wrapper over any backend (backend.h) that rounds to
+/* The bf16 emulation backend: a wrapper over any backend (backend.h) that rounds to
  * bf16 (kernels/bf16.h, round to nearest even) at exactly the points a mixed-precision GPU
  * run stores bf16, so the CPU proves the mixed-precision arithmetic without a GPU. It is the
  * reference of `train.precision = bf16` (selected on device = cpu with train.emulate = yes)
@@ -6,7 +6,7 @@
  * the inner backend's memory is not the host's and it has no bf16_round entry. Over the
  * CUDA backend (bf16_round a cast kernel, eng_backend_cuda_set_bf16: the matmuls multiply
  * bf16 operands with cuBLASLt) the same wrapper is the GPU path's bookkeeping; its fp32
- * slots and extra passes make it a correct, not yet a fast, bf16 (issue 23's goals are
+ * slots and extra passes make it a correct, not yet a fast, bf16 (the GPU goals are
  * unmeasured).
  *
  * What is bf16 (rounded) and what stays fp32:
