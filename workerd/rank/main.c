@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/config.h"
+#include "workerd/rank/evalproc.h"
 #include "workerd/rank/rank.h"
 
 int main(int argc, char **argv)
@@ -12,5 +13,7 @@ int main(int argc, char **argv)
         ch_config_version(stdout, "chorus-rank"); /* what an install or package check asks */
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], WRK_EVAL_ARG) == 0)
+        return wrk_rank_eval_main(argc, argv); /* a rank's evaluation child (evalproc.h) */
     return wrk_rank_main(argc, argv);
 }

@@ -31,6 +31,7 @@
 #include "common/plan.h"
 #include "common/util.h"
 #include "workerd/engine/backend.h"
+#include "workerd/rank/evalproc.h"
 
 #define LINK_FD            3
 #define JOB_FILE_MAX       (1u << 20)
@@ -440,6 +441,33 @@ static int tie_to_parent(void)
     if ((uint64_t)getppid() != ppid)
         return -ESRCH; /* workerd died before the prctl took effect */
     return 0;
+}
+
+/* The evaluation child (evalproc.h): `--evaluate DIR STEP OUT PARENT_PID`, with the
+ * rank's environment. It dies with the rank that spawned it; its log lines go to the
+ * rank's log (the same stderr). */
+int wrk_rank_eval_main(int argc, char **argv)
+{
+    wrk_rank_t *r = NULL;
+    char err[CH_PATH_LEN + 256] = "", *end = NULL;
+    int rc = CH_E_CONFIG;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || argc != 6)
+        return 2;
+    unsigned long long step = strtoull(argv[3], &end, 10);
+    if (!*argv[3] || *end || (long long)getppid() != strtoll(argv[5], NULL, 10))
+        return 2; /* a bad call, or the rank died before the prctl took effect */
+    ch_log_init("rank");
+    if (!(r = calloc(1, sizeof *r)))
+        goto out;
+    if ((rc = read_identity(r, err, sizeof err)) == 0 && (rc = load_job(r, err, sizeof err)) == 0)
+        rc = wrk_eval_child(r, argv[2], step, argv[4], err, sizeof err);
+    if (rc < 0)
+        CH_LOGW("train",
+                "job=%s rank=%u (evaluation, pid %ld) step=%llu: accuracy not evaluated: %s",
+                r->job_id, r->rank, (long)getpid(), step, err[0] ? err : ch_strerror(rc));
+out:
+    free(r);
+    return rc == 0 ? 0 : 1;
 }
 
 int wrk_rank_main(int argc, char **argv)

@@ -58,6 +58,8 @@ typedef struct wrk_rank {
 
 /* chorus-rank's main (rank/main.c): returns the exit status. */
 int wrk_rank_main(int argc, char **argv);
+/* chorus-rank's main when argv[1] is "--evaluate" (evalproc.h): the evaluation child. */
+int wrk_rank_eval_main(int argc, char **argv);
 
 /* Record why the kind is failing (appended to the RANK_FAILED message after
  * ch_strerror(rc), and logged) and return rc:

@@ -3,7 +3,8 @@
  * bubble), RANK_CHECKPOINT after every checkpoint, and on the built-in corpus a few
  * sampled answers and their accuracy: every EVAL_EVERY steps when the rank holds the
  * whole model on the host, at every committed checkpoint for a sliced layout (tp or pp > 1,
- * or dp > 1 with ZeRO-3 shards) or a model on the GPU.
+ * or dp > 1 with ZeRO-3 shards) or a model on the GPU: that one in a child process while
+ * the rank trains on (evalproc.h), its figure reported with the first step after it ended.
  *
  * train.device = cuda: the rank computes on one GPU (wrk_rank_gpu: LOCAL_RANK among the
  * visible ones) through the engine's CUDA backend, handed to the trainer in
@@ -26,24 +27,18 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/ckpt.h"
-#include "workerd/engine/ckpt_file.h"
-#include "workerd/engine/export.h"
 #include "workerd/engine/corpus.h"
 #include "workerd/engine/device.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/trainer.h"
+#include "workerd/rank/evalproc.h"
 #include "workerd/rank/history.h"
 #include "workerd/rank/memckpt.h"
 #include "workerd/rank/peak.h"
 #include "workerd/rank/rank.h"
 
-#define EVAL_EVERY   50
-#define EVAL_PROMPTS 64
-#define EVAL_SHOWN   3
-/* "eval": its own draw of sums, not the corpus's sequence of lines; with 90 x 90
- * possible sums the corpus holds them all, so this measures whether the model has
- * learned to answer them, not whether it generalises beyond them. */
-#define EVAL_SEED       0x6576616cull
+#define EVAL_EVERY      50
+#define EVAL_FINAL_MS   60000            /* the run's end waits this long for the last figure */
 #define COLL_TIMEOUT_MS (10 * 60 * 1000) /* without fault.step_timeout_s */
 
 /* The step's pipeline bubble: time blocked on pipeline send/recv over the step time,
@@ -134,60 +129,6 @@ static int report_step(wrk_rank_t *r, const eng_step_info_t *info, uint64_t tota
     int rc = wrk_rank_report(r, &ev);
     if (rc == 0)
         r->resume_source = NULL;
-    return rc;
-}
-
-/* Sampled answers and accuracy on the arithmetic corpus; fills *acc. */
-static int evaluate(wrk_rank_t *r, eng_trainer_t *t, uint64_t step, double *acc)
-{
-    eng_corpus_sample_t shown[EVAL_SHOWN];
-    int rc = eng_corpus_eval(eng_trainer_model(t), r->spec.parallel.micro_batch_size, EVAL_SEED,
-                             EVAL_PROMPTS, acc, shown, EVAL_SHOWN);
-    if (rc < 0)
-        return rc;
-    char line[256];
-    size_t n = 0;
-    for (int i = 0; i < EVAL_SHOWN && n < sizeof line; i++)
-        n += (size_t)snprintf(line + n, sizeof line - n, "  %s %s", shown[i].text,
-                              shown[i].correct ? "\u2713" : "\u2717");
-    CH_LOGI("train", "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 " accuracy=%.3f%s", r->job_id,
-            r->generation, r->rank, step, *acc, line);
-    return 0;
-}
-
-/* Accuracy of a sliced layout (tp or pp > 1, or ZeRO-3): its forward pass is collective over groups
- * the other ranks are not calling, and a TP rank's logits are a vocab slice, so rank 0
- * exports the checkpoint just committed into its run directory (eng_export consolidates
- * any layout the checkpoint side supports) and evaluates a one-rank copy of it. */
-static int evaluate_checkpoint(wrk_rank_t *r, uint64_t step, double *acc, char *err, size_t errlen)
-{
-    const ch_jobspec_t *s = &r->spec;
-    char dir[CH_PATH_LEN], file[CH_PATH_LEN];
-    eng_trainer_t *t = NULL;
-    int rc = eng_ckpt_step_dir(s->checkpoint.dir, s->name, step, dir, sizeof dir);
-    if (rc < 0)
-        return ch_errf(err, errlen, rc, "checkpoint.dir: path too long");
-    int n = snprintf(file, sizeof file, "%s/eval.safetensors", r->run_dir);
-    if (n < 0 || (size_t)n >= sizeof file)
-        return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", r->run_dir);
-    if ((rc = eng_export(dir, file, err, errlen)) < 0)
-        return rc;
-    ch_jobspec_t one = *s;
-    one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
-    one.parallel.microbatches = 1;
-    one.train.device = CH_DEVICE_CPU; /* a host copy, whatever the job runs on */
-    one.checkpoint.dir[0] = '\0';
-    one.checkpoint.every = 0;
-    one.train.resume[0] = '\0';
-    memcpy(one.train.init_from, file, sizeof file);
-    eng_trainer_opts_t opts = {.job_id = r->job_id, .peak_flops = 1};
-    rc = eng_trainer_create(&one, &opts, &t, err, errlen);
-    if (rc == 0)
-        rc = eng_trainer_init_from(t, file, err, errlen);
-    if (rc == 0)
-        rc = evaluate(r, t, step, acc);
-    eng_trainer_destroy(t);
-    unlink(file);
     return rc;
 }
 
@@ -389,11 +330,13 @@ typedef struct run {
     eng_trainer_t *t;
     wrk_memckpt_t *mem; /* checkpoint.memory_every's copies; NULL: off */
     wrk_history_t hist;
-    int builtin;      /* rank 0 on the built-in corpus: it reports accuracy */
-    int sliced;       /* ... from each committed checkpoint (evaluate_checkpoint) */
-    uint64_t total;   /* the run's last step */
-    uint64_t skipped; /* steps whose update fault.nonfinite = skip dropped */
-    double acc;       /* an accuracy not reported yet, else NAN */
+    int builtin;          /* rank 0 on the built-in corpus: it reports accuracy */
+    int sliced;           /* ... from each committed checkpoint, in a child (evalproc.h) */
+    wrk_evalproc_t eval;  /* that child, while it runs */
+    eng_step_info_t last; /* the last step's figures: the run's end reports them again */
+    uint64_t total;       /* the run's last step */
+    uint64_t skipped;     /* steps whose update fault.nonfinite = skip dropped */
+    double acc;           /* an accuracy not reported yet, else NAN */
     char err[512];
 } run_t;
 
@@ -450,7 +393,7 @@ static int run_setup(run_t *x)
 /* Who evaluates, how, and the run's opening log lines. Data-parallel ranks hold the same
  * model: one of them evaluates, every EVAL_EVERY steps. The evaluation reads logits on the
  * host: a GPU model, or one sliced over tp, pp or ZeRO-3 shards, evaluates what it
- * commits (evaluate_checkpoint). */
+ * commits, in a child process (eval_spawn). */
 static void run_start(run_t *x)
 {
     wrk_rank_t *r = x->r;
@@ -503,6 +446,61 @@ static int step_failed(run_t *x, int rc, const eng_step_info_t *info)
     return wrk_rank_fail(r, rc, "step %" PRIu64, eng_trainer_next_step(x->t));
 }
 
+/* A sliced layout's evaluation failed: said once, and not tried again. */
+static void eval_failed(run_t *x, uint64_t step, const char *why)
+{
+    wrk_rank_t *r = x->r;
+    CH_LOGW("train",
+            "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
+            ": accuracy not evaluated, and not tried again: %s",
+            r->job_id, r->generation, r->rank, step, why);
+    x->builtin = 0;
+}
+
+/* The child's figure into x->acc once it ended; wait_ms > 0: wait for it that long (the
+ * run's end), then kill it. */
+static void eval_collect(run_t *x, int wait_ms)
+{
+    uint64_t step = x->eval.step;
+    double acc = NAN;
+    int rc = wait_ms > 0 ? wrk_evalproc_wait(&x->eval, wait_ms, &acc)
+                         : wrk_evalproc_poll(&x->eval, &acc);
+    if (rc == 1)
+        x->acc = acc;
+    else if (rc < 0)
+        eval_failed(x, step,
+                    rc == -ETIMEDOUT ? "the evaluation took too long: killed" : ch_strerror(rc));
+}
+
+/* After the checkpoint of step `done` committed: its evaluation in a child process
+ * (evalproc.h), unless the previous one still runs. */
+static void eval_spawn(run_t *x, uint64_t done)
+{
+    wrk_rank_t *r = x->r;
+    char dir[CH_PATH_LEN], out[CH_PATH_LEN];
+    if (x->eval.pid > 0) {
+        CH_LOGD("train",
+                "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64 ": not evaluated: step %" PRIu64
+                "'s evaluation (pid %ld) still runs",
+                r->job_id, r->generation, r->rank, done, x->eval.step, (long)x->eval.pid);
+        return;
+    }
+    int rc = eng_ckpt_step_dir(r->spec.checkpoint.dir, r->spec.name, done, dir, sizeof dir);
+    int n = snprintf(out, sizeof out, "%s/eval-accuracy", r->run_dir);
+    if (rc < 0 || n < 0 || (size_t)n >= sizeof out) {
+        eval_failed(x, done, "path too long");
+        return;
+    }
+    if ((rc = wrk_evalproc_start(&x->eval, "/proc/self/exe", dir, done, out)) < 0) {
+        eval_failed(x, done, ch_strerror(rc));
+        return;
+    }
+    CH_LOGI("train",
+            "job=%s gen=%" PRIu64 " rank=%u (pid %ld) step=%" PRIu64
+            ": evaluating the checkpoint in pid %ld",
+            r->job_id, r->generation, r->rank, (long)getpid(), done, (long)x->eval.pid);
+}
+
 /* The step's named metrics into m (room for RUN_METRICS), evaluating on the live model when
  * due; returns their count. */
 #define RUN_METRICS 12
@@ -525,8 +523,9 @@ static size_t step_metrics(run_t *x, const eng_step_info_t *info, Chorus__Metric
         m[nm++].value = step_bubble(info);
     }
     if (x->builtin && !x->sliced && (done % EVAL_EVERY == 0 || done == x->total) &&
-        evaluate(x->r, x->t, done, &x->acc) < 0)
+        wrk_eval_model(x->r, eng_trainer_model(x->t), done, &x->acc) < 0)
         x->acc = NAN;
+    eval_collect(x, 0);
     if (isfinite(x->acc)) { /* a sliced layout's comes with the step after its checkpoint */
         m[nm].name = "accuracy";
         m[nm++].value = x->acc;
@@ -541,6 +540,21 @@ static size_t step_metrics(run_t *x, const eng_step_info_t *info, Chorus__Metric
     return nm;
 }
 
+/* RANK_PROGRESS of the step with its named metrics (step_metrics). */
+static int step_report(run_t *x, const eng_step_info_t *info)
+{
+    Chorus__Metric m[RUN_METRICS], *mp[RUN_METRICS];
+    for (size_t i = 0; i < RUN_METRICS; i++) {
+        chorus__metric__init(&m[i]);
+        mp[i] = &m[i];
+    }
+    size_t nm = step_metrics(x, info, m);
+    int rc = report_step(x->r, info, x->total, mp, nm);
+    if (rc < 0)
+        return wrk_rank_fail(x->r, rc, "reporting progress to workerd");
+    return 0;
+}
+
 /* The checkpoint due after step `done`, its report, and a sliced layout's evaluation. */
 static int step_checkpoint(run_t *x, uint64_t done)
 {
@@ -551,15 +565,8 @@ static int step_checkpoint(run_t *x, uint64_t done)
         return wrk_rank_fail(r, rc, "checkpoint at step %" PRIu64 ": %s", done, x->err);
     if ((rc = report_checkpoint(r, done, bytes, sum)) < 0)
         return wrk_rank_fail(r, rc, "reporting checkpoint to workerd");
-    if (x->builtin && x->sliced &&
-        evaluate_checkpoint(r, done, &x->acc, x->err, sizeof x->err) < 0) {
-        x->acc = NAN;
-        CH_LOGW("train",
-                "job=%s gen=%" PRIu64 " rank=%u step=%" PRIu64
-                ": accuracy not evaluated, and not tried again: %s",
-                r->job_id, r->generation, r->rank, done, x->err);
-        x->builtin = 0;
-    }
+    if (x->builtin && x->sliced)
+        eval_spawn(x, done);
     return 0;
 }
 
@@ -583,16 +590,11 @@ static int run_step(run_t *x)
                 r->job_id, r->generation, r->rank, info.step + 1, info.loss, info.grad_norm,
                 x->skipped);
     }
-    Chorus__Metric m[RUN_METRICS], *mp[RUN_METRICS];
-    for (size_t i = 0; i < RUN_METRICS; i++) {
-        chorus__metric__init(&m[i]);
-        mp[i] = &m[i];
-    }
-    size_t nm = step_metrics(x, &info, m);
+    x->last = info;
     log_step(r, &info, x->total);
     wrk_history_step(&x->hist, r, &info);
-    if ((rc = report_step(r, &info, x->total, mp, nm)) < 0)
-        return wrk_rank_fail(r, rc, "reporting progress to workerd");
+    if ((rc = step_report(x, &info)) < 0)
+        return rc;
     uint64_t done = info.step + 1;
     if (eng_trainer_checkpoint_due(x->t) && (rc = step_checkpoint(x, done)) < 0)
         return rc;
@@ -602,8 +604,19 @@ static int run_step(run_t *x)
     return 0;
 }
 
+/* The run's end: the evaluation of its last checkpoint, waited for (EVAL_FINAL_MS), and its
+ * figure reported with the last step's again, before the rank reports RANK_DONE. */
+static int run_end(run_t *x)
+{
+    if (x->eval.pid <= 0)
+        return 0;
+    eval_collect(x, EVAL_FINAL_MS);
+    return isfinite(x->acc) ? step_report(x, &x->last) : 0;
+}
+
 static void run_fini(run_t *x)
 {
+    wrk_evalproc_kill(&x->eval); /* a failed run does not wait for it */
     wrk_history_close(&x->hist);
     eng_trainer_destroy(x->t);
     wrk_memckpt_destroy(x->mem);
@@ -620,6 +633,8 @@ int wrk_train_run(wrk_rank_t *r)
         run_start(&x);
         while (rc == 0 && eng_trainer_next_step(x.t) < x.total)
             rc = run_step(&x);
+        if (rc == 0)
+            rc = run_end(&x);
     }
     run_fini(&x);
     return rc;
