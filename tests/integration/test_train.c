@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -145,6 +146,53 @@ Test(train, data_parallel_job_across_two_nodes)
     cr_expect_eq(o.status, 0, "export: exit %d: %s", o.status, o.err);
     h_out_free(&o);
     cr_expect(h_file_size(model) > 0, "export wrote nothing to %s", model);
+}
+
+/* A pid named in text after `after` (e.g. "in pid "); 0 when absent. */
+static long pid_after(const char *text, const char *after)
+{
+    const char *p = strstr(text, after);
+    return p ? strtol(p + strlen(after), NULL, 10) : 0;
+}
+
+/* tp = 2: rank 0 cannot run the sliced model alone, so it evaluates each committed
+ * checkpoint in a child process (another pid) and trains on; the last checkpoint's
+ * accuracy is reported before the job completes. */
+Test(train, sliced_layout_evaluates_checkpoints_in_a_child_process)
+{
+    h_cluster_t c;
+    h_out_t o;
+    char job[PATH_MAX], text[2 * PATH_MAX], ckpt[PATH_MAX], id[64];
+    cr_assert_eq(h_cluster_up(&c, 1, 2), 0, "local up failed");
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", c.dir);
+    snprintf(job, sizeof job, "%s/tp.ini", c.dir);
+    snprintf(text, sizeof text,
+             "[job]\nname = train-tp\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
+             "[parallel]\ntp = 2\nmicro_batch_size = 4\n"
+             "[train]\nsteps = 30\n[checkpoint]\ndir = %s\nevery = 10\n",
+             ckpt);
+    cr_assert_eq(h_write_file(job, text), 0);
+    ch_json_t *js = run_ok(&c, job, id, sizeof id);
+    ch_json_free(js);
+
+    cr_assert_eq(h_ctl(&c, &o, "logs", id, "--rank", "0", NULL), 0);
+    long rank = pid_after(o.out, "rank=0 (pid "), child = pid_after(o.out, "checkpoint in pid ");
+    cr_assert(rank > 0 && child > 0, "rank 0 names no evaluation child:\n%s", o.out);
+    cr_expect_neq(rank, child, "the evaluation ran in the rank's own process");
+    cr_expect(h_has(o.out, "accuracy="), "no accuracy line in rank 0's log:\n%s", o.out);
+    cr_expect(!h_has(o.out, "accuracy not evaluated"), "an evaluation failed:\n%s", o.out);
+    h_out_free(&o);
+
+    js = h_ctl_json(&c, "status", id, "--rank", "0", "--metrics", NULL);
+    cr_assert_not_null(js);
+    const ch_json_t *r0 = h_json_at(ch_json_get(js, "ranks"), 0);
+    cr_assert_not_null(r0, "status names no rank 0");
+    double acc = h_json_num(r0, "accuracy");
+    fprintf(stderr, "train %s: tp=2, accuracy %.3f, rank pid %ld, evaluation pid %ld\n", id, acc,
+            rank, child);
+    cr_expect(acc >= 0 && acc <= 1, "rank 0 reported no accuracy (%g)", acc);
+    ch_json_free(js);
 }
 
 /* The bytes of a valid llm.c token file of n tokens below VOCAB, at path. */
