@@ -31,6 +31,21 @@ static void write_job(const char *path, const char *name, const char *extra)
     cr_assert_eq(h_write_file(path, text), 0);
 }
 
+/* A 30-step train job of the same tiny model under the [parallel] lines given, with a
+ * checkpoint every 10 steps under ckpt. */
+static void write_ckpt_job(const char *path, const char *name, const char *parallel,
+                           const char *ckpt)
+{
+    char text[2 * PATH_MAX];
+    snprintf(text, sizeof text,
+             "[job]\nname = %s\nkind = train\n"
+             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
+             "[parallel]\n%s\n"
+             "[train]\nsteps = 30\n[checkpoint]\ndir = %s\nevery = 10\n",
+             name, parallel, ckpt);
+    cr_assert_eq(h_write_file(path, text), 0);
+}
+
 /* Submit, wait, require success, and return the job's status (ch_json_free). */
 static ch_json_t *run_ok(const h_cluster_t *c, const char *job, char *id, size_t n)
 {
@@ -112,17 +127,11 @@ Test(train, data_parallel_job_across_two_nodes)
 {
     h_cluster_t c;
     h_out_t o;
-    char job[PATH_MAX], text[2 * PATH_MAX], ckpt[PATH_MAX], path[PATH_MAX + 128], id[64];
+    char job[PATH_MAX], ckpt[PATH_MAX], path[PATH_MAX + 128], id[64];
     cr_assert_eq(h_cluster_up(&c, 2, 1), 0, "local up failed");
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", c.dir);
     snprintf(job, sizeof job, "%s/dp.ini", c.dir);
-    snprintf(text, sizeof text,
-             "[job]\nname = train-dp\nkind = train\n"
-             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
-             "[parallel]\ndp = 2\nmicro_batch_size = 2\n"
-             "[train]\nsteps = 30\n[checkpoint]\ndir = %s\nevery = 10\n",
-             ckpt);
-    cr_assert_eq(h_write_file(job, text), 0);
+    write_ckpt_job(job, "train-dp", "dp = 2\nmicro_batch_size = 2", ckpt);
     ch_json_t *js = run_ok(&c, job, id, sizeof id);
     double loss = h_json_num(js, "loss");
     fprintf(stderr, "train %s: dp=2, 30 steps, loss %.4f, %.0f tokens/s\n", id, loss,
@@ -171,17 +180,11 @@ Test(train, sliced_layout_evaluates_checkpoints_in_a_child_process)
 {
     h_cluster_t c;
     h_out_t o;
-    char job[PATH_MAX], text[2 * PATH_MAX], ckpt[PATH_MAX], id[64];
+    char job[PATH_MAX], ckpt[PATH_MAX], id[64];
     cr_assert_eq(h_cluster_up(&c, 1, 2), 0, "local up failed");
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", c.dir);
     snprintf(job, sizeof job, "%s/tp.ini", c.dir);
-    snprintf(text, sizeof text,
-             "[job]\nname = train-tp\nkind = train\n"
-             "[model]\nlayers = 2\nheads = 2\nembd = 64\nseq_len = 32\n"
-             "[parallel]\ntp = 2\nmicro_batch_size = 4\n"
-             "[train]\nsteps = 30\n[checkpoint]\ndir = %s\nevery = 10\n",
-             ckpt);
-    cr_assert_eq(h_write_file(job, text), 0);
+    write_ckpt_job(job, "train-tp", "tp = 2\nmicro_batch_size = 4", ckpt);
     ch_json_t *js = run_ok(&c, job, id, sizeof id);
     ch_json_free(js);
 
