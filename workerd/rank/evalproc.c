@@ -29,6 +29,7 @@
  * learned to answer them, not whether it generalises beyond them. */
 #define EVAL_SEED    0x6576616cull
 #define WAIT_POLL_MS 10
+#define SCRATCH_EXT  ".safetensors" /* the child's export: OUT + this */
 
 extern char **environ;
 
@@ -133,6 +134,7 @@ int wrk_evalproc_wait(wrk_evalproc_t *e, int timeout_ms, double *acc)
 
 void wrk_evalproc_kill(wrk_evalproc_t *e)
 {
+    char scratch[CH_PATH_LEN + 16];
     int st;
     if (e->pid <= 0)
         return;
@@ -140,7 +142,9 @@ void wrk_evalproc_kill(wrk_evalproc_t *e)
     while (waitpid(e->pid, &st, 0) < 0 && errno == EINTR)
         ;
     e->pid = 0;
-    unlink(e->out);
+    unlink(e->out); /* and what the killed child may have left (wrk_eval_child's names) */
+    snprintf(scratch, sizeof scratch, "%s" SCRATCH_EXT, e->out);
+    unlink(scratch);
 }
 
 // ----------------------------------------------------------------------------
@@ -173,7 +177,7 @@ int wrk_eval_child(const wrk_rank_t *r, const char *dir, uint64_t step, const ch
     eng_trainer_t *t = NULL;
     double acc = NAN;
     kn_blas_set_threads(1); /* beside a rank that keeps its cores */
-    int n = snprintf(file, sizeof file, "%s.safetensors", out);
+    int n = snprintf(file, sizeof file, "%s" SCRATCH_EXT, out);
     if (n < 0 || (size_t)n >= sizeof file)
         return ch_errf(err, errlen, -ENAMETOOLONG, "%s: path too long", out);
     int rc = eng_export(dir, file, err, errlen);
