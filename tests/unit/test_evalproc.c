@@ -2,8 +2,10 @@
  * polls never wait for it, one runs at a time, its figure is read when it ends, a failed
  * or overdue one gives none (and the overdue one is killed), and it holds none of the
  * rank's file descriptors. The child here is a shell script standing in for
- * `chorus-rank --evaluate`, so each case decides when it ends. */
+ * `chorus-rank --evaluate`, so each case decides when it ends; the last case runs the real
+ * chorus-rank child and kills the rank that spawned it. */
 #include <criterion/criterion.h>
+#include <libgen.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,5 +143,79 @@ Test(evalproc, an_overdue_child_is_killed)
     cr_expect_eq(e.pid, 0);
     cr_expect_eq(kill((pid_t)child, 0), -1, "the overdue child still runs");
     cr_expect_eq(errno, ESRCH);
+    ts_rmrf(f.dir);
+}
+
+/* The real child (chorus-rank --evaluate), blocked reading its job file (a FIFO), dies by
+ * SIGKILL when the process that spawned it is killed: it never outlives its rank. */
+Test(evalproc, the_real_child_dies_with_its_rank)
+{
+    fixture_t f;
+    char bin[600], fifo[700], mod[600];
+    const char *m = getenv("CHORUS_CUDA_MODULE"); /* ctest names build/bin through it */
+    if (!m || !*m)
+        cr_skip_test("CHORUS_CUDA_MODULE unset: chorus-rank not located");
+    snprintf(mod, sizeof mod, "%s", m);
+    snprintf(bin, sizeof bin, "%s/chorus-rank", dirname(mod));
+    if (access(bin, X_OK) != 0)
+        cr_skip_test("%s not built", bin);
+    setup(&f);
+    snprintf(fifo, sizeof fifo, "%s/job.fifo", f.dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *env[][2] = {{"RANK", "0"},
+                            {"WORLD_SIZE", "1"},
+                            {"LOCAL_RANK", "0"},
+                            {"LOCAL_WORLD_SIZE", "1"},
+                            {"CHORUS_JOB", "j1"},
+                            {"CHORUS_GENERATION", "1"},
+                            {"CHORUS_RESUME_STEP", "0"},
+                            {"CHORUS_RUN_DIR", f.dir},
+                            {"CHORUS_JOB_FILE", fifo}};
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
+        cr_assert_eq(setenv(env[i][0], env[i][1], 1), 0);
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0); /* the orphan is reaped here */
+
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t rank = fork();
+    cr_assert_geq(rank, 0);
+    if (rank == 0) { /* the rank: spawn, say who, and wait to be killed */
+        wrk_evalproc_t e = {0};
+        if (wrk_evalproc_start(&e, bin, f.dir, 10, f.out) < 0)
+            _exit(1);
+        long pid = (long)e.pid;
+        if (write(p[1], &pid, sizeof pid) != (ssize_t)sizeof pid)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    long child = 0;
+    cr_assert_eq(read(p[0], &child, sizeof child), (ssize_t)sizeof child, "no child spawned");
+    close(p[0]);
+
+    /* the child opened its job file for reading: past its PR_SET_PDEATHSIG, now blocked */
+    int w = -1;
+    uint64_t deadline = ch_now_ms() + 10000;
+    while ((w = open(fifo, O_WRONLY | O_NONBLOCK)) < 0 && errno == ENXIO &&
+           ch_now_ms() < deadline) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_geq(w, 0, "the child never read its job file");
+
+    int st = 0;
+    cr_assert_eq(kill(rank, SIGKILL), 0);
+    cr_assert_eq(waitpid(rank, &st, 0), rank);
+    pid_t got = 0;
+    deadline = ch_now_ms() + 10000;
+    while ((got = waitpid((pid_t)child, &st, WNOHANG)) == 0 && ch_now_ms() < deadline) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+    }
+    close(w);
+    cr_assert_eq(got, (pid_t)child, "the child outlived its rank");
+    cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the child ended otherwise (status %#x)",
+              st);
     ts_rmrf(f.dir);
 }
