@@ -11,7 +11,8 @@
  *                            max_step=N events=N kv_errors=N starts=N kills=N
  *                            heartbeats=N
  *   hang NODE             the node stops heartbeating and its ranks stop (link stays open);
- *                         replies "ok last_heartbeat_ms=T" (monotonic ms of its last one)
+ *                         replies "ok last_heartbeat_ms=T" (monotonic ms of its last message: each
+ *                         counts as a heartbeat)
  *   crash NODE            the node's link closes for good, its ranks vanish
  *   disconnect NODE       the link closes; the node reconnects and re-registers its ranks
  *   revive NODE           a hung or crashed node comes back, freshly booted (no ranks)
