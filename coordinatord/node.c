@@ -247,14 +247,21 @@ int coord_node_drain(coord_t *c, const char *name, int on, const char *reason, c
     return 0;
 }
 
-void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb)
+void coord_node_heard(coord_t *c, coord_node_t *n)
 {
-    (void)hb;
     n->last_hb_ms = ch_now_ms();
     n->last_hb_wall = ch_wall_ms();
-    c->heartbeats_total++;
     if (n->state == COORD_NODE_SUSPECT && n->link)
         set_state(c, n, COORD_NODE_ALIVE, "heartbeat");
+}
+
+void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb)
+{
+    /* Heartbeat carries the node's clock and free slots; neither is used here (slots are
+     * counted from the placement), so any message of the node does what it does. */
+    (void)hb;
+    c->heartbeats_total++;
+    coord_node_heard(c, n);
 }
 
 void coord_node_link_closed(coord_t *c, coord_node_t *n)

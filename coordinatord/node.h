@@ -3,6 +3,8 @@
  *   Register -> alive (a reconnect under the same name replaces the old link)
  *   link closed -> suspect at once;  no heartbeat for dead_after_ms -> dead
  *   heartbeat on a suspect node -> alive.
+ * Any message of a registered node's link counts as its heartbeat (NodeProgress, RankEvent,
+ * KV): a node that reports every interval need not also heartbeat.
  * Drained (`chorusctl drain`) is a mark beside the state, kept across link loss until
  * `chorusctl resume`: the node takes no new ranks and keeps those it runs. It is shown as
  * the state "draining" while the node is alive; not stored (a coordinator restart forgets
@@ -87,6 +89,9 @@ uint32_t coord_node_free(const coord_node_t *n);
  * to a node whose link is still open (the caller closes the new link: workerd retries). */
 int coord_node_register(coord_t *c, coord_link_t *link, const Chorus__Register *reg,
                         coord_node_t **out, char *err, size_t errlen);
+/* The node was heard from (any message of its registered link): last_hb and suspect ->
+ * alive, as a Heartbeat. coord_node_heartbeat also counts heartbeats_total. */
+void coord_node_heard(coord_t *c, coord_node_t *n);
 void coord_node_heartbeat(coord_t *c, coord_node_t *n, const Chorus__Heartbeat *hb);
 /* The node's link closed (not a replacement): suspect at once. */
 void coord_node_link_closed(coord_t *c, coord_node_t *n);

@@ -96,6 +96,7 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     Chorus__RegisterAck ack = CHORUS__REGISTER_ACK__INIT;
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     ack.heartbeat_ms = (uint32_t)c->cfg.heartbeat_ms;
+    ack.dead_after_ms = (uint32_t)c->cfg.dead_after_ms;
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER_ACK;
     env.register_ack = &ack;
     reply(l, req, &env);
@@ -572,5 +573,10 @@ void coord_rpc_dispatch(coord_t *c, coord_link_t *l, Chorus__Envelope *env)
         coord_link_error(l, env->request_id, CH_E_STATE, "%s before register", ch_msg_name(env));
         return;
     }
+    /* Whatever a registered node sends proves it alive, as a Heartbeat does: a node busy
+     * reporting progress may skip its Heartbeats (workerd/agent.c). */
+    if (rpc->need_node && (l->role & COORD_ROLE_WORKER) &&
+        env->body_case != CHORUS__ENVELOPE__BODY_HEARTBEAT)
+        coord_node_heard(c, l->node);
     rpc->fn(c, l, env);
 }

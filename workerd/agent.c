@@ -57,7 +57,10 @@ int wrk_agent_coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 {
     if (!a->coord || !ch_conn_is_ready(a->coord))
         return -ENOTCONN;
-    return ch_conn_send(a->coord, env);
+    int rc = ch_conn_send(a->coord, env);
+    if (rc == 0)
+        a->last_sent_ms = ch_now_ms();
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -501,9 +504,13 @@ static void send_heartbeat(wrk_agent_t *a)
     wrk_agent_coord_send(a, &env);
 }
 
+/* Any message counts as the node's heartbeat at the coordinator: one sent within the
+ * interval (a NodeProgress, an event) stands in for this Heartbeat. */
 static void on_heartbeat_timer(uv_timer_t *t)
 {
-    send_heartbeat(t->data);
+    wrk_agent_t *a = t->data;
+    if (wrk_heartbeat_due(ch_now_ms(), a->last_sent_ms, a->heartbeat_ms, a->dead_after_ms))
+        send_heartbeat(a);
 }
 
 /* MemTotal of /proc/meminfo in bytes; 0 when it cannot be read (the coordinator then
@@ -587,6 +594,7 @@ static void on_registered(wrk_agent_t *a, const Chorus__RegisterAck *ack)
 {
     int first = !a->ever_registered;
     a->heartbeat_ms = ack->heartbeat_ms ? ack->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
+    a->dead_after_ms = ack->dead_after_ms;
     a->registered = 1;
     a->ever_registered = 1;
     a->stats.registrations++;

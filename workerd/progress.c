@@ -358,6 +358,14 @@ void wrk_progress_want_detail(wrk_progress_t *p, const char *job)
         snprintf(p->want_job, sizeof p->want_job, "%s", job);
 }
 
+int wrk_heartbeat_due(uint64_t now_ms, uint64_t last_sent_ms, uint32_t heartbeat_ms,
+                      uint32_t dead_after_ms)
+{
+    if ((uint64_t)dead_after_ms < 3 * (uint64_t)heartbeat_ms)
+        return 1;
+    return !last_sent_ms || now_ms < last_sent_ms || now_ms - last_sent_ms >= heartbeat_ms;
+}
+
 void wrk_progress_stats(const wrk_progress_t *p, wrk_progress_stats_t *out)
 {
     *out = p->st;

@@ -57,6 +57,14 @@ void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms);
  * job). */
 void wrk_progress_want_detail(wrk_progress_t *p, const char *job);
 
+/* Whether a heartbeat tick at now_ms must send a Heartbeat, given the node's last message
+ * to the coordinator (any: the coordinator counts each as its heartbeat) at last_sent_ms.
+ * A tick is skipped when something went within heartbeat_ms, so the node is silent at
+ * most two intervals; only where dead_after_ms (RegisterAck; 0: unknown, an older
+ * coordinator) leaves at least one more interval of slack beyond that. */
+int wrk_heartbeat_due(uint64_t now_ms, uint64_t last_sent_ms, uint32_t heartbeat_ms,
+                      uint32_t dead_after_ms);
+
 /* Counters, for tests and the simulator. */
 typedef struct wrk_progress_stats {
     uint64_t reports;  /* taken by wrk_progress_add */

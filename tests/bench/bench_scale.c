@@ -10,7 +10,8 @@
  *   nodes_alive          simulator start -> every node alive at the coordinator (< 3 s)
  *   start_running        submit -> every rank reported started, job running (< 2 s)
  *   start_rendezvous     submit -> every rank past its rendezvous (KvSet + 3 KvGets)
- *   coord_cpu, coord_rss coordinator at steady state: one heartbeat per node per second
+ *   coord_cpu, coord_rss coordinator at steady state: a heartbeat per node per second
+ *                        where it sent nothing else in it (any message counts as one),
  *                        and every rank's progress each step, one NodeProgress per node
  *                        per --progress-ms (default 1000, workerd's; 0: one message per
  *                        rank per step, as before issue 26) (issue 26: <= 5% of a core,
@@ -271,10 +272,10 @@ int main(int argc, char **argv)
      * --step-ms, and then reports less than its ranks would) */
     double steps_s = (double)(s1.max_step - s0.max_step) / dt;
     printf("scale: steady state %.1f s: %.0f messages/s to the coordinator (rank events and node "
-           "progress; plus %.0f heartbeats/s) for %.0f rank steps/s (ranks at %.2f steps/s, "
-           "steps %llu..%llu); coordinator %.1f us of CPU per rank step\n",
-           dt, (double)(s1.events - s0.events) / dt, total * 1000.0 / (double)o.hb_ms,
-           steps_s * world, steps_s, s1.min_step, s1.max_step,
+           "progress; plus %.0f heartbeats/s, at most %.0f) for %.0f rank steps/s (ranks at "
+           "%.2f steps/s, steps %llu..%llu); coordinator %.1f us of CPU per rank step\n",
+           dt, (double)(s1.events - s0.events) / dt, (double)(s1.heartbeats - s0.heartbeats) / dt,
+           total * 1000.0 / (double)o.hb_ms, steps_s * world, steps_s, s1.min_step, s1.max_step,
            steps_s > 0 ? (cpu1 - cpu0) / dt / (steps_s * world) * 1e6 : 0.0);
     result("coord_cpu", (cpu1 - cpu0) / dt, "core", "goal", 0.05);
     result("coord_rss", rss / 1e6, "MB", "goal", 200.0);

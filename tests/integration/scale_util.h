@@ -36,7 +36,7 @@ typedef struct sc_cluster {
 
 typedef struct sc_stats {
     unsigned long long nodes, registered, ranks, rdzv, done, min_step, max_step, events, kv_errors,
-        starts, kills;
+        starts, kills, heartbeats; /* heartbeats: 0 from an older simulator */
 } sc_stats_t;
 
 typedef struct sc_job {
@@ -235,6 +235,7 @@ static inline int sc_sim_stats(sc_cluster_t *c, sc_stats_t *st)
     st->kv_errors = sc_field(line, "kv_errors");
     st->starts = sc_field(line, "starts");
     st->kills = sc_field(line, "kills");
+    st->heartbeats = sc_field(line, "heartbeats");
     return 0;
 }
 

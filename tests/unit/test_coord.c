@@ -2502,3 +2502,47 @@ Test(coord, calm_nodes_are_not_named_slow)
     cr_assert_eq(slow_tp_node(0.05, line, sizeof line), 0, "%s", line);
     cr_assert_str_eq(line, "");
 }
+
+/* State of node name in the registry ("" when not listed). */
+static void ctl_node_state(ch_client_t *ctl, const char *name, char *out, size_t len)
+{
+    Chorus__Envelope *resp = ctl_nodes(ctl);
+    out[0] = '\0';
+    for (size_t i = 0; i < resp->node_list->n_nodes; i++)
+        if (strcmp(resp->node_list->nodes[i]->name, name) == 0)
+            snprintf(out, len, "%s", resp->node_list->nodes[i]->state);
+    ch_msg_free(resp);
+}
+
+/* A node that only reports progress (a NodeProgress every 100 ms, no Heartbeat) stays alive
+ * past dead-after (1 s): any message counts as its heartbeat. A silent one beside it is
+ * alive until dead-after and dead after it, as before. */
+Test(coord, node_progress_counts_as_heartbeat)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char st[16];
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    uint64_t quiet_since = ch_now_ms(); /* n2's Register, its last message, goes after it */
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    a.silent = b.silent = 1; /* neither sends a Heartbeat from here on */
+    ch_client_t *ctl = ctl_open();
+    const uint32_t ranks[1] = {1};
+    while (ch_now_ms() - quiet_since < 2500) {
+        /* of no job it runs: dropped as progress, but it came from n1 */
+        send_node_progress(&a, "nojob", ranks, 1, 1, 0);
+        pump(ws, 2, 100);
+        ctl_node_state(ctl, "n2", st, sizeof st);
+        /* the answer left the coordinator before now: n2 was silent less than dead-after */
+        if (ch_now_ms() - quiet_since < (uint64_t)H.cfg.dead_after_ms)
+            cr_assert_str_eq(st, "alive", "n2 was declared %s before dead-after", st);
+    }
+    ctl_node_state(ctl, "n1", st, sizeof st);
+    cr_assert_str_eq(st, "alive", "a node sending only NodeProgress was declared %s", st);
+    ctl_node_state(ctl, "n2", st, sizeof st);
+    cr_assert_str_eq(st, "dead", "a silent node is %s 2.5 s after its last message", st);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}

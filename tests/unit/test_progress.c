@@ -234,3 +234,16 @@ Test(progress, an_intervals_metrics_are_merged_and_new_names_go_in_full)
     sink_free(&s);
     wrk_progress_destroy(p);
 }
+
+/* A Heartbeat is skipped only when something went within the interval and dead-after
+ * leaves room for two silent intervals and one more; an older coordinator (dead-after
+ * unknown) gets every one. */
+Test(progress, heartbeat_skipped_only_after_a_recent_message)
+{
+    cr_assert(wrk_heartbeat_due(10000, 0, 1000, 5000), "nothing sent yet");
+    cr_assert_not(wrk_heartbeat_due(10000, 9500, 1000, 5000), "sent 500 ms ago");
+    cr_assert(wrk_heartbeat_due(10000, 9000, 1000, 5000), "sent a whole interval ago");
+    cr_assert(wrk_heartbeat_due(10000, 9500, 1000, 0), "dead-after unknown");
+    cr_assert(wrk_heartbeat_due(10000, 9500, 1000, 2999), "dead-after under 3 intervals");
+    cr_assert_not(wrk_heartbeat_due(10000, 9500, 1000, 3000));
+}

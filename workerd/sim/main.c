@@ -9,8 +9,10 @@
  *
  *   stats                 -> stats nodes=N registered=N ranks=N rdzv=N done=N min_step=N
  *                            max_step=N events=N kv_errors=N starts=N kills=N
+ *                            heartbeats=N
  *   hang NODE             the node stops heartbeating and its ranks stop (link stays open);
- *                         replies "ok last_heartbeat_ms=T" (monotonic ms of its last one)
+ *                         replies "ok last_heartbeat_ms=T" (monotonic ms of its last message: each
+ *                         counts as a heartbeat)
  *   crash NODE            the node's link closes for good, its ranks vanish
  *   disconnect NODE       the link closes; the node reconnects and re-registers its ranks
  *   revive NODE           a hung or crashed node comes back, freshly booted (no ranks)
@@ -109,11 +111,12 @@ static void command(simd_t *d, char *line)
         wrk_sim_stats_t st;
         wrk_sim_stats(d->sim, &st);
         printf("stats nodes=%u registered=%u ranks=%u rdzv=%u done=%u min_step=%llu "
-               "max_step=%llu events=%llu kv_errors=%llu starts=%llu kills=%llu\n",
+               "max_step=%llu events=%llu kv_errors=%llu starts=%llu kills=%llu heartbeats=%llu\n",
                st.nodes, st.registered, st.ranks, st.rdzv_done, st.done,
                (unsigned long long)st.min_step, (unsigned long long)st.max_step,
                (unsigned long long)st.events_sent, (unsigned long long)st.kv_errors,
-               (unsigned long long)st.start_msgs, (unsigned long long)st.kill_msgs);
+               (unsigned long long)st.start_msgs, (unsigned long long)st.kill_msgs,
+               (unsigned long long)st.heartbeats_sent);
     } else if (strcmp(verb, "hang") == 0 && n >= 2) {
         uint64_t last = 0;
         int rc = wrk_sim_hang(d->sim, a, &last);

@@ -75,8 +75,8 @@ typedef struct sim_node {
     ch_conn_t *conn;
     int registered, hung, crashed;
     int connecting, queued; /* counted in wrk_sim.connecting; in its wait queue */
-    uint32_t hb_ms, backoff_ms;
-    uint64_t last_hb_ms; /* monotonic: the last heartbeat sent */
+    uint32_t hb_ms, dead_after_ms, backoff_ms; /* RegisterAck */
+    uint64_t last_hb_ms; /* monotonic: the last message sent (each counts as a heartbeat) */
     uv_timer_t reconnect, heartbeat, step;
     sim_group_t *groups;
     sim_req_t *reqs;
@@ -91,7 +91,7 @@ struct wrk_sim {
     sim_node_t *nodes;
     int stopping;
     uint64_t rng;
-    uint64_t events_sent, kv_errors, start_msgs, kill_msgs;
+    uint64_t events_sent, kv_errors, start_msgs, kill_msgs, heartbeats_sent;
     uint32_t connecting;               /* links not yet registered (<= CONNECTING_MAX) */
     uint32_t *wait, wait_head, n_wait; /* nodes waiting to connect: a ring of cfg.nodes */
 };
@@ -102,7 +102,10 @@ static int send_env(sim_node_t *n, Chorus__Envelope *env)
 {
     if (!n->conn || !ch_conn_is_ready(n->conn))
         return -ENOTCONN;
-    return ch_conn_send(n->conn, env);
+    int rc = ch_conn_send(n->conn, env);
+    if (rc == 0)
+        n->last_hb_ms = ch_now_ms();
+    return rc;
 }
 
 static int send_progress(void *ud, Chorus__Envelope *env)
@@ -461,14 +464,15 @@ static void send_heartbeat(sim_node_t *n)
     hb.free_slots = alive >= n->s->cfg.slots ? 0 : n->s->cfg.slots - alive;
     env.body_case = CHORUS__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    send_env(n, &env);
-    n->last_hb_ms = ch_now_ms();
+    if (send_env(n, &env) == 0)
+        n->s->heartbeats_sent++;
 }
 
+/* As workerd: a message sent within the interval stands in for the Heartbeat. */
 static void on_heartbeat(uv_timer_t *t)
 {
     sim_node_t *n = t->data;
-    if (!n->hung)
+    if (!n->hung && wrk_heartbeat_due(ch_now_ms(), n->last_hb_ms, n->hb_ms, n->dead_after_ms))
         send_heartbeat(n);
 }
 
@@ -550,6 +554,7 @@ static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         n->backoff_ms = BACKOFF_MIN_MS;
         n->hb_ms = env->register_ack->heartbeat_ms ? env->register_ack->heartbeat_ms
                                                    : HEARTBEAT_DEFAULT_MS;
+        n->dead_after_ms = env->register_ack->dead_after_ms;
         uv_timer_start(&n->heartbeat, on_heartbeat, n->hb_ms, n->hb_ms);
         send_heartbeat(n);
         if (!uv_is_active((uv_handle_t *)&n->step)) {
@@ -734,6 +739,7 @@ void wrk_sim_stats(const wrk_sim_t *s, wrk_sim_stats_t *o)
     o->kv_errors = s->kv_errors;
     o->start_msgs = s->start_msgs;
     o->kill_msgs = s->kill_msgs;
+    o->heartbeats_sent = s->heartbeats_sent;
     int first = 1;
     for (uint32_t i = 0; i < s->cfg.nodes; i++) {
         const sim_node_t *n = &s->nodes[i];

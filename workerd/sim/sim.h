@@ -50,6 +50,7 @@ typedef struct wrk_sim_stats {
     uint32_t done;               /* ranks that finished their last step */
     uint64_t min_step, max_step; /* over alive ranks past rendezvous; 0 when none */
     uint64_t events_sent, kv_errors, start_msgs, kill_msgs;
+    uint64_t heartbeats_sent; /* Heartbeats (a tick with nothing else sent in its interval) */
 } wrk_sim_stats_t;
 
 int wrk_sim_create(uv_loop_t *loop, const wrk_sim_cfg_t *cfg, wrk_sim_t **out);
@@ -61,8 +62,8 @@ void wrk_sim_destroy(wrk_sim_t *s);
 void wrk_sim_stats(const wrk_sim_t *s, wrk_sim_stats_t *out);
 
 /* Failure injection; CH_E_NOTFOUND when no node (or rank) has that name (number). */
-/* *last_hb_ms: when the node sent its last heartbeat (monotonic, CLOCK_MONOTONIC ms as
- * ch_now_ms; 0: none yet), from which its silence counts. */
+/* *last_hb_ms: when the node sent its last message, each a heartbeat (monotonic, CLOCK_MONOTONIC ms
+ * as ch_now_ms; 0: none yet), from which its silence counts. */
 int wrk_sim_hang(wrk_sim_t *s, const char *node, uint64_t *last_hb_ms);
 int wrk_sim_crash(wrk_sim_t *s, const char *node);
 int wrk_sim_disconnect(wrk_sim_t *s, const char *node);
