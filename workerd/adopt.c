@@ -104,12 +104,27 @@ int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n)
     return 0;
 }
 
+/* 1 when /proc/PID/stat says the process has exited but is not reaped (state Z or X). */
+static int zombie(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
 int wrk_adopt_alive(const wrk_adopt_rank_t *r)
 {
     ch_proc_stat_t st;
     if (r->pid <= 1 || ch_proc_stat(r->pid, &st) < 0)
         return 0;
-    return st.start_ticks == r->start_ticks;
+    return st.start_ticks == r->start_ticks && !zombie(r->pid);
 }
 
 int wrk_adopt_reap(const char *path, unsigned *found)
@@ -136,10 +151,13 @@ int wrk_adopt_reap(const char *path, unsigned *found)
     return n ? wrk_adopt_save(path, NULL, 0) : 0;
 }
 
-int wrk_adopt_start(const char *run_dir, unsigned *found)
+int wrk_adopt_start(const char *run_dir, wrk_adopt_rank_t **alive, size_t *n)
 {
     char path[4096];
-    *found = 0;
+    wrk_adopt_rank_t *v = NULL;
+    size_t cnt = 0, k = 0;
+    *alive = NULL;
+    *n = 0;
     int fd = wrk_adopt_lock(run_dir);
     if (fd < 0) {
         CH_LOGW("adopt", "run dir %s: %s%s; its rank record is not kept or checked", run_dir,
@@ -147,9 +165,18 @@ int wrk_adopt_start(const char *run_dir, unsigned *found)
         return -1;
     }
     snprintf(path, sizeof path, "%s/%s", run_dir, WRK_ADOPT_FILE);
-    int rc = wrk_adopt_reap(path, found);
+    int rc = wrk_adopt_load(path, &v, &cnt);
     if (rc < 0)
         CH_LOGW("adopt", "%s: %s (ranks a previous workerd left are not checked)", path,
                 ch_strerror(rc));
+    for (size_t i = 0; i < cnt; i++)
+        if (wrk_adopt_alive(&v[i]))
+            v[k++] = v[i];
+    if (k == 0) {
+        free(v);
+        return fd;
+    }
+    *alive = v;
+    *n = k;
     return fd;
 }
