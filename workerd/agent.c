@@ -809,6 +809,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     }
     a->backoff_ms = BACKOFF_MIN_MS;
     a->record_fd = -1;
+    a->relink_grace_ms = wrk_agent_relink_grace_ms();
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);
     uv_timer_init(loop, &a->heartbeat);

@@ -51,11 +51,11 @@ int wrk_agent_adopted_check(wrk_agent_t *a, rank_ent_t *e, uint64_t now)
     if (e->exited)
         return 0;
     if (wrk_agent_adopted_alive(e)) {
-        if (!e->link && !e->orphan_killed && now - e->link_closed_ms >= ADOPT_LINK_WAIT_MS) {
+        if (!e->link && !e->orphan_killed && now - e->link_closed_ms >= a->relink_grace_ms) {
             CH_LOGW("adopt",
-                    "job=%s gen=%" PRIu64 " rank=%u pid=%d: did not redial in %d ms; "
+                    "job=%s gen=%" PRIu64 " rank=%u pid=%d: did not redial in %" PRIu64 " ms; "
                     "killing it",
-                    e->job_id, e->gen, e->rank, e->pid, ADOPT_LINK_WAIT_MS);
+                    e->job_id, e->gen, e->rank, e->pid, a->relink_grace_ms);
             e->orphan_killed = 1;
             wrk_agent_ent_kill(e, SIGKILL);
         }
@@ -123,6 +123,14 @@ int wrk_agent_listen_ranks(wrk_agent_t *a)
     }
     a->listening = 1;
     return 0;
+}
+
+uint64_t wrk_agent_relink_grace_ms(void)
+{
+    const char *s = getenv("CHORUS_RELINK_GRACE_MS");
+    char *end = NULL;
+    unsigned long long v = s && *s ? strtoull(s, &end, 10) : 0;
+    return s && *s && !*end && v <= UINT32_MAX ? (uint64_t)v : RELINK_GRACE_MS;
 }
 
 /* Watch r, a rank the previous workerd left running, until it redials. Without a socket

@@ -20,7 +20,7 @@
 #define KV_EXPIRE_MARGIN_MS  10000
 #define HEARTBEAT_DEFAULT_MS 1000
 #define FINISHED_MAX         4096         /* final reports awaiting acknowledgement */
-#define ADOPT_LINK_WAIT_MS   60000        /* an adopted rank that never redials is killed after */
+#define RELINK_GRACE_MS      60000        /* CHORUS_RELINK_GRACE_MS unset: the ranks' default */
 #define AGENT_SOCK           "agent.sock" /* in the run dir: ranks redial it (proc.h) */
 
 typedef struct rank_ent {
@@ -81,7 +81,10 @@ struct wrk_agent {
     int record_fd;           /* holds the run dir's rank record (wrk_adopt_lock); -1: none */
     uv_pipe_t listener;      /* AGENT_SOCK, where ranks (re)dial: while listening */
     int listening;
-    int detached;                 /* wrk_agent_detach: the ranks are the next workerd's */
+    int detached; /* wrk_agent_detach: the ranks are the next workerd's */
+    /* CHORUS_RELINK_GRACE_MS, which the ranks inherit: an adopted rank that has not
+     * redialled by then never will (it gives up after as long), so it is killed */
+    uint64_t relink_grace_ms;
     char agent_sock[CH_PATH_LEN]; /* its path; "": ranks die with workerd */
 };
 
@@ -122,6 +125,9 @@ void wrk_agent_ent_kill(rank_ent_t *e, int sig);
 int wrk_agent_adopted_check(wrk_agent_t *a, rank_ent_t *e, uint64_t now);
 /* Listen on AGENT_SOCK in the run dir. 0 or a negative code (then nothing listens). */
 int wrk_agent_listen_ranks(wrk_agent_t *a);
+/* The ranks' redial grace: CHORUS_RELINK_GRACE_MS from the environment, else
+ * RELINK_GRACE_MS. */
+uint64_t wrk_agent_relink_grace_ms(void);
 /* Watch a rank the previous workerd left (killed when nothing listens). */
 void wrk_agent_adopt_one(wrk_agent_t *a, const wrk_adopt_rank_t *r);
 

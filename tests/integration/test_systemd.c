@@ -114,10 +114,17 @@ Test(systemd, configuration_errors_exit_78)
     cr_expect_eq(exit_status(pid), 78, "a heartbeat of 1 ms is refused");
 }
 
+static int record_forgets_j7(void *ud)
+{
+    return !h_file_has_since(ud, 0, " j7 ");
+}
+
 /* A workerd that starts finds, on the record the previous one kept (<run-dir>/ranks.state,
- * workerd/adopt.h), a rank still running. Nothing can re-adopt it yet, so it is killed with
- * its process group; a recorded pid whose start time differs (reused) is left alone. */
-Test(systemd, a_rank_left_by_the_previous_workerd_is_killed_at_start)
+ * workerd/adopt.h), a rank still running. It re-adopts it, but this one (a sleep) never
+ * redials its agent.sock: after the grace (CHORUS_RELINK_GRACE_MS, which ranks inherit) it
+ * is killed with its process group and leaves the record; a recorded pid whose start time
+ * differs (reused) is left alone. (test_readopt: a real rank that redials.) */
+Test(systemd, a_rank_left_by_the_previous_workerd_that_never_redials_is_killed)
 {
     char run[600], state[700], text[256];
     snprintf(run, sizeof run, "%s/run", dir);
@@ -139,12 +146,15 @@ Test(systemd, a_rank_left_by_the_previous_workerd_is_killed_at_start)
              (unsigned long long)me.start_ticks + 1000);
     cr_assert_eq(h_write_file(state, text), 0);
 
+    setenv("CHORUS_RELINK_GRACE_MS", "300", 1);
     pid_t w = start_workerd(NULL, "127.0.0.1:1", NULL);
+    unsetenv("CHORUS_RELINK_GRACE_MS");
     int status = 0;
     pid_t got = 0;
     for (uint64_t deadline = ch_now_ms() + 10000; got == 0 && ch_now_ms() < deadline;)
         if ((got = waitpid(left, &status, WNOHANG)) == 0)
             usleep(10000);
+    h_wait_until(record_forgets_j7, state, 5000, 20);
     kill(w, SIGTERM);
     cr_expect_eq(exit_status(w), 0);
     if (got == 0) {
