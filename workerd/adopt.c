@@ -40,12 +40,13 @@ int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n)
     char *text = malloc(cap);
     if (!text)
         return -ENOMEM;
-    len += (size_t)snprintf(text, cap, "# workerd ranks: pid start_ticks job gen rank token\n");
+    len +=
+        (size_t)snprintf(text, cap, "# workerd ranks: pid start_ticks job gen rank token keep\n");
     for (size_t i = 0; i < n; i++) {
         const wrk_adopt_rank_t *r = &v[i];
-        int k = snprintf(text + len, cap - len, "%d %" PRIu64 " %s %" PRIu64 " %u %" PRIu64 "\n",
+        int k = snprintf(text + len, cap - len, "%d %" PRIu64 " %s %" PRIu64 " %u %" PRIu64 " %d\n",
                          r->pid, r->start_ticks, r->job_id[0] ? r->job_id : "-", r->gen, r->rank,
-                         r->token);
+                         r->token, r->keep ? 1 : 0);
         if (k < 0 || (size_t)k >= cap - len) {
             free(text);
             return -ENAMETOOLONG;
@@ -88,9 +89,10 @@ int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n)
         wrk_adopt_rank_t r = {0};
         if (line[0] == '#')
             continue;
-        if (sscanf(line, "%d %" SCNu64 " %63s %" SCNu64 " %" SCNu32 " %" SCNu64, &r.pid,
-                   &r.start_ticks, r.job_id, &r.gen, &r.rank, &r.token) != 6 ||
-            r.pid <= 1)
+        /* keep is the 7th field; a record without it (an older workerd's) is 0 */
+        int got = sscanf(line, "%d %" SCNu64 " %63s %" SCNu64 " %" SCNu32 " %" SCNu64 " %d", &r.pid,
+                         &r.start_ticks, r.job_id, &r.gen, &r.rank, &r.token, &r.keep);
+        if (got < 6 || r.pid <= 1)
             continue;
         v[cnt++] = r;
     }
@@ -104,27 +106,12 @@ int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n)
     return 0;
 }
 
-/* 1 when /proc/PID/stat says the process has exited but is not reaped (state Z or X). */
-static int zombie(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
-    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
-}
-
 int wrk_adopt_alive(const wrk_adopt_rank_t *r)
 {
     ch_proc_stat_t st;
     if (r->pid <= 1 || ch_proc_stat(r->pid, &st) < 0)
         return 0;
-    return st.start_ticks == r->start_ticks && !zombie(r->pid);
+    return st.start_ticks == r->start_ticks && st.state != 'Z' && st.state != 'X';
 }
 
 int wrk_adopt_reap(const char *path, unsigned *found)

@@ -5,12 +5,14 @@
  * /proc/PID/stat) must match, so a pid the kernel has since given to another process is
  * never taken for the rank.
  *
- * A rank found alive at start is re-adopted (agent.c): the new workerd lists it in its
+ * A rank found alive at start that was started to outlive its workerd (keep) is
+ * re-adopted (agent_adopt.c): the new workerd lists it in its
  * Register, takes its redial on the run dir's agent.sock when the peer's pid
  * (SO_PEERCRED) is the recorded one, and watches it by polling this check, since it is
  * not its child (so only its RANK_DONE tells success). A workerd that cannot listen
- * there kills such ranks instead (wrk_adopt_reap's way), and the coordinator restarts
- * their job as for any lost rank. */
+ * there kills such ranks instead (wrk_adopt_reap's way), as it does a rank that was to
+ * die with its workerd and is still dying, and the coordinator restarts their job as for
+ * any lost rank. */
 #ifndef WRK_ADOPT_H
 #define WRK_ADOPT_H
 
@@ -27,6 +29,7 @@ typedef struct wrk_adopt_rank {
     char job_id[64];
     uint64_t gen, token;
     uint32_t rank;
+    int keep; /* it outlives its workerd and redials (workerd --keep-ranks): re-adoptable */
 } wrk_adopt_rank_t;
 
 /* Take the run dir's record for this workerd: an exclusive flock on WRK_ADOPT_LOCK in

@@ -162,7 +162,8 @@ void wrk_agent_ranks_record(wrk_agent_t *a)
                                   .start_ticks = e->start_ticks,
                                   .gen = e->gen,
                                   .token = e->token,
-                                  .rank = e->rank};
+                                  .rank = e->rank,
+                                  .keep = e->keep};
         snprintf(v[n++].job_id, sizeof v->job_id, "%s", e->job_id);
     }
     wrk_adopt_record(a->cfg.run_dir, v, n);
@@ -389,6 +390,7 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         .node = a->cfg.name,
         .agent_sock = a->cfg.keep_ranks && a->listening ? a->agent_sock : NULL,
     };
+    ent->keep = ps.agent_sock != NULL;
     rc = wrk_proc_spawn(a->loop, &ps, on_rank_exit, ent, &ent->proc, &fd);
     if (rc < 0) {
         free(ent);

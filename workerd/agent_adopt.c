@@ -133,15 +133,17 @@ uint64_t wrk_agent_relink_grace_ms(void)
     return s && *s && !*end && v <= UINT32_MAX ? (uint64_t)v : RELINK_GRACE_MS;
 }
 
-/* Watch r, a rank the previous workerd left running, until it redials. Without a socket
- * to redial it is of no use: killed, as is one we have no memory for. */
+/* Watch r, a rank the previous workerd left running, until it redials. One that was to die
+ * with its workerd (no keep: it is dying of PR_SET_PDEATHSIG now, and its job is the
+ * coordinator's to restart) or has no socket to redial is killed, as is one we have no
+ * memory for. */
 void wrk_agent_adopt_one(wrk_agent_t *a, const wrk_adopt_rank_t *r)
 {
-    rank_ent_t *e = a->listening ? calloc(1, sizeof *e) : NULL;
+    rank_ent_t *e = a->listening && r->keep ? calloc(1, sizeof *e) : NULL;
     if (!e) {
         CH_LOGW("adopt",
                 "job=%s gen=%" PRIu64 " rank=%u pid=%d: left running by the previous "
-                "workerd and cannot be re-adopted; killing it",
+                "workerd and cannot be re-adopted; killing it (the coordinator restarts its job)",
                 r->job_id, r->gen, r->rank, r->pid);
         if (kill(-r->pid, SIGKILL) < 0)
             kill(r->pid, SIGKILL);
@@ -155,6 +157,7 @@ void wrk_agent_adopt_one(wrk_agent_t *a, const wrk_adopt_rank_t *r)
     e->pid = r->pid;
     e->start_ticks = r->start_ticks;
     e->adopted = 1;
+    e->keep = 1;
     e->link_closed_ms = ch_now_ms();
     e->next = a->ranks;
     a->ranks = e;

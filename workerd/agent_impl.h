@@ -40,6 +40,7 @@ typedef struct rank_ent {
     uint64_t link_closed_ms; /* when its link closed */
     int orphan_killed;       /* killed for having lost its link */
     int adopted;             /* left by the previous workerd: not our child (no proc) */
+    int keep;                /* outlives workerd and redials (proc.h agent_sock) */
 } rank_ent_t;
 
 /* A finished rank's final report, kept until the coordinator acknowledges it. */

@@ -97,6 +97,19 @@ static int recorded_pids(const h_cluster_t *c, pid_t *pids, int max)
     return n;
 }
 
+/* SIGTERM to node1's workerd, whose two ranks (pids[0..2), from its record) outlive it. */
+static void sigterm_workerd(const h_cluster_t *c, pid_t *pids)
+{
+    pid_t got[4];
+    int n = recorded_pids(c, got, 4);
+    cr_assert_eq(n, 2, "ranks.state lists %d ranks", n);
+    cr_assert_eq(h_kill_wait(h_pid(c, "node1"), SIGTERM, 10000), 0);
+    for (int i = 0; i < n; i++) {
+        pids[i] = got[i];
+        cr_assert(!h_gone(pids[i]), "rank pid %d did not outlive its workerd", pids[i]);
+    }
+}
+
 Test(readopt, restarted_workerd_keeps_the_job_bit_identical)
 {
     char ref[PATH_MAX + 16], run[PATH_MAX + 16], job[PATH_MAX + 16], a[PATH_MAX + 32];
@@ -131,13 +144,8 @@ Test(readopt, restarted_workerd_keeps_the_job_bit_identical)
     cr_assert(w.step < STEPS - 50, "the job ran to step %llu before the restart",
               (unsigned long long)w.step);
     uint64_t at = w.step;
-    pid_t pids[4];
-    int n = recorded_pids(&c, pids, 4);
-    cr_assert_eq(n, 2, "ranks.state lists %d ranks", n);
-
-    cr_assert_eq(h_kill_wait(h_pid(&c, "node1"), SIGTERM, 10000), 0);
-    for (int i = 0; i < n; i++)
-        cr_assert(!h_gone(pids[i]), "rank pid %d did not outlive its workerd", pids[i]);
+    pid_t pids[2];
+    sigterm_workerd(&c, pids);
     cr_assert_eq(h_worker_spawn_flag(&c, "node1", "2", "cpu", "--keep-ranks"), 0);
     stranger_refused(&c);
 
@@ -176,14 +184,9 @@ Test(readopt, ranks_exit_after_the_grace_without_a_workerd)
     snprintf(id, sizeof id, "%.*s", (int)strcspn(o.out, "\n"), o.out);
     h_out_free(&o);
     cr_assert(rt_wait(&w, &c, id, "running", 5, 1, 60000), "%s: %s", w.state, w.reason);
-    pid_t pids[4];
-    int n = recorded_pids(&c, pids, 4);
-    cr_assert_eq(n, 2, "ranks.state lists %d ranks", n);
-
-    cr_assert_eq(h_kill_wait(h_pid(&c, "node1"), SIGTERM, 10000), 0);
-    for (int i = 0; i < n; i++)
-        cr_assert(!h_gone(pids[i]), "rank pid %d did not outlive its workerd", pids[i]);
-    for (int i = 0; i < n; i++)
+    pid_t pids[2];
+    sigterm_workerd(&c, pids);
+    for (int i = 0; i < 2; i++)
         cr_assert(h_wait_until(pid_gone, &pids[i], 30000, 50) > 0,
                   "rank pid %d still runs 30 s after its workerd went", pids[i]);
     unsetenv("CHORUS_RELINK_GRACE_MS");
