@@ -19,6 +19,7 @@ int ch_proc_stat(int pid, ch_proc_stat_t *st)
     char path[64], *text = NULL;
     size_t n = 0;
     unsigned long long ut = 0, stt = 0, start = 0, rss = 0;
+    char state = '?';
     if (pid > 0)
         snprintf(path, sizeof path, "/proc/%d/stat", pid);
     else
@@ -27,10 +28,11 @@ int ch_proc_stat(int pid, ch_proc_stat_t *st)
     if (rc < 0)
         return rc;
     const char *p = strrchr(text, ')'); /* comm may hold spaces and parentheses */
-    if (!p || sscanf(p + 2, /* fields 3..24 of proc(5): 14 utime, 15 stime, 22 start, 24 rss */
-                     "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu %*s %*s %*s %*s "
+    if (!p || sscanf(p + 2, /* fields 3..24 of proc(5): 3 state, 14 utime, 15 stime, 22 start,
+                             * 24 rss */
+                     "%c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu %*s %*s %*s %*s "
                      "%*s %*s %llu %*s %llu",
-                     &ut, &stt, &start, &rss) != 4)
+                     &state, &ut, &stt, &start, &rss) != 5)
         rc = CH_E_FORMAT;
     free(text);
     if (rc < 0)
@@ -39,6 +41,7 @@ int ch_proc_stat(int pid, ch_proc_stat_t *st)
     st->stime = stt;
     st->start_ticks = start;
     st->rss_pages = rss;
+    st->state = state;
     return 0;
 }
 

@@ -12,6 +12,7 @@ typedef struct ch_proc_stat {
     uint64_t utime, stime; /* clock ticks */
     uint64_t start_ticks;  /* clock ticks after boot: with the pid, one process */
     uint64_t rss_pages;
+    char state; /* R, S, D, ...; Z: exited, not yet reaped */
 } ch_proc_stat_t;
 
 /* Fields of /proc/PID/stat (pid 0: this process). 0, -ENOENT when no such process, or

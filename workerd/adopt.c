@@ -40,12 +40,13 @@ int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n)
     char *text = malloc(cap);
     if (!text)
         return -ENOMEM;
-    len += (size_t)snprintf(text, cap, "# workerd ranks: pid start_ticks job gen rank token\n");
+    len +=
+        (size_t)snprintf(text, cap, "# workerd ranks: pid start_ticks job gen rank token keep\n");
     for (size_t i = 0; i < n; i++) {
         const wrk_adopt_rank_t *r = &v[i];
-        int k = snprintf(text + len, cap - len, "%d %" PRIu64 " %s %" PRIu64 " %u %" PRIu64 "\n",
+        int k = snprintf(text + len, cap - len, "%d %" PRIu64 " %s %" PRIu64 " %u %" PRIu64 " %d\n",
                          r->pid, r->start_ticks, r->job_id[0] ? r->job_id : "-", r->gen, r->rank,
-                         r->token);
+                         r->token, r->keep ? 1 : 0);
         if (k < 0 || (size_t)k >= cap - len) {
             free(text);
             return -ENAMETOOLONG;
@@ -88,9 +89,10 @@ int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n)
         wrk_adopt_rank_t r = {0};
         if (line[0] == '#')
             continue;
-        if (sscanf(line, "%d %" SCNu64 " %63s %" SCNu64 " %" SCNu32 " %" SCNu64, &r.pid,
-                   &r.start_ticks, r.job_id, &r.gen, &r.rank, &r.token) != 6 ||
-            r.pid <= 1)
+        /* keep is the 7th field; a record without it (an older workerd's) is 0 */
+        int got = sscanf(line, "%d %" SCNu64 " %63s %" SCNu64 " %" SCNu32 " %" SCNu64 " %d", &r.pid,
+                         &r.start_ticks, r.job_id, &r.gen, &r.rank, &r.token, &r.keep);
+        if (got < 6 || r.pid <= 1)
             continue;
         v[cnt++] = r;
     }
@@ -109,7 +111,7 @@ int wrk_adopt_alive(const wrk_adopt_rank_t *r)
     ch_proc_stat_t st;
     if (r->pid <= 1 || ch_proc_stat(r->pid, &st) < 0)
         return 0;
-    return st.start_ticks == r->start_ticks;
+    return st.start_ticks == r->start_ticks && st.state != 'Z' && st.state != 'X';
 }
 
 int wrk_adopt_reap(const char *path, unsigned *found)
@@ -136,10 +138,13 @@ int wrk_adopt_reap(const char *path, unsigned *found)
     return n ? wrk_adopt_save(path, NULL, 0) : 0;
 }
 
-int wrk_adopt_start(const char *run_dir, unsigned *found)
+int wrk_adopt_start(const char *run_dir, wrk_adopt_rank_t **alive, size_t *n)
 {
     char path[4096];
-    *found = 0;
+    wrk_adopt_rank_t *v = NULL;
+    size_t cnt = 0, k = 0;
+    *alive = NULL;
+    *n = 0;
     int fd = wrk_adopt_lock(run_dir);
     if (fd < 0) {
         CH_LOGW("adopt", "run dir %s: %s%s; its rank record is not kept or checked", run_dir,
@@ -147,9 +152,18 @@ int wrk_adopt_start(const char *run_dir, unsigned *found)
         return -1;
     }
     snprintf(path, sizeof path, "%s/%s", run_dir, WRK_ADOPT_FILE);
-    int rc = wrk_adopt_reap(path, found);
+    int rc = wrk_adopt_load(path, &v, &cnt);
     if (rc < 0)
         CH_LOGW("adopt", "%s: %s (ranks a previous workerd left are not checked)", path,
                 ch_strerror(rc));
+    for (size_t i = 0; i < cnt; i++)
+        if (wrk_adopt_alive(&v[i]))
+            v[k++] = v[i];
+    if (k == 0) {
+        free(v);
+        return fd;
+    }
+    *alive = v;
+    *n = k;
     return fd;
 }

@@ -5,12 +5,14 @@
  * /proc/PID/stat) must match, so a pid the kernel has since given to another process is
  * never taken for the rank.
  *
- * What is built is the record and the check. Re-adopting a live rank (reconnecting its
- * event channel, listing it in Register) is not: a rank's channel is a socketpair that
- * closes with the workerd that made it, and the rank exits with its workerd
- * (PR_SET_PDEATHSIG). So a rank found alive at start belongs to no one; workerd kills its
- * process group (wrk_adopt_reap) rather than let it write the checkpoints or hold the GPU
- * its replacement needs, and the coordinator restarts its job as for any lost rank. */
+ * A rank found alive at start that was started to outlive its workerd (keep) is
+ * re-adopted (agent_adopt.c): the new workerd lists it in its
+ * Register, takes its redial on the run dir's agent.sock when the peer's pid
+ * (SO_PEERCRED) is the recorded one, and watches it by polling this check, since it is
+ * not its child (so only its RANK_DONE tells success). A workerd that cannot listen
+ * there kills such ranks instead (wrk_adopt_reap's way), as it does a rank that was to
+ * die with its workerd and is still dying, and the coordinator restarts their job as for
+ * any lost rank. */
 #ifndef WRK_ADOPT_H
 #define WRK_ADOPT_H
 
@@ -27,6 +29,7 @@ typedef struct wrk_adopt_rank {
     char job_id[64];
     uint64_t gen, token;
     uint32_t rank;
+    int keep; /* it outlives its workerd and redials (workerd --keep-ranks): re-adoptable */
 } wrk_adopt_rank_t;
 
 /* Take the run dir's record for this workerd: an exclusive flock on WRK_ADOPT_LOCK in
@@ -44,7 +47,8 @@ void wrk_adopt_record(const char *run_dir, const wrk_adopt_rank_t *v, size_t n);
 /* Read what wrk_adopt_save wrote; a line that does not parse is skipped. *out is
  * malloc'd (NULL when n is 0). A missing file is 0 entries. 0 or a negative code. */
 int wrk_adopt_load(const char *path, wrk_adopt_rank_t **out, size_t *n);
-/* 1 when r's process is still the one recorded (same pid, same start time), else 0. */
+/* 1 when r's process is still the one recorded (same pid, same start time) and not a
+ * zombie (an adopted rank is reaped by whoever inherited it), else 0. */
 int wrk_adopt_alive(const wrk_adopt_rank_t *r);
 /* At start: kill (SIGKILL, the whole process group) every recorded rank still alive, then
  * empty the record. *found: how many were alive. 0 or a negative code (the record could
@@ -52,9 +56,10 @@ int wrk_adopt_alive(const wrk_adopt_rank_t *r);
 int wrk_adopt_reap(const char *path, unsigned *found);
 
 /* What a workerd does at start with its run dir: take the record (wrk_adopt_lock) and
- * check it (wrk_adopt_reap), logging what fails. The lock's descriptor (keep it open while
- * recording), or -1 when the record is not this workerd's to keep (another holds it, or the
- * run dir refuses); *found as for wrk_adopt_reap. */
-int wrk_adopt_start(const char *run_dir, unsigned *found);
+ * read which of its ranks are alive, logging what fails. The lock's descriptor (keep it
+ * open while recording), or -1 when the record is not this workerd's to keep (another
+ * holds it, or the run dir refuses). *alive (malloc'd, NULL when *n is 0): the ranks a
+ * previous workerd left running. */
+int wrk_adopt_start(const char *run_dir, wrk_adopt_rank_t **alive, size_t *n);
 
 #endif

@@ -147,25 +147,26 @@ static rank_ent_t *find_rank(wrk_agent_t *a, const char *job, uint64_t gen, uint
 /* Rewrite WRK_ADOPT_FILE with the ranks whose process is not yet reaped, so the next
  * workerd can tell whether any outlived this one (adopt.h). A failure is logged only:
  * the record helps the next start; it does not stop this one. */
-static void ranks_record(wrk_agent_t *a)
+void wrk_agent_ranks_record(wrk_agent_t *a)
 {
     size_t n = 0;
     if (a->record_fd < 0)
         return;
     for (const rank_ent_t *e = a->ranks; e; e = e->next)
-        n += e->proc != NULL;
+        n += wrk_agent_ent_running(e);
     wrk_adopt_rank_t *v = calloc(n + 1, sizeof *v);
     if (!v)
         return;
     n = 0;
     for (const rank_ent_t *e = a->ranks; e; e = e->next) {
-        if (!e->proc)
+        if (!wrk_agent_ent_running(e))
             continue;
         v[n] = (wrk_adopt_rank_t){.pid = e->pid,
                                   .start_ticks = e->start_ticks,
                                   .gen = e->gen,
                                   .token = e->token,
-                                  .rank = e->rank};
+                                  .rank = e->rank,
+                                  .keep = e->keep};
         snprintf(v[n++].job_id, sizeof v->job_id, "%s", e->job_id);
     }
     wrk_adopt_record(a->cfg.run_dir, v, n);
@@ -235,11 +236,11 @@ static void memory_release(wrk_agent_t *a, const rank_ent_t *ent)
 }
 
 /* Both the process and its link are gone: report the exit and forget the rank. */
-static void ent_finish(rank_ent_t *ent)
+void wrk_agent_ent_finish(rank_ent_t *ent)
 {
     wrk_agent_t *a = ent->a;
-    if (ent->proc || ent->link)
-        return;
+    if (ent->proc || ent->link || a->detached)
+        return; /* detached: the rank is not gone, only left to the next workerd */
     fin_keep(a, ent);
     if (ent->done)
         a->stats.rank_exits_done++;
@@ -269,13 +270,15 @@ static void on_rank_exit(wrk_proc_t *p, int exit_code, int term_signal, void *ud
     ent->exited_ms = ch_now_ms();
     ent->proc = NULL;
     wrk_proc_close(p);
-    ranks_record(ent->a);
-    ent_finish(ent);
+    wrk_agent_ranks_record(ent->a);
+    wrk_agent_ent_finish(ent);
 }
 
-static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
+void wrk_agent_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
 {
     rank_ent_t *ent = ud;
+    if (!ent)
+        return; /* a dial not yet matched to a rank (on_rank_dial) */
     wrk_agent_t *a = ent->a;
     switch (env->body_case) {
     case CHORUS__ENVELOPE__BODY_RANK_EVENT: {
@@ -308,9 +311,11 @@ static void on_rank_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
     (void)c;
 }
 
-static void on_rank_close(ch_conn_t *c, int reason, void *ud)
+void wrk_agent_rank_close(ch_conn_t *c, int reason, void *ud)
 {
     rank_ent_t *ent = ud;
+    if (!ent)
+        return; /* a refused dial */
     ent->link = NULL;
     ent->link_closed_ms = ch_now_ms();
     wrk_agent_relays_fail(ent->a, ent, 0);
@@ -318,7 +323,7 @@ static void on_rank_close(ch_conn_t *c, int reason, void *ud)
      * if it is still there after the grace (a rank that cannot report is of no use). */
     CH_LOGD("agent", "job=%s rank=%u: link closed (%s)", ent->job_id, ent->rank,
             reason ? ch_strerror(reason) : "local");
-    ent_finish(ent);
+    wrk_agent_ent_finish(ent);
     (void)c;
 }
 
@@ -338,10 +343,11 @@ static void kill_matching(wrk_agent_t *a, const char *job, uint64_t max_gen, con
                           size_t nranks)
 {
     for (rank_ent_t *e = a->ranks; e; e = e->next) {
-        if (e->proc && (!job || (strcmp(e->job_id, job) == 0 && e->gen <= max_gen &&
-                                 rank_listed(e->rank, ranks, nranks)))) {
+        if (wrk_agent_ent_running(e) &&
+            (!job || (strcmp(e->job_id, job) == 0 && e->gen <= max_gen &&
+                      rank_listed(e->rank, ranks, nranks)))) {
             CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u: SIGKILL", e->job_id, e->gen, e->rank);
-            wrk_proc_kill(e->proc, SIGKILL);
+            wrk_agent_ent_kill(e, SIGKILL);
         }
     }
 }
@@ -385,7 +391,9 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
         .log_path = logp,
         .memory_dir = a->cfg.memory_dir[0] ? a->cfg.memory_dir : NULL,
         .node = a->cfg.name,
+        .agent_sock = a->cfg.keep_ranks && a->listening ? a->agent_sock : NULL,
     };
+    ent->keep = ps.agent_sock != NULL;
     rc = wrk_proc_spawn(a->loop, &ps, on_rank_exit, ent, &ent->proc, &fd);
     if (rc < 0) {
         free(ent);
@@ -396,7 +404,7 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
     if (ch_proc_stat(ent->pid, &st) == 0)
         ent->start_ticks = st.start_ticks;
     ch_conn_opts_t o = {.key = NULL, .is_server = 1};
-    ch_conn_cbs_t cbs = {NULL, on_rank_msg, on_rank_close};
+    ch_conn_cbs_t cbs = {NULL, wrk_agent_rank_msg, wrk_agent_rank_close};
     rc = ch_conn_open_fd(a->loop, fd, &o, &cbs, ent, &ent->link);
     if (rc < 0) {
         /* The rank cannot talk to us: kill it; its exit is reported as usual. */
@@ -407,7 +415,7 @@ static int spawn_rank(wrk_agent_t *a, const Chorus__StartRanks *s, const Chorus_
     ent->next = a->ranks;
     a->ranks = ent;
     a->stats.rank_starts++;
-    ranks_record(a);
+    wrk_agent_ranks_record(a);
     CH_LOGI("agent", "job=%s gen=%" PRIu64 " rank=%u local=%u pid=%d started, log %s", ent->job_id,
             ent->gen, ent->rank, ra->local_rank, ent->pid, logp);
     return 0;
@@ -760,7 +768,10 @@ static void on_cron(uv_timer_t *t)
             pp = &(*pp)->next;
         }
     }
-    for (rank_ent_t *e = a->ranks; e; e = e->next) {
+    for (rank_ent_t *e = a->ranks, *next; e; e = next) {
+        next = e->next; /* adopted_check may finish e */
+        if (e->adopted && wrk_agent_adopted_check(a, e, now))
+            continue;
         if (e->exited && e->link && now - e->exited_ms >= LINK_GRACE_MS)
             ch_conn_close(e->link); /* on_rank_close finishes the entry later */
         if (e->proc && !e->link && !e->orphan_killed && now - e->link_closed_ms >= LINK_GRACE_MS) {
@@ -808,6 +819,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     }
     a->backoff_ms = BACKOFF_MIN_MS;
     a->record_fd = -1;
+    a->relink_grace_ms = wrk_agent_relink_grace_ms();
     a->rng = ch_now_ns() ^ ((uint64_t)(uintptr_t)a << 16);
     uv_timer_init(loop, &a->reconnect);
     uv_timer_init(loop, &a->heartbeat);
@@ -819,22 +831,46 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
 
 int wrk_agent_start(wrk_agent_t *a)
 {
-    unsigned found = 0;
-    a->record_fd = a->cfg.run_dir[0] ? wrk_adopt_start(a->cfg.run_dir, &found) : -1;
-    a->stats.ranks_left_at_start = found;
+    wrk_adopt_rank_t *left = NULL;
+    size_t nleft = 0;
+    a->record_fd = a->cfg.run_dir[0] ? wrk_adopt_start(a->cfg.run_dir, &left, &nleft) : -1;
+    if (a->record_fd >= 0) {
+        int rc = wrk_agent_listen_ranks(a);
+        if (rc < 0)
+            CH_LOGW("agent", "%s/%s: %s; ranks die with this workerd", a->cfg.run_dir, AGENT_SOCK,
+                    ch_strerror(rc));
+    }
+    for (size_t i = 0; i < nleft; i++)
+        wrk_agent_adopt_one(a, &left[i]);
+    a->stats.ranks_left_at_start = (uint32_t)nleft;
+    free(left);
+    if (nleft)
+        wrk_agent_ranks_record(a);
     uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
     /* Through the timer so the first connect runs on the loop like every retry. */
     uv_timer_start(&a->reconnect, on_reconnect_timer, 0, 0);
     return 0;
 }
 
-void wrk_agent_stop(wrk_agent_t *a)
+/* Stop everything; kill: the ranks too, else leave them to the next workerd. */
+static void stop(wrk_agent_t *a, int kill_ranks)
 {
     if (a->stopping)
         return;
     a->stopping = 1;
     a->registered = 0;
-    kill_matching(a, NULL, 0, NULL, 0);
+    if (kill_ranks) {
+        kill_matching(a, NULL, 0, NULL, 0);
+    } else {
+        a->detached = 1;
+        for (rank_ent_t *e = a->ranks; e; e = e->next) {
+            wrk_proc_release(e->proc);
+            e->proc = NULL;
+        }
+    }
+    if (a->listening)
+        uv_close((uv_handle_t *)&a->listener, NULL);
+    a->listening = 0;
     for (rank_ent_t *e = a->ranks; e; e = e->next)
         if (e->link)
             ch_conn_close(e->link);
@@ -844,6 +880,16 @@ void wrk_agent_stop(wrk_agent_t *a)
     uv_close((uv_handle_t *)&a->reconnect, NULL);
     uv_close((uv_handle_t *)&a->heartbeat, NULL);
     uv_close((uv_handle_t *)&a->cron, NULL);
+}
+
+void wrk_agent_stop(wrk_agent_t *a)
+{
+    stop(a, 1);
+}
+
+void wrk_agent_detach(wrk_agent_t *a)
+{
+    stop(a, 0);
 }
 
 void wrk_agent_destroy(wrk_agent_t *a)

@@ -36,6 +36,9 @@ typedef struct wrk_agent_cfg {
     void *ud;
     /* in-memory checkpoints (a tmpfs), per job under here; "": none */
     char memory_dir[CH_PATH_LEN];
+    /* Ranks outlive this workerd and redial the run dir's agent.sock (proc.h); 0: they die
+     * with it. Ranks a previous workerd left running are re-adopted either way. */
+    int keep_ranks;
 } wrk_agent_cfg_t;
 
 /* cfg is copied. */
@@ -45,6 +48,9 @@ int wrk_agent_start(wrk_agent_t *a);
 /* Shut down: SIGKILL every rank, close every link, stop every timer. The loop then
  * runs out once the ranks are reaped; call wrk_agent_destroy after uv_run returns. */
 void wrk_agent_stop(wrk_agent_t *a);
+/* Shut down leaving the ranks running (a restart): close every link and timer, SIGKILL
+ * nobody; the record (adopt.h) keeps them for the next workerd. */
+void wrk_agent_detach(wrk_agent_t *a);
 /* Free (after wrk_agent_stop and the loop has drained). */
 void wrk_agent_destroy(wrk_agent_t *a);
 
@@ -67,7 +73,7 @@ typedef struct wrk_agent_stats {
     uint64_t rank_exits_done;     /* ranks reaped after reporting RANK_DONE */
     uint64_t rank_exits_other;    /* ranks reaped without it: failed, killed, restarted */
     uint32_t events_queued;       /* events held while the coordinator is away */
-    uint32_t ranks_left_at_start; /* of a previous workerd, alive at start (adopt.h) */
+    uint32_t ranks_left_at_start; /* of a previous workerd, alive at start: re-adopted */
 } wrk_agent_stats_t;
 void wrk_agent_stats(const wrk_agent_t *a, wrk_agent_stats_t *out);
 

@@ -48,6 +48,7 @@ typedef struct wrkd_cfg {
     char log_level[CH_OPT_STRLEN];
     char metrics_address[CH_OPT_STRLEN];
     long metrics_port;
+    int keep_ranks;
 } wrkd_cfg_t;
 
 static const ch_opt_t options[] = {
@@ -83,6 +84,10 @@ static const ch_opt_t options[] = {
      "IP address of /metrics and /healthz (see metrics-port)"},
     {"metrics-port", CH_OPT_INT, offsetof(wrkd_cfg_t, metrics_port), "0",
      "TCP port of workerd's Prometheus /metrics and /healthz; 0: not served"},
+    {"keep-ranks", CH_OPT_BOOL, offsetof(wrkd_cfg_t, keep_ranks), "no",
+     "on SIGTERM (systemctl stop or restart) leave the ranks running for the next workerd on "
+     "this run-dir, which re-adopts them; a rank no workerd takes back within 60 s exits. "
+     "SIGINT always kills them"},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -136,10 +141,14 @@ static void on_grace(uv_timer_t *t)
 static void on_signal(uv_signal_t *s, int signum)
 {
     workerd_t *w = s->data;
-    CH_LOGI("workerd", "node=%s: signal %d: stopping, killing %u ranks", w->cfg.name, signum,
-            wrk_agent_ranks_alive(w->agent));
+    int leave = signum == SIGTERM && w->cfg.keep_ranks;
+    CH_LOGI("workerd", "node=%s: signal %d: stopping, %s %u ranks", w->cfg.name, signum,
+            leave ? "leaving running (--keep-ranks)" : "killing", wrk_agent_ranks_alive(w->agent));
     ch_notify("STOPPING=1");
-    wrk_agent_stop(w->agent);
+    if (leave)
+        wrk_agent_detach(w->agent);
+    else
+        wrk_agent_stop(w->agent);
     wrk_metrics_stop(w->metrics);
     w->metrics = NULL;
     uv_close((uv_handle_t *)&w->sigterm, NULL);
@@ -267,6 +276,7 @@ static int check_config(workerd_t *w, wrk_agent_cfg_t *ac)
     snprintf(ac->rack, sizeof ac->rack, "%s", c->rack);
     snprintf(ac->run_dir, sizeof ac->run_dir, "%s", c->run_dir);
     snprintf(ac->memory_dir, sizeof ac->memory_dir, "%s", c->memory_dir);
+    ac->keep_ranks = c->keep_ranks;
     /* ranks run as their job's user and make their job's folder here, as in /tmp */
     int mrc = ch_mkdirs(c->memory_dir, 0755);
     if (mrc < 0) {

@@ -80,7 +80,7 @@ int wrk_metrics_render(const wrk_metrics_src_t *src, char **out, size_t *len)
     sample(&b, "chorus_workerd_events_queued", "gauge",
            "Rank events held while the coordinator is away.", st.events_queued);
     sample(&b, "chorus_workerd_ranks_left_at_start", "gauge",
-           "Ranks of a previous workerd found alive when this one started (adopt.h).",
+           "Ranks of a previous workerd found alive, and re-adopted, when this one started.",
            st.ranks_left_at_start);
     sample(&b, "chorus_node_gpus", "gauge", "GPUs visible to the ranks.", src->gpus);
     meminfo(src->meminfo ? src->meminfo : "/proc/meminfo", &total, &avail);

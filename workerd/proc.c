@@ -45,6 +45,7 @@ static const char *const own_vars[] = {
     "CHORUS_DEVICE",
     "CHORUS_MEMORY_DIR",
     "CHORUS_NODE",
+    "CHORUS_AGENT_SOCK",
     "OPENBLAS_NUM_THREADS",
     "OMP_NUM_THREADS",
     "NOTIFY_SOCKET",
@@ -121,7 +122,6 @@ static int env_build(const wrk_proc_spec_t *s, char ***out)
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_JOB_FILE", s->job_file ? s->job_file : ""), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_RUN_DIR", s->run_dir ? s->run_dir : ""), rc, out);
     CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_RESUME_STEP", s->resume_step), rc, out);
-    CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_PARENT_PID", (uint64_t)getpid()), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "CHORUS_DEVICE", ch_device_name(s->device)), rc, out);
     if (s->threads > 0)
         CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_THREADS", s->threads), rc, out);
@@ -129,6 +129,12 @@ static int env_build(const wrk_proc_spec_t *s, char ***out)
         CH_CHECK_GOTO(env_add(env, &n, "CHORUS_MEMORY_DIR", s->memory_dir), rc, out);
     if (s->node)
         CH_CHECK_GOTO(env_add(env, &n, "CHORUS_NODE", s->node), rc, out);
+    /* A rank either dies with workerd (it checks CHORUS_PARENT_PID) or outlives it and
+     * redials CHORUS_AGENT_SOCK (proc.h). */
+    if (s->agent_sock)
+        CH_CHECK_GOTO(env_add(env, &n, "CHORUS_AGENT_SOCK", s->agent_sock), rc, out);
+    else
+        CH_CHECK_GOTO(env_add_u64(env, &n, "CHORUS_PARENT_PID", (uint64_t)getpid()), rc, out);
     /* Each slot is one thread: the rank's BLAS and OpenMP must not fan out. */
     CH_CHECK_GOTO(env_add(env, &n, "OPENBLAS_NUM_THREADS", "1"), rc, out);
     CH_CHECK_GOTO(env_add(env, &n, "OMP_NUM_THREADS", "1"), rc, out);
@@ -353,4 +359,12 @@ void wrk_proc_close(wrk_proc_t *p)
     }
     /* Keep the handle until the child is reaped, so no zombie is left. */
     wrk_proc_kill(p, SIGKILL);
+}
+
+void wrk_proc_release(wrk_proc_t *p)
+{
+    if (!p || p->closing)
+        return;
+    p->closing = 1;
+    uv_close((uv_handle_t *)&p->handle, free_proc);
 }

@@ -3,10 +3,12 @@
  * torchrun-compatible environment, one end of a socketpair as fd 3 and stdout+stderr
  * appended to a log file; report its exit (code or signal) on the loop.
  *
- * The rank dies with workerd: it sets PR_SET_PDEATHSIG itself (rank.c) and checks
- * CHORUS_PARENT_PID against getppid() to close the race with a parent that died
- * before the prctl. A kill goes to the whole process group, so helpers a rank started
- * die with it.
+ * By default the rank dies with workerd: it sets PR_SET_PDEATHSIG itself (rank.c) and
+ * checks CHORUS_PARENT_PID against getppid() to close the race with a parent that died
+ * before the prctl. With agent_sock set (workerd --keep-ranks) it outlives its workerd
+ * instead: when the fd 3 link closes it redials that Unix socket for a grace, where the
+ * next workerd re-adopts it (adopt.h), and exits when none answers. A kill goes to the whole
+ * process group, so helpers a rank started die with it.
  *
  * A rank runs as its job's user: [job] run_uid / run_gid of job_file (the coordinator
  * writes them from the submitter's credentials). workerd as root switches to them (and
@@ -53,6 +55,8 @@ typedef struct wrk_proc_spec {
     const char *log_path;   /* stdout+stderr, opened O_APPEND|O_CREAT, mode 0644 */
     const char *memory_dir; /* CHORUS_MEMORY_DIR: in-memory checkpoints; NULL: not set */
     const char *node;       /* CHORUS_NODE: the node's name; NULL: not set */
+    const char *agent_sock; /* CHORUS_AGENT_SOCK: where to redial workerd; NULL: the rank
+                             * dies with workerd (CHORUS_PARENT_PID) */
 } wrk_proc_spec_t;
 
 /* The process ended: exit_code when it exited, term_signal (> 0) when a signal killed
@@ -73,5 +77,8 @@ int wrk_proc_kill(wrk_proc_t *p, int sig);
 /* Release. A process still running is killed (SIGKILL to its group) and reaped later;
  * the exit callback is not called after this. Memory goes in libuv's close callback. */
 void wrk_proc_close(wrk_proc_t *p);
+/* Release without killing: the process keeps running (a workerd that leaves its ranks to
+ * the next one); nothing reaps it here and the exit callback is not called. */
+void wrk_proc_release(wrk_proc_t *p);
 
 #endif

@@ -404,6 +404,12 @@ int h_metrics_addr(const h_cluster_t *c, char *addr, size_t n)
 
 int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const char *device)
 {
+    return h_worker_spawn_flag(c, name, slots, device, NULL);
+}
+
+int h_worker_spawn_flag(h_cluster_t *c, const char *name, const char *slots, const char *device,
+                        const char *flag)
+{
     char exe[PATH_MAX], run[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], mem[PATH_MAX];
     h_bin("workerd", exe);
     snprintf(run, sizeof run, "%s/%s", c->dir, name);
@@ -415,10 +421,10 @@ int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const ch
     char threads[24];
     long cores = sysconf(_SC_NPROCESSORS_ONLN), share = cores / (c->nodes * c->slots);
     snprintf(threads, sizeof threads, "%ld", share > 0 ? share : 1);
-    char *argv[] = {exe,        "--coordinator", c->addr,     "--name",    (char *)name,
-                    "--slots",  (char *)slots,   "--run-dir", run,         "--memory-dir",
-                    mem,        "--key",         c->key,      "--threads", threads,
-                    "--device", (char *)device,  NULL};
+    char *argv[] = {exe,        "--coordinator", c->addr,      "--name",    (char *)name,
+                    "--slots",  (char *)slots,   "--run-dir",  run,         "--memory-dir",
+                    mem,        "--key",         c->key,       "--threads", threads,
+                    "--device", (char *)device,  (char *)flag, NULL};
     return spawn(argv, log, pidf);
 }
 

@@ -85,6 +85,9 @@ int h_worker_restart(h_cluster_t *c, int i);
  * and run dir are DIR/name.*, so h_teardown stops it too), with --slots and --device as
  * given. 0 once it is started, not registered. */
 int h_worker_spawn(h_cluster_t *c, const char *name, const char *slots, const char *device);
+/* h_worker_spawn with one more flag (e.g. "--keep-ranks"); NULL: none. */
+int h_worker_spawn_flag(h_cluster_t *c, const char *name, const char *slots, const char *device,
+                        const char *flag);
 
 /* Poll pred(ud) every interval_ms until it returns non-zero (returned) or timeout_ms
  * passes (0). A negative return from pred also ends the wait (returned). */

@@ -114,44 +114,72 @@ Test(systemd, configuration_errors_exit_78)
     cr_expect_eq(exit_status(pid), 78, "a heartbeat of 1 ms is refused");
 }
 
+static int record_forgets_j7(void *ud)
+{
+    return !h_file_has_since(ud, 0, " j7 ");
+}
+
+/* A sleep standing in for a rank: its own process group, its pid and start time. */
+static pid_t sleeper(ch_proc_stat_t *st)
+{
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p == 0) {
+        setpgid(0, 0);
+        execl("/bin/sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(p, p);
+    cr_assert_eq(ch_proc_stat(p, st), 0);
+    return p;
+}
+
+/* Reap p within 10 s (killing it if it is still there): its wait status, or -1. */
+static int reaped(pid_t p)
+{
+    int status = 0;
+    pid_t got = 0;
+    for (uint64_t deadline = ch_now_ms() + 10000; got == 0 && ch_now_ms() < deadline;)
+        if ((got = waitpid(p, &status, WNOHANG)) == 0)
+            usleep(10000);
+    if (got == p)
+        return status;
+    kill(-p, SIGKILL);
+    waitpid(p, NULL, 0);
+    return -1;
+}
+
 /* A workerd that starts finds, on the record the previous one kept (<run-dir>/ranks.state,
- * workerd/adopt.h), a rank still running. Nothing can re-adopt it yet, so it is killed with
- * its process group; a recorded pid whose start time differs (reused) is left alone. */
-Test(systemd, a_rank_left_by_the_previous_workerd_is_killed_at_start)
+ * workerd/adopt.h), ranks still running. One that was to die with its workerd (keep 0, or a
+ * record without the field) is killed at once with its process group; one started to
+ * outlive it (keep 1) is re-adopted, but this one never redials agent.sock, so it is killed
+ * after the grace (CHORUS_RELINK_GRACE_MS, which ranks inherit). A recorded pid whose start
+ * time differs (reused) is left alone. test_readopt has real ranks that redial. */
+Test(systemd, ranks_left_by_the_previous_workerd_are_killed_unless_they_redial)
 {
     char run[600], state[700], text[256];
     snprintf(run, sizeof run, "%s/run", dir);
     snprintf(state, sizeof state, "%s/ranks.state", run);
     cr_assert_eq(ch_mkdirs(run, 0755), 0);
-    pid_t left = fork();
-    cr_assert(left >= 0);
-    if (left == 0) {
-        setpgid(0, 0);
-        execl("/bin/sleep", "sleep", "60", (char *)NULL);
-        _exit(127);
-    }
-    setpgid(left, left);
-    ch_proc_stat_t st, me;
-    cr_assert_eq(ch_proc_stat(left, &st), 0);
+    ch_proc_stat_t st, st2, me;
+    pid_t left = sleeper(&st), kept = sleeper(&st2);
     cr_assert_eq(ch_proc_stat(0, &me), 0);
-    snprintf(text, sizeof text, "%d %llu j7 2 0 99\n%d %llu j7 2 1 99\n", (int)left,
-             (unsigned long long)st.start_ticks, (int)getpid(),
-             (unsigned long long)me.start_ticks + 1000);
+    snprintf(text, sizeof text, "%d %llu j7 2 0 99\n%d %llu j7 2 1 99\n%d %llu j7 2 2 99 1\n",
+             (int)left, (unsigned long long)st.start_ticks, (int)getpid(),
+             (unsigned long long)me.start_ticks + 1000, (int)kept,
+             (unsigned long long)st2.start_ticks);
     cr_assert_eq(h_write_file(state, text), 0);
 
+    setenv("CHORUS_RELINK_GRACE_MS", "500", 1);
     pid_t w = start_workerd(NULL, "127.0.0.1:1", NULL);
-    int status = 0;
-    pid_t got = 0;
-    for (uint64_t deadline = ch_now_ms() + 10000; got == 0 && ch_now_ms() < deadline;)
-        if ((got = waitpid(left, &status, WNOHANG)) == 0)
-            usleep(10000);
+    unsetenv("CHORUS_RELINK_GRACE_MS");
+    int status = reaped(left), status2 = reaped(kept);
+    h_wait_until(record_forgets_j7, state, 5000, 20);
     kill(w, SIGTERM);
     cr_expect_eq(exit_status(w), 0);
-    if (got == 0) {
-        kill(-left, SIGKILL);
-        waitpid(left, NULL, 0);
-    }
-    cr_assert_eq(got, left, "the rank left running was not killed");
+    cr_assert(status != -1, "the rank left running was not killed");
     cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cr_assert(status2 != -1, "the re-adopted rank that never redialled was not killed");
+    cr_expect(WIFSIGNALED(status2) && WTERMSIG(status2) == SIGKILL);
     cr_expect(!h_file_has_since(state, 0, " j7 "), "the record still lists the old ranks");
 }

@@ -67,7 +67,7 @@ Test(adopt, the_record_round_trips_and_a_missing_one_is_empty)
 
     wrk_adopt_rank_t v[2] = {
         {.pid = 4242, .start_ticks = 123456789012ULL, .gen = 7, .token = UINT64_MAX, .rank = 5},
-        {.pid = 77, .start_ticks = 1, .gen = 1, .token = 2, .rank = 0}};
+        {.pid = 77, .start_ticks = 1, .gen = 1, .token = 2, .rank = 0, .keep = 1}};
     snprintf(v[0].job_id, sizeof v[0].job_id, "j17");
     snprintf(v[1].job_id, sizeof v[1].job_id, "j18");
     cr_assert_eq(wrk_adopt_save(path, v, 2), 0);
@@ -83,6 +83,7 @@ Test(adopt, the_record_round_trips_and_a_missing_one_is_empty)
     cr_assert_eq(n, 2, "pid 1 and the garbage line are not ranks");
     cr_expect_str_eq(got[0].job_id, "j1");
     cr_expect_str_eq(got[1].job_id, "j3");
+    cr_expect_eq(got[0].keep, 0, "an older record (6 fields) is of ranks that die with workerd");
     free(got);
 }
 

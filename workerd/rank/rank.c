@@ -2,15 +2,23 @@
  * store relayed through workerd.
  *
  * Theory of operation. workerd spawns chorus-rank with one end of a socketpair
- * as fd 3 and the rank's identity in the environment (proc.c). The rank first arms
- * PR_SET_PDEATHSIG so it cannot outlive workerd, then reads its identity and job file,
+ * as fd 3 and the rank's identity in the environment (proc.c). Unless workerd lets its
+ * ranks outlive it (below), the rank first arms PR_SET_PDEATHSIG so it cannot outlive
+ * workerd, then reads its identity and job file,
  * reports RANK_STARTED, runs the job kind and reports RANK_DONE or RANK_FAILED before
  * exiting. workerd sees the exit itself and reports RANK_EXITED.
  *
  * Rendezvous calls are blocking request/reply on the link: workerd relays them to
  * coordinatord and routes the reply back by request id. While workerd has no
  * coordinator link it answers -ENOTCONN at once; the rank retries until its own
- * deadline, so a coordinator restart during init is survived. */
+ * deadline, so a coordinator restart during init is survived.
+ *
+ * With CHORUS_AGENT_SOCK set instead of CHORUS_PARENT_PID (workerd --keep-ranks), a rank
+ * outlives its workerd (a restart, e.g. an upgrade): when its link closes it redials
+ * CHORUS_AGENT_SOCK, where the next workerd re-adopts it (workerd/adopt.h), blocking the
+ * report (and so training) meanwhile; after CHORUS_RELINK_GRACE_MS (default
+ * 60 s) without a workerd it exits, so no rank outlives a workerd gone
+ * for good. */
 #include "workerd/rank/rank.h"
 
 #include <inttypes.h>
@@ -38,6 +46,54 @@
 #define KV_SET_DEADLINE_MS 60000
 #define KV_REPLY_MARGIN_MS 5000 /* on top of a KvGet's own timeout */
 #define KV_RETRY_MS        100
+#define RELINK_RETRY_MS    200
+#define RELINK_GRACE_MS    60000
+
+// ----------------------------------------------------------------------------
+// the link to workerd
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The link closed (its workerd ended): redial agent_sock until a workerd takes the rank
+ * back. A rank no workerd takes within the grace exits here: it could report nothing,
+ * and its job is restarted elsewhere. */
+static void relink(wrk_rank_t *r)
+{
+    uint64_t deadline = ch_now_ms() + r->relink_grace_ms;
+    ch_client_destroy(r->link);
+    r->link = NULL;
+    if (!r->agent_sock[0]) {
+        CH_LOGE("rank", "job=%s rank=%u: link to workerd closed; exiting", r->job_id, r->rank);
+        exit(1);
+    }
+    CH_LOGW("rank", "job=%s rank=%u: link to workerd closed; redialling %s for %" PRIu64 " ms",
+            r->job_id, r->rank, r->agent_sock, r->relink_grace_ms);
+    while (ch_now_ms() < deadline) {
+        if (ch_client_connect_unix(r->agent_sock, 1000, &r->link) == 0) {
+            CH_LOGI("rank", "job=%s rank=%u: back with workerd", r->job_id, r->rank);
+            return;
+        }
+        r->link = NULL;
+        sleep_ms(RELINK_RETRY_MS);
+    }
+    CH_LOGE("rank", "job=%s rank=%u: no workerd took this rank back in %" PRIu64 " ms; exiting",
+            r->job_id, r->rank, r->relink_grace_ms);
+    exit(1);
+}
+
+/* Send, redialling once if the link has closed. */
+static int link_send(wrk_rank_t *r, Chorus__Envelope *env)
+{
+    int rc = ch_client_send(r->link, env);
+    if (rc != -EPIPE)
+        return rc;
+    relink(r);
+    return ch_client_send(r->link, env);
+}
 
 // ----------------------------------------------------------------------------
 // events
@@ -62,7 +118,7 @@ int wrk_rank_report(wrk_rank_t *r, Chorus__RankEvent *ev)
     ev->rank = r->rank;
     env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
     env.rank_event = ev;
-    return ch_client_send(r->link, &env);
+    return link_send(r, &env);
 }
 
 int wrk_rank_poll_checkpoint(wrk_rank_t *r)
@@ -70,7 +126,8 @@ int wrk_rank_poll_checkpoint(wrk_rank_t *r)
     Chorus__Envelope *env = NULL;
     int asked = 0;
     /* drain what workerd sent: only CheckpointRanks of this job and generation counts */
-    while (ch_client_recv(r->link, 0, &env) == 0) {
+    int rc;
+    while ((rc = ch_client_recv(r->link, 0, &env)) == 0) {
         const Chorus__CheckpointRanks *cr =
             env->body_case == CHORUS__ENVELOPE__BODY_CHECKPOINT_RANKS ? env->checkpoint_ranks
                                                                       : NULL;
@@ -79,6 +136,8 @@ int wrk_rank_poll_checkpoint(wrk_rank_t *r)
         ch_msg_free(env);
         env = NULL;
     }
+    if (rc == -EPIPE)
+        relink(r); /* a request sent to the old workerd is asked again by the next */
     return asked;
 }
 
@@ -151,12 +210,6 @@ static int report_started(wrk_rank_t *r)
 // ----------------------------------------------------------------------------
 // rendezvous through workerd
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* workerd answers these while it has no coordinator link: worth a retry. */
 static int retryable(int rc)
 {
@@ -168,6 +221,10 @@ static int kv_call(wrk_rank_t *r, Chorus__Envelope *req, int timeout_ms, void **
 {
     Chorus__Envelope *resp = NULL;
     int rc = ch_client_call(r->link, req, timeout_ms, &resp);
+    if (rc == -EPIPE) { /* workerd restarted: ask the next one */
+        relink(r);
+        rc = -ECONNRESET;
+    }
     if (rc < 0)
         goto out;
     if (resp->body_case == CHORUS__ENVELOPE__BODY_OK)
@@ -430,10 +487,12 @@ static int run_kind(wrk_rank_t *r)
     return wrk_rank_fail(r, CH_E_CONFIG, "unknown job kind %d", (int)r->spec.kind);
 }
 
-/* The parent check comes first: a rank must never outlive its workerd. */
+/* The parent check comes first: a rank told to must never outlive its workerd. */
 static int tie_to_parent(void)
 {
     uint64_t ppid;
+    if (!getenv("CHORUS_PARENT_PID"))
+        return 0; /* it redials CHORUS_AGENT_SOCK instead (relink) */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         return -errno;
     if (env_u64("CHORUS_PARENT_PID", INT32_MAX, &ppid) < 0)
@@ -470,6 +529,16 @@ out:
     return rc == 0 ? 0 : 1;
 }
 
+/* Where to find workerd again if the link closes, and for how long (rank.c's top). */
+static void relink_setup(wrk_rank_t *r)
+{
+    uint64_t grace;
+    if (env_str("CHORUS_AGENT_SOCK", r->agent_sock, sizeof r->agent_sock) < 0)
+        r->agent_sock[0] = 0;
+    r->relink_grace_ms =
+        env_u64("CHORUS_RELINK_GRACE_MS", UINT32_MAX, &grace) == 0 ? grace : RELINK_GRACE_MS;
+}
+
 int wrk_rank_main(int argc, char **argv)
 {
     wrk_rank_t *r = NULL;
@@ -493,6 +562,7 @@ int wrk_rank_main(int argc, char **argv)
         CH_LOGE("rank", "link to workerd (fd 3): %s", ch_strerror(rc));
         goto out;
     }
+    relink_setup(r);
     r->rdzv.ud = r;
     r->rdzv.set = rdzv_set;
     r->rdzv.get = rdzv_get;

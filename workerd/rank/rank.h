@@ -22,16 +22,18 @@ typedef struct wrk_rank {
     uint32_t threads;     /* CHORUS_THREADS: compute threads; 0: not set */
     uint64_t resume_step; /* 0: fresh start; else resume from this committed step */
     ch_jobspec_t spec;
-    char run_dir[CH_PATH_LEN]; /* this rank's scratch directory (exists) */
-    ch_client_t *link;         /* to workerd; owned by the runtime */
-    ch_rdzv_t rdzv;            /* rendezvous store, relayed through workerd */
-    ch_device_t device;        /* workerd --device (CHORUS_DEVICE); cuda: GPU = local_rank */
-    char detail[256];          /* why the kind failed (wrk_rank_fail); "" if not given */
-    char timeout_group[32];    /* a collective wait timed out in this group ("" if not) */
-    uint32_t timeout_peer;     /* waiting for this world rank */
-    uint64_t progress_ms;      /* monotonic: when the last RANK_PROGRESS went out */
-    uint64_t progress_names;   /* a hash of the metric names it carried */
-    uint64_t timeout_seq;      /* in its collective number timeout_seq */
+    char run_dir[CH_PATH_LEN];    /* this rank's scratch directory (exists) */
+    ch_client_t *link;            /* to workerd; owned by the runtime */
+    char agent_sock[CH_PATH_LEN]; /* CHORUS_AGENT_SOCK: redialled when link closes; "": none */
+    uint64_t relink_grace_ms;     /* how long to redial before giving up (exiting) */
+    ch_rdzv_t rdzv;               /* rendezvous store, relayed through workerd */
+    ch_device_t device;           /* workerd --device (CHORUS_DEVICE); cuda: GPU = local_rank */
+    char detail[256];             /* why the kind failed (wrk_rank_fail); "" if not given */
+    char timeout_group[32];       /* a collective wait timed out in this group ("" if not) */
+    uint32_t timeout_peer;        /* waiting for this world rank */
+    uint64_t progress_ms;         /* monotonic: when the last RANK_PROGRESS went out */
+    uint64_t progress_names;      /* a hash of the metric names it carried */
+    uint64_t timeout_seq;         /* in its collective number timeout_seq */
     /* collectives entered per group at the failure (wrk_coll_group_entered) */
     struct {
         const char *group; /* "tp", "dp", "pp", "emb" */
