@@ -325,6 +325,12 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             return rc;
         }
         eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
+        /* bf16 parameter gathers; device memory (no host packing yet) keeps fp32 ones */
+        rc = eng_zero_set_bf16_gather(t->zero, spec->train.precision == CH_PRECISION_BF16);
+        if (rc < 0 && rc != -ENOTSUP) {
+            ch_errf(err, errlen, rc, "ZeRO-3 bf16 gathers: %s", ch_strerror(rc));
+            return rc;
+        }
     }
     if (t->dp) {
         /* what same-host members of the DP group reduce in place (coll.h) */
