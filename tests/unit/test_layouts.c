@@ -1060,10 +1060,11 @@ Test(layouts, bf16_gradient_reduction)
     }
 }
 
-/* bf16 ZeRO-3 parameter gathers move 2 bytes an element: on the CPU (host memory: packed
- * to bf16) against devsim (device memory: the gathers stay fp32), the same bits, and the
- * DP group's all-gather bytes halve while its gradient reduce-scatters stay fp32. */
-Test(layouts, bf16_gathers_move_half_the_bytes)
+/* bf16 ZeRO-3 parameter gathers and pipeline messages move 2 bytes an element: on the CPU
+ * (host memory: packed to bf16) against devsim (device memory: they stay fp32), the same
+ * bits, and the DP group's all-gather bytes and the stages' p2p bytes halve while the
+ * gradient reduce-scatters stay fp32. */
+Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 {
     static const uint32_t x[3] = {1, 2, 2};
     ch_jobspec_t jb, jf;
@@ -1089,5 +1090,8 @@ Test(layouts, bf16_gathers_move_half_the_bytes)
         cr_expect_eq(b[i].dp_gather, f[i].dp_gather, "rank %u: devsim gathers fp32", i);
         cr_expect_eq(2 * a[i].dp_gather, f[i].dp_gather, "rank %u: bf16 gathers halve", i);
         cr_expect_eq(a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients stay fp32", i);
+        cr_expect_gt(f[i].pp_p2p, 0);
+        cr_expect_eq(b[i].pp_p2p, f[i].pp_p2p, "rank %u: devsim sends fp32", i);
+        cr_expect_eq(2 * a[i].pp_p2p, f[i].pp_p2p, "rank %u: bf16 stage boundaries halve", i);
     }
 }

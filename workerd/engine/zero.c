@@ -37,7 +37,8 @@ struct eng_zero {
     int bf16_reduce; /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
     /* train.precision = bf16 (eng_zero_set_bf16_gather): the gathers move bf16, through per
      * slot packed buffers (padded 2-byte elements) and one for the tensors outside blocks
-     * (pk_rest_len elements); NULL: fp32 gathers */
+     * (pk_rest_len elements); NULL: fp32 gathers. Exact: a bf16 run's kernels read every
+     * parameter rounded to bf16 (backend_bf16.h), and rounding twice is rounding once */
     kn_bf16_t **pk;
     kn_bf16_t *pk_rest;
     size_t pk_rest_len;
@@ -70,22 +71,6 @@ static void zfree(const eng_zero_t *z, float *p)
     }
 }
 
-/* bf16 gathers (host memory): the shard packed to bf16 where the all-gather sends it from,
- * and the gathered bf16 widened to the fp32 slots the kernels read. The kernels of a bf16
- * run read every parameter rounded to bf16 (backend_bf16.h) and the rounding is idempotent,
- * so the gathered values they compute with are the same bits as after an fp32 gather. */
-static void pack(kn_bf16_t *dst, const float *src, size_t n)
-{
-    for (size_t k = 0; k < n; k++)
-        dst[k] = kn_bf16_from_f32(src[k]);
-}
-
-static void unpack(float *dst, const kn_bf16_t *src, size_t n)
-{
-    for (size_t k = 0; k < n; k++)
-        dst[k] = kn_f32_from_bf16(src[k]);
-}
-
 /* Wait for buffer s's gather in flight, if any. */
 static int drain(eng_zero_t *z, uint32_t s)
 {
@@ -95,7 +80,7 @@ static int drain(eng_zero_t *z, uint32_t s)
         wrk_coll_req_free(z->req[s]);
         z->req[s] = NULL;
         if (rc == 0 && z->pk)
-            unpack(z->buf[s], z->pk[s], z->padded);
+            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
         z->valid[s] = rc == 0;
     }
     return rc;
@@ -136,11 +121,11 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
     }
     if (z->pk) { /* in place: this rank's packed shard at its own block */
         kn_bf16_t *mine = z->pk[s] + (size_t)z->d * z->S;
-        pack(mine, shard, z->S);
+        kn_bf16_pack(mine, shard, z->S);
         rc =
             wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16, now ? NULL : &z->req[s]);
         if (rc == 0 && now)
-            unpack(z->buf[s], z->pk[s], z->padded);
+            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
     } else {
         rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32,
                                 now ? NULL : &z->req[s]);
@@ -395,10 +380,10 @@ void eng_zero_end_step(eng_zero_t *z)
 static int gather_rest_bf16(eng_zero_t *z, const float *shard, float *full, size_t shard_len)
 {
     kn_bf16_t *mine = z->pk_rest + (size_t)z->d * shard_len;
-    pack(mine, shard, shard_len);
+    kn_bf16_pack(mine, shard, shard_len);
     int rc = wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, NULL);
     if (rc == 0)
-        unpack(full, z->pk_rest, (size_t)z->dpn * shard_len);
+        kn_bf16_unpack(full, z->pk_rest, (size_t)z->dpn * shard_len);
     return rc;
 }
 
