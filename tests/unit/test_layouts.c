@@ -1094,4 +1094,12 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
         cr_expect_eq(b[i].pp_p2p, f[i].pp_p2p, "rank %u: devsim sends fp32", i);
         cr_expect_eq(2 * a[i].pp_p2p, f[i].pp_p2p, "rank %u: bf16 stage boundaries halve", i);
     }
+    /* zb-h1's split backward sends the same tensors: the same bits again */
+    jb.parallel.schedule = CH_SCHEDULE_ZBH1;
+    run(&jb, 0, 0, a);
+    run_on(&jb, 0, 0, DEV_PLAIN, b);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "zb-h1 step %d: bf16 %.9g, fp32 %.9g", s,
+                     a[0].losses[s], b[0].losses[s]);
+    cr_expect_eq(2 * a[0].pp_p2p, f[0].pp_p2p, "zb-h1: bf16 stage boundaries halve");
 }
