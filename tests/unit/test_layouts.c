@@ -80,6 +80,9 @@ typedef struct rank_run {
     eng_trainer_memory_t mem;
     eng_mem_stats_t measured; /* the ledger after the last step */
     int breakdown_ok;         /* every step's parts non-negative and summing to its time */
+    /* message bytes over the run (coll.h): the DP group's all-gathers and reduce-scatters,
+     * the pipeline column's p2p (send, recv, sendrecv) */
+    uint64_t dp_gather, dp_scatter, pp_p2p;
     int rc;
     char msg[512];
 } rank_run_t;
@@ -156,6 +159,13 @@ static void *rank_main(void *arg)
     }
     if (t != NULL)
         eng_trainer_mem(t, &d->measured);
+    if (g != NULL) {
+        d->dp_gather = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLGATHER);
+        d->dp_scatter = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_REDUCE_SCATTER);
+        d->pp_p2p = wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SEND) +
+                    wrk_coll_group_bytes(g->pp, WRK_COLL_OP_RECV) +
+                    wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SENDRECV);
+    }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
     wrk_coll_destroy(c);
@@ -1048,4 +1058,48 @@ Test(layouts, bf16_gradient_reduction)
         cr_expect_leq(d, BF16_TOL_FP32, "grad_reduce = bf16 (replicate %d): %.3g", replicate, d);
         cr_expect_gt(d, 0.0, "grad_reduce = bf16 (replicate %d) changed nothing", replicate);
     }
+}
+
+/* bf16 ZeRO-3 parameter gathers and pipeline messages move 2 bytes an element: on the CPU
+ * (host memory: packed to bf16) against devsim (device memory: they stay fp32), the same
+ * bits, and the DP group's all-gather bytes and the stages' p2p bytes halve while the
+ * gradient reduce-scatters stay fp32. */
+Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
+{
+    static const uint32_t x[3] = {1, 2, 2};
+    ch_jobspec_t jb, jf;
+    rank_run_t a[MAXR], b[MAXR], f[MAXR];
+    bf16_spec(&jb, "bgath", x);
+    spec_for(&jf, "fgath", x[0], x[1], x[2]);
+    /* no checkpoints: their digests' all-gathers (u8) are not the parameters' */
+    jb.checkpoint.dir[0] = jf.checkpoint.dir[0] = '\0';
+    jb.checkpoint.every = jf.checkpoint.every = 0;
+    run(&jb, 0, 0, a);
+    run_on(&jb, 0, 0, DEV_PLAIN, b);
+    run(&jf, 0, 0, f);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: bf16 gathers %.9g, fp32 %.9g", s,
+                     a[0].losses[s], b[0].losses[s]);
+    for (uint32_t i = 0; i < 4; i++) {
+        printf("layouts: 1x2x2 rank %u over %d steps: DP all-gather %llu B bf16, %llu B fp32; "
+               "reduce-scatter %llu B bf16, %llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
+               i, STEPS, (unsigned long long)a[i].dp_gather, (unsigned long long)f[i].dp_gather,
+               (unsigned long long)a[i].dp_scatter, (unsigned long long)f[i].dp_scatter,
+               (unsigned long long)a[i].pp_p2p, (unsigned long long)f[i].pp_p2p);
+        cr_expect_gt(f[i].dp_gather, 0);
+        cr_expect_eq(b[i].dp_gather, f[i].dp_gather, "rank %u: devsim gathers fp32", i);
+        cr_expect_eq(2 * a[i].dp_gather, f[i].dp_gather, "rank %u: bf16 gathers halve", i);
+        cr_expect_eq(a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients stay fp32", i);
+        cr_expect_gt(f[i].pp_p2p, 0);
+        cr_expect_eq(b[i].pp_p2p, f[i].pp_p2p, "rank %u: devsim sends fp32", i);
+        cr_expect_eq(2 * a[i].pp_p2p, f[i].pp_p2p, "rank %u: bf16 stage boundaries halve", i);
+    }
+    /* zb-h1's split backward sends the same tensors: the same bits again */
+    jb.parallel.schedule = CH_SCHEDULE_ZBH1;
+    run(&jb, 0, 0, a);
+    run_on(&jb, 0, 0, DEV_PLAIN, b);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "zb-h1 step %d: bf16 %.9g, fp32 %.9g", s,
+                     a[0].losses[s], b[0].losses[s]);
+    cr_expect_eq(2 * a[0].pp_p2p, f[0].pp_p2p, "zb-h1: bf16 stage boundaries halve");
 }

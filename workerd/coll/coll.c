@@ -56,12 +56,15 @@ const char *wrk_coll_backend_name(wrk_coll_backend_kind_t kind)
 
 const char *wrk_coll_dtype_name(wrk_coll_dtype_t dt)
 {
-    return dt == WRK_COLL_F32 ? "f32" : dt == WRK_COLL_U8 ? "u8" : "?";
+    return dt == WRK_COLL_F32    ? "f32"
+           : dt == WRK_COLL_U8   ? "u8"
+           : dt == WRK_COLL_BF16 ? "bf16"
+                                 : "?";
 }
 
 size_t wrk_coll_dtype_size(wrk_coll_dtype_t dt)
 {
-    return dt == WRK_COLL_F32 ? 4 : dt == WRK_COLL_U8 ? 1 : 0;
+    return dt == WRK_COLL_F32 ? 4 : dt == WRK_COLL_BF16 ? 2 : dt == WRK_COLL_U8 ? 1 : 0;
 }
 
 const char *wrk_coll_op_name(wrk_coll_op_kind_t kind)
@@ -380,6 +383,19 @@ static int check_args(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
     return 0;
 }
 
+/* The message bytes of a (checked) operation: wrk_coll_group_bytes. */
+static uint64_t message_bytes(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
+{
+    size_t esz = wrk_coll_dtype_size(a->dt), n = a->count;
+    if (a->kind == WRK_COLL_OP_REDUCE_SCATTER || a->kind == WRK_COLL_OP_ALLGATHER)
+        n *= g->n;
+    else if (a->kind == WRK_COLL_OP_SENDRECV)
+        n += a->rcount;
+    else if (a->kind == WRK_COLL_OP_BARRIER)
+        n = 0;
+    return (uint64_t)n * esz;
+}
+
 /* Start a request; with out == NULL run it to completion (blocking form). */
 static int start(wrk_coll_group_t *g, const wrk_coll_args_t *a, wrk_coll_req_t **out)
 {
@@ -401,6 +417,7 @@ static int start(wrk_coll_group_t *g, const wrk_coll_args_t *a, wrk_coll_req_t *
     if (a->kind != WRK_COLL_OP_SEND && a->kind != WRK_COLL_OP_RECV &&
         a->kind != WRK_COLL_OP_SENDRECV)
         g->entered++;
+    g->bytes[a->kind] += message_bytes(g, a);
     rc = wrk_coll_front_start(r);
     if (rc < 0) {
         free(r);
@@ -618,6 +635,11 @@ uint64_t wrk_coll_timeout_seq(const wrk_coll_t *c)
 uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g)
 {
     return g ? g->wait_ns : 0;
+}
+
+uint64_t wrk_coll_group_bytes(const wrk_coll_group_t *g, wrk_coll_op_kind_t kind)
+{
+    return g && (unsigned)kind < sizeof g->bytes / sizeof g->bytes[0] ? g->bytes[kind] : 0;
 }
 
 int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)

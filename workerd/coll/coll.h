@@ -41,7 +41,9 @@ typedef struct wrk_coll_group wrk_coll_group_t;
 typedef struct wrk_coll_req wrk_coll_req_t;
 
 typedef enum { WRK_COLL_UCX = 0, WRK_COLL_NCCL = 1 } wrk_coll_backend_kind_t;
-typedef enum { WRK_COLL_F32 = 0, WRK_COLL_U8 = 1 } wrk_coll_dtype_t;
+/* BF16: 2-byte elements moved, never reduced (bf16 working copies of a mixed-precision run,
+ * kernels/bf16.h; NCCL's ncclBfloat16). Reductions take F32 only. */
+typedef enum { WRK_COLL_F32 = 0, WRK_COLL_U8 = 1, WRK_COLL_BF16 = 2 } wrk_coll_dtype_t;
 typedef enum { WRK_COLL_SUM = 0, WRK_COLL_MAX = 1 } wrk_coll_redop_t;
 
 /* Groups built from the layout. Fixed ids keep the tags of different groups apart (two
@@ -177,6 +179,7 @@ uint64_t wrk_coll_timeout_seq(const wrk_coll_t *c);
  * forms included; a request that completes without waiting costs nothing here): how the
  * engine splits a step into compute and communication. 0 for NULL. */
 uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g);
+
 /* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
 void wrk_coll_req_free(wrk_coll_req_t *req);
 
@@ -197,6 +200,13 @@ typedef enum {
 /* out = a op b elementwise (fp32), out may alias a or b. Elementwise and commutative, so
  * the bits depend only on the operands. */
 void wrk_coll_reduce(wrk_coll_redop_t op, float *out, const float *a, const float *b, size_t n);
+
+/* Bytes of the operations of this kind the caller has started in g so far: each one's
+ * message size in NCCL's sense, count * the dtype's size over the whole buffer (an
+ * all-gather's or reduce-scatter's group size * block, a sendrecv's both halves; a
+ * sendrecv counts as SENDRECV, not as a SEND and a RECV): what precision changes in a
+ * step's communication. 0 for NULL. */
+uint64_t wrk_coll_group_bytes(const wrk_coll_group_t *g, wrk_coll_op_kind_t kind);
 
 /* "allreduce", "reduce_scatter", ... (metric names, logs). */
 const char *wrk_coll_op_name(wrk_coll_op_kind_t kind);

@@ -350,7 +350,7 @@ static void nccl_group_fini(wrk_coll_group_t *g)
 
 static ncclDataType_t nccl_dtype(wrk_coll_dtype_t dt)
 {
-    return dt == WRK_COLL_F32 ? ncclFloat32 : ncclUint8;
+    return dt == WRK_COLL_F32 ? ncclFloat32 : dt == WRK_COLL_BF16 ? ncclBfloat16 : ncclUint8;
 }
 
 /* The paired exchange as one NCCL group: the send and the receive are launched together, so

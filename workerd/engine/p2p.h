@@ -14,17 +14,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/bf16.h"
 #include "workerd/coll/coll.h"
 
 typedef struct eng_p2p {
     wrk_coll_group_t *pp; /* the pipeline column; borrowed */
     int32_t prev, next;   /* neighbours' indices in pp, -1 at the ends */
     uint64_t wait_ns;     /* time blocked in receives and in waits for sends */
+    /* eng_p2p_set_bf16: messages move bf16 (2 bytes an element), through these host
+     * buffers of cap elements (the receive's and the exchange's send half); 0: fp32 */
+    int bf16;
+    size_t cap;
+    kn_bf16_t *rpk, *spk;
 } eng_p2p_t;
 
 /* A send in flight: its buffer is borrowed until eng_p2p_finish. */
 typedef struct eng_p2p_req {
     wrk_coll_req_t *req;
+    kn_bf16_t *pk; /* bf16: the packed message, kept for the next send (eng_p2p_req_release) */
+    size_t cap;
 } eng_p2p_req_t;
 
 void eng_p2p_init(eng_p2p_t *p, wrk_coll_group_t *pp, int32_t prev, int32_t next);
@@ -41,5 +49,16 @@ int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n
 int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
+/* A finished request's packed buffer freed (bf16); the request is then empty. */
+void eng_p2p_req_release(eng_p2p_req_t *r);
+
+/* train.precision = bf16 with host memory buffers: every message of at most n floats is
+ * packed to bf16 (kernels/bf16.h), moved as WRK_COLL_BF16 and widened on arrival. Exact only
+ * because a bf16 run stores every activation and activation gradient rounded to bf16
+ * (backend_bf16.h), the values crossing a stage boundary included: the same bits as fp32
+ * messages. Both neighbours must agree (the same job). 0 or -ENOMEM (then fp32). */
+int eng_p2p_set_bf16(eng_p2p_t *p, size_t n);
+/* Release set_bf16's buffers (the pipeline's fini). */
+void eng_p2p_fini(eng_p2p_t *p);
 
 #endif

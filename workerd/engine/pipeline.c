@@ -65,10 +65,15 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
 
 void eng_pipeline_fini(eng_pipeline_t *p)
 {
-    for (uint32_t i = 0; p->ysend && i < p->slots; i++)
+    for (uint32_t i = 0; p->ysend && i < p->slots; i++) {
         eng_p2p_finish(&p->p2p, &p->ysend[i]);
-    for (uint32_t i = 0; p->dxsend && i < p->slots; i++)
+        eng_p2p_req_release(&p->ysend[i]);
+    }
+    for (uint32_t i = 0; p->dxsend && i < p->slots; i++) {
         eng_p2p_finish(&p->p2p, &p->dxsend[i]);
+        eng_p2p_req_release(&p->dxsend[i]);
+    }
+    eng_p2p_fini(&p->p2p);
     free(p->ysend);
     free(p->dxsend);
     if (p->be) {

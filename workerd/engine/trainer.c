@@ -135,6 +135,9 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     int rc = eng_pipeline_init(&t->pipe, sched, eng_mem_view(t->be, ENG_MEM_ACTS), t->pp, t->stages,
                                t->stage, t->groups ? t->groups->pp_prev : -1,
                                t->groups ? t->groups->pp_next : -1, m, n);
+    /* bf16 stage boundaries (exact: bf16 activations); packed on the host only */
+    if (rc == 0 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 && t->be->host_memory)
+        rc = eng_p2p_set_bf16(&t->pipe.p2p, n);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
@@ -325,6 +328,12 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             return rc;
         }
         eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
+        /* bf16 parameter gathers; device memory (no host packing yet) keeps fp32 ones */
+        rc = eng_zero_set_bf16_gather(t->zero, spec->train.precision == CH_PRECISION_BF16);
+        if (rc < 0 && rc != -ENOTSUP) {
+            ch_errf(err, errlen, rc, "ZeRO-3 bf16 gathers: %s", ch_strerror(rc));
+            return rc;
+        }
     }
     if (t->dp) {
         /* what same-host members of the DP group reduce in place (coll.h) */

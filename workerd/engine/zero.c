@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "kernels/bf16.h"
 #include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/mem.h"
 
@@ -34,6 +35,13 @@ struct eng_zero {
     wrk_coll_req_t **req;
     float *full_g;   /* padded: the block's unsharded gradient during its backward */
     int bf16_reduce; /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
+    /* train.precision = bf16 (eng_zero_set_bf16_gather): the gathers move bf16, through per
+     * slot packed buffers (padded 2-byte elements) and one for the tensors outside blocks
+     * (pk_rest_len elements); NULL: fp32 gathers. Exact: a bf16 run's kernels read every
+     * parameter rounded to bf16 (backend_bf16.h), and rounding twice is rounding once */
+    kn_bf16_t **pk;
+    kn_bf16_t *pk_rest;
+    size_t pk_rest_len;
 };
 
 /* floats of kind (mem.h), zeroed: the collectives' memory, or the backend's without a
@@ -71,6 +79,8 @@ static int drain(eng_zero_t *z, uint32_t s)
         rc = wrk_coll_wait(z->req[s], -1);
         wrk_coll_req_free(z->req[s]);
         z->req[s] = NULL;
+        if (rc == 0 && z->pk)
+            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
         z->valid[s] = rc == 0;
     }
     return rc;
@@ -109,7 +119,17 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
         z->valid[s] = rc == 0;
         return rc;
     }
-    rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32, now ? NULL : &z->req[s]);
+    if (z->pk) { /* in place: this rank's packed shard at its own block */
+        kn_bf16_t *mine = z->pk[s] + (size_t)z->d * z->S;
+        kn_bf16_pack(mine, shard, z->S);
+        rc =
+            wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16, now ? NULL : &z->req[s]);
+        if (rc == 0 && now)
+            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
+    } else {
+        rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32,
+                                now ? NULL : &z->req[s]);
+    }
     if (rc == 0 && now)
         z->valid[s] = 1;
     return rc;
@@ -321,6 +341,10 @@ void eng_zero_destroy(eng_zero_t *z)
     }
     for (uint32_t s = 0; z->buf && s < z->nbuf; s++)
         zfree(z, z->buf[s]);
+    for (uint32_t s = 0; z->pk && s < z->nbuf; s++)
+        zfree(z, (float *)z->pk[s]);
+    zfree(z, (float *)z->pk_rest);
+    free(z->pk);
     zfree(z, z->p);
     zfree(z, z->g);
     zfree(z, z->am);
@@ -352,6 +376,17 @@ void eng_zero_end_step(eng_zero_t *z)
     drain_all(z);
 }
 
+/* One tensor outside blocks gathered in bf16 (shard_len elements a member) into full. */
+static int gather_rest_bf16(eng_zero_t *z, const float *shard, float *full, size_t shard_len)
+{
+    kn_bf16_t *mine = z->pk_rest + (size_t)z->d * shard_len;
+    kn_bf16_pack(mine, shard, shard_len);
+    int rc = wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, NULL);
+    if (rc == 0)
+        kn_bf16_unpack(full, z->pk_rest, (size_t)z->dpn * shard_len);
+    return rc;
+}
+
 int eng_zero_gather_rest(eng_zero_t *z)
 {
     float *params = eng_model_params(z->m);
@@ -360,7 +395,9 @@ int eng_zero_gather_rest(eng_zero_t *z)
     FOR_EACH_REST(z, t)
     {
         const float *shard = z->p + t->shard_base;
-        if (rc == 0 && z->dp)
+        if (rc == 0 && z->dp && z->pk)
+            rc = gather_rest_bf16(z, shard, params + t->offset, t->shard_len);
+        else if (rc == 0 && z->dp)
             rc = wrk_coll_allgather(z->dp, shard, params + t->offset, t->shard_len, WRK_COLL_F32,
                                     NULL);
         else if (rc == 0)
@@ -402,11 +439,46 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
     /* the blocks' buffers, and the model's slab: the tensors outside blocks gathered, and
      * their unsharded gradients */
     *gathered = (((size_t)z->nbuf + 1) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
+    if (z->pk) /* the bf16 gathers' packed buffers */
+        *gathered += ((size_t)z->nbuf * z->padded + z->pk_rest_len) * sizeof(kn_bf16_t);
 }
 
 void eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
 {
     z->bf16_reduce = on;
+}
+
+int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
+{
+    if (!on || z->pk || !z->dp)
+        return 0;
+    if (!z->be->host_memory)
+        return -ENOTSUP; /* packing runs on the host: device memory gathers fp32 */
+    const eng_tensor_t *t;
+    size_t rest = 0;
+    FOR_EACH_REST(z, t)
+    {
+        size_t n = (size_t)z->dpn * t->shard_len;
+        rest = n > rest ? n : rest;
+    }
+    z->pk = calloc(z->nbuf, sizeof *z->pk);
+    if (!z->pk)
+        return -ENOMEM;
+    /* 2-byte elements in float-sized allocations: zalloc's units, rounded up */
+    int rc = zalloc(z, ENG_MEM_GATHERED, (rest + 1) / 2, (float **)&z->pk_rest);
+    for (uint32_t s = 0; rc == 0 && s < z->nbuf; s++)
+        rc = zalloc(z, ENG_MEM_GATHERED, (z->padded + 1) / 2, (float **)&z->pk[s]);
+    z->pk_rest_len = rest;
+    if (rc < 0) { /* back to fp32 gathers */
+        for (uint32_t s = 0; s < z->nbuf; s++)
+            zfree(z, (float *)z->pk[s]);
+        zfree(z, (float *)z->pk_rest);
+        free(z->pk);
+        z->pk = NULL;
+        z->pk_rest = NULL;
+        z->pk_rest_len = 0;
+    }
+    return rc;
 }
 
 size_t eng_zero_shard_len(const eng_zero_t *z)
