@@ -91,8 +91,11 @@ static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
 {
     if (a->stopping)
         return;
+    /* A rank's restart phase reports (RankEvent.phase: once each per generation, timed by
+     * the coordinator) go at once like rank 0's; only per-step progress is held. */
     if (a->progress && ev->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS && ev->rank != 0 &&
-        a->registered && a->queue.len == 0 && wrk_progress_add(a->progress, ev) == 0)
+        ev->phase == 0 && a->registered && a->queue.len == 0 &&
+        wrk_progress_add(a->progress, ev) == 0)
         return;
     if (a->progress && ev->kind != CHORUS__RANK_EVENT_KIND__RANK_PROGRESS)
         wrk_progress_flush(a->progress, ev->job_id, ev->generation);

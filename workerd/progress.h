@@ -17,7 +17,8 @@
  * before a lifecycle event.
  *
  * What is not held here is the owner's business: rank 0's reports (the job's loss, every
- * step), failures, exits, hangs and checkpoints go at once. Before such an event of a job
+ * step), a rank's restart phase reports, failures, exits, hangs and checkpoints go at
+ * once. Before such an event of a job
  * the owner calls wrk_progress_flush for it, so the coordinator sees a rank's progress
  * before its exit, as before. */
 #ifndef WRK_PROGRESS_H
