@@ -66,7 +66,12 @@ bin=$root$prefix/bin
 etc=$root/etc/chorus
 "$bin/chorusctl" keygen "$etc/cluster.key" >/dev/null
 mkdir -p "$scratch/state" "$scratch/run"
-"$bin/coordinatord" --config "$etc/coordinatord.conf" --key "$etc/cluster.key" \
+# Step 1 on a real node creates the system user chorus-jobs (the example config's
+# run-as-user); a DESTDIR install touches nothing outside its root, so on a machine where
+# no install ran, root's jobs run as nobody here instead.
+runas=()
+getent passwd chorus-jobs >/dev/null || runas=(--run-as-user nobody)
+"$bin/coordinatord" --config "$etc/coordinatord.conf" --key "$etc/cluster.key" "${runas[@]}" \
   --listen 127.0.0.1:0 --ctl-socket "$scratch/ctl.sock" --state-dir "$scratch/state" \
   --metrics "" --heartbeat-ms 100 --dead-after-ms 1000 >"$scratch/coordinatord.log" 2>&1 &
 pids+=($!)
