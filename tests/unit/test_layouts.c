@@ -831,6 +831,14 @@ Test(layouts, recompute_is_exact_and_measured)
     }
 }
 
+/* The 1x1x1 reference run, job `name` with checkpoints in its own folder of that name. */
+static void run_one_rank(const char *name, rank_run_t *o)
+{
+    ch_jobspec_t one;
+    spec_for(&one, name, 1, 1, 1);
+    snprintf(one.checkpoint.dir, sizeof one.checkpoint.dir, "%s/%s", dir, name);
+    run(&one, 0, 0, o);
+}
 /* parallel.schedule = zb-h1 (weight passes deferred into the cool-down) on every pipeline
  * layout of this file: the same bits as 1f1b, losses, validation losses and every rank's
  * checkpoint file (ZeRO-3 shards included), so within the one-rank tolerance; the measured
@@ -838,11 +846,8 @@ Test(layouts, recompute_is_exact_and_measured)
 Test(layouts, zbh1_is_exact_and_measured)
 {
     static const uint32_t cases[][3] = {{1, 2, 1}, {2, 2, 1}, {2, 2, 2}, {1, 3, 1}, {1, 2, 2}};
-    ch_jobspec_t one;
     rank_run_t o[MAXR], a[MAXR], b[MAXR];
-    spec_for(&one, "zb111", 1, 1, 1);
-    snprintf(one.checkpoint.dir, sizeof one.checkpoint.dir, "%s/zb111", dir);
-    run(&one, 0, 0, o);
+    run_one_rank("zb111", o);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ch_jobspec_t j[2];
         for (int md = 0; md < 2; md++) {
@@ -894,11 +899,8 @@ Test(layouts, zbh1_is_exact_and_measured)
 Test(layouts, interleaved_is_exact_and_repeatable)
 {
     static const uint32_t cases[][3] = {{1, 2, 1}, {1, 2, 2}, {2, 2, 1}};
-    ch_jobspec_t one;
     rank_run_t o[MAXR], a[MAXR], b[MAXR];
-    spec_for(&one, "il111", 1, 1, 1);
-    snprintf(one.checkpoint.dir, sizeof one.checkpoint.dir, "%s/il111", dir);
-    run(&one, 0, 0, o);
+    run_one_rank("il111", o);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ch_jobspec_t j[3]; /* interleaved twice, then 1f1b */
         for (int md = 0; md < 3; md++) {
