@@ -131,13 +131,6 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
                  "chunks are checked exact on the CPU only); use 1f1b or cpu");
         return CH_E_CONFIG;
     }
-    if (j->parallel.recompute != CH_RECOMPUTE_NONE) {
-        snprintf(err, errlen,
-                 "parallel.recompute: %s is not checked with parallel.schedule = interleaved "
-                 "yet; use none",
-                 ch_recompute_name(j->parallel.recompute));
-        return CH_E_CONFIG;
-    }
     return 0;
 }
 

@@ -21,7 +21,7 @@ const char *ch_stage_split_name(ch_stage_split_t s);
 /* parallel.schedule: the pipeline schedule (workerd/engine/pipeline.h). zb-h1: each
  * backward split into an input-gradient and a weight-gradient pass, the weight passes
  * deferred into the cool-down (Qi et al. 2023). interleaved: Megatron's interleaved 1F1B over
- * virtual_stages chunks per rank (CPU only, recompute none). */
+ * virtual_stages chunks per rank (CPU only). */
 typedef enum {
     CH_SCHEDULE_1F1B = 0,
     CH_SCHEDULE_INTERLEAVED = 1,

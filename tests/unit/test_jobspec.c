@@ -276,7 +276,7 @@ Test(jobspec, validate_schedule)
             "parallel.recompute: full cannot combine with parallel.schedule = zb-h1");
     INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.train.device = CH_DEVICE_CUDA),
             "train.device: cuda cannot run parallel.schedule = zb-h1");
-    /* Megatron's rules; CPU only, without recomputation */
+    /* Megatron's rules; CPU only */
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2),
             "parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2");
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
@@ -289,10 +289,9 @@ Test(jobspec, validate_schedule)
              j.parallel.virtual_stages = 2, j.parallel.microbatches = 4,
              j.train.device = CH_DEVICE_CUDA),
             "train.device: cuda cannot run parallel.schedule = interleaved");
-    INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
-             j.parallel.virtual_stages = 2, j.parallel.microbatches = 4,
-             j.parallel.recompute = CH_RECOMPUTE_SELECTIVE),
-            "parallel.recompute: selective is not checked with parallel.schedule = interleaved");
+    VALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+           j.parallel.virtual_stages = 2, j.parallel.microbatches = 4,
+           j.parallel.recompute = CH_RECOMPUTE_FULL));
     VALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
            j.parallel.virtual_stages = 2, j.parallel.microbatches = 4));
 }

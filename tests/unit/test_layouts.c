@@ -893,6 +893,18 @@ Test(layouts, zbh1_is_exact_and_measured)
     }
 }
 
+/* Every rank's measured peak within 1% of the plan's (case k of a test). */
+static void expect_plan_peak(const ch_jobspec_t *j, const rank_run_t *r, size_t k)
+{
+    for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(j)); i++) {
+        ch_plan_t p;
+        plan_of(j, i, &p);
+        double peak = (double)r[i].measured.total_peak;
+        cr_expect_leq(fabs(p.total_bytes - peak) / peak, 0.01,
+                      "case %zu rank %u: plan %.0f, measured %.0f", k, i, p.total_bytes, peak);
+    }
+}
+
 /* parallel.schedule = interleaved, 2 chunks per rank (rank s holds blocks s and s + 2): within
  * 1e-4 of one rank, bit for bit itself run twice (losses and checkpoints), and 1f1b's step 10
  * resumed under it (another split of the blocks) within 1e-4 of 1f1b. */
@@ -916,13 +928,7 @@ Test(layouts, interleaved_is_exact_and_repeatable)
         }
         run(&j[0], 0, 0, a);
         run(&j[1], 0, 0, b);
-        for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&j[0])); i++) {
-            ch_plan_t p;
-            plan_of(&j[0], i, &p);
-            double peak = (double)a[i].measured.total_peak;
-            cr_expect_leq(fabs(p.total_bytes - peak) / peak, 0.01,
-                          "case %zu rank %u: plan %.0f, measured %.0f", k, i, p.total_bytes, peak);
-        }
+        expect_plan_peak(&j[0], a, k);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
             double rel = fabs(a[0].losses[s] - o[0].losses[s]) / fabs(o[0].losses[s]);
@@ -934,6 +940,16 @@ Test(layouts, interleaved_is_exact_and_repeatable)
         }
         expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
                            "interleaved twice");
+        /* recomputation: the same bits, and the plan's peak still the measured one */
+        ch_jobspec_t r = j[0];
+        r.parallel.recompute = k % 2 ? CH_RECOMPUTE_FULL : CH_RECOMPUTE_SELECTIVE;
+        r.checkpoint.every = 0;
+        run(&r, 0, 0, a);
+        expect_plan_peak(&r, a, k);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s],
+                         "case %zu step %d: recompute %s %.9g, %.9g", k, s,
+                         ch_recompute_name(r.parallel.recompute), a[0].losses[s], b[0].losses[s]);
         /* 1f1b's step 10 resumed under interleaved: 1f1b's losses within 1e-4 */
         run(&j[2], 0, 0, a);
         ch_jobspec_t x = j[0];

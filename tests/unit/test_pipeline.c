@@ -296,6 +296,18 @@ static void interleaved_like_1f1b(uint32_t pp, uint32_t v, uint32_t layers, uint
         cr_expect_leq(rel, 1e-4, "pp=%u v=%u m=%u step %d: interleaved %.9g, 1f1b %.9g", pp, v, m,
                       s, y[0].losses[s], x[0].losses[s]);
     }
+    /* recomputation (selective, full): the same bits as keeping everything */
+    for (int k = 1; k <= 2; k++) {
+        ch_jobspec_t rc = il;
+        rc.parallel.recompute = k == 1 ? CH_RECOMPUTE_SELECTIVE : CH_RECOMPUTE_FULL;
+        snprintf(rc.name, sizeof rc.name, "il%d-pp%u-v%u-m%u", k, pp, v, m);
+        free_runs(x, pp);
+        run_layout(&rc, 0, x);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(x[0].losses[s], y[0].losses[s],
+                         "pp=%u v=%u m=%u step %d: recompute %s %.9g, none %.9g", pp, v, m, s,
+                         ch_recompute_name(rc.parallel.recompute), x[0].losses[s], y[0].losses[s]);
+    }
     printf("pipeline: interleaved pp=%u v=%u m=%u: worst loss rel diff to 1f1b %.3g\n", pp, v, m,
            worst);
     free_runs(x, pp);
