@@ -20,8 +20,8 @@ typedef enum { CH_SPLIT_EVEN = 0, CH_SPLIT_BALANCED = 1, CH_SPLIT_AUTO = 2 } ch_
 const char *ch_stage_split_name(ch_stage_split_t s);
 /* parallel.schedule: the pipeline schedule (workerd/engine/pipeline.h). zb-h1: each
  * backward split into an input-gradient and a weight-gradient pass, the weight passes
- * deferred into the cool-down (Qi et al. 2023). interleaved: parsed and checked against
- * Megatron's rules, refused by validation: not built yet. */
+ * deferred into the cool-down (Qi et al. 2023). interleaved: Megatron's interleaved 1F1B over
+ * virtual_stages chunks per rank (CPU only). */
 typedef enum {
     CH_SCHEDULE_1F1B = 0,
     CH_SCHEDULE_INTERLEAVED = 1,

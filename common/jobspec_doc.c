@@ -41,7 +41,9 @@ static const ch_jobspec_doc_t docs[] = {
     {"parallel", "schedule", "", "1f1b | interleaved | zb-h1",
      "Pipeline schedule. zb-h1: each backward split into input- and weight-gradient passes, "
      "the weight passes deferred into the cool-down (same bits as 1f1b; not with recompute "
-     "or cuda). interleaved: checked against Megatron's rules, not built yet."},
+     "or cuda). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks per rank, "
+     "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping all of a step's "
+     "micro-batches (CPU only)."},
     {"parallel", "virtual_stages", "chunks", NULL,
      "Model chunks per pipeline rank (interleaved only): microbatches a multiple of pp, "
      "model.layers divisible by pp x virtual_stages."},

@@ -72,6 +72,8 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
         m.padded_vocab = ch_layout_padded_vocab(j->model.vocab, j->parallel.tp);
     m.balanced_stages = j->parallel.stage_split == CH_SPLIT_BALANCED;
     m.schedule = j->parallel.schedule;
+    m.virtual_stages =
+        j->parallel.schedule == CH_SCHEDULE_INTERLEAVED ? j->parallel.virtual_stages : 1;
     if (j->parallel.stage_split == CH_SPLIT_AUTO)
         m.balanced_stages = auto_balanced(j, m);
     if (j->train.device == CH_DEVICE_CUDA && m.heads > 0 &&
@@ -170,8 +172,9 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->flops = flops_per_seq(T, L, C, p->padded_vocab) * p->sequences;
     /* ZB-H1: (p - 1)(T_F + T_B - T_W) idle against m(T_F + T_B + T_W) busy, with the
      * paper's T_F = T_B = T_W */
-    p->bubble =
-        m->schedule == CH_SCHEDULE_ZBH1 ? (pp - 1) / (3 * mb + pp - 1) : (pp - 1) / (mb + pp - 1);
+    const double v = m->virtual_stages > 1 ? m->virtual_stages : 1; /* interleaved: v * m */
+    p->bubble = m->schedule == CH_SCHEDULE_ZBH1 ? (pp - 1) / (3 * mb + pp - 1)
+                                                : (pp - 1) / (v * mb + pp - 1);
 }
 
 static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
@@ -183,7 +186,14 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     const double wte = p->padded_vocab * C / tp;
 
     p->stage = s;
-    ch_layout_stage_blocks(m->layers, l.pp, s, ch_plan_head_blocks(m), &p->first_block, &p->blocks);
+    const uint32_t v = m->virtual_stages > 1 ? m->virtual_stages : 1;
+    if (v > 1) { /* v chunks of layers / (pp v), the first at block s * layers / (pp v) */
+        p->blocks = m->layers / l.pp;
+        p->first_block = s * (m->layers / (l.pp * v));
+    } else {
+        ch_layout_stage_blocks(m->layers, l.pp, s, ch_plan_head_blocks(m), &p->first_block,
+                               &p->blocks);
+    }
     p->embeddings = s == 0;
     p->head = s == l.pp - 1;
     const double nb = p->blocks;
@@ -238,16 +248,18 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         kept += F32 * N + W * N * C;
     if (last)
         kept += W * N * C + F32 * 5 * N;
-    if (!first)
+    if (v > 1) /* per micro-batch and chunk: input, output gradient, input gradient, output */
+        kept += F32 * 4 * v * N * C;
+    else if (!first)
         kept += W * 2 * N * C;
-    double scratch =
-        W * (3 * N * C + 4 * N * C / tp + (last ? 0 : N * C)) + F32 * T * T + (nb > 0 ? redo : 0);
+    double scratch = W * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C)) + F32 * T * T +
+                     (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
         scratch += F32 * (logits + (tp > 1 ? logits + 3 * rows : 0));
     }
-    uint32_t held = m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
+    uint32_t held = v > 1 ? microbatches : m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
     p->in_flight = held < microbatches ? held : microbatches;
     p->act_mb_bytes = kept;
     p->scratch_bytes = scratch;

@@ -98,6 +98,10 @@ typedef struct ch_model_cfg {
     /* train.precision = bf16 without train.emulate: the working copy and the activations in
      * 2 bytes (the GPU path's figures; below). Not part of the model's identity either. */
     uint32_t bf16;
+    /* parallel.virtual_stages under interleaved (0 or 1: one chunk): each stage's v chunks
+     * keep every micro-batch of a step (pipeline.h: one slot per micro-batch). Not part of
+     * the model's identity either. */
+    uint32_t virtual_stages;
 } ch_model_cfg_t;
 
 /* The largest head size CUDA's fused attention takes (kernels/cuda.h's KN_CUDA_FLASH_MAX_HS;

@@ -77,10 +77,15 @@ typedef struct bench_cfg {
 } bench_cfg_t;
 
 static const bench_cfg_t configs[] = {
-    {"small", {6, 6, 384, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0}, 4, 5, 2, 1},
-    {"gpt2_124m", {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0}, 1, 3, 1, 0},
-    {"gpt2_124m_b4t64", {12, 12, 768, 50257, 50304, 64, 0, CH_SCHEDULE_1F1B, 0, 0}, 4, 5, 1, 0},
-    {"gpt2_124m_b8t256", {12, 12, 768, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0}, 8, 3, 1, 0},
+    {"small", {6, 6, 384, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0, 0}, 4, 5, 2, 1},
+    {"gpt2_124m", {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0, 0}, 1, 3, 1, 0},
+    {"gpt2_124m_b4t64", {12, 12, 768, 50257, 50304, 64, 0, CH_SCHEDULE_1F1B, 0, 0, 0}, 4, 5, 1, 0},
+    {"gpt2_124m_b8t256",
+     {12, 12, 768, 50257, 50304, 256, 0, CH_SCHEDULE_1F1B, 0, 0, 0},
+     8,
+     3,
+     1,
+     0},
 };
 
 static int unfused; /* --unfused: the optimizer in three passes, as before the fused step */
@@ -527,7 +532,8 @@ out:
 #define CUDA_MAX_B    64 /* halved until the model, its Adam state and activations fit */
 #define CUDA_FILL_MAX ((size_t)1 << 20)
 
-static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
+static const eng_config_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B,
+                                       0,  0,  0};
 
 /* n floats of backend memory filled with a repeated normal pattern (not zeros: a GEMM on
  * zeros draws less power and clocks higher than on data); NULL when it does not fit */

@@ -276,7 +276,7 @@ Test(jobspec, validate_schedule)
             "parallel.recompute: full cannot combine with parallel.schedule = zb-h1");
     INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.train.device = CH_DEVICE_CUDA),
             "train.device: cuda cannot run parallel.schedule = zb-h1");
-    /* Megatron's rules, then "not built yet" */
+    /* Megatron's rules; CPU only */
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2),
             "parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2");
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
@@ -286,10 +286,14 @@ Test(jobspec, validate_schedule)
              j.parallel.virtual_stages = 3, j.parallel.microbatches = 4),
             "parallel.virtual_stages: model.layers 4 is not divisible by pp x virtual_stages = 6");
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
-             j.parallel.virtual_stages = 2, j.parallel.microbatches = 4),
-            "parallel.schedule: interleaved is not built yet (the rules hold: 2 chunks of 1 "
-            "blocks per rank; its bubble would be (pp-1)/(virtual_stages x microbatches+pp-1) "
-            "= 0.111, 1f1b's 0.200)");
+             j.parallel.virtual_stages = 2, j.parallel.microbatches = 4,
+             j.train.device = CH_DEVICE_CUDA),
+            "train.device: cuda cannot run parallel.schedule = interleaved");
+    VALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+           j.parallel.virtual_stages = 2, j.parallel.microbatches = 4,
+           j.parallel.recompute = CH_RECOMPUTE_FULL));
+    VALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2,
+           j.parallel.virtual_stages = 2, j.parallel.microbatches = 4));
 }
 
 /* The canonical text carries the schedule keys across processes. */

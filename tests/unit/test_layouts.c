@@ -841,6 +841,14 @@ Test(layouts, recompute_is_exact_and_measured)
     }
 }
 
+/* The 1x1x1 reference run, job `name` with checkpoints in its own folder of that name. */
+static void run_one_rank(const char *name, rank_run_t *o)
+{
+    ch_jobspec_t one;
+    spec_for(&one, name, 1, 1, 1);
+    snprintf(one.checkpoint.dir, sizeof one.checkpoint.dir, "%s/%s", dir, name);
+    run(&one, 0, 0, o);
+}
 /* parallel.schedule = zb-h1 (weight passes deferred into the cool-down) on every pipeline
  * layout of this file: the same bits as 1f1b, losses, validation losses and every rank's
  * checkpoint file (ZeRO-3 shards included), so within the one-rank tolerance; the measured
@@ -848,11 +856,8 @@ Test(layouts, recompute_is_exact_and_measured)
 Test(layouts, zbh1_is_exact_and_measured)
 {
     static const uint32_t cases[][3] = {{1, 2, 1}, {2, 2, 1}, {2, 2, 2}, {1, 3, 1}, {1, 2, 2}};
-    ch_jobspec_t one;
     rank_run_t o[MAXR], a[MAXR], b[MAXR];
-    spec_for(&one, "zb111", 1, 1, 1);
-    snprintf(one.checkpoint.dir, sizeof one.checkpoint.dir, "%s/zb111", dir);
-    run(&one, 0, 0, o);
+    run_one_rank("zb111", o);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ch_jobspec_t j[2];
         for (int md = 0; md < 2; md++) {
@@ -895,6 +900,81 @@ Test(layouts, zbh1_is_exact_and_measured)
                          k, s);
         expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
                            "1f1b resumed under zb-h1");
+    }
+}
+
+/* Every rank's measured peak within 1% of the plan's (case k of a test). */
+static void expect_plan_peak(const ch_jobspec_t *j, const rank_run_t *r, size_t k)
+{
+    for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(j)); i++) {
+        ch_plan_t p;
+        plan_of(j, i, &p);
+        double peak = (double)r[i].measured.total_peak;
+        cr_expect_leq(fabs(p.total_bytes - peak) / peak, 0.01,
+                      "case %zu rank %u: plan %.0f, measured %.0f", k, i, p.total_bytes, peak);
+    }
+}
+
+/* parallel.schedule = interleaved, 2 chunks per rank (rank s holds blocks s and s + 2): within
+ * 1e-4 of one rank, bit for bit itself run twice (losses and checkpoints), and 1f1b's step 10
+ * resumed under it (another split of the blocks) within 1e-4 of 1f1b. */
+Test(layouts, interleaved_is_exact_and_repeatable)
+{
+    static const uint32_t cases[][3] = {{1, 2, 1}, {1, 2, 2}, {2, 2, 1}};
+    rank_run_t o[MAXR], a[MAXR], b[MAXR];
+    run_one_rank("il111", o);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ch_jobspec_t j[3]; /* interleaved twice, then 1f1b */
+        for (int md = 0; md < 3; md++) {
+            spec_for(&j[md], "il", cases[k][0], cases[k][1], cases[k][2]);
+            j[md].parallel.microbatches = cases[k][2] == 1 ? 6 : 2; /* groups of pp */
+            j[md].parallel.micro_batch_size =
+                GLOBAL_SEQS / cases[k][2] / j[md].parallel.microbatches;
+            if (md < 2) {
+                j[md].parallel.schedule = CH_SCHEDULE_INTERLEAVED;
+                j[md].parallel.virtual_stages = 2;
+            }
+            snprintf(j[md].checkpoint.dir, sizeof j[md].checkpoint.dir, "%s/il%zu-%d", dir, k, md);
+        }
+        run(&j[0], 0, 0, a);
+        run(&j[1], 0, 0, b);
+        expect_plan_peak(&j[0], a, k);
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double rel = fabs(a[0].losses[s] - o[0].losses[s]) / fabs(o[0].losses[s]);
+            worst = rel > worst ? rel : worst;
+            cr_expect_eq(a[0].losses[s], b[0].losses[s], "case %zu step %d: run twice %.9g, %.9g",
+                         k, s, a[0].losses[s], b[0].losses[s]);
+            cr_expect_leq(rel, 1e-4, "case %zu step %d: interleaved %.9g, one rank %.9g", k, s,
+                          a[0].losses[s], o[0].losses[s]);
+        }
+        expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
+                           "interleaved twice");
+        /* recomputation: the same bits, and the plan's peak still the measured one */
+        ch_jobspec_t r = j[0];
+        r.parallel.recompute = k % 2 ? CH_RECOMPUTE_FULL : CH_RECOMPUTE_SELECTIVE;
+        r.checkpoint.every = 0;
+        run(&r, 0, 0, a);
+        expect_plan_peak(&r, a, k);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s],
+                         "case %zu step %d: recompute %s %.9g, %.9g", k, s,
+                         ch_recompute_name(r.parallel.recompute), a[0].losses[s], b[0].losses[s]);
+        /* 1f1b's step 10 resumed under interleaved: 1f1b's losses within 1e-4 */
+        run(&j[2], 0, 0, a);
+        ch_jobspec_t x = j[0];
+        snprintf(x.checkpoint.dir, sizeof x.checkpoint.dir, "%s", j[2].checkpoint.dir);
+        run(&x, 10, 0, b);
+        double resumed = 0;
+        for (int s = 10; s < STEPS; s++) {
+            double rel = fabs(b[0].losses[s] - a[0].losses[s]) / fabs(a[0].losses[s]);
+            resumed = rel > resumed ? rel : resumed;
+            cr_expect_leq(rel, 1e-4, "case %zu: resumed under interleaved, step %d: %.9g, %.9g", k,
+                          s, b[0].losses[s], a[0].losses[s]);
+        }
+        printf("layouts: interleaved v=2 tp=%u pp=%u dp=%u: worst loss rel diff to one rank "
+               "%.3g, resumed from 1f1b %.3g\n",
+               cases[k][0], cases[k][1], cases[k][2], worst, resumed);
     }
 }
 

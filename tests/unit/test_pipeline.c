@@ -272,8 +272,59 @@ Test(pipeline, resume_into_another_schedule_is_exact)
     free_runs(c, 2);
 }
 
+/* parallel.schedule = interleaved over pp ranks of v chunks (the ring's two neighbours
+ * distinct from pp 3 on; m == pp runs every forward first): 1f1b's losses within 1e-4. */
+static void interleaved_like_1f1b(uint32_t pp, uint32_t v, uint32_t layers, uint32_t m)
+{
+    ch_jobspec_t a, il;
+    spec_for(&a, pp, 1);
+    a.model.layers = layers;
+    a.parallel.microbatches = m;
+    a.parallel.micro_batch_size = GLOBAL_SEQS / m;
+    a.checkpoint.every = 0;
+    il = a;
+    snprintf(il.name, sizeof il.name, "il-pp%u-v%u-m%u", pp, v, m);
+    il.parallel.schedule = CH_SCHEDULE_INTERLEAVED;
+    il.parallel.virtual_stages = v;
+    rank_run_t x[MAXR], y[MAXR];
+    run_layout(&a, 0, x);
+    run_layout(&il, 0, y);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double rel = fabs(x[0].losses[s] - y[0].losses[s]) / fabs(x[0].losses[s]);
+        worst = rel > worst ? rel : worst;
+        cr_expect_leq(rel, 1e-4, "pp=%u v=%u m=%u step %d: interleaved %.9g, 1f1b %.9g", pp, v, m,
+                      s, y[0].losses[s], x[0].losses[s]);
+    }
+    /* recomputation (selective, full): the same bits as keeping everything */
+    for (int k = 1; k <= 2; k++) {
+        ch_jobspec_t rc = il;
+        rc.parallel.recompute = k == 1 ? CH_RECOMPUTE_SELECTIVE : CH_RECOMPUTE_FULL;
+        snprintf(rc.name, sizeof rc.name, "il%d-pp%u-v%u-m%u", k, pp, v, m);
+        free_runs(x, pp);
+        run_layout(&rc, 0, x);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(x[0].losses[s], y[0].losses[s],
+                         "pp=%u v=%u m=%u step %d: recompute %s %.9g, none %.9g", pp, v, m, s,
+                         ch_recompute_name(rc.parallel.recompute), x[0].losses[s], y[0].losses[s]);
+    }
+    printf("pipeline: interleaved pp=%u v=%u m=%u: worst loss rel diff to 1f1b %.3g\n", pp, v, m,
+           worst);
+    free_runs(x, pp);
+    free_runs(y, pp);
+}
+
+Test(pipeline, interleaved_trains_like_1f1b)
+{
+    interleaved_like_1f1b(2, 2, 4, 4);
+    interleaved_like_1f1b(4, 2, 8, 4);
+    interleaved_like_1f1b(4, 2, 8, 8);
+    interleaved_like_1f1b(2, 4, 8, 4);
+}
+
 Test(pipeline, slots_follow_the_schedule)
 {
+    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_INTERLEAVED, 4, 0, 8), 8); /* one per micro-batch */
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 8), 4);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 3, 8), 1);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 2), 2);

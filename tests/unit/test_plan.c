@@ -11,7 +11,7 @@
 /* GPT-2 124M (Hugging Face's "gpt2"). */
 static ch_model_cfg_t gpt2(uint32_t seq_len)
 {
-    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B, 0, 0};
+    ch_model_cfg_t m = {12, 12, 768, 50257, 50304, seq_len, 0, CH_SCHEDULE_1F1B, 0, 0, 0};
     return m;
 }
 
@@ -148,12 +148,12 @@ Test(plan, absurd_models_do_not_overflow)
 {
     ch_plan_t p;
     /* vocab 2^32 - 1 pads past 2^32: no wrap. */
-    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B, 0, 0};
+    ch_model_cfg_t v = {4, 4, 64, UINT32_MAX, 0, 64, 0, CH_SCHEDULE_1F1B, 0, 0, 0};
     cr_assert_eq(ch_plan_stage(&v, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(p.padded_vocab, 4294967296.0);
     cr_assert_gt(p.total_bytes, 4294967296.0 * 64 * 16);
     /* A billion layers of embd 2^20: over 2^53 parameters, refused, no wrap. */
-    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
+    ch_model_cfg_t l = {1000000000, 16, 1u << 20, 50257, 0, 1024, 0, CH_SCHEDULE_1F1B, 0, 0, 0};
     cr_assert_eq(ch_plan_stage(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, 0, &p), CH_E_TOOBIG);
     cr_assert_gt(p.params_padded, CH_PLAN_EXACT_MAX);
     cr_assert_eq(ch_plan_peak(&l, lay(1, 1, 1), 1, 1, CH_RESHARD_PER_USE, &p), CH_E_TOOBIG);

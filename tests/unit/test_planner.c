@@ -10,11 +10,15 @@
 #include "common/planner.h"
 
 /* Narayanan et al. 2021, table 1: the 1T model and GPT-3 175B (vocab 51200, seq 2048). */
-static const ch_model_cfg_t gpt_1t = {128, 160, 25600, 51200, 51200, 2048, 0, CH_SCHEDULE_1F1B, 0, 0};
-static const ch_model_cfg_t gpt3_175b = {96, 96, 12288, 51200, 51200, 2048, 0, CH_SCHEDULE_1F1B, 0, 0};
-static const ch_model_cfg_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
+static const ch_model_cfg_t gpt_1t = {128, 160, 25600, 51200, 51200, 2048, 0, CH_SCHEDULE_1F1B,
+                                      0,   0,   0};
+static const ch_model_cfg_t gpt3_175b = {96, 96, 12288, 51200, 51200, 2048, 0, CH_SCHEDULE_1F1B,
+                                         0,  0,  0};
+static const ch_model_cfg_t gpt2_124m = {12, 12, 768, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B,
+                                         0,  0,  0};
 /* GPT-2 medium: 16 heads, so that tp 8 and 16 divide them. */
-static const ch_model_cfg_t gpt2_350m = {24, 16, 1024, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
+static const ch_model_cfg_t gpt2_350m = {24, 16, 1024, 50257, 50304, 1024, 0, CH_SCHEDULE_1F1B,
+                                         0,  0,  0};
 
 /* A100 80 GB nodes of 8 GPUs: the planner's defaults, spelled out so the test pins them. */
 static ch_planner_cluster_t a100s(uint32_t nodes)
@@ -172,7 +176,7 @@ Test(planner, output_is_deterministic)
  * (ch_plan_peak) must be the same. Uneven stages included (13 layers). */
 Test(planner, memory_is_plan_peak)
 {
-    ch_model_cfg_t m = {13, 8, 512, 8000, 8000, 256, 0, CH_SCHEDULE_1F1B, 0, 0};
+    ch_model_cfg_t m = {13, 8, 512, 8000, 8000, 256, 0, CH_SCHEDULE_1F1B, 0, 0, 0};
     ch_planner_cluster_t c;
     ch_planner_cluster_defaults(&c, 64, 8);
     ch_planner_opts_t o = opts(96, CH_RECOMPUTE_NONE);
@@ -201,7 +205,7 @@ Test(planner, memory_is_plan_peak)
 Test(planner, recomputation_keeps_block_inputs_only)
 {
     /* GPT-2's blocks with a small vocab, so that stage 0 (not the logits) is the peak. */
-    const ch_model_cfg_t m = {12, 12, 768, 512, 512, 1024, 0, CH_SCHEDULE_1F1B, 0, 0};
+    const ch_model_cfg_t m = {12, 12, 768, 512, 512, 1024, 0, CH_SCHEDULE_1F1B, 0, 0, 0};
     ch_planner_cluster_t c = a100s(1);
     ch_planner_opts_t none = opts(64, CH_RECOMPUTE_NONE), full = opts(64, CH_RECOMPUTE_FULL);
     ch_layout_t l = {2, 2, 2};

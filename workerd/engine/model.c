@@ -142,7 +142,8 @@ static void assign_owners(eng_model_t *m)
     for (size_t i = 0; i < m->ntensors; i++) {
         eng_tensor_t *t = &m->tensors[i];
         if (m->external && t->block >= 0) {
-            own_shard(t, t->offset, S, m->dpr, base + (size_t)(t->block - (int)m->part.first) * S);
+            own_shard(t, t->offset, S, m->dpr,
+                      base + (size_t)eng_part_pos(&m->part, (uint32_t)t->block) * S);
         } else if (!m->external) {
             t->store = ENG_STORE_SLAB;
             t->own_lo = 0;
@@ -180,9 +181,10 @@ static void build_table(eng_model_t *m)
         add_tensor(m, "wpe.weight", 2, c->seq_len, C, c->seq_len, -1, ENG_SPLIT_NONE, 1,
                    INIT_NORMAL);
     }
-    for (uint32_t l = p->first; l < p->last; l++) {
+    for (uint32_t bi = 0; bi < p->nblocks; bi++) {
+        uint32_t l = eng_part_block(p, bi);
         size_t base = m->nparams;
-        m->blk_slab[l - p->first] = base;
+        m->blk_slab[bi] = base;
         for (int i = 0; i < NBLOCK_TENSORS; i++) {
             const block_tensor_spec_t *s = &block_specs[i];
             const ch_gpt2_block_tensor_t *g = &ch_gpt2_block[i];
@@ -277,14 +279,12 @@ static int init_params(eng_model_t *m)
 
 int eng_model_init_block(const eng_model_t *m, uint32_t l, float *dst)
 {
-    if (l < m->part.first || l >= m->part.last) {
+    int64_t pos = eng_part_pos(&m->part, l);
+    if (pos < 0) {
         return -EINVAL;
     }
     float resid_std = INIT_STD / sqrtf(2.0f * (float)m->cfg.layers);
-    size_t first = (m->part.embedding ? 2
-                    : m->part.head    ? 1
-                                      : 0) +
-                   (size_t)(l - m->part.first) * NBLOCK_TENSORS;
+    size_t first = (m->part.embedding ? 2 : m->part.head ? 1 : 0) + (size_t)pos * NBLOCK_TENSORS;
     for (int i = 0; i < NBLOCK_TENSORS; i++) {
         const eng_tensor_t *t = &m->tensors[first + (size_t)i];
         enum init_kind kind = (enum init_kind)m->init[first + (size_t)i];
@@ -329,8 +329,20 @@ static int part_of(const eng_config_t *c, const eng_model_opts_t *opts, eng_mode
     if (s >= pp || pp > c->layers) {
         return -EINVAL;
     }
-    ch_layout_stage_blocks(c->layers, pp, s, ch_plan_head_blocks(c), &p->first, &count);
-    p->last = p->first + count;
+    uint32_t v = opts && opts->virtual_stages > 1 ? opts->virtual_stages : 1;
+    if (v > 1) { /* chunk c: virtual stage c * pp + s, evenly split */
+        if (c->layers % (pp * v) != 0)
+            return -EINVAL;
+        count = c->layers / (pp * v);
+        p->first = s * count;
+    } else {
+        ch_layout_stage_blocks(c->layers, pp, s, ch_plan_head_blocks(c), &p->first, &count);
+    }
+    p->chunks = v;
+    p->chunk_len = count;
+    p->stride = v > 1 ? pp * count : count;
+    p->nblocks = v * count;
+    p->last = p->first + (v - 1) * p->stride + count;
     p->embedding = s == 0;
     p->head = s == pp - 1;
     return 0;
@@ -444,7 +456,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
     m->Vl = cfg->padded_vocab / m->tp;
-    size_t nblocks = part.last - part.first, N = (size_t)max_B * cfg->seq_len;
+    size_t nblocks = part.nblocks, N = (size_t)max_B * cfg->seq_len;
     size_t ntensors = 2 + nblocks * NBLOCK_TENSORS + 2;
     rc = -ENOMEM;
     m->tensors = calloc(ntensors, sizeof *m->tensors);
@@ -550,7 +562,7 @@ float *eng_model_grads(eng_model_t *m)
 void eng_model_lend_grads(eng_model_t *m, float *buf)
 {
     m->be->copy(m->be, buf, m->grads, m->nparams * sizeof(float), ENG_COPY_D2D);
-    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
+    for (uint32_t i = 0; i < m->part.nblocks; i++) {
         if (!m->external && m->blk_grads[i] == m->grads + m->blk_slab[i]) {
             m->blk_grads[i] = buf + m->blk_slab[i];
         }
@@ -595,7 +607,7 @@ void eng_model_zero_grad(eng_model_t *m)
 
 static int held(const eng_model_t *m, uint32_t l)
 {
-    return l >= m->part.first && l < m->part.last;
+    return eng_part_pos(&m->part, l) >= 0;
 }
 
 int eng_model_block_params(eng_model_t *m, uint32_t l, float **ptr, size_t *count)
@@ -603,7 +615,7 @@ int eng_model_block_params(eng_model_t *m, uint32_t l, float **ptr, size_t *coun
     if (!held(m, l)) {
         return -EINVAL;
     }
-    *ptr = m->blk_params[l - m->part.first];
+    *ptr = m->blk_params[eng_part_pos(&m->part, l)];
     *count = m->blk_numel;
     return 0;
 }
@@ -613,7 +625,7 @@ int eng_model_set_block_params(eng_model_t *m, uint32_t l, float *params)
     if (!held(m, l)) {
         return -EINVAL;
     }
-    uint32_t i = l - m->part.first;
+    uint32_t i = (uint32_t)eng_part_pos(&m->part, l);
     m->blk_params[i] = params != NULL ? params : m->external ? NULL : m->params + m->blk_slab[i];
     return 0;
 }
@@ -623,7 +635,7 @@ int eng_model_block_grads(eng_model_t *m, uint32_t l, float **ptr, size_t *count
     if (!held(m, l)) {
         return -EINVAL;
     }
-    *ptr = m->blk_grads[l - m->part.first];
+    *ptr = m->blk_grads[eng_part_pos(&m->part, l)];
     *count = m->blk_numel;
     return 0;
 }
@@ -633,7 +645,7 @@ int eng_model_set_block_grads(eng_model_t *m, uint32_t l, float *grads)
     if (!held(m, l)) {
         return -EINVAL;
     }
-    uint32_t i = l - m->part.first;
+    uint32_t i = (uint32_t)eng_part_pos(&m->part, l);
     m->blk_grads[i] = grads != NULL ? grads : m->external ? NULL : m->grads + m->blk_slab[i];
     return 0;
 }
@@ -732,7 +744,7 @@ static int alloc_work(eng_model_t *m)
 {
     unsigned work = (KEEP_ATT | KEEP_REST) & ~kept_per_block(m);
     size_t bytes = 0;
-    if (work == 0 || m->part.last == m->part.first) {
+    if (work == 0 || m->part.nblocks == 0) {
         return 0;
     }
     take_block(m, &m->work, work, m->max_B, NULL, &bytes);
@@ -756,7 +768,7 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(a->inputs, N);
         TAKE(a->encoded, N * C);
     }
-    for (uint32_t i = 0; i < m->part.last - m->part.first; i++) {
+    for (uint32_t i = 0; i < m->part.nblocks; i++) {
         take_block(m, &a->blk[i], kept_per_block(m), a->max_B, base, &off);
         if (base != NULL) {
             share_work(m, &a->blk[i]);
@@ -787,7 +799,7 @@ int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
     int rc = -ENOMEM;
     a->m = m;
     a->max_B = B;
-    a->blk = calloc(m->part.last - m->part.first, sizeof *a->blk);
+    a->blk = calloc(m->part.nblocks, sizeof *a->blk);
     if (a->blk == NULL) {
         goto fail;
     }
@@ -825,7 +837,7 @@ void eng_acts_reset(eng_acts_t *a)
 {
     a->embed_live = 0;
     a->head_live = 0;
-    for (uint32_t i = 0; i < a->m->part.last - a->m->part.first; i++) {
+    for (uint32_t i = 0; i < a->m->part.nblocks; i++) {
         a->blk[i].live = 0;
         a->blk[i].wpending = 0;
     }
@@ -838,7 +850,7 @@ float *eng_acts_embed_out(eng_acts_t *a)
 
 float *eng_acts_blocks_out(eng_acts_t *a)
 {
-    uint32_t n = a->m->part.last - a->m->part.first;
+    uint32_t n = a->m->part.nblocks;
     return n > 0 ? a->blk[n - 1].res3 : NULL;
 }
 

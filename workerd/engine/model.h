@@ -175,13 +175,37 @@ typedef struct eng_model_opts {
      * micro-batch's acts keeping the output gradients the weight pass reads, N·(4C + 7C/tp)
      * floats a block. Needs recompute none (-EINVAL otherwise). */
     int split_backward;
+    /* parallel.virtual_stages (0 or 1: one chunk): stage `stage` holds v chunks of
+     * layers / (pp * v) blocks, chunk c the blocks of virtual stage c * pp + stage
+     * (Megatron's interleaved layout); -EINVAL unless layers divides by pp * v. */
+    uint32_t virtual_stages;
 } eng_model_opts_t;
 
-/* What a model object holds: blocks [first, last), the embedding, the head. */
+/* What a model object holds: `chunks` runs of chunk_len blocks, run c starting at block
+ * first + c * stride (one run, [first, last), unless virtual_stages > 1: the interleaved
+ * schedule's chunks, not adjacent), nblocks in all, held in that order (a block's
+ * position: eng_model_block_pos); last is one past the last run's end. The embedding, the
+ * head. */
 typedef struct eng_model_part {
     uint32_t first, last;
+    uint32_t nblocks, chunks, chunk_len, stride;
     int embedding, head;
 } eng_model_part_t;
+
+/* Block l's position among the blocks p holds (0 .. nblocks - 1), -1 when p holds no l. */
+static inline int64_t eng_part_pos(const eng_model_part_t *p, uint32_t l)
+{
+    if (l < p->first || p->chunk_len == 0)
+        return -1;
+    uint32_t d = l - p->first, c = d / p->stride, r = d % p->stride;
+    return c < p->chunks && r < p->chunk_len ? (int64_t)c * p->chunk_len + r : -1;
+}
+
+/* The block at position i of those p holds (i < nblocks). */
+static inline uint32_t eng_part_block(const eng_model_part_t *p, uint32_t i)
+{
+    return p->first + (i / p->chunk_len) * p->stride + i % p->chunk_len;
+}
 
 /* Allocate parameters and gradients for micro-batches of up to max_B sequences of
  * cfg->seq_len tokens and initialise the parameters from seed, on the CPU backend, the

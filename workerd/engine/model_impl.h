@@ -134,12 +134,12 @@ struct eng_model {
 
 static inline float *P(const eng_model_t *m, uint32_t l, int i)
 {
-    return m->blk_params[l - m->part.first] + m->blk_off[i];
+    return m->blk_params[eng_part_pos(&m->part, l)] + m->blk_off[i];
 }
 
 static inline float *G(const eng_model_t *m, uint32_t l, int i)
 {
-    return m->blk_grads[l - m->part.first] + m->blk_off[i];
+    return m->blk_grads[eng_part_pos(&m->part, l)] + m->blk_off[i];
 }
 
 /* The block hook, if any (model.h). */

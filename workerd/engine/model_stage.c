@@ -57,7 +57,7 @@ static const float *row_bias(const eng_model_t *m, uint32_t l, int i)
 static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
 {
     const eng_backend_t *be = m->be;
-    block_acts_t *b = &a->blk[l - m->part.first];
+    block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T;
     size_t NC = (size_t)N * C;
@@ -83,7 +83,7 @@ done:
 
 static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
 {
-    block_acts_t *b = &a->blk[l - m->part.first];
+    block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int rc = eng_model_block_event(m, l, ENG_BLOCK_FORWARD);
     if (rc == 0) {
         rc = block_compute(m, a, l, x, out);
@@ -102,7 +102,7 @@ static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
  * again). */
 static int block_recompute(eng_model_t *m, eng_acts_t *a, uint32_t l)
 {
-    block_acts_t *b = &a->blk[l - m->part.first];
+    block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     if (m->recompute == CH_RECOMPUTE_FULL) {
         return block_compute(m, a, l, b->x, b->out);
     }
@@ -133,7 +133,7 @@ static float *GW(const eng_model_t *m, uint32_t l, int i, int input_only)
 static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres, int input_only)
 {
     const eng_backend_t *be = m->be;
-    block_acts_t *b = &a->blk[l - m->part.first];
+    block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T, io = input_only;
     size_t NC = (size_t)N * C;
@@ -191,7 +191,7 @@ done:
 static int block_weight(eng_model_t *m, eng_acts_t *a, uint32_t l)
 {
     const eng_backend_t *be = m->be;
-    block_acts_t *b = &a->blk[l - m->part.first];
+    block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, N = (int)(a->B * a->T);
     int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_WEIGHT);
     if (rc < 0) {
@@ -227,7 +227,7 @@ int eng_model_check_tokens(const int32_t *tok, size_t n, uint32_t vocab)
 
 static int in_flight(const eng_acts_t *a)
 {
-    uint32_t n = a->m->part.last - a->m->part.first;
+    uint32_t n = a->m->part.nblocks;
     int live = a->embed_live || a->head_live;
     for (uint32_t i = 0; i < n && !live; i++) {
         live = a->blk[i].live;
@@ -323,8 +323,11 @@ int eng_model_embed_backward(eng_model_t *m, eng_acts_t *a, const float *dout)
 
 static int check_range(const eng_model_t *m, const eng_acts_t *a, uint32_t first, uint32_t last)
 {
-    return a->m == m && first < last && first >= m->part.first && last <= m->part.last ? 0
-                                                                                       : -EINVAL;
+    if (a->m != m || first >= last)
+        return -EINVAL;
+    /* one run of held blocks: within one chunk */
+    int64_t lo = eng_part_pos(&m->part, first), hi = eng_part_pos(&m->part, last - 1);
+    return lo >= 0 && hi - lo == (int64_t)(last - 1 - first) ? 0 : -EINVAL;
 }
 
 int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last,
@@ -341,7 +344,7 @@ int eng_model_blocks_forward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint
         return rc;
     }
     for (uint32_t l = first; l < last; l++) {
-        float *out = l + 1 == last ? y : a->blk[l - m->part.first].res3;
+        float *out = l + 1 == last ? y : a->blk[eng_part_pos(&m->part, l)].res3;
         rc = block_forward(m, a, l, x, out);
         if (rc < 0) {
             return rc;
@@ -360,7 +363,7 @@ static int blocks_backward(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32
         rc = -EINVAL;
     }
     for (uint32_t l = first; rc == 0 && l < last; l++) {
-        const block_acts_t *b = &a->blk[l - m->part.first];
+        const block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
         if (!b->live || b->wpending) {
             rc = CH_E_STATE;
         }
@@ -397,7 +400,7 @@ int eng_model_blocks_backward_weight(eng_model_t *m, eng_acts_t *a, uint32_t fir
         rc = -EINVAL;
     }
     for (uint32_t l = first; rc == 0 && l < last; l++) {
-        if (!a->blk[l - m->part.first].wpending) {
+        if (!a->blk[eng_part_pos(&m->part, l)].wpending) {
             rc = CH_E_STATE;
         }
     }

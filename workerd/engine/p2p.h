@@ -6,8 +6,10 @@
  * neighbour) is one grouped operation: neither half can wait on the other's peer.
  *
  * Ordering: messages between two stages match in the order they were started (coll.h);
- * each direction of a pair carries one kind only (activations down, gradients up), so
- * the 1F1B order of each stage is enough to match them. */
+ * under 1F1B each direction of a pair carries one kind only (activations down, gradients
+ * up), so the 1F1B order of each stage is enough to match them. The interleaved schedule's
+ * ring carries both kinds both ways: its receiver pulls them in the sender's order
+ * (pipeline.h). */
 #ifndef ENG_P2P_H
 #define ENG_P2P_H
 

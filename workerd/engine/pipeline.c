@@ -1,4 +1,4 @@
-/* The 1F1B and ZB-H1 schedules (pipeline.h). */
+/* The 1F1B and ZB-H1 schedules (pipeline.h); the interleaved one is pipeline_il.c. */
 #include "workerd/engine/pipeline.h"
 
 #include <errno.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "workerd/engine/pipeline_il.h"
 
 int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
 {
@@ -14,6 +15,8 @@ int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
 
 uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m)
 {
+    if (sched == ENG_PIPE_INTERLEAVED)
+        return m; /* one per micro-batch (eng_pipeline_init_interleaved) */
     uint32_t s = sched == ENG_PIPE_ZBH1 ? stages : stages - stage;
     return s < m ? s : m;
 }
@@ -65,6 +68,8 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
 
 void eng_pipeline_fini(eng_pipeline_t *p)
 {
+    if (p->schedule == ENG_PIPE_INTERLEAVED)
+        eng_pipeline_il_fini(p);
     for (uint32_t i = 0; p->ysend && i < p->slots; i++) {
         eng_p2p_finish(&p->p2p, &p->ysend[i]);
         eng_p2p_req_release(&p->ysend[i]);
@@ -182,6 +187,13 @@ static int steady(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t warm, 
 
 int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, uint64_t *wait_ns)
 {
+    if (p->schedule == ENG_PIPE_INTERLEAVED) {
+        uint64_t i0 = p->p2p.wait_ns;
+        int rc = eng_pipeline_il_run(p, ops, m);
+        if (wait_ns)
+            *wait_ns = p->p2p.wait_ns - i0;
+        return rc;
+    }
     if (m == 0 || !p->slots || eng_pipeline_slots(p->schedule, p->stages, p->stage, m) > p->slots ||
         (eng_pipeline_splits(p->schedule, p->stage) && !ops->weight))
         return -EINVAL;

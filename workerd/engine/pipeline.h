@@ -57,10 +57,28 @@ typedef struct eng_stage_ops {
     /* ZB-H1 only, where eng_pipeline_splits: mb's weight-gradient pass, after its
      * backward, in micro-batch order; x of mb stays untouched until it returns. */
     int (*weight)(void *ctx, uint32_t mb, uint32_t slot);
+    /* Interleaved only: forward and backward as above of model chunk `chunk` of the stage
+     * (its blocks of virtual stage chunk * stages + stage). x NULL only on chunk 0 of stage 0,
+     * y NULL only on the last chunk of the last stage (the loss), dy and dx likewise. */
+    int (*chunk_forward)(void *ctx, uint32_t chunk, uint32_t mb, uint32_t slot, const float *x,
+                         const float **y);
+    int (*chunk_backward)(void *ctx, uint32_t chunk, uint32_t mb, uint32_t slot, const float *dy,
+                          float *dx);
 } eng_stage_ops_t;
 
-/* The schedules (parallel.schedule; interleaved is refused by validation) */
-typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1 } eng_pipe_schedule_t;
+/* The schedules (parallel.schedule) */
+typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1, ENG_PIPE_INTERLEAVED = 2 } eng_pipe_schedule_t;
+
+/* The interleaved schedule's state (pipeline_il.c): the messages it expects from each ring
+ * neighbour in their order, and buffers per (chunk, micro-batch). */
+typedef struct eng_pipe_il {
+    uint32_t chunks, m, peers[2], npeers;
+    uint32_t *seq[2], nseq[2], cur[2]; /* message ids from peers[i], in send order */
+    unsigned char *arrived;            /* per message id, this step */
+    float *in;                         /* 2 * chunks * m * count: inputs, then output gradients */
+    float *dx;                         /* chunks * m * count: input gradients being sent */
+    eng_p2p_req_t *reqs;               /* 2 * chunks * m sends in flight */
+} eng_pipe_il_t;
 
 typedef struct eng_pipeline {
     eng_pipe_schedule_t schedule;
@@ -70,6 +88,7 @@ typedef struct eng_pipeline {
     const eng_backend_t *be; /* whose memory the buffers are (borrowed) */
     float *x, *dx, *dy;      /* slots * count each (dy: count), zeroed at init */
     eng_p2p_req_t *ysend, *dxsend;
+    eng_pipe_il_t il; /* ENG_PIPE_INTERLEAVED's */
 } eng_pipeline_t;
 
 /* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
@@ -84,6 +103,20 @@ uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t
 int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_backend_t *be,
                       wrk_coll_group_t *pp, uint32_t stages, uint32_t stage, int32_t prev,
                       int32_t next, uint32_t m, size_t count);
+/* The interleaved schedule (Megatron's interleaved 1F1B; Narayanan et al. 2021) on stage
+ * `stage` of `stages` with `chunks` model chunks per stage and m micro-batches (a multiple of
+ * stages): over the ring of the column (stage stages - 1 sends chunk c's output to stage 0's
+ * chunk c + 1), each stage runs its m * chunks chunk forwards in groups of `stages`
+ * micro-batches per chunk, warm-up (stages - stage - 1) * 2 + (chunks - 1) * stages of them
+ * (all when m == stages), then one forward and one backward at a time, then the cool-down.
+ * Every send is non-blocking and each receive pulls the neighbour's messages in the order
+ * the neighbour's own program sends them (both programs are known to both), so the
+ * per-pair ordering of coll.h matches without tags. Every block sees its micro-batches'
+ * backwards in micro-batch order: each gradient is summed in 1F1B's order. One slot per
+ * micro-batch (slots = m). */
+int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
+                                  uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m,
+                                  size_t count);
 void eng_pipeline_fini(eng_pipeline_t *p);
 /* Run one step's m micro-batches through ops in the schedule's order (ops->weight required
  * where eng_pipeline_splits). *wait_ns (may be NULL): time

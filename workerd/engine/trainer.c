@@ -109,8 +109,12 @@ static void pipe_fini(eng_trainer_t *t)
             eng_acts_destroy(t->acts[i]);
     free(t->acts);
     t->acts = NULL;
-    eng_pipeline_fini(&t->pipe);
     const eng_backend_t *be = t->be;
+    for (uint32_t i = 0; t->chunk_out && i < t->pipe.slots * t->part.chunks; i++)
+        be->free(be, t->chunk_out[i]);
+    free(t->chunk_out);
+    t->chunk_out = NULL;
+    eng_pipeline_fini(&t->pipe);
     be->free(be, t->grad);
     t->grad = NULL;
 }
@@ -132,18 +136,28 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     uint32_t m = t->spec.parallel.microbatches;
     eng_pipe_schedule_t sched =
         t->spec.parallel.schedule == CH_SCHEDULE_ZBH1 ? ENG_PIPE_ZBH1 : ENG_PIPE_1F1B;
-    int rc = eng_pipeline_init(&t->pipe, sched, eng_mem_view(t->be, ENG_MEM_ACTS), t->pp, t->stages,
-                               t->stage, t->groups ? t->groups->pp_prev : -1,
-                               t->groups ? t->groups->pp_next : -1, m, n);
-    /* bf16 stage boundaries (exact: bf16 activations); packed on the host only */
-    if (rc == 0 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 && t->be->host_memory)
+    uint32_t v = t->part.chunks;
+    const eng_backend_t *acts_be = eng_mem_view(t->be, ENG_MEM_ACTS);
+    int rc = v > 1 ? eng_pipeline_init_interleaved(&t->pipe, acts_be, t->pp, t->stages, t->stage, v,
+                                                   m, n)
+                   : eng_pipeline_init(&t->pipe, sched, acts_be, t->pp, t->stages, t->stage,
+                                       t->groups ? t->groups->pp_prev : -1,
+                                       t->groups ? t->groups->pp_next : -1, m, n);
+    /* bf16 stage boundaries (exact: bf16 activations); packed on the host only, and not
+     * (yet) for the interleaved schedule's own sends */
+    if (rc == 0 && v <= 1 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 &&
+        t->be->host_memory)
         rc = eng_p2p_set_bf16(&t->pipe.p2p, n);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
     t->acts = calloc(slots, sizeof *t->acts);
-    if (!t->acts)
+    t->chunk_out = v > 1 ? calloc((size_t)slots * v, sizeof *t->chunk_out) : NULL;
+    if (!t->acts || (v > 1 && !t->chunk_out))
         return -ENOMEM;
+    for (uint32_t i = 0; v > 1 && i < slots * v; i++)
+        if ((rc = alloc_floats(t, ENG_MEM_ACTS, n, &t->chunk_out[i])) < 0)
+            return rc;
     if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, n, &t->grad)) < 0)
         return rc;
     for (uint32_t i = 0; i < slots; i++)
@@ -152,13 +166,23 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     return 0;
 }
 
-static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, const float **y)
+/* Chunk c's blocks (part.h: [lo, lo + chunk_len)); the whole stage's with one chunk. */
+static uint32_t chunk_lo(const eng_trainer_t *t, uint32_t c)
+{
+    return t->part.first + c * t->part.stride;
+}
+
+/* Chunk c's forward of mb: [embedding on chunk 0 of stage 0] -> its blocks -> [head on the
+ * last chunk of the last stage] (pipeline.h's chunk_forward; one chunk: its forward). */
+static int chunk_forward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, const float *x,
+                         const float **y)
 {
     eng_trainer_t *t = ctx;
     const ch_jobspec_t *s = &t->spec;
-    uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len;
+    uint32_t B = s->parallel.micro_batch_size, T = s->model.seq_len, v = t->part.chunks;
     eng_acts_t *a = t->acts[slot];
-    int first = t->stage == 0, last = t->stage + 1 == t->stages;
+    int first = t->stage == 0 && c == 0, last = t->stage + 1 == t->stages && c + 1 == v;
+    uint32_t lo = chunk_lo(t, c), hi = lo + t->part.chunk_len;
     int rc = 0;
     uint64_t t0 = ch_now_ns();
     if (first || last)
@@ -170,11 +194,12 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
         x = eng_acts_embed_out(a);
         rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, (float *)x);
     }
-    float *out = eng_acts_blocks_out(a);
+    /* each chunk but the loss's sends from its own buffer, kept until the step ends */
+    float *out = v > 1 && !last ? t->chunk_out[slot * v + c] : eng_acts_blocks_out(a);
     if (y)
         *y = out;
     if (rc == 0)
-        rc = eng_model_blocks_forward(t->model, a, t->first, t->last, x, out, B, T);
+        rc = eng_model_blocks_forward(t->model, a, lo, hi, x, out, B, T);
     if (rc == 0 && last) {
         float loss = 0;
         rc = eng_model_head_forward(t->model, a, out, t->targets, B, T, &loss);
@@ -188,12 +213,20 @@ static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, 
     return rc;
 }
 
-static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx)
+static int stage_forward(void *ctx, uint32_t mb, uint32_t slot, const float *x, const float **y)
+{
+    return chunk_forward(ctx, 0, mb, slot, x, y);
+}
+
+static int chunk_backward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, const float *dy,
+                          float *dx)
 {
     eng_trainer_t *t = ctx;
     (void)mb;
     eng_acts_t *a = t->acts[slot];
-    int first = t->stage == 0, last = t->stage + 1 == t->stages;
+    int first = t->stage == 0 && c == 0;
+    int last = t->stage + 1 == t->stages && c + 1 == t->part.chunks;
+    uint32_t lo = chunk_lo(t, c), hi = lo + t->part.chunk_len;
     int rc = 0;
     uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
     if (last) {
@@ -205,7 +238,7 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
         eng_pipeline_splits(t->pipe.schedule, t->stage) ? eng_model_blocks_backward_input
                                                         : eng_model_blocks_backward;
     if (rc == 0)
-        rc = blocks(t->model, a, t->first, t->last, dy, first ? t->grad : dx);
+        rc = blocks(t->model, a, lo, hi, dy, first ? t->grad : dx);
     if (rc == 0 && first)
         rc = eng_model_embed_backward(t->model, a, t->grad);
     if (rc == 0 && t->be->sync)
@@ -213,6 +246,11 @@ static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy
     t->pass_ns += ch_now_ns() - t1;
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
+}
+
+static int stage_backward(void *ctx, uint32_t mb, uint32_t slot, const float *dy, float *dx)
+{
+    return chunk_backward(ctx, 0, mb, slot, dy, dx);
 }
 
 /* zb-h1's weight pass of mb (pipeline.h): the blocks' parameter gradients. */
@@ -284,6 +322,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
                                                 t->stage > 0, /* eng_pipeline_splits */
                               .pp = t->stages,
                               .stage = t->stage,
+                              .virtual_stages = spec->parallel.virtual_stages,
                               .external_blocks = zero};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
@@ -301,6 +340,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
     }
     t->cfg = *eng_model_config(t->model);
     eng_model_part_t part = eng_model_part(t->model);
+    t->part = part;
     t->first = part.first;
     t->last = part.last;
     return 0;
@@ -609,7 +649,8 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
     /* The live model's forward through the same schedule, with the loss's gradient scaled
      * by 0: every gradient stays exactly zero, so training continues unchanged, and every
      * layout's stages, TP slices and ZeRO-3 gathers work as in a step. */
-    eng_stage_ops_t ops = {t, stage_forward, stage_backward, stage_weight};
+    eng_stage_ops_t ops = {
+        t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
     t->feed = t->val;
     for (uint64_t e = 0; e < n && rc == 0; e++) {
         if (t->zero)
@@ -682,7 +723,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
     double loss_sum = 0, norm = 0;
     uint64_t p2p_ns = 0;
-    eng_stage_ops_t ops = {t, stage_forward, stage_backward, stage_weight};
+    eng_stage_ops_t ops = {
+        t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
     int rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
     if (rc == 0)
         rc = finish_grads(t, &loss_sum, &norm);

@@ -20,10 +20,11 @@ struct eng_zero {
     wrk_coll_t *coll;     /* dp's context (buffers the collectives read); NULL with dp */
     uint32_t dpn, d;
     ch_reshard_t policy;
-    uint32_t first, nb; /* the stage's blocks [first, first + nb) */
+    eng_model_part_t part; /* the stage's blocks: nb of them, in the part's order */
+    uint32_t nb;
     size_t count, S, padded;
     /* owned shards, the table's ENG_STORE_SHARDS: those of the tensors outside blocks
-     * (`rest` floats), then the blocks', block first + i at rest + i * S */
+     * (`rest` floats), then the blocks', the block at position i (eng_part_pos) at rest + i * S */
     size_t rest;
     float *p, *g, *am, *av;
     /* gathered buffers: per-use 2, per-step nb; which block each holds (-1: none), whether
@@ -98,7 +99,7 @@ static int drain_all(eng_zero_t *z)
 
 static uint32_t slot_of(const eng_zero_t *z, uint32_t l)
 {
-    uint32_t i = l - z->first;
+    uint32_t i = (uint32_t)eng_part_pos(&z->part, l);
     return z->policy == CH_RESHARD_PER_STEP ? i : i & 1u;
 }
 
@@ -111,7 +112,7 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
         return rc;
     if (z->holds[s] == (int64_t)l && z->valid[s])
         return 0;
-    const float *shard = z->p + z->rest + (size_t)(l - z->first) * z->S;
+    const float *shard = z->p + z->rest + (size_t)eng_part_pos(&z->part, l) * z->S;
     z->holds[s] = l;
     z->valid[s] = 0;
     if (!z->dp) {
@@ -148,7 +149,7 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     if (rc == 0)
         rc = eng_model_set_block_params(z->m, l, z->buf[s]);
     int64_t next = (int64_t)l + dir;
-    if (rc == 0 && next >= (int64_t)z->first && next < (int64_t)(z->first + z->nb)) {
+    if (rc == 0 && next >= 0 && eng_part_pos(&z->part, (uint32_t)next) >= 0) {
         uint32_t ns = slot_of(z, (uint32_t)next);
         if (!(z->holds[ns] == next && (z->valid[ns] || z->req[ns])))
             rc = gather(z, (uint32_t)next, 0);
@@ -187,7 +188,8 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
 
 static int scatter(eng_zero_t *z, uint32_t l)
 {
-    return reduce_into(z, z->full_g, z->S, z->g + z->rest + (size_t)(l - z->first) * z->S);
+    return reduce_into(z, z->full_g, z->S,
+                       z->g + z->rest + (size_t)eng_part_pos(&z->part, l) * z->S);
 }
 
 static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
@@ -228,7 +230,7 @@ static int table_agrees(eng_zero_t *z)
 {
     for (size_t i = 0; i < eng_model_ntensors(z->m); i++) {
         const eng_tensor_t *t = eng_model_tensor(z->m, i);
-        if (t->block != (int)z->first)
+        if (t->block != (int)z->part.first)
             continue;
         z->rest = t->shard_base;
         return t->dp_sharded && t->shard_len == z->S;
@@ -265,7 +267,7 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     float *base = NULL;
     size_t count = 0;
     const eng_backend_t *be = eng_model_backend(m);
-    if (part.last <= part.first)
+    if (part.nblocks == 0)
         return -EINVAL;
     if (!be->host_memory && !be->axpy)
         return -ENOTSUP;
@@ -281,8 +283,8 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     z->dpn = dp ? wrk_coll_group_size(dp) : 1;
     z->d = dp ? wrk_coll_group_index(dp) : 0;
     z->policy = policy;
-    z->first = part.first;
-    z->nb = part.last - part.first;
+    z->part = part;
+    z->nb = part.nblocks;
     z->count = count;
     z->S = ch_layout_shard_len(count, z->dpn);
     z->padded = z->S * z->dpn;
@@ -312,7 +314,7 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     memset(tmp, 0, z->padded * sizeof *tmp);
     size_t lo = (size_t)z->d * z->S;
     for (uint32_t i = 0; i < z->nb; i++) {
-        CH_CHECK_GOTO(eng_model_init_block(m, z->first + i, tmp), rc, fail);
+        CH_CHECK_GOTO(eng_model_init_block(m, eng_part_block(&part, i), tmp), rc, fail);
         CH_CHECK_GOTO(be->copy(be, z->p + z->rest + (size_t)i * z->S, tmp + lo, z->S * sizeof *tmp,
                                be->host_memory ? ENG_COPY_D2D : ENG_COPY_H2D),
                       rc, fail);
@@ -336,8 +338,8 @@ void eng_zero_destroy(eng_zero_t *z)
         drain_all(z);
     eng_model_set_block_hook(z->m, NULL, NULL);
     for (uint32_t i = 0; i < z->nb; i++) {
-        eng_model_set_block_params(z->m, z->first + i, NULL);
-        eng_model_set_block_grads(z->m, z->first + i, NULL);
+        eng_model_set_block_params(z->m, eng_part_block(&z->part, i), NULL);
+        eng_model_set_block_grads(z->m, eng_part_block(&z->part, i), NULL);
     }
     for (uint32_t s = 0; z->buf && s < z->nbuf; s++)
         zfree(z, z->buf[s]);
@@ -368,7 +370,7 @@ void eng_zero_begin_step(eng_zero_t *z)
         z->valid[s] = 0;
     }
     for (uint32_t i = 0; i < z->nb; i++)
-        eng_model_set_block_params(z->m, z->first + i, NULL);
+        eng_model_set_block_params(z->m, eng_part_block(&z->part, i), NULL);
 }
 
 void eng_zero_end_step(eng_zero_t *z)
