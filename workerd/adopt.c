@@ -114,6 +114,17 @@ int wrk_adopt_alive(const wrk_adopt_rank_t *r)
     return st.start_ticks == r->start_ticks && st.state != 'Z' && st.state != 'X';
 }
 
+void wrk_adopt_kill(const wrk_adopt_rank_t *r)
+{
+    /* The rank leads its own process group (proc.h): its helpers go with it. */
+    CH_LOGW("adopt",
+            "job=%s gen=%" PRIu64 " rank=%u pid=%d: left running by the previous workerd; "
+            "it cannot be re-adopted, killing it (the coordinator restarts its job)",
+            r->job_id, r->gen, r->rank, r->pid);
+    if (kill(-r->pid, SIGKILL) < 0 && errno == ESRCH)
+        kill(r->pid, SIGKILL);
+}
+
 int wrk_adopt_reap(const char *path, unsigned *found)
 {
     wrk_adopt_rank_t *v = NULL;
@@ -126,13 +137,7 @@ int wrk_adopt_reap(const char *path, unsigned *found)
         if (!wrk_adopt_alive(&v[i]))
             continue;
         (*found)++;
-        /* The rank leads its own process group (proc.h): its helpers go with it. */
-        CH_LOGW("adopt",
-                "job=%s gen=%" PRIu64 " rank=%u pid=%d: left running by the previous workerd; "
-                "it cannot be re-adopted, killing it (the coordinator restarts its job)",
-                v[i].job_id, v[i].gen, v[i].rank, v[i].pid);
-        if (kill(-v[i].pid, SIGKILL) < 0 && errno == ESRCH)
-            kill(v[i].pid, SIGKILL);
+        wrk_adopt_kill(&v[i]);
     }
     free(v);
     return n ? wrk_adopt_save(path, NULL, 0) : 0;

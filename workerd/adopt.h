@@ -10,7 +10,7 @@
  * Register, takes its redial on the run dir's agent.sock when the peer's pid
  * (SO_PEERCRED) is the recorded one, and watches it by polling this check, since it is
  * not its child (so only its RANK_DONE tells success). A workerd that cannot listen
- * there kills such ranks instead (wrk_adopt_reap's way), as it does a rank that was to
+ * there kills such ranks instead (wrk_adopt_kill), as it does a rank that was to
  * die with its workerd and is still dying, and the coordinator restarts their job as for
  * any lost rank. */
 #ifndef WRK_ADOPT_H
@@ -38,6 +38,8 @@ typedef struct wrk_adopt_rank {
  * workerds sharing a run dir must not take each other's ranks for leftovers. */
 int wrk_adopt_lock(const char *run_dir);
 
+/* Kill a rank a previous workerd left (its process group, else the pid), logging why. */
+void wrk_adopt_kill(const wrk_adopt_rank_t *r);
 /* Record v[0..n) as the ranks alive (atomically: the file is either the old or the new
  * list). 0 or a negative code. */
 int wrk_adopt_save(const char *path, const wrk_adopt_rank_t *v, size_t n);

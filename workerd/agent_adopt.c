@@ -141,12 +141,7 @@ void wrk_agent_adopt_one(wrk_agent_t *a, const wrk_adopt_rank_t *r)
 {
     rank_ent_t *e = a->listening && r->keep ? calloc(1, sizeof *e) : NULL;
     if (!e) {
-        CH_LOGW("adopt",
-                "job=%s gen=%" PRIu64 " rank=%u pid=%d: left running by the previous "
-                "workerd and cannot be re-adopted; killing it (the coordinator restarts its job)",
-                r->job_id, r->gen, r->rank, r->pid);
-        if (kill(-r->pid, SIGKILL) < 0)
-            kill(r->pid, SIGKILL);
+        wrk_adopt_kill(r);
         return;
     }
     e->a = a;

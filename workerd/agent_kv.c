@@ -30,7 +30,6 @@ void wrk_agent_reply_rank_code(rank_ent_t *ent, uint64_t rank_id, int code)
     ch_conn_send(ent->link, &env);
 }
 
-/* Answer every relay (of one rank, or all when ent is NULL) with code and forget it. */
 void wrk_agent_relays_fail(wrk_agent_t *a, rank_ent_t *ent, int code)
 {
     kv_relay_t **pp = &a->relays;
@@ -96,7 +95,6 @@ void wrk_agent_relay_kv(wrk_agent_t *a, rank_ent_t *ent, Chorus__Envelope *env)
     a->relays = k;
 }
 
-/* A coordinator reply: route it to the rank that asked. 1 if it was a relay's reply. */
 int wrk_agent_route_reply(wrk_agent_t *a, Chorus__Envelope *env)
 {
     if (env->request_id == 0)
