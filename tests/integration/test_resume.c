@@ -179,6 +179,19 @@ Test(resume, killed_cluster_continues_bit_identical_under_a_new_local_up)
     write_job(job, root, 2, STEPS);
     run_until_killed(&c1, job, 40, STEPS, 0, &step);
 
+    /* The newest step committed on disk when the cluster died: the one status showed, or a
+     * later commit that landed between that status and the kill. The new run must resume
+     * from exactly it. */
+    int64_t newest = 0;
+    for (int64_t k = STEPS; k >= step && !newest; k--) {
+        snprintf(path, sizeof path, "%s/cont/step-%08lld/manifest.json", root, (long long)k);
+        if (access(path, F_OK) == 0)
+            newest = k;
+    }
+    cr_assert(newest >= step, "no committed step at or after %lld in %s/cont", (long long)step,
+              root);
+    step = newest;
+
     cr_assert_eq(h_cluster_up(&c2, 2, 1), 0); /* a new coordinator: its first job is j1 again */
     cr_assert_eq(h_submit_wait(&c2, &o, job, id, sizeof id), 0, "%s%s", o.out, o.err);
     h_out_free(&o);
