@@ -55,6 +55,10 @@ int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_stream_t strea
 /* Allocate now what GEMMs over up to `rows` rows need (the column sums' vector of ones), so
  * that no launch grows it later (a wait for the device, a free and an allocation). */
 int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream);
+/* Under kn_cuda_set_bf16 (set first): allocate now the bf16 copies of the operands of every
+ * matmul over up to `rows` rows of width C (its weights at most C x 4C, its activations at
+ * most rows x 4C), so that no GEMM grows them during a step. Without bf16: nothing. */
+int kn_cuda_reserve_bf16(kn_cuda_t *ctx, size_t rows, size_t C, kn_stream_t stream);
 /* The last cuBLAS failure seen by this context ("" if none). */
 const char *kn_cuda_ctx_error(const kn_cuda_t *ctx);
 

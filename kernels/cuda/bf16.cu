@@ -3,10 +3,16 @@
  * CUDA_R_16BF, C and D CUDA_R_32F, CUBLAS_COMPUTE_32F), the arithmetic the CPU emulation
  * (workerd/engine/backend_bf16.h) rounds at. The operands arrive as fp32 tensors holding
  * bf16 values (the emulation's layout); each GEMM casts them into the context's bf16
- * scratch (exactly: they are bf16 values already) and multiplies there.
+ * scratch (exactly: they are bf16 values already) and multiplies there, with the
+ * cuBLASLt plan of the shape cached like matmul.cu's (cublasGemmEx where cuBLASLt has none
+ * or refuses it).
  *
  * Unrun so far (no GPU was lent when it was written): tests/gpu/check.sh runs it against the
  * emulation. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
@@ -65,70 +71,175 @@ static int scratch_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
     return 0;
 }
 
-/* The cuBLASLt call of a bf16 GEMM: C = alpha op(A) op(B) + beta C, A [a_rows, a_cols] and
- * B [b_rows, b_cols] column-major bf16, C [m, n] fp32. */
-static int lt_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta,
-                        cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16 *A, int lda,
-                        const __nv_bfloat16 *B, int ldb, float beta, float *C, int ldc)
+extern "C" int kn_cuda_reserve_bf16(kn_cuda_t *ctx, size_t rows, size_t C, kn_stream_t stream)
 {
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    if (!ctx->bf16 || rows == 0 || C == 0) {
+        return 0;
+    }
+    /* kn_cu_gemm_bf16's layout: A, padded to 16 bytes, then B. The largest pair: a weight
+     * (up to C x 4C) with activations (up to rows x 4C), or, for a weight gradient, both
+     * activations (rows x C and rows x 4C) */
+    size_t wa = 4 * C * C + 4 * C * rows, aa = 5 * C * rows;
+    return scratch_reserve(ctx, stream, (wa > aa ? wa : aa) + 8);
+}
+
+static void bplan_release(kn_cu_bf16_plan_t *p)
+{
+    if (p->lc != NULL) {
+        cublasLtMatrixLayoutDestroy(p->lc);
+    }
+    if (p->lb != NULL) {
+        cublasLtMatrixLayoutDestroy(p->lb);
+    }
+    if (p->la != NULL) {
+        cublasLtMatrixLayoutDestroy(p->la);
+    }
+    if (p->desc != NULL) {
+        cublasLtMatmulDescDestroy(p->desc);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+void kn_cu_bf16_plans_free(kn_cuda_t *ctx)
+{
+    for (int i = 0; i < ctx->nbplans; i++) {
+        bplan_release(&ctx->bplans[i]);
+    }
+    ctx->nbplans = 0;
+}
+
+/* Descriptor, layouts (A [a_rows, a_cols] and B [b_rows, b_cols] column-major bf16, C [m, n]
+ * fp32) and the heuristic's best algorithm for the plan's shape, with the pointers'
+ * alignment stated. p->usable = 0 when cuBLASLt offers none (the caller takes GemmEx). */
+static int bplan_build(kn_cuda_t *ctx, kn_cu_bf16_plan_t *p)
+{
+    cublasOperation_t ta = (cublasOperation_t)p->ta, tb = (cublasOperation_t)p->tb;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
     size_t ws = KN_CU_WORKSPACE;
-    const float alpha = 1.0f;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    uint32_t align = (uint32_t)p->align;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k,
-                                       ta == CUBLAS_OP_N ? k : m, lda);
+        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ta == CUBLAS_OP_N ? p->m : p->k,
+                                       ta == CUBLAS_OP_N ? p->k : p->m, p->lda);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n,
-                                       tb == CUBLAS_OP_N ? n : k, ldb);
+        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? p->k : p->n,
+                                       tb == CUBLAS_OP_N ? p->n : p->k, p->ldb);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc);
+        s = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->m, p->n, p->ldc);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulPreferenceCreate(&pref);
+    }
+    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
+        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof ws);
     }
     if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
-    }
-    if (s == CUBLAS_STATUS_SUCCESS && found == 0) {
-        s = CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmul(ctx->lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &heur.algo,
-                           ctx->workspace, ws, stream);
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                           &heur, &found);
     }
     if (pref != NULL) {
         cublasLtMatmulPreferenceDestroy(pref);
     }
-    if (lc != NULL) {
-        cublasLtMatrixLayoutDestroy(lc);
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+        return kn_cu_blas_err(ctx, s, "cuBLASLt bf16 plan");
     }
-    if (lb != NULL) {
-        cublasLtMatrixLayoutDestroy(lb);
+    /* any other refusal only means: no cuBLASLt algorithm at this shape */
+    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->usable) {
+        p->algo = heur.algo;
     }
-    if (la != NULL) {
-        cublasLtMatrixLayoutDestroy(la);
+    return 0;
+}
+
+/* The plan for this call: cached (the first KN_CU_LT_PLANS shapes), NULL when the cache is
+ * full or the plan could not be built (the caller takes GemmEx). */
+static kn_cu_bf16_plan_t *bplan_for(kn_cuda_t *ctx, const kn_cu_bf16_plan_t *key, int *rc)
+{
+    *rc = 0;
+    for (int i = 0; i < ctx->nbplans; i++) {
+        kn_cu_bf16_plan_t *p = &ctx->bplans[i];
+        if (p->ta == key->ta && p->tb == key->tb && p->m == key->m && p->n == key->n &&
+            p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldc == key->ldc &&
+            p->align == key->align) {
+            return p;
+        }
     }
-    if (desc != NULL) {
-        cublasLtMatmulDescDestroy(desc);
+    if (ctx->nbplans == KN_CU_LT_PLANS) {
+        return NULL;
     }
-    return kn_cu_blas_err(ctx, s, "cuBLASLt bf16 GEMM");
+    kn_cu_bf16_plan_t *p = &ctx->bplans[ctx->nbplans];
+    memset(p, 0, sizeof *p);
+    p->ta = key->ta, p->tb = key->tb, p->m = key->m, p->n = key->n, p->k = key->k;
+    p->lda = key->lda, p->ldb = key->ldb, p->ldc = key->ldc, p->align = key->align;
+    if ((*rc = bplan_build(ctx, p)) < 0) {
+        bplan_release(p);
+        return NULL;
+    }
+    ctx->nbplans++;
+    return p;
+}
+
+/* the alignment (16, 8, 4 or 2 bytes) every one of the call's pointers has */
+static int bf16_alignment(const void *a, const void *b, const void *c)
+{
+    uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : u % 4 == 0 ? 4 : 2;
+}
+
+/* C = op(A) op(B) + beta C on bf16 A and B, fp32 C and accumulation: cuBLASLt with the
+ * shape's cached plan; where cuBLASLt offers no algorithm or refuses to run it, the same
+ * product through cublasGemmEx (CUDA_R_16BF inputs, CUBLAS_COMPUTE_32F). */
+static int lt_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16 *A, int lda,
+                        const __nv_bfloat16 *B, int ldb, float beta, float *C, int ldc)
+{
+    const float alpha = 1.0f;
+    kn_cu_bf16_plan_t key;
+    memset(&key, 0, sizeof key);
+    key.ta = (int)ta, key.tb = (int)tb, key.m = m, key.n = n, key.k = k;
+    key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.align = bf16_alignment(A, B, C);
+    int rc = 0;
+    kn_cu_bf16_plan_t *p = bplan_for(ctx, &key, &rc);
+    if (rc < 0) {
+        return rc;
+    }
+    if (p != NULL && p->usable) {
+        cublasStatus_t s =
+            cublasLtMatmul(ctx->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc,
+                           &p->algo, ctx->workspace, KN_CU_WORKSPACE, stream);
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            return 0;
+        }
+        /* refused: remembered, and this shape takes GemmEx from now on */
+        snprintf(ctx->err, sizeof ctx->err, "cublasLtMatmul bf16 (m %d n %d k %d): %s; GemmEx", m,
+                 n, k, cublasGetStatusString(s));
+        p->usable = 0;
+    }
+    if ((rc = kn_cu_bind(ctx, stream)) < 0) {
+        return rc;
+    }
+    return kn_cu_blas_err(ctx,
+                          cublasGemmEx(ctx->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                                       CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                          "cublasGemmEx bf16");
 }
 
 int kn_cu_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb,
@@ -138,11 +249,13 @@ int kn_cu_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, c
     /* the operands' stored extents: lda x (columns of A as stored), the same for B */
     size_t na = (size_t)lda * (size_t)(ta == CUBLAS_OP_N ? k : m);
     size_t nb = (size_t)ldb * (size_t)(tb == CUBLAS_OP_N ? n : k);
-    int rc = scratch_reserve(ctx, stream, na + nb);
+    /* B starts on a 16-byte boundary (cuBLASLt's fast kernels want it) */
+    size_t boff = (na + 7) & ~(size_t)7;
+    int rc = scratch_reserve(ctx, stream, boff + nb);
     if (rc < 0) {
         return rc;
     }
-    __nv_bfloat16 *a = (__nv_bfloat16 *)ctx->half, *b = a + na;
+    __nv_bfloat16 *a = (__nv_bfloat16 *)ctx->half, *b = a + boff;
     cast_kernel<<<kn_cu_blocks(na, 256), 256, 0, stream>>>(a, A, na);
     cast_kernel<<<kn_cu_blocks(nb, 256), 256, 0, stream>>>(b, B, nb);
     if ((rc = kn_cu_launched()) < 0) {

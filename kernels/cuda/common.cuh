@@ -24,6 +24,16 @@ typedef struct kn_cu_lt_plan {
 
 #define KN_CU_LT_PLANS 64
 
+/* A cuBLASLt bf16 GEMM (bf16 A and B, fp32 C, fp32 accumulation) planned once per shape,
+ * transposes, leading dimensions and pointer alignment (bf16.cu). */
+typedef struct kn_cu_bf16_plan {
+    int ta, tb, m, n, k, lda, ldb, ldc, align;
+    int usable; /* 1: cuBLASLt offered an algorithm and has not refused it; 0: cublasGemmEx */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} kn_cu_bf16_plan_t;
+
 struct kn_cuda {
     cublasHandle_t blas;
     cublasLtHandle_t lt;
@@ -38,6 +48,8 @@ struct kn_cuda {
     int bound_set;
     kn_cu_lt_plan_t plans[KN_CU_LT_PLANS];
     int nplans;
+    kn_cu_bf16_plan_t bplans[KN_CU_LT_PLANS];
+    int nbplans;
     char err[160]; /* last cuBLAS failure */
 };
 
@@ -58,6 +70,8 @@ static inline int kn_cu_launched(void)
 int kn_cu_bind(kn_cuda_t *ctx, cudaStream_t stream);
 /* Release the cuBLASLt plans (matmul.cu). */
 void kn_cu_lt_plans_free(kn_cuda_t *ctx);
+/* Release the bf16 GEMMs' cuBLASLt plans (bf16.cu). */
+void kn_cu_bf16_plans_free(kn_cuda_t *ctx);
 
 /* Column-major C = alpha op(A) op(B) + beta C over `batch` matrices at the given strides
  * (elements), on ctx's stream setting, fp32 or TF32 per ctx. */

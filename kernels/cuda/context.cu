@@ -83,6 +83,7 @@ extern "C" void kn_cuda_destroy(kn_cuda_t *ctx)
         return;
     }
     kn_cu_lt_plans_free(ctx);
+    kn_cu_bf16_plans_free(ctx);
     if (ctx->lt != NULL) {
         cublasLtDestroy(ctx->lt);
     }

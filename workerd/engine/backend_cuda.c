@@ -624,7 +624,11 @@ static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
     if (scratch(be, bytes, "reserved scratch") == NULL) {
         return -ENOMEM;
     }
-    return kn_cuda_reserve_rows(S(be)->ctx, (size_t)B * (size_t)T, S(be)->stream);
+    int rc = kn_cuda_reserve_rows(S(be)->ctx, (size_t)B * (size_t)T, S(be)->stream);
+    if (rc == 0) {
+        rc = kn_cuda_reserve_bf16(S(be)->ctx, (size_t)B * (size_t)T, (size_t)C, S(be)->stream);
+    }
+    return rc;
 }
 
 /* The module's one export (backend_cuda.h). */
