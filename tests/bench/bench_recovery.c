@@ -310,43 +310,61 @@ static double step_ms(const h_cluster_t *c, const char *id)
     return v;
 }
 
-/* Lose node `node` as a machine would: its workerd and every rank of job id's generation
- * gen on it killed -9 at once, and its memory dir (its host memory) gone. 0 or -1. */
-static int kill_node(const h_cluster_t *c, const char *id, uint64_t gen, int node, int world)
+/* What a 3D trial kills: one rank, or a whole node (its workerd and its ranks). */
+typedef struct victim {
+    pid_t pids[64]; /* the ranks */
+    int n;
+    pid_t workerd; /* a node's, else 0 */
+    int node;
+    char what[64];
+} victim_t;
+
+/* Find, before the clock starts, what case k fails in trial t of job id (seen as w): rank
+ * (3t + 1) mod world, or every rank of its node and that node's workerd. 0 or -1. */
+static int victim_find(const case3d_t *k, const h_cluster_t *c, const char *id, const rt_job_t *w,
+                       int t, victim_t *v)
 {
-    pid_t pids[64];
-    int n = 0;
-    char name[32], mem[PATH_MAX];
-    for (int r = 0; r < world && n < 64; r++)
-        if (node_of(c, id, r) == node && (pids[n] = rt_rank_pid(c, node, id, gen, (uint32_t)r)) > 0)
-            n++;
-    snprintf(name, sizeof name, "node%d", node);
-    pid_t wd = h_pid(c, name);
-    if (n == 0 || wd <= 0 || kill(wd, SIGKILL) < 0)
+    uint32_t world = (uint32_t)(k->tp * k->pp * k->dp), r = (uint32_t)(t * 3 + 1) % world;
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *ranks = js ? ch_json_get(js, "ranks") : NULL;
+    int node_of_r[64] = {0};
+    memset(v, 0, sizeof *v);
+    for (uint32_t i = 0; ranks && i < world && i < 64 && ranks->nkids == world; i++)
+        node_of_r[i] = atoi(h_json_str(h_json_at(ranks, i), "node") + strlen("node"));
+    ch_json_free(js);
+    v->node = node_of_r[r];
+    if (v->node <= 0)
         return -1;
-    for (int i = 0; i < n; i++)
-        kill(pids[i], SIGKILL);
-    if (h_kill_wait(wd, SIGKILL, 2000) < 0)
-        return -1;
-    snprintf(mem, sizeof mem, "%s/%s-mem", c->dir, name);
-    int rc = ch_rmtree(mem);
-    return rc < 0 && rc != -ENOENT ? -1 : 0;
+    for (uint32_t i = 0; i < world && i < 64; i++)
+        if (i == r || (k->node_loss && node_of_r[i] == v->node))
+            if ((v->pids[v->n++] = rt_rank_pid(c, v->node, id, w->gen, i)) <= 0)
+                return -1;
+    if (k->node_loss) {
+        char name[32];
+        snprintf(name, sizeof name, "node%d", v->node);
+        if ((v->workerd = h_pid(c, name)) <= 0)
+            return -1;
+        snprintf(v->what, sizeof v->what, "node%d (rank %u's)", v->node, r);
+    } else {
+        snprintf(v->what, sizeof v->what, "rank %u", r);
+    }
+    return 0;
 }
 
-/* Kill what case k fails in trial t of job id (seen as w); the node or rank in *what. */
-static int fail_3d(const case3d_t *k, h_cluster_t *c, const char *id, const rt_job_t *w, int t,
-                   int *node, char *what, size_t n)
+/* Kill -9 the victim, all at once; a lost node also loses its memory dir (its RAM). */
+static int victim_kill(const h_cluster_t *c, const victim_t *v)
 {
-    int world = k->tp * k->pp * k->dp;
-    uint32_t r = (uint32_t)((t * 3 + 1) % world);
-    *node = node_of(c, id, (int)r);
-    if (k->node_loss) {
-        snprintf(what, n, "node%d (rank %u's)", *node, r);
-        return kill_node(c, id, w->gen, *node, world);
-    }
-    snprintf(what, n, "rank %u", r);
-    pid_t pid = rt_rank_pid(c, *node, id, w->gen, r);
-    return pid <= 0 || kill(pid, SIGKILL) < 0 ? -1 : 0;
+    if (v->workerd > 0 && kill(v->workerd, SIGKILL) < 0)
+        return -1;
+    for (int i = 0; i < v->n; i++)
+        if (kill(v->pids[i], SIGKILL) < 0 && !v->workerd)
+            return -1;
+    if (!v->workerd)
+        return 0;
+    char mem[PATH_MAX];
+    snprintf(mem, sizeof mem, "%s/node%d-mem", c->dir, v->node);
+    int rc = h_kill_wait(v->workerd, SIGKILL, 2000) < 0 ? -1 : ch_rmtree(mem);
+    return rc < 0 && rc != -ENOENT ? -1 : 0;
 }
 
 static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
@@ -376,10 +394,12 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
             goto out;
         }
         double calm = step_ms(&c, id);
-        char what[64], source[16];
-        int node;
+        char source[16];
+        victim_t v;
+        if (victim_find(k, &c, id, &w, t, &v) < 0)
+            goto out;
         double t0 = (double)ch_wall_ms();
-        if (fail_3d(k, &c, id, &w, t, &node, what, sizeof what) < 0)
+        if (victim_kill(&c, &v) < 0)
             goto out;
         double when = 0, ph[NPH], redone = 0;
         uint64_t end = ch_now_ms() + 300000;
@@ -393,7 +413,7 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
         f->detect[i] = when - t0;
         f->total[i] = f->detect[i];
         printf("%s trial %d: %s killed at step %" PRIu64 ", calm step %.0f ms: detect %.0f ms",
-               k->name, t, what, w.step, calm, f->detect[i]);
+               k->name, t, v.what, w.step, calm, f->detect[i]);
         for (int p = 0; p < NPH; p++) {
             f->phase[p][i] = ph[p] * 1e3;
             f->total[i] += f->phase[p][i];
@@ -409,9 +429,9 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
         if (k->node_loss) {
             /* back, with empty memory, as the next trial's spare */
             char name[32];
-            snprintf(name, sizeof name, "node%d", node);
+            snprintf(name, sizeof name, "node%d", v.node);
             node_dead_t d = {&c, name, "alive"};
-            if (h_worker_restart(&c, node) < 0 || h_wait_until(node_is, &d, 10000, 10) <= 0)
+            if (h_worker_restart(&c, v.node) < 0 || h_wait_until(node_is, &d, 10000, 10) <= 0)
                 goto out;
         }
     }
