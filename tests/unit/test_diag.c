@@ -226,10 +226,8 @@ Test(peak, a_restart_takes_a_short_figure_a_first_generation_measures_again)
     wrk_rank_t r = {0};
     snprintf(r.run_dir, sizeof r.run_dir, "%s/job-1/g2/rank-0/", dir);
     cr_assert_eq(wrk_peak_path(dir, 1, path, sizeof path), 0);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "flops=1.000000e+11 n=1024 seconds=0.12\n");
-    fclose(f);
+    static const char shortfig[] = "flops=1.000000e+11 n=1024 seconds=0.12\n";
+    cr_assert_eq(ch_file_write_atomic(path, shortfig, sizeof shortfig - 1, 0644), 0);
     r.generation = 2;
     cr_assert_eq(wrk_peak_flops(&r, 1), 1e11);
     /* a first generation of a job with a 2 s step timeout measures 1024^3 too: taken */
@@ -237,10 +235,8 @@ Test(peak, a_restart_takes_a_short_figure_a_first_generation_measures_again)
     r.spec.fault.step_timeout_s = 2;
     cr_assert_eq(wrk_peak_flops(&r, 1), 1e11);
     /* ... but not a figure from 512^3: measured again, and the cache says so */
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "flops=1.000000e+11 n=512 seconds=0.1\n");
-    fclose(f);
+    static const char tiny[] = "flops=1.000000e+11 n=512 seconds=0.1\n";
+    cr_assert_eq(ch_file_write_atomic(path, tiny, sizeof tiny - 1, 0644), 0);
     double got = wrk_peak_flops(&r, 1);
     cr_assert(got > 0 && got != 1e11, "%g", got);
     cr_assert_eq(ch_file_read(path, 4096, &text, &len), 0);
