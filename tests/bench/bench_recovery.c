@@ -22,6 +22,14 @@
  *
  *   rank_kill_3d     tp 2 x pp 2 x dp 2 on 2 nodes x 4 slots (no spare: the same nodes)
  *   rank_kill_16     tp 2 x pp 2 x dp 4 on 2 nodes x 8 slots: world 16 on real ranks
+ *   rank_kill_3d_mem rank_kill_3d with checkpoint.memory_every = 1
+ *   node_loss_3d_mem the same job on 3 nodes x 4 slots: a whole node lost (its workerd and
+ *                    ranks killed -9, its memory dir removed), brought back empty as the
+ *                    next trial's spare; the coordinator's dead-after is printed
+ *
+ * With memory checkpoints each restart also says where its state came from (memory |
+ * disk), and the case fails when one read the disk (every piece had a live copy); goals:
+ * kill -> past the killed step < 3 s (a node: < dead-after + 3 s), steps redone <= 1.
  *
  * Per trial the coordinator's phases of the restart (status history[].phases: kill and
  * confirm, placement, rank start, rendezvous and communicator setup, checkpoint load,
@@ -29,13 +37,14 @@
  * of the trials, each as a ratio to the calm step time measured before the kill.
  *
  * And a straggler (issue 27's goal), case `straggler`: a dp = 2 job on 2 nodes runs
- * --calm-steps steps (1,000) with nobody slowed, counting any straggler named (a false
- * report); then, TRIALS times, rank 1 is slowed by --slow F (1.5: stopped a third of
- * every 60 ms, so it computes at 1/F of its speed) until the coordinator names it (steps
- * from the slowing to the naming; goal 20), and left alone until it is cleared.
+ * --calm-steps steps (1,000) with nobody slowed, counting every straggler named (a false
+ * report; the run goes on to the end); then, TRIALS times, rank 1 is slowed by --slow F (1.5:
+ * stopped a third of every 60 ms, so it computes at 1/F of its speed) until the coordinator names
+ * it (steps from the slowing to the naming; goal 20), and left alone until it is cleared.
  *
  * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [CASE...]: the named
  * cases only (all by default); a few minutes with no arguments on a quiet machine. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -232,10 +241,12 @@ static int wanted(const char *name, int argc, char **argv, int first)
 // ---------------------------------------------------------------------------------------
 // 3D jobs: where the restart's time goes
 
-/* One 3D case: its cluster and layout. */
+/* One 3D case: its cluster, layout, checkpoint.memory_every (0: off) and what fails. */
 typedef struct case3d {
     const char *name;
     int nodes, slots, tp, pp, dp;
+    int mem;       /* checkpoint.memory_every */
+    int node_loss; /* a whole node (workerd and ranks) killed -9, else one rank */
 } case3d_t;
 
 /* The phases status reports (recovery_phase.c), in order. */
@@ -245,7 +256,7 @@ static const char *const PHASE[NPH] = {"kill_confirm", "placement",  "rank_start
 
 typedef struct figures3d {
     double detect[TRIALS], phase[NPH][TRIALS], total[TRIALS], redone[TRIALS], step_ms[TRIALS];
-    int n;
+    int n, from_memory; /* restarts whose state came from the nodes' memory */
 } figures3d_t;
 
 static int job_text_3d(const h_cluster_t *c, const case3d_t *k, char *out, size_t n)
@@ -256,16 +267,17 @@ static int job_text_3d(const h_cluster_t *c, const case3d_t *k, char *out, size_
                      "[parallel]\ntp = %d\npp = %d\ndp = %d\nmicrobatches = 2\n"
                      "micro_batch_size = 4\n"
                      "[train]\nsteps = 100000\nlr = 0.002\nwarmup = 20\nseed = 1337\n"
-                     "[checkpoint]\ndir = %s/ckpt\nevery = %d\nkeep = 3\n"
+                     "[checkpoint]\ndir = %s/ckpt\nevery = %d\nkeep = 3\nmemory_every = %d\n"
                      "[fault]\nmax_restarts = %d\nstep_timeout = 120\n",
-                     k->name, k->tp, k->pp, k->dp, c->dir, EVERY, 2 * TRIALS);
+                     k->name, k->tp, k->pp, k->dp, c->dir, EVERY, k->mem, 2 * TRIALS);
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
 /* Restart `want` (1-based) of job id once it is past the killed step: its detection wall
- * time, phases (s), steps redone; 0, or -1 while not there yet. */
+ * time, phases (s), steps redone, where its state came from (memory | disk); 0, or -1
+ * while not there yet. */
 static int restart_phases(const h_cluster_t *c, const char *id, size_t want, double *time_ms,
-                          double *ph, double *redone)
+                          double *ph, double *redone, char *source, size_t n)
 {
     const ch_json_t *h;
     ch_json_t *js = restart_at(c, id, want, &h);
@@ -275,6 +287,7 @@ static int restart_phases(const h_cluster_t *c, const char *id, size_t want, dou
         if (p && ch_json_get(p, "redo")) {
             *time_ms = h_json_num(h, "time_ms");
             *redone = h_json_num(h, "steps_lost");
+            snprintf(source, n, "%s", *h_json_str(h, "source") ? h_json_str(h, "source") : "?");
             for (int k = 0; k < NPH; k++)
                 ph[k] = h_json_num(p, PHASE[k]);
             rc = 0;
@@ -297,14 +310,74 @@ static double step_ms(const h_cluster_t *c, const char *id)
     return v;
 }
 
+/* What a 3D trial kills: one rank, or a whole node (its workerd and its ranks). */
+typedef struct victim {
+    pid_t pids[64]; /* the ranks */
+    int n;
+    pid_t workerd; /* a node's, else 0 */
+    int node;
+    char what[64];
+} victim_t;
+
+/* Find, before the clock starts, what case k fails in trial t of job id (seen as w): rank
+ * (3t + 1) mod world, or every rank of its node and that node's workerd. 0 or -1. */
+static int victim_find(const case3d_t *k, const h_cluster_t *c, const char *id, const rt_job_t *w,
+                       int t, victim_t *v)
+{
+    uint32_t world = (uint32_t)(k->tp * k->pp * k->dp), r = (uint32_t)(t * 3 + 1) % world;
+    ch_json_t *js = h_ctl_json(c, "status", id, NULL);
+    const ch_json_t *ranks = js ? ch_json_get(js, "ranks") : NULL;
+    int node_of_r[64] = {0};
+    memset(v, 0, sizeof *v);
+    for (uint32_t i = 0; ranks && i < world && i < 64 && ranks->nkids == world; i++)
+        node_of_r[i] = atoi(h_json_str(h_json_at(ranks, i), "node") + strlen("node"));
+    ch_json_free(js);
+    v->node = node_of_r[r];
+    if (v->node <= 0)
+        return -1;
+    for (uint32_t i = 0; i < world && i < 64; i++)
+        if (i == r || (k->node_loss && node_of_r[i] == v->node))
+            if ((v->pids[v->n++] = rt_rank_pid(c, v->node, id, w->gen, i)) <= 0)
+                return -1;
+    if (k->node_loss) {
+        char name[32];
+        snprintf(name, sizeof name, "node%d", v->node);
+        if ((v->workerd = h_pid(c, name)) <= 0)
+            return -1;
+        snprintf(v->what, sizeof v->what, "node%d (rank %u's)", v->node, r);
+    } else {
+        snprintf(v->what, sizeof v->what, "rank %u", r);
+    }
+    return 0;
+}
+
+/* Kill -9 the victim, all at once; a lost node also loses its memory dir (its RAM). */
+static int victim_kill(const h_cluster_t *c, const victim_t *v)
+{
+    if (v->workerd > 0 && kill(v->workerd, SIGKILL) < 0)
+        return -1;
+    for (int i = 0; i < v->n; i++)
+        if (kill(v->pids[i], SIGKILL) < 0 && !v->workerd)
+            return -1;
+    if (!v->workerd)
+        return 0;
+    char mem[PATH_MAX];
+    snprintf(mem, sizeof mem, "%s/node%d-mem", c->dir, v->node);
+    int rc = h_kill_wait(v->workerd, SIGKILL, 2000) < 0 ? -1 : ch_rmtree(mem);
+    return rc < 0 && rc != -ENOENT ? -1 : 0;
+}
+
 static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
 {
     h_cluster_t c;
     char id[64], text[2048];
     rt_job_t w;
-    int rc = -1, world = k->tp * k->pp * k->dp;
+    int rc = -1;
 
     memset(f, 0, sizeof *f);
+    if (k->node_loss)
+        printf("%s: coordinator dead-after %d ms (heartbeat %d ms)\n", k->name, H_DEAD_AFTER_MS,
+               H_HEARTBEAT_MS);
     if (h_cluster_up(&c, k->nodes, k->slots) < 0) {
         fprintf(stderr, "%s: local up failed\n", k->name);
         return -1;
@@ -321,15 +394,17 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
             goto out;
         }
         double calm = step_ms(&c, id);
-        uint32_t r = (uint32_t)((t * 3 + 1) % world);
-        int node = node_of(&c, id, (int)r);
-        pid_t pid = rt_rank_pid(&c, node, id, w.gen, r);
+        char source[16];
+        victim_t v;
+        if (victim_find(k, &c, id, &w, t, &v) < 0)
+            goto out;
         double t0 = (double)ch_wall_ms();
-        if (pid <= 0 || kill(pid, SIGKILL) < 0)
+        if (victim_kill(&c, &v) < 0)
             goto out;
         double when = 0, ph[NPH], redone = 0;
         uint64_t end = ch_now_ms() + 300000;
-        while (restart_phases(&c, id, (size_t)t + 1, &when, ph, &redone) < 0) {
+        while (restart_phases(&c, id, (size_t)t + 1, &when, ph, &redone, source, sizeof source) <
+               0) {
             if (ch_now_ms() > end)
                 goto out;
             usleep(50000);
@@ -337,8 +412,8 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
         int i = f->n++;
         f->detect[i] = when - t0;
         f->total[i] = f->detect[i];
-        printf("%s trial %d: rank %u killed at step %" PRIu64 ", calm step %.0f ms: detect %.0f ms",
-               k->name, t, r, w.step, calm, f->detect[i]);
+        printf("%s trial %d: %s killed at step %" PRIu64 ", calm step %.0f ms: detect %.0f ms",
+               k->name, t, v.what, w.step, calm, f->detect[i]);
         for (int p = 0; p < NPH; p++) {
             f->phase[p][i] = ph[p] * 1e3;
             f->total[i] += f->phase[p][i];
@@ -346,9 +421,19 @@ static int run_3d(const case3d_t *k, int trials, figures3d_t *f)
         }
         f->redone[i] = redone;
         f->step_ms[i] = calm;
-        printf(" ms; kill -> past the killed step %.0f ms (%.1f steps), %g steps redone\n",
-               f->total[i], calm > 0 ? f->total[i] / calm : 0.0, redone);
+        f->from_memory += strcmp(source, "memory") == 0;
+        printf(" ms; kill -> past the killed step %.0f ms (%.1f steps), %g steps redone, "
+               "state from %s\n",
+               f->total[i], calm > 0 ? f->total[i] / calm : 0.0, redone, source);
         fflush(stdout);
+        if (k->node_loss) {
+            /* back, with empty memory, as the next trial's spare */
+            char name[32];
+            snprintf(name, sizeof name, "node%d", v.node);
+            node_dead_t d = {&c, name, "alive"};
+            if (h_worker_restart(&c, v.node) < 0 || h_wait_until(node_is, &d, 10000, 10) <= 0)
+                goto out;
+        }
     }
     rc = 0;
 out:
@@ -364,11 +449,28 @@ static double median_of(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Each phase's median and max, as ratios to the median calm step. */
-static void result_3d(const char *name, figures3d_t *f)
+/* Each phase's median and max, as ratios to the median calm step; with memory
+ * checkpoints the goals of issue 27 (kill -> past the killed step < 3 s, or < dead-after
+ * + 3 s for a node; at most 1 step redone; every restart from memory). 0, or 1 when a
+ * restart read the disk although every piece had a live copy. */
+static int result_3d(const case3d_t *k, figures3d_t *f)
 {
+    const char *name = k->name;
     if (f->n == 0)
-        return;
+        return 0;
+    int n = f->n, from_memory = f->from_memory;
+    if (k->mem) {
+        printf("%s: %d of %d restarts read their state from memory, %d from disk\n", name,
+               from_memory, n, n - from_memory);
+        printf("RESULT name=recovery.%s.restarts_from_disk value=%d unit=restarts ref=goal "
+               "ref_value=0 ratio=0\n",
+               name, n - from_memory);
+        if (k->node_loss)
+            result(name, "kill_to_past", "ms", f->total, n, "dead_after_plus_3s",
+                   H_DEAD_AFTER_MS + 3000);
+        else
+            result(name, "kill_to_past", "ms", f->total, n, "goal", 3000);
+    }
     double step = median_of(f->step_ms, f->n);
     char what[96];
     for (int p = 0; p <= NPH + 1; p++) {
@@ -376,7 +478,11 @@ static void result_3d(const char *name, figures3d_t *f)
         snprintf(what, sizeof what, "phase.%s", p < NPH ? PHASE[p] : p == NPH ? "detect" : "total");
         result(name, what, "ms", v, f->n, "step_time", step);
     }
-    result(name, "steps_redone", "steps", f->redone, f->n, "checkpoint_every", EVERY);
+    if (k->mem)
+        result(name, "steps_redone", "steps", f->redone, n, "goal", 1);
+    else
+        result(name, "steps_redone", "steps", f->redone, n, "checkpoint_every", EVERY);
+    return k->mem && from_memory < n;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -447,6 +553,27 @@ static uint64_t strag_wait(const h_cluster_t *c, const char *id, int named, uint
     return 0;
 }
 
+/* The calm run: poll until job id is past step `until` or an hour passed, counting each
+ * time a straggler is named (a false report: nobody is slowed); *last: the last step seen. */
+static uint32_t calm_reports(const h_cluster_t *c, const char *id, uint64_t until, uint64_t *last)
+{
+    uint64_t end = ch_now_ms() + 3600000, step = 0;
+    uint32_t count = 0, before = 0, reports = 0;
+    while (ch_now_ms() < end && *last < until) {
+        if (strag_now(c, id, &step, &count) == 0) {
+            *last = step;
+            if (count > before) {
+                reports += count - before;
+                printf("straggler calm: false report at step %" PRIu64 "\n", step);
+                fflush(stdout);
+            }
+            before = count;
+        }
+        usleep(20000);
+    }
+    return reports;
+}
+
 static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
 {
     h_cluster_t c;
@@ -463,9 +590,8 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
     if (rt_submit(&c, "slow.ini", text, id, sizeof id) < 0 ||
         !rt_wait(&w, &c, id, "running", 1, 1, 60000))
         goto out;
-    uint32_t seen = 0;
     uint64_t t0 = ch_now_ms(), from = w.step, last = from;
-    strag_wait(&c, id, 1, from + (uint64_t)o->calm_steps, &seen, &last);
+    uint32_t seen = calm_reports(&c, id, from + (uint64_t)o->calm_steps, &last);
     double calm_s = (double)(ch_now_ms() - t0) / 1000.0;
     printf("straggler calm: steps %" PRIu64 "..%" PRIu64 " in %.0f s, %u false reports\n", from,
            last, calm_s, seen);
@@ -473,6 +599,11 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
            "ref_value=0 ratio=0\n",
            seen);
     fflush(stdout);
+    if (last < from + (uint64_t)o->calm_steps) {
+        fprintf(stderr, "straggler calm: cut at step %" PRIu64 " of %" PRIu64 " (the hour's cap)\n",
+                last, from + (uint64_t)o->calm_steps);
+        goto out;
+    }
     pid_t pid = -1;
     for (int i = 0; i <= c.nodes && pid <= 0; i++)
         pid = rt_rank_pid(&c, i, id, 1, 1);
@@ -481,7 +612,8 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
     for (int t = 0; t < trials; t++) {
         uint64_t step0 = 0;
         uint32_t n = 0;
-        if (strag_now(&c, id, &step0, &n) < 0)
+        /* nobody named (a false report of the calm run cleared) before the slowing */
+        if (!strag_wait(&c, id, 0, 0, &n, NULL) || strag_now(&c, id, &step0, &n) < 0)
             goto out;
         pid_t child = slow_down(pid, o->factor);
         if (child < 0)
@@ -495,8 +627,6 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
                " (%" PRIu64 " steps)\n",
                t, o->factor, step0, named, named - step0);
         fflush(stdout);
-        if (!strag_wait(&c, id, 0, 0, &n, NULL)) /* cleared before the next trial */
-            goto out;
     }
     rc = 0;
 out:
@@ -550,8 +680,11 @@ int main(int argc, char **argv)
         {"coordinator", "none", 0},
     };
     static const case3d_t cases[] = {
-        {"rank_kill_3d", 2, 4, 2, 2, 2},
-        {"rank_kill_16", 2, 8, 2, 2, 4},
+        {"rank_kill_3d", 2, 4, 2, 2, 2, 0, 0},
+        {"rank_kill_16", 2, 8, 2, 2, 4, 0, 0},
+        {"rank_kill_3d_mem", 2, 4, 2, 2, 2, 1, 0},
+        /* a spare node: the lost node's 4 ranks go there */
+        {"node_loss_3d_mem", 3, 4, 2, 2, 2, 1, 1},
     };
     int failed = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -570,9 +703,8 @@ int main(int argc, char **argv)
         if (!wanted(cases[k].name, argc, argv, first))
             continue;
         static figures3d_t f3;
-        if (run_3d(&cases[k], trials, &f3) < 0)
+        if (run_3d(&cases[k], trials, &f3) < 0 || result_3d(&cases[k], &f3))
             failed = 1;
-        result_3d(cases[k].name, &f3);
     }
     if (wanted("straggler", argc, argv, first)) {
         figures_t f;

@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "common/msg.h"
+#include "common/util.h"
 #include "support.h"
 #include "workerd/rank/diag.h"
 #include "workerd/rank/peak.h"
@@ -211,5 +212,35 @@ Test(peak, the_cached_figure_is_used_per_thread_count)
     cr_assert_eq(wrk_peak_read(path, &got), CH_E_FORMAT);
     /* a measurement is at least five runs, however short the time asked */
     cr_assert_gt(wrk_peak_measure(64, 0.0), 0.0);
+    ts_rmrf(dir);
+}
+
+/* A restart's rank (generation > 1) takes a short measurement's figure (1024^3) as it is,
+ * rather than keeping the whole job waiting for a full one; a first generation measures
+ * again when the cached figure came from a smaller matrix than it would use. */
+Test(peak, a_restart_takes_a_short_figure_a_first_generation_measures_again)
+{
+    char dir[256], path[512], *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(ts_tmpdir("peak", dir, sizeof dir), 0);
+    wrk_rank_t r = {0};
+    snprintf(r.run_dir, sizeof r.run_dir, "%s/job-1/g2/rank-0/", dir);
+    cr_assert_eq(wrk_peak_path(dir, 1, path, sizeof path), 0);
+    static const char shortfig[] = "flops=1.000000e+11 n=1024 seconds=0.12\n";
+    cr_assert_eq(ch_file_write_atomic(path, shortfig, sizeof shortfig - 1, 0644), 0);
+    r.generation = 2;
+    cr_assert_eq(wrk_peak_flops(&r, 1), 1e11);
+    /* a first generation of a job with a 2 s step timeout measures 1024^3 too: taken */
+    r.generation = 1;
+    r.spec.fault.step_timeout_s = 2;
+    cr_assert_eq(wrk_peak_flops(&r, 1), 1e11);
+    /* ... but not a figure from 512^3: measured again, and the cache says so */
+    static const char tiny[] = "flops=1.000000e+11 n=512 seconds=0.1\n";
+    cr_assert_eq(ch_file_write_atomic(path, tiny, sizeof tiny - 1, 0644), 0);
+    double got = wrk_peak_flops(&r, 1);
+    cr_assert(got > 0 && got != 1e11, "%g", got);
+    cr_assert_eq(ch_file_read(path, 4096, &text, &len), 0);
+    cr_assert_not_null(strstr(text, "n=1024"), "%s", text);
+    free(text);
     ts_rmrf(dir);
 }

@@ -82,16 +82,37 @@ static int node_dir(const char *rank_dir, char *out, size_t len)
 
 /* The measurement's size and time: WRK_PEAK_N for WRK_PEAK_SECONDS, unless the job's
  * fault.step_timeout (which covers the time before the first step, this included) is
- * short: then a 1024^3 SGEMM for an eighth of it. */
+ * short: then a 1024^3 SGEMM for an eighth of it. A restart (generation > 1) placed on a
+ * node that never measured, such as a spare, also measures 1024^3 for an eighth of
+ * WRK_PEAK_SECONDS: every rank of the job waits for it (it cost 1 to 4.7 s of a node
+ * loss's restart), and the next first generation on the node measures in full. */
 static void size_for(const wrk_rank_t *r, int *n, double *seconds)
 {
     double st = (double)r->spec.fault.step_timeout_s;
     *n = WRK_PEAK_N;
     *seconds = WRK_PEAK_SECONDS;
+    if (r->generation > 1)
+        *n = 1024, *seconds = WRK_PEAK_SECONDS / 8;
     if (st > 0 && st / 8 < *seconds) {
         *n = 1024;
         *seconds = st / 8;
     }
+}
+
+/* The cached figure when it was measured at least at the size this rank would measure
+ * (a restart's short figure is measured again in full by a first generation). */
+static int read_enough(const wrk_rank_t *r, const char *path, double *flops)
+{
+    int want, n = 0;
+    double secs, f = 0;
+    char *text = NULL;
+    size_t len = 0;
+    size_for(r, &want, &secs);
+    if (ch_file_read(path, 4096, &text, &len) < 0)
+        return -ENOENT;
+    int ok = sscanf(text, "flops=%lf n=%d", &f, &n) == 2 && n >= want;
+    free(text);
+    return ok && wrk_peak_read(path, flops) == 0 ? 0 : -ENOENT;
 }
 
 static double measure_uncached(const wrk_rank_t *r)
@@ -123,7 +144,7 @@ double wrk_peak_flops(const wrk_rank_t *r, int threads)
     int rc = node_dir(r->run_dir, dir, sizeof dir);
     if (rc == 0)
         rc = wrk_peak_path(dir, threads, path, sizeof path);
-    if (rc == 0 && wrk_peak_read(path, &f) == 0)
+    if (rc == 0 && read_enough(r, path, &f) == 0)
         return f;
     if (rc < 0) {
         CH_LOGW("peak", "run dir %s: %s: measuring the SGEMM peak uncached", r->run_dir,
@@ -139,7 +160,7 @@ double wrk_peak_flops(const wrk_rank_t *r, int threads)
     while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
     }
     /* another rank of the node may have measured while this one waited */
-    if (wrk_peak_read(path, &f) != 0) {
+    if (read_enough(r, path, &f) != 0) {
         f = measure_and_write(r, path);
         CH_LOGI("peak", "SGEMM peak at %d threads: %.1f GFLOP/s, cached in %s", threads, f * 1e-9,
                 path);

@@ -6,7 +6,9 @@
  * one line "flops=<FLOP/s> n=<matrix> seconds=<measured>". The first rank that finds no
  * cache measures under an exclusive lock on <file>.lock (the node's other ranks wait for it
  * and read the result instead of measuring at the same time) and writes it atomically.
- * Delete the file to measure again (after a hardware or BLAS change). */
+ * A restart's rank measures briefly (1024^3) and a first generation measures again when
+ * the cached figure came from a smaller matrix than it would use. Delete the file to
+ * measure again (after a hardware or BLAS change). */
 #ifndef WRK_PEAK_H
 #define WRK_PEAK_H
 

@@ -262,13 +262,18 @@ static int groups_setup(wrk_rank_t *r, const eng_device_t *dev, wrk_coll_stage_t
      * never arrived), before the coordinator's coarser no-progress check fires */
     cfg.timeout_ms =
         s->fault.step_timeout_s > 0 ? (int)(s->fault.step_timeout_s * 500) : COLL_TIMEOUT_MS;
+    uint64_t t0 = ch_now_ns();
     int rc = wrk_coll_create(&cfg, c);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "%s collectives: %s", wrk_coll_backend_name(cfg.backend),
                              ch_strerror(rc));
+    uint64_t t1 = ch_now_ns();
     rc = eng_groups_create(*c, ch_jobspec_layout(s), r->rank, g);
     if (rc < 0)
         return wrk_rank_fail(r, rc, "process groups: %s", ch_strerror(rc));
+    /* where a restart's comm_setup phase goes (docs/healing.md) */
+    CH_LOGI("train", "rank %u: communicators: context %.1f ms, groups %.1f ms", r->rank,
+            (double)(t1 - t0) / 1e6, (double)(ch_now_ns() - t1) / 1e6);
     return 0;
 }
 
