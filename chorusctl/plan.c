@@ -150,12 +150,15 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
     ctl_fmt_si(b, sizeof b, w->flops / w->tokens);
     printf("compute     %s model FLOPs per step, %s per token\n", a, b);
     int zb = j->parallel.schedule == CH_SCHEDULE_ZBH1;
+    uint32_t k = zb ? 3 : p->cfg.virtual_stages > 1 ? p->cfg.virtual_stages : 1;
     printf("pipeline    %s over %u stage%s, stage_split %s%s: bubble %.1f%% = %s = %u/%u\n",
            ch_schedule_name(j->parallel.schedule), p->l.pp, p->l.pp == 1 ? "" : "s",
            p->cfg.balanced_stages ? "balanced" : "even",
            j->parallel.stage_split == CH_SPLIT_AUTO ? " (auto)" : "", 100.0 * w->bubble,
-           zb ? "(pp-1)/(3 x microbatches+pp-1) (T_F = T_B = T_W)" : "(pp-1)/(microbatches+pp-1)",
-           p->l.pp - 1, (zb ? 3 : 1) * j->parallel.microbatches + p->l.pp - 1);
+           zb      ? "(pp-1)/(3 x microbatches+pp-1) (T_F = T_B = T_W)"
+           : k > 1 ? "(pp-1)/(virtual_stages x microbatches+pp-1)"
+                   : "(pp-1)/(microbatches+pp-1)",
+           p->l.pp - 1, k * j->parallel.microbatches + p->l.pp - 1);
     printf("\n");
 
     ctl_table_init(&t, 10);

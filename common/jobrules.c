@@ -125,10 +125,16 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
                  j->model.layers, (uint64_t)pp * v);
         return CH_E_CONFIG;
     }
+    /* Not memory (the schedule keeps its warm-up depth, pipeline.h): its sends go alone and
+     * non-blocking while the receiver pulls in the sender's order, and on NCCL a send holds
+     * the group's stream until the peer's receive, so two ring neighbours sending first wait
+     * on each other (test_layouts' NCCL stream-rule fake deadlocks at pp 2). Megatron pairs
+     * every send with a receive in one grouped operation; until this schedule does, no cuda. */
     if (j->train.device == CH_DEVICE_CUDA) {
         snprintf(err, errlen,
-                 "train.device: cuda cannot run parallel.schedule = interleaved yet (its "
-                 "chunks are checked exact on the CPU only); use 1f1b or cpu");
+                 "train.device: cuda cannot run parallel.schedule = interleaved yet (its lone "
+                 "sends would deadlock on NCCL's stream order; 1f1b pairs them); use 1f1b or "
+                 "cpu");
         return CH_E_CONFIG;
     }
     return 0;

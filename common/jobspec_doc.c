@@ -42,8 +42,9 @@ static const ch_jobspec_doc_t docs[] = {
      "Pipeline schedule. zb-h1: each backward split into input- and weight-gradient passes, "
      "the weight passes deferred into the cool-down (same bits as 1f1b; not with recompute "
      "or cuda). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks per rank, "
-     "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping all of a step's "
-     "micro-batches (CPU only)."},
+     "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping only its warm-up "
+     "depth of chunk activations, (pp-stage-1) x 2+(virtual_stages-1) x pp+1, whatever "
+     "microbatches (CPU only)."},
     {"parallel", "virtual_stages", "chunks", NULL,
      "Model chunks per pipeline rank (interleaved only): microbatches a multiple of pp, "
      "model.layers divisible by pp x virtual_stages."},

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/pipe_il.h"
 
 #define F32  4.0 /* bytes */
 #define BF16 2.0
@@ -177,9 +178,11 @@ static void plan_model(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
                                                 : (pp - 1) / (v * mb + pp - 1);
 }
 
+/* il: the interleaved schedule's step layout of the stage (common/pipe_il.h), NULL for one
+ * chunk. */
 static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,
                        uint32_t microbatches, ch_reshard_t reshard, ch_recompute_t recompute,
-                       uint32_t s, ch_plan_t *p)
+                       uint32_t s, const ch_il_layout_t *il, ch_plan_t *p)
 {
     const double C = m->embd, T = m->seq_len, B = micro_batch;
     const double N = B * T, NH = m->heads, tp = l.tp;
@@ -240,7 +243,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         redo = F32 * att;
     else if (recompute == CH_RECOMPUTE_FULL)
         redo = per_block - W * N * C;
-    double kept = nb * (per_block - redo);
+    /* interleaved: a slot is one chunk-activation, nb / v blocks */
+    double kept = (v > 1 ? nb / v : nb) * (per_block - redo);
     if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
         kept += W * nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
@@ -248,9 +252,7 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         kept += F32 * N + W * N * C;
     if (last)
         kept += W * N * C + F32 * 5 * N;
-    if (v > 1) /* per micro-batch and chunk: input, output gradient, input gradient, output */
-        kept += F32 * 4 * v * N * C;
-    else if (!first)
+    if (v == 1 && !first)
         kept += W * 2 * N * C;
     double scratch = W * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C)) + F32 * T * T +
                      (nb > 0 ? redo : 0);
@@ -259,11 +261,13 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));
         scratch += F32 * (logits + (tp > 1 ? logits + 3 * rows : 0));
     }
-    uint32_t held = v > 1 ? microbatches : m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
-    p->in_flight = held < microbatches ? held : microbatches;
+    uint32_t held = m->schedule == CH_SCHEDULE_ZBH1 ? l.pp : l.pp - s;
+    p->in_flight = il ? il->slots : held < microbatches ? held : microbatches;
     p->act_mb_bytes = kept;
     p->scratch_bytes = scratch;
-    p->act_bytes = p->act_mb_bytes * p->in_flight + p->scratch_bytes;
+    /* interleaved: the received inputs and output gradients, the input gradients being sent */
+    double pipe = il ? F32 * (double)(il->recvs + il->sends) * N * C : 0;
+    p->act_bytes = p->act_mb_bytes * p->in_flight + pipe + p->scratch_bytes;
     p->total_bytes = p->state_bytes + p->gathered_bytes + p->working_bytes + p->act_bytes;
 }
 
@@ -282,8 +286,15 @@ int ch_plan_stage_rc(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batc
     if (!m || !m->layers || !m->heads || !m->embd || !m->vocab || !m->seq_len || !l.tp || !l.pp ||
         !l.dp || !micro_batch || !microbatches || stage >= l.pp)
         return -EINVAL;
+    ch_il_layout_t il;
+    int v = m->virtual_stages > 1;
+    int rc = v ? ch_il_layout(&il, l.pp, stage, m->virtual_stages, microbatches) : 0;
+    if (rc < 0)
+        return rc;
     plan_model(m, l, micro_batch, microbatches, out);
-    plan_stage(m, l, micro_batch, microbatches, reshard, recompute, stage, out);
+    plan_stage(m, l, micro_batch, microbatches, reshard, recompute, stage, v ? &il : NULL, out);
+    if (v)
+        ch_il_layout_free(&il);
     if (out->params_padded >= CH_PLAN_EXACT_MAX || out->total_bytes >= CH_PLAN_EXACT_MAX)
         return CH_E_TOOBIG;
     return 0;

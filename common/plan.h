@@ -98,8 +98,9 @@ typedef struct ch_model_cfg {
     /* train.precision = bf16 without train.emulate: the working copy and the activations in
      * 2 bytes (the GPU path's figures; below). Not part of the model's identity either. */
     uint32_t bf16;
-    /* parallel.virtual_stages under interleaved (0 or 1: one chunk): each stage's v chunks
-     * keep every micro-batch of a step (pipeline.h: one slot per micro-batch). Not part of
+    /* parallel.virtual_stages under interleaved (0 or 1: one chunk): each stage keeps its
+     * warm-up depth of chunk-activations (in_flight, act_mb_bytes one chunk's) and the
+     * schedule's receive and send buffers, as common/pipe_il.h lays the step out. Not part of
      * the model's identity either. */
     uint32_t virtual_stages;
 } ch_model_cfg_t;
@@ -139,10 +140,12 @@ typedef struct ch_plan {
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
     double working_bytes; /* bf16 without ZeRO-3: the bf16 cast of `params`; else 0 */
-    double act_mb_bytes;  /* kept for backward, one micro-batch */
-    uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m) */
+    double act_mb_bytes;  /* kept for backward, one micro-batch (interleaved: one chunk's) */
+    uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m);
+                             interleaved chunk-activations: the warm-up depth + 1 */
     double scratch_bytes; /* backward scratch and logits, once */
-    double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes */
+    double act_bytes;     /* act_mb_bytes × in_flight + scratch_bytes (interleaved: + its
+                             receive and send buffers) */
     double total_bytes;   /* state + gathered + working + activations */
 } ch_plan_t;
 

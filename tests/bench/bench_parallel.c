@@ -8,7 +8,8 @@
  *   2. the measured bubble (eng_step_info_t.bubble: time blocked on pipeline send/recv
  *      over the step) per stage, for 1F1B against (p-1)/(m+p-1) and ZB-H1 against
  *      (p-1)/(3m+p-1), for p in {2, 4} and m in {4, 8, 16} (micro-batch size = global
- *      batch / m), and ZB-H1's stage-0 bubble over 1F1B's (measured in turns). Stage 0's figure is
+ *      batch / m), interleaved (v = 2) against (p-1)/(v m+p-1), and ZB-H1's stage-0 bubble over
+ *      1F1B's (measured in turns). Stage 0's figure is
  * the one to compare: it idles only inside the schedule (waiting for gradients in the steady state
  * and cool-down), while later stages idle partly after their last backward, in the step's closing
  * all-reduces (the tied-wte sum with stage 0, the loss over the column), which the trainer counts
@@ -19,7 +20,12 @@
  *      common/plan.h's ch_plan_stage (state and gathered) for N = 1, 2, 4 ranks, and each
  *      rank's measured high-water mark of backend memory over a step (eng_trainer_mem,
  *      the allocator's ledger) against the plan's per-rank total;
- *   5. for every layout run, each rank's step time split as eng_step_info_t.time.
+ *   5. for every layout run, each rank's step time split as eng_step_info_t.time;
+ *   6. activation recomputation (--only=recompute): one rank of a GPT-2-shaped model (embd 768,
+ *      12 heads, --rc-seq, --rc-layers blocks, 2 sequences a step of one each) under
+ *      parallel.recompute = none, selective and full, in turns: step time against none, and
+ *      activation bytes per block measured (the allocator's activation high-water mark less
+ *      the embedding's and head's buffers, over the blocks) against the plan's.
  *
  * Ranks are threads of this process, meeting through an in-process rendezvous table
  * (tests/unit/support.c) over the UCX collectives on loopback, as tests/unit/test_layouts.c
@@ -41,8 +47,9 @@
  * nothing here passes or fails on a timing.
  *
  * Flags (--name=value): layers embd heads seq vocab (model), batch (global sequences a
- * step; a multiple of 16), warmup (W), steps (S), reps (K), only (eff|bubble|zero|mem),
- * pin. */
+ * step; a multiple of 16), warmup (W), steps (S), reps (K), only
+ * (eff|bubble|zero|mem|recompute), pin, rc-layers and rc-seq (section 6's blocks, 2, and
+ * sequence length, 1024). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -70,7 +77,8 @@ typedef struct opts {
     uint32_t warmup, steps, reps;
     const char *only;
     int pin;
-    int balanced; /* --balanced: parallel.stage_split = balanced */
+    int balanced;               /* --balanced: parallel.stage_split = balanced */
+    uint32_t rc_layers, rc_seq; /* section 6's blocks and sequence length */
 } opts_t;
 
 /* One layout to run: tp x pp x dp with m micro-batches per DP rank (micro-batch size =
@@ -81,6 +89,9 @@ typedef struct cfg {
     ch_reshard_t reshard;
     int replicate, create_only;
     ch_schedule_t sched; /* parallel.schedule (1f1b unless set) */
+    uint32_t v;          /* interleaved: parallel.virtual_stages */
+    ch_recompute_t rc;   /* parallel.recompute */
+    int gpt2;            /* section 6's model: GPT-2's width at --seq, --rc-layers, 2 sequences */
 } cfg_t;
 
 /* What a layout measured: its best round's mean step time (slowest rank per step), each
@@ -136,8 +147,12 @@ static const char *policy_name(const cfg_t *c)
 
 static const char *cfg_name(const cfg_t *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "tp%u_pp%u_dp%u_m%u%s_blas%u%s", c->tp, c->pp, c->dp, c->m, policy_name(c),
-             c->threads, c->sched == CH_SCHEDULE_ZBH1 ? "_zb-h1" : "");
+    snprintf(buf, n, "tp%u_pp%u_dp%u_m%u%s_blas%u%s%s%s", c->tp, c->pp, c->dp, c->m, policy_name(c),
+             c->threads,
+             c->sched == CH_SCHEDULE_ZBH1          ? "_zb-h1"
+             : c->sched == CH_SCHEDULE_INTERLEAVED ? "_interleaved_v2"
+                                                   : "",
+             c->gpt2 ? "_gpt2_recompute_" : "", c->gpt2 ? ch_recompute_name(c->rc) : "");
     return buf;
 }
 
@@ -158,6 +173,16 @@ static void spec_for(const opts_t *o, const cfg_t *c, ch_jobspec_t *j)
     j->parallel.micro_batch_size = o->batch / (c->dp * c->m);
     j->parallel.reshard = c->reshard;
     j->parallel.schedule = c->sched;
+    j->parallel.virtual_stages = c->v ? c->v : 1;
+    j->parallel.recompute = c->rc;
+    if (c->gpt2) { /* GPT-2 124M's width, fewer blocks, one sequence a micro-batch */
+        j->model.layers = o->rc_layers;
+        j->model.embd = 768;
+        j->model.heads = 12;
+        j->model.seq_len = o->rc_seq;
+        j->parallel.microbatches = c->m;
+        j->parallel.micro_batch_size = 1;
+    }
     j->train.steps = o->warmup + o->steps * o->reps;
     j->train.lr = 3e-4;
     j->train.warmup = 0;
@@ -373,6 +398,7 @@ static int same_cfg(const cfg_t *x, const cfg_t *c)
 {
     return x->tp == c->tp && x->pp == c->pp && x->dp == c->dp && x->threads == c->threads &&
            x->reshard == c->reshard && x->replicate == c->replicate && x->sched == c->sched &&
+           x->v == c->v && x->rc == c->rc && x->gpt2 == c->gpt2 &&
            (c->create_only || (!x->create_only && x->m == c->m));
 }
 
@@ -514,14 +540,17 @@ static void bench_eff(bench_t *b)
  * paper's (p-1)(T_F+T_B-T_W) with T_F = T_B = T_W (common/plan.h). */
 static double bubble_theory(ch_schedule_t sched, uint32_t p, uint32_t m)
 {
-    return (double)(p - 1) / ((sched == CH_SCHEDULE_ZBH1 ? 3 : 1) * m + p - 1);
+    /* interleaved (v = 2 here): (p-1)/(v m+p-1), each chunk's passes 1/v of a stage's */
+    uint32_t k = sched == CH_SCHEDULE_ZBH1 ? 3 : sched == CH_SCHEDULE_INTERLEAVED ? 2 : 1;
+    return (double)(p - 1) / (k * m + p - 1);
 }
 
 static void bench_bubble(bench_t *b)
 {
-    enum { NP = 2, NM = 3, NS = 2, N = NP * NM * NS };
+    enum { NP = 2, NM = 3, NS = 3, N = NP * NM * NS };
     static const uint32_t ps[NP] = {2, 4}, ms[NM] = {4, 8, 16};
-    static const ch_schedule_t ss[NS] = {CH_SCHEDULE_1F1B, CH_SCHEDULE_ZBH1};
+    static const ch_schedule_t ss[NS] = {CH_SCHEDULE_1F1B, CH_SCHEDULE_ZBH1,
+                                         CH_SCHEDULE_INTERLEAVED};
     cfg_t cfgs[N];
     for (size_t i = 0; i < N; i++)
         cfgs[i] = (cfg_t){.tp = 1,
@@ -529,9 +558,11 @@ static void bench_bubble(bench_t *b)
                           .dp = 1,
                           .m = ms[i / NS % NM],
                           .threads = 1,
-                          .sched = ss[i % NS]};
-    printf("\n== pipeline bubble (1f1b, zb-h1): pipeline send/recv wait over the step, 1 "
-           "OpenBLAS thread per rank; each p, m measured in turns across both schedules ==\n");
+                          .sched = ss[i % NS],
+                          .v = ss[i % NS] == CH_SCHEDULE_INTERLEAVED ? 2 : 0};
+    printf("\n== pipeline bubble (1f1b, zb-h1, interleaved v=2): pipeline send/recv wait over "
+           "the step, 1 OpenBLAS thread per rank; each p, m measured in turns across the "
+           "schedules ==\n");
     measure_group(b, cfgs, N);
     for (size_t i = 0; i < N; i++) {
         const result_t *r = get(b, &cfgs[i]);
@@ -550,6 +581,8 @@ static void bench_bubble(bench_t *b)
                fabs(s0 - theory) <= 0.03 ? "met" : "missed");
         char name[64], ref[48];
         snprintf(ref, sizeof ref, "%s_formula", sn);
+        if (cfgs[i].sched == CH_SCHEDULE_INTERLEAVED)
+            sn = "interleaved_v2";
         snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage0", sn, p, m);
         result_line(name, s0, "fraction", ref, theory);
         snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage_mean", sn, p, m);
@@ -686,19 +719,19 @@ static void bench_mem(bench_t *b)
     /* N = 1, 2, 4; ZeRO-3 in both policies; replicated DP for contrast; micro-batch size 2.
      * Each layout steps, so its allocator's high-water mark is measured. */
     cfg_t cfgs[] = {
-        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B},
-        {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B},
-        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B},
+        {1, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {2, 1, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 2, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 1, 4, 0, 1, CH_RESHARD_PER_USE, 1, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {2, 2, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 4, 1, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {2, 1, 2, 0, 1, CH_RESHARD_PER_USE, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
+        {1, 2, 2, 0, 1, CH_RESHARD_PER_STEP, 0, 0, CH_SCHEDULE_1F1B, 0, CH_RECOMPUTE_NONE, 0},
     };
     size_t n = sizeof cfgs / sizeof cfgs[0];
     for (size_t i = 0; i < n; i++)
@@ -710,6 +743,59 @@ static void bench_mem(bench_t *b)
     measure_group(b, cfgs, n);
     for (size_t i = 0; i < n; i++)
         memory_of(b, &cfgs[i]);
+}
+
+// ----------------------------------------------------------------------------
+// 6. activation recomputation
+
+static void bench_recompute(bench_t *b)
+{
+    static const ch_recompute_t modes[3] = {CH_RECOMPUTE_NONE, CH_RECOMPUTE_SELECTIVE,
+                                            CH_RECOMPUTE_FULL};
+    const double MiB = 1024.0 * 1024.0, L = b->o.rc_layers, N = b->o.rc_seq, C = 768;
+    /* the embedding's and head's buffers (common/plan.c: first and last stage) */
+    const double outside = 4 * (N + N * C) + 4 * (N * C + 5 * N);
+    cfg_t cfgs[3];
+    for (int i = 0; i < 3; i++)
+        cfgs[i] =
+            (cfg_t){.tp = 1, .pp = 1, .dp = 1, .m = 2, .threads = 2, .rc = modes[i], .gpt2 = 1};
+    printf("\n== activation recomputation: one rank, 2 OpenBLAS threads, GPT-2 width (768, 12 "
+           "heads) at seq %u, %u blocks, 2 sequences a step; none, selective and full in turns; "
+           "activations per block = (measured activation peak - embedding's and head's "
+           "buffers) / blocks ==\n",
+           b->o.rc_seq, b->o.rc_layers);
+    measure_group(b, cfgs, 3);
+    const result_t *base = get(b, &cfgs[0]);
+    double none_blk = ((double)base->measured[0].peak[ENG_MEM_ACTS] - outside) / L;
+    for (int i = 0; i < 3; i++) {
+        const result_t *r = get(b, &cfgs[i]);
+        ch_jobspec_t spec;
+        spec_for(&b->o, &r->c, &spec);
+        ch_model_cfg_t mc = ch_plan_model_of(&spec);
+        ch_plan_t p;
+        if (ch_plan_stage_rc(&mc, ch_jobspec_layout(&spec), 1, 2, r->c.reshard, r->c.rc, 0, &p) < 0)
+            exit(1);
+        double blk = ((double)r->measured[0].peak[ENG_MEM_ACTS] - outside) / L;
+        double plan_blk = (p.act_mb_bytes - outside) / L, t = r->step_s / base->step_s;
+        double cut = none_blk / blk, att = 4.0 * 12 * N * N; /* one sequence's T x T */
+        const char *mn = ch_recompute_name(modes[i]);
+        printf("    %s: step %.3f s (%.3fx none), activations per block %.2f MiB (plan %.2f), "
+               "%.2fx less than none, recompute scratch peak %.2f MiB",
+               mn, r->step_s, t, blk / MiB, plan_blk / MiB, cut,
+               (double)r->measured[0].peak[ENG_MEM_SCRATCH] / MiB);
+        if (modes[i] == CH_RECOMPUTE_SELECTIVE)
+            printf("; T x T probabilities %.2f MiB a block, %s dropped; goal <= 1.1x: %s",
+                   att / MiB, fabs(none_blk - blk - att) < 1024 ? "all" : "NOT all",
+                   t <= 1.1 ? "met" : "missed");
+        if (modes[i] == CH_RECOMPUTE_FULL)
+            printf("; goal >= 4x less for <= 1.4x: %s", cut >= 4 && t <= 1.4 ? "met" : "missed");
+        printf("\n");
+        char name[64];
+        snprintf(name, sizeof name, "recompute_%s_step", mn);
+        result_line(name, r->step_s, "s", "recompute_none", base->step_s);
+        snprintf(name, sizeof name, "recompute_%s_act_bytes_per_block", mn);
+        result_line(name, blk / MiB, "MiB", "recompute_none", none_blk / MiB);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -739,14 +825,17 @@ static void parse(int argc, char **argv, opts_t *o)
                   .batch = 16,
                   .warmup = 1,
                   .steps = 1,
-                  .reps = 3};
+                  .reps = 3,
+                  .rc_layers = 2,
+                  .rc_seq = 1024};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (parse_u32(a, "--layers", &o->layers) || parse_u32(a, "--embd", &o->embd) ||
             parse_u32(a, "--heads", &o->heads) || parse_u32(a, "--seq", &o->seq) ||
             parse_u32(a, "--vocab", &o->vocab) || parse_u32(a, "--batch", &o->batch) ||
             parse_u32(a, "--warmup", &o->warmup) || parse_u32(a, "--steps", &o->steps) ||
-            parse_u32(a, "--reps", &o->reps))
+            parse_u32(a, "--reps", &o->reps) || parse_u32(a, "--rc-layers", &o->rc_layers) ||
+            parse_u32(a, "--rc-seq", &o->rc_seq))
             continue;
         if (strncmp(a, "--only=", 7) == 0)
             o->only = a + 7;
@@ -758,14 +847,16 @@ static void parse(int argc, char **argv, opts_t *o)
             fprintf(stderr,
                     "usage: chorus-bench-parallel [--layers=8] [--embd=256] [--heads=8] "
                     "[--seq=128] [--vocab=512] [--batch=16 (global sequences, a multiple of "
-                    "16)] [--warmup=1] [--steps=1] [--reps=3] [--only=eff|bubble|zero|mem] "
-                    "[--pin] [--balanced]\n");
+                    "16)] [--warmup=1] [--steps=1] [--reps=3] "
+                    "[--only=eff|bubble|zero|mem|recompute] [--pin] [--balanced] "
+                    "[--rc-layers=2] [--rc-seq=1024]\n");
             exit(2);
         }
     }
     if (o->only && strcmp(o->only, "eff") && strcmp(o->only, "bubble") && strcmp(o->only, "zero") &&
-        strcmp(o->only, "mem")) {
-        fprintf(stderr, "bench-parallel: --only=%s: eff, bubble, zero or mem\n", o->only);
+        strcmp(o->only, "mem") && strcmp(o->only, "recompute")) {
+        fprintf(stderr, "bench-parallel: --only=%s: eff, bubble, zero, mem or recompute\n",
+                o->only);
         exit(2);
     }
     if (o->batch % 16 || o->layers < 4 || o->heads % 2 ||
@@ -805,6 +896,8 @@ int main(int argc, char **argv)
         bench_zero(&b);
     if (wanted(o, "mem"))
         bench_mem(&b);
+    if (wanted(o, "recompute"))
+        bench_recompute(&b);
     printf("\n");
     print_load("end");
     printf("total %.1f s\n", (double)(ch_now_ns() - t0) * 1e-9);

@@ -978,6 +978,40 @@ Test(layouts, interleaved_is_exact_and_repeatable)
     }
 }
 
+/* Interleaved keeps its warm-up depth of chunk-activations (common/pipe_il.h), not every
+ * micro-batch: at pp 2, v 2 each rank's measured peak is the plan's (1%) at m = 4, 8 and 16, and
+ * the same whatever m. */
+Test(layouts, interleaved_memory_is_its_warm_up_depth)
+{
+    static const uint32_t x[3] = {1, 2, 1};
+    size_t peak[3][2];
+    for (uint32_t k = 0; k < 3; k++) {
+        ch_jobspec_t j;
+        rank_run_t r[MAXR];
+        short_spec(&j, "ilmem", x, 1);
+        j.model.vocab = 1024;
+        j.model.seq_len = 64;
+        j.parallel.schedule = CH_SCHEDULE_INTERLEAVED;
+        j.parallel.virtual_stages = 2;
+        j.parallel.microbatches = 4u << k;
+        j.parallel.micro_batch_size = 1;
+        j.train.eval_every = 0;
+        run(&j, 0, 0, r);
+        expect_plan_peak(&j, r, k);
+        for (uint32_t s = 0; s < 2; s++) {
+            ch_plan_t p;
+            plan_of(&j, s, &p);
+            peak[k][s] = r[s].measured.total_peak;
+            printf("layouts: interleaved pp=2 v=2 m=%u stage %u: measured peak %zu B (activations "
+                   "%zu B), plan %.0f B, %u chunk-activations in flight\n",
+                   j.parallel.microbatches, s, peak[k][s], r[s].measured.peak[ENG_MEM_ACTS],
+                   p.total_bytes, p.in_flight);
+            cr_expect_eq(peak[k][s], peak[0][s], "stage %u: m %u peak %zu, m 4 %zu", s,
+                         j.parallel.microbatches, peak[k][s], peak[0][s]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // bf16 mixed precision (issue 23), emulated on the CPU (workerd/engine/backend_bf16.h)
 

@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/layout.h"
+#include "common/pipe_il.h"
 #include "support.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/groups.h"
@@ -324,7 +325,6 @@ Test(pipeline, interleaved_trains_like_1f1b)
 
 Test(pipeline, slots_follow_the_schedule)
 {
-    cr_expect_eq(eng_pipeline_slots(ENG_PIPE_INTERLEAVED, 4, 0, 8), 8); /* one per micro-batch */
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 8), 4);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 3, 8), 1);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_1F1B, 4, 0, 2), 2);
@@ -332,4 +332,50 @@ Test(pipeline, slots_follow_the_schedule)
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 3, 8), 4);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 0, 8), 4);
     cr_expect_eq(eng_pipeline_slots(ENG_PIPE_ZBH1, 4, 2, 3), 3);
+}
+
+/* Interleaved: chunk-activation slots are the warm-up depth + 1 ((p - s - 1) * 2 + (v - 1) * p
+ * + 1; all v * m when m == p), and neither they nor the receive and send buffers grow with m;
+ * no slot serves two chunk-activations alive at once. */
+Test(pipeline, interleaved_keeps_its_warm_up_depth)
+{
+    static const uint32_t cases[][2] = {{2, 2}, {4, 2}, {2, 4}, {3, 3}}; /* p, v */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint32_t p = cases[k][0], v = cases[k][1];
+        for (uint32_t s = 0; s < p; s++) {
+            ch_il_layout_t at[3];
+            for (uint32_t i = 0; i < 3; i++) { /* m = 2p, 4p, 8p */
+                uint32_t m = p << (i + 1);
+                cr_assert_eq(ch_il_layout(&at[i], p, s, v, m), 0);
+                cr_expect_eq(at[i].slots, (p - s - 1) * 2 + (v - 1) * p + 1, "p %u v %u s %u m %u",
+                             p, v, s, m);
+                /* replay: each op's slot free at its forward, freed by its backward */
+                unsigned char busy[64] = {0};
+                for (uint32_t j = 0; j < 2 * at[i].g.total; j++) {
+                    int fwd;
+                    uint32_t c, mb;
+                    ch_il_op(&at[i].g, j, &fwd, &c, &mb);
+                    uint32_t sl = at[i].slot[c * m + mb];
+                    cr_assert_lt(sl, at[i].slots);
+                    cr_expect_eq(busy[sl], !fwd, "p %u s %u m %u op %u slot %u", p, s, m, j, sl);
+                    busy[sl] = (unsigned char)fwd;
+                }
+            }
+            printf("pipeline: interleaved p=%u v=%u stage %u: slots %u, receive buffers %u %u %u, "
+                   "send buffers %u %u %u (m = %u, %u, %u)\n",
+                   p, v, s, at[0].slots, at[0].recvs, at[1].recvs, at[2].recvs, at[0].sends,
+                   at[1].sends, at[2].sends, 2 * p, 4 * p, 8 * p);
+            for (uint32_t i = 1; i < 3; i++) {
+                cr_expect_eq(at[i].slots, at[0].slots);
+                cr_expect_eq(at[i].recvs, at[0].recvs, "p %u v %u s %u", p, v, s);
+                cr_expect_eq(at[i].sends, at[0].sends, "p %u v %u s %u", p, v, s);
+            }
+            for (uint32_t i = 0; i < 3; i++)
+                ch_il_layout_free(&at[i]);
+        }
+    }
+    ch_il_layout_t all; /* m == p: every forward first */
+    cr_assert_eq(ch_il_layout(&all, 2, 0, 2, 2), 0);
+    cr_expect_eq(all.slots, 4);
+    ch_il_layout_free(&all);
 }

@@ -768,10 +768,10 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(a->inputs, N);
         TAKE(a->encoded, N * C);
     }
-    for (uint32_t i = 0; i < m->part.nblocks; i++) {
-        take_block(m, &a->blk[i], kept_per_block(m), a->max_B, base, &off);
+    for (uint32_t i = 0; i < a->span; i++) {
+        take_block(m, &a->own[i], kept_per_block(m), a->max_B, base, &off);
         if (base != NULL) {
-            share_work(m, &a->blk[i]);
+            share_work(m, &a->own[i]);
         }
     }
     if (m->part.head) {
@@ -788,8 +788,13 @@ static size_t carve(eng_acts_t *a, char *base)
 
 int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
 {
+    return eng_acts_create_span(m, B, m->part.nblocks, out);
+}
+
+int eng_acts_create_span(eng_model_t *m, uint32_t B, uint32_t span, eng_acts_t **out)
+{
     *out = NULL;
-    if (B == 0 || B > m->max_B) {
+    if (B == 0 || B > m->max_B || span > m->part.nblocks) {
         return -EINVAL;
     }
     eng_acts_t *a = calloc(1, sizeof *a);
@@ -799,8 +804,10 @@ int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out)
     int rc = -ENOMEM;
     a->m = m;
     a->max_B = B;
+    a->span = span;
     a->blk = calloc(m->part.nblocks, sizeof *a->blk);
-    if (a->blk == NULL) {
+    a->own = span == m->part.nblocks ? a->blk : calloc(span ? span : 1, sizeof *a->own);
+    if (a->blk == NULL || a->own == NULL) {
         goto fail;
     }
     if (m->part.head) {
@@ -829,8 +836,32 @@ void eng_acts_destroy(eng_acts_t *a)
     }
     a->m->be->free(a->m->be, a->mem);
     free(a->losses_host);
+    if (a->own != a->blk) {
+        free(a->own);
+    }
     free(a->blk);
     free(a);
+}
+
+int eng_acts_bind(eng_acts_t *a, uint32_t first)
+{
+    const eng_model_t *m = a->m;
+    int64_t lo = eng_part_pos(&m->part, first);
+    int64_t hi = a->span ? eng_part_pos(&m->part, first + a->span - 1) : lo;
+    if (lo < 0 || hi - lo != (int64_t)(a->span ? a->span - 1 : 0)) {
+        return -EINVAL;
+    }
+    if (a->own == a->blk) { /* the whole part: always bound */
+        return lo == 0 ? 0 : -EINVAL;
+    }
+    for (uint32_t i = 0; i < m->part.nblocks; i++) {
+        if (a->blk[i].live || a->blk[i].wpending) {
+            return CH_E_STATE;
+        }
+    }
+    memset(a->blk, 0, m->part.nblocks * sizeof *a->blk);
+    memcpy(a->blk + lo, a->own, a->span * sizeof *a->own);
+    return 0;
 }
 
 void eng_acts_reset(eng_acts_t *a)
@@ -850,8 +881,7 @@ float *eng_acts_embed_out(eng_acts_t *a)
 
 float *eng_acts_blocks_out(eng_acts_t *a)
 {
-    uint32_t n = a->m->part.nblocks;
-    return n > 0 ? a->blk[n - 1].res3 : NULL;
+    return a->span > 0 ? a->own[a->span - 1].res3 : NULL;
 }
 
 // ----------------------------------------------------------------------------

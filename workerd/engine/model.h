@@ -284,12 +284,20 @@ void eng_model_set_block_hook(eng_model_t *m, eng_block_hook_t hook, void *ctx);
  * first). Any number may be alive and in flight at once (1F1B keeps up to
  * min(pp - s, m) on stage s): a forward fills one, its backward consumes it. */
 int eng_acts_create(eng_model_t *m, uint32_t B, eng_acts_t **out);
+/* The same for `span` consecutive held blocks only (the interleaved schedule's chunk-activation:
+ * one chunk's blocks, with the embedding's and head's buffers where m holds them), serving the
+ * run eng_acts_bind names; span = the part's blocks is eng_acts_create. */
+int eng_acts_create_span(eng_model_t *m, uint32_t B, uint32_t span, eng_acts_t **out);
+/* Let a span's acts serve blocks [first, first + span) (held, consecutive in the part) from
+ * its next forward: -EINVAL if they are not, CH_E_STATE while a forward is in flight in a. */
+int eng_acts_bind(eng_acts_t *a, uint32_t first);
 void eng_acts_destroy(eng_acts_t *a);
 /* Forget a forward in flight (e.g. one run for evaluation only). */
 void eng_acts_reset(eng_acts_t *a);
 /* [B,T,C] buffers of a that the stage API may write its outputs into, so that no second
  * copy is kept: the embedding's output (NULL when the model holds no embedding) and the
- * output of the last block the model holds (NULL without blocks). Each is overwritten by
+ * output of the last block the model holds (a span's acts: of its span's last block; NULL
+ * without blocks). Each is overwritten by
  * the next forward on a that writes it. */
 float *eng_acts_embed_out(eng_acts_t *a);
 float *eng_acts_blocks_out(eng_acts_t *a);

@@ -54,8 +54,12 @@ struct eng_acts {
     int32_t *inputs; /* [N] token ids (backend memory) */
     float *encoded;  /* [N,C] the whole-model path's embedding output */
     int embed_live;
-    /* blocks first..last-1 of the model */
+    /* blocks first..last-1 of the model, by position in the part; with a span shorter than
+     * the part (eng_acts_create_span), the span's buffers (own) serve the blocks of one
+     * run bound at a time, the others zeroed */
     block_acts_t *blk;
+    block_acts_t *own; /* [span] the buffers; blk itself when span is the part */
+    uint32_t span;
     /* head */
     int32_t *targets;                 /* [N] */
     float *lnf, *lnf_mean, *lnf_rstd; /* [N,C], [N], [N] */

@@ -15,8 +15,6 @@ int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
 
 uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m)
 {
-    if (sched == ENG_PIPE_INTERLEAVED)
-        return m; /* one per micro-batch (eng_pipeline_init_interleaved) */
     uint32_t s = sched == ENG_PIPE_ZBH1 ? stages : stages - stage;
     return s < m ? s : m;
 }

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/pipe_il.h"
 #include "workerd/engine/backend.h"
 #include "workerd/engine/p2p.h"
 
@@ -69,15 +70,16 @@ typedef struct eng_stage_ops {
 /* The schedules (parallel.schedule) */
 typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1, ENG_PIPE_INTERLEAVED = 2 } eng_pipe_schedule_t;
 
-/* The interleaved schedule's state (pipeline_il.c): the messages it expects from each ring
- * neighbour in their order, and buffers per (chunk, micro-batch). */
+/* The interleaved schedule's state (pipeline_il.c): the step's layout (common/pipe_il.h:
+ * which slot, receive buffer and send buffer each op uses), the buffers and the sends. */
 typedef struct eng_pipe_il {
-    uint32_t chunks, m, peers[2], npeers;
-    uint32_t *seq[2], nseq[2], cur[2]; /* message ids from peers[i], in send order */
-    unsigned char *arrived;            /* per message id, this step */
-    float *in;                         /* 2 * chunks * m * count: inputs, then output gradients */
-    float *dx;                         /* chunks * m * count: input gradients being sent */
-    eng_p2p_req_t *reqs;               /* 2 * chunks * m sends in flight */
+    ch_il_layout_t lay;
+    uint32_t cur[2];        /* messages pulled from lay.peers[i] this step */
+    unsigned char *arrived; /* per message id, this step */
+    float *in;              /* lay.recvs * count: received inputs and output gradients */
+    float *dx;              /* lay.sends * count: input gradients being sent */
+    eng_p2p_req_t *ysend;   /* lay.slots: each slot's output send */
+    eng_p2p_req_t *dxsend;  /* lay.sends: each send buffer's send */
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {
@@ -94,7 +96,7 @@ typedef struct eng_pipeline {
 /* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
 int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage);
 /* Slots the schedule needs on stage s of p with m micro-batches: 1F1B min(p - s, m),
- * ZB-H1 min(p, m). */
+ * ZB-H1 min(p, m) (interleaved: eng_pipeline_init_interleaved's p->slots). */
 uint32_t eng_pipeline_slots(eng_pipe_schedule_t sched, uint32_t stages, uint32_t stage, uint32_t m);
 /* Buffers for micro-batches of count floats on stage `stage` of `stages` running schedule
  * sched with at most m micro-batches, in backend be's memory (the model's: the stage step hands
@@ -112,8 +114,10 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
  * Every send is non-blocking and each receive pulls the neighbour's messages in the order
  * the neighbour's own program sends them (both programs are known to both), so the
  * per-pair ordering of coll.h matches without tags. Every block sees its micro-batches'
- * backwards in micro-batch order: each gradient is summed in 1F1B's order. One slot per
- * micro-batch (slots = m). */
+ * backwards in micro-batch order: each gradient is summed in 1F1B's order. Slots are
+ * chunk-activations (a forward of one chunk of one micro-batch, its backward freeing it):
+ * slots = the warm-up depth + 1 (common/pipe_il.h), whatever m, and the stage step binds slot
+ * `slot` to chunk `chunk` at each chunk_forward. */
 int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,
                                   uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m,
                                   size_t count);

@@ -110,10 +110,6 @@ static void pipe_fini(eng_trainer_t *t)
     free(t->acts);
     t->acts = NULL;
     const eng_backend_t *be = t->be;
-    for (uint32_t i = 0; t->chunk_out && i < t->pipe.slots * t->part.chunks; i++)
-        be->free(be, t->chunk_out[i]);
-    free(t->chunk_out);
-    t->chunk_out = NULL;
     eng_pipeline_fini(&t->pipe);
     be->free(be, t->grad);
     t->grad = NULL;
@@ -150,18 +146,15 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
         rc = eng_p2p_set_bf16(&t->pipe.p2p, n);
     if (rc < 0)
         return rc;
-    uint32_t slots = t->pipe.slots;
+    /* interleaved: each slot one chunk-activation (its blocks, bound at each forward) */
+    uint32_t slots = t->pipe.slots, span = v > 1 ? t->part.chunk_len : t->part.nblocks;
     t->acts = calloc(slots, sizeof *t->acts);
-    t->chunk_out = v > 1 ? calloc((size_t)slots * v, sizeof *t->chunk_out) : NULL;
-    if (!t->acts || (v > 1 && !t->chunk_out))
+    if (!t->acts)
         return -ENOMEM;
-    for (uint32_t i = 0; v > 1 && i < slots * v; i++)
-        if ((rc = alloc_floats(t, ENG_MEM_ACTS, n, &t->chunk_out[i])) < 0)
-            return rc;
     if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, n, &t->grad)) < 0)
         return rc;
     for (uint32_t i = 0; i < slots; i++)
-        if ((rc = eng_acts_create(t->model, B, &t->acts[i])) < 0)
+        if ((rc = eng_acts_create_span(t->model, B, span, &t->acts[i])) < 0)
             return rc;
     return 0;
 }
@@ -194,8 +187,10 @@ static int chunk_forward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, cons
         x = eng_acts_embed_out(a);
         rc = eng_model_embed_forward(t->model, a, t->inputs, B, T, (float *)x);
     }
-    /* each chunk but the loss's sends from its own buffer, kept until the step ends */
-    float *out = v > 1 && !last ? t->chunk_out[slot * v + c] : eng_acts_blocks_out(a);
+    /* the chunk's output is its last block's, sent from there (kept until its backward) */
+    if (rc == 0 && v > 1)
+        rc = eng_acts_bind(a, lo);
+    float *out = eng_acts_blocks_out(a);
     if (y)
         *y = out;
     if (rc == 0)

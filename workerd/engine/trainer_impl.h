@@ -47,7 +47,6 @@ struct eng_trainer {
     eng_model_part_t part; /* the blocks held: one chunk, or the interleaved schedule's v */
     eng_pipeline_t pipe;
     eng_acts_t **acts;
-    float **chunk_out; /* interleaved: the output of chunk c of slot i at [i * v + c] */
     float *grad;
     uint64_t step_now;  /* the batch the pass reads: a step's (train.skip_steps), an eval's */
     uint64_t nan_batch; /* fault drill: 1 + the batch whose step's loss reads NaN; 0: none */

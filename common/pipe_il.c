@@ -1,0 +1,239 @@
+/* The interleaved 1F1B schedule's program and buffer layout (pipe_il.h). */
+#include "common/pipe_il.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+#define NONE UINT32_MAX
+
+ch_il_prog_t ch_il_prog(uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m)
+{
+    ch_il_prog_t g = {stages, stage, chunks, m, m * chunks, 0};
+    uint32_t w = (stages - stage - 1) * 2 + (chunks - 1) * stages;
+    g.warm = m == stages || w > g.total ? g.total : w;
+    return g;
+}
+
+/* The k-th forward runs chunk (k / stages) % chunks, the k-th backward the chunks in
+ * reverse; both micro-batch (k / (stages * chunks)) * stages + k % stages. */
+void ch_il_op(const ch_il_prog_t *g, uint32_t j, int *fwd, uint32_t *c, uint32_t *mb)
+{
+    uint32_t T = g->total, W = g->warm, k;
+    if (j < W) {
+        *fwd = 1;
+        k = j;
+    } else if (j < W + 2 * (T - W)) {
+        uint32_t d = j - W;
+        *fwd = !(d & 1u);
+        k = *fwd ? W + d / 2 : d / 2;
+    } else {
+        *fwd = 0;
+        k = (T - W) + (j - W - 2 * (T - W));
+    }
+    *c = (k / g->stages) % g->chunks;
+    if (!*fwd)
+        *c = g->chunks - 1 - *c;
+    *mb = (k / (g->stages * g->chunks)) * g->stages + k % g->stages;
+}
+
+uint32_t ch_il_msg(const ch_il_prog_t *g, uint32_t kind, uint32_t c, uint32_t mb)
+{
+    return (kind * g->chunks + c) * g->m + mb;
+}
+
+int ch_il_send(const ch_il_prog_t *g, int fwd, uint32_t c, uint32_t mb, uint32_t *to, uint32_t *id)
+{
+    uint32_t S = g->stages, s = g->stage;
+    if (fwd) {
+        if (s == S - 1 && c == g->chunks - 1)
+            return 0;
+        *to = (s + 1) % S;
+        *id = ch_il_msg(g, 0, s == S - 1 ? c + 1 : c, mb);
+    } else {
+        if (s == 0 && c == 0)
+            return 0;
+        *to = (s + S - 1) % S;
+        *id = ch_il_msg(g, 1, s == 0 ? c - 1 : c, mb);
+    }
+    return 1;
+}
+
+uint32_t ch_il_peer_index(const ch_il_layout_t *l, uint32_t peer)
+{
+    return l->npeers > 1 && l->peers[1] == peer ? 1 : 0;
+}
+
+void ch_il_layout_free(ch_il_layout_t *l)
+{
+    for (int i = 0; i < 2; i++)
+        free(l->seq[i]);
+    free(l->slot);
+    free(l->recv);
+    free(l->send);
+    memset(l, 0, sizeof *l);
+}
+
+/* The walk's working state (ch_il_layout). */
+typedef struct walk {
+    ch_il_layout_t *l;
+    uint32_t *sop[2];       /* the op of peers[i] that sends seq[i][k] */
+    uint32_t *prev_bwd;     /* [chunks * m] the previous stage's backward op of (c, mb) */
+    unsigned char *arrived; /* [2 * chunks * m] */
+    unsigned char *slot_busy, *recv_busy, *send_busy;
+    uint32_t *send_peer, *send_proof; /* a send buffer is free once seq[peer][proof] is pulled */
+    uint32_t cur[2];
+} walk_t;
+
+/* The lowest free of busy[], taken; *hw the count ever used. */
+static uint32_t take(unsigned char *busy, uint32_t *hw)
+{
+    uint32_t i = 0;
+    while (busy[i])
+        i++;
+    busy[i] = 1;
+    *hw = i + 1 > *hw ? i + 1 : *hw;
+    return i;
+}
+
+/* What peer sends this stage, in its order, with the op that sends each. */
+static void peer_sends(walk_t *w, uint32_t i)
+{
+    ch_il_layout_t *l = w->l;
+    ch_il_prog_t p = ch_il_prog(l->g.stages, l->peers[i], l->g.chunks, l->g.m);
+    for (uint32_t j = 0; j < 2 * p.total; j++) {
+        int fwd;
+        uint32_t c, mb, to, id;
+        ch_il_op(&p, j, &fwd, &c, &mb);
+        if (ch_il_send(&p, fwd, c, mb, &to, &id) && to == l->g.stage) {
+            w->sop[i][l->nseq[i]] = j;
+            l->seq[i][l->nseq[i]++] = id;
+        }
+    }
+}
+
+/* Pull peer's messages until message id has arrived, each into the lowest free buffer. */
+static int pull(walk_t *w, uint32_t peer, uint32_t id)
+{
+    ch_il_layout_t *l = w->l;
+    uint32_t i = ch_il_peer_index(l, peer);
+    while (!w->arrived[id]) {
+        if (w->cur[i] >= l->nseq[i])
+            return CH_E_STATE; /* the programs disagree: never */
+        uint32_t got = l->seq[i][w->cur[i]++];
+        l->recv[got] = take(w->recv_busy, &l->recvs);
+        w->arrived[got] = 1;
+    }
+    return 0;
+}
+
+/* The input gradient of (c, mb)'s send buffer: the lowest one free or proven received. */
+static uint32_t take_send(walk_t *w, uint32_t id)
+{
+    ch_il_layout_t *l = w->l;
+    const uint32_t n = l->g.chunks * l->g.m, p = ch_il_peer_index(l, l->peers[0]);
+    uint32_t b = 0;
+    while (w->send_busy[b] &&
+           (w->send_proof[b] == NONE || w->cur[w->send_peer[b]] <= w->send_proof[b]))
+        b++;
+    w->send_busy[b] = 1;
+    l->sends = b + 1 > l->sends ? b + 1 : l->sends;
+    /* the previous stage pulls it by its backward of that (chunk, micro-batch) */
+    uint32_t use = w->prev_bwd[id - n], k = 0;
+    while (k < l->nseq[p] && w->sop[p][k] < use)
+        k++;
+    w->send_peer[b] = p;
+    w->send_proof[b] = k < l->nseq[p] ? k : NONE;
+    return b;
+}
+
+static int walk_op(walk_t *w, uint32_t j)
+{
+    ch_il_layout_t *l = w->l;
+    const ch_il_prog_t *g = &l->g;
+    int fwd, rc = 0;
+    uint32_t c, mb, to, id;
+    ch_il_op(g, j, &fwd, &c, &mb);
+    uint32_t at = c * g->m + mb;
+    int first = g->stage == 0 && c == 0, last = g->stage == g->stages - 1 && c == g->chunks - 1;
+    if (fwd) {
+        if (!first)
+            rc = pull(w, l->peers[0], ch_il_msg(g, 0, c, mb));
+        l->slot[at] = take(w->slot_busy, &l->slots);
+        return rc;
+    }
+    if (!last)
+        rc = pull(w, l->peers[l->npeers - 1], ch_il_msg(g, 1, c, mb));
+    l->send[at] = ch_il_send(g, 0, c, mb, &to, &id) ? take_send(w, id) : NONE;
+    w->slot_busy[l->slot[at]] = 0;
+    if (!first)
+        w->recv_busy[l->recv[ch_il_msg(g, 0, c, mb)]] = 0;
+    if (!last)
+        w->recv_busy[l->recv[ch_il_msg(g, 1, c, mb)]] = 0;
+    return rc;
+}
+
+static void walk_free(walk_t *w)
+{
+    free(w->sop[0]);
+    free(w->sop[1]);
+    free(w->prev_bwd);
+    free(w->arrived);
+    free(w->slot_busy);
+    free(w->recv_busy);
+    free(w->send_busy);
+    free(w->send_peer);
+    free(w->send_proof);
+}
+
+int ch_il_layout(ch_il_layout_t *l, uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m)
+{
+    memset(l, 0, sizeof *l);
+    if (stages < 2 || stage >= stages || chunks < 1 || m == 0 || m % stages != 0)
+        return -EINVAL;
+    l->g = ch_il_prog(stages, stage, chunks, m);
+    l->peers[0] = (stage + stages - 1) % stages;
+    l->peers[1] = (stage + 1) % stages;
+    l->npeers = l->peers[0] == l->peers[1] ? 1 : 2;
+    const size_t n = (size_t)chunks * m, ops = 2 * n;
+    walk_t w = {.l = l};
+    for (uint32_t i = 0; i < l->npeers; i++) {
+        l->seq[i] = malloc(ops * sizeof *l->seq[i]);
+        w.sop[i] = malloc(ops * sizeof *w.sop[i]);
+    }
+    l->slot = calloc(n, sizeof *l->slot);
+    l->recv = calloc(ops, sizeof *l->recv);
+    l->send = calloc(n, sizeof *l->send);
+    w.prev_bwd = calloc(n, sizeof *w.prev_bwd);
+    w.arrived = calloc(ops, 1);
+    w.slot_busy = calloc(n + 1, 1);
+    w.recv_busy = calloc(ops + 1, 1);
+    w.send_busy = calloc(n + 1, 1);
+    w.send_peer = calloc(n + 1, sizeof *w.send_peer);
+    w.send_proof = calloc(n + 1, sizeof *w.send_proof);
+    int rc = l->seq[0] && w.sop[0] && (l->npeers < 2 || (l->seq[1] && w.sop[1])) && l->slot &&
+                     l->recv && l->send && w.prev_bwd && w.arrived && w.slot_busy && w.recv_busy &&
+                     w.send_busy && w.send_peer && w.send_proof
+                 ? 0
+                 : -ENOMEM;
+    if (rc == 0) {
+        for (uint32_t i = 0; i < l->npeers; i++)
+            peer_sends(&w, i);
+        ch_il_prog_t p = ch_il_prog(stages, l->peers[0], chunks, m);
+        for (uint32_t j = 0; j < 2 * p.total; j++) {
+            int fwd;
+            uint32_t c, mb;
+            ch_il_op(&p, j, &fwd, &c, &mb);
+            if (!fwd)
+                w.prev_bwd[c * m + mb] = j;
+        }
+    }
+    for (uint32_t j = 0; rc == 0 && j < 2 * l->g.total; j++)
+        rc = walk_op(&w, j);
+    walk_free(&w);
+    if (rc < 0)
+        ch_il_layout_free(l);
+    return rc;
+}
