@@ -8,7 +8,9 @@
  * - Each group has its own stream. An operation first waits (on the device) for the
  *   caller's stream, so buffers produced there are ready, then runs on the group stream
  *   and records an event; testing a request is cudaEventQuery plus the communicator's
- *   asynchronous error, so a failed peer surfaces instead of a hang.
+ *   asynchronous error, so a failed peer surfaces instead of a hang. A stream-ordered wait
+ *   (wrk_coll_wait_stream) is the caller's stream waiting on that event on the device: the
+ *   host never blocks for a result only the device reads.
  * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
  * - A paired exchange (wrk_coll_sendrecv) is one ncclGroupStart/End around its send and
@@ -454,6 +456,15 @@ static int nccl_test(wrk_coll_req_t *r)
     return 1;
 }
 
+/* The caller's stream waits on the device for r's event; the host goes on. The event may
+ * be destroyed after this (the wait holds the work it recorded, CUDA's rule). */
+static int nccl_wait_stream(wrk_coll_req_t *r)
+{
+    nccl_op_t *o = r->be;
+    nccl_ctx_t *x = r->g->c->be;
+    return cuda_err(lib.cudaStreamWaitEvent(x->user, o->done, 0));
+}
+
 static void nccl_req_fini(wrk_coll_req_t *r)
 {
     nccl_op_t *o = r->be;
@@ -509,6 +520,7 @@ const wrk_coll_backend_t wrk_coll_nccl_backend = {
     .start_sendrecv = nccl_start,
     .progress = nccl_progress,
     .test = nccl_test,
+    .wait_stream = nccl_wait_stream,
     .req_fini = nccl_req_fini,
     .abort = nccl_abort,
     .mem_alloc = nccl_mem_alloc,

@@ -31,6 +31,8 @@
 #include "kernels/cuda.h"
 #include "workerd/engine/backend_cuda.h"
 
+#define CU_TIMER_PAIRS 256
+
 typedef struct cuda_state {
     eng_backend_t table; /* first: the table handed out is this struct */
     int device;
@@ -54,6 +56,13 @@ typedef struct cuda_state {
     int nflash, flash_cap;
     int err;           /* first launch failure not yet reported */
     char errtext[160]; /* what it was */
+    /* the step timers (timer_mark): per kind, events recorded in begin/end pairs on the
+     * stream since the last read, created on first use and kept; marks past the pool's end
+     * are dropped (a step marks a few per pass: far below it) */
+    struct cu_timer {
+        cudaEvent_t ev[2 * CU_TIMER_PAIRS];
+        int n; /* events recorded since the last read */
+    } timer[ENG_TIMER_KINDS];
 } cuda_state_t;
 
 static cuda_state_t *S(const eng_backend_t *be)
@@ -479,6 +488,40 @@ static int cu_sync(const eng_backend_t *be)
     return rc;
 }
 
+/* An event recorded on the stream: the interval between two is the device's time
+ * (cudaEventElapsedTime), read once per step after its sync. */
+static void cu_timer_mark(const eng_backend_t *be, int kind, int begin)
+{
+    struct cu_timer *t = &S(be)->timer[kind];
+    if (t->n >= 2 * CU_TIMER_PAIRS || (t->n % 2 == 0) != (begin != 0)) {
+        return; /* full, or a mark out of turn: nothing to pair it with */
+    }
+    int rc = t->ev[t->n] ? 0 : cu_err(cudaEventCreate(&t->ev[t->n]));
+    if (rc == 0) {
+        rc = cu_err(cudaEventRecord(t->ev[t->n], S(be)->stream));
+    }
+    if (rc == 0) {
+        t->n++;
+    }
+    note(be, "timer", rc);
+}
+
+static void cu_timer_read(const eng_backend_t *be, double *ms)
+{
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        struct cu_timer *t = &S(be)->timer[k];
+        double sum = 0;
+        for (int i = 0; i + 1 < t->n; i += 2) {
+            float e = 0;
+            if (cudaEventElapsedTime(&e, t->ev[i], t->ev[i + 1]) == cudaSuccess) {
+                sum += e;
+            }
+        }
+        ms[k] = sum;
+        t->n = 0;
+    }
+}
+
 static const eng_backend_t cuda_table = {
     .name = "cuda",
     .host_memory = 0,
@@ -506,6 +549,8 @@ static const eng_backend_t cuda_table = {
     .sumsq = cu_sumsq,
     .scale = cu_scale,
     .sync = cu_sync,
+    .timer_mark = cu_timer_mark,
+    .timer_read = cu_timer_read,
     .tp_embed_fwd = cu_tp_embed_fwd,
     .tp_embed_bwd = cu_tp_embed_bwd,
     .tp_xent_max = cu_tp_xent_max,
@@ -585,6 +630,11 @@ static void cu_destroy(eng_backend_t *be)
     cudaFree(s->scratch);
     if (s->stream != NULL) {
         cudaStreamDestroy(s->stream);
+    }
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        for (int i = 0; i < 2 * CU_TIMER_PAIRS && s->timer[k].ev[i] != NULL; i++) {
+            cudaEventDestroy(s->timer[k].ev[i]);
+        }
     }
     free(s->flash_out);
     free(s);
