@@ -714,6 +714,35 @@ int wrk_coll_ordered(int started, wrk_coll_req_t **req)
     return rc;
 }
 
+int wrk_coll_settle(wrk_coll_t *c, int timeout_ms)
+{
+    if (c == NULL || c->ops->settle == NULL)
+        return 0;
+    int rc = check_aborted(c);
+    if (rc)
+        return rc;
+    if (timeout_ms < 0)
+        timeout_ms = c->timeout_ms;
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    for (int first = 1;; first = 0) {
+        rc = c->ops->settle(c, first);
+        if (rc <= 0)
+            break;
+        if (ch_now_ms() >= deadline) {
+            CH_LOGW("coll", "rank %u: collectives not settled after %d ms; aborting", c->rank,
+                    timeout_ms);
+            rc = -ETIMEDOUT;
+            break;
+        }
+        sched_yield();
+    }
+    if (rc < 0) { /* the members cannot go on consistently */
+        wrk_coll_abort(c);
+        check_aborted(c);
+    }
+    return rc;
+}
+
 void wrk_coll_wait_counts(const wrk_coll_t *c, uint64_t *host, uint64_t *stream)
 {
     if (host)

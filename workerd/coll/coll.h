@@ -181,6 +181,12 @@ int wrk_coll_wait_stream(wrk_coll_req_t *req, int timeout_ms);
  * the start has set it (C leaves the order of a call's arguments open). 0 or the first
  * error. */
 int wrk_coll_ordered(int started, wrk_coll_req_t **req);
+/* Before the host sync that follows stream-ordered waits: poll on the host, with a wait's
+ * timeout and failure checks, until every operation of c started so far has completed, so
+ * a failed or missing peer fails the step (CH_E_ABORTED, or -ETIMEDOUT and the context
+ * aborted) instead of hanging the sync in the driver. Not counted as a wait. 0 at once on a
+ * backend without streams. timeout_ms < 0: the context's default. */
+int wrk_coll_settle(wrk_coll_t *c, int timeout_ms);
 /* Waits of c so far: *host those that blocked the host (wrk_coll_wait, the blocking forms,
  * a wrk_coll_wait_stream that fell back), *stream those ordered on the caller's stream
  * (wrk_coll_wait_stream on a backend with streams; a fake whose device is the host counts

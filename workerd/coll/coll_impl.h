@@ -41,6 +41,10 @@ typedef struct wrk_coll_backend {
      * (a fake), so the front end completes r with a host wait; < 0 failed. NULL: no
      * streams, every wait is the host's. */
     int (*wait_stream)(wrk_coll_req_t *r);
+    /* wrk_coll_settle's poll: first = 1 marks the end of every group's work enqueued so far
+     * (NCCL: an event on each group stream), then 0 all of it done, 1 not yet, < 0 a failure
+     * (the communicator's asynchronous error). NULL: nothing is ever left in flight. */
+    int (*settle)(wrk_coll_t *c, int first);
     void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
     void (*abort)(wrk_coll_t *c);        /* owning thread, once, after the context aborted */
     int (*mem_alloc)(wrk_coll_t *c, size_t bytes, void **out);

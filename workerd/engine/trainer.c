@@ -126,6 +126,13 @@ static void timer_read(eng_trainer_t *t, uint64_t *ns)
     }
 }
 
+/* The collectives' context of this rank's groups (NULL: a world of one). */
+static wrk_coll_t *coll_of(const eng_trainer_t *t)
+{
+    wrk_coll_group_t *g = t->tp ? t->tp : t->dp ? t->dp : t->pp ? t->pp : t->emb;
+    return g ? wrk_coll_group_context(g) : NULL;
+}
+
 static uint64_t comm_ns(const eng_trainer_t *t)
 {
     return wrk_coll_group_wait_ns(t->tp) + wrk_coll_group_wait_ns(t->dp);
@@ -788,7 +795,10 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     }
     timer_mark(t, ENG_TIMER_OPTIM, 0);
     /* the step's one host sync: the passes, the collectives the stream waited on and the
-     * update are done, and the timers' events can be read */
+     * update are done, and the timers' events can be read. The collectives settle first,
+     * polled with their timeout: a dead peer fails the step, it does not hang the sync. */
+    if ((rc = wrk_coll_settle(coll_of(t), -1)) < 0)
+        return rc;
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
     timer_read(t, tm);
