@@ -86,6 +86,7 @@ typedef struct rank_run {
     /* a device rank's host syncs (devsim's sync calls) per step, least and most over the
      * run, and its collectives' waits over the steps: the host's and the stream-ordered */
     uint64_t syncs_min, syncs_max, host_waits, stream_waits;
+    uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
     int rc;
     char msg[512];
 } rank_run_t;
@@ -190,6 +191,7 @@ static void *rank_main(void *arg)
         devsim_stats_t st;
         devsim_stats(dev, &st);
         d->tp_kernels = st.tp_kernels;
+        d->timer_marks = st.timer_marks;
         d->allocs_end = st.allocs;
     }
     devsim_destroy(dev);
@@ -752,6 +754,8 @@ static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name
         cr_expect_eq(r[i].host_waits, 0, "%s rank %u: %llu host waits on device collectives", name,
                      i, (unsigned long long)r[i].host_waits);
         cr_expect_gt(r[i].stream_waits, 0, "%s rank %u: no stream-ordered wait", name, i);
+        cr_expect_gt(r[i].timer_marks, 0, "%s rank %u: no step time from the backend's timers",
+                     name, i);
     }
     printf("layouts: %s on NCCL's rules: 1 host sync per step, 0 host waits on collectives, "
            "%llu stream-ordered waits over rank 0's %d steps\n",
