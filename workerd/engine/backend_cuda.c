@@ -7,18 +7,18 @@
  * that needs one: reserved before the first step (eng_backend_cuda_reserve), else grown on
  * demand. Kernels cannot fail in the table's contract: the first
  * launch error is kept and returned by the next copy, memset or sync (the model copies the
- * losses back after every head forward, so an error surfaces within a step). Copies to and
- * from the host wait for the stream, so host buffers are free to reuse on return; device to
- * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
- * double comes back to the host (0 after a failure, which stays kept for the next copy).
- * The attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory,
- * fp32 without tensor cores) wherever the head size allows it (att_row says which, and the
- * model sizes its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend
- * remembers the output each att buffer's forward wrote, which the fused backward needs and
- * the table does not pass. CHORUS_CUDA_ATTENTION=materialised opts out: the probabilities
- * (B*NH*T*T floats) are kept, and the backward's scratch (NH*T*T floats) is the backend's,
- * not the model's T*T. Not yet measured against each other on a GPU at TF32 (the device
- * check runs both). */
+ * losses back after every head forward, so an error surfaces within a step). Copies to the
+ * host wait for the stream; copies from the host (pageable memory, staged by CUDA before the
+ * call returns) do not, and their host buffers are free to reuse on return all the same;
+ * device to device copies and memsets are asynchronous. sumsq is the one kernel entry that waits:
+ * its double comes back to the host (0 after a failure, which stays kept for the next copy). The
+ * attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory, fp32
+ * without tensor cores) wherever the head size allows it (att_row says which, and the model sizes
+ * its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend remembers the output
+ * each att buffer's forward wrote, which the fused backward needs and the table does not pass.
+ * CHORUS_CUDA_ATTENTION=materialised opts out: the probabilities (B*NH*T*T floats) are kept, and
+ * the backward's scratch (NH*T*T floats) is the backend's, not the model's T*T. Not yet measured
+ * against each other on a GPU at TF32 (the device check runs both). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -163,7 +163,10 @@ static int cu_copy(const eng_backend_t *be, void *dst, const void *src, size_t b
                                : dir == ENG_COPY_D2H ? cudaMemcpyDeviceToHost
                                                      : cudaMemcpyDeviceToDevice;
     rc = cu_err(cudaMemcpyAsync(dst, src, bytes, kind, s->stream));
-    if (rc == 0 && dir != ENG_COPY_D2D) {
+    /* Host memory here is pageable (nothing of ours pins it): CUDA stages an upload before
+     * the call returns, so the host buffer is free then and the host need not wait for the
+     * stream; a download is the host reading the device, and waits. */
+    if (rc == 0 && dir == ENG_COPY_D2H) {
         rc = cu_err(cudaStreamSynchronize(s->stream));
     }
     if (rc < 0) {
