@@ -18,6 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/util.h"
+
 typedef struct region {
     uintptr_t dev; /* the address alloc handed out */
     char *host;    /* the read/write view (the same memory as dev in plain mode) */
@@ -33,6 +35,8 @@ typedef struct devsim {
     region_t *r;        /* live allocations, sorted by dev */
     size_t n, cap;
     devsim_stats_t st;
+    uint64_t timer_at[ENG_TIMER_KINDS];  /* host clock at the open interval's start */
+    uint64_t timer_sum[ENG_TIMER_KINDS]; /* closed intervals since the last read, ns */
 } devsim_t;
 
 static devsim_t *ds(const eng_backend_t *be)
@@ -230,6 +234,32 @@ static int sim_sync(const eng_backend_t *be)
     d->st.syncs++;
     pthread_mutex_unlock(&d->mu);
     return 0;
+}
+
+/* Timers on host clocks: devsim's kernels are done when their call returns, so the host's
+ * time between two marks is the device's (what CUDA's events measure). */
+static void sim_timer_mark(const eng_backend_t *be, int kind, int begin)
+{
+    devsim_t *d = ds(be);
+    uint64_t now = ch_now_ns();
+    pthread_mutex_lock(&d->mu);
+    d->st.timer_marks++;
+    if (begin)
+        d->timer_at[kind] = now;
+    else
+        d->timer_sum[kind] += now - d->timer_at[kind];
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void sim_timer_read(const eng_backend_t *be, double *ms)
+{
+    devsim_t *d = ds(be);
+    pthread_mutex_lock(&d->mu);
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        ms[k] = (double)d->timer_sum[k] * 1e-6;
+        d->timer_sum[k] = 0;
+    }
+    pthread_mutex_unlock(&d->mu);
 }
 
 // ----------------------------------------------------------------------------
@@ -494,6 +524,8 @@ int devsim_create(int poison, eng_backend_t **out)
         .sumsq = sim_sumsq,
         .scale = sim_scale,
         .sync = sim_sync,
+        .timer_mark = sim_timer_mark,
+        .timer_read = sim_timer_read,
         .tp_embed_fwd = sim_tp_embed_fwd,
         .tp_embed_bwd = sim_tp_embed_bwd,
         .tp_xent_max = sim_tp_xent_max,

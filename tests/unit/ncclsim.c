@@ -511,6 +511,15 @@ static int sim_test(wrk_coll_req_t *r)
     return rc;
 }
 
+/* A stream-ordered wait: the caller's "stream" is devsim's, whose kernels run on the host
+ * at once, so the wait must complete on the host before the next kernel; the front end
+ * does that and counts it as a stream wait (what NCCL would enqueue). */
+static int sim_wait_stream(wrk_coll_req_t *r)
+{
+    (void)r;
+    return 1;
+}
+
 static void sim_req_fini(wrk_coll_req_t *r)
 {
     ncclsim_t *s = ((simctx_t *)r->g->c->be)->s;
@@ -577,6 +586,7 @@ static const wrk_coll_backend_t sim_backend = {
     .start_sendrecv = sim_start,
     .progress = sim_progress,
     .test = sim_test,
+    .wait_stream = sim_wait_stream,
     .req_fini = sim_req_fini,
     .abort = sim_abort,
     .mem_alloc = sim_mem_alloc,

@@ -12,6 +12,10 @@
  *   done (the wait NCCL's users owe the event), it holds all-ones bytes (NaN as f32) where
  *   it is not also an input, and the result lands only at that test. Code that reads an
  *   output it did not wait for reads NaN, whatever else has progressed meanwhile.
+ * - A stream-ordered wait (wrk_coll_wait_stream) is what NCCL's caller enqueues on its
+ *   compute stream; the compute stream here is devsim's, which runs kernels on the host at
+ *   once, so the fake completes it on the host, and the context counts it as a stream wait
+ *   (wrk_coll_wait_counts), apart from the host's own waits.
  * So two ranks that each queue [send][recv] to the other wait on each other for ever, as
  * they would on GPUs. The fake notices: when every rank of the world is blocked in a wait
  * and nothing can move for a second, every operation fails with -EDEADLK (instead of

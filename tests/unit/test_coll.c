@@ -362,6 +362,42 @@ Test(coll, outstanding_ops_of_one_group, .timeout = 60)
     expect_all_ok(3, outstanding_rank, NULL);
 }
 
+/* On a backend without streams (shm here) a stream-ordered wait is the host's: the result
+ * is in place when wrk_coll_ordered returns, it counts as a host wait (not a stream one),
+ * the request is freed and its pointer cleared, and settling has nothing left to do. */
+static int stream_wait_rank(rank_ctx_t *t)
+{
+    uint32_t n = t->n, me = t->rank;
+    size_t count = 1000;
+    wrk_coll_group_t *g = NULL;
+    wrk_coll_req_t *r = NULL;
+    float *buf = filled(me, count, 0);
+    uint64_t h0 = 0, s0 = 0, h1 = 0, s1 = 0;
+    int rc = wrk_coll_group_layout(t->c, (ch_layout_t){1, 1, n}, WRK_COLL_GROUP_WORLD, &g);
+    wrk_coll_wait_counts(t->c, &h0, &s0);
+    if (rc == 0)
+        rc = wrk_coll_ordered(
+            wrk_coll_allreduce(g, buf, buf, count, WRK_COLL_F32, WRK_COLL_SUM, &r), &r);
+    if (rc == 0 && r != NULL)
+        rc = fail(t, "wrk_coll_ordered left the request");
+    if (rc == 0)
+        rc = check(t, "stream-ordered allreduce", count, buf, 0, ref_sum, n);
+    if (rc == 0)
+        rc = wrk_coll_settle(t->c, -1);
+    wrk_coll_wait_counts(t->c, &h1, &s1);
+    if (rc == 0 && (h1 - h0 != 1 || s1 != s0))
+        rc = fail(t, "waits: %llu host, %llu stream; want 1 and 0", (unsigned long long)(h1 - h0),
+                  (unsigned long long)(s1 - s0));
+    free(buf);
+    wrk_coll_group_destroy(g);
+    return rc;
+}
+
+Test(coll, stream_ordered_wait_without_streams_is_the_hosts, .timeout = 60)
+{
+    expect_all_ok(2, stream_wait_rank, NULL);
+}
+
 /* Buffers from wrk_coll_mem_alloc: same-host members read and write each other's in place.
  * arg: a rank whose buffers are plain malloc (the group then stages), or -1. Every size is
  * above the zero-copy threshold; buffers are freed and allocated again between rounds, so a

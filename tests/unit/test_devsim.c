@@ -95,8 +95,9 @@ Test(devsim, the_table_is_complete_and_says_device_memory)
                    be->matmul_bwd && be->attention_fwd && be->attention_bwd && be->gelu_fwd &&
                    be->gelu_bwd && be->residual_fwd && be->lmhead_fwd && be->lmhead_bwd &&
                    be->lmhead_fwdbwd && be->axpy && be->adamw && be->adamw_fused && be->sumsq &&
-                   be->scale && be->sync && be->tp_embed_fwd && be->tp_embed_bwd &&
-                   be->tp_xent_max && be->tp_xent_sums && be->tp_xent_finish && be->tp_xent_bwd;
+                   be->scale && be->sync && be->timer_mark && be->timer_read && be->tp_embed_fwd &&
+                   be->tp_embed_bwd && be->tp_xent_max && be->tp_xent_sums && be->tp_xent_finish &&
+                   be->tp_xent_bwd;
     cr_assert(complete, "an entry of the devsim table is NULL");
     devsim_destroy(be);
     devsim_destroy(NULL);

@@ -83,6 +83,10 @@ typedef struct rank_run {
     /* message bytes over the run (coll.h): the DP group's all-gathers and reduce-scatters,
      * the pipeline column's p2p (send, recv, sendrecv) */
     uint64_t dp_gather, dp_scatter, pp_p2p;
+    /* a device rank's host syncs (devsim's sync calls) per step, least and most over the
+     * run, and its collectives' waits over the steps: the host's and the stream-ordered */
+    uint64_t syncs_min, syncs_max, host_waits, stream_waits;
+    uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
     int rc;
     char msg[512];
 } rank_run_t;
@@ -139,10 +143,24 @@ static void *rank_main(void *arg)
         d->rc = eng_trainer_resume(t, d->resume, d->msg, sizeof d->msg);
     else if (d->rc == 0 && d->spec->train.init_from[0])
         d->rc = eng_trainer_init_from(t, d->spec->train.init_from, d->msg, sizeof d->msg);
+    d->syncs_min = UINT64_MAX;
     while (d->rc == 0 && eng_trainer_next_step(t) < eng_trainer_total_steps(t)) {
         eng_step_info_t info;
+        devsim_stats_t s0 = {0}, s1 = {0};
+        uint64_t h0, w0, h1, w1;
+        if (dev != NULL)
+            devsim_stats(dev, &s0);
+        wrk_coll_wait_counts(c, &h0, &w0);
         if ((d->rc = eng_trainer_step(t, &info)) < 0)
             break;
+        if (dev != NULL)
+            devsim_stats(dev, &s1);
+        wrk_coll_wait_counts(c, &h1, &w1);
+        uint64_t syncs = s1.syncs - s0.syncs;
+        d->syncs_min = syncs < d->syncs_min ? syncs : d->syncs_min;
+        d->syncs_max = syncs > d->syncs_max ? syncs : d->syncs_max;
+        d->host_waits += h1 - h0;
+        d->stream_waits += w1 - w0;
         d->losses[info.step] = info.loss;
         d->val[info.step] = info.val_loss;
         double part[6] = {info.time.compute, info.time.tp,    info.time.pp_wait,
@@ -173,6 +191,7 @@ static void *rank_main(void *arg)
         devsim_stats_t st;
         devsim_stats(dev, &st);
         d->tp_kernels = st.tp_kernels;
+        d->timer_marks = st.timer_marks;
         d->allocs_end = st.allocs;
     }
     devsim_destroy(dev);
@@ -720,8 +739,31 @@ Test(layouts, the_plan_predicts_the_measured_peak)
  * trains as over UCX, with no deadlock. Each stage pairs a send with the receive that
  * follows it in one grouped exchange; queued apart, neighbouring stages would each wait in
  * a send for the other's receive, and the fake fails the run within seconds. */
+/* On NCCL's rules every step of every rank syncs the host once (devsim's sync: the step's
+ * end) and never waits on the host for a collective: the TP all-reduces, the pipeline's
+ * receives and sends, ZeRO-3's gathers and reduce-scatters, the DP, embedding and loss
+ * all-reduces are all waited in stream order (wrk_coll_wait_stream; devsim's kernels run on
+ * the host, so ncclsim completes them there, but the trainer asks for no host wait). */
+static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        cr_expect_eq(r[i].syncs_min, 1, "%s rank %u: a step with %llu host syncs", name, i,
+                     (unsigned long long)r[i].syncs_min);
+        cr_expect_eq(r[i].syncs_max, 1, "%s rank %u: a step with %llu host syncs", name, i,
+                     (unsigned long long)r[i].syncs_max);
+        cr_expect_eq(r[i].host_waits, 0, "%s rank %u: %llu host waits on device collectives", name,
+                     i, (unsigned long long)r[i].host_waits);
+        cr_expect_gt(r[i].stream_waits, 0, "%s rank %u: no stream-ordered wait", name, i);
+        cr_expect_gt(r[i].timer_marks, 0, "%s rank %u: no step time from the backend's timers",
+                     name, i);
+    }
+    printf("layouts: %s on NCCL's rules: 1 host sync per step, 0 host waits on collectives, "
+           "%llu stream-ordered waits over rank 0's %d steps\n",
+           name, (unsigned long long)r[0].stream_waits, STEPS);
+}
+
 /* Each layout of cases under sched, on UCX and on NCCL's stream rules (ncclsim): no
- * deadlock, the same losses. */
+ * deadlock, the same losses, one host sync a step and no host wait on a collective. */
 static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched)
 {
     for (size_t k = 0; k < n; k++) {
@@ -739,6 +781,7 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         run_with(&j, 0, 0, DEV_PLAIN, sim, 0, b);
         cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", name);
         ncclsim_destroy(sim);
+        expect_async_steps(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
@@ -755,7 +798,9 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
 
 Test(layouts, pipelines_do_not_deadlock_on_nccl_stream_rules)
 {
-    static const uint32_t cases[][3] = {{1, 2, 1}, {1, 3, 1}, {1, 2, 2}, {2, 2, 1}, {2, 2, 2}};
+    /* {1, 1, 2}: ZeRO-3 alone (its gathers and reduce-scatters in stream order) */
+    static const uint32_t cases[][3] = {{1, 2, 1}, {1, 3, 1}, {1, 2, 2},
+                                        {2, 2, 1}, {2, 2, 2}, {1, 1, 2}};
     nccl_rules(cases, sizeof cases / sizeof cases[0], CH_SCHEDULE_1F1B);
     /* zb-h1 sends each input gradient alone before its weight pass (pipeline.h) */
     static const uint32_t zb[][3] = {{1, 3, 1}, {1, 2, 2}};

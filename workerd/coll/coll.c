@@ -642,7 +642,8 @@ uint64_t wrk_coll_group_bytes(const wrk_coll_group_t *g, wrk_coll_op_kind_t kind
     return g && (unsigned)kind < sizeof g->bytes / sizeof g->bytes[0] ? g->bytes[kind] : 0;
 }
 
-int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
+/* Poll req to completion on the host (wrk_coll_wait without the count). */
+static int host_wait(wrk_coll_req_t *req, int timeout_ms)
 {
     wrk_coll_t *c = req->g->c;
     if (timeout_ms < 0)
@@ -670,6 +671,84 @@ int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
         if (idle >= IDLE_SPINS_BEFORE_YIELD)
             sched_yield();
     }
+}
+
+int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms)
+{
+    req->g->c->host_waits++;
+    return host_wait(req, timeout_ms);
+}
+
+int wrk_coll_wait_stream(wrk_coll_req_t *req, int timeout_ms)
+{
+    wrk_coll_t *c = req->g->c;
+    int composed = req->part[0] != NULL || req->part[1] != NULL;
+    if (req->rc <= 0 || composed || c->ops->wait_stream == NULL)
+        return wrk_coll_wait(req, timeout_ms);
+    int rc = check_aborted(c);
+    if (rc) {
+        req->rc = rc;
+        return rc;
+    }
+    rc = c->ops->wait_stream(req);
+    if (rc < 0) {
+        req->rc = rc;
+        wrk_coll_abort(c); /* as a failed test: the members cannot go on consistently */
+        check_aborted(c);
+        return rc;
+    }
+    c->stream_waits++;
+    if (rc == 1) /* the fake's device is the host */
+        return host_wait(req, timeout_ms);
+    req->rc = 0; /* done as far as the host is concerned: the stream holds the order */
+    return 0;
+}
+
+int wrk_coll_ordered(int started, wrk_coll_req_t **req)
+{
+    int rc = started;
+    if (rc == 0 && *req)
+        rc = wrk_coll_wait_stream(*req, -1);
+    wrk_coll_req_free(*req);
+    *req = NULL;
+    return rc;
+}
+
+int wrk_coll_settle(wrk_coll_t *c, int timeout_ms)
+{
+    if (c == NULL || c->ops->settle == NULL)
+        return 0;
+    int rc = check_aborted(c);
+    if (rc)
+        return rc;
+    if (timeout_ms < 0)
+        timeout_ms = c->timeout_ms;
+    uint64_t deadline = ch_now_ms() + (uint64_t)timeout_ms;
+    for (int first = 1;; first = 0) {
+        rc = c->ops->settle(c, first);
+        if (rc <= 0)
+            break;
+        if (ch_now_ms() >= deadline) {
+            CH_LOGW("coll", "rank %u: collectives not settled after %d ms; aborting", c->rank,
+                    timeout_ms);
+            rc = -ETIMEDOUT;
+            break;
+        }
+        sched_yield();
+    }
+    if (rc < 0) { /* the members cannot go on consistently */
+        wrk_coll_abort(c);
+        check_aborted(c);
+    }
+    return rc;
+}
+
+void wrk_coll_wait_counts(const wrk_coll_t *c, uint64_t *host, uint64_t *stream)
+{
+    if (host)
+        *host = c ? c->host_waits : 0;
+    if (stream)
+        *stream = c ? c->stream_waits : 0;
 }
 
 void wrk_coll_req_free(wrk_coll_req_t *req)

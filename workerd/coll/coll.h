@@ -165,6 +165,33 @@ int wrk_coll_test(wrk_coll_req_t *req, int *done);
 /* Block until req completes, fails, or timeout_ms elapses (-ETIMEDOUT; the context is then
  * aborted, see above). timeout_ms < 0: the context's default. */
 int wrk_coll_wait(wrk_coll_req_t *req, int timeout_ms);
+/* Wait in stream order: the work the caller enqueues after this call on the context's
+ * stream (config.stream) runs after req, and the host does not block. For a device backend
+ * with streams (NCCL) the caller's stream waits on the request's completion event
+ * (cudaStreamWaitEvent) and this returns at once; req then counts as done (free it; its
+ * buffers stay the device's until the stream passes the wait, so the caller keeps them
+ * until its next host sync). Backends without streams (UCX, shm, host staging) wait on the
+ * host as wrk_coll_wait. For a result the host itself reads, use wrk_coll_wait.
+ * A failure of an operation waited this way surfaces at the caller's next host sync or at
+ * the next host wait of the context, not here. */
+int wrk_coll_wait_stream(wrk_coll_req_t *req, int timeout_ms);
+/* The blocking form in stream order: `started` is what a start function returned for
+ * *req; wait_stream *req when it started, free it either way (*req = NULL). A pointer,
+ * not the request: wrk_coll_ordered(wrk_coll_allreduce(..., &r), &r) reads r only after
+ * the start has set it (C leaves the order of a call's arguments open). 0 or the first
+ * error. */
+int wrk_coll_ordered(int started, wrk_coll_req_t **req);
+/* Before the host sync that follows stream-ordered waits: poll on the host, with a wait's
+ * timeout and failure checks, until every operation of c started so far has completed, so
+ * a failed or missing peer fails the step (CH_E_ABORTED, or -ETIMEDOUT and the context
+ * aborted) instead of hanging the sync in the driver. Not counted as a wait. 0 at once on a
+ * backend without streams. timeout_ms < 0: the context's default. */
+int wrk_coll_settle(wrk_coll_t *c, int timeout_ms);
+/* Waits of c so far: *host those that blocked the host (wrk_coll_wait, the blocking forms,
+ * a wrk_coll_wait_stream that fell back), *stream those ordered on the caller's stream
+ * (wrk_coll_wait_stream on a backend with streams; a fake whose device is the host counts
+ * them here too, though its host waits for them). Either pointer may be NULL. */
+void wrk_coll_wait_counts(const wrk_coll_t *c, uint64_t *host, uint64_t *stream);
 /* 1 when a wait of this context timed out: the group's name and the world rank waited for
  * (the peer of a send/recv, the root of a broadcast, else the ring predecessor: exact for
  * groups of two), both borrowed from c. */

@@ -34,8 +34,17 @@ typedef struct wrk_coll_backend {
     int (*start)(wrk_coll_req_t *r);                     /* r->g, r->a set; sets r->be */
     /* SENDRECV as one grouped operation; NULL: the front end starts a SEND and a RECV */
     int (*start_sendrecv)(wrk_coll_req_t *r);
-    int (*progress)(wrk_coll_t *c);      /* drive every active request; > 0: something moved */
-    int (*test)(wrk_coll_req_t *r);      /* 0 done, 1 pending, < 0 failed; does not progress */
+    int (*progress)(wrk_coll_t *c); /* drive every active request; > 0: something moved */
+    int (*test)(wrk_coll_req_t *r); /* 0 done, 1 pending, < 0 failed; does not progress */
+    /* Order the caller's stream (config.stream) after r (wrk_coll_wait_stream): 0 the wait
+     * is enqueued on the device and the host goes on; 1 the backend's "device" is the host
+     * (a fake), so the front end completes r with a host wait; < 0 failed. NULL: no
+     * streams, every wait is the host's. */
+    int (*wait_stream)(wrk_coll_req_t *r);
+    /* wrk_coll_settle's poll: first = 1 marks the end of every group's work enqueued so far
+     * (NCCL: an event on each group stream), then 0 all of it done, 1 not yet, < 0 a failure
+     * (the communicator's asynchronous error). NULL: nothing is ever left in flight. */
+    int (*settle)(wrk_coll_t *c, int first);
     void (*req_fini)(wrk_coll_req_t *r); /* release r->be, cancelling what is in flight */
     void (*abort)(wrk_coll_t *c);        /* owning thread, once, after the context aborted */
     int (*mem_alloc)(wrk_coll_t *c, size_t bytes, void **out);
@@ -57,6 +66,8 @@ struct wrk_coll {
     uint32_t timeout_peer;  /* and the world rank it waited for */
     uint64_t timeout_seq;   /* and its entered count (the number of the collective) */
     wrk_coll_stage_t stage; /* host staging of device buffers (copy NULL: none) */
+    uint64_t host_waits;    /* waits that blocked the host (wrk_coll_wait, blocking forms) */
+    uint64_t stream_waits;  /* waits ordered on the caller's stream (wrk_coll_wait_stream) */
 };
 
 struct wrk_coll_group {

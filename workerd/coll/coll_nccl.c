@@ -8,7 +8,9 @@
  * - Each group has its own stream. An operation first waits (on the device) for the
  *   caller's stream, so buffers produced there are ready, then runs on the group stream
  *   and records an event; testing a request is cudaEventQuery plus the communicator's
- *   asynchronous error, so a failed peer surfaces instead of a hang.
+ *   asynchronous error, so a failed peer surfaces instead of a hang. A stream-ordered wait
+ *   (wrk_coll_wait_stream) is the caller's stream waiting on that event on the device: the
+ *   host never blocks for a result only the device reads.
  * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
  * - A paired exchange (wrk_coll_sendrecv) is one ncclGroupStart/End around its send and
@@ -54,7 +56,8 @@ typedef struct nccl_group {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaEvent_t ready;
-    float *one; /* barrier scratch */
+    cudaEvent_t settled; /* wrk_coll_settle's mark on the group stream */
+    float *one;          /* barrier scratch */
 } nccl_group_t;
 
 typedef struct nccl_op {
@@ -287,6 +290,8 @@ static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
         lib.cudaFree(ng->one);
     if (ng->ready)
         lib.cudaEventDestroy(ng->ready);
+    if (ng->settled)
+        lib.cudaEventDestroy(ng->settled);
     if (ng->stream)
         lib.cudaStreamDestroy(ng->stream);
     free(ng);
@@ -313,6 +318,8 @@ static int nccl_group_init(wrk_coll_group_t *g, int timeout_ms)
     CH_CHECK_GOTO(cuda_err(lib.cudaStreamCreateWithFlags(&ng->stream, cudaStreamNonBlocking)), rc,
                   fail);
     CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&ng->ready, cudaEventDisableTiming)), rc,
+                  fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&ng->settled, cudaEventDisableTiming)), rc,
                   fail);
     CH_CHECK_GOTO(cuda_err(lib.cudaMalloc((void **)&ng->one, sizeof(float))), rc, fail);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -436,11 +443,11 @@ static int nccl_progress(wrk_coll_t *c)
     return 0;
 }
 
-static int nccl_test(wrk_coll_req_t *r)
+/* ev of group ng: 0 reached, 1 not yet, < 0 failed (the event, or the communicator's
+ * asynchronous error: a failed peer surfaces instead of a hang). */
+static int event_poll(nccl_group_t *ng, cudaEvent_t ev)
 {
-    nccl_op_t *o = r->be;
-    nccl_group_t *ng = r->g->be;
-    cudaError_t e = lib.cudaEventQuery(o->done);
+    cudaError_t e = lib.cudaEventQuery(ev);
     if (e == cudaSuccess)
         return 0;
     if (e != cudaErrorNotReady)
@@ -452,6 +459,41 @@ static int nccl_test(wrk_coll_req_t *r)
     if (st != ncclSuccess && st != ncclInProgress)
         return nccl_err(st);
     return 1;
+}
+
+static int nccl_test(wrk_coll_req_t *r)
+{
+    nccl_op_t *o = r->be;
+    return event_poll(r->g->be, o->done);
+}
+
+/* The caller's stream waits on the device for r's event; the host goes on. The event may
+ * be destroyed after this (the wait holds the work it recorded, CUDA's rule). */
+static int nccl_wait_stream(wrk_coll_req_t *r)
+{
+    nccl_op_t *o = r->be;
+    nccl_ctx_t *x = r->g->c->be;
+    return cuda_err(lib.cudaStreamWaitEvent(x->user, o->done, 0));
+}
+
+/* Every group stream's work so far: an event recorded behind it (first), then polled with
+ * the communicator's asynchronous error, as a test polls one request. */
+static int nccl_settle(wrk_coll_t *c, int first)
+{
+    nccl_ctx_t *x = c->be;
+    int pending = 0;
+    for (size_t i = 0; i < x->ngroups; i++) {
+        nccl_group_t *ng = x->groups[i]->be;
+        if (!ng || !ng->comm)
+            continue;
+        int rc = first ? cuda_err(lib.cudaEventRecord(ng->settled, ng->stream)) : 0;
+        if (rc == 0)
+            rc = event_poll(ng, ng->settled);
+        if (rc < 0)
+            return rc;
+        pending |= rc;
+    }
+    return pending;
 }
 
 static void nccl_req_fini(wrk_coll_req_t *r)
@@ -509,6 +551,8 @@ const wrk_coll_backend_t wrk_coll_nccl_backend = {
     .start_sendrecv = nccl_start,
     .progress = nccl_progress,
     .test = nccl_test,
+    .wait_stream = nccl_wait_stream,
+    .settle = nccl_settle,
     .req_fini = nccl_req_fini,
     .abort = nccl_abort,
     .mem_alloc = nccl_mem_alloc,

@@ -15,7 +15,8 @@
  * vocab. Kernels cannot fail; a backend whose launches can reports the error at its next
  * copy.
  *
- * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale, sync)
+ * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale, sync,
+ * timer_*)
  * may be NULL in a backend that predates them: their callers then fall back to the older
  * entries (the same results, more passes; sumsq and scale through a host copy when the
  * memory is not the host's; no sync: nothing is ever queued). The vocab-parallel entries
@@ -34,6 +35,10 @@ typedef enum {
 } eng_copy_dir_t;
 
 typedef struct eng_backend eng_backend_t;
+
+/* What the trainer times in a step (timer_mark): its passes (forward, backward, weight), the
+ * optimizer's update. */
+enum { ENG_TIMER_PASS = 0, ENG_TIMER_OPTIM = 1, ENG_TIMER_KINDS = 2 };
 
 struct eng_backend {
     const char *name; /* "cpu" */
@@ -114,6 +119,14 @@ struct eng_backend {
      * after it measures the work, not its launch. 0, or the pending launch failure. NULL:
      * the backend runs everything before returning (the CPU). */
     int (*sync)(const eng_backend_t *be);
+    /* Step timers in stream order: mark the start (begin = 1) or the end (begin = 0) of an
+     * interval of kind `kind` (< ENG_TIMER_KINDS) among the work enqueued so far (CUDA: an
+     * event recorded on the stream, so the interval is the device's, not the launches');
+     * timer_read, after a sync, puts into ms[k] the milliseconds of the kind-k intervals
+     * closed since the last read and forgets them. Intervals of one kind do not nest. NULL
+     * (the CPU, whose work is done when its call returns): the caller times on the host. */
+    void (*timer_mark)(const eng_backend_t *be, int kind, int begin);
+    void (*timer_read)(const eng_backend_t *be, double *ms);
 
     // ------------------------------------------------------------------------
     // tensor parallelism: the vocab-parallel embedding and cross-entropy (kernels/tp.h), the

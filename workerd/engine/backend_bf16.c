@@ -326,6 +326,16 @@ static int b_sync(const eng_backend_t *be)
     return rc < 0 ? rc : IN(be)->sync(IN(be));
 }
 
+static void b_timer_mark(const eng_backend_t *be, int kind, int begin)
+{
+    IN(be)->timer_mark(IN(be), kind, begin);
+}
+
+static void b_timer_read(const eng_backend_t *be, double *ms)
+{
+    IN(be)->timer_read(IN(be), ms);
+}
+
 static void b_tp_xent_max(const eng_backend_t *be, float *mx, const float *logits, int N, int Vl,
                           int valid)
 {
@@ -363,6 +373,9 @@ static void set_optional(eng_backend_t *be, const eng_backend_t *in)
     be->sumsq = in->sumsq ? b_sumsq : NULL;
     be->scale = in->scale ? b_scale : NULL;
     be->sync = in->sync ? b_sync : NULL;
+    int timers = in->timer_mark && in->timer_read;
+    be->timer_mark = timers ? b_timer_mark : NULL;
+    be->timer_read = timers ? b_timer_read : NULL;
     int tp = in->tp_embed_fwd && in->tp_embed_bwd && in->tp_xent_max && in->tp_xent_sums &&
              in->tp_xent_finish && in->tp_xent_bwd;
     be->tp_embed_fwd = tp ? b_tp_embed_fwd : NULL;

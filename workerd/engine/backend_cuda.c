@@ -7,18 +7,18 @@
  * that needs one: reserved before the first step (eng_backend_cuda_reserve), else grown on
  * demand. Kernels cannot fail in the table's contract: the first
  * launch error is kept and returned by the next copy, memset or sync (the model copies the
- * losses back after every head forward, so an error surfaces within a step). Copies to and
- * from the host wait for the stream, so host buffers are free to reuse on return; device to
- * device copies and memsets are asynchronous. sumsq is the one kernel entry that waits: its
- * double comes back to the host (0 after a failure, which stays kept for the next copy).
- * The attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory,
- * fp32 without tensor cores) wherever the head size allows it (att_row says which, and the
- * model sizes its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend
- * remembers the output each att buffer's forward wrote, which the fused backward needs and
- * the table does not pass. CHORUS_CUDA_ATTENTION=materialised opts out: the probabilities
- * (B*NH*T*T floats) are kept, and the backward's scratch (NH*T*T floats) is the backend's,
- * not the model's T*T. Not yet measured against each other on a GPU at TF32 (the device
- * check runs both). */
+ * losses back after every head forward, so an error surfaces within a step). Copies to the
+ * host wait for the stream; copies from the host (pageable memory, staged by CUDA before the
+ * call returns) do not, and their host buffers are free to reuse on return all the same;
+ * device to device copies and memsets are asynchronous. sumsq is the one kernel entry that waits:
+ * its double comes back to the host (0 after a failure, which stays kept for the next copy). The
+ * attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory, fp32
+ * without tensor cores) wherever the head size allows it (att_row says which, and the model sizes
+ * its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend remembers the output
+ * each att buffer's forward wrote, which the fused backward needs and the table does not pass.
+ * CHORUS_CUDA_ATTENTION=materialised opts out: the probabilities (B*NH*T*T floats) are kept, and
+ * the backward's scratch (NH*T*T floats) is the backend's, not the model's T*T. Not yet measured
+ * against each other on a GPU at TF32 (the device check runs both). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +30,8 @@
 #include "common/plan.h" /* CH_PLAN_FLASH_MAX_HS: the plan sizes att as att_row does */
 #include "kernels/cuda.h"
 #include "workerd/engine/backend_cuda.h"
+
+#define CU_TIMER_PAIRS 256
 
 typedef struct cuda_state {
     eng_backend_t table; /* first: the table handed out is this struct */
@@ -54,6 +56,13 @@ typedef struct cuda_state {
     int nflash, flash_cap;
     int err;           /* first launch failure not yet reported */
     char errtext[160]; /* what it was */
+    /* the step timers (timer_mark): per kind, events recorded in begin/end pairs on the
+     * stream since the last read, created on first use and kept; marks past the pool's end
+     * are dropped (a step marks a few per pass: far below it) */
+    struct cu_timer {
+        cudaEvent_t ev[2 * CU_TIMER_PAIRS];
+        int n; /* events recorded since the last read */
+    } timer[ENG_TIMER_KINDS];
 } cuda_state_t;
 
 static cuda_state_t *S(const eng_backend_t *be)
@@ -154,7 +163,10 @@ static int cu_copy(const eng_backend_t *be, void *dst, const void *src, size_t b
                                : dir == ENG_COPY_D2H ? cudaMemcpyDeviceToHost
                                                      : cudaMemcpyDeviceToDevice;
     rc = cu_err(cudaMemcpyAsync(dst, src, bytes, kind, s->stream));
-    if (rc == 0 && dir != ENG_COPY_D2D) {
+    /* Host memory here is pageable (nothing of ours pins it): CUDA stages an upload before
+     * the call returns, so the host buffer is free then and the host need not wait for the
+     * stream; a download is the host reading the device, and waits. */
+    if (rc == 0 && dir == ENG_COPY_D2H) {
         rc = cu_err(cudaStreamSynchronize(s->stream));
     }
     if (rc < 0) {
@@ -479,6 +491,40 @@ static int cu_sync(const eng_backend_t *be)
     return rc;
 }
 
+/* An event recorded on the stream: the interval between two is the device's time
+ * (cudaEventElapsedTime), read once per step after its sync. */
+static void cu_timer_mark(const eng_backend_t *be, int kind, int begin)
+{
+    struct cu_timer *t = &S(be)->timer[kind];
+    if (t->n >= 2 * CU_TIMER_PAIRS || (t->n % 2 == 0) != (begin != 0)) {
+        return; /* full, or a mark out of turn: nothing to pair it with */
+    }
+    int rc = t->ev[t->n] ? 0 : cu_err(cudaEventCreate(&t->ev[t->n]));
+    if (rc == 0) {
+        rc = cu_err(cudaEventRecord(t->ev[t->n], S(be)->stream));
+    }
+    if (rc == 0) {
+        t->n++;
+    }
+    note(be, "timer", rc);
+}
+
+static void cu_timer_read(const eng_backend_t *be, double *ms)
+{
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        struct cu_timer *t = &S(be)->timer[k];
+        double sum = 0;
+        for (int i = 0; i + 1 < t->n; i += 2) {
+            float e = 0;
+            if (cudaEventElapsedTime(&e, t->ev[i], t->ev[i + 1]) == cudaSuccess) {
+                sum += e;
+            }
+        }
+        ms[k] = sum;
+        t->n = 0;
+    }
+}
+
 static const eng_backend_t cuda_table = {
     .name = "cuda",
     .host_memory = 0,
@@ -506,6 +552,8 @@ static const eng_backend_t cuda_table = {
     .sumsq = cu_sumsq,
     .scale = cu_scale,
     .sync = cu_sync,
+    .timer_mark = cu_timer_mark,
+    .timer_read = cu_timer_read,
     .tp_embed_fwd = cu_tp_embed_fwd,
     .tp_embed_bwd = cu_tp_embed_bwd,
     .tp_xent_max = cu_tp_xent_max,
@@ -585,6 +633,11 @@ static void cu_destroy(eng_backend_t *be)
     cudaFree(s->scratch);
     if (s->stream != NULL) {
         cudaStreamDestroy(s->stream);
+    }
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        for (int i = 0; i < 2 * CU_TIMER_PAIRS && s->timer[k].ev[i] != NULL; i++) {
+            cudaEventDestroy(s->timer[k].ev[i]);
+        }
     }
     free(s->flash_out);
     free(s);

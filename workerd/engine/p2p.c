@@ -72,8 +72,10 @@ static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
         return CH_E_STATE;
     int bf16 = p->bf16 && n <= p->cap;
     uint64_t t0 = ch_now_ns();
-    int rc = bf16 ? wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, NULL)
-                  : wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, NULL);
+    wrk_coll_req_t *r = NULL; /* fp32: the kernels reading buf wait on the device */
+    int rc =
+        bf16 ? wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, NULL)
+             : wrk_coll_ordered(wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r), &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
         kn_bf16_unpack(buf, p->rpk, n);
@@ -88,10 +90,12 @@ static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, 
     if (bf16)
         kn_bf16_pack(p->spk, send, n);
     uint64_t t0 = ch_now_ns();
+    wrk_coll_req_t *r = NULL; /* fp32: the kernels reading recv wait on the device */
     int rc = bf16 ? wrk_coll_sendrecv(p->pp, p->spk, n, (uint32_t)peer, p->rpk, n, (uint32_t)peer,
                                       WRK_COLL_BF16, NULL)
-                  : wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n, (uint32_t)peer,
-                                      WRK_COLL_F32, NULL);
+                  : wrk_coll_ordered(wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n,
+                                                       (uint32_t)peer, WRK_COLL_F32, &r),
+                                     &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
         kn_bf16_unpack(recv, p->rpk, n);
@@ -133,7 +137,9 @@ int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r)
     if (!r->req)
         return 0;
     uint64_t t0 = ch_now_ns();
-    int rc = wrk_coll_wait(r->req, -1);
+    /* the slot's buffer is written again by later kernels: they wait on the device for the
+     * send; a bf16 send's packed copy is the host's, reused by the host */
+    int rc = r->pk ? wrk_coll_wait(r->req, -1) : wrk_coll_wait_stream(r->req, -1);
     p->wait_ns += ch_now_ns() - t0;
     wrk_coll_req_free(r->req);
     r->req = NULL;

@@ -6,8 +6,10 @@ int eng_tp_allreduce(wrk_coll_group_t *tp, float *buf, size_t n, wrk_coll_redop_
     if (tp == NULL || n == 0) {
         return 0;
     }
-    /* req NULL: run to completion with the context's default timeout */
-    return wrk_coll_allreduce(tp, buf, buf, n, WRK_COLL_F32, op, NULL);
+    /* waited where its result is used: the next kernel on the compute stream, which waits
+     * on the device (NCCL) while the host goes on enqueueing */
+    wrk_coll_req_t *r = NULL;
+    return wrk_coll_ordered(wrk_coll_allreduce(tp, buf, buf, n, WRK_COLL_F32, op, &r), &r);
 }
 
 int eng_tp_f_backward(wrk_coll_group_t *tp, float *dx, size_t n)

@@ -18,8 +18,9 @@
 
 #include "workerd/coll/coll.h"
 
-/* In-place all-reduce (op over the group) of n floats, waited for. 0 or the collectives'
- * error. */
+/* In-place all-reduce (op over the group) of n floats, waited for in stream order
+ * (wrk_coll_wait_stream: on NCCL the compute stream waits, not the host). 0 or the
+ * collectives' error. */
 int eng_tp_allreduce(wrk_coll_group_t *tp, float *buf, size_t n, wrk_coll_redop_t op);
 
 /* f: forward copy; its backward all-reduces dx [n] in place. */

@@ -97,6 +97,42 @@ out:
 // stage that is both first and last (no sends, one slot, forward then backward per
 // micro-batch). The stage runs [embedding] -> its blocks -> [head].
 
+/* The step's timers (backend.h's timer_*): recorded on the backend's stream where it has
+ * them, so a pass's time is the device's and the host never waits for it (read once, after
+ * the step's one sync); else host clocks around the calls (the CPU's work is done when they
+ * return). */
+static void timer_mark(eng_trainer_t *t, int kind, int begin)
+{
+    if (t->be->timer_mark) {
+        t->be->timer_mark(t->be, kind, begin);
+        return;
+    }
+    uint64_t now = ch_now_ns();
+    if (begin)
+        t->timer_at[kind] = now;
+    else
+        t->timer_ns[kind] += now - t->timer_at[kind];
+}
+
+/* ns[k]: nanoseconds of the kind-k intervals closed since the last read (after a sync). */
+static void timer_read(eng_trainer_t *t, uint64_t *ns)
+{
+    double ms[ENG_TIMER_KINDS] = {0};
+    if (t->be->timer_read)
+        t->be->timer_read(t->be, ms);
+    for (int k = 0; k < ENG_TIMER_KINDS; k++) {
+        ns[k] = t->be->timer_read ? (uint64_t)(ms[k] * 1e6) : t->timer_ns[k];
+        t->timer_ns[k] = 0;
+    }
+}
+
+/* The collectives' context of this rank's groups (NULL: a world of one). */
+static wrk_coll_t *coll_of(const eng_trainer_t *t)
+{
+    wrk_coll_group_t *g = t->tp ? t->tp : t->dp ? t->dp : t->pp ? t->pp : t->emb;
+    return g ? wrk_coll_group_context(g) : NULL;
+}
+
 static uint64_t comm_ns(const eng_trainer_t *t)
 {
     return wrk_coll_group_wait_ns(t->tp) + wrk_coll_group_wait_ns(t->dp);
@@ -182,6 +218,7 @@ static int chunk_forward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, cons
         eng_data_micro_batch(t->feed, t->step_now, t->dpr, mb, s->parallel.microbatches, B,
                              t->inputs, t->targets);
     uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
+    timer_mark(t, ENG_TIMER_PASS, 1);
     /* the embedding's and the blocks' outputs are the slot's activations: sent from there */
     if (first) {
         x = eng_acts_embed_out(a);
@@ -200,10 +237,8 @@ static int chunk_forward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, cons
         rc = eng_model_head_forward(t->model, a, out, t->targets, B, T, &loss);
         t->loss_sum += loss;
     }
-    if (rc == 0 && t->be->sync) /* the pass's time, not its launches' */
-        rc = t->be->sync(t->be);
+    timer_mark(t, ENG_TIMER_PASS, 0); /* no sync: the pass's time is read at the step's end */
     t->data_ns += t1 - t0;
-    t->pass_ns += ch_now_ns() - t1;
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
 }
@@ -223,7 +258,8 @@ static int chunk_backward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, con
     int last = t->stage + 1 == t->stages && c + 1 == t->part.chunks;
     uint32_t lo = chunk_lo(t, c), hi = lo + t->part.chunk_len;
     int rc = 0;
-    uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
+    uint64_t c0 = comm_ns(t);
+    timer_mark(t, ENG_TIMER_PASS, 1);
     if (last) {
         rc = eng_model_head_backward(t->model, a, (float)t->grad_scale, t->grad);
         dy = t->grad;
@@ -236,9 +272,7 @@ static int chunk_backward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, con
         rc = blocks(t->model, a, lo, hi, dy, first ? t->grad : dx);
     if (rc == 0 && first)
         rc = eng_model_embed_backward(t->model, a, t->grad);
-    if (rc == 0 && t->be->sync)
-        rc = t->be->sync(t->be);
-    t->pass_ns += ch_now_ns() - t1;
+    timer_mark(t, ENG_TIMER_PASS, 0);
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
 }
@@ -253,11 +287,10 @@ static int stage_weight(void *ctx, uint32_t mb, uint32_t slot)
 {
     eng_trainer_t *t = ctx;
     (void)mb;
-    uint64_t t1 = ch_now_ns(), c0 = comm_ns(t);
+    uint64_t c0 = comm_ns(t);
+    timer_mark(t, ENG_TIMER_PASS, 1);
     int rc = eng_model_blocks_backward_weight(t->model, t->acts[slot], t->first, t->last);
-    if (rc == 0 && t->be->sync)
-        rc = t->be->sync(t->be);
-    t->pass_ns += ch_now_ns() - t1;
+    timer_mark(t, ENG_TIMER_PASS, 0);
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
 }
@@ -502,8 +535,11 @@ int eng_trainer_reduce_small(eng_trainer_t *t, float *v, size_t n, wrk_coll_redo
     const eng_backend_t *be = t->be;
     int rc = be->copy(be, t->small, v, n * sizeof *v, ENG_COPY_H2D);
     for (int i = 0; i < k && rc == 0; i++)
-        if (order[i])
-            rc = wrk_coll_allreduce(order[i], t->small, t->small, n, WRK_COLL_F32, op, NULL);
+        if (order[i]) { /* in stream order: the copy back is where the host reads */
+            wrk_coll_req_t *r = NULL;
+            rc = wrk_coll_ordered(
+                wrk_coll_allreduce(order[i], t->small, t->small, n, WRK_COLL_F32, op, &r), &r);
+        }
     if (rc == 0)
         rc = be->copy(be, v, t->small, n * sizeof *v, ENG_COPY_D2H);
     return rc;
@@ -569,7 +605,9 @@ static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
     int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
     if (bf16)
         eng_backend_bf16_round(t->be, grads, n);
-    int rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    wrk_coll_req_t *r = NULL; /* the update's kernels wait on the device, not the host */
+    int rc = wrk_coll_ordered(
+        wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, &r), &r);
     if (rc == 0 && bf16)
         eng_backend_bf16_round(t->be, grads, n);
     return rc;
@@ -587,9 +625,12 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     int rc = 0;
     for (size_t i = 0; t->emb && rc == 0 && i < eng_model_ntensors(t->model); i++) {
         const eng_tensor_t *x = eng_model_tensor(t->model, i);
-        if (x->tie != ENG_TIE_NONE)
-            rc = wrk_coll_allreduce(t->emb, grads + x->offset, grads + x->offset, x->numel,
-                                    WRK_COLL_F32, WRK_COLL_SUM, NULL);
+        if (x->tie != ENG_TIE_NONE) {
+            wrk_coll_req_t *r = NULL;
+            rc = wrk_coll_ordered(wrk_coll_allreduce(t->emb, grads + x->offset, grads + x->offset,
+                                                     x->numel, WRK_COLL_F32, WRK_COLL_SUM, &r),
+                                  &r);
+        }
     }
     if (rc == 0 && t->zero)
         rc = eng_zero_reduce_rest(t->zero);
@@ -716,6 +757,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     t->loss_sum = 0;
     t->grad_scale = 1.0 / global_tokens;
     t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
+    uint64_t tm[ENG_TIMER_KINDS];
+    timer_read(t, tm); /* what an evaluation or a checkpoint between steps marked: not ours */
     double loss_sum = 0, norm = 0;
     uint64_t p2p_ns = 0;
     eng_stage_ops_t ops = {
@@ -736,7 +779,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         }
         return CH_E_NUMERIC;
     }
-    uint64_t o0 = ch_now_ns();
+    timer_mark(t, ENG_TIMER_OPTIM, 1);
     double lr = eng_lr_at(&t->sched, (int64_t)step);
     if (bad) { /* skip: the update is dropped, as llm.c's outlier detector does */
         drop_grads(t);
@@ -745,9 +788,16 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         t->optim.t++;
         state_adamw(t, lr, coef);
     }
+    timer_mark(t, ENG_TIMER_OPTIM, 0);
+    /* the step's one host sync: the passes, the collectives the stream waited on and the
+     * update are done, and the timers' events can be read. The collectives settle first,
+     * polled with their timeout: a dead peer fails the step, it does not hang the sync. */
+    if ((rc = wrk_coll_settle(coll_of(t), -1)) < 0)
+        return rc;
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
-    uint64_t o1 = ch_now_ns();
+    timer_read(t, tm);
+    t->pass_ns = tm[ENG_TIMER_PASS];
     /* ZeRO-3: the updated tensors outside blocks gathered for the next pass, and the
      * gathered blocks marked stale, so that a pass between steps (an evaluation) sees the
      * update too (ZeRO-3's time) */
@@ -784,8 +834,11 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->time.tp = tp_s;
         info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
         info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9;
-        info->time.compute = (double)(t->pass_ns - t->pass_comm_ns) * 1e-9;
-        info->time.optim = (double)(o1 - o0) * 1e-9;
+        /* on a device the passes' time is the stream's, the comm the host waited inside them
+         * (the stream's own waits on collectives count as compute there) */
+        info->time.compute =
+            t->pass_ns > t->pass_comm_ns ? (double)(t->pass_ns - t->pass_comm_ns) * 1e-9 : 0;
+        info->time.optim = (double)tm[ENG_TIMER_OPTIM] * 1e-9;
         info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
         double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
                       info->time.compute - info->time.optim;

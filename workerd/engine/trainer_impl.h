@@ -54,6 +54,9 @@ struct eng_trainer {
     int ckpt_asked; /* this rank heard a checkpoint request (eng_trainer_request_checkpoint) */
     int ckpt_now;   /* some rank had, by the last step's closing all-reduce */
     uint64_t data_ns, pass_ns, pass_comm_ns; /* this step: data loading, passes, comm inside */
+    /* the step timers on host clocks, for a backend without timer_* (the CPU): the open
+     * interval's start and the closed ones' sum, per ENG_TIMER_* kind */
+    uint64_t timer_at[ENG_TIMER_KINDS], timer_ns[ENG_TIMER_KINDS];
 };
 
 /* The stores of the table's owned ranges (model.h): the slab with the optimizer's state in

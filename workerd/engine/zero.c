@@ -72,12 +72,13 @@ static void zfree(const eng_zero_t *z, float *p)
     }
 }
 
-/* Wait for buffer s's gather in flight, if any. */
+/* Wait for buffer s's gather in flight, if any: in stream order (the kernels that read the
+ * buffer wait on the device, NCCL), on the host when the host unpacks it (bf16). */
 static int drain(eng_zero_t *z, uint32_t s)
 {
     int rc = 0;
     if (z->req[s]) {
-        rc = wrk_coll_wait(z->req[s], -1);
+        rc = z->pk ? wrk_coll_wait(z->req[s], -1) : wrk_coll_wait_stream(z->req[s], -1);
         wrk_coll_req_free(z->req[s]);
         z->req[s] = NULL;
         if (rc == 0 && z->pk)
@@ -128,8 +129,10 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
         if (rc == 0 && now)
             kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
     } else {
-        rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32,
-                                now ? NULL : &z->req[s]);
+        rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32, &z->req[s]);
+        if (now) { /* used at once: its kernels wait on the device, the host goes on */
+            rc = wrk_coll_ordered(rc, &z->req[s]);
+        }
     }
     if (rc == 0 && now)
         z->valid[s] = 1;
@@ -168,8 +171,10 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
         part = full + (size_t)z->d * S;
         if (z->bf16_reduce) /* the bf16 reduction's inputs */
             eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
-        rc = wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM,
-                                     NULL);
+        wrk_coll_req_t *r = NULL; /* the axpy below waits on the device, not the host */
+        rc = wrk_coll_ordered(
+            wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM, &r),
+            &r);
         if (rc == 0 && z->bf16_reduce) /* and its output */
             eng_backend_bf16_round(z->be, (float *)part, S);
     }
@@ -399,10 +404,12 @@ int eng_zero_gather_rest(eng_zero_t *z)
         const float *shard = z->p + t->shard_base;
         if (rc == 0 && z->dp && z->pk)
             rc = gather_rest_bf16(z, shard, params + t->offset, t->shard_len);
-        else if (rc == 0 && z->dp)
-            rc = wrk_coll_allgather(z->dp, shard, params + t->offset, t->shard_len, WRK_COLL_F32,
-                                    NULL);
-        else if (rc == 0)
+        else if (rc == 0 && z->dp) {
+            wrk_coll_req_t *r = NULL;
+            rc = wrk_coll_ordered(wrk_coll_allgather(z->dp, shard, params + t->offset, t->shard_len,
+                                                     WRK_COLL_F32, &r),
+                                  &r);
+        } else if (rc == 0)
             rc = z->be->copy(z->be, params + t->offset, shard, t->shard_len * sizeof(float),
                              ENG_COPY_D2D);
     }
