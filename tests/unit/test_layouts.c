@@ -81,8 +81,8 @@ typedef struct rank_run {
     eng_mem_stats_t measured; /* the ledger after the last step */
     int breakdown_ok;         /* every step's parts non-negative and summing to its time */
     /* message bytes over the run (coll.h): the DP group's all-gathers and reduce-scatters,
-     * the pipeline column's p2p (send, recv, sendrecv) */
-    uint64_t dp_gather, dp_scatter, pp_p2p;
+     * the pipeline column's p2p (send, recv, sendrecv), the TP and DP groups' all-reduces */
+    uint64_t dp_gather, dp_scatter, pp_p2p, tp_allreduce, dp_allreduce;
     int rc;
     char msg[512];
 } rank_run_t;
@@ -165,6 +165,8 @@ static void *rank_main(void *arg)
         d->pp_p2p = wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SEND) +
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_RECV) +
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SENDRECV);
+        d->tp_allreduce = wrk_coll_group_bytes(g->tp, WRK_COLL_OP_ALLREDUCE);
+        d->dp_allreduce = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLREDUCE);
     }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
@@ -1182,4 +1184,51 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
         cr_expect_eq(a[0].losses[s], b[0].losses[s], "zb-h1 step %d: bf16 %.9g, fp32 %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
     cr_expect_eq(2 * a[0].pp_p2p, f[0].pp_p2p, "zb-h1: bf16 stage boundaries halve");
+}
+
+/* train.precision = bf16 moves the TP activation all-reduces (tp.h's f and g) in bf16, and
+ * optim.grad_reduce = bf16 the gradient reductions, on host memory: tp 2 x pp 2 and dp 2 x
+ * pp 2 against the same layouts in fp32. The vocab-parallel embedding and cross-entropy
+ * stay fp32 (sums of exact zeros, and fp32 statistics), and so do the DP all-reduces of a
+ * step's loss and norm: those groups' bytes fall to just over half; ZeRO-3's gradient
+ * reduce-scatters exactly halve. */
+Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
+{
+    static const uint32_t xs[2][3] = {{2, 2, 1}, {1, 2, 2}};
+    ch_jobspec_t jb, jf;
+    rank_run_t a[MAXR], f[MAXR];
+    for (int k = 0; k < 2; k++) {
+        const uint32_t *x = xs[k];
+        bf16_spec(&jb, k ? "bred2" : "bred1", x);
+        jb.optim.grad_reduce = CH_PRECISION_BF16;
+        spec_for(&jf, k ? "fred2" : "fred1", x[0], x[1], x[2]);
+        jb.checkpoint.dir[0] = jf.checkpoint.dir[0] = '\0';
+        jb.checkpoint.every = jf.checkpoint.every = 0;
+        run(&jb, 0, 0, a);
+        run(&jf, 0, 0, f);
+        for (uint32_t i = 0; i < 4; i++) {
+            printf("layouts: %ux%ux%u rank %u over %d steps: TP all-reduce %llu B bf16, %llu B "
+                   "fp32; DP reduce-scatter %llu B bf16, %llu B fp32; all-gather %llu B bf16, "
+                   "%llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
+                   x[0], x[1], x[2], i, STEPS, (unsigned long long)a[i].tp_allreduce,
+                   (unsigned long long)f[i].tp_allreduce, (unsigned long long)a[i].dp_scatter,
+                   (unsigned long long)f[i].dp_scatter, (unsigned long long)a[i].dp_gather,
+                   (unsigned long long)f[i].dp_gather, (unsigned long long)a[i].pp_p2p,
+                   (unsigned long long)f[i].pp_p2p);
+            cr_expect_eq(a[i].rc, 0, "%s", a[i].msg);
+            if (x[0] > 1) {
+                cr_expect_gt(f[i].tp_allreduce, 0);
+                cr_expect_lt(a[i].tp_allreduce, f[i].tp_allreduce * 6 / 10, "rank %u", i);
+                cr_expect_geq(2 * a[i].tp_allreduce, f[i].tp_allreduce, "rank %u", i);
+            } else {
+                cr_expect_gt(f[i].dp_scatter, 0);
+                cr_expect_eq(2 * a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients halve", i);
+            }
+        }
+        double d = bf16_diff(f, a, 0);
+        printf("layouts: %ux%ux%u bf16 (TP and gradient reductions in bf16) vs fp32: worst rel "
+               "diff %.3g\n",
+               x[0], x[1], x[2], d);
+        cr_expect_leq(d, BF16_TOL_FP32, "%ux%ux%u: %.3g", x[0], x[1], x[2], d);
+    }
 }

@@ -16,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/backend_bf16.h"
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/trainer_impl.h"
@@ -332,6 +333,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
         mopts.tp = spec->parallel.tp;
         mopts.tp_rank = t->tpr;
         mopts.tp_group = t->tp;
+        mopts.tp_bf16 = spec->train.precision == CH_PRECISION_BF16;
     }
     int rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
@@ -493,6 +495,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
         t->be->free(t->be, t->small);
     eng_mem_destroy(t->mem);
     eng_backend_bf16_destroy(t->bf16);
+    eng_bf16_msg_free(&t->grad16);
     eng_data_close(t->data);
     eng_data_close(t->val);
     free(t);
@@ -567,11 +570,14 @@ static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
     }
 }
 
-/* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 the
- * reduction's inputs and output rounded to bf16 (the emulation of a bf16 all-reduce). */
+/* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 moved and
+ * summed as bf16 on host memory (coll_bf16.h), else the reduction's inputs and output rounded
+ * to bf16 around an fp32 one (device memory: no host packing). */
 static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
 {
     int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
+    if (bf16 && t->be->host_memory)
+        return eng_bf16_allreduce(t->dp, grads, n, WRK_COLL_SUM, &t->grad16);
     if (bf16)
         eng_backend_bf16_round(t->be, grads, n);
     int rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);

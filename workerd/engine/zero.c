@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "kernels/bf16.h"
 #include "workerd/engine/backend_bf16.h"
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/mem.h"
 
 struct eng_zero {
@@ -34,8 +35,9 @@ struct eng_zero {
     int64_t *holds;
     uint8_t *valid;
     wrk_coll_req_t **req;
-    float *full_g;   /* padded: the block's unsharded gradient during its backward */
-    int bf16_reduce; /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
+    float *full_g;       /* padded: the block's unsharded gradient during its backward */
+    int bf16_reduce;     /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
+    eng_bf16_msg_t rs16; /* its packed reduce-scatters (host memory) */
     /* train.precision = bf16 (eng_zero_set_bf16_gather): the gathers move bf16, through per
      * slot packed buffers (padded 2-byte elements) and one for the tensors outside blocks
      * (pk_rest_len elements); NULL: fp32 gathers. Exact: a bf16 run's kernels read every
@@ -157,6 +159,21 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     return rc;
 }
 
+/* full (dpn * S floats) reduce-scattered over the DP group into part; grad_reduce = bf16:
+ * moved and summed as bf16 on host memory (coll_bf16.h), else its inputs and output rounded
+ * around an fp32 reduction (device memory: no host packing). */
+static int dp_reduce_scatter(eng_zero_t *z, float *full, float *part, size_t S)
+{
+    if (z->bf16_reduce && z->be->host_memory)
+        return eng_bf16_reduce_scatter(z->dp, full, part, S, &z->rs16);
+    if (z->bf16_reduce)
+        eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
+    int rc = wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, NULL);
+    if (rc == 0 && z->bf16_reduce)
+        eng_backend_bf16_round(z->be, part, S);
+    return rc;
+}
+
 /* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
  * this rank's shard of it added to its reduced gradient g (S floats). */
 static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
@@ -166,12 +183,7 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
     if (z->dp) {
         /* in place: this rank's shard of the sum lands on its own range */
         part = full + (size_t)z->d * S;
-        if (z->bf16_reduce) /* the bf16 reduction's inputs */
-            eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
-        rc = wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM,
-                                     NULL);
-        if (rc == 0 && z->bf16_reduce) /* and its output */
-            eng_backend_bf16_round(z->be, (float *)part, S);
+        rc = dp_reduce_scatter(z, full, full + (size_t)z->d * S, S);
     }
     if (rc < 0)
         return rc;
@@ -347,6 +359,7 @@ void eng_zero_destroy(eng_zero_t *z)
         zfree(z, (float *)z->pk[s]);
     zfree(z, (float *)z->pk_rest);
     free(z->pk);
+    eng_bf16_msg_free(&z->rs16);
     zfree(z, z->p);
     zfree(z, z->g);
     zfree(z, z->am);
