@@ -36,6 +36,32 @@ extern "C" int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_str
     return kn_cu_launched();
 }
 
+static __global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        dst[i] = __bfloat162float(src[i]);
+    }
+}
+
+extern "C" int kn_cuda_bf16_pack(uint16_t *dst, const float *src, size_t n, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    cast_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>((__nv_bfloat16 *)dst, src, n);
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_bf16_unpack(float *dst, const uint16_t *src, size_t n, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    widen_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    return kn_cu_launched();
+}
+
 extern "C" void kn_cuda_set_bf16(kn_cuda_t *ctx, int bf16)
 {
     ctx->bf16 = bf16 != 0;

@@ -1143,14 +1143,15 @@ Test(layouts, bf16_gradient_reduction)
 }
 
 /* bf16 ZeRO-3 parameter gathers and pipeline messages move 2 bytes an element: on the CPU
- * (host memory: packed to bf16) against devsim (device memory: they stay fp32), the same
- * bits, and the DP group's all-gather bytes and the stages' p2p bytes halve while the
- * gradient reduce-scatters stay fp32. */
+ * (host memory) and on devsim (device memory: the backend's bf16_cast; poisoned, through
+ * host-staged collectives, so no host code touches its memory) the same bits as each other,
+ * and the DP group's all-gather bytes and the stages' p2p bytes halve while the gradient
+ * reduce-scatters stay fp32. */
 Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 {
     static const uint32_t x[3] = {1, 2, 2};
     ch_jobspec_t jb, jf;
-    rank_run_t a[MAXR], b[MAXR], f[MAXR];
+    rank_run_t a[MAXR], b[MAXR], f[MAXR], p[MAXR];
     bf16_spec(&jb, "bgath", x);
     spec_for(&jf, "fgath", x[0], x[1], x[2]);
     /* no checkpoints: their digests' all-gathers (u8) are not the parameters' */
@@ -1158,10 +1159,14 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
     jb.checkpoint.every = jf.checkpoint.every = 0;
     run(&jb, 0, 0, a);
     run_on(&jb, 0, 0, DEV_PLAIN, b);
+    run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
     run(&jf, 0, 0, f);
-    for (int s = 0; s < STEPS; s++)
-        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: bf16 gathers %.9g, fp32 %.9g", s,
+    for (int s = 0; s < STEPS; s++) {
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
+        cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim poisoned %.9g", s,
+                     a[0].losses[s], p[0].losses[s]);
+    }
     for (uint32_t i = 0; i < 4; i++) {
         printf("layouts: 1x2x2 rank %u over %d steps: DP all-gather %llu B bf16, %llu B fp32; "
                "reduce-scatter %llu B bf16, %llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
@@ -1169,11 +1174,13 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
                (unsigned long long)a[i].dp_scatter, (unsigned long long)f[i].dp_scatter,
                (unsigned long long)a[i].pp_p2p, (unsigned long long)f[i].pp_p2p);
         cr_expect_gt(f[i].dp_gather, 0);
-        cr_expect_eq(b[i].dp_gather, f[i].dp_gather, "rank %u: devsim gathers fp32", i);
         cr_expect_eq(2 * a[i].dp_gather, f[i].dp_gather, "rank %u: bf16 gathers halve", i);
+        cr_expect_eq(b[i].dp_gather, a[i].dp_gather, "rank %u: devsim gathers bf16", i);
+        cr_expect_eq(p[i].dp_gather, a[i].dp_gather, "rank %u: poisoned devsim too", i);
         cr_expect_eq(a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients stay fp32", i);
         cr_expect_gt(f[i].pp_p2p, 0);
-        cr_expect_eq(b[i].pp_p2p, f[i].pp_p2p, "rank %u: devsim sends fp32", i);
+        cr_expect_eq(b[i].pp_p2p, a[i].pp_p2p, "rank %u: devsim sends bf16", i);
+        cr_expect_eq(p[i].pp_p2p, a[i].pp_p2p, "rank %u: poisoned devsim too", i);
         cr_expect_eq(2 * a[i].pp_p2p, f[i].pp_p2p, "rank %u: bf16 stage boundaries halve", i);
     }
     /* zb-h1's split backward sends the same tensors: the same bits again */
@@ -1189,14 +1196,14 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 /* train.precision = bf16 moves the TP activation all-reduces (tp.h's f and g) in bf16, and
  * optim.grad_reduce = bf16 the gradient reductions, on host memory: tp 2 x pp 2 and dp 2 x
  * pp 2 against the same layouts in fp32. The vocab-parallel embedding and cross-entropy
- * stay fp32 (sums of exact zeros, and fp32 statistics), and so do the DP all-reduces of a
- * step's loss and norm: those groups' bytes fall to just over half; ZeRO-3's gradient
- * reduce-scatters exactly halve. */
+ * stay fp32 (sums of exact zeros, and fp32 statistics): the TP group's bytes fall to just
+ * over half; ZeRO-3's gradient reduce-scatters exactly halve. The same on devsim (poisoned,
+ * host-staged collectives: the casts run as its kernels), bit for bit. */
 Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
 {
     static const uint32_t xs[2][3] = {{2, 2, 1}, {1, 2, 2}};
     ch_jobspec_t jb, jf;
-    rank_run_t a[MAXR], f[MAXR];
+    rank_run_t a[MAXR], f[MAXR], p[MAXR];
     for (int k = 0; k < 2; k++) {
         const uint32_t *x = xs[k];
         bf16_spec(&jb, k ? "bred2" : "bred1", x);
@@ -1205,8 +1212,14 @@ Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
         jb.checkpoint.dir[0] = jf.checkpoint.dir[0] = '\0';
         jb.checkpoint.every = jf.checkpoint.every = 0;
         run(&jb, 0, 0, a);
+        run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
         run(&jf, 0, 0, f);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
+                         a[0].losses[s], p[0].losses[s]);
         for (uint32_t i = 0; i < 4; i++) {
+            cr_expect_eq(p[i].tp_allreduce, a[i].tp_allreduce, "rank %u: devsim TP bytes", i);
+            cr_expect_eq(p[i].dp_scatter, a[i].dp_scatter, "rank %u: devsim DP bytes", i);
             printf("layouts: %ux%ux%u rank %u over %d steps: TP all-reduce %llu B bf16, %llu B "
                    "fp32; DP reduce-scatter %llu B bf16, %llu B fp32; all-gather %llu B bf16, "
                    "%llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",

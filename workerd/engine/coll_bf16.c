@@ -1,17 +1,46 @@
-/* bf16 reductions through host packing (coll_bf16.h). */
+/* bf16 messages: casts and reductions (coll_bf16.h). */
 #include "workerd/engine/coll_bf16.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-static int reserve(eng_bf16_msg_t *m, size_t n)
+int eng_bf16_castable(const eng_backend_t *be)
 {
-    if (m->cap >= n)
+    return be->bf16_cast != NULL || be->host_memory;
+}
+
+int eng_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16)
+{
+    if (be->bf16_cast)
+        be->bf16_cast(be, dst, src, n, to_bf16);
+    else if (!be->host_memory)
+        return -ENOTSUP;
+    else if (to_bf16)
+        kn_bf16_pack(dst, src, n);
+    else
+        kn_bf16_unpack(dst, src, n);
+    return 0;
+}
+
+void eng_bf16_msg_init(eng_bf16_msg_t *m, const eng_backend_t *be)
+{
+    m->be = be;
+    m->c = NULL;
+    m->pk = NULL;
+    m->cap = 0;
+}
+
+static int reserve(eng_bf16_msg_t *m, wrk_coll_group_t *g, size_t n)
+{
+    if (m->cap >= n && m->c == wrk_coll_group_context(g))
         return 0;
-    kn_bf16_t *pk = realloc(m->pk, (n ? n : 1) * sizeof *pk);
-    if (!pk)
-        return -ENOMEM;
-    m->pk = pk;
+    eng_bf16_msg_free(m);
+    void *p = NULL;
+    int rc = wrk_coll_mem_alloc(wrk_coll_group_context(g), (n ? n : 1) * sizeof(kn_bf16_t), &p);
+    if (rc < 0)
+        return rc;
+    m->c = wrk_coll_group_context(g);
+    m->pk = p;
     m->cap = n;
     return 0;
 }
@@ -19,13 +48,13 @@ static int reserve(eng_bf16_msg_t *m, size_t n)
 int eng_bf16_allreduce(wrk_coll_group_t *g, float *buf, size_t n, wrk_coll_redop_t op,
                        eng_bf16_msg_t *m)
 {
-    int rc = reserve(m, n);
-    if (rc < 0)
-        return rc;
-    kn_bf16_pack(m->pk, buf, n);
-    rc = wrk_coll_allreduce(g, m->pk, m->pk, n, WRK_COLL_BF16, op, NULL);
+    int rc = reserve(m, g, n);
     if (rc == 0)
-        kn_bf16_unpack(buf, m->pk, n);
+        rc = eng_bf16_cast(m->be, m->pk, buf, n, 1);
+    if (rc == 0)
+        rc = wrk_coll_allreduce(g, m->pk, m->pk, n, WRK_COLL_BF16, op, NULL);
+    if (rc == 0)
+        rc = eng_bf16_cast(m->be, buf, m->pk, n, 0);
     return rc;
 }
 
@@ -33,21 +62,23 @@ int eng_bf16_reduce_scatter(wrk_coll_group_t *g, const float *full, float *part,
                             eng_bf16_msg_t *m)
 {
     size_t n = (size_t)wrk_coll_group_size(g) * S;
-    kn_bf16_t *mine;
-    int rc = reserve(m, n);
+    int rc = reserve(m, g, n);
     if (rc < 0)
         return rc;
-    kn_bf16_pack(m->pk, full, n);
-    mine = m->pk + (size_t)wrk_coll_group_index(g) * S; /* in place: coll.h */
-    rc = wrk_coll_reduce_scatter(g, m->pk, mine, S, WRK_COLL_BF16, WRK_COLL_SUM, NULL);
+    kn_bf16_t *mine = m->pk + (size_t)wrk_coll_group_index(g) * S; /* in place: coll.h */
+    rc = eng_bf16_cast(m->be, m->pk, full, n, 1);
     if (rc == 0)
-        kn_bf16_unpack(part, mine, S);
+        rc = wrk_coll_reduce_scatter(g, m->pk, mine, S, WRK_COLL_BF16, WRK_COLL_SUM, NULL);
+    if (rc == 0)
+        rc = eng_bf16_cast(m->be, part, mine, S, 0);
     return rc;
 }
 
 void eng_bf16_msg_free(eng_bf16_msg_t *m)
 {
-    free(m->pk);
+    if (m->c && m->pk)
+        wrk_coll_mem_free(m->c, m->pk);
+    m->c = NULL;
     m->pk = NULL;
     m->cap = 0;
 }

@@ -444,10 +444,12 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tp = opts && opts->tp > 1 ? opts->tp : 1;
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
-    if (m->tpg && opts->tp_bf16 && m->be->host_memory &&
-        (m->tp_bf16 = calloc(1, sizeof *m->tp_bf16)) == NULL) {
-        free(m);
-        return -ENOMEM;
+    if (m->tpg && opts->tp_bf16 && eng_bf16_castable(m->be)) {
+        if ((m->tp_bf16 = calloc(1, sizeof *m->tp_bf16)) == NULL) {
+            free(m);
+            return -ENOMEM;
+        }
+        eng_bf16_msg_init(m->tp_bf16, m->be);
     }
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
     m->head = m->tp > 1                                             ? ENG_HEAD_VOCAB_PARALLEL

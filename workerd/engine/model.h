@@ -147,7 +147,7 @@ typedef struct eng_model_opts {
     uint32_t tp, tp_rank;
     wrk_coll_group_t *tp_group;
     /* train.precision = bf16: the activations' TP all-reduces (tp.h's f and g) move and sum
-     * bf16 (coll_bf16.h). Host memory only: ignored on a backend whose memory is not. */
+     * bf16 (coll_bf16.h); ignored on a backend that cannot cast (eng_bf16_castable). */
     int tp_bf16;
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */

@@ -89,7 +89,7 @@ struct eng_model {
     /* tensor parallelism: rank tpr of tp in tpg (NULL when tp == 1); local widths */
     uint32_t tp, tpr;
     wrk_coll_group_t *tpg;
-    eng_bf16_msg_t *tp_bf16; /* opts' tp_bf16 on host memory: the packed message; else NULL */
+    eng_bf16_msg_t *tp_bf16; /* opts' tp_bf16 (a backend that casts): the message; or NULL */
     eng_head_t head;         /* the LM head's strategy (and wte's vocab split) */
     uint32_t dp, dpr;        /* data parallelism: this rank's index in dp (the table's owners) */
     uint32_t Cl, NHl, Vl;    /* C/tp (attention width), heads/tp, padded_vocab/tp */

@@ -24,8 +24,8 @@
 int eng_tp_allreduce(wrk_coll_group_t *tp, float *buf, size_t n, wrk_coll_redop_t op);
 
 /* The activations' pair below takes bf: NULL, fp32 all-reduces; else (train.precision =
- * bf16 on host memory, where the values are bf16 already) all-reduces moved and summed in
- * bf16, the result rounded to bf16 (coll_bf16.h), as Megatron's bf16 runs do. */
+ * bf16, where the values are bf16 already) all-reduces moved and summed in bf16, the result
+ * rounded to bf16 (coll_bf16.h), as Megatron's bf16 runs do. */
 
 /* f: forward copy; its backward all-reduces dx [n] in place. */
 static inline int eng_tp_f_forward(wrk_coll_group_t *tp, float *x, size_t n)

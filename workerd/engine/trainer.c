@@ -144,11 +144,11 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
                    : eng_pipeline_init(&t->pipe, sched, acts_be, t->pp, t->stages, t->stage,
                                        t->groups ? t->groups->pp_prev : -1,
                                        t->groups ? t->groups->pp_next : -1, m, n);
-    /* bf16 stage boundaries (exact: bf16 activations); packed on the host only, and not
+    /* bf16 stage boundaries (exact: bf16 activations), cast in the backend's memory; not
      * (yet) for the interleaved schedule's own sends */
     if (rc == 0 && v <= 1 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 &&
-        t->be->host_memory)
-        rc = eng_p2p_set_bf16(&t->pipe.p2p, n);
+        eng_bf16_castable(acts_be))
+        rc = eng_p2p_set_bf16(&t->pipe.p2p, n, acts_be);
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
@@ -370,7 +370,7 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             return rc;
         }
         eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
-        /* bf16 parameter gathers; device memory (no host packing yet) keeps fp32 ones */
+        /* bf16 parameter gathers; a backend that cannot cast keeps fp32 ones */
         rc = eng_zero_set_bf16_gather(t->zero, spec->train.precision == CH_PRECISION_BF16);
         if (rc < 0 && rc != -ENOTSUP) {
             ch_errf(err, errlen, rc, "ZeRO-3 bf16 gathers: %s", ch_strerror(rc));
@@ -571,13 +571,15 @@ static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
 }
 
 /* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 moved and
- * summed as bf16 on host memory (coll_bf16.h), else the reduction's inputs and output rounded
- * to bf16 around an fp32 one (device memory: no host packing). */
+ * summed as bf16 (coll_bf16.h), or on a backend that cannot cast, the reduction's inputs and
+ * output rounded to bf16 around an fp32 one. */
 static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
 {
     int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
-    if (bf16 && t->be->host_memory)
+    if (bf16 && eng_bf16_castable(t->be)) {
+        t->grad16.be = t->be;
         return eng_bf16_allreduce(t->dp, grads, n, WRK_COLL_SUM, &t->grad16);
+    }
     if (bf16)
         eng_backend_bf16_round(t->be, grads, n);
     int rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);

@@ -83,7 +83,7 @@ static int drain(eng_zero_t *z, uint32_t s)
         wrk_coll_req_free(z->req[s]);
         z->req[s] = NULL;
         if (rc == 0 && z->pk)
-            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
+            rc = eng_bf16_cast(z->be, z->buf[s], z->pk[s], z->padded, 0);
         z->valid[s] = rc == 0;
     }
     return rc;
@@ -124,11 +124,12 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
     }
     if (z->pk) { /* in place: this rank's packed shard at its own block */
         kn_bf16_t *mine = z->pk[s] + (size_t)z->d * z->S;
-        kn_bf16_pack(mine, shard, z->S);
-        rc =
-            wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16, now ? NULL : &z->req[s]);
+        rc = eng_bf16_cast(z->be, mine, shard, z->S, 1);
+        if (rc == 0)
+            rc = wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16,
+                                    now ? NULL : &z->req[s]);
         if (rc == 0 && now)
-            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
+            rc = eng_bf16_cast(z->be, z->buf[s], z->pk[s], z->padded, 0);
     } else {
         rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32,
                                 now ? NULL : &z->req[s]);
@@ -160,12 +161,14 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
 }
 
 /* full (dpn * S floats) reduce-scattered over the DP group into part; grad_reduce = bf16:
- * moved and summed as bf16 on host memory (coll_bf16.h), else its inputs and output rounded
- * around an fp32 reduction (device memory: no host packing). */
+ * moved and summed as bf16 (coll_bf16.h), or on a backend that cannot cast, its inputs and
+ * output rounded around an fp32 reduction. */
 static int dp_reduce_scatter(eng_zero_t *z, float *full, float *part, size_t S)
 {
-    if (z->bf16_reduce && z->be->host_memory)
+    if (z->bf16_reduce && eng_bf16_castable(z->be)) {
+        z->rs16.be = z->be;
         return eng_bf16_reduce_scatter(z->dp, full, part, S, &z->rs16);
+    }
     if (z->bf16_reduce)
         eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
     int rc = wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, NULL);
@@ -395,10 +398,11 @@ void eng_zero_end_step(eng_zero_t *z)
 static int gather_rest_bf16(eng_zero_t *z, const float *shard, float *full, size_t shard_len)
 {
     kn_bf16_t *mine = z->pk_rest + (size_t)z->d * shard_len;
-    kn_bf16_pack(mine, shard, shard_len);
-    int rc = wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, NULL);
+    int rc = eng_bf16_cast(z->be, mine, shard, shard_len, 1);
     if (rc == 0)
-        kn_bf16_unpack(full, z->pk_rest, (size_t)z->dpn * shard_len);
+        rc = wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, NULL);
+    if (rc == 0)
+        rc = eng_bf16_cast(z->be, full, z->pk_rest, (size_t)z->dpn * shard_len, 0);
     return rc;
 }
 
@@ -467,8 +471,8 @@ int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
 {
     if (!on || z->pk || !z->dp)
         return 0;
-    if (!z->be->host_memory)
-        return -ENOTSUP; /* packing runs on the host: device memory gathers fp32 */
+    if (!eng_bf16_castable(z->be))
+        return -ENOTSUP; /* no cast in the backend's memory: fp32 gathers */
     const eng_tensor_t *t;
     size_t rest = 0;
     FOR_EACH_REST(z, t)
