@@ -56,8 +56,9 @@ TestSuite(layouts, .init = setup, .fini = teardown, .timeout = 900);
 enum { STEPS = 20, MAXR = 8, GLOBAL_SEQS = 12, LAYERS = 4 };
 
 /* The CPU backend; devsim (tests/unit/devsim.h), a backend whose memory is not the host's,
- * poisoned (any host access of it faults: a world of one) or plain (collectives read it). */
-enum { DEV_CPU, DEV_POISON, DEV_PLAIN };
+ * poisoned (any host access of it faults: a world of one) or plain (collectives read it);
+ * plain without bf16_cast (backend.h: bf16 messages then move as fp32). */
+enum { DEV_CPU, DEV_POISON, DEV_PLAIN, DEV_NOCAST };
 
 typedef struct rank_run {
     uint32_t rank;
@@ -116,6 +117,8 @@ static void *rank_main(void *arg)
     eng_backend_t *dev = NULL;
     if (d->device != DEV_CPU)
         d->rc = devsim_create(d->device == DEV_POISON, &dev);
+    if (d->rc == 0 && d->device == DEV_NOCAST)
+        dev->bf16_cast = NULL;
     if (d->rc == 0 && world > 1) {
         d->rc = coll_create(d, world, dev, &c);
         if (d->rc == 0)
@@ -1145,13 +1148,14 @@ Test(layouts, bf16_gradient_reduction)
 /* bf16 ZeRO-3 parameter gathers and pipeline messages move 2 bytes an element: on the CPU
  * (host memory) and on devsim (device memory: the backend's bf16_cast; poisoned, through
  * host-staged collectives, so no host code touches its memory) the same bits as each other,
- * and the DP group's all-gather bytes and the stages' p2p bytes halve while the gradient
- * reduce-scatters stay fp32. */
+ * and the same bits as fp32 messages (devsim without its cast: exact, the values are bf16
+ * already); the DP group's all-gather bytes and the stages' p2p bytes halve while the
+ * gradient reduce-scatters stay fp32. */
 Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 {
     static const uint32_t x[3] = {1, 2, 2};
     ch_jobspec_t jb, jf;
-    rank_run_t a[MAXR], b[MAXR], f[MAXR], p[MAXR];
+    rank_run_t a[MAXR], b[MAXR], f[MAXR], p[MAXR], c[MAXR];
     bf16_spec(&jb, "bgath", x);
     spec_for(&jf, "fgath", x[0], x[1], x[2]);
     /* no checkpoints: their digests' all-gathers (u8) are not the parameters' */
@@ -1160,8 +1164,11 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
     run(&jb, 0, 0, a);
     run_on(&jb, 0, 0, DEV_PLAIN, b);
     run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
+    run_on(&jb, 0, 0, DEV_NOCAST, c);
     run(&jf, 0, 0, f);
     for (int s = 0; s < STEPS; s++) {
+        cr_expect_eq(a[0].losses[s], c[0].losses[s], "step %d: bf16 messages %.9g, fp32 %.9g", s,
+                     a[0].losses[s], c[0].losses[s]);
         cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
         cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim poisoned %.9g", s,
@@ -1177,6 +1184,8 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
         cr_expect_eq(2 * a[i].dp_gather, f[i].dp_gather, "rank %u: bf16 gathers halve", i);
         cr_expect_eq(b[i].dp_gather, a[i].dp_gather, "rank %u: devsim gathers bf16", i);
         cr_expect_eq(p[i].dp_gather, a[i].dp_gather, "rank %u: poisoned devsim too", i);
+        cr_expect_eq(c[i].dp_gather, f[i].dp_gather, "rank %u: no cast, fp32 gathers", i);
+        cr_expect_eq(c[i].pp_p2p, f[i].pp_p2p, "rank %u: no cast, fp32 sends", i);
         cr_expect_eq(a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients stay fp32", i);
         cr_expect_gt(f[i].pp_p2p, 0);
         cr_expect_eq(b[i].pp_p2p, a[i].pp_p2p, "rank %u: devsim sends bf16", i);
@@ -1186,7 +1195,7 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
     /* zb-h1's split backward sends the same tensors: the same bits again */
     jb.parallel.schedule = CH_SCHEDULE_ZBH1;
     run(&jb, 0, 0, a);
-    run_on(&jb, 0, 0, DEV_PLAIN, b);
+    run_on(&jb, 0, 0, DEV_NOCAST, b);
     for (int s = 0; s < STEPS; s++)
         cr_expect_eq(a[0].losses[s], b[0].losses[s], "zb-h1 step %d: bf16 %.9g, fp32 %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
@@ -1194,7 +1203,7 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 }
 
 /* train.precision = bf16 moves the TP activation all-reduces (tp.h's f and g) in bf16, and
- * optim.grad_reduce = bf16 the gradient reductions, on host memory: tp 2 x pp 2 and dp 2 x
+ * optim.grad_reduce = bf16 the gradient reductions: tp 2 x pp 2 and dp 2 x
  * pp 2 against the same layouts in fp32. The vocab-parallel embedding and cross-entropy
  * stay fp32 (sums of exact zeros, and fp32 statistics): the TP group's bytes fall to just
  * over half; ZeRO-3's gradient reduce-scatters exactly halve. The same on devsim (poisoned,
