@@ -30,7 +30,7 @@ void eng_bf16_msg_init(eng_bf16_msg_t *m, const eng_backend_t *be)
     m->cap = 0;
 }
 
-static int reserve(eng_bf16_msg_t *m, wrk_coll_group_t *g, size_t n)
+int eng_bf16_msg_reserve(eng_bf16_msg_t *m, wrk_coll_group_t *g, size_t n)
 {
     if (m->cap >= n && m->c == wrk_coll_group_context(g))
         return 0;
@@ -48,7 +48,7 @@ static int reserve(eng_bf16_msg_t *m, wrk_coll_group_t *g, size_t n)
 int eng_bf16_allreduce(wrk_coll_group_t *g, float *buf, size_t n, wrk_coll_redop_t op,
                        eng_bf16_msg_t *m)
 {
-    int rc = reserve(m, g, n);
+    int rc = eng_bf16_msg_reserve(m, g, n);
     if (rc == 0)
         rc = eng_bf16_cast(m->be, m->pk, buf, n, 1);
     if (rc == 0)
@@ -62,7 +62,7 @@ int eng_bf16_reduce_scatter(wrk_coll_group_t *g, const float *full, float *part,
                             eng_bf16_msg_t *m)
 {
     size_t n = (size_t)wrk_coll_group_size(g) * S;
-    int rc = reserve(m, g, n);
+    int rc = eng_bf16_msg_reserve(m, g, n);
     if (rc < 0)
         return rc;
     kn_bf16_t *mine = m->pk + (size_t)wrk_coll_group_index(g) * S; /* in place: coll.h */

@@ -29,6 +29,9 @@ typedef struct eng_bf16_msg {
 } eng_bf16_msg_t;
 
 void eng_bf16_msg_init(eng_bf16_msg_t *m, const eng_backend_t *be);
+/* Room for n elements in g's collectives memory now, so that no step allocates (a device
+ * allocation waits for the device). 0 or the allocation's error. */
+int eng_bf16_msg_reserve(eng_bf16_msg_t *m, wrk_coll_group_t *g, size_t n);
 /* buf[0..n) all-reduced (op) in place as bf16 over g, waited for. 0, -ENOMEM, -ENOTSUP or
  * the collectives' error. */
 int eng_bf16_allreduce(wrk_coll_group_t *g, float *buf, size_t n, wrk_coll_redop_t op,

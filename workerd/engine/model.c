@@ -486,6 +486,8 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
     CH_CHECK_GOTO(alloc_work(m), rc, fail);
+    if (m->tp_bf16) /* the largest activation all-reduced: N rows of C */
+        CH_CHECK_GOTO(eng_bf16_msg_reserve(m->tp_bf16, m->tpg, N * m->cfg.embd), rc, fail);
     if (part.head) {
         size_t budget_rows = LOGITS_BUDGET / m->Vl;
         m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;

@@ -70,6 +70,19 @@ void eng_p2p_req_release(eng_p2p_req_t *r)
     r->cap = 0;
 }
 
+int eng_p2p_req_reserve(eng_p2p_t *p, eng_p2p_req_t *r)
+{
+    if (!p->bf16 || r->cap >= p->cap)
+        return 0;
+    eng_p2p_req_release(r);
+    int rc = pk_alloc(p, p->cap, &r->pk);
+    if (rc < 0)
+        return rc;
+    r->c = wrk_coll_group_context(p->pp);
+    r->cap = p->cap;
+    return 0;
+}
+
 static int send_to(eng_p2p_t *p, int32_t peer, const float *buf, size_t n, eng_p2p_req_t *r)
 {
     r->req = NULL;
@@ -77,15 +90,10 @@ static int send_to(eng_p2p_t *p, int32_t peer, const float *buf, size_t n, eng_p
         return CH_E_STATE;
     if (!p->bf16 || n > p->cap)
         return wrk_coll_send(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r->req);
-    if (r->cap < n) { /* the first send of this slot */
-        eng_p2p_req_release(r);
-        int rc = pk_alloc(p, n, &r->pk);
-        if (rc < 0)
-            return rc;
-        r->c = wrk_coll_group_context(p->pp);
-        r->cap = n;
-    }
-    int rc = eng_bf16_cast(p->be, r->pk, buf, n, 1);
+    int rc = eng_p2p_req_reserve(p, r); /* the first send of this slot, unless reserved */
+    if (rc < 0)
+        return rc;
+    rc = eng_bf16_cast(p->be, r->pk, buf, n, 1);
     return rc < 0 ? rc : wrk_coll_send(p->pp, r->pk, n, WRK_COLL_BF16, (uint32_t)peer, &r->req);
 }
 

@@ -55,6 +55,9 @@ int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n
 int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
+/* bf16: a request's packed buffer (the set_bf16 cap) allocated now, so that no send
+ * allocates (0 or -ENOMEM; no-op without bf16 or when it has one). */
+int eng_p2p_req_reserve(eng_p2p_t *p, eng_p2p_req_t *r);
 /* A finished request's packed buffer freed (bf16); the request is then empty. */
 void eng_p2p_req_release(eng_p2p_req_t *r);
 

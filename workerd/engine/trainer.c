@@ -147,8 +147,12 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
     /* bf16 stage boundaries (exact: bf16 activations), cast in the backend's memory; not
      * (yet) for the interleaved schedule's own sends */
     if (rc == 0 && v <= 1 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 &&
-        eng_bf16_castable(acts_be))
+        eng_bf16_castable(acts_be)) {
         rc = eng_p2p_set_bf16(&t->pipe.p2p, n, acts_be);
+        for (uint32_t i = 0; rc == 0 && i < t->pipe.slots; i++) /* no step allocates */
+            if ((rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.ysend[i])) == 0)
+                rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.dxsend[i]);
+    }
     if (rc < 0)
         return rc;
     uint32_t slots = t->pipe.slots;
@@ -369,7 +373,11 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
             return rc;
         }
-        eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
+        rc = eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
+        if (rc < 0) {
+            ch_errf(err, errlen, rc, "ZeRO-3 bf16 gradient reduction: %s", ch_strerror(rc));
+            return rc;
+        }
         /* bf16 parameter gathers; a backend that cannot cast keeps fp32 ones */
         rc = eng_zero_set_bf16_gather(t->zero, spec->train.precision == CH_PRECISION_BF16);
         if (rc < 0 && rc != -ENOTSUP) {
@@ -389,7 +397,12 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
                      eng_model_nparams(t->model) * sizeof(float));
         eng_model_lend_grads(t->model, t->coll_grads);
     }
-    return 0;
+    if (t->dp && !zero && spec->optim.grad_reduce == CH_PRECISION_BF16 &&
+        eng_bf16_castable(t->be)) { /* the bf16 gradient all-reduce's buffer, now */
+        eng_bf16_msg_init(&t->grad16, t->be);
+        rc = eng_bf16_msg_reserve(&t->grad16, t->dp, eng_model_nparams(t->model));
+    }
+    return rc;
 }
 
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
@@ -576,10 +589,8 @@ static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
 static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
 {
     int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
-    if (bf16 && eng_bf16_castable(t->be)) {
-        t->grad16.be = t->be;
+    if (bf16 && eng_bf16_castable(t->be)) /* its buffer: reserved at create */
         return eng_bf16_allreduce(t->dp, grads, n, WRK_COLL_SUM, &t->grad16);
-    }
     if (bf16)
         eng_backend_bf16_round(t->be, grads, n);
     int rc = wrk_coll_allreduce(t->dp, grads, grads, n, WRK_COLL_F32, WRK_COLL_SUM, NULL);

@@ -165,10 +165,8 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
  * output rounded around an fp32 reduction. */
 static int dp_reduce_scatter(eng_zero_t *z, float *full, float *part, size_t S)
 {
-    if (z->bf16_reduce && eng_bf16_castable(z->be)) {
-        z->rs16.be = z->be;
+    if (z->bf16_reduce && eng_bf16_castable(z->be)) /* its buffer: eng_zero_set_bf16_reduce */
         return eng_bf16_reduce_scatter(z->dp, full, part, S, &z->rs16);
-    }
     if (z->bf16_reduce)
         eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
     int rc = wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, NULL);
@@ -462,9 +460,27 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
         *gathered += ((size_t)z->nbuf * z->padded + z->pk_rest_len) * sizeof(kn_bf16_t);
 }
 
-void eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
+/* The largest of the tensors outside blocks, gathered (dpn shards) */
+static size_t rest_max(eng_zero_t *z)
+{
+    const eng_tensor_t *t;
+    size_t rest = 0;
+    FOR_EACH_REST(z, t)
+    {
+        size_t n = (size_t)z->dpn * t->shard_len;
+        rest = n > rest ? n : rest;
+    }
+    return rest;
+}
+
+int eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
 {
     z->bf16_reduce = on;
+    if (!on || !z->dp || !eng_bf16_castable(z->be))
+        return 0;
+    size_t rest = rest_max(z);
+    eng_bf16_msg_init(&z->rs16, z->be);
+    return eng_bf16_msg_reserve(&z->rs16, z->dp, rest > z->padded ? rest : z->padded);
 }
 
 int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
@@ -473,13 +489,7 @@ int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
         return 0;
     if (!eng_bf16_castable(z->be))
         return -ENOTSUP; /* no cast in the backend's memory: fp32 gathers */
-    const eng_tensor_t *t;
-    size_t rest = 0;
-    FOR_EACH_REST(z, t)
-    {
-        size_t n = (size_t)z->dpn * t->shard_len;
-        rest = n > rest ? n : rest;
-    }
+    size_t rest = rest_max(z);
     z->pk = calloc(z->nbuf, sizeof *z->pk);
     if (!z->pk)
         return -ENOMEM;

@@ -88,7 +88,7 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered);
 /* optim.grad_reduce = bf16 (on): the gradient reduce-scatters emulate a bf16 reduction, their
  * inputs and output rounded to bf16 (the model's backend must be a bf16 wrapper's,
  * backend_bf16.h). Off by default. */
-void eng_zero_set_bf16_reduce(eng_zero_t *z, int on);
+int eng_zero_set_bf16_reduce(eng_zero_t *z, int on);
 /* train.precision = bf16 (on): the parameter all-gathers (blocks and the tensors outside
  * them) move 2 bytes an element: each rank packs its fp32 master shard to bf16, the group
  * all-gathers bf16 (WRK_COLL_BF16) and the result is widened into the fp32 slots the model
