@@ -1207,12 +1207,13 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
  * pp 2 against the same layouts in fp32. The vocab-parallel embedding and cross-entropy
  * stay fp32 (sums of exact zeros, and fp32 statistics): the TP group's bytes fall to just
  * over half; ZeRO-3's gradient reduce-scatters exactly halve. The same on devsim (poisoned,
- * host-staged collectives: the casts run as its kernels), bit for bit. */
+ * host-staged collectives: the casts run as its kernels) and on NCCL's rules (ncclsim, its
+ * bf16 sums), bit for bit: two-member groups sum round(a + b) on every backend. */
 Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
 {
     static const uint32_t xs[2][3] = {{2, 2, 1}, {1, 2, 2}};
     ch_jobspec_t jb, jf;
-    rank_run_t a[MAXR], f[MAXR], p[MAXR];
+    rank_run_t a[MAXR], f[MAXR], p[MAXR], q[MAXR];
     for (int k = 0; k < 2; k++) {
         const uint32_t *x = xs[k];
         bf16_spec(&jb, k ? "bred2" : "bred1", x);
@@ -1222,13 +1223,23 @@ Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
         jb.checkpoint.every = jf.checkpoint.every = 0;
         run(&jb, 0, 0, a);
         run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
+        ncclsim_t *sim = NULL;
+        cr_assert_eq(ncclsim_create(4, &sim), 0);
+        run_with(&jb, 0, 0, DEV_PLAIN, sim, 0, q);
+        cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", jb.name);
+        ncclsim_destroy(sim);
         run(&jf, 0, 0, f);
-        for (int s = 0; s < STEPS; s++)
+        for (int s = 0; s < STEPS; s++) {
             cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
                          a[0].losses[s], p[0].losses[s]);
+            cr_expect_eq(a[0].losses[s], q[0].losses[s], "step %d: cpu %.9g, ncclsim %.9g", s,
+                         a[0].losses[s], q[0].losses[s]);
+        }
         for (uint32_t i = 0; i < 4; i++) {
             cr_expect_eq(p[i].tp_allreduce, a[i].tp_allreduce, "rank %u: devsim TP bytes", i);
             cr_expect_eq(p[i].dp_scatter, a[i].dp_scatter, "rank %u: devsim DP bytes", i);
+            cr_expect_eq(q[i].tp_allreduce, a[i].tp_allreduce, "rank %u: ncclsim TP bytes", i);
+            cr_expect_eq(q[i].dp_scatter, a[i].dp_scatter, "rank %u: ncclsim DP bytes", i);
             printf("layouts: %ux%ux%u rank %u over %d steps: TP all-reduce %llu B bf16, %llu B "
                    "fp32; DP reduce-scatter %llu B bf16, %llu B fp32; all-gather %llu B bf16, "
                    "%llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
