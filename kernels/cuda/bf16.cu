@@ -19,11 +19,22 @@ static __global__ void round_kernel(float *dst, const float *src, size_t n)
     }
 }
 
-static __global__ void cast_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+/* fp32 -> bf16 rounds to nearest even; bf16 -> fp32 is exact (the type of dst picks) */
+static __device__ __nv_bfloat16 convert(float x, const __nv_bfloat16 *)
+{
+    return __float2bfloat16_rn(x);
+}
+
+static __device__ float convert(__nv_bfloat16 x, const float *)
+{
+    return __bfloat162float(x);
+}
+
+template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        dst[i] = __float2bfloat16_rn(src[i]);
+        dst[i] = convert(src[i], dst);
     }
 }
 
@@ -34,14 +45,6 @@ extern "C" int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_str
     }
     round_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, src, n);
     return kn_cu_launched();
-}
-
-static __global__ void widen_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        dst[i] = __bfloat162float(src[i]);
-    }
 }
 
 extern "C" int kn_cuda_bf16_pack(uint16_t *dst, const float *src, size_t n, kn_stream_t stream)
@@ -58,7 +61,7 @@ extern "C" int kn_cuda_bf16_unpack(float *dst, const uint16_t *src, size_t n, kn
     if (n == 0) {
         return 0;
     }
-    widen_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    cast_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, (const __nv_bfloat16 *)src, n);
     return kn_cu_launched();
 }
 
