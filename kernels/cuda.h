@@ -52,6 +52,10 @@ void kn_cuda_set_bf16(kn_cuda_t *ctx, int bf16);
  * store of a bf16 tensor held in fp32 memory (kernels/bf16.h's kn_bf16_round1). dst may
  * be src. */
 int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_stream_t stream);
+/* The casts of a bf16 message (kernels/bf16.h's kn_bf16_pack / kn_bf16_unpack) on the
+ * device: dst[0..n) = src rounded to nearest even, or widened exactly. No overlap. */
+int kn_cuda_bf16_pack(uint16_t *dst, const float *src, size_t n, kn_stream_t stream);
+int kn_cuda_bf16_unpack(float *dst, const uint16_t *src, size_t n, kn_stream_t stream);
 /* Allocate now what GEMMs over up to `rows` rows need (the column sums' vector of ones), so
  * that no launch grows it later (a wait for the device, a free and an allocation). */
 int kn_cuda_reserve_rows(kn_cuda_t *ctx, size_t rows, kn_stream_t stream);

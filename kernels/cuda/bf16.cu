@@ -25,11 +25,22 @@ static __global__ void round_kernel(float *dst, const float *src, size_t n)
     }
 }
 
-static __global__ void cast_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+/* fp32 -> bf16 rounds to nearest even; bf16 -> fp32 is exact (the type of dst picks) */
+static __device__ __nv_bfloat16 convert(float x, const __nv_bfloat16 *)
+{
+    return __float2bfloat16_rn(x);
+}
+
+static __device__ float convert(__nv_bfloat16 x, const float *)
+{
+    return __bfloat162float(x);
+}
+
+template <typename D, typename S> static __global__ void cast_kernel(D *dst, const S *src, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        dst[i] = __float2bfloat16_rn(src[i]);
+        dst[i] = convert(src[i], dst);
     }
 }
 
@@ -39,6 +50,24 @@ extern "C" int kn_cuda_bf16_round(float *dst, const float *src, size_t n, kn_str
         return 0;
     }
     round_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, src, n);
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_bf16_pack(uint16_t *dst, const float *src, size_t n, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    cast_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>((__nv_bfloat16 *)dst, src, n);
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_bf16_unpack(float *dst, const uint16_t *src, size_t n, kn_stream_t stream)
+{
+    if (n == 0) {
+        return 0;
+    }
+    cast_kernel<<<kn_cu_blocks(n, 256), 256, 0, stream>>>(dst, (const __nv_bfloat16 *)src, n);
     return kn_cu_launched();
 }
 

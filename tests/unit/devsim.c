@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "kernels/bf16.h"
 
 typedef struct region {
     uintptr_t dev; /* the address alloc handed out */
@@ -484,6 +485,19 @@ static void sim_tp_xent_bwd(const eng_backend_t *be, float *logits, const float 
         d->cpu->tp_xent_bwd(d->cpu, DEV(logits), DEV(lse), DEV(targets), scale, v0, N, Vl, valid);
 }
 
+/* bf16 messages' casts (backend.h's bf16_cast): both sides backend memory, whole spans */
+static void sim_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n,
+                          int to_bf16)
+{
+    devsim_t *d = ds(be);
+    if (n == 0)
+        return;
+    size_t db = n * (to_bf16 ? sizeof(kn_bf16_t) : sizeof(float));
+    size_t sb = n * (to_bf16 ? sizeof(float) : sizeof(kn_bf16_t));
+    d->cpu->bf16_cast(d->cpu, span(d, dst, db, __func__, "dst"), span(d, src, sb, __func__, "src"),
+                      n, to_bf16);
+}
+
 // ----------------------------------------------------------------------------
 // the object
 
@@ -532,6 +546,7 @@ int devsim_create(int poison, eng_backend_t **out)
         .tp_xent_sums = sim_tp_xent_sums,
         .tp_xent_finish = sim_tp_xent_finish,
         .tp_xent_bwd = sim_tp_xent_bwd,
+        .bf16_cast = sim_bf16_cast,
     };
     *out = &d->table;
     return 0;

@@ -375,7 +375,7 @@ static int run_collective(ncclsim_t *s, sgroup_t *g, sim_op_t **o, const launch_
     if (k == WRK_COLL_OP_ALLREDUCE || k == WRK_COLL_OP_REDUCE_SCATTER) {
         memcpy(tmp, o[0]->sbuf, total * esz);
         for (size_t i = 1; i < n; i++)
-            wrk_coll_reduce(l->op, (float *)tmp, (float *)tmp, o[i]->sbuf, total);
+            wrk_coll_reduce(l->op, l->dt, tmp, tmp, o[i]->sbuf, total);
     } else if (k == WRK_COLL_OP_ALLGATHER) {
         for (size_t i = 0; i < n; i++)
             memcpy(tmp + i * c * esz, o[i]->sbuf, c * esz);

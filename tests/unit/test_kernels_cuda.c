@@ -874,6 +874,33 @@ Test(cuda_bf16, round_matches_the_cpu_bit_for_bit)
     free(y), free(x);
 }
 
+/* The message casts (a bf16 collective's pack and unpack): pack is kn_bf16_pack's bits, and
+ * unpacking gives them back widened, every value of the round test (NaN: any NaN). */
+Test(cuda_bf16, pack_and_unpack_match_the_cpu)
+{
+    need_gpu();
+    enum { N = 4099 };
+    float *x = randn(N, "bf16 pack x", 5), *y = zeros(N);
+    x[0] = kn_f32_of_bits(0x3f808000u), x[1] = kn_f32_of_bits(0x3f818000u);
+    x[2] = kn_f32_of_bits(0x7f7fffffu), x[3] = kn_f32_of_bits(0x00008000u);
+    kn_bf16_t *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
+    kn_bf16_pack(want, x, N);
+    float *d = upf(x, N), *w = zeros(N);
+    void *h = NULL;
+    cr_assert_eq(cudaMalloc(&h, N * sizeof(kn_bf16_t)), cudaSuccess);
+    cr_assert_eq(kn_cuda_bf16_pack(h, d, N, NULL), 0);
+    cr_assert_eq(cudaMemcpy(got, h, N * sizeof *got, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < N; i++)
+        cr_expect_eq(got[i], want[i], "element %zu: %04x, want %04x", i, got[i], want[i]);
+    cr_assert_eq(kn_cuda_bf16_unpack(d, h, N, NULL), 0);
+    cr_assert_eq(cudaMemcpy(y, d, N * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    kn_bf16_unpack(w, want, N);
+    for (size_t i = 0; i < N; i++)
+        cr_expect_eq(kn_f32_bits(y[i]), kn_f32_bits(w[i]), "element %zu", i);
+    cudaFree(h), cudaFree(d);
+    free(w), free(got), free(want), free(y), free(x);
+}
+
 Test(cuda_bf16, matmul_on_bf16_operands)
 {
     need_gpu();

@@ -56,8 +56,9 @@ TestSuite(layouts, .init = setup, .fini = teardown, .timeout = 900);
 enum { STEPS = 20, MAXR = 8, GLOBAL_SEQS = 12, LAYERS = 4 };
 
 /* The CPU backend; devsim (tests/unit/devsim.h), a backend whose memory is not the host's,
- * poisoned (any host access of it faults: a world of one) or plain (collectives read it). */
-enum { DEV_CPU, DEV_POISON, DEV_PLAIN };
+ * poisoned (any host access of it faults: a world of one) or plain (collectives read it);
+ * plain without bf16_cast (backend.h: bf16 messages then move as fp32). */
+enum { DEV_CPU, DEV_POISON, DEV_PLAIN, DEV_NOCAST };
 
 typedef struct rank_run {
     uint32_t rank;
@@ -81,8 +82,8 @@ typedef struct rank_run {
     eng_mem_stats_t measured; /* the ledger after the last step */
     int breakdown_ok;         /* every step's parts non-negative and summing to its time */
     /* message bytes over the run (coll.h): the DP group's all-gathers and reduce-scatters,
-     * the pipeline column's p2p (send, recv, sendrecv) */
-    uint64_t dp_gather, dp_scatter, pp_p2p;
+     * the pipeline column's p2p (send, recv, sendrecv), the TP and DP groups' all-reduces */
+    uint64_t dp_gather, dp_scatter, pp_p2p, tp_allreduce, dp_allreduce;
     /* a device rank's host syncs (devsim's sync calls) per step, least and most over the
      * run, and its collectives' waits over the steps: the host's and the stream-ordered */
     uint64_t syncs_min, syncs_max, host_waits, stream_waits;
@@ -120,6 +121,8 @@ static void *rank_main(void *arg)
     eng_backend_t *dev = NULL;
     if (d->device != DEV_CPU)
         d->rc = devsim_create(d->device == DEV_POISON, &dev);
+    if (d->rc == 0 && d->device == DEV_NOCAST)
+        dev->bf16_cast = NULL;
     if (d->rc == 0 && world > 1) {
         d->rc = coll_create(d, world, dev, &c);
         if (d->rc == 0)
@@ -183,6 +186,8 @@ static void *rank_main(void *arg)
         d->pp_p2p = wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SEND) +
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_RECV) +
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SENDRECV);
+        d->tp_allreduce = wrk_coll_group_bytes(g->tp, WRK_COLL_OP_ALLREDUCE);
+        d->dp_allreduce = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLREDUCE);
     }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
@@ -1220,14 +1225,16 @@ Test(layouts, bf16_gradient_reduction)
 }
 
 /* bf16 ZeRO-3 parameter gathers and pipeline messages move 2 bytes an element: on the CPU
- * (host memory: packed to bf16) against devsim (device memory: they stay fp32), the same
- * bits, and the DP group's all-gather bytes and the stages' p2p bytes halve while the
+ * (host memory) and on devsim (device memory: the backend's bf16_cast; poisoned, through
+ * host-staged collectives, so no host code touches its memory) the same bits as each other,
+ * and the same bits as fp32 messages (devsim without its cast: exact, the values are bf16
+ * already); the DP group's all-gather bytes and the stages' p2p bytes halve while the
  * gradient reduce-scatters stay fp32. */
 Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
 {
     static const uint32_t x[3] = {1, 2, 2};
     ch_jobspec_t jb, jf;
-    rank_run_t a[MAXR], b[MAXR], f[MAXR];
+    rank_run_t a[MAXR], b[MAXR], f[MAXR], p[MAXR], c[MAXR];
     bf16_spec(&jb, "bgath", x);
     spec_for(&jf, "fgath", x[0], x[1], x[2]);
     /* no checkpoints: their digests' all-gathers (u8) are not the parameters' */
@@ -1235,10 +1242,17 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
     jb.checkpoint.every = jf.checkpoint.every = 0;
     run(&jb, 0, 0, a);
     run_on(&jb, 0, 0, DEV_PLAIN, b);
+    run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
+    run_on(&jb, 0, 0, DEV_NOCAST, c);
     run(&jf, 0, 0, f);
-    for (int s = 0; s < STEPS; s++)
-        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: bf16 gathers %.9g, fp32 %.9g", s,
+    for (int s = 0; s < STEPS; s++) {
+        cr_expect_eq(a[0].losses[s], c[0].losses[s], "step %d: bf16 messages %.9g, fp32 %.9g", s,
+                     a[0].losses[s], c[0].losses[s]);
+        cr_expect_eq(a[0].losses[s], b[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
+        cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim poisoned %.9g", s,
+                     a[0].losses[s], p[0].losses[s]);
+    }
     for (uint32_t i = 0; i < 4; i++) {
         printf("layouts: 1x2x2 rank %u over %d steps: DP all-gather %llu B bf16, %llu B fp32; "
                "reduce-scatter %llu B bf16, %llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
@@ -1246,19 +1260,87 @@ Test(layouts, bf16_gathers_and_stage_messages_move_half_the_bytes)
                (unsigned long long)a[i].dp_scatter, (unsigned long long)f[i].dp_scatter,
                (unsigned long long)a[i].pp_p2p, (unsigned long long)f[i].pp_p2p);
         cr_expect_gt(f[i].dp_gather, 0);
-        cr_expect_eq(b[i].dp_gather, f[i].dp_gather, "rank %u: devsim gathers fp32", i);
         cr_expect_eq(2 * a[i].dp_gather, f[i].dp_gather, "rank %u: bf16 gathers halve", i);
+        cr_expect_eq(b[i].dp_gather, a[i].dp_gather, "rank %u: devsim gathers bf16", i);
+        cr_expect_eq(p[i].dp_gather, a[i].dp_gather, "rank %u: poisoned devsim too", i);
+        cr_expect_eq(c[i].dp_gather, f[i].dp_gather, "rank %u: no cast, fp32 gathers", i);
+        cr_expect_eq(c[i].pp_p2p, f[i].pp_p2p, "rank %u: no cast, fp32 sends", i);
         cr_expect_eq(a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients stay fp32", i);
         cr_expect_gt(f[i].pp_p2p, 0);
-        cr_expect_eq(b[i].pp_p2p, f[i].pp_p2p, "rank %u: devsim sends fp32", i);
+        cr_expect_eq(b[i].pp_p2p, a[i].pp_p2p, "rank %u: devsim sends bf16", i);
+        cr_expect_eq(p[i].pp_p2p, a[i].pp_p2p, "rank %u: poisoned devsim too", i);
         cr_expect_eq(2 * a[i].pp_p2p, f[i].pp_p2p, "rank %u: bf16 stage boundaries halve", i);
     }
     /* zb-h1's split backward sends the same tensors: the same bits again */
     jb.parallel.schedule = CH_SCHEDULE_ZBH1;
     run(&jb, 0, 0, a);
-    run_on(&jb, 0, 0, DEV_PLAIN, b);
+    run_on(&jb, 0, 0, DEV_NOCAST, b);
     for (int s = 0; s < STEPS; s++)
         cr_expect_eq(a[0].losses[s], b[0].losses[s], "zb-h1 step %d: bf16 %.9g, fp32 %.9g", s,
                      a[0].losses[s], b[0].losses[s]);
     cr_expect_eq(2 * a[0].pp_p2p, f[0].pp_p2p, "zb-h1: bf16 stage boundaries halve");
+}
+
+/* train.precision = bf16 moves the TP activation all-reduces (tp.h's f and g) in bf16, and
+ * optim.grad_reduce = bf16 the gradient reductions: tp 2 x pp 2 and dp 2 x
+ * pp 2 against the same layouts in fp32. The vocab-parallel embedding and cross-entropy
+ * stay fp32 (sums of exact zeros, and fp32 statistics): the TP group's bytes fall to just
+ * over half; ZeRO-3's gradient reduce-scatters exactly halve. The same on devsim (poisoned,
+ * host-staged collectives: the casts run as its kernels) and on NCCL's rules (ncclsim, its
+ * bf16 sums), bit for bit: two-member groups sum round(a + b) on every backend. */
+Test(layouts, bf16_tp_and_gradient_reductions_move_half_the_bytes)
+{
+    static const uint32_t xs[2][3] = {{2, 2, 1}, {1, 2, 2}};
+    ch_jobspec_t jb, jf;
+    rank_run_t a[MAXR], f[MAXR], p[MAXR], q[MAXR];
+    for (int k = 0; k < 2; k++) {
+        const uint32_t *x = xs[k];
+        bf16_spec(&jb, k ? "bred2" : "bred1", x);
+        jb.optim.grad_reduce = CH_PRECISION_BF16;
+        spec_for(&jf, k ? "fred2" : "fred1", x[0], x[1], x[2]);
+        jb.checkpoint.dir[0] = jf.checkpoint.dir[0] = '\0';
+        jb.checkpoint.every = jf.checkpoint.every = 0;
+        run(&jb, 0, 0, a);
+        run_with(&jb, 0, 0, DEV_POISON, NULL, 1, p);
+        ncclsim_t *sim = NULL;
+        cr_assert_eq(ncclsim_create(4, &sim), 0);
+        run_with(&jb, 0, 0, DEV_PLAIN, sim, 0, q);
+        cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", jb.name);
+        ncclsim_destroy(sim);
+        run(&jf, 0, 0, f);
+        for (int s = 0; s < STEPS; s++) {
+            cr_expect_eq(a[0].losses[s], p[0].losses[s], "step %d: cpu %.9g, devsim %.9g", s,
+                         a[0].losses[s], p[0].losses[s]);
+            cr_expect_eq(a[0].losses[s], q[0].losses[s], "step %d: cpu %.9g, ncclsim %.9g", s,
+                         a[0].losses[s], q[0].losses[s]);
+        }
+        for (uint32_t i = 0; i < 4; i++) {
+            cr_expect_eq(p[i].tp_allreduce, a[i].tp_allreduce, "rank %u: devsim TP bytes", i);
+            cr_expect_eq(p[i].dp_scatter, a[i].dp_scatter, "rank %u: devsim DP bytes", i);
+            cr_expect_eq(q[i].tp_allreduce, a[i].tp_allreduce, "rank %u: ncclsim TP bytes", i);
+            cr_expect_eq(q[i].dp_scatter, a[i].dp_scatter, "rank %u: ncclsim DP bytes", i);
+            printf("layouts: %ux%ux%u rank %u over %d steps: TP all-reduce %llu B bf16, %llu B "
+                   "fp32; DP reduce-scatter %llu B bf16, %llu B fp32; all-gather %llu B bf16, "
+                   "%llu B fp32; PP p2p %llu B bf16, %llu B fp32\n",
+                   x[0], x[1], x[2], i, STEPS, (unsigned long long)a[i].tp_allreduce,
+                   (unsigned long long)f[i].tp_allreduce, (unsigned long long)a[i].dp_scatter,
+                   (unsigned long long)f[i].dp_scatter, (unsigned long long)a[i].dp_gather,
+                   (unsigned long long)f[i].dp_gather, (unsigned long long)a[i].pp_p2p,
+                   (unsigned long long)f[i].pp_p2p);
+            cr_expect_eq(a[i].rc, 0, "%s", a[i].msg);
+            if (x[0] > 1) {
+                cr_expect_gt(f[i].tp_allreduce, 0);
+                cr_expect_lt(a[i].tp_allreduce, f[i].tp_allreduce * 6 / 10, "rank %u", i);
+                cr_expect_geq(2 * a[i].tp_allreduce, f[i].tp_allreduce, "rank %u", i);
+            } else {
+                cr_expect_gt(f[i].dp_scatter, 0);
+                cr_expect_eq(2 * a[i].dp_scatter, f[i].dp_scatter, "rank %u: gradients halve", i);
+            }
+        }
+        double d = bf16_diff(f, a, 0);
+        printf("layouts: %ux%ux%u bf16 (TP and gradient reductions in bf16) vs fp32: worst rel "
+               "diff %.3g\n",
+               x[0], x[1], x[2], d);
+        cr_expect_leq(d, BF16_TOL_FP32, "%ux%ux%u: %.3g", x[0], x[1], x[2], d);
+    }
 }

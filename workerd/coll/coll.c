@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernels/bf16.h"
 
 #define DEFAULT_TIMEOUT_MS 60000
 /* Wait loop: progress calls in a row that moved nothing before the thread yields its core
@@ -355,7 +356,8 @@ static int check_args(const wrk_coll_group_t *g, const wrk_coll_args_t *a)
     if (esz == 0)
         return -EINVAL;
     int reduces = a->kind == WRK_COLL_OP_ALLREDUCE || a->kind == WRK_COLL_OP_REDUCE_SCATTER;
-    if (reduces && (a->dt != WRK_COLL_F32 || (a->op != WRK_COLL_SUM && a->op != WRK_COLL_MAX)))
+    int reducible = a->dt == WRK_COLL_F32 || a->dt == WRK_COLL_BF16;
+    if (reduces && (!reducible || (a->op != WRK_COLL_SUM && a->op != WRK_COLL_MAX)))
         return -EINVAL;
     size_t total = a->count;
     if (a->kind == WRK_COLL_OP_REDUCE_SCATTER || a->kind == WRK_COLL_OP_ALLGATHER) {
@@ -544,11 +546,27 @@ static void reduce_sum(float *out, const float *a, const float *b, size_t n)
         out[i] = a[i] + b[i];
 }
 
-void wrk_coll_reduce(wrk_coll_redop_t op, float *out, const float *a, const float *b, size_t n)
+/* bf16: both operands widen exactly, the fp32 sum or maximum rounds once to bf16 (RNE, NaN
+ * quiet): out = round(a + b), what NCCL's ncclBfloat16 sum (__hadd) and PyTorch give. */
+static void reduce_bf16(wrk_coll_redop_t op, kn_bf16_t *out, const kn_bf16_t *a, const kn_bf16_t *b,
+                        size_t n)
 {
-    if (op == WRK_COLL_MAX) {
+    for (size_t i = 0; i < n; i++) {
+        float x = kn_f32_from_bf16(a[i]), y = kn_f32_from_bf16(b[i]);
+        out[i] = kn_bf16_from_f32(op == WRK_COLL_MAX ? max_f32(x, y) : x + y);
+    }
+}
+
+void wrk_coll_reduce(wrk_coll_redop_t op, wrk_coll_dtype_t dt, void *out, const void *a,
+                     const void *b, size_t n)
+{
+    if (dt == WRK_COLL_BF16) {
+        reduce_bf16(op, out, a, b, n);
+    } else if (op == WRK_COLL_MAX) {
+        float *o = out;
+        const float *x = a, *y = b;
         for (size_t i = 0; i < n; i++)
-            out[i] = max_f32(a[i], b[i]);
+            o[i] = max_f32(x[i], y[i]);
     } else {
         reduce_sum(out, a, b, n);
     }

@@ -19,8 +19,13 @@
  *   given up), and NCCL requires an abort after a timeout. After an abort (wrk_coll_abort,
  *   a timeout, or a failed peer) every pending and future operation fails fast with
  *   CH_E_ABORTED; the only useful thing left is wrk_coll_destroy.
- * - Reductions are fp32 (sum, max) in a fixed order: for the same group size and count the
- *   result is bit-identical from run to run, and identical on every member.
+ * - Reductions (sum, max) are on F32 or BF16 in a fixed order: for the same group size and
+ *   count the result is bit-identical from run to run, and identical on every member. A bf16
+ *   reduction adds pairwise, each add widening to fp32 and rounding the sum to bf16
+ *   (wrk_coll_reduce), so a 2-member group gets round(a + b) on every backend; with more
+ *   members the partial sums round too, in the backend's order (shm and ncclsim: group
+ *   order, ((x0 + x1) + x2) + ...; UCX: recursive doubling or the ring's order; NCCL: its
+ *   own), so bf16 results of 3+ members differ between backends, fp32 ones as well.
  * - Counts are in elements of dtype. In-place is allowed: allreduce send == recv;
  *   allgather send == recv + index*count*size; reduce_scatter recv == send + index*count*size.
  *
@@ -41,8 +46,8 @@ typedef struct wrk_coll_group wrk_coll_group_t;
 typedef struct wrk_coll_req wrk_coll_req_t;
 
 typedef enum { WRK_COLL_UCX = 0, WRK_COLL_NCCL = 1 } wrk_coll_backend_kind_t;
-/* BF16: 2-byte elements moved, never reduced (bf16 working copies of a mixed-precision run,
- * kernels/bf16.h; NCCL's ncclBfloat16). Reductions take F32 only. */
+/* BF16: 2-byte elements (bf16 working copies, activations and gradients of a mixed-precision
+ * run, kernels/bf16.h; NCCL's ncclBfloat16), moved and reduced (see Contracts). */
 typedef enum { WRK_COLL_F32 = 0, WRK_COLL_U8 = 1, WRK_COLL_BF16 = 2 } wrk_coll_dtype_t;
 typedef enum { WRK_COLL_SUM = 0, WRK_COLL_MAX = 1 } wrk_coll_redop_t;
 
@@ -224,9 +229,11 @@ typedef enum {
     WRK_COLL_OP_SENDRECV,
 } wrk_coll_op_kind_t;
 
-/* out = a op b elementwise (fp32), out may alias a or b. Elementwise and commutative, so
- * the bits depend only on the operands. */
-void wrk_coll_reduce(wrk_coll_redop_t op, float *out, const float *a, const float *b, size_t n);
+/* out = a op b elementwise in dt (F32, or BF16: both widen to fp32, the result rounds to
+ * the nearest bf16, ties to even, kernels/bf16.h), out may alias a or b. Elementwise and
+ * commutative, so the bits depend only on the operands. */
+void wrk_coll_reduce(wrk_coll_redop_t op, wrk_coll_dtype_t dt, void *out, const void *a,
+                     const void *b, size_t n);
 
 /* Bytes of the operations of this kind the caller has started in g so far: each one's
  * message size in NCCL's sense, count * the dtype's size over the whole buffer (an

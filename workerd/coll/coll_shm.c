@@ -564,10 +564,11 @@ static void do_reduce(const wrk_shm_t *s, const wrk_shm_op_t *op, uint64_t t)
     size_t at = ar ? off : off - (size_t)op->me * op->blk;
     float *out[2] = {(float *)result(s, op->me, t), (float *)((char *)op->a.recvbuf + at * e)};
     unsigned stream = stream_of(op) ? 2u : 0u;
-    if (op->a.op == WRK_COLL_SUM && sum_to_all(out + !ar, 1 + ar, x, op->n, len, stream >> !ar))
+    if (op->a.op == WRK_COLL_SUM && op->a.dt == WRK_COLL_F32 &&
+        sum_to_all(out + !ar, 1 + ar, x, op->n, len, stream >> !ar))
         return;
-    for (uint32_t k = 1; k < op->n; k++)
-        wrk_coll_reduce(op->a.op, out[0], k > 1 ? out[0] : x[0], x[k], len);
+    for (uint32_t k = 1; k < op->n; k++) /* bf16: each partial sum rounds (coll.h) */
+        wrk_coll_reduce(op->a.op, op->a.dt, out[0], k > 1 ? out[0] : x[0], x[k], len);
     copy_out(out[1], out[0], len * e, stream != 0);
 }
 
@@ -696,12 +697,12 @@ static void zero_copy(wrk_shm_t *s, const wrk_shm_op_t *op)
             dst[k] =
                 rs ? (float *)((char *)op->a.recvbuf + c * e) : (float *)(op->peer_recv[k] + off);
         }
-        if (op->a.op == WRK_COLL_SUM &&
+        if (op->a.op == WRK_COLL_SUM && op->a.dt == WRK_COLL_F32 &&
             sum_to_all(dst, rs ? 1 : s->n, src, s->n, m, stream ? ~0u : 0u))
             continue;
         for (uint32_t k = 1; k < s->n; k++) {
-            const float *prev = k > 1 ? s->scratch : (const float *)(op->peer_send[0] + off);
-            wrk_coll_reduce(op->a.op, s->scratch, prev, (const float *)(op->peer_send[k] + off), m);
+            const void *prev = k > 1 ? (const void *)s->scratch : op->peer_send[0] + off;
+            wrk_coll_reduce(op->a.op, op->a.dt, s->scratch, prev, op->peer_send[k] + off, m);
         }
         if (op->a.kind == WRK_COLL_OP_REDUCE_SCATTER)
             copy_out((char *)op->a.recvbuf + c * e, s->scratch, m * e, stream);

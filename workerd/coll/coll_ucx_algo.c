@@ -43,7 +43,8 @@ int wrk_ucx_rounds_advance(ucx_op_t *o)
         if (rs || rr)
             return 1;
         if (rd->reduce)
-            wrk_coll_reduce(op, o->acc, rd->rbuf, o->acc, rd->rbytes / sizeof(float));
+            wrk_coll_reduce(op, o->r->a.dt, o->acc, rd->rbuf, o->acc,
+                            rd->rbytes / wrk_coll_dtype_size(o->r->a.dt));
         o->cur++;
         o->posted = 0;
     }
@@ -280,7 +281,7 @@ int wrk_ucx_pipe_advance(ucx_op_t *o)
             if (rc)
                 break;
             if (out)
-                wrk_coll_reduce(op, (float *)out, (const float *)dst, (const float *)own, len / 4);
+                wrk_coll_reduce(op, o->r->a.dt, out, dst, own, len / p->esz);
             p->rdone++;
             moved = 1;
         }

@@ -174,6 +174,11 @@ struct eng_backend {
      * kn_bf16_round1; dst may be src), in the backend's memory. NULL: the bf16 wrapper
      * rounds on the host (directly with host_memory, else through copies). */
     void (*bf16_round)(const eng_backend_t *be, float *dst, const float *src, size_t n);
+    /* The cast of a bf16 message, in the backend's memory: to_bf16 = 1, dst kn_bf16_t[n] =
+     * src float[n] rounded to nearest even (kernels/bf16.h's kn_bf16_pack); 0, dst float[n]
+     * = src kn_bf16_t[n] widened exactly (kn_bf16_unpack). dst and src do not overlap. NULL:
+     * the engine packs on the host with host_memory, else moves fp32 (coll_bf16.h). */
+    void (*bf16_cast)(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

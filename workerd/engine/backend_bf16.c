@@ -361,6 +361,11 @@ static void b_tp_xent_bwd(const eng_backend_t *be, float *logits, const float *l
     IN(be)->tp_xent_bwd(IN(be), logits, lse, targets, scale, v0, N, Vl, valid);
 }
 
+static void b_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16)
+{
+    IN(be)->bf16_cast(IN(be), dst, src, n, to_bf16);
+}
+
 // ----------------------------------------------------------------------------
 
 /* The optional entries exist in the wrapper exactly when the inner has them (backend.h's
@@ -376,6 +381,7 @@ static void set_optional(eng_backend_t *be, const eng_backend_t *in)
     int timers = in->timer_mark && in->timer_read;
     be->timer_mark = timers ? b_timer_mark : NULL;
     be->timer_read = timers ? b_timer_read : NULL;
+    be->bf16_cast = in->bf16_cast ? b_bf16_cast : NULL;
     int tp = in->tp_embed_fwd && in->tp_embed_bwd && in->tp_xent_max && in->tp_xent_sums &&
              in->tp_xent_finish && in->tp_xent_bwd;
     be->tp_embed_fwd = tp ? b_tp_embed_fwd : NULL;

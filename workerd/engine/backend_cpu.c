@@ -5,6 +5,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
@@ -231,6 +232,16 @@ static void cpu_tp_xent_bwd(const eng_backend_t *be, float *logits, const float 
     kn_tp_xent_bwd(logits, lse, targets, scale, v0, N, Vl, valid);
 }
 
+static void cpu_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n,
+                          int to_bf16)
+{
+    (void)be;
+    if (to_bf16)
+        kn_bf16_pack(dst, src, n);
+    else
+        kn_bf16_unpack(dst, src, n);
+}
+
 static const eng_backend_t cpu_backend = {
     .name = "cpu",
     .host_memory = 1,
@@ -264,6 +275,7 @@ static const eng_backend_t cpu_backend = {
     .tp_xent_sums = cpu_tp_xent_sums,
     .tp_xent_finish = cpu_tp_xent_finish,
     .tp_xent_bwd = cpu_tp_xent_bwd,
+    .bf16_cast = cpu_bf16_cast,
 };
 
 const eng_backend_t *eng_backend_cpu(void)

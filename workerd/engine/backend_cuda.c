@@ -393,6 +393,13 @@ static void cu_bf16_round(const eng_backend_t *be, float *dst, const float *src,
     note(be, "bf16_round", kn_cuda_bf16_round(dst, src, n, S(be)->stream));
 }
 
+static void cu_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16)
+{
+    note(be, "bf16_cast",
+         to_bf16 ? kn_cuda_bf16_pack(dst, src, n, S(be)->stream)
+                 : kn_cuda_bf16_unpack(dst, src, n, S(be)->stream));
+}
+
 static void cu_adamw(const eng_backend_t *be, float *p, const float *g, float *m, float *v,
                      size_t n, double lr, double beta1, double beta2, double eps, double wd,
                      uint64_t t)
@@ -562,6 +569,7 @@ static const eng_backend_t cuda_table = {
     .tp_xent_bwd = cu_tp_xent_bwd,
     .att_row = cu_att_row,
     .bf16_round = cu_bf16_round,
+    .bf16_cast = cu_bf16_cast,
 };
 
 // ----------------------------------------------------------------------------

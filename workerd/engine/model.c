@@ -444,6 +444,13 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->tp = opts && opts->tp > 1 ? opts->tp : 1;
     m->tpr = m->tp > 1 ? opts->tp_rank : 0;
     m->tpg = m->tp > 1 ? opts->tp_group : NULL;
+    if (m->tpg && opts->tp_bf16 && eng_bf16_castable(m->be)) {
+        if ((m->tp_bf16 = calloc(1, sizeof *m->tp_bf16)) == NULL) {
+            free(m);
+            return -ENOMEM;
+        }
+        eng_bf16_msg_init(m->tp_bf16, m->be);
+    }
     m->tpk = has_tp_kernels(m->be) ? m->be : eng_backend_cpu();
     m->head = m->tp > 1                                             ? ENG_HEAD_VOCAB_PARALLEL
               : m->be->lmhead_fwdbwd != NULL && m->be->axpy != NULL ? ENG_HEAD_FUSED
@@ -479,6 +486,8 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
     CH_CHECK_GOTO(alloc_work(m), rc, fail);
+    if (m->tp_bf16) /* the largest activation all-reduced: N rows of C */
+        CH_CHECK_GOTO(eng_bf16_msg_reserve(m->tp_bf16, m->tpg, N * m->cfg.embd), rc, fail);
     if (part.head) {
         size_t budget_rows = LOGITS_BUDGET / m->Vl;
         m->logits_budget_rows = budget_rows == 0 ? 1 : budget_rows < N ? budget_rows : N;
@@ -511,6 +520,9 @@ void eng_model_destroy(eng_model_t *m)
         return;
     }
     eng_acts_destroy(m->acts);
+    if (m->tp_bf16)
+        eng_bf16_msg_free(m->tp_bf16);
+    free(m->tp_bf16);
     m->be->free(m->be, m->tp_rows);
     m->be->free(m->be, m->tp_dlog);
     m->be->free(m->be, m->logits);

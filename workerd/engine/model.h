@@ -146,6 +146,9 @@ typedef struct eng_model_opts {
      * padded_vocab must divide by tp; needs eng_model_tp_runs_on(backend) (-ENOTSUP). */
     uint32_t tp, tp_rank;
     wrk_coll_group_t *tp_group;
+    /* train.precision = bf16: the activations' TP all-reduces (tp.h's f and g) move and sum
+     * bf16 (coll_bf16.h); ignored on a backend that cannot cast (eng_bf16_castable). */
+    int tp_bf16;
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */
     uint32_t dp, dp_rank;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/model.h"
 
 /* Tensors of one block, in slab order. */
@@ -92,10 +93,11 @@ struct eng_model {
     /* tensor parallelism: rank tpr of tp in tpg (NULL when tp == 1); local widths */
     uint32_t tp, tpr;
     wrk_coll_group_t *tpg;
-    eng_head_t head;      /* the LM head's strategy (and wte's vocab split) */
-    uint32_t dp, dpr;     /* data parallelism: this rank's index in dp (the table's owners) */
-    uint32_t Cl, NHl, Vl; /* C/tp (attention width), heads/tp, padded_vocab/tp */
-    float *tp_rows;       /* [3 * logits_cap]: per-row max, sum, target logit */
+    eng_bf16_msg_t *tp_bf16; /* opts' tp_bf16 (a backend that casts): the message; or NULL */
+    eng_head_t head;         /* the LM head's strategy (and wte's vocab split) */
+    uint32_t dp, dpr;        /* data parallelism: this rank's index in dp (the table's owners) */
+    uint32_t Cl, NHl, Vl;    /* C/tp (attention width), heads/tp, padded_vocab/tp */
+    float *tp_rows;          /* [3 * logits_cap]: per-row max, sum, target logit */
     /* the vocab-parallel kernels (backend.h's tp_*): be's, or the CPU's on be's host memory
      * when be has none */
     const eng_backend_t *tpk;

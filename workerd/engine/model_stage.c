@@ -67,7 +67,7 @@ static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
     be->attention_fwd(be, b->atty, b->att, b->qkv, B, T, Cl, NHl);
     be->matmul_fwd(be, b->res2, b->atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
-    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, b->res2, NC), rc, done);
+    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, b->res2, NC), rc, done);
     be->residual_fwd(be, b->res2, b->res2, x, NC);
     be->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, P(m, l, LN2W), P(m, l, LN2B),
                       N, C);
@@ -75,7 +75,7 @@ static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     be->matmul_fwd(be, b->fch, b->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
     be->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * Cl);
     be->matmul_fwd(be, out, b->fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
-    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, out, NC), rc, done);
+    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, out, NC), rc, done);
     be->residual_fwd(be, out, out, b->res2, NC);
 done:
     return rc;
@@ -158,7 +158,7 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     CH_CHECK_GOTO(keep_grad(be, k.g_fc, dbig, (size_t)N * 4 * Cl), rc, done);
     be->matmul_bwd(be, dsmall, GW(m, l, FCW, io), GW(m, l, FCB, io), dbig, b->ln2, P(m, l, FCW), N,
                    C, 4 * Cl);
-    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, dsmall, NC), rc, done);
     CH_CHECK_GOTO(keep_grad(be, k.g_ln2, dsmall, NC), rc, done);
     be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), dsmall, b->res2,
                       P(m, l, LN2W), b->ln2_mean, b->ln2_rstd, N, C);
@@ -171,7 +171,7 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     CH_CHECK_GOTO(keep_grad(be, k.g_qkv, dbig, (size_t)N * 3 * Cl), rc, done);
     be->matmul_bwd(be, dsmall, GW(m, l, QKVW, io), GW(m, l, QKVB, io), dbig, b->ln1, P(m, l, QKVW),
                    N, C, 3 * Cl);
-    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, dsmall, NC), rc, done);
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, dsmall, NC), rc, done);
     CH_CHECK_GOTO(keep_grad(be, k.g_ln1, dsmall, NC), rc, done);
     be->layernorm_bwd(be, dres, GW(m, l, LN1W, io), GW(m, l, LN1B, io), dsmall, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
@@ -666,7 +666,7 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     a->head_live = 0;
 
     /* the vocab-parallel head's input gradient: the sum of every slice's part */
-    rc = eng_tp_f_backward(m->tpg, m->dsmall, N * C);
+    rc = eng_tp_f_backward(m->tpg, m->tp_bf16, m->dsmall, N * C);
     if (rc == 0) {
         rc = be->memset(be, dx, 0, N * C * sizeof(float));
     }

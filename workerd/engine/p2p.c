@@ -16,17 +16,37 @@ void eng_p2p_init(eng_p2p_t *p, wrk_coll_group_t *pp, int32_t prev, int32_t next
     p->bf16 = 0;
     p->cap = 0;
     p->rpk = p->spk = NULL;
+    p->be = NULL;
 }
 
-int eng_p2p_set_bf16(eng_p2p_t *p, size_t n)
+/* n bf16 elements of the column's collectives memory (the backend's kind) */
+static int pk_alloc(const eng_p2p_t *p, size_t n, kn_bf16_t **out)
+{
+    void *q = NULL;
+    int rc = wrk_coll_mem_alloc(wrk_coll_group_context(p->pp), (n ? n : 1) * sizeof(kn_bf16_t), &q);
+    *out = q;
+    return rc;
+}
+
+static void pk_free(wrk_coll_t *c, kn_bf16_t *pk)
+{
+    if (c && pk)
+        wrk_coll_mem_free(c, pk);
+}
+
+int eng_p2p_set_bf16(eng_p2p_t *p, size_t n, const eng_backend_t *be)
 {
     eng_p2p_fini(p);
-    p->rpk = malloc((n ? n : 1) * sizeof *p->rpk);
-    p->spk = malloc((n ? n : 1) * sizeof *p->spk);
-    if (!p->rpk || !p->spk) {
+    if (!p->pp)
+        return 0;
+    int rc = pk_alloc(p, n, &p->rpk);
+    if (rc == 0)
+        rc = pk_alloc(p, n, &p->spk);
+    if (rc < 0) {
         eng_p2p_fini(p);
-        return -ENOMEM;
+        return rc;
     }
+    p->be = be;
     p->cap = n;
     p->bf16 = 1;
     return 0;
@@ -34,8 +54,9 @@ int eng_p2p_set_bf16(eng_p2p_t *p, size_t n)
 
 void eng_p2p_fini(eng_p2p_t *p)
 {
-    free(p->rpk);
-    free(p->spk);
+    wrk_coll_t *c = p->pp ? wrk_coll_group_context(p->pp) : NULL;
+    pk_free(c, p->rpk);
+    pk_free(c, p->spk);
     p->rpk = p->spk = NULL;
     p->cap = 0;
     p->bf16 = 0;
@@ -43,9 +64,23 @@ void eng_p2p_fini(eng_p2p_t *p)
 
 void eng_p2p_req_release(eng_p2p_req_t *r)
 {
-    free(r->pk);
+    pk_free(r->c, r->pk);
     r->pk = NULL;
+    r->c = NULL;
     r->cap = 0;
+}
+
+int eng_p2p_req_reserve(eng_p2p_t *p, eng_p2p_req_t *r)
+{
+    if (!p->bf16 || r->cap >= p->cap)
+        return 0;
+    eng_p2p_req_release(r);
+    int rc = pk_alloc(p, p->cap, &r->pk);
+    if (rc < 0)
+        return rc;
+    r->c = wrk_coll_group_context(p->pp);
+    r->cap = p->cap;
+    return 0;
 }
 
 static int send_to(eng_p2p_t *p, int32_t peer, const float *buf, size_t n, eng_p2p_req_t *r)
@@ -55,15 +90,11 @@ static int send_to(eng_p2p_t *p, int32_t peer, const float *buf, size_t n, eng_p
         return CH_E_STATE;
     if (!p->bf16 || n > p->cap)
         return wrk_coll_send(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r->req);
-    if (r->cap < n) { /* the first send of this slot */
-        kn_bf16_t *pk = realloc(r->pk, n * sizeof *pk);
-        if (!pk)
-            return -ENOMEM;
-        r->pk = pk;
-        r->cap = n;
-    }
-    kn_bf16_pack(r->pk, buf, n);
-    return wrk_coll_send(p->pp, r->pk, n, WRK_COLL_BF16, (uint32_t)peer, &r->req);
+    int rc = eng_p2p_req_reserve(p, r); /* the first send of this slot, unless reserved */
+    if (rc < 0)
+        return rc;
+    rc = eng_bf16_cast(p->be, r->pk, buf, n, 1);
+    return rc < 0 ? rc : wrk_coll_send(p->pp, r->pk, n, WRK_COLL_BF16, (uint32_t)peer, &r->req);
 }
 
 static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
@@ -72,13 +103,14 @@ static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
         return CH_E_STATE;
     int bf16 = p->bf16 && n <= p->cap;
     uint64_t t0 = ch_now_ns();
-    wrk_coll_req_t *r = NULL; /* fp32: the kernels reading buf wait on the device */
-    int rc =
-        bf16 ? wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, NULL)
-             : wrk_coll_ordered(wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r), &r);
+    wrk_coll_req_t *r = NULL; /* the kernels reading buf (or the cast) wait on the device */
+    int rc = bf16 ? wrk_coll_ordered(
+                        wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, &r), &r)
+                  : wrk_coll_ordered(
+                        wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r), &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
-        kn_bf16_unpack(buf, p->rpk, n);
+        rc = eng_bf16_cast(p->be, buf, p->rpk, n, 0);
     return rc;
 }
 
@@ -87,18 +119,21 @@ static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, 
     if (!p->pp || peer < 0)
         return CH_E_STATE;
     int bf16 = p->bf16 && n <= p->cap;
-    if (bf16)
-        kn_bf16_pack(p->spk, send, n);
+    int rc = bf16 ? eng_bf16_cast(p->be, p->spk, send, n, 1) : 0;
+    if (rc < 0)
+        return rc;
     uint64_t t0 = ch_now_ns();
-    wrk_coll_req_t *r = NULL; /* fp32: the kernels reading recv wait on the device */
-    int rc = bf16 ? wrk_coll_sendrecv(p->pp, p->spk, n, (uint32_t)peer, p->rpk, n, (uint32_t)peer,
-                                      WRK_COLL_BF16, NULL)
-                  : wrk_coll_ordered(wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n,
-                                                       (uint32_t)peer, WRK_COLL_F32, &r),
-                                     &r);
+    /* the kernels reading recv (or the cast from the packed copy) wait on the device */
+    wrk_coll_req_t *r = NULL;
+    rc = bf16 ? wrk_coll_ordered(wrk_coll_sendrecv(p->pp, p->spk, n, (uint32_t)peer, p->rpk, n,
+                                                   (uint32_t)peer, WRK_COLL_BF16, &r),
+                                 &r)
+              : wrk_coll_ordered(wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n,
+                                                   (uint32_t)peer, WRK_COLL_F32, &r),
+                                 &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
-        kn_bf16_unpack(recv, p->rpk, n);
+        rc = eng_bf16_cast(p->be, recv, p->rpk, n, 0);
     return rc;
 }
 
@@ -137,9 +172,10 @@ int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r)
     if (!r->req)
         return 0;
     uint64_t t0 = ch_now_ns();
-    /* the slot's buffer is written again by later kernels: they wait on the device for the
-     * send; a bf16 send's packed copy is the host's, reused by the host */
-    int rc = r->pk ? wrk_coll_wait(r->req, -1) : wrk_coll_wait_stream(r->req, -1);
+    /* the slot's buffer (or a bf16 send's packed copy, in the collectives' memory) is written
+     * again by later kernels or casts: they wait on the device for the send (on host memory,
+     * where there is no stream, the host waits) */
+    int rc = wrk_coll_wait_stream(r->req, -1);
     p->wait_ns += ch_now_ns() - t0;
     wrk_coll_req_free(r->req);
     r->req = NULL;

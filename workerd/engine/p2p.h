@@ -18,22 +18,26 @@
 
 #include "kernels/bf16.h"
 #include "workerd/coll/coll.h"
+#include "workerd/engine/coll_bf16.h"
 
 typedef struct eng_p2p {
     wrk_coll_group_t *pp; /* the pipeline column; borrowed */
     int32_t prev, next;   /* neighbours' indices in pp, -1 at the ends */
     uint64_t wait_ns;     /* time blocked in receives and in waits for sends */
-    /* eng_p2p_set_bf16: messages move bf16 (2 bytes an element), through these host
-     * buffers of cap elements (the receive's and the exchange's send half); 0: fp32 */
+    /* eng_p2p_set_bf16: messages move bf16 (2 bytes an element), through these buffers of
+     * the collectives' memory, cap elements (the receive's and the exchange's send half),
+     * cast by be (coll_bf16.h); 0: fp32 */
     int bf16;
     size_t cap;
     kn_bf16_t *rpk, *spk;
+    const eng_backend_t *be;
 } eng_p2p_t;
 
 /* A send in flight: its buffer is borrowed until eng_p2p_finish. */
 typedef struct eng_p2p_req {
     wrk_coll_req_t *req;
     kn_bf16_t *pk; /* bf16: the packed message, kept for the next send (eng_p2p_req_release) */
+    wrk_coll_t *c; /* whose memory pk is */
     size_t cap;
 } eng_p2p_req_t;
 
@@ -51,15 +55,19 @@ int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n
 int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
+/* bf16: a request's packed buffer (the set_bf16 cap) allocated now, so that no send
+ * allocates (0 or -ENOMEM; no-op without bf16 or when it has one). */
+int eng_p2p_req_reserve(eng_p2p_t *p, eng_p2p_req_t *r);
 /* A finished request's packed buffer freed (bf16); the request is then empty. */
 void eng_p2p_req_release(eng_p2p_req_t *r);
 
-/* train.precision = bf16 with host memory buffers: every message of at most n floats is
- * packed to bf16 (kernels/bf16.h), moved as WRK_COLL_BF16 and widened on arrival. Exact only
- * because a bf16 run stores every activation and activation gradient rounded to bf16
- * (backend_bf16.h), the values crossing a stage boundary included: the same bits as fp32
- * messages. Both neighbours must agree (the same job). 0 or -ENOMEM (then fp32). */
-int eng_p2p_set_bf16(eng_p2p_t *p, size_t n);
+/* train.precision = bf16 on a backend that casts (coll_bf16.h's eng_bf16_castable; be, the
+ * buffers' backend, borrowed): every message of at most n floats is cast to bf16 in the
+ * collectives' memory, moved as WRK_COLL_BF16 and widened on arrival. Exact only because a
+ * bf16 run stores every activation and activation gradient rounded to bf16 (backend_bf16.h),
+ * the values crossing a stage boundary included: the same bits as fp32 messages. Both
+ * neighbours must agree (the same job). 0 or -ENOMEM (then fp32). */
+int eng_p2p_set_bf16(eng_p2p_t *p, size_t n, const eng_backend_t *be);
 /* Release set_bf16's buffers (the pipeline's fini). */
 void eng_p2p_fini(eng_p2p_t *p);
 

@@ -16,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/backend_bf16.h"
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/ckpt.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/trainer_impl.h"
@@ -175,11 +176,15 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
                    : eng_pipeline_init(&t->pipe, sched, acts_be, t->pp, t->stages, t->stage,
                                        t->groups ? t->groups->pp_prev : -1,
                                        t->groups ? t->groups->pp_next : -1, m, n);
-    /* bf16 stage boundaries (exact: bf16 activations); packed on the host only, and not
+    /* bf16 stage boundaries (exact: bf16 activations), cast in the backend's memory; not
      * (yet) for the interleaved schedule's own sends */
     if (rc == 0 && v <= 1 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 &&
-        t->be->host_memory)
-        rc = eng_p2p_set_bf16(&t->pipe.p2p, n);
+        eng_bf16_castable(acts_be)) {
+        rc = eng_p2p_set_bf16(&t->pipe.p2p, n, acts_be);
+        for (uint32_t i = 0; rc == 0 && i < t->pipe.slots; i++) /* no step allocates */
+            if ((rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.ysend[i])) == 0)
+                rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.dxsend[i]);
+    }
     if (rc < 0)
         return rc;
     /* interleaved: each slot one chunk-activation (its blocks, bound at each forward) */
@@ -360,6 +365,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
         mopts.tp = spec->parallel.tp;
         mopts.tp_rank = t->tpr;
         mopts.tp_group = t->tp;
+        mopts.tp_bf16 = spec->train.precision == CH_PRECISION_BF16;
     }
     int rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
@@ -395,8 +401,12 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
             ch_errf(err, errlen, rc, "ZeRO-3: %s", ch_strerror(rc));
             return rc;
         }
-        eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
-        /* bf16 parameter gathers; device memory (no host packing yet) keeps fp32 ones */
+        rc = eng_zero_set_bf16_reduce(t->zero, spec->optim.grad_reduce == CH_PRECISION_BF16);
+        if (rc < 0) {
+            ch_errf(err, errlen, rc, "ZeRO-3 bf16 gradient reduction: %s", ch_strerror(rc));
+            return rc;
+        }
+        /* bf16 parameter gathers; a backend that cannot cast keeps fp32 ones */
         rc = eng_zero_set_bf16_gather(t->zero, spec->train.precision == CH_PRECISION_BF16);
         if (rc < 0 && rc != -ENOTSUP) {
             ch_errf(err, errlen, rc, "ZeRO-3 bf16 gathers: %s", ch_strerror(rc));
@@ -415,7 +425,12 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
                      eng_model_nparams(t->model) * sizeof(float));
         eng_model_lend_grads(t->model, t->coll_grads);
     }
-    return 0;
+    if (t->dp && !zero && spec->optim.grad_reduce == CH_PRECISION_BF16 &&
+        eng_bf16_castable(t->be)) { /* the bf16 gradient all-reduce's buffer, now */
+        eng_bf16_msg_init(&t->grad16, t->be);
+        rc = eng_bf16_msg_reserve(&t->grad16, t->dp, eng_model_nparams(t->model));
+    }
+    return rc;
 }
 
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
@@ -521,6 +536,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
         t->be->free(t->be, t->small);
     eng_mem_destroy(t->mem);
     eng_backend_bf16_destroy(t->bf16);
+    eng_bf16_msg_free(&t->grad16);
     eng_data_close(t->data);
     eng_data_close(t->val);
     free(t);
@@ -598,11 +614,14 @@ static void state_adamw(eng_trainer_t *t, double lr, float grad_coef)
     }
 }
 
-/* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 the
- * reduction's inputs and output rounded to bf16 (the emulation of a bf16 all-reduce). */
+/* The slab's gradients summed over the DP group; with optim.grad_reduce = bf16 moved and
+ * summed as bf16 (coll_bf16.h), or on a backend that cannot cast, the reduction's inputs and
+ * output rounded to bf16 around an fp32 one. */
 static int dp_allreduce_grads(eng_trainer_t *t, float *grads, size_t n)
 {
     int bf16 = t->spec.optim.grad_reduce == CH_PRECISION_BF16;
+    if (bf16 && eng_bf16_castable(t->be)) /* its buffer: reserved at create */
+        return eng_bf16_allreduce(t->dp, grads, n, WRK_COLL_SUM, &t->grad16);
     if (bf16)
         eng_backend_bf16_round(t->be, grads, n);
     wrk_coll_req_t *r = NULL; /* the update's kernels wait on the device, not the host */

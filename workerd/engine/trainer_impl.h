@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "workerd/coll/coll.h"
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 #include "workerd/engine/pipeline.h"
@@ -24,8 +25,9 @@ struct eng_trainer {
      * `mem` (mem.h) over the job's backend, which counts what the rank holds by kind */
     const eng_backend_t *be;
     eng_mem_t *mem;
-    eng_backend_t *bf16; /* precision = bf16: the rounding wrapper over the job's backend
-                            (backend_bf16.h) the ledger counts; NULL otherwise */
+    eng_backend_t *bf16;   /* precision = bf16: the rounding wrapper over the job's backend
+                              (backend_bf16.h) the ledger counts; NULL otherwise */
+    eng_bf16_msg_t grad16; /* optim.grad_reduce = bf16: the packed DP all-reduce (host) */
     eng_model_t *model;
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "kernels/bf16.h"
 #include "workerd/engine/backend_bf16.h"
+#include "workerd/engine/coll_bf16.h"
 #include "workerd/engine/mem.h"
 
 struct eng_zero {
@@ -34,8 +35,9 @@ struct eng_zero {
     int64_t *holds;
     uint8_t *valid;
     wrk_coll_req_t **req;
-    float *full_g;   /* padded: the block's unsharded gradient during its backward */
-    int bf16_reduce; /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
+    float *full_g;       /* padded: the block's unsharded gradient during its backward */
+    int bf16_reduce;     /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
+    eng_bf16_msg_t rs16; /* its packed reduce-scatters (host memory) */
     /* train.precision = bf16 (eng_zero_set_bf16_gather): the gathers move bf16, through per
      * slot packed buffers (padded 2-byte elements) and one for the tensors outside blocks
      * (pk_rest_len elements); NULL: fp32 gathers. Exact: a bf16 run's kernels read every
@@ -78,11 +80,12 @@ static int drain(eng_zero_t *z, uint32_t s)
 {
     int rc = 0;
     if (z->req[s]) {
-        rc = z->pk ? wrk_coll_wait(z->req[s], -1) : wrk_coll_wait_stream(z->req[s], -1);
+        /* the kernels (or the cast back) reading the buffer wait on the device */
+        rc = wrk_coll_wait_stream(z->req[s], -1);
         wrk_coll_req_free(z->req[s]);
         z->req[s] = NULL;
         if (rc == 0 && z->pk)
-            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
+            rc = eng_bf16_cast(z->be, z->buf[s], z->pk[s], z->padded, 0);
         z->valid[s] = rc == 0;
     }
     return rc;
@@ -123,11 +126,13 @@ static int gather(eng_zero_t *z, uint32_t l, int now)
     }
     if (z->pk) { /* in place: this rank's packed shard at its own block */
         kn_bf16_t *mine = z->pk[s] + (size_t)z->d * z->S;
-        kn_bf16_pack(mine, shard, z->S);
-        rc =
-            wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16, now ? NULL : &z->req[s]);
+        rc = eng_bf16_cast(z->be, mine, shard, z->S, 1);
+        if (rc == 0)
+            rc = wrk_coll_allgather(z->dp, mine, z->pk[s], z->S, WRK_COLL_BF16, &z->req[s]);
+        if (now) /* the cast back waits on the device */
+            rc = wrk_coll_ordered(rc, &z->req[s]);
         if (rc == 0 && now)
-            kn_bf16_unpack(z->buf[s], z->pk[s], z->padded);
+            rc = eng_bf16_cast(z->be, z->buf[s], z->pk[s], z->padded, 0);
     } else {
         rc = wrk_coll_allgather(z->dp, shard, z->buf[s], z->S, WRK_COLL_F32, &z->req[s]);
         if (now) { /* used at once: its kernels wait on the device, the host goes on */
@@ -160,6 +165,23 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     return rc;
 }
 
+/* full (dpn * S floats) reduce-scattered over the DP group into part; grad_reduce = bf16:
+ * moved and summed as bf16 (coll_bf16.h), or on a backend that cannot cast, its inputs and
+ * output rounded around an fp32 reduction. */
+static int dp_reduce_scatter(eng_zero_t *z, float *full, float *part, size_t S)
+{
+    if (z->bf16_reduce && eng_bf16_castable(z->be)) /* its buffer: eng_zero_set_bf16_reduce */
+        return eng_bf16_reduce_scatter(z->dp, full, part, S, &z->rs16);
+    if (z->bf16_reduce)
+        eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
+    wrk_coll_req_t *r = NULL; /* the axpy after it waits on the device, not the host */
+    int rc = wrk_coll_ordered(
+        wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, &r), &r);
+    if (rc == 0 && z->bf16_reduce)
+        eng_backend_bf16_round(z->be, part, S);
+    return rc;
+}
+
 /* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
  * this rank's shard of it added to its reduced gradient g (S floats). */
 static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
@@ -169,14 +191,7 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
     if (z->dp) {
         /* in place: this rank's shard of the sum lands on its own range */
         part = full + (size_t)z->d * S;
-        if (z->bf16_reduce) /* the bf16 reduction's inputs */
-            eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
-        wrk_coll_req_t *r = NULL; /* the axpy below waits on the device, not the host */
-        rc = wrk_coll_ordered(
-            wrk_coll_reduce_scatter(z->dp, full, (float *)part, S, WRK_COLL_F32, WRK_COLL_SUM, &r),
-            &r);
-        if (rc == 0 && z->bf16_reduce) /* and its output */
-            eng_backend_bf16_round(z->be, (float *)part, S);
+        rc = dp_reduce_scatter(z, full, full + (size_t)z->d * S, S);
     }
     if (rc < 0)
         return rc;
@@ -352,6 +367,7 @@ void eng_zero_destroy(eng_zero_t *z)
         zfree(z, (float *)z->pk[s]);
     zfree(z, (float *)z->pk_rest);
     free(z->pk);
+    eng_bf16_msg_free(&z->rs16);
     zfree(z, z->p);
     zfree(z, z->g);
     zfree(z, z->am);
@@ -387,10 +403,13 @@ void eng_zero_end_step(eng_zero_t *z)
 static int gather_rest_bf16(eng_zero_t *z, const float *shard, float *full, size_t shard_len)
 {
     kn_bf16_t *mine = z->pk_rest + (size_t)z->d * shard_len;
-    kn_bf16_pack(mine, shard, shard_len);
-    int rc = wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, NULL);
+    int rc = eng_bf16_cast(z->be, mine, shard, shard_len, 1);
+    wrk_coll_req_t *r = NULL; /* the cast back waits on the device */
     if (rc == 0)
-        kn_bf16_unpack(full, z->pk_rest, (size_t)z->dpn * shard_len);
+        rc = wrk_coll_ordered(
+            wrk_coll_allgather(z->dp, mine, z->pk_rest, shard_len, WRK_COLL_BF16, &r), &r);
+    if (rc == 0)
+        rc = eng_bf16_cast(z->be, full, z->pk_rest, (size_t)z->dpn * shard_len, 0);
     return rc;
 }
 
@@ -452,17 +471,9 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
         *gathered += ((size_t)z->nbuf * z->padded + z->pk_rest_len) * sizeof(kn_bf16_t);
 }
 
-void eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
+/* The largest of the tensors outside blocks, gathered (dpn shards) */
+static size_t rest_max(eng_zero_t *z)
 {
-    z->bf16_reduce = on;
-}
-
-int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
-{
-    if (!on || z->pk || !z->dp)
-        return 0;
-    if (!z->be->host_memory)
-        return -ENOTSUP; /* packing runs on the host: device memory gathers fp32 */
     const eng_tensor_t *t;
     size_t rest = 0;
     FOR_EACH_REST(z, t)
@@ -470,6 +481,26 @@ int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
         size_t n = (size_t)z->dpn * t->shard_len;
         rest = n > rest ? n : rest;
     }
+    return rest;
+}
+
+int eng_zero_set_bf16_reduce(eng_zero_t *z, int on)
+{
+    z->bf16_reduce = on;
+    if (!on || !z->dp || !eng_bf16_castable(z->be))
+        return 0;
+    size_t rest = rest_max(z);
+    eng_bf16_msg_init(&z->rs16, z->be);
+    return eng_bf16_msg_reserve(&z->rs16, z->dp, rest > z->padded ? rest : z->padded);
+}
+
+int eng_zero_set_bf16_gather(eng_zero_t *z, int on)
+{
+    if (!on || z->pk || !z->dp)
+        return 0;
+    if (!eng_bf16_castable(z->be))
+        return -ENOTSUP; /* no cast in the backend's memory: fp32 gathers */
+    size_t rest = rest_max(z);
     z->pk = calloc(z->nbuf, sizeof *z->pk);
     if (!z->pk)
         return -ENOMEM;

@@ -88,14 +88,15 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered);
 /* optim.grad_reduce = bf16 (on): the gradient reduce-scatters emulate a bf16 reduction, their
  * inputs and output rounded to bf16 (the model's backend must be a bf16 wrapper's,
  * backend_bf16.h). Off by default. */
-void eng_zero_set_bf16_reduce(eng_zero_t *z, int on);
+int eng_zero_set_bf16_reduce(eng_zero_t *z, int on);
 /* train.precision = bf16 (on): the parameter all-gathers (blocks and the tensors outside
  * them) move 2 bytes an element: each rank packs its fp32 master shard to bf16, the group
  * all-gathers bf16 (WRK_COLL_BF16) and the result is widened into the fp32 slots the model
  * reads. The same bits reach the kernels as with fp32 gathers: a bf16 run's kernels read
- * every parameter rounded to bf16 (backend_bf16.h). Host memory only (the backend packs on
- * the host): -ENOTSUP otherwise, the gathers then stay fp32. A group of one moves nothing:
- * no-op. Call between steps, before the first; off is a no-op (fp32 is the default). */
+ * every parameter rounded to bf16 (backend_bf16.h). The casts run in the backend's memory
+ * (coll_bf16.h's eng_bf16_cast); a backend without them: -ENOTSUP, the gathers stay fp32. A group
+ * of one moves nothing: no-op. Call between steps, before the first; off is a no-op (fp32 is the
+ * default). */
 int eng_zero_set_bf16_gather(eng_zero_t *z, int on);
 /* Floats per shard of block l (S), and the block's unpadded count. */
 size_t eng_zero_shard_len(const eng_zero_t *z);
