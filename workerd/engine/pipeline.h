@@ -74,12 +74,12 @@ typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1, ENG_PIPE_INTERLEAVED = 2 } 
  * which slot, receive buffer and send buffer each op uses), the buffers and the sends. */
 typedef struct eng_pipe_il {
     ch_il_layout_t lay;
-    uint32_t cur[2];        /* messages pulled from lay.peers[i] this step */
+    uint32_t next;          /* the step's next transfer (lay.xfer) */
     unsigned char *arrived; /* per message id, this step */
     float *in;              /* lay.recvs * count: received inputs and output gradients */
-    float *dx;              /* lay.sends * count: input gradients being sent */
-    eng_p2p_req_t *ysend;   /* lay.slots: each slot's output send */
-    eng_p2p_req_t *dxsend;  /* lay.sends: each send buffer's send */
+    float *dx;              /* lay.sends * count: input gradients to send */
+    const float **y;        /* lay.slots: each slot's forward output, sent from there */
+    eng_p2p_req_t lone;     /* a send with no receive beside it (its bf16 buffer kept) */
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {
