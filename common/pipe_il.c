@@ -61,6 +61,12 @@ int ch_il_send(const ch_il_prog_t *g, int fwd, uint32_t c, uint32_t mb, uint32_t
     return 1;
 }
 
+uint32_t ch_il_launch(const ch_il_layout_t *l, uint32_t k)
+{
+    const ch_il_xfer_t *x = l->xfer;
+    return k + 1 < l->nxfer && x[k + 1].at == x[k].at && x[k + 1].send != x[k].send ? 2 : 1;
+}
+
 uint32_t ch_il_peer_index(const ch_il_layout_t *l, uint32_t peer)
 {
     return l->npeers > 1 && l->peers[1] == peer ? 1 : 0;

@@ -84,6 +84,9 @@ typedef struct ch_il_layout {
  * multiple of stages, stage >= stages) or -ENOMEM. ch_il_layout_free releases it. */
 int ch_il_layout(ch_il_layout_t *l, uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m);
 void ch_il_layout_free(ch_il_layout_t *l);
+/* How many of l->xfer from k go as one launch: 2 when xfer k and k + 1 are at the same point,
+ * one a send and the other a receive (one grouped exchange), else 1. */
+uint32_t ch_il_launch(const ch_il_layout_t *l, uint32_t k);
 /* Index of peer in l->peers. */
 uint32_t ch_il_peer_index(const ch_il_layout_t *l, uint32_t peer);
 

@@ -88,9 +88,9 @@ static int xfers_at(eng_pipeline_t *p, uint32_t j)
     eng_p2p_t *q = &p->p2p;
     int rc = 0;
     while (rc == 0 && il->next < l->nxfer && l->xfer[il->next].at == j) {
-        const ch_il_xfer_t *a = &l->xfer[il->next++], *b = NULL;
-        if (il->next < l->nxfer && l->xfer[il->next].at == j && l->xfer[il->next].send != a->send)
-            b = &l->xfer[il->next++];
+        uint32_t n = ch_il_launch(l, il->next);
+        const ch_il_xfer_t *a = &l->xfer[il->next], *b = n == 2 ? a + 1 : NULL;
+        il->next += n;
         const ch_il_xfer_t *s = a->send ? a : b, *r = a->send ? b : a;
         float *sb = s ? xfer_buf(p, s) : NULL, *rb = r ? xfer_buf(p, r) : NULL;
         if (s && !sb)
