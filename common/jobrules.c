@@ -102,6 +102,8 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
                  "kernels have no separate weight-gradient pass); use 1f1b or cpu");
         return CH_E_CONFIG;
     }
+    /* interleaved runs on NCCL too: its transfers go in the step's one global order
+     * (common/pipe_il.h), so no two ring neighbours wait on each other's send */
     if (j->parallel.schedule != CH_SCHEDULE_INTERLEAVED)
         return 0;
     if (pp < 2 || v < 2) {
@@ -123,18 +125,6 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
                  "parallel.virtual_stages: model.layers %" PRIu32
                  " is not divisible by pp x virtual_stages = %" PRIu64,
                  j->model.layers, (uint64_t)pp * v);
-        return CH_E_CONFIG;
-    }
-    /* Not memory (the schedule keeps its warm-up depth, pipeline.h): its sends go alone and
-     * non-blocking while the receiver pulls in the sender's order, and on NCCL a send holds
-     * the group's stream until the peer's receive, so two ring neighbours sending first wait
-     * on each other (test_layouts' NCCL stream-rule fake deadlocks at pp 2). Megatron pairs
-     * every send with a receive in one grouped operation; until this schedule does, no cuda. */
-    if (j->train.device == CH_DEVICE_CUDA) {
-        snprintf(err, errlen,
-                 "train.device: cuda cannot run parallel.schedule = interleaved yet (its lone "
-                 "sends would deadlock on NCCL's stream order; 1f1b pairs them); use 1f1b or "
-                 "cpu");
         return CH_E_CONFIG;
     }
     return 0;

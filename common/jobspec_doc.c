@@ -44,7 +44,8 @@ static const ch_jobspec_doc_t docs[] = {
      "or cuda). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks per rank, "
      "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping only its warm-up "
      "depth of chunk activations, (pp-stage-1) x 2+(virtual_stages-1) x pp+1, whatever "
-     "microbatches (CPU only)."},
+     "microbatches; its sends and receives go in one order every rank derives, a send grouped "
+     "with the receive beside it, so it runs on NCCL too."},
     {"parallel", "virtual_stages", "chunks", NULL,
      "Model chunks per pipeline rank (interleaved only): microbatches a multiple of pp, "
      "model.layers divisible by pp x virtual_stages."},

@@ -61,6 +61,12 @@ int ch_il_send(const ch_il_prog_t *g, int fwd, uint32_t c, uint32_t mb, uint32_t
     return 1;
 }
 
+uint32_t ch_il_launch(const ch_il_layout_t *l, uint32_t k)
+{
+    const ch_il_xfer_t *x = l->xfer;
+    return k + 1 < l->nxfer && x[k + 1].at == x[k].at && x[k + 1].send != x[k].send ? 2 : 1;
+}
+
 uint32_t ch_il_peer_index(const ch_il_layout_t *l, uint32_t peer)
 {
     return l->npeers > 1 && l->peers[1] == peer ? 1 : 0;
@@ -73,6 +79,7 @@ void ch_il_layout_free(ch_il_layout_t *l)
     free(l->slot);
     free(l->recv);
     free(l->send);
+    free(l->xfer);
     memset(l, 0, sizeof *l);
 }
 
@@ -188,6 +195,95 @@ static void walk_free(walk_t *w)
     free(w->send_proof);
 }
 
+/* The global order's run of every stage (order_xfers): buffered messages, one queue per
+ * sender and direction (1: to the next stage, the only one when stages == 2). */
+typedef struct ring {
+    ch_il_prog_t *g;
+    uint32_t *pos;          /* [stages] ops done */
+    unsigned char *arrived; /* [stages][2 * chunks * m] */
+    uint32_t *q;            /* [stages][2][2 * chunks * m][2]: message id, its op */
+    uint32_t *head, *tail;  /* [stages][2] */
+    size_t n;               /* 2 * chunks * m */
+} ring_t;
+
+static void log_xfer(ch_il_layout_t *l, uint32_t at, uint32_t peer, uint32_t id, uint32_t op,
+                     uint32_t send)
+{
+    l->xfer[l->nxfer++] = (ch_il_xfer_t){at, peer, id, op, send};
+}
+
+/* Stage r's program run as far as its messages allow; 1 when it moved. */
+static int ring_advance(ring_t *w, ch_il_layout_t *l, uint32_t r)
+{
+    const uint32_t S = l->g.stages, me = l->g.stage;
+    const ch_il_prog_t *g = &w->g[r];
+    int moved = 0;
+    while (w->pos[r] < 2 * g->total) {
+        int fwd;
+        uint32_t c, mb, to, id;
+        ch_il_op(g, w->pos[r], &fwd, &c, &mb);
+        int first = r == 0 && c == 0, last = r == S - 1 && c == g->chunks - 1;
+        if (fwd ? !first : !last) {
+            uint32_t from = fwd ? (r + S - 1) % S : (r + 1) % S;
+            uint32_t want = ch_il_msg(g, fwd ? 0 : 1, c, mb);
+            if (!w->arrived[r * w->n + want]) { /* pull the next of from's messages to r */
+                uint32_t qi = from * 2 + (r == (from + 1) % S), *h = &w->head[qi];
+                if (*h == w->tail[qi])
+                    return moved;
+                const uint32_t *e = &w->q[(qi * w->n + (*h)++) * 2];
+                w->arrived[r * w->n + e[0]] = 1;
+                if (from == me)
+                    log_xfer(l, w->pos[from], r, e[0], e[1], 1);
+                else if (r == me)
+                    log_xfer(l, w->pos[r], from, e[0], 0, 0);
+                moved = 1;
+                continue;
+            }
+        }
+        if (ch_il_send(g, fwd, c, mb, &to, &id)) {
+            uint32_t qi = r * 2 + (to == (r + 1) % S);
+            uint32_t *e = &w->q[(qi * w->n + w->tail[qi]++) * 2];
+            e[0] = id;
+            e[1] = w->pos[r];
+        }
+        w->pos[r]++;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* The step's transfers in one global order (pipe_il.h), this stage's logged in l->xfer. */
+static int order_xfers(ch_il_layout_t *l)
+{
+    const uint32_t S = l->g.stages;
+    ring_t w = {.n = 2 * (size_t)l->g.chunks * l->g.m};
+    w.g = calloc(S, sizeof *w.g);
+    w.pos = calloc(S, sizeof *w.pos);
+    w.arrived = calloc(S * w.n, 1);
+    w.q = calloc(S * 4 * w.n, sizeof *w.q);
+    w.head = calloc(2 * S, sizeof *w.head);
+    w.tail = calloc(2 * S, sizeof *w.tail);
+    l->xfer = calloc(2 * w.n, sizeof *l->xfer);
+    int rc = w.g && w.pos && w.arrived && w.q && w.head && w.tail && l->xfer ? 0 : -ENOMEM;
+    for (uint32_t r = 0; rc == 0 && r < S; r++)
+        w.g[r] = ch_il_prog(S, r, l->g.chunks, l->g.m);
+    for (int moved = rc == 0; moved;) {
+        moved = 0;
+        for (uint32_t r = 0; r < S; r++)
+            moved |= ring_advance(&w, l, r);
+    }
+    for (uint32_t r = 0; rc == 0 && r < S; r++)
+        if (w.pos[r] < 2 * w.g[r].total)
+            rc = CH_E_STATE; /* the programs disagree: never */
+    free(w.g);
+    free(w.pos);
+    free(w.arrived);
+    free(w.q);
+    free(w.head);
+    free(w.tail);
+    return rc;
+}
+
 int ch_il_layout(ch_il_layout_t *l, uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m)
 {
     memset(l, 0, sizeof *l);
@@ -233,6 +329,8 @@ int ch_il_layout(ch_il_layout_t *l, uint32_t stages, uint32_t stage, uint32_t ch
     for (uint32_t j = 0; rc == 0 && j < 2 * l->g.total; j++)
         rc = walk_op(&w, j);
     walk_free(&w);
+    if (rc == 0)
+        rc = order_xfers(l);
     if (rc < 0)
         ch_il_layout_free(l);
     return rc;

@@ -23,7 +23,19 @@
  *   message the receiver sends from that op on, once pulled here, proves it. Reusing a buffer
  *   then never waits on a peer (no deadlock); one never proven stays taken until the step ends.
  * A forward's output is sent from its slot: its backward needs the gradient the receiver
- * computes from it, so the send is done before the slot is freed. */
+ * computes from it, so the send is done before the slot is freed.
+ *
+ * NCCL (a send holds its stream until the peer's stream reaches the receive) needs more than
+ * the order of each pair: two neighbours that each queue a send to the other deadlock. So the
+ * layout also orders the step's transfers globally (xfer): every stage runs every stage's
+ * program against buffered messages (the receivers pulling as above) and logs each transfer
+ * when its receiver pulls it; a send then happens at the point of its sender's program where
+ * that sender stood at that moment, a receive where its receiver needed it. Each stage does its
+ * transfers in that one order, each complete before the next (the engine groups a send with
+ * the receive next to it at the same point, as Megatron's send_forward_recv_backward): the
+ * earliest unfinished transfer is then always at the head of both its ends' streams, so none
+ * waits for ever. Receives stay where the layout pulls them (its buffers hold) and sends only
+ * finish earlier than the layout assumes. */
 #ifndef CH_PIPE_IL_H
 #define CH_PIPE_IL_H
 
@@ -44,6 +56,13 @@ uint32_t ch_il_msg(const ch_il_prog_t *g, uint32_t kind, uint32_t c, uint32_t mb
  * last chunk of the last stage's forward, chunk 0 of stage 0's backward). */
 int ch_il_send(const ch_il_prog_t *g, int fwd, uint32_t c, uint32_t mb, uint32_t *to, uint32_t *id);
 
+/* One transfer of a stage's step (above): at program point `at` (before op at; 2 * total:
+ * after the last op) send message id, made by op `op`, to stage peer (send 1) or receive it
+ * from stage peer (send 0, op unused). */
+typedef struct ch_il_xfer {
+    uint32_t at, peer, id, op, send;
+} ch_il_xfer_t;
+
 /* One step of a stage laid out (above). Arrays indexed by c * m + mb are per (chunk,
  * micro-batch); by message id, per message received. */
 typedef struct ch_il_layout {
@@ -57,12 +76,17 @@ typedef struct ch_il_layout {
     uint32_t slots;   /* chunk-activations alive at once: warm + 1, or total */
     uint32_t recvs;   /* receive buffers */
     uint32_t sends;   /* input-gradient send buffers */
+    uint32_t nxfer;
+    ch_il_xfer_t *xfer; /* this stage's transfers, in the step's global order */
 } ch_il_layout_t;
 
 /* Lay out stage `stage`'s step; 0, -EINVAL (stages < 2, chunks < 1, m not a positive
  * multiple of stages, stage >= stages) or -ENOMEM. ch_il_layout_free releases it. */
 int ch_il_layout(ch_il_layout_t *l, uint32_t stages, uint32_t stage, uint32_t chunks, uint32_t m);
 void ch_il_layout_free(ch_il_layout_t *l);
+/* How many of l->xfer from k go as one launch: 2 when xfer k and k + 1 are at the same point,
+ * one a send and the other a receive (one grouped exchange), else 1. */
+uint32_t ch_il_launch(const ch_il_layout_t *l, uint32_t k);
 /* Index of peer in l->peers. */
 uint32_t ch_il_peer_index(const ch_il_layout_t *l, uint32_t peer);
 

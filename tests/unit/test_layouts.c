@@ -768,9 +768,11 @@ static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name
 }
 
 /* Each layout of cases under sched, on UCX and on NCCL's stream rules (ncclsim): no
- * deadlock, the same losses, one host sync a step and no host wait on a collective. */
+ * deadlock, the same losses, one host sync a step and no host wait on a collective.
+ * Interleaved: 2 chunks a stage (LAYERS blocks a chunk, m a multiple of pp). */
 static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched)
 {
+    int il = sched == CH_SCHEDULE_INTERLEAVED;
     for (size_t k = 0; k < n; k++) {
         ch_jobspec_t j;
         rank_run_t a[MAXR], b[MAXR];
@@ -778,6 +780,12 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         snprintf(name, sizeof name, "nccl%u%u%u", cases[k][0], cases[k][1], cases[k][2]);
         spec_for(&j, name, cases[k][0], cases[k][1], cases[k][2]);
         j.parallel.schedule = sched;
+        if (il) {
+            j.parallel.virtual_stages = 2;
+            j.model.layers = cases[k][1] * 2;
+            j.parallel.microbatches = cases[k][1] * (cases[k][2] == 1 ? 2 : 1);
+            j.parallel.micro_batch_size = GLOBAL_SEQS / cases[k][2] / j.parallel.microbatches;
+        }
         j.checkpoint.dir[0] = '\0';
         j.checkpoint.every = 0;
         ncclsim_t *sim = NULL;
@@ -810,6 +818,10 @@ Test(layouts, pipelines_do_not_deadlock_on_nccl_stream_rules)
     /* zb-h1 sends each input gradient alone before its weight pass (pipeline.h) */
     static const uint32_t zb[][3] = {{1, 3, 1}, {1, 2, 2}};
     nccl_rules(zb, sizeof zb / sizeof zb[0], CH_SCHEDULE_ZBH1);
+    /* interleaved does its transfers in the step's global order (common/pipe_il.h), a send
+     * grouped with the receive beside it */
+    static const uint32_t il[][3] = {{1, 2, 1}, {1, 4, 1}, {1, 2, 2}};
+    nccl_rules(il, sizeof il / sizeof il[0], CH_SCHEDULE_INTERLEAVED);
 }
 
 /* Many ranks on one GPU: collectives host-staged through the device backend's copies (the

@@ -337,6 +337,66 @@ Test(pipeline, slots_follow_the_schedule)
 /* Interleaved: chunk-activation slots are the warm-up depth + 1 ((p - s - 1) * 2 + (v - 1) * p
  * + 1; all v * m when m == p), and neither they nor the receive and send buffers grow with m;
  * no slot serves two chunk-activations alive at once. */
+/* Every stage's transfers of p x v x m (common/pipe_il.h) as NCCL runs them: each launch
+ * (ch_il_launch) done only once each of its sends meets the receive at the head of its peer's
+ * stream; 1 when every stage's last launch is done (no deadlock). */
+static int il_rendezvous(uint32_t p, uint32_t v, uint32_t m)
+{
+    ch_il_layout_t l[8];
+    uint32_t pos[8] = {0}, sends = 0, recvs = 0;
+    unsigned char done[8][2] = {{0}};
+    cr_assert_leq(p, 8);
+    for (uint32_t s = 0; s < p; s++) {
+        cr_assert_eq(ch_il_layout(&l[s], p, s, v, m), 0);
+        for (uint32_t k = 0; k < l[s].nxfer; k++) {
+            sends += l[s].xfer[k].send;
+            recvs += !l[s].xfer[k].send;
+            cr_expect(k == 0 || l[s].xfer[k - 1].at <= l[s].xfer[k].at);
+        }
+    }
+    cr_expect_eq(sends, recvs, "p %u v %u m %u", p, v, m);
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (uint32_t a = 0; a < p; a++) {
+            uint32_t n = pos[a] < l[a].nxfer ? ch_il_launch(&l[a], pos[a]) : 0;
+            for (uint32_t i = 0; i < n; i++) {
+                const ch_il_xfer_t *x = &l[a].xfer[pos[a] + i];
+                uint32_t b = x->peer;
+                uint32_t nb = pos[b] < l[b].nxfer ? ch_il_launch(&l[b], pos[b]) : 0;
+                for (uint32_t k = 0; x->send && !done[a][i] && k < nb; k++) {
+                    const ch_il_xfer_t *y = &l[b].xfer[pos[b] + k];
+                    if (!done[b][k] && !y->send && y->peer == a && y->id == x->id)
+                        done[a][i] = done[b][k] = 1, moved = 1;
+                }
+            }
+        }
+        for (uint32_t a = 0; a < p; a++) {
+            uint32_t n = pos[a] < l[a].nxfer ? ch_il_launch(&l[a], pos[a]) : 0;
+            if (n && done[a][0] && (n == 1 || done[a][1])) {
+                pos[a] += n;
+                done[a][0] = done[a][1] = 0;
+                moved = 1;
+            }
+        }
+    }
+    int ok = 1;
+    for (uint32_t s = 0; s < p; s++) {
+        ok &= pos[s] == l[s].nxfer;
+        ch_il_layout_free(&l[s]);
+    }
+    return ok;
+}
+
+/* NCCL's rules on the interleaved transfers, p 2 to 8, v 2 to 4, m p to 4p: none waits for
+ * ever (test_layouts runs some of them on the NCCL fake too). */
+Test(pipeline, interleaved_transfers_never_deadlock_on_nccl)
+{
+    for (uint32_t p = 2; p <= 8; p++)
+        for (uint32_t v = 2; v <= 4; v++)
+            for (uint32_t m = p; m <= 4 * p; m += p)
+                cr_expect(il_rendezvous(p, v, m), "p %u v %u m %u: deadlock", p, v, m);
+}
+
 Test(pipeline, interleaved_keeps_its_warm_up_depth)
 {
     static const uint32_t cases[][2] = {{2, 2}, {4, 2}, {2, 4}, {3, 3}}; /* p, v */

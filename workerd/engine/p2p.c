@@ -114,9 +114,10 @@ static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
     return rc;
 }
 
-static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, size_t n)
+static int exchange(eng_p2p_t *p, int32_t speer, const float *send, int32_t rpeer, float *recv,
+                    size_t n)
 {
-    if (!p->pp || peer < 0)
+    if (!p->pp || speer < 0 || rpeer < 0)
         return CH_E_STATE;
     int bf16 = p->bf16 && n <= p->cap;
     int rc = bf16 ? eng_bf16_cast(p->be, p->spk, send, n, 1) : 0;
@@ -125,11 +126,11 @@ static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, 
     uint64_t t0 = ch_now_ns();
     /* the kernels reading recv (or the cast from the packed copy) wait on the device */
     wrk_coll_req_t *r = NULL;
-    rc = bf16 ? wrk_coll_ordered(wrk_coll_sendrecv(p->pp, p->spk, n, (uint32_t)peer, p->rpk, n,
-                                                   (uint32_t)peer, WRK_COLL_BF16, &r),
+    rc = bf16 ? wrk_coll_ordered(wrk_coll_sendrecv(p->pp, p->spk, n, (uint32_t)speer, p->rpk, n,
+                                                   (uint32_t)rpeer, WRK_COLL_BF16, &r),
                                  &r)
-              : wrk_coll_ordered(wrk_coll_sendrecv(p->pp, send, n, (uint32_t)peer, recv, n,
-                                                   (uint32_t)peer, WRK_COLL_F32, &r),
+              : wrk_coll_ordered(wrk_coll_sendrecv(p->pp, send, n, (uint32_t)speer, recv, n,
+                                                   (uint32_t)rpeer, WRK_COLL_F32, &r),
                                  &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
@@ -139,12 +140,18 @@ static int exchange(eng_p2p_t *p, int32_t peer, const float *send, float *recv, 
 
 int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n)
 {
-    return exchange(p, p->next, send, recv, n);
+    return exchange(p, p->next, send, p->next, recv, n);
 }
 
 int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n)
 {
-    return exchange(p, p->prev, send, recv, n);
+    return exchange(p, p->prev, send, p->prev, recv, n);
+}
+
+int eng_p2p_sendrecv(eng_p2p_t *p, int32_t speer, const float *send, int32_t rpeer, float *recv,
+                     size_t n)
+{
+    return exchange(p, speer, send, rpeer, recv, n);
 }
 
 int eng_p2p_send_next(eng_p2p_t *p, const float *buf, size_t n, eng_p2p_req_t *r)

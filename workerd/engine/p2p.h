@@ -53,6 +53,10 @@ int eng_p2p_recv_next(eng_p2p_t *p, float *buf, size_t n);
  * counted as wait. */
 int eng_p2p_exchange_next(eng_p2p_t *p, const float *send, float *recv, size_t n);
 int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n);
+/* The same with any two members of the column (indices in pp): send n floats of `send` to
+ * speer and receive n floats from rpeer into `recv` (the interleaved ring's neighbours). */
+int eng_p2p_sendrecv(eng_p2p_t *p, int32_t speer, const float *send, int32_t rpeer, float *recv,
+                     size_t n);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
 /* bf16: a request's packed buffer (the set_bf16 cap) allocated now, so that no send

@@ -74,12 +74,12 @@ typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1, ENG_PIPE_INTERLEAVED = 2 } 
  * which slot, receive buffer and send buffer each op uses), the buffers and the sends. */
 typedef struct eng_pipe_il {
     ch_il_layout_t lay;
-    uint32_t cur[2];        /* messages pulled from lay.peers[i] this step */
+    uint32_t next;          /* the step's next transfer (lay.xfer) */
     unsigned char *arrived; /* per message id, this step */
     float *in;              /* lay.recvs * count: received inputs and output gradients */
-    float *dx;              /* lay.sends * count: input gradients being sent */
-    eng_p2p_req_t *ysend;   /* lay.slots: each slot's output send */
-    eng_p2p_req_t *dxsend;  /* lay.sends: each send buffer's send */
+    float *dx;              /* lay.sends * count: input gradients to send */
+    const float **y;        /* lay.slots: each slot's forward output, sent from there */
+    eng_p2p_req_t lone;     /* a send with no receive beside it (its bf16 buffer kept) */
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {
@@ -111,9 +111,11 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
  * chunk c + 1), each stage runs its m * chunks chunk forwards in groups of `stages`
  * micro-batches per chunk, warm-up (stages - stage - 1) * 2 + (chunks - 1) * stages of them
  * (all when m == stages), then one forward and one backward at a time, then the cool-down.
- * Every send is non-blocking and each receive pulls the neighbour's messages in the order
- * the neighbour's own program sends them (both programs are known to both), so the
- * per-pair ordering of coll.h matches without tags. Every block sees its micro-batches'
+ * Each receive pulls the neighbour's messages in the order the neighbour's own program
+ * sends them (both programs are known to both), so the per-pair ordering of coll.h matches
+ * without tags, and every transfer, each done before the next, goes in the step's one global
+ * order (common/pipe_il.h: a send grouped with the receive beside it), so none deadlocks on
+ * NCCL's stream order. Every block sees its micro-batches'
  * backwards in micro-batch order: each gradient is summed in 1F1B's order. Slots are
  * chunk-activations (a forward of one chunk of one micro-batch, its backward freeing it):
  * slots = the warm-up depth + 1 (common/pipe_il.h), whatever m, and the stage step binds slot

@@ -40,44 +40,21 @@ int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wr
     p->slots = l->slots;
     eng_p2p_init(&p->p2p, pp, (int32_t)l->peers[0], (int32_t)l->peers[1]);
     il->arrived = calloc(2 * (size_t)chunks * m, 1);
-    il->ysend = calloc(l->slots, sizeof *il->ysend);
-    il->dxsend = calloc(l->sends ? l->sends : 1, sizeof *il->dxsend);
+    il->y = calloc(l->slots, sizeof *il->y);
     il->in = l->recvs ? zalloc(p->be, (size_t)l->recvs * count) : NULL;
     il->dx = l->sends ? zalloc(p->be, (size_t)l->sends * count) : NULL;
-    rc = il->arrived && il->ysend && il->dxsend && (il->in || !l->recvs) && (il->dx || !l->sends)
-             ? 0
-             : -ENOMEM;
+    rc = il->arrived && il->y && (il->in || !l->recvs) && (il->dx || !l->sends) ? 0 : -ENOMEM;
     if (rc < 0)
         eng_pipeline_il_fini(p);
-    return rc;
-}
-
-/* Complete every send of the step (or of the schedule, at fini). */
-static int finish_all(eng_pipeline_t *p)
-{
-    eng_pipe_il_t *il = &p->il;
-    int rc = 0;
-    for (uint32_t i = 0; il->ysend && i < il->lay.slots; i++) {
-        int r = eng_p2p_finish(&p->p2p, &il->ysend[i]);
-        rc = rc ? rc : r;
-    }
-    for (uint32_t i = 0; il->dxsend && i < il->lay.sends; i++) {
-        int r = eng_p2p_finish(&p->p2p, &il->dxsend[i]);
-        rc = rc ? rc : r;
-    }
     return rc;
 }
 
 void eng_pipeline_il_fini(eng_pipeline_t *p)
 {
     eng_pipe_il_t *il = &p->il;
-    finish_all(p);
-    for (uint32_t i = 0; il->ysend && i < il->lay.slots; i++)
-        eng_p2p_req_release(&il->ysend[i]);
-    for (uint32_t i = 0; il->dxsend && i < il->lay.sends; i++)
-        eng_p2p_req_release(&il->dxsend[i]);
-    free(il->ysend);
-    free(il->dxsend);
+    eng_p2p_finish(&p->p2p, &il->lone); /* done already: every send waits */
+    eng_p2p_req_release(&il->lone);
+    free(il->y);
     free(il->arrived);
     if (p->be) {
         p->be->free(p->be, il->in);
@@ -87,37 +64,59 @@ void eng_pipeline_il_fini(eng_pipeline_t *p)
     memset(il, 0, sizeof *il);
 }
 
-/* Message id's buffer, received first: the messages from peer up to it, in the peer's order,
- * each into the buffer the layout gave it. */
-static int need(eng_pipeline_t *p, uint32_t peer, uint32_t id, float **buf)
+/* Where a transfer's data is: the receive buffer of its message, or what its op sends (the
+ * forward's output in its slot, the backward's input gradient in its send buffer). */
+static float *xfer_buf(eng_pipeline_t *p, const ch_il_xfer_t *x)
 {
     eng_pipe_il_t *il = &p->il;
     const ch_il_layout_t *l = &il->lay;
-    uint32_t i = ch_il_peer_index(l, peer);
+    if (!x->send)
+        return il->in + (size_t)l->recv[x->id] * p->count;
+    int fwd;
+    uint32_t c, mb;
+    ch_il_op(&l->g, x->op, &fwd, &c, &mb);
+    uint32_t at = c * l->g.m + mb;
+    return fwd ? (float *)il->y[l->slot[at]] : il->dx + (size_t)l->send[at] * p->count;
+}
+
+/* The transfers at program point j, in the step's order (pipe_il.h), each done before the
+ * next; a send and a receive next to each other go as one grouped exchange. */
+static int xfers_at(eng_pipeline_t *p, uint32_t j)
+{
+    eng_pipe_il_t *il = &p->il;
+    const ch_il_layout_t *l = &il->lay;
+    eng_p2p_t *q = &p->p2p;
     int rc = 0;
-    while (rc == 0 && !il->arrived[id]) {
-        if (il->cur[i] >= l->nseq[i])
-            return CH_E_STATE; /* the programs disagree: never */
-        uint32_t got = l->seq[i][il->cur[i]++];
-        float *dst = il->in + (size_t)l->recv[got] * p->count;
-        rc = peer == (uint32_t)p->p2p.prev ? eng_p2p_recv_prev(&p->p2p, dst, p->count)
-                                           : eng_p2p_recv_next(&p->p2p, dst, p->count);
-        il->arrived[got] = rc == 0;
+    while (rc == 0 && il->next < l->nxfer && l->xfer[il->next].at == j) {
+        uint32_t n = ch_il_launch(l, il->next);
+        const ch_il_xfer_t *a = &l->xfer[il->next], *b = n == 2 ? a + 1 : NULL;
+        il->next += n;
+        const ch_il_xfer_t *s = a->send ? a : b, *r = a->send ? b : a;
+        float *sb = s ? xfer_buf(p, s) : NULL, *rb = r ? xfer_buf(p, r) : NULL;
+        if (s && !sb)
+            return CH_E_STATE; /* a forward output not made: never */
+        if (s && r)
+            rc = eng_p2p_sendrecv(q, (int32_t)s->peer, sb, (int32_t)r->peer, rb, p->count);
+        else if (r)
+            rc = r->peer == (uint32_t)q->prev ? eng_p2p_recv_prev(q, rb, p->count)
+                                              : eng_p2p_recv_next(q, rb, p->count);
+        else
+            rc = s->peer == (uint32_t)q->next ? eng_p2p_send_next(q, sb, p->count, &il->lone)
+                                              : eng_p2p_send_prev(q, sb, p->count, &il->lone);
+        if (rc == 0 && s && !r)
+            rc = eng_p2p_finish(q, &il->lone);
+        if (rc == 0 && r)
+            il->arrived[r->id] = 1;
     }
-    *buf = il->in + (size_t)l->recv[id] * p->count;
     return rc;
 }
 
-/* Send buf, what op (fwd, c, mb) sends, with request r (finished before: the layout proved
- * its last send received, so this never waits on a peer). */
-static int il_send(eng_pipeline_t *p, int fwd, uint32_t c, uint32_t mb, const float *buf,
-                   eng_p2p_req_t *r)
+/* Message id's buffer, received by the transfers before this op. */
+static int need(eng_pipeline_t *p, uint32_t id, float **buf)
 {
-    uint32_t to, id;
-    if (!ch_il_send(&p->il.lay.g, fwd, c, mb, &to, &id))
-        return 0;
-    return to == (uint32_t)p->p2p.next ? eng_p2p_send_next(&p->p2p, buf, p->count, r)
-                                       : eng_p2p_send_prev(&p->p2p, buf, p->count, r);
+    eng_pipe_il_t *il = &p->il;
+    *buf = il->in + (size_t)il->lay.recv[id] * p->count;
+    return il->arrived[id] ? 0 : CH_E_STATE; /* the order lost it: never */
 }
 
 static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
@@ -134,28 +133,20 @@ static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
         float *x = NULL;
         const float *y = NULL;
         if (!first)
-            rc = need(p, (uint32_t)p->p2p.prev, ch_il_msg(g, 0, c, mb), &x);
-        if (rc == 0) /* the slot's last output: received, its gradient came back */
-            rc = eng_p2p_finish(&p->p2p, &il->ysend[slot]);
+            rc = need(p, ch_il_msg(g, 0, c, mb), &x);
         if (rc == 0)
             rc = ops->chunk_forward(ops->ctx, c, mb, slot, x, last ? NULL : &y);
         if (rc == 0 && !last && !y)
             rc = -EINVAL;
-        return rc == 0 && !last ? il_send(p, 1, c, mb, y, &il->ysend[slot]) : rc;
+        il->y[slot] = y;
+        return rc;
     }
     float *dy = NULL, *dx = NULL;
-    eng_p2p_req_t *r = NULL;
     if (!last)
-        rc = need(p, (uint32_t)p->p2p.next, ch_il_msg(g, 1, c, mb), &dy);
-    if (!first) {
+        rc = need(p, ch_il_msg(g, 1, c, mb), &dy);
+    if (!first)
         dx = il->dx + (size_t)l->send[at] * p->count;
-        r = &il->dxsend[l->send[at]];
-        if (rc == 0)
-            rc = eng_p2p_finish(&p->p2p, r);
-    }
-    if (rc == 0)
-        rc = ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx);
-    return rc == 0 && dx ? il_send(p, 0, c, mb, dx, r) : rc;
+    return rc == 0 ? ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx) : rc;
 }
 
 int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m)
@@ -164,10 +155,13 @@ int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t 
     if (m != il->lay.g.m || !ops->chunk_forward || !ops->chunk_backward)
         return -EINVAL;
     memset(il->arrived, 0, 2 * (size_t)il->lay.g.chunks * m);
-    il->cur[0] = il->cur[1] = 0;
+    il->next = 0;
     int rc = 0;
-    for (uint32_t j = 0; rc == 0 && j < 2 * il->lay.g.total; j++)
-        rc = run_op(p, ops, j);
-    /* every send of the step is done before the step's gradients are used */
-    return rc == 0 ? finish_all(p) : rc;
+    for (uint32_t j = 0; rc == 0 && j < 2 * il->lay.g.total; j++) {
+        rc = xfers_at(p, j);
+        if (rc == 0)
+            rc = run_op(p, ops, j);
+    }
+    /* the sends the receivers pull after this stage's last op */
+    return rc == 0 ? xfers_at(p, 2 * il->lay.g.total) : rc;
 }
