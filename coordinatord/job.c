@@ -63,6 +63,7 @@ void coord_rank_set_state(coord_t *c, coord_job_t *j, uint32_t rank, coord_rank_
     if (from == to)
         return;
     r->state = to;
+    j->hang_scan_ms = 0; /* a rank joined or left the step-timeout watch: scan again */
     int held = coord_rank_holds(from), holds = coord_rank_holds(to);
     if (holds && !held) {
         r->node->used++;

@@ -180,6 +180,9 @@ typedef struct coord_job {
     coord_rank_ref_t *by_node;
     uint64_t progress_stored_ms;
     uint64_t detail_asked_ms; /* monotonic: last ProgressDetail sent (progress.h) */
+    /* monotonic: before this no rank can be past fault.step_timeout, so the step-timeout
+     * scan (coord_recovery_check) may skip; 0: scan at the next check */
+    uint64_t hang_scan_ms;
     uint32_t n_started, n_finished;
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
     coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */
