@@ -186,6 +186,11 @@ typedef struct coord_job {
     /* monotonic: before this no rank can be past fault.step_timeout, so the step-timeout
      * scan (coord_recovery_check) may skip; 0: scan at the next check */
     uint64_t hang_scan_ms;
+    /* Bumped whenever a rank's step time (coord_rank_t.time) or the ranks change; the
+     * mean bubble over ranks is cached for one stamp (coord_job_bubble: status asks for it
+     * every call, and a walk of every rank cost the start at 32,768 ranks 7%). */
+    uint64_t time_stamp, bubble_stamp;
+    double bubble_mean;
     uint32_t n_started, n_finished;
     uint64_t grace_deadline;  /* monotonic; 0: not waiting for re-adoption */
     coord_restart_t *history; /* restarts (and the failure that ended them), oldest first */
