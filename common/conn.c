@@ -276,8 +276,13 @@ static void on_write(uv_write_t *req, int status)
 /* Add a packed frame to the cork (conn_write while corked); takes ownership of buf. */
 static int conn_cork_add(ch_conn_t *c, uint8_t *buf, size_t len)
 {
+    if (!c->cork) { /* the first frame is the buffer: a lone one is written as it came */
+        c->cork = buf;
+        c->cork_len = c->cork_cap = len;
+        return 0;
+    }
     if (c->cork_len + len > c->cork_cap) {
-        size_t cap = c->cork_cap ? c->cork_cap : 4096;
+        size_t cap = c->cork_cap > 2048 ? c->cork_cap : 4096;
         while (cap < c->cork_len + len)
             cap *= 2;
         uint8_t *v = realloc(c->cork, cap);
