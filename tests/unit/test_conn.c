@@ -591,10 +591,10 @@ Test(conn, replayed_frame_closes_the_link)
     srv_stop(s);
 }
 
-Test(conn, close_right_after_send_flushes_the_reply)
+/* A KillRank, which srv_msg answers and then hangs up at once: the answer must arrive, then
+ * the link's end (the server's closes reach n). */
+static void call_then_hang_up(srv_t *s, ch_client_t *c, int n)
 {
-    srv_t *s = srv_start(1, 0);
-    ch_client_t *c = good_client(s);
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     Chorus__KillRank kr = CHORUS__KILL_RANK__INIT;
     kr.job_id = "j1";
@@ -604,8 +604,15 @@ Test(conn, close_right_after_send_flushes_the_reply)
     cr_assert_eq(ch_client_call(c, &req, WAIT_MS, &resp), 0);
     cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_OK);
     ch_msg_free(resp);
-    cr_assert_eq(srv_wait_closes(s, 1), 0);
+    cr_assert_eq(srv_wait_closes(s, n), 0);
     cr_assert_eq(ch_client_recv(c, WAIT_MS, &resp), -EPIPE);
+}
+
+Test(conn, close_right_after_send_flushes_the_reply)
+{
+    srv_t *s = srv_start(1, 0);
+    ch_client_t *c = good_client(s);
+    call_then_hang_up(s, c, 1);
     ch_client_destroy(c);
     srv_stop(s);
 }
@@ -649,16 +656,7 @@ Test(conn, corked_replies_leave_in_one_write)
     /* A call through ch_client, and a close right after corked sends writes them first. */
     ch_client_t *c = good_client(s);
     roundtrip(c);
-    Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
-    Chorus__KillRank kr = CHORUS__KILL_RANK__INIT;
-    kr.job_id = "j1";
-    req.body_case = CHORUS__ENVELOPE__BODY_KILL_RANK;
-    req.kill_rank = &kr;
-    Chorus__Envelope *resp = NULL;
-    cr_assert_eq(ch_client_call(c, &req, WAIT_MS, &resp), 0);
-    cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_OK);
-    ch_msg_free(resp);
-    cr_assert_eq(srv_wait_closes(s, 2), 0);
+    call_then_hang_up(s, c, 2);
     ch_client_destroy(c);
     srv_stop(s);
 }
