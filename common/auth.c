@@ -176,6 +176,10 @@ void ch_session_init_keyed(ch_session_t *s, int is_server, const ch_key_t *key,
     ch_session_init_plain(s, is_server);
     s->enabled = 1;
     hmac_nonces(key->bytes, "chorus-k", nc, ns, s->skey);
+    _Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof s->hmac0,
+                   "ch_session_t.hmac0 holds an HMAC-SHA256 state");
+    crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)s->hmac0, s->skey,
+                                sizeof s->skey);
 }
 
 /* HMAC(S, dir | seq BE | payload), first 16 bytes; zero when auth is off. */
@@ -191,7 +195,7 @@ static void tag_dir(const ch_session_t *s, char dir, uint64_t seq, const uint8_t
     for (int i = 0; i < 8; i++)
         hdr[1 + i] = (uint8_t)(seq >> (56 - 8 * i));
     crypto_auth_hmacsha256_state st;
-    crypto_auth_hmacsha256_init(&st, s->skey, sizeof s->skey);
+    memcpy(&st, s->hmac0, sizeof st); /* init with skey, done once (ch_session_init_keyed) */
     crypto_auth_hmacsha256_update(&st, hdr, sizeof hdr);
     if (len)
         crypto_auth_hmacsha256_update(&st, payload, len);

@@ -70,6 +70,9 @@ struct ch_conn {
     int nwrites;        /* writes queued and not yet completed */
     int paused;         /* reading stopped: the peer does not read our replies */
     int draining;       /* local close waiting for queued writes */
+    int corked;         /* ch_conn_cork: frames gather in cork until ch_conn_uncork */
+    uint8_t *cork;
+    size_t cork_len, cork_cap;
     uv_shutdown_t shutdown_req;
     int notify_close; /* 0 when a constructor failed: no close_cb */
     int ready_notified;
@@ -112,6 +115,7 @@ static void conn_release(ch_conn_t *c)
     if (--c->refs > 0)
         return;
     ch_frame_reader_fini(&c->rd);
+    free(c->cork);
     explicit_bzero(&c->key, sizeof c->key);
     explicit_bzero(&c->sess, sizeof c->sess);
     free(c);
@@ -175,6 +179,7 @@ void ch_conn_close(ch_conn_t *c)
 {
     if (!c || c->state == ST_CLOSING)
         return;
+    ch_conn_uncork(c); /* what was sent before the close goes before it */
     if (c->nwrites > 0) {
         c->state = ST_CLOSING;
         c->close_reason = 0;
@@ -268,9 +273,38 @@ static void on_write(uv_write_t *req, int status)
     }
 }
 
+/* Add a packed frame to the cork (conn_write while corked); takes ownership of buf. */
+static int conn_cork_add(ch_conn_t *c, uint8_t *buf, size_t len)
+{
+    if (!c->cork) { /* the first frame is the buffer: a lone one is written as it came */
+        c->cork = buf;
+        c->cork_len = c->cork_cap = len;
+        return 0;
+    }
+    if (c->cork_len + len > c->cork_cap) {
+        size_t cap = c->cork_cap > 2048 ? c->cork_cap : 4096;
+        while (cap < c->cork_len + len)
+            cap *= 2;
+        uint8_t *v = realloc(c->cork, cap);
+        if (!v) {
+            free(buf);
+            conn_fail(c, -ENOMEM, "write failed");
+            return -ENOMEM;
+        }
+        c->cork = v;
+        c->cork_cap = cap;
+    }
+    memcpy(c->cork + c->cork_len, buf, len);
+    c->cork_len += len;
+    free(buf);
+    return 0;
+}
+
 /* Queue an already packed frame; takes ownership of buf. */
 static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
 {
+    if (c->corked && c->state == ST_READY && buf)
+        return conn_cork_add(c, buf, len);
     write_req_t *w = malloc(sizeof *w);
     if (!w) {
         free(buf);
@@ -305,6 +339,30 @@ static int conn_send_env(ch_conn_t *c, ch_session_t *s, Chorus__Envelope *env)
     int rc = ch_msg_encode(s, env, &buf, &len);
     if (rc < 0)
         return rc;
+    return conn_write(c, buf, len);
+}
+
+void ch_conn_cork(ch_conn_t *c)
+{
+    if (c && c->state == ST_READY)
+        c->corked = 1;
+}
+
+int ch_conn_uncork(ch_conn_t *c)
+{
+    if (!c || !c->corked)
+        return 0;
+    c->corked = 0;
+    if (!c->cork_len)
+        return 0;
+    uint8_t *buf = c->cork;
+    size_t len = c->cork_len;
+    c->cork = NULL;
+    c->cork_len = c->cork_cap = 0;
+    if (c->state != ST_READY) {
+        free(buf);
+        return -EPIPE;
+    }
     return conn_write(c, buf, len);
 }
 

@@ -60,6 +60,14 @@ int ch_conn_open_fd(uv_loop_t *loop, int fd, const ch_conn_opts_t *opts, const c
 /* Queue one message; the envelope is packed at once (caller keeps ownership of env).
  * -EPIPE when the link is closing or the handshake is not done. */
 int ch_conn_send(ch_conn_t *c, Chorus__Envelope *env);
+/* Gather what is sent from now on into one write, made by ch_conn_uncork (or
+ * ch_conn_close): a server that answers many requests of one peer in a loop turn makes
+ * one system call for them, not one each (on loopback a write also pays the peer's
+ * receive). Only on a ready link; the owner must uncork before its loop sleeps. */
+void ch_conn_cork(ch_conn_t *c);
+/* Write what was gathered since ch_conn_cork; 0 or a negative code (the link then
+ * closes, as for any failed write). */
+int ch_conn_uncork(ch_conn_t *c);
 /* Close (idempotent). close_cb runs later, from the loop. */
 void ch_conn_close(ch_conn_t *c);
 

@@ -4,7 +4,8 @@
  * every 10 ms) checks node liveness and re-adoption deadlines; a one-shot timer follows
  * the earliest rendezvous deadline; a prepare hook runs the scheduler once per loop
  * iteration after anything changed (Redis's beforeSleep), so a burst of events costs
- * one scheduling pass, and then commits the loop turn's writes in one transaction. */
+ * one scheduling pass, and then commits the loop turn's writes in one transaction and
+ * writes what it sent each link in one system call. */
 #include "coord.h"
 #include "logs.h"
 
@@ -60,6 +61,8 @@ static void on_before_sleep(uv_prepare_t *h)
     }
     /* One commit for everything this loop turn wrote (store.h). */
     coord_store_commit(c->store);
+    /* Then what the turn sent, one write a link (server.h). */
+    coord_server_flush(c);
     c->polled_ms = ch_now_ms(); /* what is waiting now is read in the coming poll */
 }
 

@@ -63,6 +63,7 @@ void coord_rank_set_state(coord_t *c, coord_job_t *j, uint32_t rank, coord_rank_
     if (from == to)
         return;
     r->state = to;
+    j->hang_scan_ms = 0; /* a rank joined or left the step-timeout watch: scan again */
     int held = coord_rank_holds(from), holds = coord_rank_holds(to);
     if (holds && !held) {
         r->node->used++;
@@ -360,6 +361,7 @@ int coord_job_relayout(coord_t *c, coord_job_t *j, const ch_jobspec_t *spec)
     j->spec = *spec;
     free(j->ranks); /* the old generation's, every one gone */
     j->ranks = NULL;
+    j->time_stamp++;
     free(j->by_node);
     j->by_node = NULL;
     free(j->placement);
@@ -528,6 +530,7 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
     free(saved.placement);
     free(saved.ranks);
     j->ranks = ranks;
+    j->time_stamp++;
     j->by_node = NULL;
     free(saved.by_node);
     index_ranks(j);
@@ -562,6 +565,9 @@ double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *na
 
 double coord_job_bubble(const coord_job_t *j)
 {
+    coord_job_t *cache = (coord_job_t *)j; /* only the cached mean is written */
+    if (j->bubble_stamp && j->bubble_stamp == j->time_stamp)
+        return j->bubble_mean;
     double sum = 0;
     uint32_t n = 0;
     for (uint32_t r = 0; j->ranks && r < j->world; r++) {
@@ -571,7 +577,9 @@ double coord_job_bubble(const coord_job_t *j)
         sum += t->pp_wait > 0 ? t->pp_wait / t->step_s : t->bubble;
         n++;
     }
-    return n ? sum / n : -1.0;
+    cache->bubble_stamp = ++cache->time_stamp; /* never 0: 0 is "none cached" */
+    cache->bubble_mean = n ? sum / n : -1.0;
+    return cache->bubble_mean;
 }
 
 double coord_job_bubble_theory(const coord_job_t *j)
@@ -599,6 +607,7 @@ static int load_placement(coord_t *c, coord_job_t *j, const char *text)
     for (const char *p = text; *p; p++)
         world += *p == ',';
     j->ranks = calloc(world, sizeof(*j->ranks));
+    j->time_stamp++;
     j->placement = strdup(text);
     if (!j->ranks || !j->placement)
         return -ENOMEM;

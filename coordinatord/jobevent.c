@@ -89,10 +89,11 @@ static void on_started(coord_job_t *j, uint32_t rank, const Chorus__RankEvent *e
 }
 
 /* The latest step's time breakdown: one rank's figures replace its previous ones. */
-static void store_step_time(coord_rank_t *r, const Chorus__RankEvent *ev)
+static void store_step_time(coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
 {
     if (!(ev->step_s > 0))
         return;
+    j->time_stamp++; /* the cached mean bubble is stale (coord_job_bubble) */
     r->time = (coord_step_time_t){.step_s = ev->step_s,
                                   .compute = ev->t_compute,
                                   .tp = ev->t_tp,
@@ -111,7 +112,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     r->step = ev->step;
     r->progress_ms = ch_now_ms();
     copy_metrics(j, r, rank, ev);
-    store_step_time(r, ev);
+    store_step_time(j, r, ev);
     coord_straggler_step(c, j, rank);
     coord_series_progress(c, j, rank, ev);
     if (ev->step > j->step)

@@ -40,20 +40,33 @@ uint64_t coord_launch_token(const coord_t *c, const char *job_id, uint64_t gen, 
     return t ? t : 1; /* 0 means "none" on the wire */
 }
 
-int coord_launch_ok(const coord_t *c, const char *job_id, uint64_t gen, const coord_node_t *node,
+int coord_launch_ok(const coord_t *c, const char *job_id, uint64_t gen, coord_node_t *node,
                     uint64_t token)
 {
     if (!c->cfg.launch_tokens)
         return 1;
     if (!node || token == 0)
         return 0;
+    if (!job_id)
+        job_id = "";
+    /* The token is a function of the key (fixed while we run), job, gen and node: one
+     * found right stays right. Only right ones are remembered. */
+    if (token == node->tok && gen == node->tok_gen && strcmp(job_id, node->tok_job) == 0)
+        return 1;
     /* not secret-dependent timing worth hiding: the compare is of a 64-bit tag per event,
      * and a wrong guess only gets the event dropped */
-    return coord_launch_token(c, job_id, gen, node->name) == token;
+    if (coord_launch_token(c, job_id, gen, node->name) != token)
+        return 0;
+    if (strlen(job_id) < sizeof node->tok_job) {
+        memcpy(node->tok_job, job_id, strlen(job_id) + 1);
+        node->tok_gen = gen;
+        node->tok = token;
+    }
+    return 1;
 }
 
 /* Keep the refs of n whose token is right; *kept malloc'd. */
-static int filter(const coord_t *c, const coord_node_t *node, Chorus__RankRef **refs, size_t n,
+static int filter(const coord_t *c, coord_node_t *node, Chorus__RankRef **refs, size_t n,
                   Chorus__RankRef ***kept, size_t *n_kept, size_t *refused)
 {
     *kept = malloc((n ? n : 1) * sizeof **kept);
@@ -69,7 +82,7 @@ static int filter(const coord_t *c, const coord_node_t *node, Chorus__RankRef **
     return 0;
 }
 
-int coord_launch_register(const coord_t *c, const coord_node_t *node, const Chorus__Register *reg,
+int coord_launch_register(const coord_t *c, coord_node_t *node, const Chorus__Register *reg,
                           Chorus__Register *out, size_t *refused)
 {
     *out = *reg;

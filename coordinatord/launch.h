@@ -25,13 +25,14 @@ typedef struct coord_node coord_node_t;
 int coord_launch_init(coord_t *c);
 /* The token of job's generation gen on node (never 0 while tokens are on). */
 uint64_t coord_launch_token(const coord_t *c, const char *job_id, uint64_t gen, const char *node);
-/* 1 when token is the one handed to node for (job, gen), or tokens are off. */
-int coord_launch_ok(const coord_t *c, const char *job_id, uint64_t gen, const coord_node_t *node,
+/* 1 when token is the one handed to node for (job, gen), or tokens are off. The last right
+ * one is remembered on node. */
+int coord_launch_ok(const coord_t *c, const char *job_id, uint64_t gen, coord_node_t *node,
                     uint64_t token);
 /* reg's running and finished ranks without those whose token is wrong, as a shallow copy
  * in *out whose two arrays are malloc'd (coord_launch_register_free). Refused ranks are
  * counted in *refused: to the coordinator they are missing from the node. */
-int coord_launch_register(const coord_t *c, const coord_node_t *node, const Chorus__Register *reg,
+int coord_launch_register(const coord_t *c, coord_node_t *node, const Chorus__Register *reg,
                           Chorus__Register *out, size_t *refused);
 void coord_launch_register_free(Chorus__Register *r);
 

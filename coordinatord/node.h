@@ -52,6 +52,10 @@ typedef struct coord_node {
     uint64_t dead_since_ms; /* monotonic; while dead */
     int drained;            /* chorusctl drain: no new ranks */
     char drain_reason[128];
+    /* The last launch token found right for this node (launch.c): its every message carries
+     * one, and recomputing the HMAC for each cost the coordinator more than applying it. */
+    char tok_job[32];
+    uint64_t tok_gen, tok;
 } coord_node_t;
 
 typedef struct coord_nodes {

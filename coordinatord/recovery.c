@@ -750,6 +750,9 @@ static void recovering_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
     }
 }
 
+/* The longest the step-timeout scan skips without a reason (coord_recovery_check). */
+#define HANG_SCAN_MAX_MS 5000
+
 void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
 {
     if (j->state == COORD_JOB_RECOVERING) {
@@ -759,7 +762,15 @@ void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
     if ((j->state != COORD_JOB_STARTING && j->state != COORD_JOB_RUNNING) || !j->ranks ||
         j->spec.fault.step_timeout_s <= 0)
         return;
+    if (now_ms < j->hang_scan_ms)
+        return;
     uint64_t limit = (uint64_t)j->spec.fault.step_timeout_s * 1000;
+    /* A scan of every rank four times a second cost the steady state more than any other
+     * single thing at 16,384 ranks (issue 26): scan again only once the earliest deadline
+     * can have passed. A step only moves a deadline later; a rank that joins the watch
+     * resets it (coord_rank_set_state); at most HANG_SCAN_MAX_MS apart whatever else moved
+     * (a node's progress interval). */
+    uint64_t next = now_ms + HANG_SCAN_MAX_MS;
     int64_t worst = -1;
     for (uint32_t r = 0; r < j->world; r++) {
         const coord_rank_t *rk = &j->ranks[r];
@@ -767,13 +778,18 @@ void coord_recovery_check(coord_t *c, coord_job_t *j, uint64_t now_ms)
             continue;
         /* plus what its node may hold a report back (NodeProgress, progress.h) */
         uint64_t held = rk->node && rk->node->progress_ms ? rk->node->progress_ms + 100 : 0;
-        if (now_ms < rk->progress_ms || now_ms - rk->progress_ms <= limit + held)
+        uint64_t due = rk->progress_ms + limit + held + 1;
+        if (now_ms < rk->progress_ms || now_ms < due) {
+            if (due < next)
+                next = due;
             continue;
+        }
         /* The culprit is the one furthest behind: the others wait for it. */
         if (worst < 0 || rk->step < j->ranks[worst].step ||
             (rk->step == j->ranks[worst].step && rk->progress_ms < j->ranks[worst].progress_ms))
             worst = r;
     }
+    j->hang_scan_ms = worst < 0 ? next : 0;
     if (worst < 0)
         return;
     const coord_rank_t *rk = &j->ranks[worst];

@@ -83,9 +83,47 @@ static void unauth_make_room(coord_t *c)
     }
 }
 
+/* Off srv's list of corked links (its sends were written, or it is gone). */
+static void cork_unlist(coord_server_t *s, coord_link_t *l)
+{
+    if (!l->corked)
+        return;
+    if (l->cprev)
+        l->cprev->cnext = l->cnext;
+    else if (s->corked == l)
+        s->corked = l->cnext;
+    if (l->cnext)
+        l->cnext->cprev = l->cprev;
+    l->cprev = l->cnext = NULL;
+    l->corked = 0;
+}
+
 int coord_link_send(coord_link_t *l, Chorus__Envelope *env)
 {
-    return l->conn ? ch_conn_send(l->conn, env) : -EPIPE;
+    if (!l->conn)
+        return -EPIPE;
+    /* A loop turn answers many requests of one node at once (a rendezvous key all its
+     * ranks wait for, their KvSets read together): one write for them, not one each. */
+    if (!l->corked && ch_conn_is_ready(l->conn)) {
+        coord_server_t *s = &l->c->srv;
+        ch_conn_cork(l->conn);
+        l->corked = 1;
+        l->cprev = NULL;
+        l->cnext = s->corked;
+        if (s->corked)
+            s->corked->cprev = l;
+        s->corked = l;
+    }
+    return ch_conn_send(l->conn, env);
+}
+
+void coord_server_flush(coord_t *c)
+{
+    while (c->srv.corked) {
+        coord_link_t *l = c->srv.corked;
+        cork_unlist(&c->srv, l);
+        (void)ch_conn_uncork(l->conn); /* a failed write closes the link */
+    }
 }
 
 void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, ...)
@@ -211,6 +249,7 @@ static void on_close(ch_conn_t *conn, int reason, void *ud)
     (void)conn;
     link_unlist(&c->srv, l);
     unauth_drop(&c->srv, l);
+    cork_unlist(&c->srv, l);
     coord_link_gone(c, l, reason);
     free(l);
 }

@@ -30,6 +30,10 @@ typedef struct coord_link {
     int unauth;
     struct coord_link *uprev, *unext;
     ch_ratelimit_t log_rl; /* lines this peer can cause: coord_link_log_ok */
+    /* In srv's list of links whose sends of this loop turn wait in one write while corked
+     * is set (coord_link_send, coord_server_flush). */
+    int corked;
+    struct coord_link *cprev, *cnext;
 } coord_link_t;
 
 /* Log lines a peer can cause at will (refused requests, rejected reports): at most
@@ -60,7 +64,8 @@ typedef struct coord_server {
     uv_pipe_t pipe;
     int tcp_open, pipe_open;
     coord_link_t *links;
-    char addr[80]; /* actual listen address, "HOST:PORT" */
+    coord_link_t *corked; /* links with sends waiting for coord_server_flush */
+    char addr[80];        /* actual listen address, "HOST:PORT" */
 } coord_server_t;
 
 /* Bind and listen on cfg.listen and cfg.ctl_socket; fills srv.addr. */
@@ -68,8 +73,11 @@ int coord_server_start(coord_t *c);
 /* Close the listeners and every link (their close callbacks run from the loop). */
 void coord_server_stop(coord_t *c);
 
-/* Send env on a link (request id as set by the caller). */
+/* Send env on a link (request id as set by the caller). What a link is sent in one loop
+ * turn leaves in one write, at coord_server_flush. */
 int coord_link_send(coord_link_t *l, Chorus__Envelope *env);
+/* Write what every link was sent this loop turn (before the loop sleeps: coord.c). */
+void coord_server_flush(coord_t *c);
 /* Reply Error{code, message} to request rid. */
 void coord_link_error(coord_link_t *l, uint64_t rid, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

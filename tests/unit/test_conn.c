@@ -35,6 +35,7 @@ typedef struct srv {
     ch_key_t key;
     int keyed;
     uint32_t hs_timeout_ms;
+    int cork; /* srv_msg corks its replies to a request into one write */
     int port;
     char sock_path[256];
     ch_conn_t *conns[MAX_CONNS];
@@ -96,6 +97,8 @@ static void srv_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
     pthread_mutex_lock(&s->mu);
     s->msgs++;
     pthread_mutex_unlock(&s->mu);
+    if (s->cork)
+        ch_conn_cork(c);
 
     Chorus__Envelope noise = CHORUS__ENVELOPE__INIT;
     Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
@@ -119,7 +122,9 @@ static void srv_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
     SRV_CHECK(s, ch_conn_send(c, &rep) == 0);
     /* KillRank: answer, then hang up at once; the queued replies must still go out. */
     if (env->body_case == CHORUS__ENVELOPE__BODY_KILL_RANK)
-        ch_conn_close(c);
+        ch_conn_close(c); /* corked or not */
+    else if (s->cork)
+        SRV_CHECK(s, ch_conn_uncork(c) == 0);
 }
 
 static void srv_closed(ch_conn_t *c, int reason, void *ud)
@@ -586,10 +591,10 @@ Test(conn, replayed_frame_closes_the_link)
     srv_stop(s);
 }
 
-Test(conn, close_right_after_send_flushes_the_reply)
+/* A KillRank, which srv_msg answers and then hangs up at once: the answer must arrive, then
+ * the link's end (the server's closes reach n). */
+static void call_then_hang_up(srv_t *s, ch_client_t *c, int n)
 {
-    srv_t *s = srv_start(1, 0);
-    ch_client_t *c = good_client(s);
     Chorus__Envelope req = CHORUS__ENVELOPE__INIT;
     Chorus__KillRank kr = CHORUS__KILL_RANK__INIT;
     kr.job_id = "j1";
@@ -599,8 +604,59 @@ Test(conn, close_right_after_send_flushes_the_reply)
     cr_assert_eq(ch_client_call(c, &req, WAIT_MS, &resp), 0);
     cr_assert_eq(resp->body_case, CHORUS__ENVELOPE__BODY_OK);
     ch_msg_free(resp);
-    cr_assert_eq(srv_wait_closes(s, 1), 0);
+    cr_assert_eq(srv_wait_closes(s, n), 0);
     cr_assert_eq(ch_client_recv(c, WAIT_MS, &resp), -EPIPE);
+}
+
+Test(conn, close_right_after_send_flushes_the_reply)
+{
+    srv_t *s = srv_start(1, 0);
+    ch_client_t *c = good_client(s);
+    call_then_hang_up(s, c, 1);
+    ch_client_destroy(c);
+    srv_stop(s);
+}
+
+/* A corked link's frames leave in one write: the heartbeat and the reply to one request
+ * arrive in the peer's first read, in order, and each passes its tag and sequence check. */
+Test(conn, corked_replies_leave_in_one_write)
+{
+    srv_t *s = srv_init(1, 0);
+    s->cork = 1;
+    srv_run(s);
+    int fd = raw_connect(s);
+    ch_session_t sess;
+    int ok = 0;
+    raw_handshake(fd, &s->key, &s->key, &sess, &ok);
+    cr_assert(ok);
+    Chorus__Envelope env;
+    Chorus__Heartbeat hb;
+    heartbeat_env(&env, &hb);
+    raw_send_env(fd, &sess, &env);
+    uint8_t buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    cr_assert_gt(n, 0);
+    ch_frame_reader_t rd;
+    ch_frame_reader_init(&rd, 0);
+    cr_assert_eq(ch_frame_reader_feed(&rd, buf, (size_t)n), 0);
+    int want[2] = {CHORUS__ENVELOPE__BODY_HEARTBEAT, CHORUS__ENVELOPE__BODY_OK};
+    for (int i = 0; i < 2; i++) {
+        const uint8_t *p, *tag;
+        size_t len;
+        cr_assert_eq(ch_frame_reader_next(&rd, &p, &len, &tag), 1, "frame %d not in the read", i);
+        Chorus__Envelope *in = NULL;
+        cr_assert_eq(ch_msg_decode(&sess, p, len, tag, &in), 0);
+        cr_assert_eq(in->body_case, want[i]);
+        ch_msg_free(in);
+    }
+    ch_frame_reader_fini(&rd);
+    close(fd);
+    srv_wait_closes(s, 1);
+
+    /* A call through ch_client, and a close right after corked sends writes them first. */
+    ch_client_t *c = good_client(s);
+    roundtrip(c);
+    call_then_hang_up(s, c, 2);
     ch_client_destroy(c);
     srv_stop(s);
 }
