@@ -221,13 +221,14 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     /* bytes of a working-copy parameter and of an activation: bf16's 2 in mixed precision */
     const double W = m->bf16 ? BF16 : F32;
     /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole):
-     * the blocks' gathered buffers and one block's unsharded gradient; the tensors outside
+     * the blocks' gathered buffers and two blocks' unsharded gradients (one written by a
+     * backward while the other's reduce-scatter runs); the tensors outside
      * blocks gathered (padded) and their unsharded gradients. In bf16 the gathered copies
      * are the working copy (2 bytes); without ZeRO-3 the working copy is a cast of the
      * rank's parameters. */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
     p->gathered_bytes = l.dp > 1 ? W * gathered * p->block_shard * l.dp +
-                                       F32 * p->block_shard * l.dp + (W + F32) * padded
+                                       2 * F32 * p->block_shard * l.dp + (W + F32) * padded
                                  : 0;
     p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 

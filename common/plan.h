@@ -25,7 +25,8 @@
  *   state       owned parameters × 4 floats: master weights, Adam m and v, gradients
  *   gathered    dp > 1 only (ZeRO-3), padded to dp shards: per-use 2 blocks (the one in
  *               use and the next, prefetched); per-step every block of the stage; either
- *               way plus one block's unsharded gradient waiting for its reduce-scatter;
+ *               way plus two blocks' unsharded gradients (one written by its backward
+ *               while the previous block's reduce-scatter reads the other);
  *               and the tensors outside blocks, gathered for the whole step, with their
  *               unsharded gradients (reduce-scattered once a step)
  *   activations what the engine allocates for micro-batches, per micro-batch in flight:

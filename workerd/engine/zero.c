@@ -35,7 +35,14 @@ struct eng_zero {
     int64_t *holds;
     uint8_t *valid;
     wrk_coll_req_t **req;
-    float *full_g;       /* padded: the block's unsharded gradient during its backward */
+    /* padded: a block's unsharded gradient during its backward, two used alternately (one
+     * with a group): block l's reduce-scatter reads fg[c] while the next block's backward
+     * writes fg[c ^ 1]; it is waited, and its shard added, when that backward ends */
+    float *fg[2];
+    uint32_t cur;           /* the buffer the next backward writes */
+    wrk_coll_req_t *rs_req; /* the reduce-scatter in flight; NULL: none (or waited) */
+    int64_t rs_block;       /* its block; -1: nothing pending */
+    uint32_t rs_buf;        /* its buffer */
     int bf16_reduce;     /* optim.grad_reduce = bf16: z->be is a bf16 wrapper's (backend_bf16.h) */
     eng_bf16_msg_t rs16; /* its packed reduce-scatters (host memory) */
     /* train.precision = bf16 (eng_zero_set_bf16_gather): the gathers move bf16, through per
@@ -165,36 +172,30 @@ static int use(eng_zero_t *z, uint32_t l, int dir)
     return rc;
 }
 
-/* full (dpn * S floats) reduce-scattered over the DP group into part; grad_reduce = bf16:
- * moved and summed as bf16 (coll_bf16.h), or on a backend that cannot cast, its inputs and
- * output rounded around an fp32 reduction. */
-static int dp_reduce_scatter(eng_zero_t *z, float *full, float *part, size_t S)
+/* full (dpn * S floats) reduce-scattered over the DP group into part, started: *req is
+ * what the caller waits (in stream order) before it reads part, NULL when it is there
+ * already; grad_reduce = bf16: moved and summed as bf16 (coll_bf16.h, there at return),
+ * or on a backend that cannot cast, its inputs rounded (and its output, at rs_finish). */
+static int rs_start(eng_zero_t *z, float *full, float *part, size_t S, wrk_coll_req_t **req)
 {
+    *req = NULL;
     if (z->bf16_reduce && eng_bf16_castable(z->be)) /* its buffer: eng_zero_set_bf16_reduce */
         return eng_bf16_reduce_scatter(z->dp, full, part, S, &z->rs16);
     if (z->bf16_reduce)
         eng_backend_bf16_round(z->be, full, (size_t)z->dpn * S);
-    wrk_coll_req_t *r = NULL; /* the axpy after it waits on the device, not the host */
-    int rc = wrk_coll_ordered(
-        wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, &r), &r);
-    if (rc == 0 && z->bf16_reduce)
-        eng_backend_bf16_round(z->be, part, S);
-    return rc;
+    return wrk_coll_reduce_scatter(z->dp, full, part, S, WRK_COLL_F32, WRK_COLL_SUM, req);
 }
 
-/* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
- * this rank's shard of it added to its reduced gradient g (S floats). */
-static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
+/* The reduce-scatter rs_start began (req, may be NULL) waited in stream order (the axpy
+ * after it waits on the device, not the host), and this rank's shard part of the sum (S
+ * floats) added to its reduced gradient g. */
+static int rs_finish(eng_zero_t *z, wrk_coll_req_t **req, float *part, size_t S, float *g)
 {
-    const float *part = full;
-    int rc = 0;
-    if (z->dp) {
-        /* in place: this rank's shard of the sum lands on its own range */
-        part = full + (size_t)z->d * S;
-        rc = dp_reduce_scatter(z, full, full + (size_t)z->d * S, S);
-    }
+    int rc = wrk_coll_ordered(0, req); /* frees it, *req = NULL */
     if (rc < 0)
         return rc;
+    if (z->dp && z->bf16_reduce && !eng_bf16_castable(z->be))
+        eng_backend_bf16_round(z->be, part, S);
     if (z->be->axpy) {
         z->be->axpy(z->be, g, part, S, 1.0f); /* g + 1 * part: the sum's bits */
     } else if (z->be->host_memory) {
@@ -206,10 +207,56 @@ static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
     return 0;
 }
 
+/* A unit's unsharded gradient full (dpn * S floats) summed over the DP group in place;
+ * this rank's shard of it added to its reduced gradient g (S floats). */
+static int reduce_into(eng_zero_t *z, float *full, size_t S, float *g)
+{
+    /* in place: this rank's shard of the sum lands on its own range */
+    float *part = z->dp ? full + (size_t)z->d * S : full;
+    wrk_coll_req_t *r = NULL;
+    int rc = z->dp ? rs_start(z, full, part, S, &r) : 0;
+    if (rc == 0)
+        return rs_finish(z, &r, part, S, g);
+    wrk_coll_req_free(r);
+    return rc;
+}
+
+/* The block's reduce-scatter still pending, if any: waited and its shard added. The adds
+ * into the reduced gradients keep the order of the blocks' backwards (at most one
+ * pending, finished before the next starts waiting), so a block's micro-batches add in
+ * the same order as when each was reduced at once: the same bits. */
+static int rs_drain(eng_zero_t *z)
+{
+    if (z->rs_block < 0)
+        return 0;
+    size_t at = (size_t)eng_part_pos(&z->part, (uint32_t)z->rs_block) * z->S;
+    int rc =
+        rs_finish(z, &z->rs_req, z->fg[z->rs_buf] + (size_t)z->d * z->S, z->S, z->g + z->rest + at);
+    z->rs_block = -1; /* rs_finish freed the request */
+    return rc;
+}
+
+/* After block l's backward: its reduce-scatter started, not waited (the next block's
+ * backward writes the other buffer meanwhile), and the previous block's finished. A group
+ * of one adds at once. */
 static int scatter(eng_zero_t *z, uint32_t l)
 {
-    return reduce_into(z, z->full_g, z->S,
-                       z->g + z->rest + (size_t)eng_part_pos(&z->part, l) * z->S);
+    uint32_t c = z->cur;
+    float *g = z->g + z->rest + (size_t)eng_part_pos(&z->part, l) * z->S;
+    if (!z->dp)
+        return reduce_into(z, z->fg[c], z->S, g);
+    wrk_coll_req_t *r = NULL;
+    int rc = rs_start(z, z->fg[c], z->fg[c] + (size_t)z->d * z->S, z->S, &r);
+    int prev = rs_drain(z); /* the older first: the adds' order */
+    if (rc < 0) {
+        wrk_coll_req_free(r);
+        return rc;
+    }
+    z->rs_req = r;
+    z->rs_block = l;
+    z->rs_buf = c;
+    z->cur = c ^ 1u;
+    return prev;
 }
 
 static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
@@ -227,10 +274,10 @@ static int hook(void *ctx, uint32_t l, eng_block_event_t ev)
          * gradient: one block's unsharded gradient at a time either way */
         if (ev != ENG_BLOCK_BACKWARD_WEIGHT)
             rc = use(z, l, -1);
+        if (rc == 0 && ev != ENG_BLOCK_BACKWARD_INPUT) /* its reduce-scatter was waited */
+            rc = z->be->memset(z->be, z->fg[z->cur], 0, z->padded * sizeof(float));
         if (rc == 0 && ev != ENG_BLOCK_BACKWARD_INPUT)
-            rc = z->be->memset(z->be, z->full_g, 0, z->padded * sizeof(float));
-        if (rc == 0 && ev != ENG_BLOCK_BACKWARD_INPUT)
-            rc = eng_model_set_block_grads(z->m, l, z->full_g);
+            rc = eng_model_set_block_grads(z->m, l, z->fg[z->cur]);
         break;
     case ENG_BLOCK_BACKWARD_DONE:
         rc = scatter(z, l);
@@ -325,7 +372,11 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_GRADS, shards, &z->g), rc, fail);
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->am), rc, fail);
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->av), rc, fail);
-    CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->full_g), rc, fail);
+    z->rs_block = -1;
+    for (uint32_t k = 0; k < (dp ? 2u : 1u); k++)
+        CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->fg[k]), rc, fail);
+    if (!dp)
+        z->fg[1] = z->fg[0]; /* a group of one reduces at once: one buffer */
     for (uint32_t s = 0; s < z->nbuf; s++) {
         CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->buf[s]), rc, fail);
         z->holds[s] = -1;
@@ -356,6 +407,7 @@ void eng_zero_destroy(eng_zero_t *z)
         return;
     if (z->req)
         drain_all(z);
+    rs_drain(z);
     eng_model_set_block_hook(z->m, NULL, NULL);
     for (uint32_t i = 0; i < z->nb; i++) {
         eng_model_set_block_params(z->m, eng_part_block(&z->part, i), NULL);
@@ -372,7 +424,9 @@ void eng_zero_destroy(eng_zero_t *z)
     zfree(z, z->g);
     zfree(z, z->am);
     zfree(z, z->av);
-    zfree(z, z->full_g);
+    zfree(z, z->fg[0]);
+    if (z->fg[1] != z->fg[0])
+        zfree(z, z->fg[1]);
     free(z->buf);
     free(z->holds);
     free(z->valid);
@@ -386,6 +440,7 @@ void eng_zero_destroy(eng_zero_t *z)
 void eng_zero_begin_step(eng_zero_t *z)
 {
     drain_all(z);
+    rs_drain(z); /* an evaluation's last block (its gradient zero) */
     for (uint32_t s = 0; s < z->nbuf; s++) {
         z->holds[s] = -1;
         z->valid[s] = 0;
@@ -397,6 +452,7 @@ void eng_zero_begin_step(eng_zero_t *z)
 void eng_zero_end_step(eng_zero_t *z)
 {
     drain_all(z);
+    rs_drain(z);
 }
 
 /* One tensor outside blocks gathered in bf16 (shard_len elements a member) into full. */
@@ -438,6 +494,7 @@ int eng_zero_gather_rest(eng_zero_t *z)
 void eng_zero_drop_grads(eng_zero_t *z)
 {
     drain_all(z);
+    rs_drain(z); /* its add lands before the zeroing */
     z->be->memset(z->be, z->g, 0, (z->rest + (size_t)z->nb * z->S) * sizeof(float));
 }
 
@@ -445,7 +502,7 @@ int eng_zero_reduce_rest(eng_zero_t *z)
 {
     float *grads = eng_model_grads(z->m);
     const eng_tensor_t *t;
-    int rc = 0;
+    int rc = rs_drain(z); /* the pass's last block: every block's reduced gradient is whole */
     FOR_EACH_REST(z, t)
     {
         if (rc == 0)
@@ -466,7 +523,8 @@ void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered)
     *state = 4 * (z->rest + (size_t)z->nb * z->S) * sizeof(float);
     /* the blocks' buffers, and the model's slab: the tensors outside blocks gathered, and
      * their unsharded gradients */
-    *gathered = (((size_t)z->nbuf + 1) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
+    size_t fgs = z->fg[1] != z->fg[0] ? 2 : 1;
+    *gathered = (((size_t)z->nbuf + fgs) * z->padded + 2 * eng_model_nparams(z->m)) * sizeof(float);
     if (z->pk) /* the bf16 gathers' packed buffers */
         *gathered += ((size_t)z->nbuf * z->padded + z->pk_rest_len) * sizeof(kn_bf16_t);
 }

@@ -12,10 +12,15 @@
  *                                   into a gathered buffer (unless still there), and the
  *                                   next block of the pass is prefetched (non-blocking
  *                                   all-gather) while this one computes;
- *   backward of block l             its gradient accumulates into one unsharded buffer,
- *                                   zeroed first;
- *   after the backward of block l   that buffer is reduce-scattered (sum) over the DP group
- *                                   and each rank adds its shard to its reduced gradient.
+ *   backward of block l             its gradient accumulates into an unsharded buffer,
+ *                                   zeroed first (two, used alternately, with a group);
+ *   after the backward of block l   that buffer's reduce-scatter (sum) over the DP group is
+ *                                   started, not waited: it runs while the next block's
+ *                                   backward writes the other buffer, and is waited (in
+ *                                   stream order) and this rank's shard added to its reduced
+ *                                   gradient after that backward (or before the reduced
+ *                                   gradients are read: reduce_rest, end_step, drop_grads).
+ *                                   The adds keep the backwards' order: the same bits.
  * The tensors outside blocks (wte, wpe, ln_f) are sharded the same way, each tensor a unit
  * of its own (so the last stage's tied copy of wte is sharded exactly as stage 0's, and
  * the two stay the same bits): gathered into the model's slab once per step, after the
@@ -82,8 +87,9 @@ eng_store_t eng_zero_store(const eng_zero_t *z);
 void eng_zero_drop_grads(eng_zero_t *z);
 
 /* Bytes this rank holds for ZeRO-3: state = owned parameters, gradients, m and v; gathered
- * = the blocks' gathered buffers and their unsharded gradient buffer (reduce-scattered in
- * place), and the model's slab: the tensors outside blocks gathered, with their gradients. */
+ * = the blocks' gathered buffers and their unsharded gradient buffers (reduce-scattered in
+ * place; two with a group, one without), and the model's slab: the tensors outside blocks gathered,
+ * with their gradients. */
 void eng_zero_bytes(const eng_zero_t *z, size_t *state, size_t *gathered);
 /* optim.grad_reduce = bf16 (on): the gradient reduce-scatters emulate a bf16 reduction, their
  * inputs and output rounded to bf16 (the model's backend must be a bf16 wrapper's,
