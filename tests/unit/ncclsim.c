@@ -56,6 +56,7 @@ typedef struct launch {
     sim_op_t ops[2];
     int nops;
     int queued; /* still in its stream */
+    int open;   /* a reduce-scatter its waiter has not yet seen done (ncclsim_open_scatters) */
 } launch_t;
 
 struct sgroup {
@@ -78,6 +79,7 @@ struct ncclsim {
                         * GONE once its context is destroyed (it will never move again) */
     uint64_t stuck_ms; /* when every rank was first seen stuck at this count (0: not) */
     int failed;        /* 0, or what every operation fails with */
+    uint32_t *open;    /* per rank: reduce-scatters started and not yet seen done */
 };
 
 typedef struct simctx {
@@ -89,7 +91,9 @@ int ncclsim_create(uint32_t world, ncclsim_t **out)
 {
     *out = NULL;
     ncclsim_t *s = calloc(1, sizeof *s);
-    if (!s || !(s->stuck = calloc(world, sizeof *s->stuck))) {
+    if (!s || !(s->stuck = calloc(world, sizeof *s->stuck)) ||
+        !(s->open = calloc(world, sizeof *s->open))) {
+        free(s ? s->stuck : NULL);
         free(s);
         return -ENOMEM;
     }
@@ -105,7 +109,24 @@ void ncclsim_destroy(ncclsim_t *s)
         return;
     pthread_mutex_destroy(&s->mu);
     free(s->stuck);
+    free(s->open);
     free(s);
+}
+
+uint32_t ncclsim_open_scatters(ncclsim_t *s, uint32_t rank)
+{
+    pthread_mutex_lock(&s->mu);
+    uint32_t n = s->open[rank];
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* l's reduce-scatter seen done by its waiter, or dropped (callers hold mu) */
+static void close_open(ncclsim_t *s, uint32_t rank, launch_t *l)
+{
+    if (l->open)
+        s->open[rank]--;
+    l->open = 0;
 }
 
 int ncclsim_deadlocked(ncclsim_t *s)
@@ -318,6 +339,8 @@ static int sim_start(wrk_coll_req_t *r)
         tail = &(*tail)->next;
     *tail = l;
     l->queued = 1;
+    l->open = r->a.kind == WRK_COLL_OP_REDUCE_SCATTER;
+    s->open[((simctx_t *)r->g->c->be)->rank] += (uint32_t)l->open;
     s->stuck[((simctx_t *)r->g->c->be)->rank] = 0;
     pthread_mutex_unlock(&s->mu);
     r->be = l;
@@ -503,8 +526,10 @@ static int sim_test(wrk_coll_req_t *r)
     launch_t *l = r->be;
     pthread_mutex_lock(&s->mu);
     int rc = s->failed ? s->failed : l->queued ? 1 : 0;
-    if (rc == 0)
+    if (rc == 0) {
         s->stuck[x->rank] = 0;
+        close_open(s, x->rank, l);
+    }
     for (int i = 0; rc == 0 && i < l->nops; i++)
         release(&l->ops[i], 1);
     pthread_mutex_unlock(&s->mu);
@@ -522,11 +547,13 @@ static int sim_wait_stream(wrk_coll_req_t *r)
 
 static void sim_req_fini(wrk_coll_req_t *r)
 {
-    ncclsim_t *s = ((simctx_t *)r->g->c->be)->s;
+    simctx_t *x = r->g->c->be;
+    ncclsim_t *s = x->s;
     launch_t *l = r->be;
     if (!l)
         return;
     pthread_mutex_lock(&s->mu);
+    close_open(s, x->rank, l);
     if (l->queued) {
         launch_t **p = &l->g->head[l->member];
         while (*p != l)

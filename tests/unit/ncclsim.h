@@ -38,6 +38,9 @@ int ncclsim_create(uint32_t world, ncclsim_t **out);
 void ncclsim_destroy(ncclsim_t *s);
 /* Point cfg (from wrk_coll_config_defaults, rank and world filled in) at s. */
 void ncclsim_config(ncclsim_t *s, wrk_coll_config_t *cfg);
+/* The reduce-scatters world rank `rank` has started and not yet waited (no test of their
+ * request has seen them done): in flight, as far as that rank knows. */
+uint32_t ncclsim_open_scatters(ncclsim_t *s, uint32_t rank);
 /* 1 when the fake declared a deadlock. */
 int ncclsim_deadlocked(ncclsim_t *s);
 

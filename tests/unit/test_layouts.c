@@ -71,6 +71,9 @@ typedef struct rank_run {
     ncclsim_t *sim;      /* collectives on NCCL's stream rules (ncclsim.h); NULL: UCX */
     int staged;          /* UCX collectives host-staged through the device's copies */
     uint64_t tp_kernels; /* calls of devsim's vocab-parallel entries */
+    /* on ncclsim: devsim's matmul backward kernels, and those that ran while a reduce-scatter
+     * of this rank was still in flight (started, not waited): ZeRO-3's overlap */
+    uint64_t bwd_kernels, bwd_overlapped;
     /* devsim's allocations when the trainer was made and when the run ended; the ledger's
      * bytes then, and its high-water mark over the run: a device rank allocates nothing
      * after its first step starts (the CUDA rule) when these pairs are equal */
@@ -111,6 +114,22 @@ static int coll_create(const rank_run_t *d, uint32_t world, const eng_backend_t 
     return wrk_coll_create(&cfg, c);
 }
 
+/* The rank whose thread calls a kernel (ranks are threads), for overlap_matmul_bwd. */
+static _Thread_local rank_run_t *tl_run;
+static _Thread_local void (*plain_matmul_bwd)(const eng_backend_t *, float *, float *, float *,
+                                              const float *, const float *, const float *, int, int,
+                                              int);
+
+/* devsim's matmul backward, counting the calls made while a reduce-scatter is in flight */
+static void overlap_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight, int N,
+                               int C, int OC)
+{
+    tl_run->bwd_kernels++;
+    tl_run->bwd_overlapped += ncclsim_open_scatters(tl_run->sim, tl_run->rank) > 0;
+    plain_matmul_bwd(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 static void *rank_main(void *arg)
 {
     rank_run_t *d = arg;
@@ -123,6 +142,11 @@ static void *rank_main(void *arg)
         d->rc = devsim_create(d->device == DEV_POISON, &dev);
     if (d->rc == 0 && d->device == DEV_NOCAST)
         dev->bf16_cast = NULL;
+    if (d->rc == 0 && dev != NULL && d->sim) {
+        tl_run = d;
+        plain_matmul_bwd = dev->matmul_bwd; /* devsim's, the same for every rank */
+        dev->matmul_bwd = overlap_matmul_bwd;
+    }
     if (d->rc == 0 && world > 1) {
         d->rc = coll_create(d, world, dev, &c);
         if (d->rc == 0)
@@ -767,6 +791,26 @@ static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name
            name, (unsigned long long)r[0].stream_waits, STEPS);
 }
 
+/* ZeRO-3 (dp > 1): a block's gradient reduce-scatter is started when its backward ends and
+ * waited only when the next block's backward has ended, so on every rank backward kernels run
+ * while one is in flight (at most one a rank: two unsharded-gradient buffers); without
+ * ZeRO-3 none does (the DP-less layouts reduce-scatter nothing). */
+static void expect_scatter_overlap(const rank_run_t *r, uint32_t n, uint32_t dp, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        cr_expect_gt(r[i].bwd_kernels, 0, "%s rank %u: no backward kernel seen", name, i);
+        if (dp > 1)
+            cr_expect_gt(r[i].bwd_overlapped, 0,
+                         "%s rank %u: no backward kernel ran beside a reduce-scatter", name, i);
+        else
+            cr_expect_eq(r[i].bwd_overlapped, 0, "%s rank %u: a reduce-scatter without dp", name,
+                         i);
+    }
+    printf("layouts: %s: %llu of rank 0's %llu backward matmuls ran while its reduce-scatter "
+           "was in flight\n",
+           name, (unsigned long long)r[0].bwd_overlapped, (unsigned long long)r[0].bwd_kernels);
+}
+
 /* Each layout of cases under sched, on UCX and on NCCL's stream rules (ncclsim): no
  * deadlock, the same losses, one host sync a step and no host wait on a collective.
  * Interleaved: 2 chunks a stage (LAYERS blocks a chunk, m a multiple of pp). */
@@ -795,6 +839,7 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", name);
         ncclsim_destroy(sim);
         expect_async_steps(b, ch_layout_world(ch_jobspec_layout(&j)), name);
+        expect_scatter_overlap(b, ch_layout_world(ch_jobspec_layout(&j)), cases[k][2], name);
         expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
