@@ -344,6 +344,7 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     if (!z)
         return -ENOMEM;
     z->m = m;
+    z->rs_block = -1; /* no reduce-scatter pending (eng_zero_destroy reads it) */
     z->be = be;
     z->dp = dp;
     z->coll = dp ? wrk_coll_group_context(dp) : NULL;
@@ -372,7 +373,6 @@ int eng_zero_create(eng_model_t *m, wrk_coll_group_t *dp, ch_reshard_t policy, e
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_GRADS, shards, &z->g), rc, fail);
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->am), rc, fail);
     CH_CHECK_GOTO(zalloc(z, ENG_MEM_OPTIM, shards, &z->av), rc, fail);
-    z->rs_block = -1;
     for (uint32_t k = 0; k < (dp ? 2u : 1u); k++)
         CH_CHECK_GOTO(zalloc(z, ENG_MEM_GATHERED, z->padded, &z->fg[k]), rc, fail);
     if (!dp)
