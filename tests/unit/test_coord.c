@@ -1284,6 +1284,28 @@ Test(coord, register_refuses_bad_names_and_huge_lists)
     coord_down();
 }
 
+/* The coordinator stops and starts again on its state; n1 (ws[0]) comes back holding
+ * ranks 0 and 1 of job's generation 1, n2 (ws[1]) empty; past the re-adoption grace.
+ * Returns a new control client (ctl is closed). */
+static ch_client_t *restart_n1_keeps_ranks(ch_client_t *ctl, worker_t **ws, const char *job)
+{
+    ch_client_destroy(ctl);
+    wk_close(ws[0]);
+    wk_close(ws[1]);
+    coord_down();
+    coord_up();
+    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
+    Chorus__RankRef *refs[2] = {&r0, &r1};
+    r0.job_id = r1.job_id = (char *)job;
+    r0.generation = r1.generation = 1;
+    r1.rank = 1;
+    wk_connect(ws[0], "n1", 2, "", refs, 2);
+    wk_connect(ws[1], "n2", 2, "", NULL, 0);
+    ctl = ctl_open();
+    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    return ctl;
+}
+
 Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
 {
     worker_t a, b, *ws[2] = {&a, &b};
@@ -1313,22 +1335,8 @@ Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
     ch_msg_free(e);
     e = wait_state(ctl, ws, 2, jb, "running", 2000);
     ch_msg_free(e);
-    ch_client_destroy(ctl);
-    wk_close(&a);
-    wk_close(&b);
-    coord_down();
-
     /* New coordinator on the same state: n1 re-reports its ranks, n2 comes back empty. */
-    coord_up();
-    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
-    Chorus__RankRef *refs[2] = {&r0, &r1};
-    r0.job_id = r1.job_id = ja;
-    r0.generation = r1.generation = 1;
-    r1.rank = 1;
-    wk_connect(&a, "n1", 2, "", refs, 2);
-    wk_connect(&b, "n2", 2, "", NULL, 0);
-    ctl = ctl_open();
-    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    ctl = restart_n1_keeps_ranks(ctl, ws, ja);
     e = ctl_job(ctl, ja);
     cr_assert_str_eq(e->job_info->state, "running", "%s", e->job_info->reason);
     cr_assert_str_eq(e->job_info->ranks[0]->state, "running");
@@ -1666,22 +1674,8 @@ Test(coord, rank_figures_follow_generations_and_a_reload)
     cr_assert(isnan(v), "the 65th name is dropped");
     cr_assert_eq(figures_of(ctl, id, 1, "m7", &v), 1);
     cr_assert_float_eq(v, 7.25, 1e-9);
-    ch_client_destroy(ctl);
-    wk_close(&a);
-    wk_close(&b);
-    coord_down();
-
     /* Reloaded from the store, n1 re-reporting both ranks: no figures until they report. */
-    coord_up();
-    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
-    Chorus__RankRef *refs[2] = {&r0, &r1};
-    r0.job_id = r1.job_id = id;
-    r0.generation = r1.generation = 1;
-    r1.rank = 1;
-    wk_connect(&a, "n1", 2, "", refs, 2);
-    wk_connect(&b, "n2", 2, "", NULL, 0);
-    ctl = ctl_open();
-    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    ctl = restart_n1_keeps_ranks(ctl, ws, id);
     e = ctl_job(ctl, id);
     cr_assert_str_eq(e->job_info->state, "running", "%s", e->job_info->reason);
     ch_msg_free(e);
