@@ -2491,7 +2491,9 @@ Test(coord, progress_is_not_journaled_per_message)
     ch_client_t *ctl = ctl_open();
     start_on(ctl, ws, "p", id, ranks);
     send_report(&a, id, ranks[0][0], 1); /* the first progress is stored */
-    cr_assert(wait_state(ctl, ws, 2, id, "running", 2000) != NULL);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    cr_assert(e != NULL);
+    ch_msg_free(e);
     pump(ws, 2, 100);
     coord_store_stats_t s0, s1;
     coord_store_stats(H.c.store, &s0);
