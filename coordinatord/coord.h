@@ -72,6 +72,12 @@ struct coord {
      * then has been read. Liveness counts silence up to here, not up to now, so a loop
      * that stalled does not declare dead the nodes whose heartbeats wait unread. */
     uint64_t polled_ms;
+    /* Workers' messages read in this loop turn (server.c's on_msg): a turn that read only
+     * a few naps before it polls again, so that the next poll reads many (coord.c); none
+     * before nap_after_ms (monotonic), which a connection or a control message pushes on,
+     * so that a question and its handshake wait for no nap. */
+    uint32_t turn_msgs;
+    uint64_t nap_after_ms;
 
     uint64_t heartbeats_total, recoveries_total;
     uint64_t restarts_by_cause[COORD_CAUSE_NCAUSES];
@@ -90,6 +96,9 @@ void coord_fini(coord_t *c);
 
 /* Something changed: run the scheduler before the loop sleeps again. */
 void coord_changed(coord_t *c);
+/* A control client or a new connection is being served: the loop polls without napping
+ * for a while (coord.c's coalescing of workers' messages). */
+void coord_no_nap(coord_t *c);
 /* Re-arm the rendezvous timeout timer after a KvGet. */
 void coord_kv_rearm(coord_t *c);
 /* Log-and-store helper for events ("state alive->dead"); job/node may be NULL. */

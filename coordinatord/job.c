@@ -277,7 +277,7 @@ static void job_free(coord_job_t *j)
         return;
     coord_straggler_free(j);
     free(j->history);
-    free(j->ranks);
+    coord_ranks_free(j->ranks, j->world);
     free(j->by_node);
     free(j->placement);
     free(j->ini);
@@ -359,7 +359,7 @@ int coord_job_relayout(coord_t *c, coord_job_t *j, const ch_jobspec_t *spec)
     free(j->ini);
     j->ini = ini;
     j->spec = *spec;
-    free(j->ranks); /* the old generation's, every one gone */
+    coord_ranks_free(j->ranks, j->world); /* the old generation's, every one gone */
     j->ranks = NULL;
     j->time_stamp++;
     free(j->by_node);
@@ -528,7 +528,7 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
         return rc;
     }
     free(saved.placement);
-    free(saved.ranks);
+    coord_ranks_free(saved.ranks, saved.world);
     j->ranks = ranks;
     j->time_stamp++;
     j->by_node = NULL;
@@ -551,6 +551,13 @@ int coord_job_start(coord_t *c, coord_job_t *j, const coord_place_rank_t *pl,
 
 // ---------------------------------------------------------------------------------------
 // Figures
+
+void coord_ranks_free(coord_rank_t *ranks, uint32_t world)
+{
+    for (uint32_t r = 0; ranks && r < world; r++)
+        free(ranks[r].metrics);
+    free(ranks);
+}
 
 double coord_job_rank_metric(const coord_job_t *j, uint32_t rank, const char *name)
 {
@@ -608,10 +615,12 @@ static int load_placement(coord_t *c, coord_job_t *j, const char *text)
         world += *p == ',';
     j->ranks = calloc(world, sizeof(*j->ranks));
     j->time_stamp++;
-    j->placement = strdup(text);
-    if (!j->ranks || !j->placement)
+    if (!j->ranks)
         return -ENOMEM;
-    j->world = world;
+    j->world = world; /* at once: the job's end frees world ranks (coord_ranks_free) */
+    j->placement = strdup(text);
+    if (!j->placement)
+        return -ENOMEM;
     const char *p = text;
     for (uint32_t r = 0; r < world; r++) {
         char name[64];

@@ -56,7 +56,8 @@ typedef enum {
 } coord_rank_state_t;
 
 /* Named figures kept per rank: a diag job of a 3-D layout reports gflops and algbw/busbw
- * of 4 collectives in 4 groups (34). */
+ * of 4 collectives in 4 groups (34). A rank's slots are allocated when it first reports a
+ * figure and grow as it names more (a training rank reports one, step_ms). */
 #define COORD_RANK_METRICS 64
 
 typedef struct coord_metric {
@@ -138,7 +139,12 @@ typedef struct coord_rank {
     int64_t ckpt_step;
     uint64_t seen;        /* stamp of the last Register that reported it */
     uint64_t progress_ms; /* monotonic: StartRanks, re-adoption or its last step */
-    size_t n_metrics;
+    /* Its figures (RankEvent.metrics, the last value of each name): n_metrics of cap_metrics
+     * allocated slots, NULL until it reports one; owned by the rank array and freed with it
+     * (coord_ranks_free). Out of line: 64 slots inline made a rank 3.7 KB, and a step at
+     * 16,384 ranks paid a cache and TLB miss per rank for them. */
+    coord_metric_t *metrics;
+    uint32_t n_metrics, cap_metrics;
     coord_rank_place_t place;
     coord_step_time_t time;
     /* It failed before its first step with a cause no restart changes (ch_err_lasting's
@@ -148,11 +154,12 @@ typedef struct coord_rank {
      * emb: bit k of entered_known when reported). */
     uint64_t entered[4];
     uint8_t entered_known;
-    /* Last: what each step touches (the fields above and the first metrics) lies in a few
-     * adjacent cache lines, not at both ends of 3.7 KB (a rank's progress cost two
-     * cache and TLB misses more at 16,384 ranks). */
-    coord_metric_t metrics[COORD_RANK_METRICS];
 } coord_rank_t;
+
+/* Free a rank array of world entries and every rank's figures; NULL is a no-op. Every
+ * path that drops a job's ranks (a new generation, relayout, reload, the job's end) goes
+ * through here. */
+void coord_ranks_free(coord_rank_t *ranks, uint32_t world);
 
 /* One entry of a job's rank index by node (coord_job_t.by_node). */
 typedef struct coord_rank_ref {

@@ -43,6 +43,20 @@ static void mark_started(coord_t *c, coord_job_t *j, uint32_t rank)
         coord_recovery_phase(c, j, COORD_PHASE_STARTED);
 }
 
+/* Room for one more figure: slots double from 2 up to COORD_RANK_METRICS. */
+static int metrics_grow(coord_rank_t *r)
+{
+    uint32_t cap = r->cap_metrics ? 2 * r->cap_metrics : 2;
+    if (cap > COORD_RANK_METRICS)
+        cap = COORD_RANK_METRICS;
+    coord_metric_t *m = realloc(r->metrics, cap * sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    r->metrics = m;
+    r->cap_metrics = cap;
+    return 0;
+}
+
 static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
                          const Chorus__RankEvent *ev)
 {
@@ -57,6 +71,11 @@ static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
             if (k == COORD_RANK_METRICS) {
                 CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u metric %s dropped: a rank keeps %d",
                         j->id, j->generation, rank, m->name, COORD_RANK_METRICS);
+                continue;
+            }
+            if (k == r->cap_metrics && metrics_grow(r) < 0) {
+                CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u metric %s dropped: out of memory",
+                        j->id, j->generation, rank, m->name);
                 continue;
             }
             snprintf(r->metrics[k].name, sizeof(r->metrics[k].name), "%s", m->name);

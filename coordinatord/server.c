@@ -182,6 +182,7 @@ static void on_ready(ch_conn_t *conn, void *ud)
     coord_link_t *l = ud;
     coord_t *c = l->c;
     l->conn = conn;
+    coord_no_nap(c);
     unauth_drop(&c->srv, l);
     if (l->is_unix) {
         pid_t pid = 0;
@@ -224,6 +225,10 @@ static void on_msg(ch_conn_t *conn, Chorus__Envelope *env, void *ud)
 {
     coord_link_t *l = ud;
     (void)conn;
+    if (l->role == COORD_ROLE_WORKER)
+        l->c->turn_msgs++;
+    else
+        coord_no_nap(l->c);
     if (l->role && !l->closing && !l->c->stopping)
         coord_rpc_dispatch(l->c, l, env);
 }
@@ -258,6 +263,7 @@ static void on_connection(uv_stream_t *server, int status)
 {
     coord_t *c = server->data;
     int is_unix = server == (uv_stream_t *)&c->srv.pipe;
+    coord_no_nap(c);
     if (status < 0) {
         CH_LOGW("net", "accept: %s", ch_strerror(ch_err_from_uv(status)));
         return;

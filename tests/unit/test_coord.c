@@ -2,6 +2,7 @@
  * (blocking clients on TCP with the cluster key) and chorusctl (the Unix control socket)
  * drive it through the real protocol. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -1283,6 +1284,28 @@ Test(coord, register_refuses_bad_names_and_huge_lists)
     coord_down();
 }
 
+/* The coordinator stops and starts again on its state; n1 (ws[0]) comes back holding
+ * ranks 0 and 1 of job's generation 1, n2 (ws[1]) empty; past the re-adoption grace.
+ * Returns a new control client (ctl is closed). */
+static ch_client_t *restart_n1_keeps_ranks(ch_client_t *ctl, worker_t **ws, const char *job)
+{
+    ch_client_destroy(ctl);
+    wk_close(ws[0]);
+    wk_close(ws[1]);
+    coord_down();
+    coord_up();
+    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
+    Chorus__RankRef *refs[2] = {&r0, &r1};
+    r0.job_id = r1.job_id = (char *)job;
+    r0.generation = r1.generation = 1;
+    r1.rank = 1;
+    wk_connect(ws[0], "n1", 2, "", refs, 2);
+    wk_connect(ws[1], "n2", 2, "", NULL, 0);
+    ctl = ctl_open();
+    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    return ctl;
+}
+
 Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
 {
     worker_t a, b, *ws[2] = {&a, &b};
@@ -1312,22 +1335,8 @@ Test(coord, restart_readopts_reported_ranks_and_fails_lost_ones)
     ch_msg_free(e);
     e = wait_state(ctl, ws, 2, jb, "running", 2000);
     ch_msg_free(e);
-    ch_client_destroy(ctl);
-    wk_close(&a);
-    wk_close(&b);
-    coord_down();
-
     /* New coordinator on the same state: n1 re-reports its ranks, n2 comes back empty. */
-    coord_up();
-    Chorus__RankRef r0 = CHORUS__RANK_REF__INIT, r1 = CHORUS__RANK_REF__INIT;
-    Chorus__RankRef *refs[2] = {&r0, &r1};
-    r0.job_id = r1.job_id = ja;
-    r0.generation = r1.generation = 1;
-    r1.rank = 1;
-    wk_connect(&a, "n1", 2, "", refs, 2);
-    wk_connect(&b, "n2", 2, "", NULL, 0);
-    ctl = ctl_open();
-    pump(ws, 2, (int)H.cfg.grace_ms + 200);
+    ctl = restart_n1_keeps_ranks(ctl, ws, ja);
     e = ctl_job(ctl, ja);
     cr_assert_str_eq(e->job_info->state, "running", "%s", e->job_info->reason);
     cr_assert_str_eq(e->job_info->ranks[0]->state, "running");
@@ -1579,6 +1588,136 @@ Test(coord, jobs_belong_to_their_submitter)
     cr_assert_eq(ctl_cancel(ctl, ja), 0);
     ch_client_destroy(ctl);
     wk_close(&a);
+    coord_down();
+}
+
+/* Rank r of job (generation gen) reports n figures "m<first>".."m<first+n-1>", m<i> = i + add. */
+static void wk_figures(worker_t *w, const char *job, uint64_t gen, uint32_t rank, size_t first,
+                       size_t n, double add)
+{
+    static char names[80][8];
+    Chorus__Metric m[80], *mp[80];
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    cr_assert(n <= 80);
+    for (size_t i = 0; i < n; i++) {
+        chorus__metric__init(&m[i]);
+        snprintf(names[i], sizeof(names[i]), "m%zu", first + i);
+        m[i].name = names[i];
+        m[i].value = (double)(first + i) + add;
+        mp[i] = &m[i];
+    }
+    ev.job_id = (char *)job;
+    ev.generation = gen;
+    ev.rank = rank;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = 1;
+    ev.n_metrics = n;
+    ev.metrics = mp;
+    env.body_case = CHORUS__ENVELOPE__BODY_RANK_EVENT;
+    env.rank_event = &ev;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+/* Rank r's figures in status: their count, and each named one's value (NaN: absent). */
+static size_t figures_of(ch_client_t *ctl, const char *job, uint32_t r, const char *name,
+                         double *value)
+{
+    Chorus__Envelope *e = ctl_job(ctl, job);
+    cr_assert(r < e->job_info->n_ranks);
+    const Chorus__RankInfo *ri = e->job_info->ranks[r];
+    size_t n = ri->n_metrics;
+    *value = NAN;
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(ri->metrics[k]->name, name) == 0)
+            *value = ri->metrics[k]->value;
+    ch_msg_free(e);
+    return n;
+}
+
+/* A rank's figures live beside its record (allocated at its first figure, grown as it names
+ * more, up to 64): status shows what it last said, a new generation and a reload after a
+ * coordinator restart start empty, and every path frees them (run under valgrind/ASan). */
+Test(coord, rank_figures_follow_generations_and_a_reload)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32], msg[256];
+    double v;
+    coord_up();
+    wk_connect(&a, "n1", 2, "", NULL, 0);
+    wk_connect(&b, "n2", 2, "", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    const char *job = "[job]\nname = f\nkind = diag\n[parallel]\ndp = 2\n"
+                      "[fault]\nmax_restarts = 1\nstep_timeout = 60\n";
+    cr_assert_eq(ctl_submit(ctl, job, id, sizeof(id), msg, sizeof(msg)), 0, "%s", msg);
+    Chorus__Envelope *e = take(ws, 2, &a, CHORUS__ENVELOPE__BODY_START_RANKS, 2000);
+    cr_assert_not_null(e, "gen 1 packs on n1");
+    ch_msg_free(e);
+    for (uint32_t r = 0; r < 2; r++)
+        wk_event(&a, id, 1, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    e = wait_state(ctl, ws, 2, id, "running", 2000);
+    ch_msg_free(e);
+
+    /* 70 names in three reports (the slots grow 2, 4, ... 64): the first 64 are kept, the
+     * rest dropped; a name reported again changes its value, not the count. */
+    wk_figures(&a, id, 1, 0, 0, 1, 0);
+    wk_figures(&a, id, 1, 0, 1, 4, 0);
+    wk_figures(&a, id, 1, 0, 5, 65, 0);
+    wk_figures(&a, id, 1, 0, 3, 1, 100.5);
+    wk_figures(&a, id, 1, 1, 7, 1, 0.25);
+    pump(ws, 2, 100);
+    cr_assert_eq(figures_of(ctl, id, 0, "m3", &v), 64);
+    cr_assert_float_eq(v, 103.5, 1e-9);
+    cr_assert_eq(figures_of(ctl, id, 0, "m63", &v), 64);
+    cr_assert_float_eq(v, 63, 1e-9);
+    figures_of(ctl, id, 0, "m64", &v);
+    cr_assert(isnan(v), "the 65th name is dropped");
+    cr_assert_eq(figures_of(ctl, id, 1, "m7", &v), 1);
+    cr_assert_float_eq(v, 7.25, 1e-9);
+    /* Reloaded from the store, n1 re-reporting both ranks: no figures until they report. */
+    ctl = restart_n1_keeps_ranks(ctl, ws, id);
+    e = ctl_job(ctl, id);
+    cr_assert_str_eq(e->job_info->state, "running", "%s", e->job_info->reason);
+    ch_msg_free(e);
+    cr_assert_eq(figures_of(ctl, id, 0, "m3", &v), 0);
+    wk_figures(&a, id, 1, 1, 0, 3, 1);
+    pump(ws, 2, 100);
+    cr_assert_eq(figures_of(ctl, id, 1, "m2", &v), 3);
+    cr_assert_float_eq(v, 3, 1e-9);
+
+    /* Rank 1 dies: generation 2's ranks start without figures, then keep their own. */
+    wk_event(&a, id, 1, 1, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    e = wait_state(ctl, ws, 2, id, "recovering", 2000);
+    ch_msg_free(e);
+    wk_event(&a, id, 1, 0, CHORUS__RANK_EVENT_KIND__RANK_EXITED, 0, 9);
+    worker_t *own[2] = {NULL, NULL}; /* gen 2 may go to either node */
+    for (int t = 0; t < 200 && (!own[0] || !own[1]); t++)
+        for (int i = 0; i < 2; i++) {
+            if (!(e = take(ws, 2, ws[i], CHORUS__ENVELOPE__BODY_START_RANKS, 5)))
+                continue;
+            cr_assert_eq(e->start_ranks->generation, 2);
+            for (size_t k = 0; k < e->start_ranks->n_ranks; k++)
+                own[e->start_ranks->ranks[k]->rank % 2] = ws[i];
+            ch_msg_free(e);
+        }
+    cr_assert(own[0] && own[1], "gen 2 starts on the free slots");
+    for (uint32_t r = 0; r < 2; r++)
+        wk_event(own[r], id, 2, r, CHORUS__RANK_EVENT_KIND__RANK_STARTED, 0, 0);
+    e = wait_state(ctl, ws, 2, id, "running", 2000);
+    ch_msg_free(e);
+    cr_assert_eq(figures_of(ctl, id, 1, "m2", &v), 0);
+    wk_figures(own[0], id, 2, 0, 9, 2, 0.5);
+    pump(ws, 2, 100);
+    cr_assert_eq(figures_of(ctl, id, 0, "m10", &v), 2);
+    cr_assert_float_eq(v, 10.5, 1e-9);
+
+    /* Cancelled with its figures held, then the coordinator stops: both free them. */
+    cr_assert_eq(ctl_cancel(ctl, id), 0);
+    cr_assert_eq(figures_of(ctl, id, 0, "m9", &v), 2);
+    cr_assert_float_eq(v, 9.5, 1e-9);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
     coord_down();
 }
 
@@ -2352,7 +2491,9 @@ Test(coord, progress_is_not_journaled_per_message)
     ch_client_t *ctl = ctl_open();
     start_on(ctl, ws, "p", id, ranks);
     send_report(&a, id, ranks[0][0], 1); /* the first progress is stored */
-    cr_assert(wait_state(ctl, ws, 2, id, "running", 2000) != NULL);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    cr_assert(e != NULL);
+    ch_msg_free(e);
     pump(ws, 2, 100);
     coord_store_stats_t s0, s1;
     coord_store_stats(H.c.store, &s0);
