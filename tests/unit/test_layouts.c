@@ -87,6 +87,10 @@ typedef struct rank_run {
     /* a device rank's host syncs (devsim's sync calls) per step, least and most over the
      * run, and its collectives' waits over the steps: the host's and the stream-ordered */
     uint64_t syncs_min, syncs_max, host_waits, stream_waits;
+    /* the most host reads of the device in one step without an evaluation: copies back and
+     * sumsq's results (on a GPU, each waits for the stream) */
+    uint64_t reads_max;
+    double comm[3]; /* the steps' tp, pp_wait and zero seconds, summed */
     uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
     int rc;
     char msg[512];
@@ -162,10 +166,16 @@ static void *rank_main(void *arg)
         uint64_t syncs = s1.syncs - s0.syncs;
         d->syncs_min = syncs < d->syncs_min ? syncs : d->syncs_min;
         d->syncs_max = syncs > d->syncs_max ? syncs : d->syncs_max;
+        uint64_t reads = s1.d2h - s0.d2h + s1.sumsq - s0.sumsq;
+        if (isnan(info.val_loss)) /* an evaluation's batches read their losses each */
+            d->reads_max = reads > d->reads_max ? reads : d->reads_max;
         d->host_waits += h1 - h0;
         d->stream_waits += w1 - w0;
         d->losses[info.step] = info.loss;
         d->val[info.step] = info.val_loss;
+        d->comm[0] += info.time.tp;
+        d->comm[1] += info.time.pp_wait;
+        d->comm[2] += info.time.zero;
         double part[6] = {info.time.compute, info.time.tp,    info.time.pp_wait,
                           info.time.zero,    info.time.optim, info.time.idle};
         double sum = 0;
@@ -749,6 +759,10 @@ Test(layouts, the_plan_predicts_the_measured_peak)
  * receives and sends, ZeRO-3's gathers and reduce-scatters, the DP, embedding and loss
  * all-reduces are all waited in stream order (wrk_coll_wait_stream; devsim's kernels run on
  * the host, so ncclsim completes them there, but the trainer asks for no host wait). */
+/* A step's blocking reads of the device, at most: the one download of the sums of squares
+ * and the losses, the one of the loss/norm all-reduce */
+#define STEP_READS 2
+
 static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name)
 {
     for (uint32_t i = 0; i < n; i++) {
@@ -759,12 +773,20 @@ static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name
         cr_expect_eq(r[i].host_waits, 0, "%s rank %u: %llu host waits on device collectives", name,
                      i, (unsigned long long)r[i].host_waits);
         cr_expect_gt(r[i].stream_waits, 0, "%s rank %u: no stream-ordered wait", name, i);
+        /* whatever the micro-batches: the losses and sums of squares in one download, the
+         * loss/norm all-reduce's result in another */
+        cr_expect_leq(r[i].reads_max, STEP_READS, "%s rank %u: a step read the device %llu times",
+                      name, i, (unsigned long long)r[i].reads_max);
         cr_expect_gt(r[i].timer_marks, 0, "%s rank %u: no step time from the backend's timers",
                      name, i);
     }
+    uint64_t reads = 0;
+    for (uint32_t i = 0; i < n; i++)
+        reads = r[i].reads_max > reads ? r[i].reads_max : reads;
     printf("layouts: %s on NCCL's rules: 1 host sync per step, 0 host waits on collectives, "
-           "%llu stream-ordered waits over rank 0's %d steps\n",
-           name, (unsigned long long)r[0].stream_waits, STEPS);
+           "%llu stream-ordered waits over rank 0's %d steps, at most %llu device reads a "
+           "step\n",
+           name, (unsigned long long)r[0].stream_waits, STEPS, (unsigned long long)reads);
 }
 
 /* Each layout of cases under sched, on UCX and on NCCL's stream rules (ncclsim): no
