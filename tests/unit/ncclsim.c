@@ -56,6 +56,10 @@ typedef struct launch {
     sim_op_t ops[2];
     int nops;
     int queued; /* still in its stream */
+    /* its "device time" (coll.h's device_ns, as NCCL's events give it): from its start
+     * until a test first sees it done, counted once */
+    uint64_t t0;
+    int timed;
 } launch_t;
 
 struct sgroup {
@@ -302,6 +306,7 @@ static int sim_start(wrk_coll_req_t *r)
     l->member = me;
     l->dt = r->a.dt;
     l->op = r->a.op;
+    l->t0 = ch_now_ns();
     pthread_mutex_lock(&s->mu);
     if (r->a.kind == WRK_COLL_OP_SENDRECV) {
         op_of(g, me, &r->a, WRK_COLL_OP_SEND, &l->ops[0]);
@@ -508,6 +513,10 @@ static int sim_test(wrk_coll_req_t *r)
     for (int i = 0; rc == 0 && i < l->nops; i++)
         release(&l->ops[i], 1);
     pthread_mutex_unlock(&s->mu);
+    if (rc == 0 && !l->timed) {
+        r->g->device_ns += ch_now_ns() - l->t0;
+        l->timed = 1;
+    }
     return rc;
 }
 

@@ -90,7 +90,7 @@ typedef struct rank_run {
     /* the most host reads of the device in one step without an evaluation: copies back and
      * sumsq's results (on a GPU, each waits for the stream) */
     uint64_t reads_max;
-    double comm[3]; /* the steps' tp, pp_wait and zero seconds, summed */
+    uint64_t dev_ns[3];   /* the TP, pipeline and DP groups' device time (coll.h) at the end */
     uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
     int rc;
     char msg[512];
@@ -173,9 +173,6 @@ static void *rank_main(void *arg)
         d->stream_waits += w1 - w0;
         d->losses[info.step] = info.loss;
         d->val[info.step] = info.val_loss;
-        d->comm[0] += info.time.tp;
-        d->comm[1] += info.time.pp_wait;
-        d->comm[2] += info.time.zero;
         double part[6] = {info.time.compute, info.time.tp,    info.time.pp_wait,
                           info.time.zero,    info.time.optim, info.time.idle};
         double sum = 0;
@@ -198,6 +195,9 @@ static void *rank_main(void *arg)
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SENDRECV);
         d->tp_allreduce = wrk_coll_group_bytes(g->tp, WRK_COLL_OP_ALLREDUCE);
         d->dp_allreduce = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLREDUCE);
+        d->dev_ns[0] = wrk_coll_group_device_ns(g->tp);
+        d->dev_ns[1] = wrk_coll_group_device_ns(g->pp);
+        d->dev_ns[2] = wrk_coll_group_device_ns(g->dp);
     }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
@@ -817,6 +817,16 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         cr_expect_not(ncclsim_deadlocked(sim), "%s: deadlocked", name);
         ncclsim_destroy(sim);
         expect_async_steps(b, ch_layout_world(ch_jobspec_layout(&j)), name);
+        /* each group the layout has was timed on its "device" (ncclsim's, as NCCL's
+         * events time it), and the steps' parts with that time in them still added up to
+         * each step (run_with's breakdown check) */
+        for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&j)); i++)
+            for (int g = 0; g < 3; g++)
+                cr_expect(cases[k][g] == 1 || b[i].dev_ns[g] > 0,
+                          "%s rank %u: no device time for its %s group", name, i,
+                          g == 0   ? "tp"
+                          : g == 1 ? "pp"
+                                   : "dp");
         expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {

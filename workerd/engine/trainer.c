@@ -767,12 +767,22 @@ static void step_times(const eng_trainer_t *t, const comm_mark_t *w, uint64_t p2
     uint64_t pass_comm = t->pass_comm_ns + wrk_coll_group_device_ns(t->tp) - w->d_tp;
     info->time.compute = t->pass_ns > pass_comm ? (double)(t->pass_ns - pass_comm) * 1e-9 : 0;
     info->time.optim = (double)tm[ENG_TIMER_OPTIM] * 1e-9;
+    /* A GPU's collectives overlap its compute and each other (their device time includes
+     * waiting for peers): the parts are made to sum to the step, the communication scaled
+     * into what the update leaves, the compute into what remains. */
+    double comm = info->time.tp + info->time.pp_wait + info->time.zero;
+    double room = dt > info->time.optim ? dt - info->time.optim : 0;
+    if (comm > room) {
+        double k = room / comm;
+        info->time.tp *= k;
+        info->time.pp_wait *= k;
+        info->time.zero *= k;
+        comm = room;
+    }
+    if (info->time.compute > room - comm)
+        info->time.compute = room - comm;
     info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
-    double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero - info->time.compute -
-                  info->time.optim;
-    /* a GPU's collectives overlap its compute: the parts still sum to the step */
-    if (rest < 0)
-        info->time.compute = info->time.compute + rest > 0 ? info->time.compute + rest : 0;
+    double rest = dt - comm - info->time.compute - info->time.optim;
     info->time.idle = rest > 0 ? rest : 0;
 }
 
