@@ -62,6 +62,7 @@ typedef struct nccl_ctx {
 typedef struct nccl_op {
     cudaEvent_t start, done;
     int timed, released;
+    int orphan; /* its group was released first: its request frees it */
     struct nccl_op *next;
 } nccl_op_t;
 
@@ -341,7 +342,10 @@ static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
     while (ng->ops) {
         nccl_op_t *o = ng->ops;
         ng->ops = o->next;
-        op_free(o);
+        if (o->released)
+            op_free(o);
+        else
+            o->orphan = 1;
     }
     if (ng->stream)
         lib.cudaStreamDestroy(ng->stream);
@@ -556,7 +560,10 @@ static void nccl_req_fini(wrk_coll_req_t *r)
     nccl_op_t *o = r->be;
     if (!o)
         return;
-    o->released = 1; /* its group frees it once timed (ops_harvest) */
+    if (o->orphan)
+        op_free(o);
+    else
+        o->released = 1; /* its group frees it once timed (ops_harvest) */
     r->be = NULL;
 }
 
