@@ -214,6 +214,9 @@ int kn_cuda_adamw_fused(float *p, float *g, float *m, float *v, size_t n, double
 #define KN_CUDA_SUMSQ_PARTIALS 1024
 int kn_cuda_sumsq(double *out, double *scratch, const float *x, size_t n, int accumulate,
                   kn_stream_t stream);
+/* *acc (device double) += kn_loss_mean of losses[0..n) (device): the sum in double in one
+ * block's fixed order (not the CPU's index order: equal to a few ulp), over n, as a float. */
+int kn_cuda_loss_acc(double *acc, const float *losses, size_t n, kn_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -42,5 +42,8 @@ void kn_lmhead_bwd_ref(float *dx, float *dwte, float *logits, const float *lse, 
 void kn_lmhead_fwdbwd(float *dx, float *dwte, float *logits, float *lse, float *losses,
                       const float *x, const float *wte, const int32_t *targets, int acc, int N,
                       int C, int V, int Vp);
+/* A micro-batch's loss from its n token losses: their sum in double, in index order, over
+ * n, rounded to float. */
+float kn_loss_mean(const float *losses, size_t n);
 
 #endif

@@ -170,3 +170,11 @@ void kn_lmhead_fwdbwd(float *dx, float *dwte, float *logits, float *lse, float *
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, logits, Vp, x, C,
                 acc ? 1.0f : 0.0f, dwte, C);
 }
+
+float kn_loss_mean(const float *losses, size_t n)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += losses[i];
+    return (float)(sum / (double)n);
+}

@@ -135,3 +135,21 @@ extern "C" int kn_cuda_sumsq(double *out, double *scratch, const float *x, size_
     }
     return rc;
 }
+
+static __global__ void loss_acc_kernel(double *acc, const float *losses, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += SUMSQ_THREADS) {
+        s += (double)losses[i];
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) {
+        *acc += (double)(float)(s / (double)n);
+    }
+}
+
+extern "C" int kn_cuda_loss_acc(double *acc, const float *losses, size_t n, kn_stream_t stream)
+{
+    loss_acc_kernel<<<1, SUMSQ_THREADS, 0, stream>>>(acc, losses, n);
+    return kn_cu_launched();
+}

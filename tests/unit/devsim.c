@@ -411,7 +411,23 @@ static void sim_adamw_fused(const eng_backend_t *be, float *p, float *g, float *
 static double sim_sumsq(const eng_backend_t *be, const float *x, size_t n)
 {
     devsim_t *d = ds(be);
+    pthread_mutex_lock(&d->mu);
+    d->st.sumsq++;
+    pthread_mutex_unlock(&d->mu);
     return n > 0 ? d->cpu->sumsq(d->cpu, DEV(x), n) : 0.0;
+}
+
+static void sim_sumsq_to(const eng_backend_t *be, double *out, const float *x, size_t n)
+{
+    devsim_t *d = ds(be);
+    double *o = span(d, out, sizeof *out, __func__, "out");
+    *o = n > 0 ? d->cpu->sumsq(d->cpu, DEV(x), n) : 0.0;
+}
+
+static void sim_loss_acc(const eng_backend_t *be, double *acc, const float *losses, size_t n)
+{
+    devsim_t *d = ds(be);
+    d->cpu->loss_acc(d->cpu, span(d, acc, sizeof *acc, __func__, "acc"), DEV(losses), n);
 }
 
 static void sim_scale(const eng_backend_t *be, float *x, size_t n, float c)
@@ -536,6 +552,8 @@ int devsim_create(int poison, eng_backend_t **out)
         .adamw = sim_adamw,
         .adamw_fused = sim_adamw_fused,
         .sumsq = sim_sumsq,
+        .sumsq_to = sim_sumsq_to,
+        .loss_acc = sim_loss_acc,
         .scale = sim_scale,
         .sync = sim_sync,
         .timer_mark = sim_timer_mark,

@@ -36,6 +36,7 @@ typedef struct devsim_stats {
     uint64_t allocs;               /* successful allocs so far */
     uint64_t live;                 /* allocations not yet freed */
     uint64_t syncs;                /* calls of sync */
+    uint64_t sumsq;                /* calls of sumsq: a result the host reads (a GPU: waits) */
     uint64_t timer_marks;          /* calls of timer_mark (host clocks: see devsim.c) */
     uint64_t tp_kernels;           /* calls of the vocab-parallel entries (tp_*) */
 } devsim_stats_t;

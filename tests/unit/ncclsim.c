@@ -57,6 +57,10 @@ typedef struct launch {
     int nops;
     int queued; /* still in its stream */
     int open;   /* a reduce-scatter its waiter has not yet seen done (ncclsim_open_scatters) */
+    /* its "device time" (coll.h's device_ns, as NCCL's events give it): from its start
+     * until a test first sees it done, counted once */
+    uint64_t t0;
+    int timed;
 } launch_t;
 
 struct sgroup {
@@ -323,6 +327,7 @@ static int sim_start(wrk_coll_req_t *r)
     l->member = me;
     l->dt = r->a.dt;
     l->op = r->a.op;
+    l->t0 = ch_now_ns();
     pthread_mutex_lock(&s->mu);
     if (r->a.kind == WRK_COLL_OP_SENDRECV) {
         op_of(g, me, &r->a, WRK_COLL_OP_SEND, &l->ops[0]);
@@ -533,6 +538,10 @@ static int sim_test(wrk_coll_req_t *r)
     for (int i = 0; rc == 0 && i < l->nops; i++)
         release(&l->ops[i], 1);
     pthread_mutex_unlock(&s->mu);
+    if (rc == 0 && !l->timed) {
+        r->g->device_ns += ch_now_ns() - l->t0;
+        l->timed = 1;
+    }
     return rc;
 }
 

@@ -21,6 +21,9 @@
  * and nothing can move for a second, every operation fails with -EDEADLK (instead of
  * hanging until the collectives' timeout) and the stuck heads are printed on stderr.
  *
+ * Each operation's time from its start until a test sees it done is its group's device time
+ * (wrk_coll_group_device_ns), as NCCL's events would give it.
+ *
  * Ranks are threads of one process sharing one ncclsim_t. Memory is host memory (alloc is
  * posix_memalign, copies are memcpy); reductions add members in index order. */
 #ifndef TEST_NCCLSIM_H

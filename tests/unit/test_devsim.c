@@ -97,7 +97,7 @@ Test(devsim, the_table_is_complete_and_says_device_memory)
                    be->lmhead_fwdbwd && be->axpy && be->adamw && be->adamw_fused && be->sumsq &&
                    be->scale && be->sync && be->timer_mark && be->timer_read && be->tp_embed_fwd &&
                    be->tp_embed_bwd && be->tp_xent_max && be->tp_xent_sums && be->tp_xent_finish &&
-                   be->tp_xent_bwd;
+                   be->tp_xent_bwd && be->sumsq_to && be->loss_acc;
     cr_assert(complete, "an entry of the devsim table is NULL");
     devsim_destroy(be);
     devsim_destroy(NULL);
@@ -403,6 +403,20 @@ static void optimizer_entries_match_cpu(int poison)
 
     double s = be->sumsq(be, dg + 5, N - 5), sref = cpu->sumsq(cpu, g + 5, N - 5);
     cr_expect_eq(memcmp(&s, &sref, sizeof s), 0, "sumsq %.17g vs the CPU's %.17g", s, sref);
+    /* the step's reads left in device memory: the same bits once copied back */
+    void *dd = NULL;
+    double got[2] = {0, 0}, acc = 0;
+    cr_assert_eq(be->alloc(be, 2 * sizeof(double), &dd), 0);
+    cr_assert_eq(be->memset(be, dd, 0, 2 * sizeof(double)), 0);
+    be->sumsq_to(be, dd, dg + 5, N - 5);
+    be->loss_acc(be, (double *)dd + 1, dg, 4096);
+    be->loss_acc(be, (double *)dd + 1, dg + 4096, 4096);
+    cpu->loss_acc(cpu, &acc, g, 4096);
+    cpu->loss_acc(cpu, &acc, g + 4096, 4096);
+    cr_assert_eq(be->copy(be, got, dd, sizeof got, ENG_COPY_D2H), 0);
+    cr_expect_eq(memcmp(&got[0], &sref, sizeof sref), 0, "sumsq_to %.17g vs %.17g", got[0], sref);
+    cr_expect_eq(memcmp(&got[1], &acc, sizeof acc), 0, "loss_acc %.17g vs %.17g", got[1], acc);
+    be->free(be, dd);
 
     be->scale(be, dg, N, 0.75f);
     cpu->scale(cpu, g, N, 0.75f);

@@ -740,6 +740,28 @@ Test(cuda_optim, sumsq_matches_reference)
     free(x);
 }
 
+/* Two micro-batches' losses summed on the device as the CPU sums them (kn_loss_mean each,
+ * added in double): the block's order of the double sums, equal to the float they round to
+ * within an ulp. */
+Test(cuda_optim, loss_acc_matches_reference)
+{
+    need_gpu();
+    size_t n = 4096 + 3;
+    float *l = randn(2 * n, "losses", 1);
+    for (size_t i = 0; i < 2 * n; i++)
+        l[i] = fabsf(l[i]) + 1.0f;
+    float *d_l = upf(l, 2 * n);
+    double *d_acc = dev_alloc(sizeof(double)), got = 0.0;
+    cr_assert_eq(cudaMemset(d_acc, 0, sizeof(double)), cudaSuccess);
+    cr_assert_eq(kn_cuda_loss_acc(d_acc, d_l, n, NULL), 0);
+    cr_assert_eq(kn_cuda_loss_acc(d_acc, d_l + n, n, NULL), 0);
+    cr_assert_eq(cudaMemcpy(&got, d_acc, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+    double want = (double)kn_loss_mean(l, n) + (double)kn_loss_mean(l + n, n);
+    cr_assert(fabs(got - want) <= 2.5e-7 * want, "loss sum %.17g want %.17g", got, want);
+    cudaFree(d_acc), cudaFree(d_l);
+    free(l);
+}
+
 // ----------------------------------------------------------------------------
 // vocab-parallel embedding and cross-entropy (kernels/tp.h) against the CPU loops: the
 // embedding and the row max bit for bit; the sums of exponentials (a tree of the same double

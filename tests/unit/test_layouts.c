@@ -90,6 +90,10 @@ typedef struct rank_run {
     /* a device rank's host syncs (devsim's sync calls) per step, least and most over the
      * run, and its collectives' waits over the steps: the host's and the stream-ordered */
     uint64_t syncs_min, syncs_max, host_waits, stream_waits;
+    /* the most host reads of the device in one step without an evaluation: copies back and
+     * sumsq's results (on a GPU, each waits for the stream) */
+    uint64_t reads_max;
+    uint64_t dev_ns[3];   /* the TP, pipeline and DP groups' device time (coll.h) at the end */
     uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
     int rc;
     char msg[512];
@@ -186,6 +190,9 @@ static void *rank_main(void *arg)
         uint64_t syncs = s1.syncs - s0.syncs;
         d->syncs_min = syncs < d->syncs_min ? syncs : d->syncs_min;
         d->syncs_max = syncs > d->syncs_max ? syncs : d->syncs_max;
+        uint64_t reads = s1.d2h - s0.d2h + s1.sumsq - s0.sumsq;
+        if (isnan(info.val_loss)) /* an evaluation's batches read their losses each */
+            d->reads_max = reads > d->reads_max ? reads : d->reads_max;
         d->host_waits += h1 - h0;
         d->stream_waits += w1 - w0;
         d->losses[info.step] = info.loss;
@@ -212,6 +219,9 @@ static void *rank_main(void *arg)
                     wrk_coll_group_bytes(g->pp, WRK_COLL_OP_SENDRECV);
         d->tp_allreduce = wrk_coll_group_bytes(g->tp, WRK_COLL_OP_ALLREDUCE);
         d->dp_allreduce = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLREDUCE);
+        d->dev_ns[0] = wrk_coll_group_device_ns(g->tp);
+        d->dev_ns[1] = wrk_coll_group_device_ns(g->pp);
+        d->dev_ns[2] = wrk_coll_group_device_ns(g->dp);
     }
     eng_trainer_destroy(t);
     eng_groups_destroy(g);
@@ -773,6 +783,10 @@ Test(layouts, the_plan_predicts_the_measured_peak)
  * receives and sends, ZeRO-3's gathers and reduce-scatters, the DP, embedding and loss
  * all-reduces are all waited in stream order (wrk_coll_wait_stream; devsim's kernels run on
  * the host, so ncclsim completes them there, but the trainer asks for no host wait). */
+/* A step's blocking reads of the device, at most: the one download of the sums of squares
+ * and the losses, the one of the loss/norm all-reduce */
+#define STEP_READS 2
+
 static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name)
 {
     for (uint32_t i = 0; i < n; i++) {
@@ -783,12 +797,20 @@ static void expect_async_steps(const rank_run_t *r, uint32_t n, const char *name
         cr_expect_eq(r[i].host_waits, 0, "%s rank %u: %llu host waits on device collectives", name,
                      i, (unsigned long long)r[i].host_waits);
         cr_expect_gt(r[i].stream_waits, 0, "%s rank %u: no stream-ordered wait", name, i);
+        /* whatever the micro-batches: the losses and sums of squares in one download, the
+         * loss/norm all-reduce's result in another */
+        cr_expect_leq(r[i].reads_max, STEP_READS, "%s rank %u: a step read the device %llu times",
+                      name, i, (unsigned long long)r[i].reads_max);
         cr_expect_gt(r[i].timer_marks, 0, "%s rank %u: no step time from the backend's timers",
                      name, i);
     }
+    uint64_t reads = 0;
+    for (uint32_t i = 0; i < n; i++)
+        reads = r[i].reads_max > reads ? r[i].reads_max : reads;
     printf("layouts: %s on NCCL's rules: 1 host sync per step, 0 host waits on collectives, "
-           "%llu stream-ordered waits over rank 0's %d steps\n",
-           name, (unsigned long long)r[0].stream_waits, STEPS);
+           "%llu stream-ordered waits over rank 0's %d steps, at most %llu device reads a "
+           "step\n",
+           name, (unsigned long long)r[0].stream_waits, STEPS, (unsigned long long)reads);
 }
 
 /* ZeRO-3 (dp > 1): a block's gradient reduce-scatter is started when its backward ends and
@@ -840,6 +862,16 @@ static void nccl_rules(const uint32_t (*cases)[3], size_t n, ch_schedule_t sched
         ncclsim_destroy(sim);
         expect_async_steps(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         expect_scatter_overlap(b, ch_layout_world(ch_jobspec_layout(&j)), cases[k][2], name);
+        /* each group the layout has was timed on its "device" (ncclsim's, as NCCL's
+         * events time it), and the steps' parts with that time in them still added up to
+         * each step (run_with's breakdown check) */
+        for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&j)); i++)
+            for (int g = 0; g < 3; g++)
+                cr_expect(cases[k][g] == 1 || b[i].dev_ns[g] > 0,
+                          "%s rank %u: no device time for its %s group", name, i,
+                          g == 0   ? "tp"
+                          : g == 1 ? "pp"
+                                   : "dp");
         expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {

@@ -655,6 +655,11 @@ uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g)
     return g ? g->wait_ns : 0;
 }
 
+uint64_t wrk_coll_group_device_ns(const wrk_coll_group_t *g)
+{
+    return g ? g->device_ns : 0;
+}
+
 uint64_t wrk_coll_group_bytes(const wrk_coll_group_t *g, wrk_coll_op_kind_t kind)
 {
     return g && (unsigned)kind < sizeof g->bytes / sizeof g->bytes[0] ? g->bytes[kind] : 0;

@@ -211,6 +211,12 @@ uint64_t wrk_coll_timeout_seq(const wrk_coll_t *c);
  * forms included; a request that completes without waiting costs nothing here): how the
  * engine splits a step into compute and communication. 0 for NULL. */
 uint64_t wrk_coll_group_wait_ns(const wrk_coll_group_t *g);
+/* Nanoseconds g's operations ran on its stream, where the backend has streams and times
+ * them there (NCCL: CUDA events around each, added once they have completed, at a
+ * wrk_coll_settle): a GPU's communication time, which the host, waiting in stream order,
+ * never sees. Includes the time an operation waited for its peers. 0 for NULL and on
+ * backends without streams (their time is the host's: wait_ns). */
+uint64_t wrk_coll_group_device_ns(const wrk_coll_group_t *g);
 
 /* Release req (NULL is fine). Freeing a request that has not completed aborts the context. */
 void wrk_coll_req_free(wrk_coll_req_t *req);

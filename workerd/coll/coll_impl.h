@@ -81,7 +81,8 @@ struct wrk_coll_group {
     uint32_t *p2p_sent, *p2p_recvd; /* per peer: p2p messages started (tags) */
     atomic_int failed;              /* a member failed (backend sets it) */
     uint64_t wait_ns;               /* time blocked in waits on this group's requests */
-    uint64_t bytes[8];              /* per op kind: message bytes started (coll.h) */
+    uint64_t device_ns; /* time its operations ran on its stream (backend-timed; coll.h) */
+    uint64_t bytes[8];  /* per op kind: message bytes started (coll.h) */
     void *be;
 };
 

@@ -11,6 +11,11 @@
  *   asynchronous error, so a failed peer surfaces instead of a hang. A stream-ordered wait
  *   (wrk_coll_wait_stream) is the caller's stream waiting on that event on the device: the
  *   host never blocks for a result only the device reads.
+ * - Each operation is timed on its group stream: an event before it (after the wait for the
+ *   caller's stream) and its completion event, both kept by the group until the operation
+ *   has completed and its request is released; wrk_coll_settle adds the completed ones'
+ *   elapsed times to the group's device_ns (coll.h), so a GPU's communication time is the
+ *   device's, read without a wait.
  * - Abort (wrk_coll_abort, a timeout, a failure) calls ncclCommAbort on every
  *   communicator of the context; kernels waiting for dead peers are torn down with it.
  * - A paired exchange (wrk_coll_sendrecv) is one ncclGroupStart/End around its send and
@@ -52,17 +57,23 @@ typedef struct nccl_ctx {
     id_use_t *uses; /* how often each id key was used: a re-created group gets a fresh key */
 } nccl_ctx_t;
 
+/* One operation's events, owned by its group's list (oldest first) until it has been
+ * timed and its request released. */
+typedef struct nccl_op {
+    cudaEvent_t start, done;
+    int timed, released;
+    int orphan; /* its group was released first: its request frees it */
+    struct nccl_op *next;
+} nccl_op_t;
+
 typedef struct nccl_group {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaEvent_t ready;
-    cudaEvent_t settled; /* wrk_coll_settle's mark on the group stream */
-    float *one;          /* barrier scratch */
+    cudaEvent_t settled;       /* wrk_coll_settle's mark on the group stream */
+    float *one;                /* barrier scratch */
+    nccl_op_t *ops, **ops_end; /* its operations not yet timed or released, in stream order */
 } nccl_group_t;
-
-typedef struct nccl_op {
-    cudaEvent_t done;
-} nccl_op_t;
 
 // ----------------------------------------------------------------------------
 // the libraries, loaded on first use
@@ -74,7 +85,7 @@ typedef struct nccl_op {
     X(0, cudaGetDeviceCount) X(0, cudaSetDevice) X(0, cudaGetErrorString)             \
     X(0, cudaStreamCreateWithFlags) X(0, cudaStreamDestroy) X(0, cudaStreamWaitEvent) \
     X(0, cudaEventCreateWithFlags) X(0, cudaEventDestroy) X(0, cudaEventRecord)       \
-    X(0, cudaEventQuery) X(0, cudaMalloc) X(0, cudaFree)                              \
+    X(0, cudaEventQuery) X(0, cudaEventElapsedTime) X(0, cudaMalloc) X(0, cudaFree)   \
     X(0, cudaMemcpy) X(1, ncclGetErrorString) X(1, ncclGetUniqueId)                   \
     X(1, ncclCommInitRankConfig) X(1, ncclCommGetAsyncError) X(1, ncclCommFinalize)   \
     X(1, ncclCommDestroy) X(1, ncclCommAbort) X(1, ncclGroupStart)                    \
@@ -276,6 +287,42 @@ static int get_unique_id(wrk_coll_group_t *g, int timeout_ms, ncclUniqueId *id)
     return rc;
 }
 
+static void op_free(nccl_op_t *o)
+{
+    if (o->start)
+        lib.cudaEventDestroy(o->start);
+    if (o->done)
+        lib.cudaEventDestroy(o->done); /* fine while pending: released once it completes */
+    free(o);
+}
+
+/* The group's completed operations timed into g->device_ns, in stream order (the first not
+ * completed ends it); those whose requests are released too are freed. */
+static void ops_harvest(wrk_coll_group_t *g)
+{
+    nccl_group_t *ng = g->be;
+    nccl_op_t **at = &ng->ops;
+    int running = 0;
+    while (*at) {
+        nccl_op_t *o = *at;
+        if (!o->timed && !running) {
+            float ms = 0;
+            if (lib.cudaEventQuery(o->done) != cudaSuccess)
+                running = 1;
+            else if (lib.cudaEventElapsedTime(&ms, o->start, o->done) == cudaSuccess)
+                g->device_ns += (uint64_t)((double)ms * 1e6);
+            o->timed = !running;
+        }
+        if (o->timed && o->released) {
+            *at = o->next;
+            op_free(o);
+        } else {
+            at = &o->next;
+        }
+    }
+    ng->ops_end = at;
+}
+
 static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
 {
     if (ng->comm) {
@@ -292,6 +339,14 @@ static void group_release(nccl_group_t *ng, int healthy, int timeout_ms)
         lib.cudaEventDestroy(ng->ready);
     if (ng->settled)
         lib.cudaEventDestroy(ng->settled);
+    while (ng->ops) {
+        nccl_op_t *o = ng->ops;
+        ng->ops = o->next;
+        if (o->released)
+            op_free(o);
+        else
+            o->orphan = 1;
+    }
     if (ng->stream)
         lib.cudaStreamDestroy(ng->stream);
     free(ng);
@@ -312,6 +367,7 @@ static int nccl_group_init(wrk_coll_group_t *g, int timeout_ms)
     nccl_group_t *ng = calloc(1, sizeof *ng);
     if (!ng)
         return -ENOMEM;
+    ng->ops_end = &ng->ops;
     ncclUniqueId id;
     CH_CHECK_GOTO(get_unique_id(g, timeout_ms, &id), rc, fail);
     CH_CHECK_GOTO(cuda_err(lib.cudaSetDevice(x->device)), rc, fail);
@@ -417,10 +473,11 @@ static int nccl_start(wrk_coll_req_t *r)
     nccl_op_t *o = calloc(1, sizeof *o);
     if (!o)
         return -ENOMEM;
-    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming)), rc,
-                  fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&o->start, cudaEventDefault)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventCreateWithFlags(&o->done, cudaEventDefault)), rc, fail);
     CH_CHECK_GOTO(cuda_err(lib.cudaEventRecord(ng->ready, x->user)), rc, fail);
     CH_CHECK_GOTO(cuda_err(lib.cudaStreamWaitEvent(ng->stream, ng->ready, 0)), rc, fail);
+    CH_CHECK_GOTO(cuda_err(lib.cudaEventRecord(o->start, ng->stream)), rc, fail);
     ncclResult_t nr = enqueue(r, ng);
     if (nr == ncclInProgress)
         rc = comm_settle(ng->comm, g->c->timeout_ms);
@@ -429,12 +486,12 @@ static int nccl_start(wrk_coll_req_t *r)
     if (rc < 0)
         goto fail;
     CH_CHECK_GOTO(cuda_err(lib.cudaEventRecord(o->done, ng->stream)), rc, fail);
+    *ng->ops_end = o; /* the group keeps the events until o is timed and released */
+    ng->ops_end = &o->next;
     r->be = o;
     return 0;
 fail:
-    if (o->done)
-        lib.cudaEventDestroy(o->done);
-    free(o);
+    op_free(o);
     return rc;
 }
 
@@ -492,6 +549,8 @@ static int nccl_settle(wrk_coll_t *c, int first)
         if (rc < 0)
             return rc;
         pending |= rc;
+        if (rc == 0) /* everything enqueued on it so far has completed */
+            ops_harvest(x->groups[i]);
     }
     return pending;
 }
@@ -501,8 +560,10 @@ static void nccl_req_fini(wrk_coll_req_t *r)
     nccl_op_t *o = r->be;
     if (!o)
         return;
-    lib.cudaEventDestroy(o->done); /* fine while pending: released once it completes */
-    free(o);
+    if (o->orphan)
+        op_free(o);
+    else
+        o->released = 1; /* its group frees it once timed (ops_harvest) */
     r->be = NULL;
 }
 

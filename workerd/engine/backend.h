@@ -16,7 +16,7 @@
  * copy.
  *
  * Entries added after the first table (lmhead_fwdbwd, axpy, adamw_fused, sumsq, scale, sync,
- * timer_*)
+ * timer_*, sumsq_to, loss_acc)
  * may be NULL in a backend that predates them: their callers then fall back to the older
  * entries (the same results, more passes; sumsq and scale through a host copy when the
  * memory is not the host's; no sync: nothing is ever queued). The vocab-parallel entries
@@ -179,6 +179,18 @@ struct eng_backend {
      * = src kn_bf16_t[n] widened exactly (kn_bf16_unpack). dst and src do not overlap. NULL:
      * the engine packs on the host with host_memory, else moves fp32 (coll_bf16.h). */
     void (*bf16_cast)(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16);
+
+    // the step's reads
+
+    /* *out (one double of backend memory) = sumsq's sum of x[0..n)^2, the same bits,
+     * enqueued: the host reads it with a copy, so a step's sums cost one download, not one
+     * wait each. NULL: the caller calls sumsq. */
+    void (*sumsq_to)(const eng_backend_t *be, double *out, const float *x, size_t n);
+    /* *acc (one double of backend memory) += the micro-batch loss of its n token losses
+     * (kernels/xent.h's kn_loss_mean; CUDA: the sum in another fixed order), enqueued: a
+     * step's losses stay on the device until it reads them once. NULL: the caller copies
+     * each micro-batch's losses back. */
+    void (*loss_acc)(const eng_backend_t *be, double *acc, const float *losses, size_t n);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

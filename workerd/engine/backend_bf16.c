@@ -314,6 +314,16 @@ static double b_sumsq(const eng_backend_t *be, const float *x, size_t n)
     return IN(be)->sumsq(IN(be), x, n);
 }
 
+static void b_sumsq_to(const eng_backend_t *be, double *out, const float *x, size_t n)
+{
+    IN(be)->sumsq_to(IN(be), out, x, n);
+}
+
+static void b_loss_acc(const eng_backend_t *be, double *acc, const float *losses, size_t n)
+{
+    IN(be)->loss_acc(IN(be), acc, losses, n);
+}
+
 static void b_scale(const eng_backend_t *be, float *x, size_t n, float c)
 {
     IN(be)->scale(IN(be), x, n, c);
@@ -376,6 +386,8 @@ static void set_optional(eng_backend_t *be, const eng_backend_t *in)
     be->axpy = in->axpy ? b_axpy : NULL;
     be->adamw_fused = in->adamw_fused ? b_adamw_fused : NULL;
     be->sumsq = in->sumsq ? b_sumsq : NULL;
+    be->sumsq_to = in->sumsq_to ? b_sumsq_to : NULL;
+    be->loss_acc = in->loss_acc ? b_loss_acc : NULL;
     be->scale = in->scale ? b_scale : NULL;
     be->sync = in->sync ? b_sync : NULL;
     int timers = in->timer_mark && in->timer_read;

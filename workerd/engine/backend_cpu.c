@@ -182,6 +182,18 @@ static double cpu_sumsq(const eng_backend_t *be, const float *x, size_t n)
     return kn_sumsq(x, n);
 }
 
+static void cpu_loss_acc(const eng_backend_t *be, double *acc, const float *losses, size_t n)
+{
+    (void)be;
+    *acc += kn_loss_mean(losses, n);
+}
+
+static void cpu_sumsq_to(const eng_backend_t *be, double *out, const float *x, size_t n)
+{
+    (void)be;
+    *out = kn_sumsq(x, n);
+}
+
 static void cpu_scale(const eng_backend_t *be, float *x, size_t n, float c)
 {
     (void)be;
@@ -268,6 +280,8 @@ static const eng_backend_t cpu_backend = {
     .adamw = cpu_adamw,
     .adamw_fused = cpu_adamw_fused,
     .sumsq = cpu_sumsq,
+    .sumsq_to = cpu_sumsq_to,
+    .loss_acc = cpu_loss_acc,
     .scale = cpu_scale,
     .tp_embed_fwd = cpu_tp_embed_fwd,
     .tp_embed_bwd = cpu_tp_embed_bwd,

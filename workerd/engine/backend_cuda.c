@@ -6,12 +6,13 @@
  * once; work is ordered by the stream alone, so one scratch buffer serves every launcher
  * that needs one: reserved before the first step (eng_backend_cuda_reserve), else grown on
  * demand. Kernels cannot fail in the table's contract: the first
- * launch error is kept and returned by the next copy, memset or sync (the model copies the
- * losses back after every head forward, so an error surfaces within a step). Copies to the
+ * launch error is kept and returned by the next copy, memset or sync (the trainer downloads
+ * the losses and sums of squares once a step, so an error surfaces within a step). Copies to the
  * host wait for the stream; copies from the host (pageable memory, staged by CUDA before the
  * call returns) do not, and their host buffers are free to reuse on return all the same;
  * device to device copies and memsets are asynchronous. sumsq is the one kernel entry that waits:
- * its double comes back to the host (0 after a failure, which stays kept for the next copy). The
+ * its double comes back to the host (0 after a failure, which stays kept for the next copy);
+ * sumsq_to and loss_acc leave theirs on the device. The
  * attention is the fused one by default (kernels/cuda/flash.cu: no T*T in global memory, fp32
  * without tensor cores) wherever the head size allows it (att_row says which, and the model sizes
  * its att buffers by it: B*NH*T floats, each row's log-sum-exp); the backend remembers the output
@@ -439,6 +440,19 @@ static double cu_sumsq(const eng_backend_t *be, const float *x, size_t n)
     return rc == 0 ? out : 0.0;
 }
 
+/* sumsq's kernels into out, enqueued (its partials in the shared scratch: stream order
+ * keeps two calls apart). */
+static void cu_sumsq_to(const eng_backend_t *be, double *out, const float *x, size_t n)
+{
+    cuda_state_t *s = S(be);
+    note(be, "sumsq_to", kn_cuda_sumsq(out, s->sumsq_dev + 1, x, n, 0, s->stream));
+}
+
+static void cu_loss_acc(const eng_backend_t *be, double *acc, const float *losses, size_t n)
+{
+    note(be, "loss_acc", kn_cuda_loss_acc(acc, losses, n, S(be)->stream));
+}
+
 static void cu_scale(const eng_backend_t *be, float *x, size_t n, float c)
 {
     note(be, "scale", kn_cuda_scale(x, c, n, S(be)->stream));
@@ -557,6 +571,8 @@ static const eng_backend_t cuda_table = {
     .adamw = cu_adamw,
     .adamw_fused = cu_adamw_fused,
     .sumsq = cu_sumsq,
+    .sumsq_to = cu_sumsq_to,
+    .loss_acc = cu_loss_acc,
     .scale = cu_scale,
     .sync = cu_sync,
     .timer_mark = cu_timer_mark,

@@ -896,6 +896,11 @@ float *eng_acts_blocks_out(eng_acts_t *a)
     return a->span > 0 ? a->own[a->span - 1].res3 : NULL;
 }
 
+const float *eng_acts_losses(const eng_acts_t *a)
+{
+    return a->m->part.head ? a->losses : NULL;
+}
+
 // ----------------------------------------------------------------------------
 // the whole model: embedding -> blocks -> head on one acts
 

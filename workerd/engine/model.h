@@ -304,6 +304,9 @@ void eng_acts_reset(eng_acts_t *a);
  * the next forward on a that writes it. */
 float *eng_acts_embed_out(eng_acts_t *a);
 float *eng_acts_blocks_out(eng_acts_t *a);
+/* The last head forward's token losses [B*T] in backend memory (NULL on a model without the
+ * head); overwritten by the next head forward on a. */
+const float *eng_acts_losses(const eng_acts_t *a);
 
 // ----------------------------------------------------------------------------
 // the whole model (m holds every part)
@@ -361,8 +364,10 @@ int eng_model_blocks_backward_input(eng_model_t *m, eng_acts_t *a, uint32_t firs
                                     const float *dy, float *dx);
 int eng_model_blocks_backward_weight(eng_model_t *m, eng_acts_t *a, uint32_t first, uint32_t last);
 /* ln_f, the LM head tied to wte and the cross-entropy on x (last stage). targets [B,T]
- * (host) give *loss (mean over B*T); targets NULL only make logits (eng_model_logits). x is
- * borrowed until eng_model_head_backward on a returns. */
+ * (host) give *loss (mean over B*T: the token losses copied back, a wait on a device), or
+ * with loss NULL leave the token losses in a's backend memory (eng_acts_losses) without
+ * waiting; targets NULL only make logits (eng_model_logits). x is borrowed until
+ * eng_model_head_backward on a returns. */
 int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const int32_t *targets,
                            uint32_t B, uint32_t T, float *loss);
 /* dx: written with the gradient of (sum of the token losses) * grad_scale w.r.t. x;

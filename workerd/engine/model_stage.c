@@ -31,6 +31,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "kernels/xent.h"
 #include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 #include "workerd/engine/tp.h"
@@ -565,18 +566,15 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
                            a->targets + r, (int)n, C, V, Vp);
         }
     }
-    if (rc == 0) {
+    /* loss NULL: the token losses stay in the backend's memory (eng_acts_losses), no wait */
+    if (rc == 0 && loss != NULL) {
         rc = be->copy(be, a->losses_host, a->losses, N * sizeof(float), ENG_COPY_D2H);
     }
     if (rc < 0) {
         return rc;
     }
-    double sum = 0.0;
-    for (size_t i = 0; i < N; i++) {
-        sum += a->losses_host[i];
-    }
     if (loss != NULL) {
-        *loss = (float)(sum / (double)N);
+        *loss = kn_loss_mean(a->losses_host, N);
     }
     m->logits_of = a;
     m->logits_all = N <= m->logits_budget_rows;

@@ -127,13 +127,21 @@ static void timer_read(eng_trainer_t *t, uint64_t *ns)
     }
 }
 
-/* The collectives' context of this rank's groups (NULL: a world of one). */
-static wrk_coll_t *coll_of(const eng_trainer_t *t)
+wrk_coll_t *eng_trainer_coll(const eng_trainer_t *t)
 {
     wrk_coll_group_t *g = t->tp ? t->tp : t->dp ? t->dp : t->pp ? t->pp : t->emb;
     return g ? wrk_coll_group_context(g) : NULL;
 }
 
+/* A group's communication time so far: what the host waited on it, plus what its
+ * operations ran on its stream where the collectives time them there (NCCL's events, counted
+ * at the step's settles: on a GPU the host waits next to nothing). */
+static uint64_t group_ns(const wrk_coll_group_t *g)
+{
+    return wrk_coll_group_wait_ns(g) + wrk_coll_group_device_ns(g);
+}
+
+/* The host's waits inside a pass (the device's times are counted after the passes) */
 static uint64_t comm_ns(const eng_trainer_t *t)
 {
     return wrk_coll_group_wait_ns(t->tp) + wrk_coll_group_wait_ns(t->dp);
@@ -237,11 +245,8 @@ static int chunk_forward(void *ctx, uint32_t c, uint32_t mb, uint32_t slot, cons
         *y = out;
     if (rc == 0)
         rc = eng_model_blocks_forward(t->model, a, lo, hi, x, out, B, T);
-    if (rc == 0 && last) {
-        float loss = 0;
-        rc = eng_model_head_forward(t->model, a, out, t->targets, B, T, &loss);
-        t->loss_sum += loss;
-    }
+    if (rc == 0 && last) /* the loss stays on the device until the step's readback */
+        rc = eng_trainer_loss_add(t, a, out, B, T);
     timer_mark(t, ENG_TIMER_PASS, 0); /* no sync: the pass's time is read at the step's end */
     t->data_ns += t1 - t0;
     t->pass_comm_ns += comm_ns(t) - c0;
@@ -498,6 +503,8 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
     if ((rc = alloc_floats(t, ENG_MEM_SCRATCH, SMALL_FLOATS, &t->small)) < 0)
         goto out;
+    if ((rc = eng_trainer_rb_init(t)) < 0)
+        goto out;
     rc = pipe_init(t, B, T);
     if (rc < 0)
         goto out;
@@ -534,6 +541,7 @@ void eng_trainer_destroy(eng_trainer_t *t)
     }
     if (t->be)
         t->be->free(t->be, t->small);
+    eng_trainer_rb_fini(t);
     eng_mem_destroy(t->mem);
     eng_backend_bf16_destroy(t->bf16);
     eng_bf16_msg_free(&t->grad16);
@@ -563,36 +571,6 @@ int eng_trainer_reduce_small(eng_trainer_t *t, float *v, size_t n, wrk_coll_redo
 
 // ----------------------------------------------------------------------------
 // one step
-
-/* Sum of squares of the gradients this rank counts towards the global norm (the table's
- * `counted`: each element of the model once over the world), store by store. Owned ranges
- * that follow each other in a store are summed in one pass (one backend call, on a GPU one
- * result copied back, per run; a world of one: the whole slab at once, as eng_grad_clip). */
-static double state_sumsq(const eng_trainer_t *t)
-{
-    eng_store_t st[ENG_NSTORES];
-    double sq = 0;
-    eng_trainer_stores(t, st);
-    for (int s = 0; s < ENG_NSTORES; s++) {
-        const float *g = st[s].g;
-        double part = 0;
-        size_t run_lo = 0, run_hi = 0;
-        for (size_t i = 0; g && i < eng_model_ntensors(t->model); i++) {
-            const eng_tensor_t *x = eng_model_tensor(t->model, i);
-            if (x->store != (eng_store_id_t)s || !x->counted || x->own_lo == x->own_hi)
-                continue;
-            if (x->own_at != run_hi) {
-                part += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
-                run_lo = x->own_at;
-            }
-            run_hi = x->own_at + (x->own_hi - x->own_lo);
-        }
-        if (g)
-            part += eng_sumsq_on(t->be, g + run_lo, run_hi - run_lo);
-        sq += part;
-    }
-    return sq;
-}
 
 /* The update, fused with clipping (grad_coef) and the gradient reset: AdamW on each owned
  * range, wherever its store. o->t already advanced. */
@@ -657,7 +635,12 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
         rc = dp_allreduce_grads(t, grads, n);
     if (rc < 0)
         return rc;
-    double sq = state_sumsq(t);
+    /* the sums of squares and the losses: one download (trainer_read.c) */
+    eng_trainer_sumsq_start(t);
+    if ((rc = eng_trainer_readback(t, 1)) < 0)
+        return rc;
+    double sq = eng_trainer_sumsq(t);
+    t->loss_sum = eng_trainer_loss_sum(t);
     int last = t->stage + 1 == t->stages;
     if (!t->tp && !t->dp && !t->pp) {
         *loss_sum = t->loss_sum;
@@ -711,10 +694,13 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
         if (t->zero)
             eng_zero_begin_step(t->zero);
         t->step_now = e;
-        t->loss_sum = 0;
         t->grad_scale = 0;
-        rc = eng_pipeline_run(&t->pipe, &ops, micro, NULL);
-        sum += t->loss_sum;
+        rc = eng_trainer_loss_begin(t);
+        if (rc == 0)
+            rc = eng_pipeline_run(&t->pipe, &ops, micro, NULL);
+        if (rc == 0)
+            rc = eng_trainer_readback(t, 0);
+        sum += eng_trainer_loss_sum(t);
     }
     t->feed = t->data;
     if (rc < 0)
@@ -755,6 +741,51 @@ void eng_trainer_drill_nonfinite(eng_trainer_t *t, uint64_t batch)
     t->nan_batch = batch + 1;
 }
 
+/* The groups' communication times when a step starts: host waits plus device time
+ * (group_ns), and the TP group's device time alone. */
+typedef struct comm_mark {
+    uint64_t tp, dp, pp, emb, d_tp;
+} comm_mark_t;
+
+/* A step's time split (info->time, bubble) from the marks at its start, its host time in
+ * p2p calls, its backend timers tm and its seconds dt. */
+static void step_times(const eng_trainer_t *t, const comm_mark_t *w, uint64_t p2p_ns,
+                       const uint64_t *tm, double dt, eng_step_info_t *info)
+{
+    double tp_s = (double)(group_ns(t->tp) - w->tp) * 1e-9;
+    double pp_all = (double)(group_ns(t->pp) - w->pp) * 1e-9;
+    double p2p = (double)p2p_ns * 1e-9;
+    /* The step's closing all-reduces over the pipeline column and the embedding group
+     * (the loss and norm, the tied wte) wait for the other stages' flush: pipeline wait
+     * too, and part of the bubble. */
+    double pp_wait = pp_all + (double)(group_ns(t->emb) - w->emb) * 1e-9;
+    info->time.tp = tp_s;
+    info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
+    info->time.zero = (double)(group_ns(t->dp) - w->dp) * 1e-9;
+    /* on a device the passes' time is the stream's, which waited for the TP group's
+     * all-reduces (their device time; on the host, what it waited inside the passes) */
+    uint64_t pass_comm = t->pass_comm_ns + wrk_coll_group_device_ns(t->tp) - w->d_tp;
+    info->time.compute = t->pass_ns > pass_comm ? (double)(t->pass_ns - pass_comm) * 1e-9 : 0;
+    info->time.optim = (double)tm[ENG_TIMER_OPTIM] * 1e-9;
+    /* A GPU's collectives overlap its compute and each other (their device time includes
+     * waiting for peers): the parts are made to sum to the step, the communication scaled
+     * into what the update leaves, the compute into what remains. */
+    double comm = info->time.tp + info->time.pp_wait + info->time.zero;
+    double room = dt > info->time.optim ? dt - info->time.optim : 0;
+    if (comm > room) {
+        double k = room / comm;
+        info->time.tp *= k;
+        info->time.pp_wait *= k;
+        info->time.zero *= k;
+        comm = room;
+    }
+    if (info->time.compute > room - comm)
+        info->time.compute = room - comm;
+    info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
+    double rest = dt - comm - info->time.compute - info->time.optim;
+    info->time.idle = rest > 0 ? rest : 0;
+}
+
 int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
 {
     const ch_jobspec_t *s = &t->spec;
@@ -765,15 +796,14 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint32_t micro = s->parallel.microbatches;
     double global_tokens = (double)B * T * micro * s->parallel.dp;
     uint64_t t0 = ch_now_ns();
-    uint64_t w_tp = wrk_coll_group_wait_ns(t->tp), w_dp = wrk_coll_group_wait_ns(t->dp);
-    uint64_t w_pp = wrk_coll_group_wait_ns(t->pp), w_emb = wrk_coll_group_wait_ns(t->emb);
+    comm_mark_t w = {group_ns(t->tp), group_ns(t->dp), group_ns(t->pp), group_ns(t->emb),
+                     wrk_coll_group_device_ns(t->tp)};
 
     eng_mem_mark(t->mem); /* the ledger's peaks: this step's */
     /* the slab's gradients are zero: left so by the previous step's fused update, or new */
     if (t->zero)
         eng_zero_begin_step(t->zero);
     t->step_now = ch_skip_batch_of(s->train.skip_steps, step);
-    t->loss_sum = 0;
     t->grad_scale = 1.0 / global_tokens;
     t->data_ns = t->pass_ns = t->pass_comm_ns = 0;
     uint64_t tm[ENG_TIMER_KINDS];
@@ -782,7 +812,9 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint64_t p2p_ns = 0;
     eng_stage_ops_t ops = {
         t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
-    int rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
+    int rc = eng_trainer_loss_begin(t);
+    if (rc == 0)
+        rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
     if (rc == 0)
         rc = finish_grads(t, &loss_sum, &norm);
     if (rc < 0)
@@ -811,7 +843,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     /* the step's one host sync: the passes, the collectives the stream waited on and the
      * update are done, and the timers' events can be read. The collectives settle first,
      * polled with their timeout: a dead peer fails the step, it does not hang the sync. */
-    if ((rc = wrk_coll_settle(coll_of(t), -1)) < 0)
+    if ((rc = wrk_coll_settle(eng_trainer_coll(t), -1)) < 0)
         return rc;
     if (t->be->sync && (rc = t->be->sync(t->be)) < 0)
         return rc; /* the update failed on the device: the step did not happen */
@@ -843,25 +875,7 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->mfu = t->peak_flops > 0 ? flops / dt / t->peak_flops : 0;
         info->bubble = 0;
         info->skipped = bad;
-        double tp_s = (double)(wrk_coll_group_wait_ns(t->tp) - w_tp) * 1e-9;
-        double pp_all = (double)(wrk_coll_group_wait_ns(t->pp) - w_pp) * 1e-9;
-        double p2p = (double)p2p_ns * 1e-9;
-        /* The step's closing all-reduces over the pipeline column and the embedding group
-         * (the loss and norm, the tied wte) wait for the other stages' flush: pipeline wait
-         * too, and part of the bubble. */
-        double pp_wait = pp_all + (double)(wrk_coll_group_wait_ns(t->emb) - w_emb) * 1e-9;
-        info->time.tp = tp_s;
-        info->time.pp_wait = pp_wait > p2p ? pp_wait : p2p;
-        info->time.zero = (double)(wrk_coll_group_wait_ns(t->dp) - w_dp) * 1e-9;
-        /* on a device the passes' time is the stream's, the comm the host waited inside them
-         * (the stream's own waits on collectives count as compute there) */
-        info->time.compute =
-            t->pass_ns > t->pass_comm_ns ? (double)(t->pass_ns - t->pass_comm_ns) * 1e-9 : 0;
-        info->time.optim = (double)tm[ENG_TIMER_OPTIM] * 1e-9;
-        info->bubble = t->stages > 1 ? info->time.pp_wait / dt : 0;
-        double rest = dt - info->time.tp - info->time.pp_wait - info->time.zero -
-                      info->time.compute - info->time.optim;
-        info->time.idle = rest > 0 ? rest : 0;
+        step_times(t, &w, p2p_ns, tm, dt, info);
         info->val_loss = NAN;
     }
     /* after the step's figures: an evaluation is not part of the step's time */

@@ -78,7 +78,10 @@ typedef struct eng_step_info {
      * send/recv and in the step's closing all-reduces over the pipeline column and the
      * embedding group (they wait for the other stages' flush); zero: ZeRO-3 gathers and
      * reduce-scatters and the data-parallel gradient reduction; optim: clipping and AdamW; idle:
-     * the rest (data, bookkeeping). */
+     * the rest (data, bookkeeping). The communication parts are the host's waits plus the
+     * groups' device time where the collectives time them on their streams (NCCL); as those
+     * overlap the compute, they are scaled to fit the step less optim, and compute into the
+     * rest. */
     struct {
         double compute, tp, pp_wait, zero, optim, idle;
     } time;

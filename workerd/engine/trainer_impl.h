@@ -42,6 +42,13 @@ struct eng_trainer {
     wrk_coll_group_t *tp, *dp, *pp, *emb;
     float *coll_grads; /* dp > 1: the slab's gradients, in the collectives' memory */
     float *small;      /* SMALL_FLOATS of backend memory: the step's loss and norm reductions */
+    /* What the host reads of a step's passes, downloaded once after them (readback): rb
+     * (backend memory) holds sq_max doubles, the gradients' sums of squares, one per run
+     * (backend.h's sumsq_to; without it they are summed into rb_host at once), then on the
+     * last stage the sum of the micro-batch losses (loss_acc; without it: loss_sum). sq_n
+     * runs this step, store s's are [s ? sq_end[s-1] : 0, sq_end[s]). */
+    void *rb, *rb_host;
+    size_t sq_max, sq_n, sq_end[ENG_NSTORES];
     uint32_t tpr, dpr, rank;
     /* this rank's stage: blocks [first, last); the schedule, one acts per slot (which hold
      * the embedding's and the blocks' outputs too) and the [B,T,C] gradient scratch */
@@ -68,5 +75,32 @@ void eng_trainer_stores(const eng_trainer_t *t, eng_store_t st[ENG_NSTORES]);
  * in turn (NULL ones skipped), through t->small. */
 int eng_trainer_reduce_small(eng_trainer_t *t, float *v, size_t n, wrk_coll_redop_t op,
                              wrk_coll_group_t *const *order, int k);
+
+/* The collectives' context of t's groups (NULL: a world of one). */
+wrk_coll_t *eng_trainer_coll(const eng_trainer_t *t);
+
+// the step's reads (trainer_read.c)
+
+/* rb and rb_host (after the model and the stage are set). 0 or -ENOMEM. fini: once. */
+int eng_trainer_rb_init(eng_trainer_t *t);
+void eng_trainer_rb_fini(eng_trainer_t *t);
+/* Before a batch's passes: its loss sum is zero. */
+int eng_trainer_loss_begin(eng_trainer_t *t);
+/* The head's forward of one micro-batch on x (t->targets, [B,T]), its loss added to the
+ * batch's sum: on the device (loss_acc, no wait), else copied back now. */
+int eng_trainer_loss_add(eng_trainer_t *t, eng_acts_t *a, const float *x, uint32_t B, uint32_t T);
+/* The sums of squares of the gradients this rank counts towards the global norm (the
+ * table's `counted`: each element of the model once over the world), one per run of owned
+ * ranges that follow each other in a store (one backend call each; a world of one: the
+ * whole slab at once, as eng_grad_clip): enqueued into rb (sumsq_to), else read at once. */
+void eng_trainer_sumsq_start(eng_trainer_t *t);
+/* The one download (a wait for the stream): the losses, and the sums when sums != 0, into
+ * rb_host, after the collectives have settled. 0 or an error. */
+int eng_trainer_readback(eng_trainer_t *t, int sums);
+/* After readback(t, 1): the sum of the runs' sums of squares (per store, then over them). */
+double eng_trainer_sumsq(const eng_trainer_t *t);
+/* After readback: the batch's sum over its micro-batches of their mean token loss (last
+ * stage; 0 elsewhere). */
+double eng_trainer_loss_sum(const eng_trainer_t *t);
 
 #endif
