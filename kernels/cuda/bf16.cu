@@ -114,18 +114,7 @@ extern "C" int kn_cuda_reserve_bf16(kn_cuda_t *ctx, size_t rows, size_t C, kn_st
 
 static void bplan_release(kn_cu_bf16_plan_t *p)
 {
-    if (p->lc != NULL) {
-        cublasLtMatrixLayoutDestroy(p->lc);
-    }
-    if (p->lb != NULL) {
-        cublasLtMatrixLayoutDestroy(p->lb);
-    }
-    if (p->la != NULL) {
-        cublasLtMatrixLayoutDestroy(p->la);
-    }
-    if (p->desc != NULL) {
-        cublasLtMatmulDescDestroy(p->desc);
-    }
+    kn_cu_lt_destroy(p->desc, p->la, p->lb, p->lc);
     memset(p, 0, sizeof *p);
 }
 
@@ -143,11 +132,6 @@ void kn_cu_bf16_plans_free(kn_cuda_t *ctx)
 static int bplan_build(kn_cuda_t *ctx, kn_cu_bf16_plan_t *p)
 {
     cublasOperation_t ta = (cublasOperation_t)p->ta, tb = (cublasOperation_t)p->tb;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    size_t ws = KN_CU_WORKSPACE;
-    uint32_t align = (uint32_t)p->align;
-    int found = 0;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
@@ -166,35 +150,8 @@ static int bplan_build(kn_cuda_t *ctx, kn_cu_bf16_plan_t *p)
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->m, p->n, p->ldc);
     }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulPreferenceCreate(&pref);
-    }
-    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
-        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws);
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                           &heur, &found);
-    }
-    if (pref != NULL) {
-        cublasLtMatmulPreferenceDestroy(pref);
-    }
-    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
-        return kn_cu_blas_err(ctx, s, "cuBLASLt bf16 plan");
-    }
-    /* any other refusal only means: no cuBLASLt algorithm at this shape */
-    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->usable) {
-        p->algo = heur.algo;
-    }
-    return 0;
+    return kn_cu_lt_choose(ctx, s, p->desc, p->la, p->lb, p->lc, p->align, &p->algo, &p->usable,
+                           "cuBLASLt bf16 plan");
 }
 
 /* The plan for this call: cached (the first KN_CU_LT_PLANS shapes), NULL when the cache is

@@ -68,6 +68,16 @@ static inline int kn_cu_launched(void)
 /* Put the cuBLAS handle on stream (once per stream change) with ctx's workspace:
  * cublasSetStream resets the workspace to cuBLAS's default pool, so it is set again. */
 int kn_cu_bind(kn_cuda_t *ctx, cudaStream_t stream);
+/* The handles of a cuBLASLt plan destroyed (any may be NULL). */
+void kn_cu_lt_destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc);
+/* The rest of a plan once its descriptor and layouts are made (s: how making them went):
+ * the heuristic's best algorithm with every pointer's alignment (bytes) and the context's
+ * workspace stated. *usable = 0 when cuBLASLt offers none or refused a step (the caller
+ * computes without it); an error only when cuBLASLt ran out of memory. */
+int kn_cu_lt_choose(kn_cuda_t *ctx, cublasStatus_t s, cublasLtMatmulDesc_t desc,
+                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                    int align, cublasLtMatmulAlgo_t *algo, int *usable, const char *what);
 /* Release the cuBLASLt plans (matmul.cu). */
 void kn_cu_lt_plans_free(kn_cuda_t *ctx);
 /* Release the bf16 GEMMs' cuBLASLt plans (bf16.cu). */

@@ -144,6 +144,62 @@ int kn_cu_gemm(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, cublas
                           "cublasGemmStridedBatchedEx");
 }
 
+void kn_cu_lt_destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc)
+{
+    if (lc != NULL) {
+        cublasLtMatrixLayoutDestroy(lc);
+    }
+    if (lb != NULL) {
+        cublasLtMatrixLayoutDestroy(lb);
+    }
+    if (la != NULL) {
+        cublasLtMatrixLayoutDestroy(la);
+    }
+    if (desc != NULL) {
+        cublasLtMatmulDescDestroy(desc);
+    }
+}
+
+int kn_cu_lt_choose(kn_cuda_t *ctx, cublasStatus_t s, cublasLtMatmulDesc_t desc,
+                    cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                    int align, cublasLtMatmulAlgo_t *algo, int *usable, const char *what)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    size_t ws = KN_CU_WORKSPACE;
+    uint32_t a = (uint32_t)align;
+    int found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    }
+    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
+        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &a, sizeof a);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+    }
+    if (pref != NULL) {
+        cublasLtMatmulPreferenceDestroy(pref);
+    }
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+        return kn_cu_blas_err(ctx, s, what);
+    }
+    /* any other refusal only means: no cuBLASLt algorithm at this shape */
+    *usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (*usable) {
+        *algo = heur.algo;
+    }
+    return 0;
+}
+
 static __global__ void fill_kernel(float *x, float v, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -25,18 +25,7 @@ static __global__ void bias_rows_kernel(float *out, const float *bias, int N, in
 
 static void plan_release(kn_cu_lt_plan_t *p)
 {
-    if (p->lc != NULL) {
-        cublasLtMatrixLayoutDestroy(p->lc);
-    }
-    if (p->lb != NULL) {
-        cublasLtMatrixLayoutDestroy(p->lb);
-    }
-    if (p->la != NULL) {
-        cublasLtMatrixLayoutDestroy(p->la);
-    }
-    if (p->desc != NULL) {
-        cublasLtMatmulDescDestroy(p->desc);
-    }
+    kn_cu_lt_destroy(p->desc, p->la, p->lb, p->lc);
     memset(p, 0, sizeof *p);
 }
 
@@ -62,11 +51,6 @@ static int plan_build(kn_cuda_t *ctx, kn_cu_lt_plan_t *p)
 {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     cublasComputeType_t compute = p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    size_t ws = KN_CU_WORKSPACE;
-    uint32_t align = (uint32_t)p->align;
-    int found = 0;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
@@ -81,35 +65,8 @@ static int plan_build(kn_cuda_t *ctx, kn_cu_lt_plan_t *p)
     if (s == CUBLAS_STATUS_SUCCESS) {
         s = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->OC, p->N, p->OC);
     }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulPreferenceCreate(&pref);
-    }
-    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++) {
-        s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws);
-    }
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                           &heur, &found);
-    }
-    if (pref != NULL) {
-        cublasLtMatmulPreferenceDestroy(pref);
-    }
-    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
-        return kn_cu_blas_err(ctx, s, "cuBLASLt plan");
-    }
-    /* any other refusal only means: no fused epilogue at this shape */
-    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->usable) {
-        p->algo = heur.algo;
-    }
-    return 0;
+    return kn_cu_lt_choose(ctx, s, p->desc, p->la, p->lb, p->lc, p->align, &p->algo, &p->usable,
+                           "cuBLASLt plan");
 }
 
 /* The plan for this call: cached (the first KN_CU_LT_PLANS shapes), NULL when the cache is
