@@ -104,10 +104,10 @@ static int recv_from(eng_p2p_t *p, int32_t peer, float *buf, size_t n)
     int bf16 = p->bf16 && n <= p->cap;
     uint64_t t0 = ch_now_ns();
     wrk_coll_req_t *r = NULL; /* the kernels reading buf (or the cast) wait on the device */
-    int rc = bf16 ? wrk_coll_ordered(
-                        wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, &r), &r)
-                  : wrk_coll_ordered(
-                        wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r), &r);
+    int rc =
+        bf16 ? wrk_coll_ordered(wrk_coll_recv(p->pp, p->rpk, n, WRK_COLL_BF16, (uint32_t)peer, &r),
+                                &r)
+             : wrk_coll_ordered(wrk_coll_recv(p->pp, buf, n, WRK_COLL_F32, (uint32_t)peer, &r), &r);
     p->wait_ns += ch_now_ns() - t0;
     if (rc == 0 && bf16)
         rc = eng_bf16_cast(p->be, buf, p->rpk, n, 0);
