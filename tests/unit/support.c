@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -215,4 +216,13 @@ int ts_write_gpt2(const char *path, const struct ch_model_cfg *cfg, uint32_t pos
         free(bufs[i]);
     free(bufs);
     return rc;
+}
+
+int ts_fail(char *msg, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, n, fmt, ap);
+    va_end(ap);
+    return -1;
 }

@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A rank thread's failure: fmt written into msg (n bytes); -1, for `return fail(...)`. */
+int ts_fail(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Make a fresh directory $CHORUS_TEST_TMP/<tag>.XXXXXX (base /tmp when the variable is unset
  * or empty; the base is created with mode 0755 if missing) and write its path to out (n
  * bytes). 0 or a negative errno. The caller removes it with ts_rmrf. */

@@ -40,15 +40,7 @@ struct rank_ctx {
     char msg[256];
 };
 
-static int fail(rank_ctx_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(rank_ctx_t *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->msg, sizeof t->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail(t, ...) ts_fail((t)->msg, sizeof(t)->msg, __VA_ARGS__)
 
 static void *rank_main(void *arg)
 {

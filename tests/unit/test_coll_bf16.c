@@ -62,15 +62,7 @@ typedef struct rank_ctx {
     char msg[256];
 } rank_ctx_t;
 
-static int fail(rank_ctx_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(rank_ctx_t *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->msg, sizeof t->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail(t, ...) ts_fail((t)->msg, sizeof(t)->msg, __VA_ARGS__)
 
 static int is_nan16(uint16_t h)
 {
