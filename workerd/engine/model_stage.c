@@ -254,14 +254,16 @@ int eng_model_check_shape(eng_acts_t *a, uint32_t B, uint32_t T)
 
 /* Vocab-parallel embedding (kernels/tp.h): this rank writes the wte rows of the tokens in
  * its vocab slice and zero for the others, rank 0 adds the positions, and the sum over the
- * group is the embedding. Adding zeros is exact: the same bits as one rank's lookup. */
+ * group is the embedding: tp.h's g (its backward a copy: dout is the same on every rank).
+ * Adding zeros is exact: the same bits as one rank's lookup; under bf16 the sum moves and
+ * rounds as bf16, the single-rank lookup's round(wte + wpe) (two nonzero terms at most). */
 static int embed_tp_forward(eng_model_t *m, eng_acts_t *a, float *out)
 {
     const eng_backend_t *k = m->tpk;
     int C = (int)m->cfg.embd, Vl = (int)m->Vl, v0 = (int)(m->tpr * m->Vl);
     const float *wpe = m->tpr == 0 ? m->params + m->wpe : NULL;
     k->tp_embed_fwd(k, out, a->inputs, m->params + m->wte, wpe, v0, Vl, (int)a->B, (int)a->T, C);
-    return eng_tp_allreduce(m->tpg, out, (size_t)a->B * a->T * C, WRK_COLL_SUM);
+    return eng_tp_g_forward(m->tpg, m->tp_bf16, out, (size_t)a->B * a->T * C);
 }
 
 /* Its backward: the rows of this rank's tokens, and every position (wpe is replicated and

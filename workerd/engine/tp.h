@@ -6,11 +6,11 @@
  *   g  after a row-parallel layer: forward all-reduce of the partial products, backward
  *      copy (identity).
  *
- * The vocab-parallel embedding and cross-entropy use eng_tp_allreduce directly (a sum and
- * a max over per-row values). A NULL group is a TP group of one: every call is a no-op.
- * Buffers are the model backend's memory, which the group's collectives read (host memory
- * over UCX, the GPU's over NCCL); the reduction order is fixed, so every member gets the
- * same bits. */
+ * The vocab-parallel embedding's forward is a g too (a sum of partial lookups); the
+ * cross-entropy uses eng_tp_allreduce directly (fp32 sums and maxima of per-row values). A NULL
+ * group is a TP group of one: every call is a no-op. Buffers are the model backend's memory, which
+ * the group's collectives read (host memory over UCX, the GPU's over NCCL); the reduction order is
+ * fixed, so every member gets the same bits. */
 #ifndef ENG_TP_H
 #define ENG_TP_H
 
