@@ -31,7 +31,7 @@ typedef struct plan {
     ch_model_cfg_t cfg;       /* ch_plan_model_of: stage_split = auto resolved */
     ch_plan_t *st;            /* l.pp entries */
     ch_precision_t precision; /* the plan's: the job's, or --precision */
-    int bf16;                 /* its figures are bf16's (not the CPU emulation's fp32) */
+    int bf16;                 /* its figures are bf16's (ZeRO-3's packed gathers) */
 } plan_t;
 
 // ----------------------------------------------------------------------------
@@ -136,8 +136,9 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                "the first step; attention %s\n",
                attention_name(j));
     printf("precision   %s%s\n", ch_precision_name(p->precision),
-           p->bf16 ? ": fp32 master, gradients and Adam state; 2-byte working copy and activations"
-                   : "");
+           p->bf16
+               ? ": fp32 master, gradients and Adam state; activations bf16 values in 4-byte slots"
+               : "");
     fmt_count(a, sizeof a, w->sequences);
     fmt_count(b, sizeof b, w->tokens);
     printf("batch       %s sequences/step = dp %u x microbatches %u x micro_batch_size %u; %s "
@@ -179,7 +180,7 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
         ctl_table_cell(&t, "%s", a);
         ctl_table_cell(&t, "%s", b);
         fmt_bytes(a, sizeof a, st.state_bytes);
-        fmt_bytes(b, sizeof b, st.gathered_bytes + st.working_bytes); /* bf16: + its copy */
+        fmt_bytes(b, sizeof b, st.gathered_bytes + st.working_bytes);
         fmt_bytes(c, sizeof c, st.act_bytes);
         fmt_bytes(d, sizeof d, st.total_bytes);
         ctl_table_cell(&t, "%s", a);
@@ -200,8 +201,8 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                  "ln_f and their gradients");
     print_memckpt(j);
     if (p->bf16)
-        printf("bf16: gathered blocks 2 bytes a parameter (their gradients 4); without ZeRO-3 "
-               "the 2-byte working copy of the rank's parameters is in GATHERED\n");
+        printf("bf16: ZeRO-3's gathers also keep 2-byte packed copies (in GATHERED); no whole "
+               "bf16 working copy (the GEMMs cast their operands in device scratch, not shown)\n");
     if (warning)
         printf("warning: %s\n", warning);
 }
@@ -397,7 +398,7 @@ int ctl_cmd_plan(ctl_t *ctl, int argc, char **argv)
         st = CTL_EXIT_FAILED;
         goto out;
     }
-    ch_model_cfg_t m = ch_plan_model_of(&spec); /* bf16 figures unless emulated on the CPU */
+    ch_model_cfg_t m = ch_plan_model_of(&spec); /* emulated or not */
     if ((int)p.precision < 0)
         p.precision = spec.train.precision;
     else

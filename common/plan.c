@@ -80,8 +80,8 @@ ch_model_cfg_t ch_plan_model_of(const ch_jobspec_t *j)
     if (j->train.device == CH_DEVICE_CUDA && m.heads > 0 &&
         m.embd / m.heads <= CH_PLAN_FLASH_MAX_HS)
         m.att_row = 1; /* the fused attention, CUDA's default */
-    /* the CPU emulation keeps fp32 slots: its memory is fp32's */
-    m.bf16 = j->train.precision == CH_PRECISION_BF16 && !j->train.emulate;
+    /* the CPU emulation allocates what the GPU path does (plan.h) */
+    m.bf16 = j->train.precision == CH_PRECISION_BF16;
     return m;
 }
 
@@ -201,7 +201,7 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->head = s == l.pp - 1;
     const double nb = p->blocks;
     /* the tensors outside blocks: wte (once when pp = 1), wpe; ln_f's weight and bias */
-    double outside[4] = {0, 0, 0, 0}, whole = 0, owned = 0, padded = 0;
+    double outside[4] = {0, 0, 0, 0}, whole = 0, owned = 0, padded = 0, widest = 0;
     if (p->embeddings || p->head)
         outside[0] = wte;
     if (p->embeddings)
@@ -213,49 +213,49 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         whole += outside[i];
         owned += l.dp > 1 ? shard : outside[i];
         padded += shard * l.dp;
+        widest = fmax(widest, shard * l.dp);
     }
     p->params = nb * p->block_tp + whole;
     p->owned = nb * p->block_shard + owned;
 
     p->state_bytes = 4 * F32 * p->owned;
-    /* bytes of a working-copy parameter and of an activation: bf16's 2 in mixed precision */
-    const double W = m->bf16 ? BF16 : F32;
     /* ZeRO-3 runs only with data parallelism (a DP group of one holds its blocks whole):
      * the blocks' gathered buffers and two blocks' unsharded gradients (one written by a
      * backward while the other's reduce-scatter runs); the tensors outside
-     * blocks gathered (padded) and their unsharded gradients. In bf16 the gathered copies
-     * are the working copy (2 bytes); without ZeRO-3 the working copy is a cast of the
-     * rank's parameters. */
+     * blocks gathered (padded) and their unsharded gradients. In bf16 the gathers arrive
+     * as 2-byte messages, each into a packed buffer of its own beside the fp32 one: one per
+     * gathered block, one for the widest tensor outside blocks. */
     double gathered = reshard == CH_RESHARD_PER_STEP ? nb : fmin(nb, 2);
-    p->gathered_bytes = l.dp > 1 ? W * gathered * p->block_shard * l.dp +
-                                       2 * F32 * p->block_shard * l.dp + (W + F32) * padded
+    double packed = m->bf16 ? BF16 * (gathered * p->block_shard * l.dp + widest) : 0;
+    p->gathered_bytes = l.dp > 1 ? F32 * gathered * p->block_shard * l.dp +
+                                       2 * F32 * p->block_shard * l.dp + 2 * F32 * padded + packed
                                  : 0;
-    p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
+    /* no whole bf16 working copy is held: each GEMM casts its operands into the backend's
+     * launcher scratch (not counted, plan.h) */
+    p->working_bytes = 0;
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
-    /* activations: W bytes each, but the fp32 LayerNorm statistics, attention
-     * probabilities (or a fused attention's log-sum-exp), token ids, targets, losses and
-     * logits */
+    /* activations: fp32 slots (under bf16 too: bf16 values in fp32 storage, plan.h) */
     double att = B * (NH / tp) * T * row;
-    double per_block = W * N * C * (4 + 12 / tp) + F32 * (4 * N + att);
+    double per_block = F32 * (N * C * (4 + 12 / tp) + 4 * N + att);
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
     double redo = 0;
     if (recompute == CH_RECOMPUTE_SELECTIVE)
         redo = F32 * att;
     else if (recompute == CH_RECOMPUTE_FULL)
-        redo = per_block - W * N * C;
+        redo = per_block - F32 * N * C;
     /* interleaved: a slot is one chunk-activation, nb / v blocks */
     double kept = (v > 1 ? nb / v : nb) * (per_block - redo);
     if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
-        kept += W * nb * N * (4 * C + 7 * C / tp);
+        kept += F32 * nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
     if (first)
-        kept += F32 * N + W * N * C;
+        kept += F32 * (N + N * C);
     if (last)
-        kept += W * N * C + F32 * 5 * N;
+        kept += F32 * (N * C + 5 * N);
     if (v == 1 && !first)
-        kept += W * 2 * N * C;
-    double scratch = W * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C)) + F32 * T * T +
+        kept += F32 * 2 * N * C;
+    double scratch = F32 * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C) + T * T) +
                      (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);

@@ -59,17 +59,18 @@
  * ledger of workerd/engine/mem.h); on CUDA it is device memory, all of it allocated before the
  * first step.
  *
- * Mixed precision (bf16; m->bf16), the GPU path's figures: state unchanged (fp32
- * masters, gradients, Adam m and v: 16 bytes an owned parameter); a bf16 working copy of
- * the parameters, 2 bytes each: without ZeRO-3 a cast of the rank's parameters
- * (working_bytes), under ZeRO-3 the gathered blocks and tensors outside blocks themselves
- * (gathered at 2 bytes, their unsharded gradients still 4); activations and their
- * gradients 2 bytes, but for the fp32 LayerNorm statistics, attention probabilities,
- * token ids, targets, log-sum-exp, losses, logits and the T·T attention scratch. The CPU
- * emulation (workerd/engine/backend_bf16.h) holds bf16 values in fp32 slots: its ledger
- * follows the fp32 figures. Not counted: the collectives' own buffers, the CUDA context,
- * cuBLAS's workspace and the CUDA backend's launcher scratch (the rank reports what it
- * reserved), allocator slack, 64-byte alignment.
+ * Mixed precision (bf16; m->bf16), what the engine allocates on the GPU path and in the
+ * CPU emulation alike (workerd/engine/backend_bf16.h): state unchanged (fp32 masters,
+ * gradients, Adam m and v: 16 bytes an owned parameter); activations and their gradients
+ * are bf16 values in fp32 slots, 4 bytes each as above; no whole bf16 working copy of the
+ * parameters (working_bytes 0: each GEMM casts its operands into the backend's scratch);
+ * under ZeRO-3 the gathers arrive as 2-byte messages into packed buffers beside the fp32
+ * gathered ones (2 bytes a gathered block parameter, and the widest tensor outside blocks).
+ * Not counted: the collectives' own buffers (the bf16 messages of the TP all-reduces, the
+ * stages' sends and the gradient reductions among them), the CUDA context, cuBLAS's
+ * workspace, the CUDA backend's launcher scratch (bf16 GEMM operands included; the rank
+ * reports what it reserved), the bf16 wrapper's rounded copies of a kernel's inputs,
+ * allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
  * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */
@@ -96,8 +97,8 @@ typedef struct ch_model_cfg {
      * (train.device = cuda, head size <= CH_PLAN_FLASH_MAX_HS: CUDA's default). Not part
      * of the model's identity either. */
     uint32_t att_row;
-    /* train.precision = bf16 without train.emulate: the working copy and the activations in
-     * 2 bytes (the GPU path's figures; below). Not part of the model's identity either. */
+    /* train.precision = bf16 (emulated or not): ZeRO-3's packed gathers (below). Not part
+     * of the model's identity either. */
     uint32_t bf16;
     /* parallel.virtual_stages under interleaved (0 or 1: one chunk): each stage keeps its
      * warm-up depth of chunk-activations (in_flight, act_mb_bytes one chunk's) and the
@@ -140,7 +141,7 @@ typedef struct ch_plan {
     double params;                       /* the rank's TP slice of the stage */
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
-    double working_bytes; /* bf16 without ZeRO-3: the bf16 cast of `params`; else 0 */
+    double working_bytes; /* a whole bf16 working copy: 0, none is held (above) */
     double act_mb_bytes;  /* kept for backward, one micro-batch (interleaved: one chunk's) */
     uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m);
                              interleaved chunk-activations: the warm-up depth + 1 */

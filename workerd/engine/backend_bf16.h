@@ -13,7 +13,8 @@
  * - parameters as the kernels read them: each kernel reads bf16 copies of its weights and
  *   biases, rounded from the fp32 master values the model holds. Rounding is deterministic,
  *   so this is the same arithmetic as casting the master weights once per step (or once per
- *   ZeRO-3 gathered block) into a bf16 working copy, as the GPU path does;
+ *   ZeRO-3 gathered block) into a bf16 working copy; the GPU path holds none, its GEMMs cast
+ *   their operands as they run (common/plan.h counts what is held);
  * - GEMM inputs (activations, their gradients, the weights): bf16; the products accumulate in
  *   fp32 (the inner kernel's arithmetic) and the GEMM's output is stored bf16;
  * - activations and activation gradients every kernel writes (encoder, layernorm, attention
