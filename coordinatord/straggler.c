@@ -12,19 +12,22 @@
 #include "node.h"
 #include "recovery.h"
 
-/* One block per job generation: header, then per rank its window, its streak above the
- * ratio and whether it is a straggler now. */
+/* One block per job generation: header, then per rank its window, its streak against its
+ * state, whether it is a straggler now and whether it took a figure since the last
+ * judgement. */
 typedef struct coord_straggler {
     uint64_t generation;
     uint32_t world, per_stage; /* ranks per pipeline stage: tp x dp, contiguous */
     float *win;                /* world x WINDOW, newest at n % WINDOW */
     uint32_t *n;               /* figures taken per rank */
-    uint16_t *streak;
-    uint8_t *slow;
-    float *median, *sorted; /* scratch: per rank, per stage */
+    uint32_t *taken_ms;        /* per rank: when its last figure was taken (the clock's low bits) */
+    uint16_t *streak;          /* judgements in a row that disagreed with slow[] */
+    uint8_t *slow, *fresh;
+    float *low, *sorted; /* scratch: per rank its window's low figure, per stage */
     double ratio_of_worst;
     int64_t worst; /* -1 none */
     uint32_t peers_of_worst, count;
+    int dirty;      /* a figure was taken since the last judgement */
     int64_t named;  /* a rank named a straggler by the last judgement; -1 none */
     char line[256]; /* coord_straggler_line */
     /* Nodes (judge_nodes): per rank its window of tensor-parallel time; per node, at the
@@ -46,7 +49,7 @@ void coord_straggler_free(coord_job_t *j)
 static size_t block_bytes(uint32_t world)
 {
     return sizeof(coord_straggler_t) + 2 * (size_t)world * COORD_STRAGGLER_WINDOW * sizeof(float) +
-           world * (2 * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 2 * sizeof(uint8_t) +
+           world * (3 * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
                     3 * sizeof(float)) +
            16;
 }
@@ -67,63 +70,123 @@ static coord_straggler_t *state_of(coord_job_t *j)
     ch_layout_t l = ch_jobspec_layout(&j->spec);
     s->per_stage = l.tp * l.dp > 0 ? l.tp * l.dp : 1;
     s->win = (float *)(s + 1);
-    s->median = s->win + (size_t)j->world * COORD_STRAGGLER_WINDOW;
-    s->sorted = s->median + j->world;
+    s->low = s->win + (size_t)j->world * COORD_STRAGGLER_WINDOW;
+    s->sorted = s->low + j->world;
     s->tpwin = s->sorted + j->world;
     s->nval = s->tpwin + (size_t)j->world * COORD_STRAGGLER_WINDOW;
     s->n = (uint32_t *)(s->nval + j->world);
     s->groups = s->n + j->world;
-    s->streak = (uint16_t *)(s->groups + j->world);
+    s->taken_ms = s->groups + j->world;
+    s->streak = (uint16_t *)(s->taken_ms + j->world);
     s->nstreak = s->streak + j->world;
     s->slow = (uint8_t *)(s->nstreak + j->world);
     s->nslow = s->slow + j->world;
+    s->fresh = s->nslow + j->world;
     s->worst = -1;
     s->named = -1;
     j->strag = s;
     return s;
 }
 
-static int cmp_f(const void *a, const void *b)
+/* The k-th smallest (from 0) of v[0..n), k < n, in O(n) expected (Hoare's FIND): v is
+ * reordered so that nothing before v[k] is larger and nothing after it smaller. */
+static float select_kth(float *v, uint32_t n, uint32_t k)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    long lo = 0, hi = (long)n - 1;
+    while (lo < hi) {
+        float x = v[k], t;
+        long i = lo, m = hi;
+        do {
+            while (v[i] < x)
+                i++;
+            while (x < v[m])
+                m--;
+            if (i <= m) {
+                t = v[i];
+                v[i++] = v[m];
+                v[m--] = t;
+            }
+        } while (i <= m);
+        if (m < (long)k)
+            lo = i;
+        if ((long)k < i)
+            hi = m;
+    }
+    return v[k];
 }
 
-static float median_of(float *v, size_t n)
+/* The two middle figures of v[0..n), n >= 2 (v is reordered): *a the ((n - 2) / 2)-th
+ * smallest, *b the next. The lower median of the others of a member whose figure is x is
+ * then x <= *a ? *b : *a, in O(1) per member. */
+static void middle_pair(float *v, uint32_t n, float *a, float *b)
 {
-    qsort(v, n, sizeof *v, cmp_f);
-    return v[(n - 1) / 2]; /* the lower median */
+    uint32_t mid = (n - 2) / 2;
+    *a = select_kth(v, n, mid);
+    *b = v[mid + 1];
+    for (uint32_t i = mid + 2; i < n; i++)
+        if (v[i] < *b)
+            *b = v[i];
 }
 
-/* A rank's windowed median of win (s->win: compute, s->tpwin: tensor-parallel time); -1
- * while its window is not full. */
-static float window_median(const coord_straggler_t *s, const float *win, uint32_t r)
+/* A rank's low figure of win (s->win: compute, s->tpwin: tensor-parallel time): the
+ * COORD_STRAGGLER_LOW-th smallest of its window, O(WINDOW x LOW); -1 while the window is
+ * not full. */
+static float window_low(const coord_straggler_t *s, const float *win, uint32_t r)
 {
-    float v[COORD_STRAGGLER_WINDOW];
+    const float *w = win + (size_t)r * COORD_STRAGGLER_WINDOW;
+    float low[COORD_STRAGGLER_LOW]; /* low[0..m): the smallest seen, ascending */
+    uint32_t m = 0;
     if (s->n[r] < COORD_STRAGGLER_WINDOW)
         return -1;
-    memcpy(v, win + (size_t)r * COORD_STRAGGLER_WINDOW, sizeof v);
-    return median_of(v, COORD_STRAGGLER_WINDOW);
+    for (uint32_t i = 0; i < COORD_STRAGGLER_WINDOW; i++) {
+        float x = w[i];
+        if (m == COORD_STRAGGLER_LOW && !(x < low[m - 1]))
+            continue;
+        uint32_t k = m < COORD_STRAGGLER_LOW ? m++ : m - 1;
+        for (; k > 0 && low[k - 1] > x; k--)
+            low[k] = low[k - 1];
+        low[k] = x;
+    }
+    return low[COORD_STRAGGLER_LOW - 1];
 }
 
-static float rank_median(const coord_straggler_t *s, uint32_t r)
+/* The words for the low figure: "3rd fastest of 8 steps". */
+static const char *low_words(char *buf, size_t len)
 {
-    return window_median(s, s->win, r);
+    static const char *const nth[] = {"", "", "2nd ", "3rd ", "4th ", "5th "};
+    _Static_assert(COORD_STRAGGLER_LOW < sizeof nth / sizeof nth[0], "name the quantile");
+    snprintf(buf, len, "%sfastest of %d steps", nth[COORD_STRAGGLER_LOW], COORD_STRAGGLER_WINDOW);
+    return buf;
 }
 
-/* Rank r (median m) is slow now, or no longer: log and record the change once. */
+/* One judgement of a rank or node in state `slow` with this verdict (above the ratio or
+ * not): 1 when it is the PERSIST-th in a row to disagree with the state, which then flips
+ * (the caller marks it). The same rule names and clears. */
+static int flips(uint16_t *streak, uint8_t slow, int above)
+{
+    *streak = above != slow ? (uint16_t)(*streak + 1) : 0;
+    if (*streak < COORD_STRAGGLER_PERSIST)
+        return 0;
+    *streak = 0;
+    return 1;
+}
+
+static int is_above(float x, float ref)
+{
+    return ref > 0 && x > COORD_STRAGGLER_RATIO * ref && x - ref > COORD_STRAGGLER_MIN_S;
+}
+
+/* Rank r (low figure m) is slow now, or no longer: log and record the change. */
 static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, int slow, float m,
                  float ref, uint32_t peers)
 {
-    char what[256];
-    if (s->slow[r] == slow)
-        return;
+    char what[320], low[48];
     s->slow[r] = (uint8_t)slow;
     snprintf(what, sizeof what,
-             "%s rank %u on node %s: compute %.3f s, %.2fx its %u peers' median %.3f s over %d "
-             "steps (straggler above %.2fx for %d steps)",
+             "%s rank %u on node %s: compute %.3f s, %.2fx its %u peers' %.3f s (%s each; "
+             "straggler above %.2fx for %d in a row)",
              slow ? "straggler:" : "no longer a straggler:", r, j->ranks[r].node->name, m,
-             ref > 0 ? m / ref : 0.0, peers, ref, COORD_STRAGGLER_WINDOW, COORD_STRAGGLER_RATIO,
+             ref > 0 ? m / ref : 0.0, peers, ref, low_words(low, sizeof low), COORD_STRAGGLER_RATIO,
              COORD_STRAGGLER_PERSIST);
     ch_log(slow ? CH_LOG_WARN : CH_LOG_INFO, "straggler", "job=%s gen=%" PRIu64 " %s", j->id,
            j->generation, what);
@@ -132,32 +195,28 @@ static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, i
         s->named = r;
 }
 
-/* Judge the ranks of one pipeline stage [lo, lo + n). */
+/* Judge the ranks of one pipeline stage [lo, lo + n): each rank's low figure against the
+ * lower median of its peers' (itself left out). */
 static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n)
 {
     uint32_t k = 0;
+    float a, b;
     for (uint32_t r = lo; r < lo + n; r++)
-        if ((s->median[r] = rank_median(s, r)) >= 0)
-            s->sorted[k++] = s->median[r];
+        if ((s->low[r] = window_low(s, s->win, r)) >= 0)
+            s->sorted[k++] = s->low[r];
     if (k < 2)
         return;
-    qsort(s->sorted, k, sizeof *s->sorted, cmp_f);
+    middle_pair(s->sorted, k, &a, &b);
     for (uint32_t r = lo; r < lo + n; r++) {
-        float m = s->median[r];
+        float m = s->low[r], ref = m <= a ? b : a;
         if (m < 0)
             continue;
-        /* the peers' lower median, this rank left out */
-        uint32_t p = 0;
-        while (p < k && s->sorted[p] != m)
-            p++;
-        uint32_t mid = (k - 2) / 2;
-        float ref = s->sorted[mid < p ? mid : mid + 1];
-        int above = ref > 0 && m > COORD_STRAGGLER_RATIO * ref && m - ref > COORD_STRAGGLER_MIN_S;
-        s->streak[r] = above ? (uint16_t)(s->streak[r] + 1) : 0;
-        if (above && s->streak[r] >= COORD_STRAGGLER_PERSIST)
-            mark(c, j, s, r, 1, m, ref, k - 1);
-        else if (!above)
-            mark(c, j, s, r, 0, m, ref, k - 1);
+        int above = is_above(m, ref);
+        /* its verdict moves with its own figures: a rank heard once a second is judged
+         * once a second, however often rank 0's reports come */
+        if (s->fresh[r] && flips(&s->streak[r], s->slow[r], above))
+            mark(c, j, s, r, above, m, ref, k - 1);
+        s->fresh[r] = 0;
         if (s->slow[r]) {
             s->count++;
             if (s->worst < 0 || m / ref > s->ratio_of_worst) {
@@ -171,96 +230,113 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
 
 static void replace(coord_t *c, coord_job_t *j, uint32_t r);
 
-/* Node g (its first entry in j->by_node) is slow now, or no longer: log it once. */
+/* Node g (its first entry in j->by_node) is slow now, or no longer: log it. */
 static void mark_node(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t g, int slow,
                       float ref, uint32_t peers)
 {
-    char what[320];
-    if (s->nslow[g] == slow)
-        return;
+    char what[360], low[48];
     s->nslow[g] = (uint8_t)slow;
     const char *node = j->by_node[g].node->name;
     snprintf(what, sizeof what,
              "%s node %s: tensor-parallel all-reduces %.3f s per step, %.2fx the median %.3f s "
-             "of %u other nodes over %d steps (slow above %.2fx for %d steps)",
+             "of %u other nodes (%s each; slow above %.2fx for %d in a row)",
              slow ? "slow collectives:" : "collectives no longer slow:", node, s->nval[g],
-             ref > 0 ? s->nval[g] / ref : 0.0, ref, peers, COORD_STRAGGLER_WINDOW,
+             ref > 0 ? s->nval[g] / ref : 0.0, ref, peers, low_words(low, sizeof low),
              COORD_STRAGGLER_RATIO, COORD_STRAGGLER_PERSIST);
     ch_log(slow ? CH_LOG_WARN : CH_LOG_INFO, "straggler", "job=%s gen=%" PRIu64 " %s", j->id,
            j->generation, what);
     coord_event(c, j->id, j->generation, -1, node, what);
 }
 
-/* Nodes whose tensor-parallel all-reduces (inside the node, DESIGN §5) are persistently
- * slower than the other nodes': per node the lower median of its ranks' windowed TP times
- * against the lower median of the other nodes', the same ratio, floor and persistence as
- * ranks. A node running a compute straggler is not judged: its TP peers wait for it. */
-static void judge_nodes(coord_t *c, coord_job_t *j, coord_straggler_t *s)
+/* Per node (at its first entry in j->by_node, listed in s->groups) the median of its ranks'
+ * low tensor-parallel figures; -1 for a node that runs a compute straggler (its TP peers
+ * wait for it) or has none yet. How many nodes. */
+static uint32_t node_values(const coord_job_t *j, coord_straggler_t *s)
 {
-    uint32_t k = 0, v = 0;
-    s->node_count = 0;
-    s->node_line[0] = '\0';
+    uint32_t k = 0;
     for (uint32_t i = 0; j->by_node && i < j->world;) {
         const coord_node_t *n = j->by_node[i].node;
         uint32_t g = i, m = 0;
         int strag = 0;
         for (; i < j->world && j->by_node[i].node == n; i++) {
             uint32_t r = j->by_node[i].rank;
-            float x = window_median(s, s->tpwin, r);
+            float x = window_low(s, s->tpwin, r);
             strag |= s->slow[r];
             if (x >= 0)
                 s->sorted[m++] = x;
         }
-        s->nval[g] = m && !strag ? median_of(s->sorted, m) : -1;
+        s->nval[g] = m && !strag ? select_kth(s->sorted, m, (m - 1) / 2) : -1;
         s->groups[k++] = g;
     }
+    return k;
+}
+
+/* Nodes whose tensor-parallel all-reduces (inside the node, DESIGN §5) are persistently
+ * slower than the other nodes': per node the median of its ranks' low TP figures (the
+ * statistic of ranks, for the same reasons) against the lower median of the other nodes',
+ * the same ratio, floor and persistence as ranks. */
+static void judge_nodes(coord_t *c, coord_job_t *j, coord_straggler_t *s)
+{
+    uint32_t k = node_values(j, s), v = 0;
+    float a, b;
+    double worst = 0;
+    char low[48];
+    s->node_count = 0;
+    s->node_line[0] = '\0';
     for (uint32_t i = 0; i < k; i++)
         if (s->nval[s->groups[i]] >= 0)
             s->sorted[v++] = s->nval[s->groups[i]];
     if (v < 2)
         return;
-    qsort(s->sorted, v, sizeof *s->sorted, cmp_f);
-    double worst = 0;
+    middle_pair(s->sorted, v, &a, &b);
     for (uint32_t i = 0; i < k; i++) {
-        uint32_t g = s->groups[i], p = 0, mid = (v - 2) / 2;
-        float x = s->nval[g];
+        uint32_t g = s->groups[i];
+        float x = s->nval[g], ref = x <= a ? b : a; /* the others' lower median */
         if (x < 0)
             continue;
-        while (p < v && s->sorted[p] != x)
-            p++;
-        float ref = s->sorted[mid < p ? mid : mid + 1]; /* the others' lower median */
-        int above = ref > 0 && x > COORD_STRAGGLER_RATIO * ref && x - ref > COORD_STRAGGLER_MIN_S;
-        s->nstreak[g] = above ? (uint16_t)(s->nstreak[g] + 1) : 0;
-        if (above && s->nstreak[g] >= COORD_STRAGGLER_PERSIST)
-            mark_node(c, j, s, g, 1, ref, v - 1);
-        else if (!above)
-            mark_node(c, j, s, g, 0, ref, v - 1);
-        if (s->nslow[g] && x / ref > worst) {
+        int above = is_above(x, ref);
+        if (flips(&s->nstreak[g], s->nslow[g], above))
+            mark_node(c, j, s, g, above, ref, v - 1);
+        if (!s->nslow[g])
+            continue;
+        s->node_count++;
+        if (x / ref > worst) {
             worst = x / ref;
-            s->node_count++;
             snprintf(s->node_line, sizeof s->node_line,
                      "node %s: tensor-parallel all-reduces %.3f s, %.2fx the other %u nodes' "
-                     "median over %d steps",
-                     j->by_node[g].node->name, x, worst, v - 1, COORD_STRAGGLER_WINDOW);
-        } else if (s->nslow[g]) {
-            s->node_count++;
+                     "median (%s)",
+                     j->by_node[g].node->name, x, worst, v - 1, low_words(low, sizeof low));
         }
     }
 }
 
+/* Rank r's figure v (compute, and its tensor-parallel time) goes into its windows. */
+static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, double v)
+{
+    size_t at = (size_t)r * COORD_STRAGGLER_WINDOW + s->n[r] % COORD_STRAGGLER_WINDOW;
+    s->win[at] = (float)v;
+    s->tpwin[at] = (float)(rk->time.tp > 0 ? rk->time.tp : 0);
+    s->taken_ms[r] = (uint32_t)rk->progress_ms;
+    s->n[r]++;
+    s->fresh[r] = 1;
+    s->dirty = 1;
+}
+
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
 {
-    const coord_step_time_t *t = &j->ranks[r].time;
-    double v = t->compute > 0 ? t->compute : t->step_s;
+    const coord_rank_t *rk = &j->ranks[r];
+    double v = rk->time.compute > 0 ? rk->time.compute : rk->time.step_s;
     coord_straggler_t *s;
+    char low[48];
     if (!(v > 0) || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)))
         return;
-    s->win[(size_t)r * COORD_STRAGGLER_WINDOW + s->n[r] % COORD_STRAGGLER_WINDOW] = (float)v;
-    s->tpwin[(size_t)r * COORD_STRAGGLER_WINDOW + s->n[r] % COORD_STRAGGLER_WINDOW] =
-        (float)(t->tp > 0 ? t->tp : 0);
-    s->n[r]++;
-    if (r != 0)
-        return;
+    /* one figure per progress interval of its node: see the theory in straggler.h */
+    uint32_t held = rk->node ? rk->node->progress_ms : 0;
+    if (!s->n[r] || !held || (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
+        take(s, rk, r, v);
+    if (r != 0 || !s->dirty)
+        return; /* rank 0's report judges the figures taken since the last judgement */
+    s->dirty = 0;
     s->count = 0;
     s->worst = -1;
     s->named = -1;
@@ -271,9 +347,9 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
     if (s->worst >= 0) {
         uint32_t w = (uint32_t)s->worst;
         snprintf(s->line, sizeof s->line,
-                 "rank %u on node %s: compute %.3f s, %.2fx its %u peers' median over %d steps%s",
-                 w, j->ranks[w].node->name, s->median[w], s->ratio_of_worst, s->peers_of_worst,
-                 COORD_STRAGGLER_WINDOW, s->count > 1 ? " (and others)" : "");
+                 "rank %u on node %s: compute %.3f s, %.2fx its %u peers' (%s)%s", w,
+                 j->ranks[w].node->name, s->low[w], s->ratio_of_worst, s->peers_of_worst,
+                 low_words(low, sizeof low), s->count > 1 ? " (and others)" : "");
     }
     if (s->named >= 0 && j->spec.fault.straggler == CH_STRAGGLER_REPLACE &&
         j->state == COORD_JOB_RUNNING)

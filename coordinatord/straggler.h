@@ -1,16 +1,47 @@
 /* Stragglers (DESIGN §9): ranks whose compute time is persistently above their peers'.
  *
  * Theory of operation. Every training step each rank reports where its time went
- * (RankEvent t_compute; step_s when the engine does not split it). Per rank the last
- * COORD_STRAGGLER_WINDOW figures are kept; once per step (rank 0's report) each rank's
- * window median is compared with the median of its peers' — the other ranks of its
- * pipeline stage, which do the same work (tp and dp split it evenly) — excluding itself. A
- * rank whose ratio stays above COORD_STRAGGLER_RATIO for COORD_STRAGGLER_PERSIST steps in a
- * row (and COORD_STRAGGLER_MIN_S above it) is a straggler: logged once with its numbers, recorded
- * as a job event, shown in status and watch (JobInfo.straggler) and counted in
- * chorus_job_stragglers. Medians shrug off the odd slow step (a page fault, a checkpoint); the
- * persistence rule and the ratio keep a calm run quiet. A straggler that recovers is cleared the
- * same way. */
+ * (RankEvent t_compute; step_s when the engine does not split it). Per rank the coordinator
+ * keeps its last COORD_STRAGGLER_WINDOW figures and, at rank 0's report when figures came
+ * in since the last judgement, compares each rank's LOW figure (the COORD_STRAGGLER_LOW-th smallest
+ * of its window) with the lower median of its peers' low figures: the other ranks of its pipeline
+ * stage, which do the same work (tp and dp split it evenly), itself left out. A rank above
+ * COORD_STRAGGLER_RATIO times that and COORD_STRAGGLER_MIN_S above it for
+ * COORD_STRAGGLER_PERSIST of its own figures in a row is a straggler: logged once with its
+ * numbers, recorded as a job event, shown in status and watch (JobInfo.straggler) and
+ * counted in chorus_job_stragglers.
+ *
+ * Why a low quantile. Noise (other processes on the cores, a page fault, the checkpoint
+ * written at a step, a collective that waited inside the compute) only ever ADDS time to a
+ * step, and comes in episodes; a straggler (a slow chip, a throttled clock) is slow on
+ * EVERY step. The fast end of a window is the rank's own speed with the noise left out:
+ * a slow step (a checkpoint, a page fault) moves nothing, and a noise episode must cover
+ * WINDOW - LOW + 1 figures (10 of 12) for PERSIST figures in a row before the rank is
+ * named, where a median moved after half. A truly slowed rank crosses once that many of
+ * its figures are slowed: named at its 11th slowed figure. A median also lags a machine
+ * that just got quieter by half a window; the low figure follows it after LOW figures, on
+ * every rank alike.
+ *
+ * Sampling. A workerd sends its ranks' progress once per progress-ms (1 s by default;
+ * coord_node_t.progress_ms) with each rank's latest step only, but rank 0's every step at
+ * once. Every rank takes at most one figure per 7/8 of its node's interval, rank 0 too,
+ * so that every window spans about the same seconds (rank 0's last steps against rank 1's
+ * figures of the last 10 seconds made rank 1 look slow whenever the machine got quieter);
+ * PERSIST 2 covers the figure by which one rank's window may still lag another's. A rank's
+ * streak only moves at a judgement after a figure of its own. So a straggler is named
+ * after 11 of its figures: 11 steps when every step is a figure (progress-ms 0, or steps
+ * longer than it), about 11 s at the default 1 s, however many steps that is.
+ *
+ * Clearing. A straggler that recovers is cleared by the same statistic and the same
+ * persistence the other way: once LOW of its figures are fast again, for PERSIST in a row.
+ *
+ * Nodes (judge_nodes): the same statistic over the ranks' tensor-parallel all-reduce time
+ * (a TP group sits inside one node): per node the median of its ranks' low figures against
+ * the other nodes', the same ratio, floor and persistence.
+ *
+ * Cost: a judgement is O(ranks x WINDOW x LOW) plus O(ranks) expected for the peers'
+ * medians (a selection, no sort), with no allocation; per rank 2 x WINDOW floats and 31
+ * bytes more. */
 #ifndef COORD_STRAGGLER_H
 #define COORD_STRAGGLER_H
 
@@ -21,9 +52,10 @@
 
 typedef struct coord coord_t;
 
-#define COORD_STRAGGLER_WINDOW  10  /* steps per rank in the median */
-#define COORD_STRAGGLER_RATIO   1.3 /* its median over its peers' median */
-#define COORD_STRAGGLER_PERSIST 3   /* steps in a row above the ratio */
+#define COORD_STRAGGLER_WINDOW  12  /* figures per rank */
+#define COORD_STRAGGLER_LOW     3   /* its low figure: the 3rd smallest of its window */
+#define COORD_STRAGGLER_RATIO   1.3 /* its low figure over its peers' (their lower median) */
+#define COORD_STRAGGLER_PERSIST 2   /* of its own figures in a row above the ratio */
 /* and at least this many seconds above: on steps of a few milliseconds the scheduler's
  * noise alone makes ratios of 1.4 between identical ranks */
 #define COORD_STRAGGLER_MIN_S 0.02
@@ -32,8 +64,8 @@ typedef struct coord coord_t;
  * 0's report, judge every rank. */
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r);
 /* A line naming the worst straggler of j's current generation ("" none), borrowed from j
- * until its next step: "rank 3 on node n2: compute 0.152 s, 1.52x its 3 peers' median over
- * 10 steps"; *count: how many ranks are stragglers now. */
+ * until its next step: "rank 3 on node n2: compute 0.152 s, 1.52x its 3 peers' (3rd
+ * fastest of 8 steps)"; *count: how many ranks are stragglers now. */
 const char *coord_straggler_line(const coord_job_t *j, uint32_t *count);
 /* Release j's state (with the job). */
 void coord_straggler_free(coord_job_t *j);

@@ -41,9 +41,12 @@
  * report; the run goes on to the end); then, TRIALS times, rank 1 is slowed by --slow F (1.5:
  * stopped a third of every 60 ms, so it computes at 1/F of its speed) until the coordinator names
  * it (steps from the slowing to the naming; goal 20), and left alone until it is cleared.
+ * The coordinator takes one figure per rank per progress interval of its workerd (1 s by
+ * default: on a quiet machine 7 of these steps); --progress-ms MS sets the workerds'.
  *
- * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [CASE...]: the named
- * cases only (all by default); a few minutes with no arguments on a quiet machine. */
+ * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [--progress-ms MS]
+ * [CASE...]: the named cases only (all by default); a few minutes with no arguments on a
+ * quiet machine. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -489,8 +492,9 @@ static int result_3d(const case3d_t *k, figures3d_t *f)
 // A straggler: named within how many steps, and never in a calm run
 
 typedef struct slow_opts {
-    double factor;   /* --slow */
-    long calm_steps; /* --calm-steps */
+    double factor;    /* --slow */
+    long calm_steps;  /* --calm-steps */
+    long progress_ms; /* --progress-ms: the workerds'; 0 their default (1 s) */
 } slow_opts_t;
 
 /* A child that slows pid to 1/factor of its speed (SIGSTOP for that share of every
@@ -581,7 +585,13 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
     rt_job_t w;
     int rc = -1;
     memset(f, 0, sizeof *f);
-    if (h_cluster_up(&c, 2, 1) < 0)
+    if (o->progress_ms > 0) { /* workerd's progress-ms, as every option, from the environment */
+        snprintf(text, sizeof text, "%ld", o->progress_ms);
+        setenv("CHORUS_PROGRESS_MS", text, 1);
+    }
+    int up = h_cluster_up(&c, 2, 1);
+    unsetenv("CHORUS_PROGRESS_MS");
+    if (up < 0)
         return -1;
     /* steps of a few tens of milliseconds on a quiet machine */
     snprintf(text, sizeof text,
@@ -650,7 +660,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     int trials = TRIALS, first = 1;
-    slow_opts_t so = {1.5, 1000};
+    slow_opts_t so = {1.5, 1000, 0};
     for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
         if (strcmp(argv[first], "--trials") == 0)
             trials = atoi(argv[first + 1]);
@@ -658,13 +668,16 @@ int main(int argc, char **argv)
             so.factor = atof(argv[first + 1]);
         else if (strcmp(argv[first], "--calm-steps") == 0)
             so.calm_steps = atol(argv[first + 1]);
+        else if (strcmp(argv[first], "--progress-ms") == 0)
+            so.progress_ms = atol(argv[first + 1]);
         else
             break;
     }
-    if (trials < 1 || trials > TRIALS || !(so.factor > 1 && so.factor <= 10) || so.calm_steps < 1) {
+    if (trials < 1 || trials > TRIALS || !(so.factor > 1 && so.factor <= 10) || so.calm_steps < 1 ||
+        so.progress_ms < 0 || so.progress_ms > 60000) {
         fprintf(stderr,
                 "usage: chorus-bench-recovery [--trials 1..%d] [--slow F (1..10)] "
-                "[--calm-steps N] [CASE...]\n",
+                "[--calm-steps N] [--progress-ms MS] [CASE...]\n",
                 TRIALS);
         return 2;
     }
