@@ -97,7 +97,14 @@ typedef struct eng_pipeline {
     float *x, *dx, *dy;      /* slots * count each (dy: count), zeroed at init */
     eng_p2p_req_t *ysend, *dxsend;
     eng_pipe_il_t il; /* ENG_PIPE_INTERLEAVED's */
+    /* host time inside ops->forward (and chunk_forward), ops->backward (chunk_backward) and
+     * ops->weight, summed since init: the per-pass times the bubble's
+     * formulas are written in (on a device, whose kernels run asynchronously, launch time) */
+    uint64_t op_ns[3];
 } eng_pipeline_t;
+
+/* Which pass an op_ns entry times */
+enum { ENG_PIPE_OP_FWD = 0, ENG_PIPE_OP_BWD = 1, ENG_PIPE_OP_WEIGHT = 2 };
 
 /* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
 int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/util.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/pipeline_il.h"
 
@@ -151,8 +152,10 @@ static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
         const float *y = NULL;
         if (!first)
             rc = need(p, ch_il_msg(g, 0, c, mb), &x);
+        uint64_t t0 = ch_now_ns();
         if (rc == 0)
             rc = ops->chunk_forward(ops->ctx, c, mb, slot, x, last ? NULL : &y);
+        p->op_ns[ENG_PIPE_OP_FWD] += ch_now_ns() - t0;
         if (rc == 0 && !last && !y)
             rc = -EINVAL;
         il->y[slot] = y;
@@ -163,7 +166,11 @@ static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
         rc = need(p, ch_il_msg(g, 1, c, mb), &dy);
     if (!first)
         dx = il->dx + (size_t)l->send[at] * p->count;
-    return rc == 0 ? ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx) : rc;
+    uint64_t t0 = ch_now_ns();
+    if (rc == 0)
+        rc = ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx);
+    p->op_ns[ENG_PIPE_OP_BWD] += ch_now_ns() - t0;
+    return rc;
 }
 
 int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m)
