@@ -232,19 +232,25 @@ static int64_t ring_need(const ring_t *w, uint32_t S, uint32_t r)
     return from * 2 + (r == (from + 1) % S);
 }
 
-/* When stage r's next event can happen, as a sort key: a pull (its next op lacks its
- * message) at twice the later of its clock and the time the message was made, an op at
- * twice its clock + 1, so that every message due at a time is pulled before any op starts
- * then (the send goes right after the op that made it); 0 when the stage has finished or
- * waits for a message not yet sent. */
+/* When stage r's next event happens, as a sort key: a pull (its next op lacks its message)
+ * at twice the later of its clock and the time the message was made; an op at twice the
+ * time it ends, + 1. Ops go in the order they end, so a receiver that needs a message at
+ * time T pulls it before its sender runs an op ending after T: the send is logged at a
+ * point the sender reaches by T, never one op late (at unit times stage 0 then idles
+ * exactly the schedule's (p-1)/(v m+p-1), test_pipeline); 0 when the stage has finished
+ * or waits for a message not yet sent. */
 static int ring_ready(const ring_t *w, uint32_t S, uint32_t r, uint64_t *t)
 {
     if (w->pos[r] >= 2 * w->g[r].total)
         return 0;
     int64_t qi = ring_need(w, S, r);
-    *t = 2 * w->clock[r] + 1;
-    if (qi < 0)
+    if (qi < 0) {
+        int fwd;
+        uint32_t c, mb;
+        ch_il_op(&w->g[r], w->pos[r], &fwd, &c, &mb);
+        *t = 2 * (w->clock[r] + (fwd ? 1 : 2)) + 1;
         return 1;
+    }
     if (w->head[qi] == w->tail[qi])
         return 0;
     uint64_t made = w->made[(size_t)qi * w->n + w->head[qi]];

@@ -31,8 +31,8 @@
  * program against buffered messages (the receivers pulling as above) and logs each transfer
  * when its receiver pulls it; a send then happens at the point of its sender's program where
  * that sender stood at that moment, a receive where its receiver needed it. The stages run in
- * simulated time (a forward 1, a backward 2), the earliest ready one an op at a time, so that
- * the sender stands about where the real one does when the receiver needs the message (a
+ * simulated time (a forward 1, a backward 2; ops in the order they end, pulls first), so that
+ * the sender stands where the real one does when the receiver needs the message (a
  * stage run as far as its messages allow would send only after all it could run first,
  * and its neighbour would wait that long). Each stage does its transfers in that one order
  * (the engine groups a send with the receive next to it at the same point, as Megatron's
