@@ -49,7 +49,9 @@
  * Flags (--name=value): layers embd heads seq vocab (model), batch (global sequences a
  * step; a multiple of 16), warmup (W), steps (S), reps (K), only
  * (eff|bubble|zero|mem|recompute), pin, rc-layers and rc-seq (section 6's blocks, 2, and
- * sequence length, 1024). */
+ * sequence length, 1024), pp and m (section 2 at that p / m only). Section 2 also prints
+ * each stage's pass times per micro-batch (eng_step_info_t.pass) and the formulas at those
+ * times (bubble_at_times), beside the ideal ones. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
