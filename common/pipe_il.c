@@ -196,12 +196,16 @@ static void walk_free(walk_t *w)
 }
 
 /* The global order's run of every stage (order_xfers): buffered messages, one queue per
- * sender and direction (1: to the next stage, the only one when stages == 2). */
+ * sender and direction (1: to the next stage, the only one when stages == 2), each message
+ * with the time its sender made it. Time: a forward costs 1, a backward 2 (its two
+ * matrix products per forward one). */
 typedef struct ring {
     ch_il_prog_t *g;
     uint32_t *pos;          /* [stages] ops done */
+    uint64_t *clock;        /* [stages] the time each stage's ops done take */
     unsigned char *arrived; /* [stages][2 * chunks * m] */
     uint32_t *q;            /* [stages][2][2 * chunks * m][2]: message id, its op */
+    uint64_t *made;         /* [stages][2][2 * chunks * m]: the sender's clock after its op */
     uint32_t *head, *tail;  /* [stages][2] */
     size_t n;               /* 2 * chunks * m */
 } ring_t;
@@ -212,73 +216,124 @@ static void log_xfer(ch_il_layout_t *l, uint32_t at, uint32_t peer, uint32_t id,
     l->xfer[l->nxfer++] = (ch_il_xfer_t){at, peer, id, op, send};
 }
 
-/* Stage r's program run as far as its messages allow; 1 when it moved. */
-static int ring_advance(ring_t *w, ch_il_layout_t *l, uint32_t r)
+/* The queue stage r's next op pulls from, when it lacks its message (else -1). */
+static int64_t ring_need(const ring_t *w, uint32_t S, uint32_t r)
+{
+    const ch_il_prog_t *g = &w->g[r];
+    int fwd;
+    uint32_t c, mb;
+    ch_il_op(g, w->pos[r], &fwd, &c, &mb);
+    int first = r == 0 && c == 0, last = r == S - 1 && c == g->chunks - 1;
+    if (fwd ? first : last)
+        return -1;
+    uint32_t from = fwd ? (r + S - 1) % S : (r + 1) % S;
+    if (w->arrived[r * w->n + ch_il_msg(g, fwd ? 0 : 1, c, mb)])
+        return -1;
+    return from * 2 + (r == (from + 1) % S);
+}
+
+/* When stage r's next event happens, as a sort key: a pull (its next op lacks its message)
+ * at twice the later of its clock and the time the message was made; an op at twice the
+ * time it ends, + 1. Ops go in the order they end, so a receiver that needs a message at
+ * time T pulls it before its sender runs an op ending after T: the send is logged at a
+ * point the sender reaches by T, never one op late (at unit times stage 0 then idles
+ * exactly the schedule's (p-1)/(v m+p-1), test_pipeline); 0 when the stage has finished
+ * or waits for a message not yet sent. */
+static int ring_ready(const ring_t *w, uint32_t S, uint32_t r, uint64_t *t)
+{
+    if (w->pos[r] >= 2 * w->g[r].total)
+        return 0;
+    int64_t qi = ring_need(w, S, r);
+    if (qi < 0) {
+        int fwd;
+        uint32_t c, mb;
+        ch_il_op(&w->g[r], w->pos[r], &fwd, &c, &mb);
+        *t = 2 * (w->clock[r] + (fwd ? 1 : 2)) + 1;
+        return 1;
+    }
+    if (w->head[qi] == w->tail[qi])
+        return 0;
+    uint64_t made = w->made[(size_t)qi * w->n + w->head[qi]];
+    *t = 2 * (made > w->clock[r] ? made : w->clock[r]);
+    return 1;
+}
+
+/* Stage r's next event (ring_ready said it can): the next message pulled from the queue
+ * its next op waits on, or that op run. */
+static void ring_step(ring_t *w, ch_il_layout_t *l, uint32_t r)
 {
     const uint32_t S = l->g.stages, me = l->g.stage;
     const ch_il_prog_t *g = &w->g[r];
-    int moved = 0;
-    while (w->pos[r] < 2 * g->total) {
-        int fwd;
-        uint32_t c, mb, to, id;
-        ch_il_op(g, w->pos[r], &fwd, &c, &mb);
-        int first = r == 0 && c == 0, last = r == S - 1 && c == g->chunks - 1;
-        if (fwd ? !first : !last) {
-            uint32_t from = fwd ? (r + S - 1) % S : (r + 1) % S;
-            uint32_t want = ch_il_msg(g, fwd ? 0 : 1, c, mb);
-            if (!w->arrived[r * w->n + want]) { /* pull the next of from's messages to r */
-                uint32_t qi = from * 2 + (r == (from + 1) % S), *h = &w->head[qi];
-                if (*h == w->tail[qi])
-                    return moved;
-                const uint32_t *e = &w->q[(qi * w->n + (*h)++) * 2];
-                w->arrived[r * w->n + e[0]] = 1;
-                if (from == me)
-                    log_xfer(l, w->pos[from], r, e[0], e[1], 1);
-                else if (r == me)
-                    log_xfer(l, w->pos[r], from, e[0], 0, 0);
-                moved = 1;
-                continue;
-            }
-        }
-        if (ch_il_send(g, fwd, c, mb, &to, &id)) {
-            uint32_t qi = r * 2 + (to == (r + 1) % S);
-            uint32_t *e = &w->q[(qi * w->n + w->tail[qi]++) * 2];
-            e[0] = id;
-            e[1] = w->pos[r];
-        }
-        w->pos[r]++;
-        moved = 1;
+    int64_t qi = ring_need(w, S, r);
+    if (qi >= 0) {
+        uint32_t from = (uint32_t)qi / 2, *h = &w->head[qi];
+        uint64_t made = w->made[(size_t)qi * w->n + *h];
+        const uint32_t *e = &w->q[((size_t)qi * w->n + (*h)++) * 2];
+        w->arrived[r * w->n + e[0]] = 1;
+        w->clock[r] = made > w->clock[r] ? made : w->clock[r];
+        if (from == me)
+            log_xfer(l, w->pos[from], r, e[0], e[1], 1);
+        else if (r == me)
+            log_xfer(l, w->pos[r], from, e[0], 0, 0);
+        return;
     }
-    return moved;
+    int fwd;
+    uint32_t c, mb, to, id;
+    ch_il_op(g, w->pos[r], &fwd, &c, &mb);
+    w->clock[r] += fwd ? 1 : 2;
+    if (ch_il_send(g, fwd, c, mb, &to, &id)) {
+        uint32_t out = r * 2 + (to == (r + 1) % S), k = w->tail[out]++;
+        uint32_t *e = &w->q[((size_t)out * w->n + k) * 2];
+        e[0] = id;
+        e[1] = w->pos[r];
+        w->made[(size_t)out * w->n + k] = w->clock[r];
+    }
+    w->pos[r]++;
 }
 
-/* The step's transfers in one global order (pipe_il.h), this stage's logged in l->xfer. */
+/* The step's transfers in one global order (pipe_il.h), this stage's logged in l->xfer.
+ * The stages run in simulated time, the earliest-ready one an op at a time, so that each
+ * send is logged where its sender stands when the receiver needs the message: about when
+ * the real sender gets there, rather than after all it could run before the receiver
+ * started (a stage run as far as its messages allow would place the first sends of the
+ * step after its whole warm-up, and hold its neighbour back for as long). */
 static int order_xfers(ch_il_layout_t *l)
 {
     const uint32_t S = l->g.stages;
     ring_t w = {.n = 2 * (size_t)l->g.chunks * l->g.m};
     w.g = calloc(S, sizeof *w.g);
     w.pos = calloc(S, sizeof *w.pos);
+    w.clock = calloc(S, sizeof *w.clock);
     w.arrived = calloc(S * w.n, 1);
     w.q = calloc(S * 4 * w.n, sizeof *w.q);
+    w.made = calloc(S * 2 * w.n, sizeof *w.made);
     w.head = calloc(2 * S, sizeof *w.head);
     w.tail = calloc(2 * S, sizeof *w.tail);
     l->xfer = calloc(2 * w.n, sizeof *l->xfer);
-    int rc = w.g && w.pos && w.arrived && w.q && w.head && w.tail && l->xfer ? 0 : -ENOMEM;
+    int rc = w.g && w.pos && w.clock && w.arrived && w.q && w.made && w.head && w.tail && l->xfer
+                 ? 0
+                 : -ENOMEM;
     for (uint32_t r = 0; rc == 0 && r < S; r++)
         w.g[r] = ch_il_prog(S, r, l->g.chunks, l->g.m);
-    for (int moved = rc == 0; moved;) {
-        moved = 0;
+    while (rc == 0) {
+        uint32_t next = S;
+        uint64_t best = 0, t;
         for (uint32_t r = 0; r < S; r++)
-            moved |= ring_advance(&w, l, r);
+            if (ring_ready(&w, S, r, &t) && (next == S || t < best))
+                next = r, best = t;
+        if (next == S)
+            break;
+        ring_step(&w, l, next);
     }
     for (uint32_t r = 0; rc == 0 && r < S; r++)
         if (w.pos[r] < 2 * w.g[r].total)
             rc = CH_E_STATE; /* the programs disagree: never */
     free(w.g);
     free(w.pos);
+    free(w.clock);
     free(w.arrived);
     free(w.q);
+    free(w.made);
     free(w.head);
     free(w.tail);
     return rc;

@@ -30,12 +30,16 @@
  * layout also orders the step's transfers globally (xfer): every stage runs every stage's
  * program against buffered messages (the receivers pulling as above) and logs each transfer
  * when its receiver pulls it; a send then happens at the point of its sender's program where
- * that sender stood at that moment, a receive where its receiver needed it. Each stage does its
- * transfers in that one order, each complete before the next (the engine groups a send with
- * the receive next to it at the same point, as Megatron's send_forward_recv_backward): the
- * earliest unfinished transfer is then always at the head of both its ends' streams, so none
- * waits for ever. Receives stay where the layout pulls them (its buffers hold) and sends only
- * finish earlier than the layout assumes. */
+ * that sender stood at that moment, a receive where its receiver needed it. The stages run in
+ * simulated time (a forward 1, a backward 2; ops in the order they end, pulls first), so that
+ * the sender stands where the real one does when the receiver needs the message (a
+ * stage run as far as its messages allow would send only after all it could run first,
+ * and its neighbour would wait that long). Each stage does its transfers in that one order
+ * (the engine groups a send with the receive next to it at the same point, as Megatron's
+ * send_forward_recv_backward; a send alone stays in flight on the host, in its place on
+ * NCCL's stream): the earliest unfinished transfer is then always at the head of both its
+ * ends' streams, so none waits for ever. Receives stay where the layout pulls them (its
+ * buffers hold) and sends only finish earlier than the layout assumes. */
 #ifndef CH_PIPE_IL_H
 #define CH_PIPE_IL_H
 

@@ -49,7 +49,9 @@
  * Flags (--name=value): layers embd heads seq vocab (model), batch (global sequences a
  * step; a multiple of 16), warmup (W), steps (S), reps (K), only
  * (eff|bubble|zero|mem|recompute), pin, rc-layers and rc-seq (section 6's blocks, 2, and
- * sequence length, 1024). */
+ * sequence length, 1024), pp and m (section 2 at that p / m only). Section 2 also prints
+ * each stage's pass times per micro-batch (eng_step_info_t.pass) and the formulas at those
+ * times (bubble_at_times), beside the ideal ones. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -79,6 +81,7 @@ typedef struct opts {
     int pin;
     int balanced;               /* --balanced: parallel.stage_split = balanced */
     uint32_t rc_layers, rc_seq; /* section 6's blocks and sequence length */
+    uint32_t only_p, only_m;    /* --pp, --m: section 2 at this p / m only (0: all) */
 } opts_t;
 
 /* One layout to run: tp x pp x dp with m micro-batches per DP rank (micro-batch size =
@@ -342,6 +345,9 @@ static void add(eng_step_info_t *acc, const eng_step_info_t *x, double w)
     acc->time.zero += x->time.zero * w;
     acc->time.optim += x->time.optim * w;
     acc->time.idle += x->time.idle * w;
+    acc->pass.fwd += x->pass.fwd * w;
+    acc->pass.bwd += x->pass.bwd * w;
+    acc->pass.weight += x->pass.weight * w;
 }
 
 /* Round k (0-based) of lv: its ranks step, then its result takes the round if best. */
@@ -545,6 +551,37 @@ static double bubble_theory(ch_schedule_t sched, uint32_t p, uint32_t m)
     return (double)(p - 1) / (k * m + p - 1);
 }
 
+/* The formulas again at the passes' measured times (eng_step_info_t.pass, per micro-batch),
+ * where the ideal's assume equal stages and T_F = T_B = T_W. 1F1B: the step is the slowest
+ * stage's m - 1 steady periods plus one trip through every stage,
+ * (m-1) max_s(T_s) + sum_s T_s with T_s = F_s + B_s, and stage 0 idles what its own m
+ * passes leave of it. ZB-H1 (mean F, B, W of the stages that split):
+ * (p-1)(T_F+T_B-T_W) / (m(T_F+T_B+T_W) + (p-1)(T_F+T_B-T_W)). Interleaved: 0 (not modelled). */
+static double bubble_at_times(const result_t *r)
+{
+    uint32_t p = r->c.pp, m = r->c.m;
+    if (r->c.sched == CH_SCHEDULE_ZBH1) {
+        double f = 0, bi = 0, w = 0;
+        for (uint32_t s = 1; s < p; s++) {
+            f += r->mean[s].pass.fwd / (p - 1);
+            bi += r->mean[s].pass.bwd / (p - 1);
+            w += r->mean[s].pass.weight / (p - 1);
+        }
+        double idle = (p - 1) * (f + bi - w);
+        return idle > 0 ? idle / (m * (f + bi + w) + idle) : 0;
+    }
+    if (r->c.sched != CH_SCHEDULE_1F1B)
+        return 0;
+    double most = 0, sum = 0;
+    for (uint32_t s = 0; s < p; s++) {
+        double ts = r->mean[s].pass.fwd + r->mean[s].pass.bwd;
+        most = fmax(most, ts);
+        sum += ts;
+    }
+    double step = (m - 1) * most + sum, own = m * (r->mean[0].pass.fwd + r->mean[0].pass.bwd);
+    return step > 0 ? 1 - own / step : 0;
+}
+
 static void bench_bubble(bench_t *b)
 {
     enum { NP = 2, NM = 3, NS = 3, N = NP * NM * NS };
@@ -552,19 +589,24 @@ static void bench_bubble(bench_t *b)
     static const ch_schedule_t ss[NS] = {CH_SCHEDULE_1F1B, CH_SCHEDULE_ZBH1,
                                          CH_SCHEDULE_INTERLEAVED};
     cfg_t cfgs[N];
-    for (size_t i = 0; i < N; i++)
-        cfgs[i] = (cfg_t){.tp = 1,
-                          .pp = ps[i / (NM * NS)],
-                          .dp = 1,
-                          .m = ms[i / NS % NM],
-                          .threads = 1,
-                          .sched = ss[i % NS],
-                          .v = ss[i % NS] == CH_SCHEDULE_INTERLEAVED ? 2 : 0};
+    size_t n = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint32_t p = ps[i / (NM * NS)], m = ms[i / NS % NM];
+        if ((b->o.only_p && p != b->o.only_p) || (b->o.only_m && m != b->o.only_m))
+            continue;
+        cfgs[n++] = (cfg_t){.tp = 1,
+                            .pp = p,
+                            .dp = 1,
+                            .m = m,
+                            .threads = 1,
+                            .sched = ss[i % NS],
+                            .v = ss[i % NS] == CH_SCHEDULE_INTERLEAVED ? 2 : 0};
+    }
     printf("\n== pipeline bubble (1f1b, zb-h1, interleaved v=2): pipeline send/recv wait over "
            "the step, 1 OpenBLAS thread per rank; each p, m measured in turns across the "
            "schedules ==\n");
-    measure_group(b, cfgs, N);
-    for (size_t i = 0; i < N; i++) {
+    measure_group(b, cfgs, n);
+    for (size_t i = 0; i < n; i++) {
         const result_t *r = get(b, &cfgs[i]);
         uint32_t p = cfgs[i].pp, m = cfgs[i].m;
         const char *sn = ch_schedule_name(cfgs[i].sched);
@@ -579,6 +621,15 @@ static void bench_bubble(bench_t *b)
             printf(" %.3f", (r->mean[s].time.pp_wait + r->mean[s].time.zero) / r->mean[s].seconds);
         printf("; stage 0 %+.1f points from theory (goal: within 3): %s\n", 100 * (s0 - theory),
                fabs(s0 - theory) <= 0.03 ? "met" : "missed");
+        printf("      passes per micro-batch (ms) per stage, F/B/W:");
+        for (uint32_t s = 0; s < p; s++)
+            printf(" %.1f/%.1f/%.1f", 1e3 * r->mean[s].pass.fwd, 1e3 * r->mean[s].pass.bwd,
+                   1e3 * r->mean[s].pass.weight);
+        double at = bubble_at_times(r);
+        if (at > 0)
+            printf("; formula at these times %.3f, stage 0 %+.1f points from it", at,
+                   100 * (s0 - at));
+        printf("\n");
         char name[64], ref[48];
         snprintf(ref, sizeof ref, "%s_formula", sn);
         if (cfgs[i].sched == CH_SCHEDULE_INTERLEAVED)
@@ -587,6 +638,11 @@ static void bench_bubble(bench_t *b)
         result_line(name, s0, "fraction", ref, theory);
         snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage_mean", sn, p, m);
         result_line(name, sum / p, "fraction", ref, theory);
+        if (at > 0) {
+            snprintf(name, sizeof name, "bubble_%s_p%u_m%u_stage0_vs_pass_times", sn, p, m);
+            snprintf(ref, sizeof ref, "%s_formula_at_measured_passes", sn);
+            result_line(name, s0, "fraction", ref, at);
+        }
         if (cfgs[i].sched != CH_SCHEDULE_ZBH1)
             continue;
         /* the pair measured in turns: zb-h1's stage-0 bubble and step over 1f1b's */
@@ -835,7 +891,8 @@ static void parse(int argc, char **argv, opts_t *o)
             parse_u32(a, "--vocab", &o->vocab) || parse_u32(a, "--batch", &o->batch) ||
             parse_u32(a, "--warmup", &o->warmup) || parse_u32(a, "--steps", &o->steps) ||
             parse_u32(a, "--reps", &o->reps) || parse_u32(a, "--rc-layers", &o->rc_layers) ||
-            parse_u32(a, "--rc-seq", &o->rc_seq))
+            parse_u32(a, "--rc-seq", &o->rc_seq) || parse_u32(a, "--pp", &o->only_p) ||
+            parse_u32(a, "--m", &o->only_m))
             continue;
         if (strncmp(a, "--only=", 7) == 0)
             o->only = a + 7;
@@ -849,7 +906,7 @@ static void parse(int argc, char **argv, opts_t *o)
                     "[--seq=128] [--vocab=512] [--batch=16 (global sequences, a multiple of "
                     "16)] [--warmup=1] [--steps=1] [--reps=3] "
                     "[--only=eff|bubble|zero|mem|recompute] [--pin] [--balanced] "
-                    "[--rc-layers=2] [--rc-seq=1024]\n");
+                    "[--rc-layers=2] [--rc-seq=1024] [--pp=2|4] [--m=4|8|16]\n");
             exit(2);
         }
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/util.h"
 #include "workerd/engine/pipeline_il.h"
 
 int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage)
@@ -105,8 +106,10 @@ static int fwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb, const
 {
     uint32_t slot = mb % p->slots;
     int rc = y ? eng_p2p_finish(&p->p2p, &p->ysend[slot]) : 0; /* the slot's last send */
+    uint64_t t0 = ch_now_ns();
     if (rc == 0)
         rc = ops->forward(ops->ctx, mb, slot, slot_of(p, p->x, mb), y);
+    p->op_ns[ENG_PIPE_OP_FWD] += ch_now_ns() - t0;
     return rc == 0 && y && !*y ? -EINVAL : rc;
 }
 
@@ -115,7 +118,11 @@ static int bwd(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb)
     uint32_t slot = mb % p->slots;
     float *dx = slot_of(p, p->dx, mb);
     int rc = dx ? eng_p2p_finish(&p->p2p, &p->dxsend[slot]) : 0;
-    return rc ? rc : ops->backward(ops->ctx, mb, slot, p->dy, dx);
+    uint64_t t0 = ch_now_ns();
+    if (rc == 0)
+        rc = ops->backward(ops->ctx, mb, slot, p->dy, dx);
+    p->op_ns[ENG_PIPE_OP_BWD] += ch_now_ns() - t0;
+    return rc;
 }
 
 /* After mb's forward: its output to the next stage, with (steady state) the gradient the
@@ -143,13 +150,22 @@ static int after_bwd(eng_pipeline_t *p, uint32_t mb, int recv_x_next, uint32_t n
     return eng_p2p_send_prev(&p->p2p, dx, p->count, &p->dxsend[mb % p->slots]);
 }
 
+/* ZB-H1: mb's weight pass */
+static int weight(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t mb)
+{
+    uint64_t t0 = ch_now_ns();
+    int rc = ops->weight(ops->ctx, mb, mb % p->slots);
+    p->op_ns[ENG_PIPE_OP_WEIGHT] += ch_now_ns() - t0;
+    return rc;
+}
+
 /* ZB-H1: the weight passes due once `done` backwards have run, keeping up to the stage's
  * index pending (pipeline.h); *w the next micro-batch whose W has not run. */
 static int weights_due(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t done, uint32_t *w)
 {
     int rc = 0, split = eng_pipeline_splits(p->schedule, p->stage);
     while (rc == 0 && split && *w + p->stage < done) {
-        rc = ops->weight(ops->ctx, *w, *w % p->slots);
+        rc = weight(p, ops, *w);
         ++*w;
     }
     return rc;
@@ -221,7 +237,7 @@ int eng_pipeline_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m, 
     }
     /* ZB-H1: the weight passes still pending fill the end of the step */
     for (; rc == 0 && eng_pipeline_splits(p->schedule, p->stage) && w < m; w++)
-        rc = ops->weight(ops->ctx, w, w % p->slots);
+        rc = weight(p, ops, w);
     /* every send of the step is done before the step's gradients are used */
     for (uint32_t i = 0; rc == 0 && i < p->slots; i++) {
         rc = eng_p2p_finish(&p->p2p, &p->ysend[i]);

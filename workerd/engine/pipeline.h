@@ -70,6 +70,8 @@ typedef struct eng_stage_ops {
 /* The schedules (parallel.schedule) */
 typedef enum { ENG_PIPE_1F1B = 0, ENG_PIPE_ZBH1 = 1, ENG_PIPE_INTERLEAVED = 2 } eng_pipe_schedule_t;
 
+enum { ENG_PIPE_IL_LONE = 4 }; /* interleaved: lone sends in flight at most (eng_pipe_il_t) */
+
 /* The interleaved schedule's state (pipeline_il.c): the step's layout (common/pipe_il.h:
  * which slot, receive buffer and send buffer each op uses), the buffers and the sends. */
 typedef struct eng_pipe_il {
@@ -79,7 +81,11 @@ typedef struct eng_pipe_il {
     float *in;              /* lay.recvs * count: received inputs and output gradients */
     float *dx;              /* lay.sends * count: input gradients to send */
     const float **y;        /* lay.slots: each slot's forward output, sent from there */
-    eng_p2p_req_t lone;     /* a send with no receive beside it (its bf16 buffer kept) */
+    /* sends with no receive beside them, in flight until the request is next used (a ring)
+     * or the step ends: the sender goes on at once, as 1F1B's lone sends do (each bf16
+     * buffer kept) */
+    eng_p2p_req_t lone[ENG_PIPE_IL_LONE];
+    uint32_t nlone; /* lone sends started, this step */
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {
@@ -91,7 +97,14 @@ typedef struct eng_pipeline {
     float *x, *dx, *dy;      /* slots * count each (dy: count), zeroed at init */
     eng_p2p_req_t *ysend, *dxsend;
     eng_pipe_il_t il; /* ENG_PIPE_INTERLEAVED's */
+    /* host time inside ops->forward (and chunk_forward), ops->backward (chunk_backward) and
+     * ops->weight, summed since init: the per-pass times the bubble's
+     * formulas are written in (on a device, whose kernels run asynchronously, launch time) */
+    uint64_t op_ns[3];
 } eng_pipeline_t;
+
+/* Which pass an op_ns entry times */
+enum { ENG_PIPE_OP_FWD = 0, ENG_PIPE_OP_BWD = 1, ENG_PIPE_OP_WEIGHT = 2 };
 
 /* Whether stage s runs split backwards (ops->weight): ZB-H1 past stage 0. */
 int eng_pipeline_splits(eng_pipe_schedule_t sched, uint32_t stage);
@@ -113,11 +126,11 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
  * (all when m == stages), then one forward and one backward at a time, then the cool-down.
  * Each receive pulls the neighbour's messages in the order the neighbour's own program
  * sends them (both programs are known to both), so the per-pair ordering of coll.h matches
- * without tags, and every transfer, each done before the next, goes in the step's one global
- * order (common/pipe_il.h: a send grouped with the receive beside it), so none deadlocks on
- * NCCL's stream order. Every block sees its micro-batches'
- * backwards in micro-batch order: each gradient is summed in 1F1B's order. Slots are
- * chunk-activations (a forward of one chunk of one micro-batch, its backward freeing it):
+ * without tags, and every transfer goes in the step's one global order (common/pipe_il.h: a
+ * send grouped with the receive beside it), so none deadlocks on NCCL's stream order; a send
+ * alone is left in flight, so on the host the sender does not wait for its receiver. Every block
+ * sees its micro-batches' backwards in micro-batch order: each gradient is summed in 1F1B's order.
+ * Slots are chunk-activations (a forward of one chunk of one micro-batch, its backward freeing it):
  * slots = the warm-up depth + 1 (common/pipe_il.h), whatever m, and the stage step binds slot
  * `slot` to chunk `chunk` at each chunk_forward. */
 int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wrk_coll_group_t *pp,

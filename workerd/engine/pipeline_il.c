@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/util.h"
 #include "workerd/engine/pipeline.h"
 #include "workerd/engine/pipeline_il.h"
 
@@ -52,8 +53,10 @@ int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wr
 void eng_pipeline_il_fini(eng_pipeline_t *p)
 {
     eng_pipe_il_t *il = &p->il;
-    eng_p2p_finish(&p->p2p, &il->lone); /* done already: every send waits */
-    eng_p2p_req_release(&il->lone);
+    for (uint32_t i = 0; i < ENG_PIPE_IL_LONE; i++) {
+        eng_p2p_finish(&p->p2p, &il->lone[i]); /* done already: the step waits for them */
+        eng_p2p_req_release(&il->lone[i]);
+    }
     free(il->y);
     free(il->arrived);
     if (p->be) {
@@ -79,8 +82,26 @@ static float *xfer_buf(eng_pipeline_t *p, const ch_il_xfer_t *x)
     return fwd ? (float *)il->y[l->slot[at]] : il->dx + (size_t)l->send[at] * p->count;
 }
 
-/* The transfers at program point j, in the step's order (pipe_il.h), each done before the
- * next; a send and a receive next to each other go as one grouped exchange. */
+/* A send with no receive beside it, started and left in flight: the buffer it reads is not
+ * written again until its receiver provably has it (pipe_il.h), and the request ring's slot
+ * is finished before it is reused. On NCCL the stream keeps the step's order whether or not
+ * the host waits; on the host, waiting here would hold the sender until the receiver gets
+ * to its receive. */
+static int lone_send(eng_pipeline_t *p, uint32_t peer, const float *buf)
+{
+    eng_pipe_il_t *il = &p->il;
+    eng_p2p_t *q = &p->p2p;
+    eng_p2p_req_t *r = &il->lone[il->nlone++ % ENG_PIPE_IL_LONE];
+    int rc = eng_p2p_finish(q, r);
+    if (rc == 0)
+        rc = peer == (uint32_t)q->next ? eng_p2p_send_next(q, buf, p->count, r)
+                                       : eng_p2p_send_prev(q, buf, p->count, r);
+    return rc;
+}
+
+/* The transfers at program point j, in the step's order (pipe_il.h), each receive done
+ * before the next transfer; a send and a receive next to each other go as one grouped
+ * exchange, a send alone is left in flight (lone_send). */
 static int xfers_at(eng_pipeline_t *p, uint32_t j)
 {
     eng_pipe_il_t *il = &p->il;
@@ -101,10 +122,7 @@ static int xfers_at(eng_pipeline_t *p, uint32_t j)
             rc = r->peer == (uint32_t)q->prev ? eng_p2p_recv_prev(q, rb, p->count)
                                               : eng_p2p_recv_next(q, rb, p->count);
         else
-            rc = s->peer == (uint32_t)q->next ? eng_p2p_send_next(q, sb, p->count, &il->lone)
-                                              : eng_p2p_send_prev(q, sb, p->count, &il->lone);
-        if (rc == 0 && s && !r)
-            rc = eng_p2p_finish(q, &il->lone);
+            rc = lone_send(p, s->peer, sb);
         if (rc == 0 && r)
             il->arrived[r->id] = 1;
     }
@@ -134,8 +152,10 @@ static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
         const float *y = NULL;
         if (!first)
             rc = need(p, ch_il_msg(g, 0, c, mb), &x);
+        uint64_t t0 = ch_now_ns();
         if (rc == 0)
             rc = ops->chunk_forward(ops->ctx, c, mb, slot, x, last ? NULL : &y);
+        p->op_ns[ENG_PIPE_OP_FWD] += ch_now_ns() - t0;
         if (rc == 0 && !last && !y)
             rc = -EINVAL;
         il->y[slot] = y;
@@ -146,7 +166,11 @@ static int run_op(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t j)
         rc = need(p, ch_il_msg(g, 1, c, mb), &dy);
     if (!first)
         dx = il->dx + (size_t)l->send[at] * p->count;
-    return rc == 0 ? ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx) : rc;
+    uint64_t t0 = ch_now_ns();
+    if (rc == 0)
+        rc = ops->chunk_backward(ops->ctx, c, mb, slot, dy, dx);
+    p->op_ns[ENG_PIPE_OP_BWD] += ch_now_ns() - t0;
+    return rc;
 }
 
 int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t m)
@@ -156,12 +180,18 @@ int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t 
         return -EINVAL;
     memset(il->arrived, 0, 2 * (size_t)il->lay.g.chunks * m);
     il->next = 0;
+    il->nlone = 0;
     int rc = 0;
     for (uint32_t j = 0; rc == 0 && j < 2 * il->lay.g.total; j++) {
         rc = xfers_at(p, j);
         if (rc == 0)
             rc = run_op(p, ops, j);
     }
-    /* the sends the receivers pull after this stage's last op */
-    return rc == 0 ? xfers_at(p, 2 * il->lay.g.total) : rc;
+    /* the sends the receivers pull after this stage's last op; then every send of the step
+     * done before the step's gradients are used */
+    if (rc == 0)
+        rc = xfers_at(p, 2 * il->lay.g.total);
+    for (uint32_t i = 0; rc == 0 && i < ENG_PIPE_IL_LONE; i++)
+        rc = eng_p2p_finish(&p->p2p, &il->lone[i]);
+    return rc;
 }

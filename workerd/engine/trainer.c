@@ -811,7 +811,8 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     uint64_t tm[ENG_TIMER_KINDS];
     timer_read(t, tm); /* what an evaluation or a checkpoint between steps marked: not ours */
     double loss_sum = 0, norm = 0;
-    uint64_t p2p_ns = 0;
+    uint64_t p2p_ns = 0, op0[3];
+    memcpy(op0, t->pipe.op_ns, sizeof op0);
     eng_stage_ops_t ops = {
         t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
     int rc = eng_trainer_loss_begin(t);
@@ -878,6 +879,10 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
         info->bubble = 0;
         info->skipped = bad;
         step_times(t, &w, p2p_ns, tm, dt, info);
+        double per_mb = t->stages > 1 ? 1e-9 / micro : 0;
+        info->pass.fwd = (double)(t->pipe.op_ns[ENG_PIPE_OP_FWD] - op0[0]) * per_mb;
+        info->pass.bwd = (double)(t->pipe.op_ns[ENG_PIPE_OP_BWD] - op0[1]) * per_mb;
+        info->pass.weight = (double)(t->pipe.op_ns[ENG_PIPE_OP_WEIGHT] - op0[2]) * per_mb;
         info->val_loss = NAN;
     }
     /* after the step's figures: an evaluation is not part of the step's time */

@@ -85,6 +85,12 @@ typedef struct eng_step_info {
     struct {
         double compute, tp, pp_wait, zero, optim, idle;
     } time;
+    /* pp > 1: this stage's pass times per micro-batch, in seconds (the step's forwards,
+     * backwards and zb-h1 weight passes over m; interleaved: all chunks'), the T_F, T_B,
+     * T_W the bubble's formulas are written in; host time (on a device: launch time) */
+    struct {
+        double fwd, bwd, weight;
+    } pass;
 } eng_step_info_t;
 
 typedef struct eng_trainer eng_trainer_t;
