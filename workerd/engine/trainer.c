@@ -185,12 +185,12 @@ static int pipe_init(eng_trainer_t *t, uint32_t B, uint32_t T)
                                        t->groups ? t->groups->pp_prev : -1,
                                        t->groups ? t->groups->pp_next : -1, m, n);
     /* bf16 stage boundaries (exact: bf16 activations), cast in the backend's memory; the
-     * interleaved schedule's lone sends through one request, 1F1B's through each slot's */
+     * interleaved schedule's lone sends through its ring of requests, 1F1B's through each slot's */
     if (rc == 0 && t->pp && t->spec.train.precision == CH_PRECISION_BF16 &&
         eng_bf16_castable(acts_be)) {
         rc = eng_p2p_set_bf16(&t->pipe.p2p, n, acts_be);
-        if (rc == 0 && v > 1) /* no step allocates */
-            rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.il.lone);
+        for (uint32_t i = 0; rc == 0 && v > 1 && i < ENG_PIPE_IL_LONE; i++) /* no step allocates */
+            rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.il.lone[i]);
         for (uint32_t i = 0; rc == 0 && v <= 1 && i < t->pipe.slots; i++)
             if ((rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.ysend[i])) == 0)
                 rc = eng_p2p_req_reserve(&t->pipe.p2p, &t->pipe.dxsend[i]);
