@@ -81,6 +81,26 @@ static void coalesce(coord_t *c)
     (void)nanosleep(&ts, NULL); /* EINTR: poll sooner */
 }
 
+static void turn_clock(coord_t *c)
+{
+    if (!c->turn_ms) {
+        c->turn_ms = ch_now_ms();
+        c->turn_wall_ms = ch_wall_ms();
+    }
+}
+
+uint64_t coord_turn_ms(coord_t *c)
+{
+    turn_clock(c);
+    return c->turn_ms;
+}
+
+uint64_t coord_turn_wall_ms(coord_t *c)
+{
+    turn_clock(c);
+    return c->turn_wall_ms;
+}
+
 static void on_before_sleep(uv_prepare_t *h)
 {
     coord_t *c = h->data;
@@ -95,6 +115,7 @@ static void on_before_sleep(uv_prepare_t *h)
     coord_server_flush(c);
     coalesce(c);
     c->polled_ms = ch_now_ms(); /* what is waiting now is read in the coming poll */
+    c->turn_ms = 0;             /* what it reads happened after now */
 }
 
 static void on_cron(uv_timer_t *t)
