@@ -78,6 +78,7 @@ struct coord {
      * so that a question and its handshake wait for no nap. */
     uint32_t turn_msgs;
     uint64_t nap_after_ms;
+    uint64_t rate_ms, rate_msgs, msgs_per_s; /* the workers' messages a second (coord.c) */
     /* The clocks as the first message read after the last poll found them (coord_turn_ms);
      * 0: not read yet in this turn. */
     uint64_t turn_ms, turn_wall_ms;
