@@ -248,7 +248,12 @@ static void kill_stale(coord_node_t *n, const char *job, uint64_t gen, uint32_t 
 
 void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev)
 {
-    coord_job_t *j = coord_job_find_id(c, ev->job_id);
+    coord_job_rank_event_in(c, coord_job_find_id(c, ev->job_id), from, ev);
+}
+
+void coord_job_rank_event_in(coord_t *c, coord_job_t *j, coord_node_t *from,
+                             const Chorus__RankEvent *ev)
+{
     int exited = ev->kind == CHORUS__RANK_EVENT_KIND__RANK_EXITED;
     if (exited) /* acknowledged once seen, whatever becomes of it: it is never sent again */
         ack_exit(from, ev->job_id, ev->generation, ev->rank);

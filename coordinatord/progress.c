@@ -40,13 +40,14 @@ static void apply_summary(coord_t *c, coord_job_t *j, coord_node_t *from,
         ev.metrics = &mp;
         ev.n_metrics = 1;
     }
-    coord_job_rank_event(c, from, &ev);
+    coord_job_rank_event_in(c, j, from, &ev);
 }
 
 /* Full reports of one kind the node sent for its ranks, each as if it came alone: the node
  * speaks for its ranks, not for other jobs, so the envelope's job holds. */
-static void apply_events(coord_t *c, coord_node_t *from, const Chorus__NodeProgress *np,
-                         Chorus__RankEvent *const *evs, size_t n, Chorus__RankEventKind kind)
+static void apply_events(coord_t *c, coord_job_t *j, coord_node_t *from,
+                         const Chorus__NodeProgress *np, Chorus__RankEvent *const *evs, size_t n,
+                         Chorus__RankEventKind kind)
 {
     for (size_t i = 0; i < n; i++) {
         Chorus__RankEvent ev = *evs[i];
@@ -55,7 +56,7 @@ static void apply_events(coord_t *c, coord_node_t *from, const Chorus__NodeProgr
         ev.job_id = np->job_id;
         ev.generation = np->generation;
         ev.launch_token = np->launch_token;
-        coord_job_rank_event(c, from, &ev);
+        coord_job_rank_event_in(c, j, from, &ev);
     }
 }
 
@@ -69,10 +70,10 @@ void coord_progress_apply(coord_t *c, coord_node_t *from, const Chorus__NodeProg
             apply_summary(c, j, from, np, np->ranks[i], np->common);
     for (size_t i = 0; i < np->n_differ; i++)
         apply_summary(c, j, from, np, np->differ[i]->rank, np->differ[i]);
-    apply_events(c, from, np, np->detail, np->n_detail, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS);
+    apply_events(c, j, from, np, np->detail, np->n_detail, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS);
     /* Checkpoint reports after the progress, as when each came alone after the flush of
      * what was held before it (workerd/progress.h). */
-    apply_events(c, from, np, np->checkpoints, np->n_checkpoints,
+    apply_events(c, j, from, np, np->checkpoints, np->n_checkpoints,
                  CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT);
 }
 
