@@ -491,7 +491,7 @@ static int conn_on_frame(ch_conn_t *c, const uint8_t *payload, size_t len, const
     Chorus__Envelope *env = NULL;
     int tagged = c->state == ST_READY || c->state == ST_WAIT_RESULT;
     *what = "bad frame";
-    int rc = ch_msg_decode(tagged ? &c->sess : NULL, payload, len, tag, &env);
+    int rc = ch_msg_decode_fast(tagged ? &c->sess : NULL, payload, len, tag, &env);
     if (rc < 0)
         return rc;
     *what = "handshake failed";
@@ -518,7 +518,7 @@ static int conn_on_frame(ch_conn_t *c, const uint8_t *payload, size_t len, const
     default:
         break;
     }
-    ch_msg_free(env);
+    ch_msg_release(env);
     return rc;
 }
 

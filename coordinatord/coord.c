@@ -52,33 +52,68 @@ static void update_status(coord_t *c)
     }
 }
 
-/* A turn that read fewer messages than this naps COORD_COALESCE_US before it polls; none
- * for COORD_NO_NAP_MS after a connection or a control message. */
-#define COORD_COALESCE_MSGS 8
-#define COORD_COALESCE_US   1000
-#define COORD_NO_NAP_MS     200
+/* A turn that read a few of the workers' messages (fewer than twice COORD_COALESCE_MSGS)
+ * naps before it polls, long enough for COORD_COALESCE_MSGS more at the rate of the last
+ * second, at most COORD_COALESCE_MAX_US; none where the rate would bring fewer than 2 in
+ * that time, and none for COORD_NO_NAP_MS after a connection or a control message. */
+#define COORD_COALESCE_MSGS   8
+#define COORD_COALESCE_MAX_US 4000
+#define COORD_NO_NAP_MS       200
 
 void coord_no_nap(coord_t *c)
 {
     c->nap_after_ms = ch_now_ms() + COORD_NO_NAP_MS;
 }
 
-/* At 16,384 ranks the nodes' messages arrive spread out (3,500 a second), and a poll that
+/* At 16,384 ranks the nodes' messages arrive spread out (2,000 a second), and a poll that
  * wakes for each pays a wake-up, an epoll_wait and a context switch per message: a third
  * of the steady state. A turn that read a few messages (what it sent is already written)
- * naps 1 ms, so the next poll finds the messages of that millisecond together. A turn
- * that read many (a burst: the start, a checkpoint) or none (a timer) does not: bursts
- * keep their pace, and an idle coordinator still sleeps in its poll. A message waits at
- * most 1 ms more, and a control client's question none (coord_no_nap). */
+ * naps, so that the next poll finds the messages of the nap together: at 2,000 a second
+ * 4 ms (8 of them; a 1 ms nap, as before, left a turn a millisecond and the turns' naps
+ * and polls still 30% of the steady state). A turn that read many (a burst: the start) or
+ * none (a timer) does not: bursts keep their pace, and an idle coordinator still sleeps in
+ * its poll. Nor does a turn of a small cluster, whose messages are too sparse to gather (a
+ * nap would only delay them). A worker's message waits at most 4 ms more, and a control
+ * client's question none (coord_no_nap). */
 static void coalesce(coord_t *c)
 {
     uint32_t n = c->turn_msgs;
     c->turn_msgs = 0;
-    if (n == 0 || n >= COORD_COALESCE_MSGS || c->stopping || c->srv.n_unauth ||
-        ch_now_ms() < c->nap_after_ms)
+    uint64_t now = ch_now_ms();
+    c->rate_msgs += n;
+    if (now - c->rate_ms >= 1000) { /* the workers' messages a second, for the naps */
+        c->msgs_per_s = now > c->rate_ms ? c->rate_msgs * 1000 / (now - c->rate_ms) : 0;
+        c->rate_ms = now;
+        c->rate_msgs = 0;
+    }
+    if (n == 0 || n >= 2 * COORD_COALESCE_MSGS || c->stopping || c->srv.n_unauth ||
+        now < c->nap_after_ms || c->msgs_per_s * COORD_COALESCE_MAX_US < 2 * 1000000ull)
         return;
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = COORD_COALESCE_US * 1000L};
+    uint64_t us = COORD_COALESCE_MSGS * 1000000ull / c->msgs_per_s;
+    if (us > COORD_COALESCE_MAX_US)
+        us = COORD_COALESCE_MAX_US;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000L};
     (void)nanosleep(&ts, NULL); /* EINTR: poll sooner */
+}
+
+static void turn_clock(coord_t *c)
+{
+    if (!c->turn_ms) {
+        c->turn_ms = ch_now_ms();
+        c->turn_wall_ms = ch_wall_ms();
+    }
+}
+
+uint64_t coord_turn_ms(coord_t *c)
+{
+    turn_clock(c);
+    return c->turn_ms;
+}
+
+uint64_t coord_turn_wall_ms(coord_t *c)
+{
+    turn_clock(c);
+    return c->turn_wall_ms;
 }
 
 static void on_before_sleep(uv_prepare_t *h)
@@ -95,6 +130,7 @@ static void on_before_sleep(uv_prepare_t *h)
     coord_server_flush(c);
     coalesce(c);
     c->polled_ms = ch_now_ms(); /* what is waiting now is read in the coming poll */
+    c->turn_ms = 0;             /* what it reads happened after now */
 }
 
 static void on_cron(uv_timer_t *t)

@@ -78,6 +78,10 @@ struct coord {
      * so that a question and its handshake wait for no nap. */
     uint32_t turn_msgs;
     uint64_t nap_after_ms;
+    uint64_t rate_ms, rate_msgs, msgs_per_s; /* the workers' messages a second (coord.c) */
+    /* The clocks as the first message read after the last poll found them (coord_turn_ms);
+     * 0: not read yet in this turn. */
+    uint64_t turn_ms, turn_wall_ms;
 
     uint64_t heartbeats_total, recoveries_total;
     uint64_t restarts_by_cause[COORD_CAUSE_NCAUSES];
@@ -99,6 +103,11 @@ void coord_changed(coord_t *c);
 /* A control client or a new connection is being served: the loop polls without napping
  * for a while (coord.c's coalescing of workers' messages). */
 void coord_no_nap(coord_t *c);
+/* Monotonic (ch_now_ms) and wall (ch_wall_ms) ms for what the messages of this loop turn
+ * did: read once after the poll (two clock reads a message were 3% of the steady state),
+ * so they lag by the turn's work, a millisecond or two (a burst: its length). */
+uint64_t coord_turn_ms(coord_t *c);
+uint64_t coord_turn_wall_ms(coord_t *c);
 /* Re-arm the rendezvous timeout timer after a KvGet. */
 void coord_kv_rearm(coord_t *c);
 /* Log-and-store helper for events ("state alive->dead"); job/node may be NULL. */

@@ -129,7 +129,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
     if (j->state == COORD_JOB_RECOVERING)
         return; /* the failed generation's last words */
     r->step = ev->step;
-    r->progress_ms = ch_now_ms();
+    r->progress_ms = coord_turn_ms(c);
     copy_metrics(j, r, rank, ev);
     store_step_time(j, r, ev);
     coord_straggler_step(c, j, rank);
@@ -142,7 +142,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
         j->loss = ev->loss;
         j->tokens_per_s = ev->tokens_per_s;
         j->mfu = ev->mfu;
-        uint64_t now = ch_now_ms();
+        uint64_t now = coord_turn_ms(c);
         if (now - j->progress_stored_ms >= COORD_PROGRESS_STORE_MS) {
             j->progress_stored_ms = now;
             coord_job_store(c, j);
@@ -164,7 +164,7 @@ static void on_progress(coord_t *c, coord_job_t *j, uint32_t rank, const Chorus_
 static void on_checkpoint(coord_t *c, coord_job_t *j, coord_rank_t *r, const Chorus__RankEvent *ev)
 {
     int64_t s = (int64_t)ev->step;
-    r->progress_ms = ch_now_ms(); /* writing it was work too */
+    r->progress_ms = coord_turn_ms(c); /* writing it was work too */
     if (s <= r->ckpt_step)
         return;
     r->ckpt_step = s;
@@ -248,7 +248,12 @@ static void kill_stale(coord_node_t *n, const char *job, uint64_t gen, uint32_t 
 
 void coord_job_rank_event(coord_t *c, coord_node_t *from, const Chorus__RankEvent *ev)
 {
-    coord_job_t *j = coord_job_find_id(c, ev->job_id);
+    coord_job_rank_event_in(c, coord_job_find_id(c, ev->job_id), from, ev);
+}
+
+void coord_job_rank_event_in(coord_t *c, coord_job_t *j, coord_node_t *from,
+                             const Chorus__RankEvent *ev)
+{
     int exited = ev->kind == CHORUS__RANK_EVENT_KIND__RANK_EXITED;
     if (exited) /* acknowledged once seen, whatever becomes of it: it is never sent again */
         ack_exit(from, ev->job_id, ev->generation, ev->rank);

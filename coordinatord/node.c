@@ -249,8 +249,8 @@ int coord_node_drain(coord_t *c, const char *name, int on, const char *reason, c
 
 void coord_node_heard(coord_t *c, coord_node_t *n)
 {
-    n->last_hb_ms = ch_now_ms();
-    n->last_hb_wall = ch_wall_ms();
+    n->last_hb_ms = coord_turn_ms(c);
+    n->last_hb_wall = coord_turn_wall_ms(c);
     if (n->state == COORD_NODE_SUSPECT && n->link)
         set_state(c, n, COORD_NODE_ALIVE, "heartbeat");
 }

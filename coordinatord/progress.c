@@ -40,7 +40,24 @@ static void apply_summary(coord_t *c, coord_job_t *j, coord_node_t *from,
         ev.metrics = &mp;
         ev.n_metrics = 1;
     }
-    coord_job_rank_event(c, from, &ev);
+    coord_job_rank_event_in(c, j, from, &ev);
+}
+
+/* Full reports of one kind the node sent for its ranks, each as if it came alone: the node
+ * speaks for its ranks, not for other jobs, so the envelope's job holds. */
+static void apply_events(coord_t *c, coord_job_t *j, coord_node_t *from,
+                         const Chorus__NodeProgress *np, Chorus__RankEvent *const *evs, size_t n,
+                         Chorus__RankEventKind kind)
+{
+    for (size_t i = 0; i < n; i++) {
+        Chorus__RankEvent ev = *evs[i];
+        if (ev.kind != kind)
+            continue;
+        ev.job_id = np->job_id;
+        ev.generation = np->generation;
+        ev.launch_token = np->launch_token;
+        coord_job_rank_event_in(c, j, from, &ev);
+    }
 }
 
 void coord_progress_apply(coord_t *c, coord_node_t *from, const Chorus__NodeProgress *np)
@@ -53,16 +70,11 @@ void coord_progress_apply(coord_t *c, coord_node_t *from, const Chorus__NodeProg
             apply_summary(c, j, from, np, np->ranks[i], np->common);
     for (size_t i = 0; i < np->n_differ; i++)
         apply_summary(c, j, from, np, np->differ[i]->rank, np->differ[i]);
-    for (size_t i = 0; i < np->n_detail; i++) {
-        /* The node speaks for its ranks, not for other jobs: the envelope's job holds. */
-        Chorus__RankEvent ev = *np->detail[i];
-        if (ev.kind != CHORUS__RANK_EVENT_KIND__RANK_PROGRESS)
-            continue;
-        ev.job_id = np->job_id;
-        ev.generation = np->generation;
-        ev.launch_token = np->launch_token;
-        coord_job_rank_event(c, from, &ev);
-    }
+    apply_events(c, j, from, np, np->detail, np->n_detail, CHORUS__RANK_EVENT_KIND__RANK_PROGRESS);
+    /* Checkpoint reports after the progress, as when each came alone after the flush of
+     * what was held before it (workerd/progress.h). */
+    apply_events(c, j, from, np, np->checkpoints, np->n_checkpoints,
+                 CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT);
 }
 
 void coord_progress_want_detail(coord_t *c, coord_job_t *j)

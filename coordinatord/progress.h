@@ -5,7 +5,8 @@
  * RANK_PROGRESS event it stands for and hands it to coord_job_rank_event, so the rank's
  * step, its hang clock, its heat-map cell, its straggler window and its step_ms metric move
  * exactly as a relayed report would move them; fencing (generation, placement) is the same
- * code. Full reports (NodeProgress.detail) are applied as they are. */
+ * code. Full reports (NodeProgress.detail) are applied as they are, and so are the checkpoint
+ * reports of a step that the node's ranks made (NodeProgress.checkpoints), after them. */
 #ifndef COORD_PROGRESS_H
 #define COORD_PROGRESS_H
 

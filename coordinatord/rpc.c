@@ -97,6 +97,7 @@ static void h_register(coord_t *c, coord_link_t *l, const Chorus__Envelope *req)
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     ack.heartbeat_ms = (uint32_t)c->cfg.heartbeat_ms;
     ack.dead_after_ms = (uint32_t)c->cfg.dead_after_ms;
+    ack.node_checkpoints = 1; /* coord_progress_apply takes NodeProgress.checkpoints */
     env.body_case = CHORUS__ENVELOPE__BODY_REGISTER_ACK;
     env.register_ack = &ack;
     reply(l, req, &env);

@@ -87,9 +87,31 @@ static int progress_send(void *ud, Chorus__Envelope *env)
     return wrk_agent_coord_send(a, env);
 }
 
+/* A held checkpoint report a flush could not send: queued ahead of what follows. */
+static void progress_unsent(void *ud, const Chorus__RankEvent *ev)
+{
+    wrk_agent_t *a = ud;
+    wrk_evq_push(&a->queue, ev);
+}
+
+/* This node's ranks of (job, gen) still running: a checkpoint step's reports of all of them
+ * go in one NodeProgress (progress.h). */
+static uint32_t ranks_of(const wrk_agent_t *a, const char *job, uint64_t gen)
+{
+    uint32_t n = 0;
+    for (const rank_ent_t *e = a->ranks; e; e = e->next)
+        n += !e->exited && e->gen == gen && strcmp(e->job_id, job) == 0;
+    return n;
+}
+
 static void send_event(wrk_agent_t *a, const Chorus__RankEvent *ev)
 {
     if (a->stopping)
+        return;
+    if (a->progress && a->coord_checkpoints &&
+        ev->kind == CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT && a->registered &&
+        a->queue.len == 0 &&
+        wrk_progress_checkpoint(a->progress, ev, ranks_of(a, ev->job_id, ev->generation)) == 0)
         return;
     /* A rank's restart phase reports (RankEvent.phase: once each per generation, timed by
      * the coordinator) go at once like rank 0's; only per-step progress is held. */
@@ -606,6 +628,7 @@ static void on_registered(wrk_agent_t *a, const Chorus__RegisterAck *ack)
     int first = !a->ever_registered;
     a->heartbeat_ms = ack->heartbeat_ms ? ack->heartbeat_ms : HEARTBEAT_DEFAULT_MS;
     a->dead_after_ms = ack->dead_after_ms;
+    a->coord_checkpoints = ack->node_checkpoints;
     a->registered = 1;
     a->ever_registered = 1;
     a->stats.registrations++;
@@ -813,6 +836,7 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
         wrk_progress_cfg_t pc = {.interval_ms = a->cfg.progress_ms,
                                  .detail_every = a->cfg.progress_detail_every,
                                  .send = progress_send,
+                                 .unsent = progress_unsent,
                                  .ud = a};
         if (wrk_progress_create(&pc, &a->progress) < 0) {
             wrk_evq_fini(&a->queue);

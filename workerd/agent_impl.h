@@ -67,7 +67,8 @@ struct wrk_agent {
     ch_conn_t *coord;
     int registered, ever_registered, stopping;
     uint32_t heartbeat_ms, dead_after_ms; /* RegisterAck */
-    uint64_t last_sent_ms;                /* monotonic: the last message to the coordinator */
+    int coord_checkpoints; /* RegisterAck.node_checkpoints: held in progress (progress.h) */
+    uint64_t last_sent_ms; /* monotonic: the last message to the coordinator */
     uint32_t backoff_ms;
     uv_timer_t reconnect, heartbeat, cron;
     rank_ent_t *ranks;

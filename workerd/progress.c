@@ -30,6 +30,8 @@ typedef struct pgroup {
     uint32_t idle; /* intervals with nothing fresh */
     held_t *v;
     size_t n, cap;
+    Chorus__RankEvent **ckpt; /* held checkpoint reports (owned copies), in arrival order */
+    size_t n_ckpt, cap_ckpt;
 } pgroup_t;
 
 struct wrk_progress {
@@ -52,10 +54,19 @@ int wrk_progress_create(const wrk_progress_cfg_t *cfg, wrk_progress_t **out)
     return 0;
 }
 
+static void ckpt_drop(pgroup_t *g)
+{
+    for (size_t i = 0; i < g->n_ckpt; i++)
+        wrk_evq_free_event(g->ckpt[i]);
+    g->n_ckpt = 0;
+}
+
 static void group_free(pgroup_t *g)
 {
     for (size_t i = 0; i < g->n; i++)
         wrk_evq_free_event(g->v[i].full);
+    ckpt_drop(g);
+    free(g->ckpt);
     free(g->v);
     free(g);
 }
@@ -245,8 +256,9 @@ static void settle(pgroup_t *g, int all)
     }
 }
 
-/* One NodeProgress for g's fresh ranks (all: every one in full); 0 when sent or nothing
- * was fresh. */
+/* One NodeProgress for g's fresh ranks (all: every one in full) and its held checkpoint
+ * reports (which go with everything in full, as the flush before each of them did); 0 when
+ * sent or nothing was held. */
 static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
 {
     Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
@@ -259,6 +271,7 @@ static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
     if (!ranks || !differ || !detail)
         goto out;
     size_t n_eq;
+    all = all || g->n_ckpt;
     long eq = largest_equal(g, all, &n_eq);
     for (size_t i = 0; i < g->n; i++) {
         held_t *h = &g->v[i];
@@ -272,7 +285,7 @@ static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
             differ[np.n_differ++] = &h->sum;
     }
     rc = 0;
-    if (!np.n_detail && !np.n_ranks && !np.n_differ)
+    if (!np.n_detail && !np.n_ranks && !np.n_differ && !g->n_ckpt)
         goto out;
     np.job_id = g->job_id;
     np.generation = g->gen;
@@ -286,13 +299,17 @@ static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
     }
     np.differ = differ;
     np.detail = detail;
+    np.checkpoints = g->ckpt;
+    np.n_checkpoints = g->n_ckpt;
     env.body_case = CHORUS__ENVELOPE__BODY_NODE_PROGRESS;
     env.node_progress = &np;
     rc = p->cfg.send(p->cfg.ud, &env);
     if (rc == 0) {
         p->st.messages++;
         p->st.details += np.n_detail;
+        p->st.checkpoints += np.n_checkpoints;
         settle(g, all);
+        ckpt_drop(g);
     }
 out:
     free(ranks);
@@ -301,9 +318,9 @@ out:
     return rc;
 }
 
-/* Before a lifecycle event of the job (a rank done, failed, exited, a checkpoint): what is
- * held goes now and in full, so a rank's last figures (a diag rank's gflops) precede its
- * end. */
+/* Before a lifecycle event of the job (a rank done, failed, exited): what is held goes now
+ * and in full, so a rank's last figures (a diag rank's gflops) precede its end. Held
+ * checkpoint reports that cannot go are the owner's (cfg.unsent), to precede the event. */
 void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen)
 {
     for (pgroup_t *g = p->groups; g; g = g->next) {
@@ -313,6 +330,9 @@ void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen)
             CH_LOGD("progress", "job=%s gen=%llu held progress dropped (not sent)", job,
                     (unsigned long long)gen);
             settle(g, 0);
+            for (size_t i = 0; i < g->n_ckpt && p->cfg.unsent; i++)
+                p->cfg.unsent(p->cfg.ud, g->ckpt[i]);
+            ckpt_drop(g);
         }
         return;
     }
@@ -326,14 +346,48 @@ static int has_fresh(const pgroup_t *g)
     return 0;
 }
 
+int wrk_progress_checkpoint(wrk_progress_t *p, const Chorus__RankEvent *ev, uint32_t node_ranks)
+{
+    pgroup_t *g = group_get(p, ev);
+    if (!g)
+        return -ENOMEM;
+    if (g->n_ckpt == g->cap_ckpt) {
+        size_t cap = g->cap_ckpt ? 2 * g->cap_ckpt : 8;
+        Chorus__RankEvent **v = realloc(g->ckpt, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        g->ckpt = v;
+        g->cap_ckpt = cap;
+    }
+    Chorus__RankEvent *copy = wrk_evq_dup(ev);
+    if (!copy)
+        return -ENOMEM;
+    g->token = ev->launch_token;
+    g->idle = 0;
+    g->ckpt[g->n_ckpt++] = copy;
+    uint32_t k = 0;
+    for (size_t i = 0; i < g->n_ckpt; i++)
+        k += g->ckpt[i]->step == ev->step;
+    if (k >= node_ranks)
+        (void)send_group(p, g, 1); /* not sent: held for the next tick or flush */
+    return 0;
+}
+
 void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms)
 {
-    if (!p->groups || now_ms + p->cfg.slack_ms - p->last_send_ms < p->cfg.interval_ms)
+    if (!p->groups)
         return;
+    if (now_ms + p->cfg.slack_ms - p->last_send_ms < p->cfg.interval_ms) {
+        /* Between intervals only held checkpoint reports go (kept when not sent). */
+        for (pgroup_t *g = p->groups; g; g = g->next)
+            if (g->n_ckpt)
+                (void)send_group(p, g, 1);
+        return;
+    }
     int failed = 0;
     for (pgroup_t **pp = &p->groups; *pp;) {
         pgroup_t *g = *pp;
-        if (!has_fresh(g) && ++g->idle > GROUP_IDLE_MAX) {
+        if (!has_fresh(g) && !g->n_ckpt && ++g->idle > GROUP_IDLE_MAX) {
             *pp = g->next;
             group_free(g);
             continue;

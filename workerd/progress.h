@@ -16,8 +16,14 @@
  * (and at the next interval after wrk_progress_want_detail), and when the owner flushes
  * before a lifecycle event.
  *
+ * Checkpoint reports (RANK_CHECKPOINT) are held too when the coordinator takes them in a
+ * NodeProgress (RegisterAck.node_checkpoints): a step's reports of the node's ranks go
+ * together, in full with what is held of the job's progress, as soon as all of the node's
+ * ranks of it have reported the step, else at the next tick. At 16,384 ranks that turns a
+ * checkpoint step's 16 messages a node (a flush and a report per rank) into one.
+ *
  * What is not held here is the owner's business: rank 0's reports (the job's loss, every
- * step), a rank's restart phase reports, failures, exits, hangs and checkpoints go at
+ * step), a rank's restart phase reports, failures, exits and hangs go at
  * once. Before such an event of a job
  * the owner calls wrk_progress_flush for it, so the coordinator sees a rank's progress
  * before its exit, as before. */
@@ -41,6 +47,9 @@ typedef struct wrk_progress_cfg {
                             * owner whose ticks are as long as the interval) */
     wrk_progress_send_fn send;
     void *ud;
+    /* A held checkpoint report that a flush could not send (borrowed for the call): the
+     * owner queues it ahead of the event it flushed for. NULL: dropped. */
+    void (*unsent)(void *ud, const Chorus__RankEvent *ev);
 } wrk_progress_cfg_t;
 
 int wrk_progress_create(const wrk_progress_cfg_t *cfg, wrk_progress_t **out);
@@ -49,10 +58,15 @@ void wrk_progress_destroy(wrk_progress_t *p);
 /* Take one RANK_PROGRESS report (borrowed: what is needed is copied). job_id, generation,
  * rank and launch_token must already be the rank's own. */
 int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev);
+/* Hold one RANK_CHECKPOINT report (borrowed: copied) for the next NodeProgress of its job;
+ * node_ranks: the node's ranks of (job, generation), whose reports of the step send it at
+ * once. 0 when held (or sent), a negative code when the owner must send it itself. */
+int wrk_progress_checkpoint(wrk_progress_t *p, const Chorus__RankEvent *ev, uint32_t node_ranks);
 /* Send what is held for (job, gen) now, in full; on failure it is dropped (the lifecycle
  * event the caller sends next supersedes it). */
 void wrk_progress_flush(wrk_progress_t *p, const char *job, uint64_t gen);
-/* Periodic: once interval_ms has passed since the last send, send what is held. */
+/* Periodic: once interval_ms has passed since the last send, send what is held; held
+ * checkpoint reports go at every tick. */
 void wrk_progress_tick(wrk_progress_t *p, uint64_t now_ms);
 /* Full reports of job's ranks at the next interval (ProgressDetail; NULL or "": every
  * job). */
@@ -68,9 +82,10 @@ int wrk_heartbeat_due(uint64_t now_ms, uint64_t last_sent_ms, uint32_t heartbeat
 
 /* Counters, for tests and the simulator. */
 typedef struct wrk_progress_stats {
-    uint64_t reports;  /* taken by wrk_progress_add */
-    uint64_t messages; /* NodeProgress sent */
-    uint64_t details;  /* full reports sent in them */
+    uint64_t reports;     /* taken by wrk_progress_add */
+    uint64_t messages;    /* NodeProgress sent */
+    uint64_t details;     /* full reports sent in them */
+    uint64_t checkpoints; /* checkpoint reports sent in them */
 } wrk_progress_stats_t;
 void wrk_progress_stats(const wrk_progress_t *p, wrk_progress_stats_t *out);
 

@@ -1878,6 +1878,68 @@ Test(coord, checkpoint_is_committed_at_the_first_ranks_report)
     coord_down();
 }
 
+/* What workerd sends for a checkpoint step of ranks[] of one node (workerd/progress.h): their
+ * reports in one NodeProgress, the RankEvents without their own job and generation. */
+static void send_node_ckpt(worker_t *w, const char *job, uint64_t gen, const uint32_t *ranks,
+                           size_t n, uint64_t step)
+{
+    Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    Chorus__RankEvent ev[4], *evp[4];
+    cr_assert(n <= 4);
+    for (size_t i = 0; i < n; i++) {
+        chorus__rank_event__init(&ev[i]);
+        ev[i].rank = ranks[i];
+        ev[i].kind = CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT;
+        ev[i].step = step;
+        evp[i] = &ev[i];
+    }
+    np.job_id = (char *)job;
+    np.generation = gen;
+    np.checkpoints = evp;
+    np.n_checkpoints = n;
+    env.body_case = CHORUS__ENVELOPE__BODY_NODE_PROGRESS;
+    env.node_progress = &np;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+/* A node's checkpoint reports of a step in one NodeProgress commit it as the ranks' own
+ * reports do, behind the same fences: a node speaking for ranks placed elsewhere, or for a
+ * stale generation, commits nothing. */
+Test(coord, node_progress_checkpoints_commit_as_rank_reports_do)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    uint32_t on_a[4], on_b[4];
+    size_t na = 0, nb = 0;
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_4_ranks(ctl, ws, id);
+    Chorus__Envelope *e = wait_state(ctl, ws, 2, id, "running", 2000);
+    for (uint32_t r = 0; r < 4; r++) {
+        if (owner(e->job_info, r, ws, 2) == &a)
+            on_a[na++] = r;
+        else
+            on_b[nb++] = r;
+    }
+    ch_msg_free(e);
+    cr_assert(na > 0 && nb > 0);
+    send_node_ckpt(&a, id, 1, on_b, nb, 10); /* b's ranks, from a */
+    send_node_ckpt(&a, id, 0, on_a, na, 10); /* a stale generation */
+    pump(ws, 2, 100);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 10, 0), -1);
+    send_node_ckpt(&b, id, 1, on_b, nb, 10);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 10, 2000), 10);
+    send_node_ckpt(&a, id, 1, on_a, na, 20);
+    cr_assert_eq(committed_ckpt(ctl, ws, 2, id, 20, 2000), 20);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
 /* Issue 11 class 9: an ended job's memory is let go once more than keep_ended_jobs have
  * ended after it (each cost ~5 KB for good); its stored row still answers `status`, by id
  * and by name, and a cancel of it says it ended. Active and queued jobs are never let go,

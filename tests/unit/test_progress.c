@@ -247,3 +247,88 @@ Test(progress, heartbeat_skipped_only_after_a_recent_message)
     cr_assert(wrk_heartbeat_due(10000, 9500, 1000, 2999), "dead-after under 3 intervals");
     cr_assert_not(wrk_heartbeat_due(10000, 9500, 1000, 3000));
 }
+
+/* A checkpoint held for rank r of job j1 generation 2 (node_ranks: the node's ranks). */
+static int checkpoint(wrk_progress_t *p, uint32_t r, uint64_t s, uint32_t node_ranks)
+{
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.job_id = "j1";
+    ev.generation = 2;
+    ev.launch_token = 77;
+    ev.rank = r;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT;
+    ev.step = s;
+    ev.bytes = 1000 + r;
+    ev.checksum = 7 * r + s;
+    return wrk_progress_checkpoint(p, &ev, node_ranks);
+}
+
+static void unsent_count(void *ud, const Chorus__RankEvent *ev)
+{
+    sink_t *s = ud;
+    cr_assert_eq(ev->kind, CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT);
+    s->refuse++; /* counts past 1: what the owner would have queued */
+}
+
+/* A checkpoint step's reports of the node's ranks travel in one NodeProgress, with the
+ * progress held before them, in full, as soon as the last of the node's ranks reported. */
+Test(progress, checkpoint_reports_of_a_step_go_together)
+{
+    sink_t s = {0};
+    wrk_progress_t *p = NULL;
+    wrk_progress_cfg_t cfg = {.interval_ms = 1000, .send = sink_send, .ud = &s};
+    cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
+    for (uint32_t r = 1; r <= 4; r++) {
+        report(p, r, 20);
+        cr_assert_eq(checkpoint(p, r, 20, 4), 0);
+        cr_assert_eq(s.n, r == 4 ? 1 : 0, "held until the node's 4th rank reported");
+    }
+    const Chorus__NodeProgress *np = s.got[0]->node_progress;
+    cr_assert_eq(np->n_checkpoints, 4);
+    cr_assert_eq(np->n_detail, 4, "the progress before them goes in full");
+    cr_assert_str_eq(np->job_id, "j1");
+    cr_assert_eq(np->generation, 2);
+    cr_assert_eq(np->launch_token, 77);
+    for (uint32_t r = 1; r <= 4; r++) {
+        const Chorus__RankEvent *ck = np->checkpoints[r - 1];
+        cr_assert_eq(ck->rank, r);
+        cr_assert_eq(ck->step, 20);
+        cr_assert_eq(ck->bytes, 1000 + r);
+        cr_assert_eq(ck->checksum, 7 * r + 20);
+    }
+    wrk_progress_stats_t st;
+    wrk_progress_stats(p, &st);
+    cr_assert_eq(st.checkpoints, 4);
+    sink_free(&s);
+    wrk_progress_tick(p, 3000);
+    cr_assert_eq(s.n, 0, "nothing left held");
+
+    /* Fewer reports than the node's ranks: they go at the next tick, between intervals too. */
+    cr_assert_eq(checkpoint(p, 2, 40, 4), 0);
+    cr_assert_eq(s.n, 0);
+    wrk_progress_tick(p, 3001);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.got[0]->node_progress->n_checkpoints, 1);
+    cr_assert_eq(s.got[0]->node_progress->checkpoints[0]->rank, 2);
+    sink_free(&s);
+
+    /* The link is down: a tick keeps them; a flush (before a failure) hands them back to the
+     * owner, which queues them ahead of the failure; nothing is sent twice. */
+    s.refuse = 1;
+    cr_assert_eq(checkpoint(p, 1, 60, 2), 0);
+    cr_assert_eq(checkpoint(p, 3, 60, 2), 0);
+    wrk_progress_tick(p, 5000);
+    cr_assert_eq(s.n, 0);
+    wrk_progress_destroy(p);
+    p = NULL;
+    cfg.unsent = unsent_count;
+    cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
+    cr_assert_eq(checkpoint(p, 1, 60, 2), 0);
+    cr_assert_eq(checkpoint(p, 3, 60, 2), 0);
+    wrk_progress_flush(p, "j1", 2);
+    cr_assert_eq(s.refuse, 3, "both handed back");
+    s.refuse = 0;
+    wrk_progress_tick(p, 9000);
+    cr_assert_eq(s.n, 0, "handed back: not sent again");
+    wrk_progress_destroy(p);
+}

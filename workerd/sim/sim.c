@@ -76,6 +76,7 @@ typedef struct sim_node {
     int registered, hung, crashed;
     int connecting, queued; /* counted in wrk_sim.connecting; in its wait queue */
     uint32_t hb_ms, dead_after_ms, backoff_ms; /* RegisterAck */
+    int coord_checkpoints;                     /* RegisterAck.node_checkpoints */
     uint64_t last_hb_ms; /* monotonic: the last message sent (each counts as a heartbeat) */
     uv_timer_t reconnect, heartbeat, step;
     uint64_t step_due; /* loop time the step timer is due (a fixed rate, not re-armed late) */
@@ -126,6 +127,9 @@ static void send_event(sim_node_t *n, const sim_group_t *g, uint32_t rank, Choru
     ev->rank = rank;
     ev->launch_token = g->token;
     if (n->progress) { /* what workerd's agent does (agent.c send_event) */
+        if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_CHECKPOINT && n->coord_checkpoints &&
+            wrk_progress_checkpoint(n->progress, ev, g->n_alive) == 0)
+            return;
         if (ev->kind == CHORUS__RANK_EVENT_KIND__RANK_PROGRESS && rank != 0 &&
             wrk_progress_add(n->progress, ev) == 0)
             return;
@@ -571,6 +575,7 @@ static void on_msg(ch_conn_t *c, Chorus__Envelope *env, void *ud)
         n->hb_ms = env->register_ack->heartbeat_ms ? env->register_ack->heartbeat_ms
                                                    : HEARTBEAT_DEFAULT_MS;
         n->dead_after_ms = env->register_ack->dead_after_ms;
+        n->coord_checkpoints = env->register_ack->node_checkpoints;
         uv_timer_start(&n->heartbeat, on_heartbeat, n->hb_ms, n->hb_ms);
         send_heartbeat(n);
         if (!uv_is_active((uv_handle_t *)&n->step)) {
