@@ -238,14 +238,17 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     /* activations: fp32 slots (under bf16 too: bf16 values in fp32 storage, plan.h) */
     double att = B * (NH / tp) * T * row;
     double per_block = F32 * (N * C * (4 + 12 / tp) + 4 * N + att);
-    /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch) */
-    double redo = 0;
-    if (recompute == CH_RECOMPUTE_SELECTIVE)
-        redo = F32 * att;
-    else if (recompute == CH_RECOMPUTE_FULL)
-        redo = per_block - F32 * N * C;
+    /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch);
+     * selective keeps no probabilities anywhere: the attention backward recomputes them a
+     * block of query rows at a time in the attention scratch, at least 2·min(T, QBLOCK)·T */
+    double redo = 0, drop = 0, att_scratch = T * T;
+    if (recompute == CH_RECOMPUTE_SELECTIVE) {
+        drop = F32 * att;
+        att_scratch = fmax(att_scratch, 2 * fmin(T, CH_PLAN_ATT_QBLOCK) * T);
+    } else if (recompute == CH_RECOMPUTE_FULL)
+        drop = redo = per_block - F32 * N * C;
     /* interleaved: a slot is one chunk-activation, nb / v blocks */
-    double kept = (v > 1 ? nb / v : nb) * (per_block - redo);
+    double kept = (v > 1 ? nb / v : nb) * (per_block - drop);
     if (m->schedule == CH_SCHEDULE_ZBH1 && s > 0) /* stage 0's backward stays whole */
         kept += F32 * nb * N * (4 * C + 7 * C / tp);
     const int first = s == 0, last = s + 1 == l.pp;
@@ -255,8 +258,9 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         kept += F32 * (N * C + 5 * N);
     if (v == 1 && !first)
         kept += F32 * 2 * N * C;
-    double scratch = F32 * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C) + T * T) +
-                     (nb > 0 ? redo : 0);
+    double scratch =
+        F32 * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C) + att_scratch) +
+        (nb > 0 ? redo : 0);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));

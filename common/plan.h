@@ -41,7 +41,9 @@
  *                 pipeline    + 2·N·C received and its gradient (s > 0); what a stage sends
  *                             is its last block's output, already counted
  *                 recompute   selective: a block keeps all but its attention
- *                             probabilities (B·(NH/tp)·T·R, made again in its backward);
+ *                             probabilities (B·(NH/tp)·T·R), which its backward makes
+ *                             again a block of query rows at a time (the backward's T·T
+ *                             scratch becomes T·max(T, 2·min(T, CH_PLAN_ATT_QBLOCK)));
  *                             full: only its output N·C (its forward is run again); what
  *                             is recomputed lives once, in the scratch
  *                 zb-h1       + N·(4C + 7C/tp) per block (s > 0: the output gradients
@@ -110,6 +112,11 @@ typedef struct ch_model_cfg {
 /* The largest head size CUDA's fused attention takes (kernels/cuda.h's KN_CUDA_FLASH_MAX_HS;
  * the CUDA backend asserts they agree). */
 #define CH_PLAN_FLASH_MAX_HS 128
+
+/* Query rows per block of the CPU attention (kernels/attention.h's KN_ATTENTION_QBLOCK; the
+ * model asserts they agree): selective recomputation's attention scratch is
+ * 2·min(T, this)·T floats. */
+#define CH_PLAN_ATT_QBLOCK 128
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
 #define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))

@@ -110,6 +110,10 @@ int kn_cuda_matmul_bwd(kn_cuda_t *ctx, float *dinp, float *dweight, float *dbias
  * diagonal); cuBLAS batched GEMMs and a softmax kernel. */
 int kn_cuda_attention_fwd(kn_cuda_t *ctx, float *out, float *att, const float *qkv, int B, int T,
                           int C, int NH, kn_stream_t stream);
+/* The forward's first half: att [B,NH,T,T] = the probabilities alone, the same bits
+ * (the backward's recomputation when nothing was kept). */
+int kn_cuda_attention_probs(kn_cuda_t *ctx, float *att, const float *qkv, int B, int T, int C,
+                            int NH, kn_stream_t stream);
 /* dqkv overwritten. scratch: KN_CUDA_ATT_BWD_SCRATCH(T, NH) floats. */
 #define KN_CUDA_ATT_BWD_SCRATCH(T, NH) ((size_t)(NH) * (size_t)(T) * (size_t)(T))
 int kn_cuda_attention_bwd(kn_cuda_t *ctx, float *dqkv, float *scratch, const float *dout,

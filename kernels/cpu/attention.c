@@ -9,15 +9,18 @@
  * SGEMM is restricted to those columns, which skips most of the masked upper triangle.
  * Within a block, masked entries (key > query) are set to zero so they add nothing.
  * The backward walks the blocks last to first: the last block touches every key row, so
- * it writes dK/dV (beta 0) and earlier blocks accumulate (beta 1). */
+ * it writes dK/dV (beta 0) and earlier blocks accumulate (beta 1).
+ *
+ * Without att (selective recomputation keeps no probabilities) the forward puts each
+ * block's probabilities in scratch and uses them at once; the backward recomputes each
+ * block's just before its backward, with the forward's SGEMM and softmax on the same
+ * inputs (probs_block): the same bits as the kept ones, and no B*NH*T*T buffer. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "kernels/attention.h"
 #include "kernels/vmath.h"
-
-#define QBLOCK 128 /* query rows per block */
 
 // ----------------------------------------------------------------------------
 // reference (llm.c style loops)
@@ -138,7 +141,20 @@ static void softmax_row(float *p, int n, int zero_to)
     }
 }
 
-void kn_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+/* Rows [r0, r1) of one head's probabilities into pb [r1-r0, >= r1] (ld T): the forward's
+ * SGEMM and softmax, so that a recomputation (att NULL) has the same bits. */
+static void probs_block(float *pb, const float *q, const float *k, int r0, int r1, int T, int C3,
+                        int hs, float scale)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                q + (size_t)r0 * C3, C3, k, C3, 0.0f, pb, T);
+    for (int t = r0; t < r1; t++) {
+        softmax_row(pb + (size_t)(t - r0) * T, t + 1, r1);
+    }
+}
+
+void kn_attention_fwd(float *out, float *att, float *scratch, const float *qkv, int B, int T, int C,
+                      int NH)
 {
     int C3 = C * 3;
     int hs = C / NH;
@@ -148,19 +164,14 @@ void kn_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
             const float *q = qkv + (size_t)b * T * C3 + h * hs;
             const float *k = q + C;
             const float *v = q + 2 * C;
-            float *p = att + ((size_t)b * NH + h) * T * T;
+            float *p = att != NULL ? att + ((size_t)b * NH + h) * T * T : NULL;
             float *y = out + (size_t)b * T * C + h * hs;
-            for (int r0 = 0; r0 < T; r0 += QBLOCK) {
-                int r1 = r0 + QBLOCK < T ? r0 + QBLOCK : T;
-                int rb = r1 - r0;
-                float *pb = p + (size_t)r0 * T;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rb, r1, hs, scale,
-                            q + (size_t)r0 * C3, C3, k, C3, 0.0f, pb, T);
-                for (int t = r0; t < r1; t++) {
-                    softmax_row(p + (size_t)t * T, t + 1, r1);
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rb, hs, r1, 1.0f, pb, T, v,
-                            C3, 0.0f, y + (size_t)r0 * C, C);
+            for (int r0 = 0; r0 < T; r0 += KN_ATTENTION_QBLOCK) {
+                int r1 = r0 + KN_ATTENTION_QBLOCK < T ? r0 + KN_ATTENTION_QBLOCK : T;
+                float *pb = p != NULL ? p + (size_t)r0 * T : scratch;
+                probs_block(pb, q, k, r0, r1, T, C3, hs, scale);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, pb, T,
+                            v, C3, 0.0f, y + (size_t)r0 * C, C);
             }
         }
     }
@@ -185,7 +196,9 @@ void kn_attention_bwd(float *dqkv, float *scratch, const float *dout, const floa
     int C3 = C * 3;
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    int nblocks = (T + QBLOCK - 1) / QBLOCK;
+    int nblocks = (T + KN_ATTENTION_QBLOCK - 1) / KN_ATTENTION_QBLOCK;
+    /* dP of one block of query rows; with att NULL, that block's probabilities after it */
+    float *redo = scratch + (size_t)(T < KN_ATTENTION_QBLOCK ? T : KN_ATTENTION_QBLOCK) * T;
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + h * hs;
@@ -194,15 +207,18 @@ void kn_attention_bwd(float *dqkv, float *scratch, const float *dout, const floa
             float *dq = dqkv + (size_t)b * T * C3 + h * hs;
             float *dk = dq + C;
             float *dv = dq + 2 * C;
-            const float *p = att + ((size_t)b * NH + h) * T * T;
+            const float *p = att != NULL ? att + ((size_t)b * NH + h) * T * T : NULL;
             const float *dy = dout + (size_t)b * T * C + h * hs;
             for (int blk = nblocks - 1; blk >= 0; blk--) {
-                int r0 = blk * QBLOCK;
-                int r1 = r0 + QBLOCK < T ? r0 + QBLOCK : T;
+                int r0 = blk * KN_ATTENTION_QBLOCK;
+                int r1 = r0 + KN_ATTENTION_QBLOCK < T ? r0 + KN_ATTENTION_QBLOCK : T;
                 int rb = r1 - r0;
                 float beta = blk == nblocks - 1 ? 0.0f : 1.0f;
-                const float *pb = p + (size_t)r0 * T;
+                const float *pb = p != NULL ? p + (size_t)r0 * T : redo;
                 const float *dyb = dy + (size_t)r0 * C;
+                if (p == NULL) { /* recompute this block's probabilities, cache-hot */
+                    probs_block(redo, q, k, r0, r1, T, C3, hs, scale);
+                }
                 // dP = dY V^T over the visible keys, into scratch [rb, r1] (ld T)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rb, r1, hs, 1.0f, dyb, C, v,
                             C3, 0.0f, scratch, T);
@@ -210,8 +226,8 @@ void kn_attention_bwd(float *dqkv, float *scratch, const float *dout, const floa
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rb, 1.0f, pb, T, dyb,
                             C, beta, dv, C3);
                 for (int t = r0; t < r1; t++) {
-                    softmax_row_bwd(scratch + (size_t)(t - r0) * T, p + (size_t)t * T, t + 1, r1,
-                                    scale);
+                    softmax_row_bwd(scratch + (size_t)(t - r0) * T, pb + (size_t)(t - r0) * T,
+                                    t + 1, r1, scale);
                 }
                 // dQ = dS K;  dK[0:r1] (+)= dS^T Q
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rb, hs, r1, 1.0f, scratch, T,

@@ -68,8 +68,10 @@ static int check_shape(int B, int T, int C, int NH)
     return B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0 ? 0 : -EINVAL;
 }
 
-extern "C" int kn_cuda_attention_fwd(kn_cuda_t *ctx, float *out, float *att, const float *qkv,
-                                     int B, int T, int C, int NH, kn_stream_t stream)
+/* One GEMM per b (a batch of NH heads) and one softmax over all rows: a call per b
+ * (B = 1, as the recomputing backward makes) has the same bits, each row being its own. */
+extern "C" int kn_cuda_attention_probs(kn_cuda_t *ctx, float *att, const float *qkv, int B, int T,
+                                       int C, int NH, kn_stream_t stream)
 {
     int rc = check_shape(B, T, C, NH);
     int hs = C / NH, C3 = 3 * C;
@@ -85,7 +87,15 @@ extern "C" int kn_cuda_attention_fwd(kn_cuda_t *ctx, float *out, float *att, con
     }
     size_t rows = (size_t)B * NH * T;
     softmax_fwd_kernel<<<kn_cu_blocks(rows, SM_WARPS), 32 * SM_WARPS, 0, stream>>>(att, T, rows);
-    rc = kn_cu_launched();
+    return kn_cu_launched();
+}
+
+extern "C" int kn_cuda_attention_fwd(kn_cuda_t *ctx, float *out, float *att, const float *qkv,
+                                     int B, int T, int C, int NH, kn_stream_t stream)
+{
+    int rc = kn_cuda_attention_probs(ctx, att, qkv, B, T, C, NH, stream);
+    int hs = rc == 0 ? C / NH : 1, C3 = 3 * C;
+    long long TT = (long long)T * T;
     for (int b = 0; b < B && rc == 0; b++) {
         const float *v = qkv + (size_t)b * T * C3 + 2 * C;
         rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs,

@@ -270,12 +270,12 @@ static double att_flop(int B, int T, int C)
     return 2.0 * 2.0 * B * (double)T * T / 2 * C;
 }
 
-static void p_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                            int B, int T, int C, int NH)
+static void p_attention_fwd(const eng_backend_t *be, float *out, float *att, float *scratch,
+                            const float *qkv, int B, int T, int C, int NH)
 {
     (void)be;
     TIMED("attention fwd", att_flop(B, T, C),
-          prof.cpu->attention_fwd(prof.cpu, out, att, qkv, B, T, C, NH));
+          prof.cpu->attention_fwd(prof.cpu, out, att, scratch, qkv, B, T, C, NH));
 }
 
 static void p_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch, const float *dout,

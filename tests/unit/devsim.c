@@ -316,11 +316,12 @@ static void sim_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight,
                        DEV(weight), N, C, OC);
 }
 
-static void sim_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH)
+/* att NULL: nothing kept (selective recomputation), scratch then used */
+static void sim_attention_fwd(const eng_backend_t *be, float *out, float *att, float *scratch,
+                              const float *qkv, int B, int T, int C, int NH)
 {
     devsim_t *d = ds(be);
-    d->cpu->attention_fwd(d->cpu, DEV(out), DEV(att), DEV(qkv), B, T, C, NH);
+    d->cpu->attention_fwd(d->cpu, DEV(out), OPT(att), OPT(scratch), DEV(qkv), B, T, C, NH);
 }
 
 static void sim_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch,
@@ -328,7 +329,7 @@ static void sim_attention_bwd(const eng_backend_t *be, float *dqkv, float *scrat
                               int C, int NH)
 {
     devsim_t *d = ds(be);
-    d->cpu->attention_bwd(d->cpu, DEV(dqkv), DEV(scratch), DEV(dout), DEV(qkv), DEV(att), B, T, C,
+    d->cpu->attention_bwd(d->cpu, DEV(dqkv), DEV(scratch), DEV(dout), DEV(qkv), OPT(att), B, T, C,
                           NH);
 }
 

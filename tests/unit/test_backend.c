@@ -136,11 +136,11 @@ static void t_matmul_bwd(const eng_backend_t *be, float *dinp, float *dw, float 
     c->cpu->matmul_bwd(c->cpu, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
-static void t_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                            int B, int T, int C, int NH)
+static void t_attention_fwd(const eng_backend_t *be, float *out, float *att, float *scratch,
+                            const float *qkv, int B, int T, int C, int NH)
 {
     counts_t *c = cnt(be, OP_ATTENTION_FWD);
-    c->cpu->attention_fwd(c->cpu, out, att, qkv, B, T, C, NH);
+    c->cpu->attention_fwd(c->cpu, out, att, scratch, qkv, B, T, C, NH);
 }
 
 static void t_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch, const float *dout,

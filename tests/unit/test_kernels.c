@@ -399,7 +399,7 @@ static void attn_compare(int B, int T, int C, int NH)
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = randn(n3, "qkv", 1), *dout = randn(n1, "dout", 1);
     float *y1 = zeros(n1), *y2 = zeros(n1), *a1 = zeros(na), *a2 = zeros(na);
-    kn_attention_fwd(y1, a1, qkv, B, T, C, NH);
+    kn_attention_fwd(y1, a1, NULL, qkv, B, T, C, NH);
     kn_attention_fwd_ref(y2, a2, qkv, B, T, C, NH);
     assert_close_f("attn out", y1, y2, n1, 1e-4, 1e-5);
     for (size_t r = 0; r < (size_t)B * NH * T; r++) {
@@ -420,6 +420,30 @@ Test(attention, fast_matches_ref_across_blocks)
     attn_compare(1, 300, 32, 4); /* 3 query blocks, the last one ragged */
 }
 
+/* Without att (selective recomputation) the fast version's output and gradient are the
+ * bits of the one that keeps the probabilities, in a scratch of KN_ATTENTION_NOATT_SCRATCH */
+static void attn_noatt_same_bits(int B, int T, int C, int NH)
+{
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    size_t ns = KN_ATTENTION_NOATT_SCRATCH(T);
+    float *qkv = randn(n3, "qkv", 1), *dout = randn(n1, "dout", 1);
+    float *y1 = zeros(n1), *y2 = zeros(n1), *att = zeros(na), *d1 = zeros(n3), *d2 = zeros(n3);
+    float *s1 = zeros((size_t)T * T), *s2 = zeros(ns);
+    kn_attention_fwd(y1, att, NULL, qkv, B, T, C, NH);
+    kn_attention_bwd(d1, s1, dout, qkv, att, B, T, C, NH);
+    kn_attention_fwd(y2, NULL, s2, qkv, B, T, C, NH);
+    kn_attention_bwd(d2, s2, dout, qkv, NULL, B, T, C, NH);
+    cr_assert(memcmp(y1, y2, n1 * sizeof(float)) == 0, "out differs without att (T %d)", T);
+    cr_assert(memcmp(d1, d2, n3 * sizeof(float)) == 0, "dqkv differs without att (T %d)", T);
+    free(qkv), free(dout), free(y1), free(y2), free(att), free(d1), free(d2), free(s1), free(s2);
+}
+
+Test(attention, no_att_recomputes_the_same_bits)
+{
+    attn_noatt_same_bits(2, 7, 8, 2);    /* one block, scratch 2*T*T > T*T */
+    attn_noatt_same_bits(1, 300, 32, 4); /* 3 query blocks, the last one ragged */
+}
+
 Test(attention, finite_differences)
 {
     int B = 2, T = 6, C = 8, NH = 2;
@@ -427,7 +451,7 @@ Test(attention, finite_differences)
     float *qkv = randn(n3, "qkv", 1), *dout = randn(n1, "dout", 1);
     float *y = zeros(n1), *att = zeros((size_t)B * NH * T * T), *dqkv = zeros(n3),
           *dref = zeros(n3), *scratch = zeros((size_t)T * T);
-    kn_attention_fwd(y, att, qkv, B, T, C, NH);
+    kn_attention_fwd(y, att, NULL, qkv, B, T, C, NH);
     kn_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, C, NH);
     kn_attention_bwd_ref(dref, dout, qkv, att, B, T, C, NH);
     attn_ctx_t c = {to_double(qkv, n3), dout, B, T, C, NH};

@@ -382,6 +382,19 @@ static void att_materialised(int B, int T, int C, int NH)
         kn_cuda_attention_bwd(ctx, d_dqkv, scratch, a.d_dout, a.d_qkv, d_att, B, T, C, NH, NULL), 0,
         "%s", kn_cuda_ctx_error(ctx));
     check_dev("attention dqkv", d_dqkv, a.dqkv, nqkv, 1e-4, 1e-5);
+    /* the probabilities alone, one sequence at a time (the backend's recomputation under
+     * selective): the forward's bits */
+    float *d_p = dev_alloc((size_t)NH * T * T * sizeof(float)), *want = down(d_att, natt);
+    for (int b = 0; b < B; b++) {
+        cr_assert_eq(
+            kn_cuda_attention_probs(ctx, d_p, a.d_qkv + (size_t)b * T * 3 * C, 1, T, C, NH, NULL),
+            0, "%s", kn_cuda_ctx_error(ctx));
+        float *got = down(d_p, (size_t)NH * T * T);
+        assert_same("attention probs again", got, want + (size_t)b * NH * T * T,
+                    (size_t)NH * T * T);
+        free(got);
+    }
+    free(want), cudaFree(d_p);
 
     cudaFree(scratch), cudaFree(d_dqkv), cudaFree(d_att), cudaFree(d_out);
     kn_cuda_destroy(ctx);

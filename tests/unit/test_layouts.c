@@ -1221,6 +1221,14 @@ Test(layouts, bf16_every_layout_tracks_fp32_and_one_rank)
     for (int s = 0; s < STEPS; s++)
         cr_expect_eq(p[0].losses[s], a[0].losses[s], "devsim bf16 step %d: %.9g vs cpu %.9g", s,
                      p[0].losses[s], a[0].losses[s]);
+    /* selective recomputation there too: the backward's probabilities, made again from the
+     * same rounded q and k, are the forward's bits */
+    jb.parallel.recompute = CH_RECOMPUTE_SELECTIVE;
+    snprintf(jb.checkpoint.dir, sizeof jb.checkpoint.dir, "%s/bf16sel", dir);
+    run_on(&jb, 0, 0, DEV_POISON, p);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(p[0].losses[s], a[0].losses[s], "devsim bf16 selective step %d: %.9g vs %.9g",
+                     s, p[0].losses[s], a[0].losses[s]);
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         const uint32_t *x = layouts[k];
         char name[32];

@@ -74,9 +74,14 @@ struct eng_backend {
     void (*matmul_bwd)(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
                        int OC);
-    void (*attention_fwd)(const eng_backend_t *be, float *out, float *att, const float *qkv, int B,
-                          int T, int C, int NH);
-    /* scratch: T*T floats of backend memory */
+    /* att NULL (parallel.recompute = selective): keep nothing; the backward then gets att
+     * NULL too and recomputes what it needs with the forward's arithmetic (the same bits as
+     * from a kept att). scratch: backend memory, with att NULL kernels/attention.h's
+     * KN_ATTENTION_NOATT_SCRATCH(T) floats (a backend needing more keeps its own), else
+     * unused (may be NULL). */
+    void (*attention_fwd)(const eng_backend_t *be, float *out, float *att, float *scratch,
+                          const float *qkv, int B, int T, int C, int NH);
+    /* scratch: T*T floats of backend memory, with att NULL max(T*T, NOATT_SCRATCH(T)) */
     void (*attention_bwd)(const eng_backend_t *be, float *dqkv, float *scratch, const float *dout,
                           const float *qkv, const float *att, int B, int T, int C, int NH);
     void (*gelu_fwd)(const eng_backend_t *be, float *out, const float *inp, size_t n);

@@ -207,11 +207,13 @@ static void b_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, f
     store(be, dinp, (size_t)N * C);
 }
 
-static void b_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                            int B, int T, int C, int NH)
+/* att NULL: the backward recomputes from the same rounded qkv (in_bf16 of the kept one),
+ * so its probabilities are the forward's bits */
+static void b_attention_fwd(const eng_backend_t *be, float *out, float *att, float *scratch,
+                            const float *qkv, int B, int T, int C, int NH)
 {
     const float *q = in_bf16(be, 0, qkv, (size_t)B * T * 3 * C);
-    IN(be)->attention_fwd(IN(be), out, att, q, B, T, C, NH); /* softmax in fp32 */
+    IN(be)->attention_fwd(IN(be), out, att, scratch, q, B, T, C, NH); /* softmax in fp32 */
     store(be, out, (size_t)B * T * C);
 }
 

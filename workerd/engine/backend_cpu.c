@@ -95,11 +95,11 @@ static void cpu_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight,
     kn_matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
-static void cpu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH)
+static void cpu_attention_fwd(const eng_backend_t *be, float *out, float *att, float *scratch,
+                              const float *qkv, int B, int T, int C, int NH)
 {
     (void)be;
-    kn_attention_fwd(out, att, qkv, B, T, C, NH);
+    kn_attention_fwd(out, att, scratch, qkv, B, T, C, NH);
 }
 
 static void cpu_attention_bwd(const eng_backend_t *be, float *dqkv, float *scratch,

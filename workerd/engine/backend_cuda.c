@@ -283,11 +283,78 @@ static const float **flash_slot(const eng_backend_t *be, const float *att, int a
     return &s->flash_out[s->nflash++].out;
 }
 
-/* The model sized att by att_row: a fused forward never falls back to the materialised one
- * (whose T*T rows would not fit). */
-static void cu_attention_fwd(const eng_backend_t *be, float *out, float *att, const float *qkv,
-                             int B, int T, int C, int NH)
+/* Floats of the backend's scratch an attention without att needs (selective
+ * recomputation): the fused one's output and log-sum-exps made again, and its backward's
+ * scratch; the materialised one's probabilities of one sequence and their gradient. */
+static size_t noatt_scratch(const eng_backend_t *be, int B, int T, int C, int NH)
 {
+    return use_flash(be, C / NH)
+               ? (size_t)B * T * C + (size_t)B * NH * T + KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH)
+               : 2 * KN_CUDA_ATT_BWD_SCRATCH(T, NH);
+}
+
+/* The forward keeping nothing: its log-sum-exps (fused) or one sequence's probabilities
+ * at a time (materialised: the same GEMMs, per b) in the backend's scratch. */
+static void noatt_fwd(const eng_backend_t *be, float *out, const float *qkv, int B, int T, int C,
+                      int NH)
+{
+    float *tmp = scratch(be, noatt_scratch(be, B, T, C, NH) * sizeof(float), "attention scratch");
+    if (tmp == NULL) {
+        return;
+    }
+    if (use_flash(be, C / NH)) {
+        note(be, "flash attention_fwd",
+             kn_cuda_flash_attention_fwd(out, tmp, qkv, B, T, C, NH, S(be)->stream));
+        return;
+    }
+    for (int b = 0; b < B; b++) {
+        note(be, "attention_fwd",
+             kn_cuda_attention_fwd(S(be)->ctx, out + (size_t)b * T * C, tmp,
+                                   qkv + (size_t)b * T * 3 * C, 1, T, C, NH, S(be)->stream));
+    }
+}
+
+/* The backward recomputing what the forward did not keep, with the forward's kernels on
+ * the same inputs (the same bits): the fused forward again into the scratch, then its
+ * backward; or per sequence, its probabilities then the materialised backward. */
+static void noatt_bwd(const eng_backend_t *be, float *dqkv, const float *dout, const float *qkv,
+                      int B, int T, int C, int NH)
+{
+    float *tmp = scratch(be, noatt_scratch(be, B, T, C, NH) * sizeof(float), "attention scratch");
+    if (tmp == NULL) {
+        return;
+    }
+    cudaStream_t st = S(be)->stream;
+    if (use_flash(be, C / NH)) {
+        float *o = tmp, *lse = o + (size_t)B * T * C, *rest = lse + (size_t)B * NH * T;
+        note(be, "flash attention_fwd (recompute)",
+             kn_cuda_flash_attention_fwd(o, lse, qkv, B, T, C, NH, st));
+        note(be, "flash attention_bwd",
+             kn_cuda_flash_attention_bwd(dqkv, rest, dout, qkv, o, lse, B, T, C, NH, st));
+        return;
+    }
+    float *p = tmp + KN_CUDA_ATT_BWD_SCRATCH(T, NH);
+    for (int b = 0; b < B; b++) {
+        size_t q = (size_t)b * T * 3 * C;
+        note(be, "attention_probs (recompute)",
+             kn_cuda_attention_probs(S(be)->ctx, p, qkv + q, 1, T, C, NH, st));
+        note(be, "attention_bwd",
+             kn_cuda_attention_bwd(S(be)->ctx, dqkv + q, tmp, dout + (size_t)b * T * C, qkv + q, p,
+                                   1, T, C, NH, st));
+    }
+}
+
+/* The model sized att by att_row: a fused forward never falls back to the materialised one
+ * (whose T*T rows would not fit). The model's scratch is too small for these kernels: att
+ * NULL uses the backend's own. */
+static void cu_attention_fwd(const eng_backend_t *be, float *out, float *att, float *model_scratch,
+                             const float *qkv, int B, int T, int C, int NH)
+{
+    (void)model_scratch;
+    if (att == NULL) {
+        noatt_fwd(be, out, qkv, B, T, C, NH);
+        return;
+    }
     if (use_flash(be, NH > 0 ? C / NH : 0)) {
         const float **slot = flash_slot(be, att, 1);
         if (slot == NULL) {
@@ -326,6 +393,10 @@ static void cu_attention_bwd(const eng_backend_t *be, float *dqkv, float *model_
                              int C, int NH)
 {
     (void)model_scratch;
+    if (att == NULL) {
+        noatt_bwd(be, dqkv, dout, qkv, B, T, C, NH);
+        return;
+    }
     if (use_flash(be, NH > 0 ? C / NH : 0)) {
         flash_bwd(be, dqkv, dout, qkv, att, B, T, C, NH);
         return;
@@ -693,9 +764,11 @@ static int cu_reserve(eng_backend_t *be, int B, int T, int C, int NH)
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) {
         return -EINVAL;
     }
-    /* the attention backward's: the fused one's, or the materialised one's NH*T*T */
+    /* the attention backward's: the fused one's, or the materialised one's NH*T*T; or,
+     * larger, what attention without att needs (selective recomputation) */
     size_t att = use_flash(be, C / NH) ? KN_CUDA_FLASH_BWD_SCRATCH(B, T, NH)
                                        : KN_CUDA_ATT_BWD_SCRATCH(T, NH);
+    att = max_size(att, noatt_scratch(be, B, T, C, NH));
     size_t bytes = max_size(kn_cuda_encoder_bwd_scratch_bytes(B, T),
                             max_size(KN_CUDA_LN_BWD_SCRATCH(C), att) * sizeof(float));
     if (scratch(be, bytes, "reserved scratch") == NULL) {

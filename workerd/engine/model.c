@@ -27,7 +27,9 @@
 #include "common/gpt2.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "common/plan.h"
 #include "common/rng.h"
+#include "kernels/attention.h"
 #include "workerd/engine/mem.h"
 #include "workerd/engine/model_impl.h"
 
@@ -390,13 +392,21 @@ static int alloc_floats(const eng_model_t *m, eng_mem_kind_t kind, size_t n, flo
 
 static int alloc_work(eng_model_t *m); /* the recompute set, with the activations below */
 
+_Static_assert(KN_ATTENTION_QBLOCK == CH_PLAN_ATT_QBLOCK,
+               "the plan's attention query block is the kernel's");
+
 /* The backward scratch: dres, dsmall [N,C], dbig [N,4C/tp] (this rank's MLP hidden units,
- * or its heads' q, k, v), datt [T,T]. */
+ * or its heads' q, k, v), datt [T,T] (selective: at least the attention's scratch without
+ * att, which its forward uses too; common/plan.c counts the same). */
 static int alloc_scratch(eng_model_t *m)
 {
     size_t N = (size_t)m->max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
     size_t NC = (N * C + 15) & ~(size_t)15, NCl = (N * m->Cl + 15) & ~(size_t)15;
-    int rc = alloc_floats(m, ENG_MEM_SCRATCH, 2 * NC + 4 * NCl + T * T, &m->scratch);
+    size_t datt = T * T;
+    if (m->recompute == CH_RECOMPUTE_SELECTIVE && KN_ATTENTION_NOATT_SCRATCH(T) > datt) {
+        datt = KN_ATTENTION_NOATT_SCRATCH(T);
+    }
+    int rc = alloc_floats(m, ENG_MEM_SCRATCH, 2 * NC + 4 * NCl + datt, &m->scratch);
     if (rc == 0) {
         m->dres = m->scratch;
         m->dsmall = m->dres + NC;
@@ -751,10 +761,14 @@ static void share_work(const eng_model_t *m, block_acts_t *b)
     *b = out;
 }
 
-/* The model's recompute set (one block's recomputed activations at max_B). */
+/* The model's recompute set (one block's recomputed activations at max_B). Selective keeps
+ * no probabilities anywhere: attention_fwd and _bwd get att NULL (backend.h). */
 static int alloc_work(eng_model_t *m)
 {
     unsigned work = (KEEP_ATT | KEEP_REST) & ~kept_per_block(m);
+    if (m->recompute == CH_RECOMPUTE_SELECTIVE) {
+        work &= ~(unsigned)KEEP_ATT;
+    }
     size_t bytes = 0;
     if (work == 0 || m->part.nblocks == 0) {
         return 0;

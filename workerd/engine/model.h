@@ -168,10 +168,11 @@ typedef struct eng_model_opts {
     int external_blocks;
     /* Activation recomputation (parallel.recompute): what each block keeps per
      * micro-batch. none: everything its backward reads; selective: all but the attention
-     * probabilities [B,NH/tp,T,T], which its backward recomputes from q, k, v; full: only
-     * its output (the next block's input), its backward recomputing its forward first.
-     * Exact: the same kernels on the same inputs, the same bits as none. The recomputed
-     * activations live in one set for the model. */
+     * probabilities [B,NH/tp,T,T], which the attention backward recomputes from q, k, v
+     * a block of query rows at a time (held nowhere else); full: only its output (the next
+     * block's input), its backward recomputing its forward first. Exact: the same kernels
+     * on the same inputs, the same bits as none. Full's recomputed activations live in one
+     * set for the model. */
     ch_recompute_t recompute;
     /* parallel.schedule = zb-h1: each block's backward runs as two passes
      * (eng_model_blocks_backward_input, then eng_model_blocks_backward_weight), each

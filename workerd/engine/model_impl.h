@@ -31,7 +31,7 @@ typedef struct block_acts {
     const float *x;                   /* [N,C] the block's input (borrowed), for the backward */
     float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
     float *qkv;                       /* [N,3C] */
-    float *att;                       /* [B,NH,T,T] softmax probabilities */
+    float *att;                       /* [B,NH,T,T] softmax probabilities; NULL: selective */
     float *atty;                      /* [N,C] attention output before c_proj */
     float *res2;                      /* [N,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */

@@ -66,7 +66,8 @@ static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     be->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
     CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln1, NC), rc, done);
     be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
-    be->attention_fwd(be, b->atty, b->att, b->qkv, B, T, Cl, NHl);
+    /* b->att NULL (selective): nothing kept, the backward scratch lent to the forward */
+    be->attention_fwd(be, b->atty, b->att, m->datt, b->qkv, B, T, Cl, NHl);
     be->matmul_fwd(be, b->res2, b->atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
     CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, b->res2, NC), rc, done);
     be->residual_fwd(be, b->res2, b->res2, x, NC);
@@ -99,17 +100,14 @@ static int block_forward(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
 
 /* What parallel.recompute left out of block l's activations, made again for its backward:
  * the same kernels on the same inputs, the same bits (full: the whole forward, rewriting
- * the output it already wrote; selective: the attention probabilities, and their output
- * again). */
+ * the output it already wrote). Selective has nothing to do here: its att is NULL and the
+ * attention backward recomputes the probabilities itself, a block of query rows at a
+ * time, just before it uses them (backend.h). */
 static int block_recompute(eng_model_t *m, eng_acts_t *a, uint32_t l)
 {
     block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     if (m->recompute == CH_RECOMPUTE_FULL) {
         return block_compute(m, a, l, b->x, b->out);
-    }
-    if (m->recompute == CH_RECOMPUTE_SELECTIVE) {
-        m->be->attention_fwd(m->be, b->atty, b->att, b->qkv, (int)a->B, (int)a->T, (int)m->Cl,
-                             (int)m->NHl);
     }
     return 0;
 }
