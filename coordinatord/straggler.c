@@ -12,13 +12,16 @@
 #include "node.h"
 #include "recovery.h"
 
-/* One block per job generation: header, then per rank its window, its streak against its
- * state, whether it is a straggler now and whether it took a figure since the last
+/* Per rank its last RING figures: its window ending at each of its last PERSIST figures. */
+#define RING (COORD_STRAGGLER_WINDOW + COORD_STRAGGLER_PERSIST - 1)
+
+/* One block per job generation: header, then per rank its figures, its streak against its
+ * state, whether it is a straggler now and how many figures it took since the last
  * judgement. */
 typedef struct coord_straggler {
     uint64_t generation;
     uint32_t world, per_stage; /* ranks per pipeline stage: tp x dp, contiguous */
-    float *win;                /* world x WINDOW, newest at n % WINDOW */
+    float *win;                /* world x RING, newest at (n - 1) % RING */
     uint32_t *n;               /* figures taken per rank */
     uint32_t *taken_ms;        /* per rank: when its last figure was taken (the clock's low bits) */
     uint16_t *streak;          /* judgements in a row that disagreed with slow[] */
@@ -28,6 +31,7 @@ typedef struct coord_straggler {
     int64_t worst; /* -1 none */
     uint32_t peers_of_worst, count;
     int dirty;      /* a figure was taken since the last judgement */
+    int per_step;   /* nodes send every step's figure (coord_straggler_figures): no sampling */
     int64_t named;  /* a rank named a straggler by the last judgement; -1 none */
     char line[256]; /* coord_straggler_line */
     /* Nodes (judge_nodes): per rank its window of tensor-parallel time; per node, at the
@@ -48,7 +52,7 @@ void coord_straggler_free(coord_job_t *j)
 
 static size_t block_bytes(uint32_t world)
 {
-    return sizeof(coord_straggler_t) + 2 * (size_t)world * COORD_STRAGGLER_WINDOW * sizeof(float) +
+    return sizeof(coord_straggler_t) + 2 * (size_t)world * RING * sizeof(float) +
            world * (3 * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
                     3 * sizeof(float)) +
            16;
@@ -70,10 +74,10 @@ static coord_straggler_t *state_of(coord_job_t *j)
     ch_layout_t l = ch_jobspec_layout(&j->spec);
     s->per_stage = l.tp * l.dp > 0 ? l.tp * l.dp : 1;
     s->win = (float *)(s + 1);
-    s->low = s->win + (size_t)j->world * COORD_STRAGGLER_WINDOW;
+    s->low = s->win + (size_t)j->world * RING;
     s->sorted = s->low + j->world;
     s->tpwin = s->sorted + j->world;
-    s->nval = s->tpwin + (size_t)j->world * COORD_STRAGGLER_WINDOW;
+    s->nval = s->tpwin + (size_t)j->world * RING;
     s->n = (uint32_t *)(s->nval + j->world);
     s->groups = s->n + j->world;
     s->taken_ms = s->groups + j->world;
@@ -129,17 +133,17 @@ static void middle_pair(float *v, uint32_t n, float *a, float *b)
 }
 
 /* A rank's low figure of win (s->win: compute, s->tpwin: tensor-parallel time): the
- * COORD_STRAGGLER_LOW-th smallest of its window, O(WINDOW x LOW); -1 while the window is
- * not full. */
-static float window_low(const coord_straggler_t *s, const float *win, uint32_t r)
+ * COORD_STRAGGLER_LOW-th smallest of its window ending `back` figures before its newest
+ * (back < PERSIST), O(WINDOW x LOW); -1 while it has not that many figures. */
+static float window_low(const coord_straggler_t *s, const float *win, uint32_t r, uint32_t back)
 {
-    const float *w = win + (size_t)r * COORD_STRAGGLER_WINDOW;
-    float low[COORD_STRAGGLER_LOW]; /* low[0..m): the smallest seen, ascending */
-    uint32_t m = 0;
-    if (s->n[r] < COORD_STRAGGLER_WINDOW)
+    const float *w = win + (size_t)r * RING;
+    float low[COORD_STRAGGLER_LOW];       /* low[0..m): the smallest seen, ascending */
+    uint32_t m = 0, end = s->n[r] - back; /* one past its window's newest */
+    if (s->n[r] < COORD_STRAGGLER_WINDOW + back)
         return -1;
     for (uint32_t i = 0; i < COORD_STRAGGLER_WINDOW; i++) {
-        float x = w[i];
+        float x = w[(end - 1 - i) % RING];
         if (m == COORD_STRAGGLER_LOW && !(x < low[m - 1]))
             continue;
         uint32_t k = m < COORD_STRAGGLER_LOW ? m++ : m - 1;
@@ -202,7 +206,7 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
     uint32_t k = 0;
     float a, b;
     for (uint32_t r = lo; r < lo + n; r++)
-        if ((s->low[r] = window_low(s, s->win, r)) >= 0)
+        if ((s->low[r] = window_low(s, s->win, r, 0)) >= 0)
             s->sorted[k++] = s->low[r];
     if (k < 2)
         return;
@@ -211,11 +215,18 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
         float m = s->low[r], ref = m <= a ? b : a;
         if (m < 0)
             continue;
-        int above = is_above(m, ref);
         /* its verdict moves with its own figures: a rank heard once a second is judged
-         * once a second, however often rank 0's reports come */
-        if (s->fresh[r] && flips(&s->streak[r], s->slow[r], above))
-            mark(c, j, s, r, above, m, ref, k - 1);
+         * once a second, however often rank 0's reports come; one whose figures came
+         * several at once is judged at each of its last PERSIST (its windows ending
+         * there), against its peers' figure of now */
+        uint32_t back =
+            s->fresh[r] < COORD_STRAGGLER_PERSIST ? s->fresh[r] : COORD_STRAGGLER_PERSIST;
+        while (back-- > 0) {
+            float x = back ? window_low(s, s->win, r, back) : m;
+            int above = is_above(x, ref);
+            if (x >= 0 && flips(&s->streak[r], s->slow[r], above))
+                mark(c, j, s, r, above, x, ref, k - 1);
+        }
         s->fresh[r] = 0;
         if (s->slow[r]) {
             s->count++;
@@ -260,7 +271,7 @@ static uint32_t node_values(const coord_job_t *j, coord_straggler_t *s)
         int strag = 0;
         for (; i < j->world && j->by_node[i].node == n; i++) {
             uint32_t r = j->by_node[i].rank;
-            float x = window_low(s, s->tpwin, r);
+            float x = window_low(s, s->tpwin, r, 0);
             strag |= s->slow[r];
             if (x >= 0)
                 s->sorted[m++] = x;
@@ -310,16 +321,29 @@ static void judge_nodes(coord_t *c, coord_job_t *j, coord_straggler_t *s)
     }
 }
 
-/* Rank r's figure v (compute, and its tensor-parallel time) goes into its windows. */
-static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, double v)
+/* Rank r's figure v (compute) and tp (its tensor-parallel time) go into its windows. */
+static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, double v, double tp)
 {
-    size_t at = (size_t)r * COORD_STRAGGLER_WINDOW + s->n[r] % COORD_STRAGGLER_WINDOW;
+    size_t at = (size_t)r * RING + s->n[r] % RING;
     s->win[at] = (float)v;
-    s->tpwin[at] = (float)(rk->time.tp > 0 ? rk->time.tp : 0);
+    s->tpwin[at] = (float)(tp > 0 ? tp : 0);
     s->taken_ms[r] = (uint32_t)rk->progress_ms;
     s->n[r]++;
-    s->fresh[r] = 1;
+    if (s->fresh[r] < UINT8_MAX)
+        s->fresh[r]++;
     s->dirty = 1;
+}
+
+void coord_straggler_figures(coord_job_t *j, uint32_t r, const float *computes, const float *tps,
+                             size_t n)
+{
+    coord_straggler_t *s;
+    if (r >= j->world || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)))
+        return;
+    s->per_step = 1;
+    for (size_t i = 0; i < n; i++)
+        if (computes[i] > 0)
+            take(s, &j->ranks[r], r, computes[i], tps ? tps[i] : 0);
 }
 
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
@@ -332,8 +356,9 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
         return;
     /* one figure per progress interval of its node: see the theory in straggler.h */
     uint32_t held = rk->node ? rk->node->progress_ms : 0;
-    if (!s->n[r] || !held || (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
-        take(s, rk, r, v);
+    if (!s->n[r] || !held || s->per_step ||
+        (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
+        take(s, rk, r, v, rk->time.tp);
     if (r != 0 || !s->dirty)
         return; /* rank 0's report judges the figures taken since the last judgement */
     s->dirty = 0;
