@@ -20,6 +20,10 @@ typedef struct rig {
     coord_rank_t ranks[MAXR];
     uint64_t rng;
     double now_s; /* the coordinator's clock */
+    /* batched_until_named: per rank the figures its node holds, steps so far */
+    float held[MAXR][COORD_STRAGGLER_WINDOW];
+    uint32_t n_held[MAXR];
+    int steps;
 } rig_t;
 
 /* world ranks of a dp = world job, rank r alone on node n<r+1> that sends progress every
@@ -217,4 +221,68 @@ Test(straggler, figures_sampled_once_a_second_compare_the_same_seconds)
     cr_expect(strncmp(coord_straggler_line(&g.j, &count), "rank 1 on node n2", 17) == 0, "%s",
               coord_straggler_line(&g.j, &count));
     rig_down(&g);
+}
+
+/* Nodes that send progress every `every` steps (a 1 s interval over 0.15 s steps: 7) with
+ * every step's figure since the last (RankSummary computes): rank 0's report comes each
+ * step, the others' in batches, each rank's in its own phase; steps of base compute with
+ * noise, rank `slow` (-1 none) at `factor`, every 40 steps a noise episode of 6 steps at
+ * 1.5x on one rank in turn when `episodes`. The first step (from 1) at which anyone is
+ * named, or 0. */
+static int batched_until_named(rig_t *g, double base, int slow, double factor, int steps, int every,
+                               int episodes)
+{
+    for (int s = 1; s <= steps; s++) {
+        int at = ++g->steps;
+        for (uint32_t k = 1; k <= g->j.world; k++) {
+            uint32_t r = k % g->j.world;
+            double t = noisy(g, (int)r == slow ? base * factor : base);
+            if (episodes && at % 40 < 6 && r == (uint32_t)(at / 40) % g->j.world)
+                t = base * 1.5;
+            if (r == 0) {
+                report(g, 0, t);
+                continue;
+            }
+            uint32_t *n = &g->n_held[r];
+            g->held[r][(*n)++] = (float)t;
+            if ((at + (int)r) % every)
+                continue;
+            coord_straggler_figures(&g->j, r, g->held[r], NULL, *n - 1);
+            report(g, r, g->held[r][*n - 1]);
+            *n = 0;
+        }
+        g->now_s += base * factor + 0.01;
+        uint32_t count;
+        coord_straggler_line(&g->j, &count);
+        if (count)
+            return s;
+    }
+    return 0;
+}
+
+Test(straggler, figures_sent_in_batches_name_a_1_5x_rank_within_20_steps)
+{
+    static const uint32_t worlds[] = {2, 4, 8};
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        rig_t g;
+        uint32_t count;
+        rig_up(&g, worlds[w], 1000);
+        int at = batched_until_named(&g, 0.15, -1, 1, 1000, 7, 1);
+        cr_expect_eq(at, 0, "world %u: 1,000 calm steps named someone at step %d: %s", worlds[w],
+                     at, coord_straggler_line(&g.j, &count));
+        at = batched_until_named(&g, 0.15, 1, 1.5, 100, 7, 0);
+        const char *line = coord_straggler_line(&g.j, &count);
+        cr_expect(at > 0 && at <= 20, "world %u: the 1.5x rank named after %d steps", worlds[w],
+                  at);
+        cr_expect(strncmp(line, "rank 1 on node n2: compute ", 27) == 0, "world %u: %s", worlds[w],
+                  line);
+        /* and it recovers: cleared within a batch of LOW + PERSIST fast steps */
+        int cleared = 0;
+        for (int s = 1; s <= 20 && !cleared; s++)
+            if (batched_until_named(&g, 0.15, -1, 1, 1, 7, 0) == 0)
+                cleared = s;
+        cr_expect(cleared > 0 && cleared <= 7 + COORD_STRAGGLER_LOW + COORD_STRAGGLER_PERSIST,
+                  "world %u: cleared after %d steps", worlds[w], cleared);
+        rig_down(&g);
+    }
 }
