@@ -38,7 +38,8 @@ static void apply_summary(coord_t *c, coord_job_t *j, coord_node_t *from,
          * to the detector here, the latest with the event */
         int tps = s->n_tps == s->n_computes;
         if (s->n_computes && j->state != COORD_JOB_RECOVERING)
-            coord_straggler_figures(j, rank, s->computes, tps ? s->tps : NULL, s->n_computes - 1);
+            coord_straggler_figures(j, rank, s->step, s->computes, tps ? s->tps : NULL,
+                                    s->n_computes - 1);
         if (s->n_computes && tps)
             ev.t_tp = s->tps[s->n_tps - 1];
     }

@@ -12,8 +12,10 @@
 #include "node.h"
 #include "recovery.h"
 
-/* Per rank its last RING figures: its window ending at each of its last PERSIST figures. */
-#define RING (COORD_STRAGGLER_WINDOW + COORD_STRAGGLER_PERSIST - 1)
+/* Per rank its last RING figures, each with its step: its window ending at a step up to
+ * RING - WINDOW of its figures back (a rank's figures may come that far ahead of its
+ * peers': rank 0's at once, the others' with their node's report). */
+#define RING (2 * COORD_STRAGGLER_WINDOW)
 
 /* One block per job generation: header, then per rank its figures, its streak against its
  * state, whether it is a straggler now and how many figures it took since the last
@@ -22,6 +24,8 @@ typedef struct coord_straggler {
     uint64_t generation;
     uint32_t world, per_stage; /* ranks per pipeline stage: tp x dp, contiguous */
     float *win;                /* world x RING, newest at (n - 1) % RING */
+    uint32_t *tag;             /* world x RING: the step of each figure */
+    uint32_t *judged;          /* at a stage's first rank: the step its last judgement ended at */
     uint32_t *n;               /* figures taken per rank */
     uint32_t *taken_ms;        /* per rank: when its last figure was taken (the clock's low bits) */
     uint16_t *streak;          /* judgements in a row that disagreed with slow[] */
@@ -53,7 +57,7 @@ void coord_straggler_free(coord_job_t *j)
 static size_t block_bytes(uint32_t world)
 {
     return sizeof(coord_straggler_t) + 2 * (size_t)world * RING * sizeof(float) +
-           world * (3 * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
+           world * ((4 + RING) * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
                     3 * sizeof(float)) +
            16;
 }
@@ -81,7 +85,9 @@ static coord_straggler_t *state_of(coord_job_t *j)
     s->n = (uint32_t *)(s->nval + j->world);
     s->groups = s->n + j->world;
     s->taken_ms = s->groups + j->world;
-    s->streak = (uint16_t *)(s->taken_ms + j->world);
+    s->judged = s->taken_ms + j->world;
+    s->tag = s->judged + j->world;
+    s->streak = (uint16_t *)(s->tag + (size_t)j->world * RING);
     s->nstreak = s->streak + j->world;
     s->slow = (uint8_t *)(s->nstreak + j->world);
     s->nslow = s->slow + j->world;
@@ -132,18 +138,27 @@ static void middle_pair(float *v, uint32_t n, float *a, float *b)
             *b = v[i];
 }
 
+/* The step of rank r's newest figure (it has one). */
+static uint32_t newest(const coord_straggler_t *s, uint32_t r)
+{
+    return s->tag[(size_t)r * RING + (s->n[r] - 1) % RING];
+}
+
 /* A rank's low figure of win (s->win: compute, s->tpwin: tensor-parallel time): the
- * COORD_STRAGGLER_LOW-th smallest of its window ending `back` figures before its newest
- * (back < PERSIST), O(WINDOW x LOW); -1 while it has not that many figures. */
-static float window_low(const coord_straggler_t *s, const float *win, uint32_t r, uint32_t back)
+ * COORD_STRAGGLER_LOW-th smallest of its window, its last WINDOW figures of steps up to
+ * `end`, O(RING + WINDOW x LOW); -1 while it has not that many. */
+static float window_low(const coord_straggler_t *s, const float *win, uint32_t r, uint32_t end)
 {
     const float *w = win + (size_t)r * RING;
-    float low[COORD_STRAGGLER_LOW];       /* low[0..m): the smallest seen, ascending */
-    uint32_t m = 0, end = s->n[r] - back; /* one past its window's newest */
-    if (s->n[r] < COORD_STRAGGLER_WINDOW + back)
-        return -1;
-    for (uint32_t i = 0; i < COORD_STRAGGLER_WINDOW; i++) {
-        float x = w[(end - 1 - i) % RING];
+    const uint32_t *tag = s->tag + (size_t)r * RING;
+    float low[COORD_STRAGGLER_LOW]; /* low[0..m): the smallest seen, ascending */
+    uint32_t m = 0, got = 0, have = s->n[r] < RING ? s->n[r] : RING;
+    for (uint32_t i = 0; i < have && got < COORD_STRAGGLER_WINDOW; i++) {
+        uint32_t at = (s->n[r] - 1 - i) % RING;
+        if (tag[at] > end)
+            continue;
+        float x = w[at];
+        got++;
         if (m == COORD_STRAGGLER_LOW && !(x < low[m - 1]))
             continue;
         uint32_t k = m < COORD_STRAGGLER_LOW ? m++ : m - 1;
@@ -151,7 +166,7 @@ static float window_low(const coord_straggler_t *s, const float *win, uint32_t r
             low[k] = low[k - 1];
         low[k] = x;
     }
-    return low[COORD_STRAGGLER_LOW - 1];
+    return got == COORD_STRAGGLER_WINDOW ? low[COORD_STRAGGLER_LOW - 1] : -1;
 }
 
 /* The words for the low figure: "3rd fastest of 8 steps". */
@@ -199,14 +214,17 @@ static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, i
         s->named = r;
 }
 
-/* Judge the ranks of one pipeline stage [lo, lo + n): each rank's low figure against the
- * lower median of its peers' (itself left out). */
-static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n)
+/* The ranks of the stage [lo, lo + n) at their windows ending at step `end`: each rank's
+ * low figure against the lower median of its peers' (itself left out); with `verdict`
+ * (figures per step) each rank's streak moves, else each's with a figure of its own since
+ * the last judgement; with `tally` the stragglers are counted. */
+static void judge_at(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n,
+                     uint32_t end, int verdict, int tally)
 {
     uint32_t k = 0;
     float a, b;
     for (uint32_t r = lo; r < lo + n; r++)
-        if ((s->low[r] = window_low(s, s->win, r, 0)) >= 0)
+        if ((s->low[r] = window_low(s, s->win, r, end)) >= 0)
             s->sorted[k++] = s->low[r];
     if (k < 2)
         return;
@@ -215,18 +233,11 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
         float m = s->low[r], ref = m <= a ? b : a;
         if (m < 0)
             continue;
-        /* its verdict moves with its own figures: a rank heard once a second is judged
-         * once a second, however often rank 0's reports come; one whose figures came
-         * several at once is judged at each of its last PERSIST (its windows ending
-         * there), against its peers' figure of now */
-        uint32_t back =
-            s->fresh[r] < COORD_STRAGGLER_PERSIST ? s->fresh[r] : COORD_STRAGGLER_PERSIST;
-        while (back-- > 0) {
-            float x = back ? window_low(s, s->win, r, back) : m;
-            int above = is_above(x, ref);
-            if (x >= 0 && flips(&s->streak[r], s->slow[r], above))
-                mark(c, j, s, r, above, x, ref, k - 1);
-        }
+        int above = is_above(m, ref);
+        if ((s->per_step ? verdict : s->fresh[r]) && flips(&s->streak[r], s->slow[r], above))
+            mark(c, j, s, r, above, m, ref, k - 1);
+        if (!tally)
+            continue;
         s->fresh[r] = 0;
         if (s->slow[r]) {
             s->count++;
@@ -237,6 +248,36 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
             }
         }
     }
+}
+
+/* The newest step every rank of the stage [lo, lo + n) has reported; UINT32_MAX: none. */
+static uint32_t stage_end(const coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t end = UINT32_MAX;
+    for (uint32_t r = lo; r < lo + n && r < s->world; r++)
+        if (s->n[r] && newest(s, r) < end)
+            end = newest(s, r);
+    return end;
+}
+
+/* Judge the ranks of one pipeline stage [lo, lo + n) at the same steps: their windows
+ * ending at the newest step every one of them has reported (a rank's figures come up to
+ * an interval after rank 0's; comparing its window with one of later steps made it look
+ * slow whenever the machine got quieter). With figures per step, at each such step since
+ * the last judgement (PERSIST at most): the streak counts steps. */
+static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t end = stage_end(s, lo, n), back = 1;
+    if (end == UINT32_MAX)
+        return;
+    if (s->per_step) {
+        uint32_t since = end > s->judged[lo] ? end - s->judged[lo] : 0;
+        back = since < COORD_STRAGGLER_PERSIST ? since : COORD_STRAGGLER_PERSIST;
+        if (back)
+            s->judged[lo] = end;
+    }
+    for (uint32_t d = back ? back : 1; d-- > 0;)
+        judge_at(c, j, s, lo, n, end - d, back > 0, d == 0);
 }
 
 static void replace(coord_t *c, coord_job_t *j, uint32_t r);
@@ -271,7 +312,8 @@ static uint32_t node_values(const coord_job_t *j, coord_straggler_t *s)
         int strag = 0;
         for (; i < j->world && j->by_node[i].node == n; i++) {
             uint32_t r = j->by_node[i].rank;
-            float x = window_low(s, s->tpwin, r, 0);
+            uint32_t lo = r - r % s->per_stage;
+            float x = window_low(s, s->tpwin, r, stage_end(s, lo, s->per_stage));
             strag |= s->slow[r];
             if (x >= 0)
                 s->sorted[m++] = x;
@@ -321,10 +363,13 @@ static void judge_nodes(coord_t *c, coord_job_t *j, coord_straggler_t *s)
     }
 }
 
-/* Rank r's figure v (compute) and tp (its tensor-parallel time) go into its windows. */
-static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, double v, double tp)
+/* Rank r's figure v (compute) and tp (its tensor-parallel time) of step `step` go into its
+ * windows. */
+static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, uint64_t step, double v,
+                 double tp)
 {
     size_t at = (size_t)r * RING + s->n[r] % RING;
+    s->tag[at] = (uint32_t)step;
     s->win[at] = (float)v;
     s->tpwin[at] = (float)(tp > 0 ? tp : 0);
     s->taken_ms[r] = (uint32_t)rk->progress_ms;
@@ -334,16 +379,16 @@ static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, doubl
     s->dirty = 1;
 }
 
-void coord_straggler_figures(coord_job_t *j, uint32_t r, const float *computes, const float *tps,
-                             size_t n)
+void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const float *computes,
+                             const float *tps, size_t n)
 {
     coord_straggler_t *s;
-    if (r >= j->world || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)))
+    if (r >= j->world || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)) || step < n)
         return;
     s->per_step = 1;
     for (size_t i = 0; i < n; i++)
         if (computes[i] > 0)
-            take(s, &j->ranks[r], r, computes[i], tps ? tps[i] : 0);
+            take(s, &j->ranks[r], r, step - n + i, computes[i], tps ? tps[i] : 0);
 }
 
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
@@ -358,7 +403,7 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
     uint32_t held = rk->node ? rk->node->progress_ms : 0;
     if (!s->n[r] || !held || s->per_step ||
         (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
-        take(s, rk, r, v, rk->time.tp);
+        take(s, rk, r, rk->step, v, rk->time.tp);
     if (r != 0 || !s->dirty)
         return; /* rank 0's report judges the figures taken since the last judgement */
     s->dirty = 0;

@@ -70,12 +70,12 @@ typedef struct coord coord_t;
 /* Rank r of j reported a step (its coord_step_time_t is updated): take it in (unless
  * sampled: an older workerd, see above); on rank 0's report, judge every rank. */
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r);
-/* A node's report of rank r of j carried the figures of its steps since its last report
- * (RankSummary computes, tps; tps NULL: none): take the n before the latest, oldest first
- * (the latest comes with the report's coord_straggler_step). From then on every figure of
- * j is taken, none sampled. */
-void coord_straggler_figures(coord_job_t *j, uint32_t r, const float *computes, const float *tps,
-                             size_t n);
+/* A node's report of rank r of j at step `step` carried the figures of its steps since its
+ * last report (RankSummary computes, tps; tps NULL: none): take the n before the latest
+ * (steps step - n .. step - 1, oldest first; the latest comes with the report's
+ * coord_straggler_step). From then on every figure of j is taken, none sampled. */
+void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const float *computes,
+                             const float *tps, size_t n);
 /* A line naming the worst straggler of j's current generation ("" none), borrowed from j
  * until its next step: "rank 3 on node n2: compute 0.152 s, 1.52x its 3 peers' (3rd
  * fastest of 8 steps)"; *count: how many ranks are stragglers now. */

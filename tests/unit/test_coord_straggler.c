@@ -70,9 +70,10 @@ static double noisy(rig_t *g, double t)
     return uniform(g) < 0.2 ? t * (1.1 + 0.4 * uniform(g)) : t;
 }
 
-/* Rank r reports a step of compute t at the rig's clock. */
+/* Rank r reports a step (the rig's g->steps) of compute t at the rig's clock. */
 static void report(rig_t *g, uint32_t r, double t)
 {
+    g->ranks[r].step = (uint64_t)g->steps;
     g->ranks[r].time = (coord_step_time_t){.step_s = t + 0.01, .compute = t};
     g->ranks[r].progress_ms = (uint64_t)(g->now_s * 1000.0);
     coord_straggler_step(&g->c, &g->j, r);
@@ -84,6 +85,7 @@ static uint32_t step(rig_t *g, const double *t)
 {
     double slowest = 0;
     uint32_t count;
+    g->steps++;
     for (uint32_t k = 1; k <= g->j.world; k++) {
         uint32_t r = k % g->j.world;
         report(g, r, t[r]);
@@ -184,6 +186,7 @@ static int sampled_until_named(rig_t *g, double t0, double t1, int steps)
 {
     double t[2], next = g->now_s + 1.0;
     for (int s = 1; s <= steps; s++) {
+        g->steps++;
         t[0] = t0;
         t[1] = t1;
         if (g->now_s >= next) {
@@ -247,7 +250,7 @@ static int batched_until_named(rig_t *g, double base, int slow, double factor, i
             g->held[r][(*n)++] = (float)t;
             if ((at + (int)r) % every)
                 continue;
-            coord_straggler_figures(&g->j, r, g->held[r], NULL, *n - 1);
+            coord_straggler_figures(&g->j, r, (uint64_t)at, g->held[r], NULL, *n - 1);
             report(g, r, g->held[r][*n - 1]);
             *n = 0;
         }
