@@ -289,3 +289,21 @@ Test(straggler, figures_sent_in_batches_name_a_1_5x_rank_within_20_steps)
         rig_down(&g);
     }
 }
+
+Test(straggler, batched_figures_are_compared_at_the_same_steps)
+{
+    static const uint32_t worlds[] = {2, 4};
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        rig_t g;
+        uint32_t count;
+        rig_up(&g, worlds[w], 1000);
+        /* the machine gets busier, then quieter: rank 0's every step shows it up to an
+         * interval before its peers' batches do, and must not make it look slow (or them) */
+        int at = batched_until_named(&g, 0.15, -1, 1, 100, 7, 0);
+        at = at ? at : batched_until_named(&g, 0.3, -1, 1, 100, 7, 0);
+        at = at ? at : batched_until_named(&g, 0.15, -1, 1, 100, 7, 0);
+        cr_expect_eq(at, 0, "world %u: named at step %d: %s", worlds[w], g.steps,
+                     coord_straggler_line(&g.j, &count));
+        rig_down(&g);
+    }
+}
