@@ -25,12 +25,18 @@
  * Figures per step. A workerd sends its ranks' progress once per progress-ms (1 s by
  * default; coord_node_t.progress_ms), with each rank's compute and TP figure of every step
  * since its last report (RankSummary computes, tps: coord_straggler_figures), and rank 0's
- * every step at once: every window holds its rank's last WINDOW steps. A judgement (rank
- * 0's report) moves a rank's streak at each of its last PERSIST figures taken since the
- * last one, judging its window ending there against its peers' figure of now: PERSIST
- * counts steps whether they came one by one or in a batch of 7. So a straggler is named at
- * its 11th slowed step's judgement: 11 steps plus the wait for its node's report (at most
- * one interval: 11 to 18 steps of 0.15 s at 1 s).
+ * every step at once. Every figure keeps its step, and a stage's ranks are judged at the
+ * same steps: each rank's window is its last WINDOW figures up to the newest step every
+ * rank of the stage has reported (rank 0's figures come up to an interval before the
+ * others'; its window of later steps against theirs made one side look slow whenever the
+ * machine got busier or quieter: 4 false reports in 1,000 calm steps under load). A
+ * judgement (rank 0's report) moves the streaks at each such step reached since the last
+ * one (PERSIST at most), every rank's window ending there against its peers': PERSIST
+ * counts steps whether they came one by one or in a batch of 7. So a straggler is named
+ * at its 11th slowed step plus the wait for its node's report (at most one interval: 11
+ * to 18 steps of 0.15 s at 1 s). A rank more than RING - WINDOW figures ahead of its
+ * stage's slowest (steps much shorter than the interval: rank 0) is left out until the
+ * others catch up.
  *
  * An older workerd sends only each rank's latest step: then every rank takes at most one
  * figure per 7/8 of its node's interval, rank 0 too, so that every window spans about the
@@ -46,9 +52,10 @@
  * (a TP group sits inside one node): per node the median of its ranks' low figures against
  * the other nodes', the same ratio, floor and persistence.
  *
- * Cost: a judgement is O(ranks x WINDOW x LOW x PERSIST) plus O(ranks) expected for the
- * peers' medians (a selection, no sort), with no allocation; a figure taken O(1); per rank
- * 2 x (WINDOW + PERSIST - 1) floats and 31 bytes more. */
+ * Cost: a judgement is O(ranks x (RING + WINDOW x LOW) x PERSIST) plus O(ranks) expected
+ * for the peers' medians (a selection, no sort), with no allocation; a figure taken O(1);
+ * per rank 2 x WINDOW figures with their steps (compute, TP: 3 x 24 x 4 bytes) and 35
+ * bytes more: 5.3 MB at 16,384 ranks. */
 #ifndef COORD_STRAGGLER_H
 #define COORD_STRAGGLER_H
 
