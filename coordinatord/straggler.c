@@ -31,6 +31,7 @@ typedef struct coord_straggler {
     uint16_t *streak;          /* judgements in a row that disagreed with slow[] */
     uint8_t *slow, *fresh;
     float *low, *sorted; /* scratch: per rank its window's low figure, per stage */
+    float *ref;          /* per rank: its peers' figure at its stage's last judgement */
     double ratio_of_worst;
     int64_t worst; /* -1 none */
     uint32_t peers_of_worst, count;
@@ -58,7 +59,7 @@ static size_t block_bytes(uint32_t world)
 {
     return sizeof(coord_straggler_t) + 2 * (size_t)world * RING * sizeof(float) +
            world * ((4 + RING) * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
-                    3 * sizeof(float)) +
+                    4 * sizeof(float)) +
            16;
 }
 
@@ -80,7 +81,8 @@ static coord_straggler_t *state_of(coord_job_t *j)
     s->win = (float *)(s + 1);
     s->low = s->win + (size_t)j->world * RING;
     s->sorted = s->low + j->world;
-    s->tpwin = s->sorted + j->world;
+    s->ref = s->sorted + j->world;
+    s->tpwin = s->ref + j->world;
     s->nval = s->tpwin + (size_t)j->world * RING;
     s->n = (uint32_t *)(s->nval + j->world);
     s->groups = s->n + j->world;
@@ -214,12 +216,31 @@ static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, i
         s->named = r;
 }
 
+/* Count the stragglers of the stage [lo, lo + n) and keep the worst, from their figures of
+ * its last judgement (s->low, s->ref). */
+static void count_slow(coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t r = lo; r < lo + n; r++)
+        k += s->low[r] >= 0;
+    for (uint32_t r = lo; r < lo + n && k >= 2; r++) {
+        if (!s->slow[r] || !(s->low[r] > 0) || !(s->ref[r] > 0))
+            continue;
+        s->count++;
+        if (s->worst < 0 || s->low[r] / s->ref[r] > s->ratio_of_worst) {
+            s->worst = r;
+            s->ratio_of_worst = s->low[r] / s->ref[r];
+            s->peers_of_worst = k - 1;
+        }
+    }
+}
+
 /* The ranks of the stage [lo, lo + n) at their windows ending at step `end`: each rank's
- * low figure against the lower median of its peers' (itself left out); with `verdict`
- * (figures per step) each rank's streak moves, else each's with a figure of its own since
- * the last judgement; with `tally` the stragglers are counted. */
+ * low figure against the lower median of its peers' (itself left out); with figures per
+ * step every rank's streak moves, else each's with a figure of its own since the last
+ * judgement; with `tally` the stragglers are counted. */
 static void judge_at(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n,
-                     uint32_t end, int verdict, int tally)
+                     uint32_t end, int tally)
 {
     uint32_t k = 0;
     float a, b;
@@ -234,20 +255,15 @@ static void judge_at(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t 
         if (m < 0)
             continue;
         int above = is_above(m, ref);
-        if ((s->per_step ? verdict : s->fresh[r]) && flips(&s->streak[r], s->slow[r], above))
+        if ((s->per_step || s->fresh[r]) && flips(&s->streak[r], s->slow[r], above))
             mark(c, j, s, r, above, m, ref, k - 1);
         if (!tally)
             continue;
         s->fresh[r] = 0;
-        if (s->slow[r]) {
-            s->count++;
-            if (s->worst < 0 || m / ref > s->ratio_of_worst) {
-                s->worst = r;
-                s->ratio_of_worst = m / ref;
-                s->peers_of_worst = k - 1;
-            }
-        }
+        s->ref[r] = ref;
     }
+    if (tally)
+        count_slow(s, lo, n);
 }
 
 /* The newest step every rank of the stage [lo, lo + n) has reported; UINT32_MAX: none. */
@@ -273,11 +289,14 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
     if (s->per_step) {
         uint32_t since = end > s->judged[lo] ? end - s->judged[lo] : 0;
         back = since < COORD_STRAGGLER_PERSIST ? since : COORD_STRAGGLER_PERSIST;
-        if (back)
-            s->judged[lo] = end;
+        if (!back) { /* nothing new at the stage's common step: its last figures stand */
+            count_slow(s, lo, n);
+            return;
+        }
+        s->judged[lo] = end;
     }
-    for (uint32_t d = back ? back : 1; d-- > 0;)
-        judge_at(c, j, s, lo, n, end - d, back > 0, d == 0);
+    for (uint32_t d = back; d-- > 0;)
+        judge_at(c, j, s, lo, n, end - d, d == 0);
 }
 
 static void replace(coord_t *c, coord_job_t *j, uint32_t r);

@@ -52,10 +52,11 @@
  * (a TP group sits inside one node): per node the median of its ranks' low figures against
  * the other nodes', the same ratio, floor and persistence.
  *
- * Cost: a judgement is O(ranks x (RING + WINDOW x LOW) x PERSIST) plus O(ranks) expected
- * for the peers' medians (a selection, no sort), with no allocation; a figure taken O(1);
- * per rank 2 x WINDOW figures with their steps (compute, TP: 3 x 24 x 4 bytes) and 35
- * bytes more: 5.3 MB at 16,384 ranks. */
+ * Cost: a stage is judged only when its common step moved (with figures per step), then
+ * O(its ranks x (RING + WINDOW x LOW) x PERSIST) plus O(its ranks) expected for the peers'
+ * medians (a selection, no sort), with no allocation; a figure taken O(1); per rank 2 x
+ * WINDOW figures with their steps (compute, TP: 3 x 24 x 4 bytes) and 39 bytes more: 5.4
+ * MB at 16,384 ranks. */
 #ifndef COORD_STRAGGLER_H
 #define COORD_STRAGGLER_H
 
