@@ -405,8 +405,8 @@ void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const fl
     if (r >= j->world || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)) || step < n)
         return;
     s->per_step = 1;
-    for (size_t i = 0; i < n; i++)
-        if (computes[i] > 0)
+    for (size_t i = 0; i < n; i++) /* steps it has (from a full report) are not taken again */
+        if (computes[i] > 0 && (!s->n[r] || step - n + i > newest(s, r)))
             take(s, &j->ranks[r], r, step - n + i, computes[i], tps ? tps[i] : 0);
 }
 

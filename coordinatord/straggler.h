@@ -81,7 +81,8 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r);
 /* A node's report of rank r of j at step `step` carried the figures of its steps since its
  * last report (RankSummary computes, tps; tps NULL: none): take the n before the latest
  * (steps step - n .. step - 1, oldest first; the latest comes with the report's
- * coord_straggler_step). From then on every figure of j is taken, none sampled. */
+ * coord_straggler_step), those of steps it has not taken yet. From then on every figure of
+ * j is taken, none sampled. */
 void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const float *computes,
                              const float *tps, size_t n);
 /* A line naming the worst straggler of j's current generation ("" none), borrowed from j

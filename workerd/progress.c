@@ -16,8 +16,9 @@
  * send (RankSummary computes, tps: the straggler detector judges steps, not intervals). */
 typedef struct held {
     uint32_t rank;
-    int fresh;     /* a report came since the last send */
-    uint32_t figs; /* figures in computes/tps, oldest first */
+    int fresh;         /* a report came since the last send */
+    uint32_t figs;     /* figures in computes/tps, oldest first, of consecutive steps */
+    uint64_t fig_step; /* the step of the newest */
     float computes[WRK_PROGRESS_FIGURES], tps[WRK_PROGRESS_FIGURES];
     int sent_full;  /* a full report of it went (its first one always does) */
     uint64_t names; /* hash of the metric names of the last full report sent */
@@ -173,6 +174,11 @@ static void keep_figure(held_t *h, const Chorus__RankEvent *ev)
     double v = ev->t_compute > 0 ? ev->t_compute : ev->step_s;
     if (!(v > 0))
         return;
+    if (h->figs && ev->step == h->fig_step)
+        h->figs--; /* the same step again: its newer figure replaces it */
+    else if (h->figs && ev->step != h->fig_step + 1)
+        h->figs = 0; /* the coordinator counts the figures back from the latest step */
+    h->fig_step = ev->step;
     if (h->figs == WRK_PROGRESS_FIGURES) {
         memmove(h->computes, h->computes + 1, (WRK_PROGRESS_FIGURES - 1) * sizeof(float));
         memmove(h->tps, h->tps + 1, (WRK_PROGRESS_FIGURES - 1) * sizeof(float));
@@ -257,12 +263,15 @@ static void settle(pgroup_t *g, int all)
         held_t *h = &g->v[i];
         if (!h->fresh)
             continue;
+        /* a full report carries its latest step's figures only: the others ride with the
+         * next summary (the coordinator skips steps it has) */
         if (goes_full(h, all)) {
             h->sent_full = 1;
             h->names = names_hash(h->full);
+        } else {
+            h->figs = 0;
         }
         h->fresh = 0;
-        h->figs = 0;
         wrk_evq_free_event(h->full);
         h->full = NULL;
     }

@@ -9,7 +9,8 @@
  * in an interval reaches the coordinator (a progress report supersedes the one before),
  * except its compute and tensor-parallel times: those of every step since the last send
  * (at most WRK_PROGRESS_FIGURES) ride along in the summary, so the straggler detector
- * judges steps, not intervals. A rank that goes in full (below) sends its latest only.
+ * judges steps, not intervals. A rank that goes in full (below) sends its latest step's
+ * figures only; all of them go again with its next summary.
  *
  * A rank's reports of one interval are merged into one (its metrics by name, each with
  * its latest value, as the coordinator keeps them). It goes in full instead of a summary
