@@ -4,6 +4,7 @@
 #include "common/util.h"
 #include "jobevent.h"
 #include "node.h"
+#include "straggler.h"
 
 /* The RANK_PROGRESS event rank's summary s stands for: step, total, the step's time and
  * compute (the straggler input) and the step_ms metric (the heat map). The rest of its
@@ -33,6 +34,14 @@ static void apply_summary(coord_t *c, coord_job_t *j, coord_node_t *from,
         ev.t_optim = t->optim;
         ev.t_idle = t->idle;
         ev.bubble = t->bubble;
+        /* every step's figure since the node's last report: the ones before the latest go
+         * to the detector here, the latest with the event */
+        int tps = s->n_tps == s->n_computes;
+        if (s->n_computes && j->state != COORD_JOB_RECOVERING)
+            coord_straggler_figures(j, rank, s->step, s->computes, tps ? s->tps : NULL,
+                                    s->n_computes - 1);
+        if (s->n_computes && tps)
+            ev.t_tp = s->tps[s->n_tps - 1];
     }
     if (s->step_ms > 0) {
         m.name = "step_ms";

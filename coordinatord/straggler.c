@@ -12,22 +12,31 @@
 #include "node.h"
 #include "recovery.h"
 
-/* One block per job generation: header, then per rank its window, its streak against its
- * state, whether it is a straggler now and whether it took a figure since the last
+/* Per rank its last RING figures, each with its step: its window ending at a step up to
+ * RING - WINDOW of its figures back (a rank's figures may come that far ahead of its
+ * peers': rank 0's at once, the others' with their node's report). */
+#define RING (2 * COORD_STRAGGLER_WINDOW)
+
+/* One block per job generation: header, then per rank its figures, its streak against its
+ * state, whether it is a straggler now and how many figures it took since the last
  * judgement. */
 typedef struct coord_straggler {
     uint64_t generation;
     uint32_t world, per_stage; /* ranks per pipeline stage: tp x dp, contiguous */
-    float *win;                /* world x WINDOW, newest at n % WINDOW */
+    float *win;                /* world x RING, newest at (n - 1) % RING */
+    uint32_t *tag;             /* world x RING: the step of each figure */
+    uint32_t *judged;          /* at a stage's first rank: the step its last judgement ended at */
     uint32_t *n;               /* figures taken per rank */
     uint32_t *taken_ms;        /* per rank: when its last figure was taken (the clock's low bits) */
     uint16_t *streak;          /* judgements in a row that disagreed with slow[] */
     uint8_t *slow, *fresh;
     float *low, *sorted; /* scratch: per rank its window's low figure, per stage */
+    float *ref;          /* per rank: its peers' figure at its stage's last judgement */
     double ratio_of_worst;
     int64_t worst; /* -1 none */
     uint32_t peers_of_worst, count;
     int dirty;      /* a figure was taken since the last judgement */
+    int per_step;   /* nodes send every step's figure (coord_straggler_figures): no sampling */
     int64_t named;  /* a rank named a straggler by the last judgement; -1 none */
     char line[256]; /* coord_straggler_line */
     /* Nodes (judge_nodes): per rank its window of tensor-parallel time; per node, at the
@@ -48,9 +57,9 @@ void coord_straggler_free(coord_job_t *j)
 
 static size_t block_bytes(uint32_t world)
 {
-    return sizeof(coord_straggler_t) + 2 * (size_t)world * COORD_STRAGGLER_WINDOW * sizeof(float) +
-           world * (3 * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
-                    3 * sizeof(float)) +
+    return sizeof(coord_straggler_t) + 2 * (size_t)world * RING * sizeof(float) +
+           world * ((4 + RING) * sizeof(uint32_t) + 2 * sizeof(uint16_t) + 3 * sizeof(uint8_t) +
+                    4 * sizeof(float)) +
            16;
 }
 
@@ -70,14 +79,17 @@ static coord_straggler_t *state_of(coord_job_t *j)
     ch_layout_t l = ch_jobspec_layout(&j->spec);
     s->per_stage = l.tp * l.dp > 0 ? l.tp * l.dp : 1;
     s->win = (float *)(s + 1);
-    s->low = s->win + (size_t)j->world * COORD_STRAGGLER_WINDOW;
+    s->low = s->win + (size_t)j->world * RING;
     s->sorted = s->low + j->world;
-    s->tpwin = s->sorted + j->world;
-    s->nval = s->tpwin + (size_t)j->world * COORD_STRAGGLER_WINDOW;
+    s->ref = s->sorted + j->world;
+    s->tpwin = s->ref + j->world;
+    s->nval = s->tpwin + (size_t)j->world * RING;
     s->n = (uint32_t *)(s->nval + j->world);
     s->groups = s->n + j->world;
     s->taken_ms = s->groups + j->world;
-    s->streak = (uint16_t *)(s->taken_ms + j->world);
+    s->judged = s->taken_ms + j->world;
+    s->tag = s->judged + j->world;
+    s->streak = (uint16_t *)(s->tag + (size_t)j->world * RING);
     s->nstreak = s->streak + j->world;
     s->slow = (uint8_t *)(s->nstreak + j->world);
     s->nslow = s->slow + j->world;
@@ -128,18 +140,27 @@ static void middle_pair(float *v, uint32_t n, float *a, float *b)
             *b = v[i];
 }
 
-/* A rank's low figure of win (s->win: compute, s->tpwin: tensor-parallel time): the
- * COORD_STRAGGLER_LOW-th smallest of its window, O(WINDOW x LOW); -1 while the window is
- * not full. */
-static float window_low(const coord_straggler_t *s, const float *win, uint32_t r)
+/* The step of rank r's newest figure (it has one). */
+static uint32_t newest(const coord_straggler_t *s, uint32_t r)
 {
-    const float *w = win + (size_t)r * COORD_STRAGGLER_WINDOW;
+    return s->tag[(size_t)r * RING + (s->n[r] - 1) % RING];
+}
+
+/* A rank's low figure of win (s->win: compute, s->tpwin: tensor-parallel time): the
+ * COORD_STRAGGLER_LOW-th smallest of its window, its last WINDOW figures of steps up to
+ * `end`, O(RING + WINDOW x LOW); -1 while it has not that many. */
+static float window_low(const coord_straggler_t *s, const float *win, uint32_t r, uint32_t end)
+{
+    const float *w = win + (size_t)r * RING;
+    const uint32_t *tag = s->tag + (size_t)r * RING;
     float low[COORD_STRAGGLER_LOW]; /* low[0..m): the smallest seen, ascending */
-    uint32_t m = 0;
-    if (s->n[r] < COORD_STRAGGLER_WINDOW)
-        return -1;
-    for (uint32_t i = 0; i < COORD_STRAGGLER_WINDOW; i++) {
-        float x = w[i];
+    uint32_t m = 0, got = 0, have = s->n[r] < RING ? s->n[r] : RING;
+    for (uint32_t i = 0; i < have && got < COORD_STRAGGLER_WINDOW; i++) {
+        uint32_t at = (s->n[r] - 1 - i) % RING;
+        if (tag[at] > end)
+            continue;
+        float x = w[at];
+        got++;
         if (m == COORD_STRAGGLER_LOW && !(x < low[m - 1]))
             continue;
         uint32_t k = m < COORD_STRAGGLER_LOW ? m++ : m - 1;
@@ -147,7 +168,7 @@ static float window_low(const coord_straggler_t *s, const float *win, uint32_t r
             low[k] = low[k - 1];
         low[k] = x;
     }
-    return low[COORD_STRAGGLER_LOW - 1];
+    return got == COORD_STRAGGLER_WINDOW ? low[COORD_STRAGGLER_LOW - 1] : -1;
 }
 
 /* The words for the low figure: "3rd fastest of 8 steps". */
@@ -195,14 +216,36 @@ static void mark(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t r, i
         s->named = r;
 }
 
-/* Judge the ranks of one pipeline stage [lo, lo + n): each rank's low figure against the
- * lower median of its peers' (itself left out). */
-static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n)
+/* Count the stragglers of the stage [lo, lo + n) and keep the worst, from their figures of
+ * its last judgement (s->low, s->ref). */
+static void count_slow(coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t r = lo; r < lo + n; r++)
+        k += s->low[r] >= 0;
+    for (uint32_t r = lo; r < lo + n && k >= 2; r++) {
+        if (!s->slow[r] || !(s->low[r] > 0) || !(s->ref[r] > 0))
+            continue;
+        s->count++;
+        if (s->worst < 0 || s->low[r] / s->ref[r] > s->ratio_of_worst) {
+            s->worst = r;
+            s->ratio_of_worst = s->low[r] / s->ref[r];
+            s->peers_of_worst = k - 1;
+        }
+    }
+}
+
+/* The ranks of the stage [lo, lo + n) at their windows ending at step `end`: each rank's
+ * low figure against the lower median of its peers' (itself left out); with figures per
+ * step every rank's streak moves, else each's with a figure of its own since the last
+ * judgement; with `tally` the stragglers are counted. */
+static void judge_at(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n,
+                     uint32_t end, int tally)
 {
     uint32_t k = 0;
     float a, b;
     for (uint32_t r = lo; r < lo + n; r++)
-        if ((s->low[r] = window_low(s, s->win, r)) >= 0)
+        if ((s->low[r] = window_low(s, s->win, r, end)) >= 0)
             s->sorted[k++] = s->low[r];
     if (k < 2)
         return;
@@ -212,20 +255,48 @@ static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32
         if (m < 0)
             continue;
         int above = is_above(m, ref);
-        /* its verdict moves with its own figures: a rank heard once a second is judged
-         * once a second, however often rank 0's reports come */
-        if (s->fresh[r] && flips(&s->streak[r], s->slow[r], above))
+        if ((s->per_step || s->fresh[r]) && flips(&s->streak[r], s->slow[r], above))
             mark(c, j, s, r, above, m, ref, k - 1);
+        if (!tally)
+            continue;
         s->fresh[r] = 0;
-        if (s->slow[r]) {
-            s->count++;
-            if (s->worst < 0 || m / ref > s->ratio_of_worst) {
-                s->worst = r;
-                s->ratio_of_worst = m / ref;
-                s->peers_of_worst = k - 1;
-            }
-        }
+        s->ref[r] = ref;
     }
+    if (tally)
+        count_slow(s, lo, n);
+}
+
+/* The newest step every rank of the stage [lo, lo + n) has reported; UINT32_MAX: none. */
+static uint32_t stage_end(const coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t end = UINT32_MAX;
+    for (uint32_t r = lo; r < lo + n && r < s->world; r++)
+        if (s->n[r] && newest(s, r) < end)
+            end = newest(s, r);
+    return end;
+}
+
+/* Judge the ranks of one pipeline stage [lo, lo + n) at the same steps: their windows
+ * ending at the newest step every one of them has reported (a rank's figures come up to
+ * an interval after rank 0's; comparing its window with one of later steps made it look
+ * slow whenever the machine got quieter). With figures per step, at each such step since
+ * the last judgement (PERSIST at most): the streak counts steps. */
+static void judge_stage(coord_t *c, coord_job_t *j, coord_straggler_t *s, uint32_t lo, uint32_t n)
+{
+    uint32_t end = stage_end(s, lo, n), back = 1;
+    if (end == UINT32_MAX)
+        return;
+    if (s->per_step) {
+        uint32_t since = end > s->judged[lo] ? end - s->judged[lo] : 0;
+        back = since < COORD_STRAGGLER_PERSIST ? since : COORD_STRAGGLER_PERSIST;
+        if (!back) { /* nothing new at the stage's common step: its last figures stand */
+            count_slow(s, lo, n);
+            return;
+        }
+        s->judged[lo] = end;
+    }
+    for (uint32_t d = back; d-- > 0;)
+        judge_at(c, j, s, lo, n, end - d, d == 0);
 }
 
 static void replace(coord_t *c, coord_job_t *j, uint32_t r);
@@ -260,7 +331,8 @@ static uint32_t node_values(const coord_job_t *j, coord_straggler_t *s)
         int strag = 0;
         for (; i < j->world && j->by_node[i].node == n; i++) {
             uint32_t r = j->by_node[i].rank;
-            float x = window_low(s, s->tpwin, r);
+            uint32_t lo = r - r % s->per_stage;
+            float x = window_low(s, s->tpwin, r, stage_end(s, lo, s->per_stage));
             strag |= s->slow[r];
             if (x >= 0)
                 s->sorted[m++] = x;
@@ -310,16 +382,32 @@ static void judge_nodes(coord_t *c, coord_job_t *j, coord_straggler_t *s)
     }
 }
 
-/* Rank r's figure v (compute, and its tensor-parallel time) goes into its windows. */
-static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, double v)
+/* Rank r's figure v (compute) and tp (its tensor-parallel time) of step `step` go into its
+ * windows. */
+static void take(coord_straggler_t *s, const coord_rank_t *rk, uint32_t r, uint64_t step, double v,
+                 double tp)
 {
-    size_t at = (size_t)r * COORD_STRAGGLER_WINDOW + s->n[r] % COORD_STRAGGLER_WINDOW;
+    size_t at = (size_t)r * RING + s->n[r] % RING;
+    s->tag[at] = (uint32_t)step;
     s->win[at] = (float)v;
-    s->tpwin[at] = (float)(rk->time.tp > 0 ? rk->time.tp : 0);
+    s->tpwin[at] = (float)(tp > 0 ? tp : 0);
     s->taken_ms[r] = (uint32_t)rk->progress_ms;
     s->n[r]++;
-    s->fresh[r] = 1;
+    if (s->fresh[r] < UINT8_MAX)
+        s->fresh[r]++;
     s->dirty = 1;
+}
+
+void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const float *computes,
+                             const float *tps, size_t n)
+{
+    coord_straggler_t *s;
+    if (r >= j->world || j->spec.kind != CH_JOB_TRAIN || !(s = state_of(j)) || step < n)
+        return;
+    s->per_step = 1;
+    for (size_t i = 0; i < n; i++) /* steps it has (from a full report) are not taken again */
+        if (computes[i] > 0 && (!s->n[r] || step - n + i > newest(s, r)))
+            take(s, &j->ranks[r], r, step - n + i, computes[i], tps ? tps[i] : 0);
 }
 
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
@@ -332,8 +420,9 @@ void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r)
         return;
     /* one figure per progress interval of its node: see the theory in straggler.h */
     uint32_t held = rk->node ? rk->node->progress_ms : 0;
-    if (!s->n[r] || !held || (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
-        take(s, rk, r, v);
+    if (!s->n[r] || !held || s->per_step ||
+        (uint32_t)rk->progress_ms - s->taken_ms[r] >= held - held / 8)
+        take(s, rk, r, rk->step, v, rk->time.tp);
     if (r != 0 || !s->dirty)
         return; /* rank 0's report judges the figures taken since the last judgement */
     s->dirty = 0;

@@ -22,15 +22,28 @@
  * that just got quieter by half a window; the low figure follows it after LOW figures, on
  * every rank alike.
  *
- * Sampling. A workerd sends its ranks' progress once per progress-ms (1 s by default;
- * coord_node_t.progress_ms) with each rank's latest step only, but rank 0's every step at
- * once. Every rank takes at most one figure per 7/8 of its node's interval, rank 0 too,
- * so that every window spans about the same seconds (rank 0's last steps against rank 1's
- * figures of the last 10 seconds made rank 1 look slow whenever the machine got quieter);
- * PERSIST 2 covers the figure by which one rank's window may still lag another's. A rank's
- * streak only moves at a judgement after a figure of its own. So a straggler is named
- * after 11 of its figures: 11 steps when every step is a figure (progress-ms 0, or steps
- * longer than it), about 11 s at the default 1 s, however many steps that is.
+ * Figures per step. A workerd sends its ranks' progress once per progress-ms (1 s by
+ * default; coord_node_t.progress_ms), with each rank's compute and TP figure of every step
+ * since its last report (RankSummary computes, tps: coord_straggler_figures), and rank 0's
+ * every step at once. Every figure keeps its step, and a stage's ranks are judged at the
+ * same steps: each rank's window is its last WINDOW figures up to the newest step every
+ * rank of the stage has reported (rank 0's figures come up to an interval before the
+ * others'; its window of later steps against theirs made one side look slow whenever the
+ * machine got busier or quieter: 4 false reports in 1,000 calm steps under load). A
+ * judgement (rank 0's report) moves the streaks at each such step reached since the last
+ * one (PERSIST at most), every rank's window ending there against its peers': PERSIST
+ * counts steps whether they came one by one or in a batch of 7. So a straggler is named
+ * at its 11th slowed step plus the wait for its node's report (at most one interval: 11
+ * to 18 steps of 0.15 s at 1 s). A rank more than RING - WINDOW figures ahead of its
+ * stage's slowest (steps much shorter than the interval: rank 0) is left out until the
+ * others catch up.
+ *
+ * An older workerd sends only each rank's latest step: then every rank takes at most one
+ * figure per 7/8 of its node's interval, rank 0 too, so that every window spans about the
+ * same seconds (rank 0's last steps against rank 1's figures of the last 10 seconds made
+ * rank 1 look slow whenever the machine got quieter); PERSIST 2 covers the figure by
+ * which one rank's window may still lag another's. A straggler is then named after 11 of
+ * its figures: about 11 s at the default 1 s, however many steps that is.
  *
  * Clearing. A straggler that recovers is cleared by the same statistic and the same
  * persistence the other way: once LOW of its figures are fast again, for PERSIST in a row.
@@ -39,9 +52,11 @@
  * (a TP group sits inside one node): per node the median of its ranks' low figures against
  * the other nodes', the same ratio, floor and persistence.
  *
- * Cost: a judgement is O(ranks x WINDOW x LOW) plus O(ranks) expected for the peers'
- * medians (a selection, no sort), with no allocation; per rank 2 x WINDOW floats and 31
- * bytes more. */
+ * Cost: a stage is judged only when its common step moved (with figures per step), then
+ * O(its ranks x (RING + WINDOW x LOW) x PERSIST) plus O(its ranks) expected for the peers'
+ * medians (a selection, no sort), with no allocation; a figure taken O(1); per rank 2 x
+ * WINDOW figures with their steps (compute, TP: 3 x 24 x 4 bytes) and 39 bytes more: 5.4
+ * MB at 16,384 ranks. */
 #ifndef COORD_STRAGGLER_H
 #define COORD_STRAGGLER_H
 
@@ -60,9 +75,16 @@ typedef struct coord coord_t;
  * noise alone makes ratios of 1.4 between identical ranks */
 #define COORD_STRAGGLER_MIN_S 0.02
 
-/* Rank r of j reported a step (its coord_step_time_t is updated): take it in; on rank
- * 0's report, judge every rank. */
+/* Rank r of j reported a step (its coord_step_time_t is updated): take it in (unless
+ * sampled: an older workerd, see above); on rank 0's report, judge every rank. */
 void coord_straggler_step(coord_t *c, coord_job_t *j, uint32_t r);
+/* A node's report of rank r of j at step `step` carried the figures of its steps since its
+ * last report (RankSummary computes, tps; tps NULL: none): take the n before the latest
+ * (steps step - n .. step - 1, oldest first; the latest comes with the report's
+ * coord_straggler_step), those of steps it has not taken yet. From then on every figure of
+ * j is taken, none sampled. */
+void coord_straggler_figures(coord_job_t *j, uint32_t r, uint64_t step, const float *computes,
+                             const float *tps, size_t n);
 /* A line naming the worst straggler of j's current generation ("" none), borrowed from j
  * until its next step: "rank 3 on node n2: compute 0.152 s, 1.52x its 3 peers' (3rd
  * fastest of 8 steps)"; *count: how many ranks are stragglers now. */

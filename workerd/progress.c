@@ -12,10 +12,14 @@
 /* A group nothing was reported to for this many intervals is let go (a generation ended). */
 #define GROUP_IDLE_MAX 60
 
-/* One rank's latest report of the interval. */
+/* One rank's latest report of the interval, and the figures of its steps since the last
+ * send (RankSummary computes, tps: the straggler detector judges steps, not intervals). */
 typedef struct held {
     uint32_t rank;
-    int fresh;      /* a report came since the last send */
+    int fresh;         /* a report came since the last send */
+    uint32_t figs;     /* figures in computes/tps, oldest first, of consecutive steps */
+    uint64_t fig_step; /* the step of the newest */
+    float computes[WRK_PROGRESS_FIGURES], tps[WRK_PROGRESS_FIGURES];
     int sent_full;  /* a full report of it went (its first one always does) */
     uint64_t names; /* hash of the metric names of the last full report sent */
     Chorus__RankSummary sum;
@@ -174,6 +178,27 @@ static uint64_t names_hash(const Chorus__RankEvent *ev)
     return sum;
 }
 
+/* The step's compute and TP figures join h's, the oldest dropped beyond
+ * WRK_PROGRESS_FIGURES (a shift of a few floats: no allocation per step). */
+static void keep_figure(held_t *h, const Chorus__RankEvent *ev)
+{
+    double v = ev->t_compute > 0 ? ev->t_compute : ev->step_s;
+    if (!(v > 0))
+        return;
+    if (h->figs && ev->step == h->fig_step)
+        h->figs--; /* the same step again: its newer figure replaces it */
+    else if (h->figs && ev->step != h->fig_step + 1)
+        h->figs = 0; /* the coordinator counts the figures back from the latest step */
+    h->fig_step = ev->step;
+    if (h->figs == WRK_PROGRESS_FIGURES) {
+        memmove(h->computes, h->computes + 1, (WRK_PROGRESS_FIGURES - 1) * sizeof(float));
+        memmove(h->tps, h->tps + 1, (WRK_PROGRESS_FIGURES - 1) * sizeof(float));
+        h->figs--;
+    }
+    h->computes[h->figs] = (float)v;
+    h->tps[h->figs++] = (float)(ev->t_tp > 0 ? ev->t_tp : 0);
+}
+
 int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
 {
     pgroup_t *g = group_get(p, ev);
@@ -192,6 +217,7 @@ int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
     h->sum.step_ms = metric(ev, "step_ms");
     h->sum.step_s = ev->step_s;
     h->sum.t_compute = ev->t_compute;
+    keep_figure(h, ev);
     Chorus__RankEvent *full = wrk_evq_dup(ev); /* NULL when out of memory: a summary then */
     if (full && h->full && merge_metrics(full, h->full) < 0) {
         wrk_evq_free_event(full);
@@ -205,7 +231,9 @@ int wrk_progress_add(wrk_progress_t *p, const Chorus__RankEvent *ev)
 static int same(const Chorus__RankSummary *a, const Chorus__RankSummary *b)
 {
     return a->step == b->step && a->step_ms == b->step_ms && a->step_s == b->step_s &&
-           a->t_compute == b->t_compute;
+           a->t_compute == b->t_compute && a->n_computes == b->n_computes && a->n_tps == b->n_tps &&
+           !memcmp(a->computes, b->computes, a->n_computes * sizeof *a->computes) &&
+           !memcmp(a->tps, b->tps, a->n_tps * sizeof *a->tps);
 }
 
 /* Whether h goes as a full report: its first, or all of them (a detail interval, a flush). */
@@ -246,9 +274,13 @@ static void settle(pgroup_t *g, int all)
         held_t *h = &g->v[i];
         if (!h->fresh)
             continue;
+        /* a full report carries its latest step's figures only: the others ride with the
+         * next summary (the coordinator skips steps it has) */
         if (goes_full(h, all)) {
             h->sent_full = 1;
             h->names = names_hash(h->full);
+        } else {
+            h->figs = 0;
         }
         h->fresh = 0;
         wrk_evq_free_event(h->full);
@@ -270,6 +302,13 @@ static int send_group(wrk_progress_t *p, pgroup_t *g, int all)
     int rc = -ENOMEM;
     if (!ranks || !differ || !detail)
         goto out;
+    /* the figures' arrays live in g->v, which may have moved since the reports came */
+    for (size_t i = 0; i < g->n; i++) {
+        held_t *h = &g->v[i];
+        h->sum.computes = h->computes;
+        h->sum.tps = h->tps;
+        h->sum.n_computes = h->sum.n_tps = h->figs;
+    }
     size_t n_eq;
     all = all || g->n_ckpt;
     long eq = largest_equal(g, all, &n_eq);

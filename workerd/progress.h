@@ -6,7 +6,11 @@
  * per (job, generation) carries them: ranks whose figures agree as one group (`ranks` +
  * `common`), the others one RankSummary each. A report waits at most interval_ms plus the
  * owner's tick period (the agent ticks every 100 ms), and only the latest step of each rank
- * in an interval reaches the coordinator (a progress report supersedes the one before).
+ * in an interval reaches the coordinator (a progress report supersedes the one before),
+ * except its compute and tensor-parallel times: those of every step since the last send
+ * (at most WRK_PROGRESS_FIGURES) ride along in the summary, so the straggler detector
+ * judges steps, not intervals. A rank that goes in full (below) sends its latest step's
+ * figures only; all of them go again with its next summary.
  *
  * A rank's reports of one interval are merged into one (its metrics by name, each with
  * its latest value, as the coordinator keeps them). It goes in full instead of a summary
@@ -35,6 +39,11 @@
 #include "chorus.pb-c.h"
 
 typedef struct wrk_progress wrk_progress_t;
+
+/* Per rank the compute and tensor-parallel figures of at most this many steps go in one
+ * report (RankSummary computes, tps), older ones are dropped: the coordinator's straggler
+ * window (COORD_STRAGGLER_WINDOW) holds no more. */
+#define WRK_PROGRESS_FIGURES 12
 
 /* Send env (borrowed for the call); 0, or a negative code when it could not be sent (the
  * reports are then kept for the next tick). */

@@ -41,8 +41,9 @@
  * report; the run goes on to the end); then, TRIALS times, rank 1 is slowed by --slow F (1.5:
  * stopped a third of every 60 ms, so it computes at 1/F of its speed) until the coordinator names
  * it (steps from the slowing to the naming; goal 20), and left alone until it is cleared.
- * The coordinator takes one figure per rank per progress interval of its workerd (1 s by
- * default: on a quiet machine 7 of these steps); --progress-ms MS sets the workerds'.
+ * The workerd reports every step's figure once per progress interval (1 s by default: on a
+ * quiet machine 7 of these steps), so naming waits up to an interval more than the 11
+ * slowed steps; --progress-ms MS sets the workerds' interval.
  *
  * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [--progress-ms MS]
  * [CASE...]: the named cases only (all by default); a few minutes with no arguments on a

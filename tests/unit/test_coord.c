@@ -2540,6 +2540,89 @@ Test(coord, node_progress_shows_what_the_ranks_reports_showed)
     coord_down();
 }
 
+/* What workerd sends for its ranks[] whose last nfig steps (up to step s) each took compute
+ * 0.2 s, 0.3 s for rank slow: summaries carrying every step's figure (computes, tps). */
+static void send_figures(worker_t *w, const char *job, const uint32_t *ranks, uint64_t s,
+                         uint32_t nfig, uint32_t slow)
+{
+    Chorus__NodeProgress np = CHORUS__NODE_PROGRESS__INIT;
+    Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
+    Chorus__RankSummary sum[2], *differ[2] = {&sum[0], &sum[1]};
+    float computes[2][16], tps[16];
+    cr_assert(nfig <= 16);
+    for (uint32_t f = 0; f < nfig; f++)
+        tps[f] = 0.01f;
+    for (int i = 0; i < 2; i++) {
+        chorus__rank_summary__init(&sum[i]);
+        for (uint32_t f = 0; f < nfig; f++)
+            computes[i][f] = ranks[i] == slow ? 0.3f : 0.2f;
+        sum[i].rank = ranks[i];
+        sum[i].step = s;
+        sum[i].step_s = computes[i][0] + 0.05;
+        sum[i].t_compute = computes[i][0];
+        sum[i].computes = computes[i];
+        sum[i].n_computes = nfig;
+        sum[i].tps = tps;
+        sum[i].n_tps = nfig;
+    }
+    np.job_id = (char *)job;
+    np.generation = 1;
+    np.total_steps = 100;
+    np.differ = differ;
+    np.n_differ = 2;
+    env.body_case = CHORUS__ENVELOPE__BODY_NODE_PROGRESS;
+    env.node_progress = &np;
+    cr_assert_eq(ch_client_send(w->cl, &env), 0);
+}
+
+/* A node's report carries every step's compute figure since its last (RankSummary
+ * computes): through the real apply path they fill the ranks' straggler windows, so a rank
+ * 1.5x slower than its peers is named after two reports; one figure a report would leave
+ * every window 10 figures short. */
+Test(coord, node_progress_step_figures_reach_the_straggler_detector)
+{
+    worker_t a, b, *ws[2] = {&a, &b};
+    char id[32];
+    uint32_t ranks[2][2];
+    coord_up();
+    wk_connect(&a, "n1", 2, "r1", NULL, 0);
+    wk_connect(&b, "n2", 2, "r1", NULL, 0);
+    ch_client_t *ctl = ctl_open();
+    start_on(ctl, ws, "s", id, ranks);
+    int zero_on = ranks[0][0] == 0 || ranks[0][1] == 0 ? 0 : 1; /* rank 0's node judges */
+    uint32_t slow = ranks[1 - zero_on][0];
+    send_figures(ws[1 - zero_on], id, ranks[1 - zero_on], 13, 13, slow);
+    send_figures(ws[zero_on], id, ranks[zero_on], 13, 13, slow);
+    int ready = 0; /* every rank at step 13 (at_step pumps 4 workers) */
+    for (uint64_t end = ch_now_ms() + 3000; !ready && ch_now_ms() < end; pump(ws, 2, 20)) {
+        Chorus__Envelope *e = ctl_job(ctl, id);
+        ready = e->job_info->n_ranks == 4;
+        for (uint32_t r = 0; ready && r < 4; r++)
+            ready = e->job_info->ranks[r]->step == 13;
+        ch_msg_free(e);
+    }
+    cr_assert(ready, "never reached step 13");
+    send_figures(ws[zero_on], id, ranks[zero_on], 14, 1, slow); /* rank 0 judges again */
+    char want[64];
+    snprintf(want, sizeof want, "rank %u on node %s: compute 0.300 s", slow, ws[1 - zero_on]->name);
+    int named = 0;
+    for (uint64_t end = ch_now_ms() + 3000; !named && ch_now_ms() < end;) {
+        Chorus__Envelope *e = ctl_job(ctl, id);
+        named = e->job_info->stragglers == 1 &&
+                strncmp(e->job_info->straggler, want, strlen(want)) == 0;
+        if (!named && ch_now_ms() + 20 >= end)
+            cr_assert_fail("not named: %u stragglers, \"%s\"", e->job_info->stragglers,
+                           e->job_info->straggler);
+        ch_msg_free(e);
+        pump(ws, 2, 20);
+    }
+    cr_assert(named);
+    ch_client_destroy(ctl);
+    wk_close(&a);
+    wk_close(&b);
+    coord_down();
+}
+
 /* A running job's progress costs the store nothing per message: 80 steps of 4 ranks over
  * more than a second write at most its series blob and one row. */
 Test(coord, progress_is_not_journaled_per_message)

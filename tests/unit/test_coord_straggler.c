@@ -20,6 +20,10 @@ typedef struct rig {
     coord_rank_t ranks[MAXR];
     uint64_t rng;
     double now_s; /* the coordinator's clock */
+    /* batched_until_named: per rank the figures its node holds, steps so far */
+    float held[MAXR][COORD_STRAGGLER_WINDOW];
+    uint32_t n_held[MAXR];
+    int steps;
 } rig_t;
 
 /* world ranks of a dp = world job, rank r alone on node n<r+1> that sends progress every
@@ -66,9 +70,10 @@ static double noisy(rig_t *g, double t)
     return uniform(g) < 0.2 ? t * (1.1 + 0.4 * uniform(g)) : t;
 }
 
-/* Rank r reports a step of compute t at the rig's clock. */
+/* Rank r reports a step (the rig's g->steps) of compute t at the rig's clock. */
 static void report(rig_t *g, uint32_t r, double t)
 {
+    g->ranks[r].step = (uint64_t)g->steps;
     g->ranks[r].time = (coord_step_time_t){.step_s = t + 0.01, .compute = t};
     g->ranks[r].progress_ms = (uint64_t)(g->now_s * 1000.0);
     coord_straggler_step(&g->c, &g->j, r);
@@ -80,6 +85,7 @@ static uint32_t step(rig_t *g, const double *t)
 {
     double slowest = 0;
     uint32_t count;
+    g->steps++;
     for (uint32_t k = 1; k <= g->j.world; k++) {
         uint32_t r = k % g->j.world;
         report(g, r, t[r]);
@@ -180,6 +186,7 @@ static int sampled_until_named(rig_t *g, double t0, double t1, int steps)
 {
     double t[2], next = g->now_s + 1.0;
     for (int s = 1; s <= steps; s++) {
+        g->steps++;
         t[0] = t0;
         t[1] = t1;
         if (g->now_s >= next) {
@@ -217,4 +224,86 @@ Test(straggler, figures_sampled_once_a_second_compare_the_same_seconds)
     cr_expect(strncmp(coord_straggler_line(&g.j, &count), "rank 1 on node n2", 17) == 0, "%s",
               coord_straggler_line(&g.j, &count));
     rig_down(&g);
+}
+
+/* Nodes that send progress every `every` steps (a 1 s interval over 0.15 s steps: 7) with
+ * every step's figure since the last (RankSummary computes): rank 0's report comes each
+ * step, the others' in batches, each rank's in its own phase; steps of base compute with
+ * noise, rank `slow` (-1 none) at `factor`, every 40 steps a noise episode of 6 steps at
+ * 1.5x on one rank in turn when `episodes`. The first step (from 1) at which anyone is
+ * named, or 0. */
+static int batched_until_named(rig_t *g, double base, int slow, double factor, int steps, int every,
+                               int episodes)
+{
+    for (int s = 1; s <= steps; s++) {
+        int at = ++g->steps;
+        for (uint32_t k = 1; k <= g->j.world; k++) {
+            uint32_t r = k % g->j.world;
+            double t = noisy(g, (int)r == slow ? base * factor : base);
+            if (episodes && at % 40 < 6 && r == (uint32_t)(at / 40) % g->j.world)
+                t = base * 1.5;
+            if (r == 0) {
+                report(g, 0, t);
+                continue;
+            }
+            uint32_t *n = &g->n_held[r];
+            g->held[r][(*n)++] = (float)t;
+            if ((at + (int)r) % every)
+                continue;
+            coord_straggler_figures(&g->j, r, (uint64_t)at, g->held[r], NULL, *n - 1);
+            report(g, r, g->held[r][*n - 1]);
+            *n = 0;
+        }
+        g->now_s += base * factor + 0.01;
+        uint32_t count;
+        coord_straggler_line(&g->j, &count);
+        if (count)
+            return s;
+    }
+    return 0;
+}
+
+Test(straggler, figures_sent_in_batches_name_a_1_5x_rank_within_20_steps)
+{
+    static const uint32_t worlds[] = {2, 4, 8};
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        rig_t g;
+        uint32_t count;
+        rig_up(&g, worlds[w], 1000);
+        int at = batched_until_named(&g, 0.15, -1, 1, 1000, 7, 1);
+        cr_expect_eq(at, 0, "world %u: 1,000 calm steps named someone at step %d: %s", worlds[w],
+                     at, coord_straggler_line(&g.j, &count));
+        at = batched_until_named(&g, 0.15, 1, 1.5, 100, 7, 0);
+        const char *line = coord_straggler_line(&g.j, &count);
+        cr_expect(at > 0 && at <= 20, "world %u: the 1.5x rank named after %d steps", worlds[w],
+                  at);
+        cr_expect(strncmp(line, "rank 1 on node n2: compute ", 27) == 0, "world %u: %s", worlds[w],
+                  line);
+        /* and it recovers: cleared within a batch of LOW + PERSIST fast steps */
+        int cleared = 0;
+        for (int s = 1; s <= 20 && !cleared; s++)
+            if (batched_until_named(&g, 0.15, -1, 1, 1, 7, 0) == 0)
+                cleared = s;
+        cr_expect(cleared > 0 && cleared <= 7 + COORD_STRAGGLER_LOW + COORD_STRAGGLER_PERSIST,
+                  "world %u: cleared after %d steps", worlds[w], cleared);
+        rig_down(&g);
+    }
+}
+
+Test(straggler, batched_figures_are_compared_at_the_same_steps)
+{
+    static const uint32_t worlds[] = {2, 4};
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        rig_t g;
+        uint32_t count;
+        rig_up(&g, worlds[w], 1000);
+        /* the machine gets busier, then quieter: rank 0's every step shows it up to an
+         * interval before its peers' batches do, and must not make it look slow (or them) */
+        int at = batched_until_named(&g, 0.15, -1, 1, 100, 7, 0);
+        at = at ? at : batched_until_named(&g, 0.3, -1, 1, 100, 7, 0);
+        at = at ? at : batched_until_named(&g, 0.15, -1, 1, 100, 7, 0);
+        cr_expect_eq(at, 0, "world %u: named at step %d: %s", worlds[w], g.steps,
+                     coord_straggler_line(&g.j, &count));
+        rig_down(&g);
+    }
 }

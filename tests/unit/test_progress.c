@@ -34,7 +34,8 @@ static void sink_free(sink_t *s)
     s->n = 0;
 }
 
-/* Rank r's report of step s: step_ms 100 for every rank but 3 (a slow one). */
+/* Rank r's report of step s: step_ms 100 and TP time 0.01 s for every rank but 3 (a slow
+ * one). */
 static void report(wrk_progress_t *p, uint32_t r, uint64_t s)
 {
     Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
@@ -52,7 +53,7 @@ static void report(wrk_progress_t *p, uint32_t r, uint64_t s)
     ev.total_steps = 50;
     ev.step_s = 0.1;
     ev.t_compute = 0.05;
-    ev.t_tp = 0.01 * r;
+    ev.t_tp = r == 3 ? 0.03 : 0.01;
     ev.metrics = mp;
     ev.n_metrics = 2;
     cr_assert_eq(wrk_progress_add(p, &ev), 0);
@@ -91,12 +92,22 @@ Test(progress, one_message_per_interval_grouping_equal_ranks)
     cr_assert_eq(np->common->step, 4);
     cr_assert_float_eq(np->common->step_ms, 100, 1e-12);
     cr_assert_float_eq(np->common->t_compute, 0.05, 1e-12);
+    /* and every step's figures since the last summary, for the straggler detector: step 1's
+     * too, as the full report carried only its latest */
+    cr_assert_eq(np->common->n_computes, 4);
+    cr_assert_eq(np->common->n_tps, 4);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_float_eq(np->common->computes[i], 0.05, 1e-6);
+        cr_assert_float_eq(np->common->tps[i], 0.01, 1e-6);
+    }
     cr_assert_eq(np->n_ranks, 3);
     cr_assert_eq(np->ranks[0] + np->ranks[1] + np->ranks[2], 1 + 2 + 4);
     cr_assert_eq(np->n_differ, 1);
     cr_assert_eq(np->differ[0]->rank, 3);
     cr_assert_eq(np->differ[0]->step, 4);
     cr_assert_float_eq(np->differ[0]->step_ms, 180, 1e-12);
+    cr_assert_eq(np->differ[0]->n_tps, 4);
+    cr_assert_float_eq(np->differ[0]->tps[3], 0.03, 1e-6);
     cr_assert_eq(np->n_detail, 0);
     sink_free(&s);
     report(p, 1, 5);
@@ -104,6 +115,7 @@ Test(progress, one_message_per_interval_grouping_equal_ranks)
     cr_assert_eq(s.n, 1);
     cr_assert_eq(s.got[0]->node_progress->n_differ, 1, "a lone rank is a summary of its own");
     cr_assert_eq(s.got[0]->node_progress->differ[0]->step, 5);
+    cr_assert_eq(s.got[0]->node_progress->differ[0]->n_computes, 1, "the last send's are gone");
     sink_free(&s);
     wrk_progress_stats_t st;
     wrk_progress_stats(p, &st);
@@ -133,7 +145,7 @@ Test(progress, detail_every_n_intervals_and_when_asked)
             cr_assert_eq(np->n_ranks + np->n_differ, 0);
             const Chorus__RankEvent *ev = np->detail[0];
             cr_assert_eq(ev->step, (uint64_t)i + 1);
-            cr_assert_float_eq(ev->t_tp, 0.01 * ev->rank, 1e-12);
+            cr_assert_float_eq(ev->t_tp, ev->rank == 3 ? 0.03 : 0.01, 1e-12);
             cr_assert_eq(ev->n_metrics, 2);
             cr_assert_str_eq(ev->metrics[1]->name, "mem_peak_bytes");
         }
@@ -176,6 +188,43 @@ Test(progress, flush_sends_at_once_and_a_refused_tick_keeps_the_reports)
     wrk_progress_tick(p, 20100);
     cr_assert_eq(s.n, 1);
     cr_assert_eq(s.got[0]->node_progress->differ[0]->step, 9);
+    /* every step's since the last summary (full reports carry their latest only): 7, 8, 9 */
+    cr_assert_eq(s.got[0]->node_progress->differ[0]->n_computes, 3);
+    sink_free(&s);
+    wrk_progress_destroy(p);
+}
+
+Test(progress, a_summary_carries_the_last_steps_figures_oldest_first)
+{
+    sink_t s = {0};
+    wrk_progress_t *p = NULL;
+    wrk_progress_cfg_t cfg = {.interval_ms = 1000, .send = sink_send, .ud = &s};
+    cr_assert_eq(wrk_progress_create(&cfg, &p), 0);
+    Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
+    ev.job_id = "j1";
+    ev.generation = 2;
+    ev.rank = 1;
+    ev.kind = CHORUS__RANK_EVENT_KIND__RANK_PROGRESS;
+    ev.step = 1;
+    cr_assert_eq(wrk_progress_add(p, &ev), 0); /* its first goes in full */
+    wrk_progress_tick(p, 1000);
+    sink_free(&s);
+    for (int i = 0; i < WRK_PROGRESS_FIGURES + 3; i++) { /* more steps than it keeps */
+        ev.step = 2 + (uint64_t)i;
+        ev.step_s = 1 + i; /* no compute split: step_s is the figure */
+        ev.t_tp = i % 2 ? 0.5 : 0;
+        cr_assert_eq(wrk_progress_add(p, &ev), 0);
+    }
+    wrk_progress_tick(p, 2000);
+    cr_assert_eq(s.n, 1);
+    const Chorus__RankSummary *sum = s.got[0]->node_progress->differ[0];
+    cr_assert_eq(sum->n_computes, WRK_PROGRESS_FIGURES);
+    cr_assert_eq(sum->n_tps, WRK_PROGRESS_FIGURES);
+    for (int i = 0; i < WRK_PROGRESS_FIGURES; i++) { /* the newest, oldest first */
+        cr_assert_float_eq(sum->computes[i], 4 + i, 1e-6);
+        cr_assert_float_eq(sum->tps[i], (3 + i) % 2 ? 0.5 : 0, 1e-6);
+    }
+    cr_assert_float_eq(sum->step_s, WRK_PROGRESS_FIGURES + 3, 1e-12);
     sink_free(&s);
     wrk_progress_destroy(p);
 }
