@@ -43,7 +43,8 @@
  * it (steps from the slowing to the naming; goal 20), and left alone until it is cleared.
  * The workerd reports every step's figure once per progress interval (1 s by default: on a
  * quiet machine 7 of these steps), so naming waits up to an interval more than the 11
- * slowed steps; --progress-ms MS sets the workerds' interval.
+ * slowed steps; --progress-ms MS sets the workerds' interval. Each rank computes on one
+ * thread (CHORUS_THREADS=1 unless set), as on two nodes with a core each.
  *
  * chorus-bench-recovery [--trials N] [--slow F] [--calm-steps N] [--progress-ms MS]
  * [CASE...]: the named cases only (all by default); a few minutes with no arguments on a
@@ -590,8 +591,16 @@ static int run_straggler(const slow_opts_t *o, int trials, figures_t *f)
         snprintf(text, sizeof text, "%ld", o->progress_ms);
         setenv("CHORUS_PROGRESS_MS", text, 1);
     }
+    /* each node's rank computes on one thread, as two nodes with a core each: with the
+     * workerds' default (the machine's cores shared by a node's ranks) the two ranks' four
+     * threads take turns on the 2 cores, a noise no cluster of separate nodes has */
+    const int threads_set = getenv("CHORUS_THREADS") != NULL;
+    if (!threads_set)
+        setenv("CHORUS_THREADS", "1", 1);
     int up = h_cluster_up(&c, 2, 1);
     unsetenv("CHORUS_PROGRESS_MS");
+    if (!threads_set)
+        unsetenv("CHORUS_THREADS");
     if (up < 0)
         return -1;
     /* steps of a few tens of milliseconds on a quiet machine */
