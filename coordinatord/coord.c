@@ -55,7 +55,9 @@ static void update_status(coord_t *c)
 /* A turn that read a few of the workers' messages (fewer than twice COORD_COALESCE_MSGS)
  * naps before it polls, long enough for COORD_COALESCE_MSGS more at the rate of the last
  * second, at most COORD_COALESCE_MAX_US; none where the rate would bring fewer than 2 in
- * that time, and none for COORD_NO_NAP_MS after a connection or a control message. */
+ * that time, and none for COORD_NO_NAP_MS after a connection, a control message or a
+ * worker's message that waits for an answer (a registration, the rendezvous store: a job's
+ * start and a restart go at their own pace). */
 #define COORD_COALESCE_MSGS   8
 #define COORD_COALESCE_MAX_US 4000
 #define COORD_NO_NAP_MS       200
@@ -73,8 +75,8 @@ void coord_no_nap(coord_t *c)
  * and polls still 30% of the steady state). A turn that read many (a burst: the start) or
  * none (a timer) does not: bursts keep their pace, and an idle coordinator still sleeps in
  * its poll. Nor does a turn of a small cluster, whose messages are too sparse to gather (a
- * nap would only delay them). A worker's message waits at most 4 ms more, and a control
- * client's question none (coord_no_nap). */
+ * nap would only delay them). A worker's report waits at most 4 ms more; a question (a
+ * control client's, a worker's rendezvous) none (coord_no_nap). */
 static void coalesce(coord_t *c)
 {
     uint32_t n = c->turn_msgs;

@@ -221,11 +221,21 @@ static void on_ready(ch_conn_t *conn, void *ud)
     }
 }
 
+/* What a worker sends without waiting for an answer: progress, heartbeats, rank events. */
+static int reports_only(const Chorus__Envelope *env)
+{
+    return env->body_case == CHORUS__ENVELOPE__BODY_NODE_PROGRESS ||
+           env->body_case == CHORUS__ENVELOPE__BODY_HEARTBEAT ||
+           env->body_case == CHORUS__ENVELOPE__BODY_RANK_EVENT;
+}
+
 static void on_msg(ch_conn_t *conn, Chorus__Envelope *env, void *ud)
 {
     coord_link_t *l = ud;
     (void)conn;
-    if (l->role == COORD_ROLE_WORKER)
+    /* a worker's report may wait for the turn's nap; anything it waits an answer for (a
+     * registration, the rendezvous store) and a control client's question may not */
+    if (l->role == COORD_ROLE_WORKER && reports_only(env))
         l->c->turn_msgs++;
     else
         coord_no_nap(l->c);
