@@ -35,9 +35,10 @@
  * the sender stands where the real one does when the receiver needs the message (a
  * stage run as far as its messages allow would send only after all it could run first,
  * and its neighbour would wait that long). Each stage does its transfers in that one order
- * (the engine groups a send with the receive next to it at the same point, as Megatron's
- * send_forward_recv_backward; a send alone stays in flight on the host, in its place on
- * NCCL's stream): the earliest unfinished transfer is then always at the head of both its
+ * (on NCCL the engine groups a send with the receive next to it at the same point, as
+ * Megatron's send_forward_recv_backward, and a send alone keeps its place on the stream; on
+ * the host transports every send is left in flight where it stands and the host waits for
+ * receives only): the earliest unfinished transfer is then always at the head of both its
  * ends' streams, so none waits for ever. Receives stay where the layout pulls them (its
  * buffers hold) and sends only finish earlier than the layout assumes. */
 #ifndef CH_PIPE_IL_H

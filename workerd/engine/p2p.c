@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/util.h"
@@ -172,6 +173,12 @@ int eng_p2p_recv_prev(eng_p2p_t *p, float *buf, size_t n)
 int eng_p2p_recv_next(eng_p2p_t *p, float *buf, size_t n)
 {
     return recv_from(p, p->next, buf, n);
+}
+
+int eng_p2p_sends_progress(const eng_p2p_t *p)
+{
+    const char *t = p->pp ? wrk_coll_group_transport(p->pp) : "";
+    return strcmp(t, "ucx") == 0 || strcmp(t, "shm") == 0;
 }
 
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r)

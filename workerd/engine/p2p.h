@@ -57,6 +57,12 @@ int eng_p2p_exchange_prev(eng_p2p_t *p, const float *send, float *recv, size_t n
  * speer and receive n floats from rpeer into `recv` (the interleaved ring's neighbours). */
 int eng_p2p_sendrecv(eng_p2p_t *p, int32_t speer, const float *send, int32_t rpeer, float *recv,
                      size_t n);
+/* Whether a send may be left in flight beside a receive (1) rather than grouped with it: the
+ * host transports (UCX, shm) progress a send whatever the host waits on, so the receive alone
+ * gates the compute that follows; NCCL (and its fakes) holds the stream on a send until the
+ * peer's stream reaches the receive, so two neighbours each queueing a send before their
+ * receive would wait on each other for ever (0: group them). */
+int eng_p2p_sends_progress(const eng_p2p_t *p);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
 /* bf16: a request's packed buffer (the set_bf16 cap) allocated now, so that no send

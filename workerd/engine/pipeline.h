@@ -86,6 +86,9 @@ typedef struct eng_pipe_il {
      * buffer kept) */
     eng_p2p_req_t lone[ENG_PIPE_IL_LONE];
     uint32_t nlone; /* lone sends started, this step */
+    /* eng_p2p_sends_progress: a send beside a receive is left in flight as a lone one and
+     * the host waits for the receive only (UCX, shm); 0: one grouped exchange (NCCL) */
+    int apart;
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {
@@ -126,9 +129,10 @@ int eng_pipeline_init(eng_pipeline_t *p, eng_pipe_schedule_t sched, const eng_ba
  * (all when m == stages), then one forward and one backward at a time, then the cool-down.
  * Each receive pulls the neighbour's messages in the order the neighbour's own program
  * sends them (both programs are known to both), so the per-pair ordering of coll.h matches
- * without tags, and every transfer goes in the step's one global order (common/pipe_il.h: a
- * send grouped with the receive beside it), so none deadlocks on NCCL's stream order; a send
- * alone is left in flight, so on the host the sender does not wait for its receiver. Every block
+ * without tags, and every transfer goes in the step's one global order (common/pipe_il.h: on
+ * NCCL a send grouped with the receive beside it), so none deadlocks on NCCL's stream order; a
+ * send alone, and on the host transports every send, is left in flight, so there the sender
+ * waits for its receives only, never for its receiver. Every block
  * sees its micro-batches' backwards in micro-batch order: each gradient is summed in 1F1B's order.
  * Slots are chunk-activations (a forward of one chunk of one micro-batch, its backward freeing it):
  * slots = the warm-up depth + 1 (common/pipe_il.h), whatever m, and the stage step binds slot

@@ -40,6 +40,7 @@ int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wr
     const ch_il_layout_t *l = &il->lay;
     p->slots = l->slots;
     eng_p2p_init(&p->p2p, pp, (int32_t)l->peers[0], (int32_t)l->peers[1]);
+    il->apart = eng_p2p_sends_progress(&p->p2p);
     il->arrived = calloc(2 * (size_t)chunks * m, 1);
     il->y = calloc(l->slots, sizeof *il->y);
     il->in = l->recvs ? zalloc(p->be, (size_t)l->recvs * count) : NULL;
@@ -82,11 +83,11 @@ static float *xfer_buf(eng_pipeline_t *p, const ch_il_xfer_t *x)
     return fwd ? (float *)il->y[l->slot[at]] : il->dx + (size_t)l->send[at] * p->count;
 }
 
-/* A send with no receive beside it, started and left in flight: the buffer it reads is not
- * written again until its receiver provably has it (pipe_il.h), and the request ring's slot
- * is finished before it is reused. On NCCL the stream keeps the step's order whether or not
- * the host waits; on the host, waiting here would hold the sender until the receiver gets
- * to its receive. */
+/* A send started and left in flight (alone, or on the host beside a receive): the buffer it
+ * reads is not written again until its receiver provably has it (pipe_il.h), and the request
+ * ring's slot is finished before it is reused. On NCCL the stream keeps the step's order
+ * whether or not the host waits; on the host, waiting here would hold the sender until the
+ * receiver gets to its receive. */
 static int lone_send(eng_pipeline_t *p, uint32_t peer, const float *buf)
 {
     eng_pipe_il_t *il = &p->il;
@@ -100,8 +101,14 @@ static int lone_send(eng_pipeline_t *p, uint32_t peer, const float *buf)
 }
 
 /* The transfers at program point j, in the step's order (pipe_il.h), each receive done
- * before the next transfer; a send and a receive next to each other go as one grouped
- * exchange, a send alone is left in flight (lone_send). */
+ * before the next transfer. A send alone is left in flight (lone_send). A send and a receive
+ * next to each other go as one grouped exchange on NCCL, whose host waits for both; on the
+ * host transports (il->apart) the send is left in flight too and only the receive is waited:
+ * a grouped exchange there held the sender until its peer reached the matching receive, and
+ * at p 2, m 8 the slower stage 1 lost 8-15 ms so at 7 of its 23 exchanges (its peer
+ * still computing), time stage 0 then waited for in turn. No deadlock either way: a host
+ * blocks only on transfers at or before its place in the step's order (the ring finishes
+ * older sends), and the transport progresses every send while the host waits on anything. */
 static int xfers_at(eng_pipeline_t *p, uint32_t j)
 {
     eng_pipe_il_t *il = &p->il;
@@ -116,13 +123,15 @@ static int xfers_at(eng_pipeline_t *p, uint32_t j)
         float *sb = s ? xfer_buf(p, s) : NULL, *rb = r ? xfer_buf(p, r) : NULL;
         if (s && !sb)
             return CH_E_STATE; /* a forward output not made: never */
-        if (s && r)
+        if (s && r && !il->apart) {
             rc = eng_p2p_sendrecv(q, (int32_t)s->peer, sb, (int32_t)r->peer, rb, p->count);
-        else if (r)
-            rc = r->peer == (uint32_t)q->prev ? eng_p2p_recv_prev(q, rb, p->count)
-                                              : eng_p2p_recv_next(q, rb, p->count);
-        else
-            rc = lone_send(p, s->peer, sb);
+        } else {
+            if (s)
+                rc = lone_send(p, s->peer, sb);
+            if (rc == 0 && r)
+                rc = r->peer == (uint32_t)q->prev ? eng_p2p_recv_prev(q, rb, p->count)
+                                                  : eng_p2p_recv_next(q, rb, p->count);
+        }
         if (rc == 0 && r)
             il->arrived[r->id] = 1;
     }
