@@ -181,6 +181,15 @@ int eng_p2p_sends_progress(const eng_p2p_t *p)
     return strcmp(t, "ucx") == 0 || strcmp(t, "shm") == 0;
 }
 
+int eng_p2p_reap(eng_p2p_t *p, eng_p2p_req_t *r)
+{
+    int done = 1;
+    int rc = r->req ? wrk_coll_test(r->req, &done) : 0;
+    if (rc == 0 && done)
+        rc = eng_p2p_finish(p, r);
+    return rc < 0 ? rc : done;
+}
+
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r)
 {
     if (!r->req)

@@ -63,6 +63,9 @@ int eng_p2p_sendrecv(eng_p2p_t *p, int32_t speer, const float *send, int32_t rpe
  * peer's stream reaches the receive, so two neighbours each queueing a send before their
  * receive would wait on each other for ever (0: group them). */
 int eng_p2p_sends_progress(const eng_p2p_t *p);
+/* A send's request finished if it is done (no-op on an empty request), without blocking: 1
+ * done (the request then empty), 0 still in flight, or an error. */
+int eng_p2p_reap(eng_p2p_t *p, eng_p2p_req_t *r);
 /* Complete a send (no-op on an empty request), counted as wait; frees the request. */
 int eng_p2p_finish(eng_p2p_t *p, eng_p2p_req_t *r);
 /* bf16: a request's packed buffer (the set_bf16 cap) allocated now, so that no send

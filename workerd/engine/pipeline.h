@@ -86,9 +86,14 @@ typedef struct eng_pipe_il {
      * buffer kept) */
     eng_p2p_req_t lone[ENG_PIPE_IL_LONE];
     uint32_t nlone; /* lone sends started, this step */
-    /* eng_p2p_sends_progress: a send beside a receive is left in flight as a lone one and
-     * the host waits for the receive only (UCX, shm); 0: one grouped exchange (NCCL) */
+    /* eng_p2p_sends_progress (UCX, shm): a send beside a receive is left in flight as a lone
+     * one and the host waits for the receive only, and a send may start as soon as its op
+     * has made it (below); 0: one grouped exchange, each send at its point (NCCL) */
     int apart;
+    uint32_t lat[ENG_PIPE_IL_LONE]; /* apart: the point each ring request's send is placed at */
+    uint32_t *sendx;                /* [2 * total] op's send in lay.xfer (UINT32_MAX: none) */
+    unsigned char *out;             /* [2 * total] op's send started, this step */
+    uint32_t early;                 /* apart: the next op whose send may start early */
 } eng_pipe_il_t;
 
 typedef struct eng_pipeline {

@@ -42,10 +42,20 @@ int eng_pipeline_init_interleaved(eng_pipeline_t *p, const eng_backend_t *be, wr
     eng_p2p_init(&p->p2p, pp, (int32_t)l->peers[0], (int32_t)l->peers[1]);
     il->apart = eng_p2p_sends_progress(&p->p2p);
     il->arrived = calloc(2 * (size_t)chunks * m, 1);
+    il->sendx = malloc(2 * (size_t)l->g.total * sizeof *il->sendx);
+    il->out = calloc(2 * (size_t)l->g.total, 1);
+    for (uint32_t j = 0; il->sendx && j < 2 * l->g.total; j++)
+        il->sendx[j] = UINT32_MAX;
+    for (uint32_t k = 0; il->sendx && k < l->nxfer; k++)
+        if (l->xfer[k].send)
+            il->sendx[l->xfer[k].op] = k;
     il->y = calloc(l->slots, sizeof *il->y);
     il->in = l->recvs ? zalloc(p->be, (size_t)l->recvs * count) : NULL;
     il->dx = l->sends ? zalloc(p->be, (size_t)l->sends * count) : NULL;
-    rc = il->arrived && il->y && (il->in || !l->recvs) && (il->dx || !l->sends) ? 0 : -ENOMEM;
+    rc = il->arrived && il->y && il->sendx && il->out && (il->in || !l->recvs) &&
+                 (il->dx || !l->sends)
+             ? 0
+             : -ENOMEM;
     if (rc < 0)
         eng_pipeline_il_fini(p);
     return rc;
@@ -60,6 +70,8 @@ void eng_pipeline_il_fini(eng_pipeline_t *p)
     }
     free(il->y);
     free(il->arrived);
+    free(il->sendx);
+    free(il->out);
     if (p->be) {
         p->be->free(p->be, il->in);
         p->be->free(p->be, il->dx);
@@ -100,6 +112,78 @@ static int lone_send(eng_pipeline_t *p, uint32_t peer, const float *buf)
     return rc;
 }
 
+/* Host transports (il->apart): a ring slot for a send, the step's transfers done up to
+ * il->next: an empty or finished one; else, unless early, the one holding the earliest send
+ * of the step's order before transfer k, which the host may block on (pipe_il.h: its
+ * receiver gets to it before anything this stage does from k on). An early send takes a
+ * slot only while at most ENG_PIPE_IL_LONE - 1 hold sends not yet due (at or after il->next),
+ * so a send at its place always finds one. *slot UINT32_MAX: none without blocking. */
+static int ring_slot(eng_pipeline_t *p, uint32_t k, int early, uint32_t *slot)
+{
+    eng_pipe_il_t *il = &p->il;
+    uint32_t free_at = UINT32_MAX, old = UINT32_MAX, ahead = 0;
+    for (uint32_t i = 0; i < ENG_PIPE_IL_LONE; i++) {
+        int rc = eng_p2p_reap(&p->p2p, &il->lone[i]);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            free_at = free_at == UINT32_MAX ? i : free_at;
+        else if (il->lat[i] >= il->next)
+            ahead++;
+        else if (il->lat[i] < k && (old == UINT32_MAX || il->lat[i] < il->lat[old]))
+            old = i;
+    }
+    *slot = free_at;
+    if (early)
+        *slot = ahead + 1 < ENG_PIPE_IL_LONE ? free_at : UINT32_MAX;
+    else if (free_at == UINT32_MAX)
+        *slot = old;
+    return early || *slot != UINT32_MAX ? 0 : CH_E_STATE; /* never: one is due */
+}
+
+/* Host transports: start transfer k (a send) in flight, at its place in the step's order
+ * (early 0: finishing an older send if it must) or as soon as its op has made the data
+ * (early 1, after the op: the receiver then need not wait for the point the order placed
+ * it at, which the order's simulated pass times put later than measured ones may need);
+ * *started 0 when early found no slot free. The per-pair order holds: each neighbour's
+ * sends start in program order (early ones by il->early, due ones in the step's order). */
+static int send_apart(eng_pipeline_t *p, uint32_t k, int early, int *started)
+{
+    eng_pipe_il_t *il = &p->il;
+    eng_p2p_t *q = &p->p2p;
+    const ch_il_xfer_t *x = &il->lay.xfer[k];
+    uint32_t slot;
+    int rc = ring_slot(p, k, early, &slot);
+    *started = rc == 0 && slot != UINT32_MAX;
+    if (!*started)
+        return rc;
+    const float *buf = xfer_buf(p, x);
+    eng_p2p_req_t *r = &il->lone[slot];
+    if (!buf)
+        return CH_E_STATE;     /* a forward output not made: never */
+    rc = eng_p2p_finish(q, r); /* done already (ring_slot) unless it was due */
+    if (rc == 0)
+        rc = x->peer == (uint32_t)q->next ? eng_p2p_send_next(q, buf, p->count, r)
+                                          : eng_p2p_send_prev(q, buf, p->count, r);
+    il->lat[slot] = k;
+    il->out[x->op] = 1;
+    return rc;
+}
+
+/* Host transports, after op j: the sends of ops up to j started in program order, while
+ * the ring has a slot free for them (send_apart). */
+static int send_early(eng_pipeline_t *p, uint32_t j)
+{
+    eng_pipe_il_t *il = &p->il;
+    int rc = 0, started = 1;
+    for (; rc == 0 && started && il->early <= j; il->early += started) {
+        uint32_t k = il->sendx[il->early];
+        if (k != UINT32_MAX && !il->out[il->early])
+            rc = send_apart(p, k, 1, &started);
+    }
+    return rc;
+}
+
 /* The transfers at program point j, in the step's order (pipe_il.h), each receive done
  * before the next transfer. A send alone is left in flight (lone_send). A send and a receive
  * next to each other go as one grouped exchange on NCCL, whose host waits for both; on the
@@ -126,8 +210,11 @@ static int xfers_at(eng_pipeline_t *p, uint32_t j)
         if (s && r && !il->apart) {
             rc = eng_p2p_sendrecv(q, (int32_t)s->peer, sb, (int32_t)r->peer, rb, p->count);
         } else {
-            if (s)
+            int started;
+            if (s && !il->apart)
                 rc = lone_send(p, s->peer, sb);
+            else if (s && !il->out[s->op])
+                rc = send_apart(p, (uint32_t)(s - l->xfer), 0, &started);
             if (rc == 0 && r)
                 rc = r->peer == (uint32_t)q->prev ? eng_p2p_recv_prev(q, rb, p->count)
                                                   : eng_p2p_recv_next(q, rb, p->count);
@@ -188,13 +275,17 @@ int eng_pipeline_il_run(eng_pipeline_t *p, const eng_stage_ops_t *ops, uint32_t 
     if (m != il->lay.g.m || !ops->chunk_forward || !ops->chunk_backward)
         return -EINVAL;
     memset(il->arrived, 0, 2 * (size_t)il->lay.g.chunks * m);
+    memset(il->out, 0, 2 * (size_t)il->lay.g.total);
     il->next = 0;
     il->nlone = 0;
+    il->early = 0;
     int rc = 0;
     for (uint32_t j = 0; rc == 0 && j < 2 * il->lay.g.total; j++) {
         rc = xfers_at(p, j);
         if (rc == 0)
             rc = run_op(p, ops, j);
+        if (rc == 0 && il->apart)
+            rc = send_early(p, j);
     }
     /* the sends the receivers pull after this stage's last op; then every send of the step
      * done before the step's gradients are used */
