@@ -397,21 +397,24 @@ Test(pipeline, interleaved_transfers_never_deadlock_on_nccl)
                 cr_expect(il_rendezvous(p, v, m), "p %u v %u m %u: deadlock", p, v, m);
 }
 
+/* How il_replay_bubble's stages start their sends: each where the order placed it and left
+ * in flight; grouped with the receive beside it and waited for (NCCL's stream does, the host
+ * did); in flight as soon as its op has made it (the host transports, pipeline_il.c). */
+enum { IL_AT_POINT, IL_GROUPED, IL_EARLY };
+
 /* Stage 0's idle fraction when every stage's transfers of p x v x m run as the host runs
- * them (pipeline_il.c: a send starts where it stands and the sender goes on, a receive waits
- * until its message was sent), each chunk forward taking 1 and each chunk backward 2, on the
- * last stage `slow` times that. grouped: a send beside a receive also holds its sender until
- * the peer reaches that receive (a grouped exchange whose host waits for both halves, as the
- * host transports did before pipeline_il.c left such sends in flight). */
-static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double slow, int grouped)
+ * them (a receive waits until its message was sent; `how` above), each chunk forward taking
+ * 1 and each chunk backward bwd, on the last stage `slow` times that. */
+static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double bwd, double slow, int how)
 {
     ch_il_layout_t l[8];
     uint32_t j[8] = {0}, k[8] = {0};
-    double t[8] = {0}, wait0 = 0, *sent = NULL, *posted = NULL;
-    size_t n = 2 * (size_t)v * m;
+    double t[8] = {0}, wait0 = 0, *sent = NULL, *posted = NULL, *made = NULL;
+    size_t n = 2 * (size_t)v * m; /* messages to a stage, and ops of one */
     cr_assert_leq(p, 8);
     cr_assert(sent = malloc(p * n * sizeof *sent));
     cr_assert(posted = malloc(p * n * sizeof *posted));
+    cr_assert(made = malloc(p * n * sizeof *made)); /* when each op ended */
     for (size_t i = 0; i < p * n; i++)
         sent[i] = posted[i] = -1;
     for (uint32_t s = 0; s < p; s++)
@@ -424,21 +427,23 @@ static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double slow, 
             while (j[s] <= end) {
                 int blocked = 0;
                 while (!blocked && k[s] < l[s].nxfer && l[s].xfer[k[s]].at == j[s]) {
-                    /* a launch's sends start and its receives are posted at once (again, at
-                     * the same time, if it has to wait); it ends when its receive's message
-                     * was sent and, grouped, its send's receive posted */
+                    /* a launch's sends start (early: when their op ended) and its receives
+                     * are posted at once (again, at the same time, if it has to wait); it
+                     * ends when its receive's message was sent and, grouped, its send's
+                     * receive posted */
                     const ch_il_xfer_t *x = &l[s].xfer[k[s]];
                     uint32_t c = ch_il_launch(&l[s], k[s]);
                     double done = t[s];
                     for (uint32_t i = 0; i < c; i++) {
                         double *at =
                             x[i].send ? &sent[x[i].peer * n + x[i].id] : &posted[s * n + x[i].id];
-                        *at = *at < 0 ? t[s] : *at;
+                        double now = x[i].send && how == IL_EARLY ? made[s * n + x[i].op] : t[s];
+                        *at = *at < 0 ? now : *at;
                     }
                     for (uint32_t i = 0; i < c; i++) {
-                        double at = !x[i].send          ? sent[s * n + x[i].id]
-                                    : grouped && c == 2 ? posted[x[i].peer * n + x[i].id]
-                                                        : 0;
+                        double at = !x[i].send                    ? sent[s * n + x[i].id]
+                                    : how == IL_GROUPED && c == 2 ? posted[x[i].peer * n + x[i].id]
+                                                                  : 0;
                         blocked |= at < 0;
                         done = at > done ? at : done;
                     }
@@ -454,7 +459,8 @@ static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double slow, 
                     int fwd;
                     uint32_t c, mb;
                     ch_il_op(&l[s].g, j[s], &fwd, &c, &mb);
-                    t[s] += (fwd ? 1 : 2) * unit;
+                    t[s] += (fwd ? 1 : bwd) * unit;
+                    made[s * n + j[s]] = t[s];
                 }
                 j[s]++;
                 moved = 1;
@@ -467,6 +473,7 @@ static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double slow, 
     }
     free(sent);
     free(posted);
+    free(made);
     return wait0 / t[0];
 }
 
@@ -476,24 +483,41 @@ static double il_replay_bubble(uint32_t p, uint32_t v, uint32_t m, double slow, 
  * host transports run it, each send left in flight. Grouping a send with the receive beside
  * it and waiting for both (NCCL's stream does; the host did) holds a sender until its peer
  * gets to the receive: 0.158 at p 2, m 8 (what the host measured before: 0.245, its stages
- * unequal), and never less than in flight. */
+ * unequal), and never less than in flight; starting each send as soon as its op has made
+ * it never idles more. */
 Test(pipeline, interleaved_order_idles_stage_0_as_the_formula_says)
 {
     for (uint32_t p = 2; p <= 4; p++)
         for (uint32_t m = p; m <= 4 * p; m += p) {
-            double b = il_replay_bubble(p, 2, m, 1, 0), f = (double)(p - 1) / (2 * m + p - 1);
-            double g = il_replay_bubble(p, 2, m, 1, 1);
+            double b = il_replay_bubble(p, 2, m, 2, 1, IL_AT_POINT);
+            double g = il_replay_bubble(p, 2, m, 2, 1, IL_GROUPED);
+            double e = il_replay_bubble(p, 2, m, 2, 1, IL_EARLY);
+            double f = (double)(p - 1) / (2 * m + p - 1);
             cr_expect_leq(fabs(b - f), 0.03, "p %u v 2 m %u: stage 0 idles %.3f, formula %.3f", p,
                           m, b, f);
             cr_expect_geq(g, b - 1e-9, "p %u v 2 m %u: grouped %.3f, in flight %.3f", p, m, g, b);
+            cr_expect_leq(e, b + 1e-9, "p %u v 2 m %u: early %.3f, at its point %.3f", p, m, e, b);
             printf("pipeline: interleaved order p=%u v=2 m=%u: stage 0 idles %.3f (formula %.3f; "
-                   "sends grouped and waited %.3f)\n",
-                   p, m, b, f, g);
+                   "sends grouped and waited %.3f, early %.3f)\n",
+                   p, m, b, f, g, e);
         }
     /* a last stage 15% slower (the loss's chunk): in flight still idles stage 0 less */
-    double b = il_replay_bubble(2, 2, 8, 1.15, 0), g = il_replay_bubble(2, 2, 8, 1.15, 1);
+    double b = il_replay_bubble(2, 2, 8, 2, 1.15, IL_AT_POINT);
+    double g = il_replay_bubble(2, 2, 8, 2, 1.15, IL_GROUPED);
     cr_expect_lt(b, g, "p 2 v 2 m 8, last stage x1.15: in flight %.3f, grouped %.3f", b, g);
     cr_expect_geq(b, 1 - 1 / 1.15, "stage 0 idles at least what the slower stage adds");
+    /* The order's points come from passes simulated at F 1, B 2; the measured ones here are
+     * nearer 1:1.5-1.8, and at p 4 a send at its point then comes late: a send started when
+     * its op has made it keeps stage 0 at the formula */
+    for (uint32_t m = 8; m <= 16; m *= 2) {
+        double at = il_replay_bubble(4, 2, m, 1.5, 1, IL_AT_POINT);
+        double e = il_replay_bubble(4, 2, m, 1.5, 1, IL_EARLY), f = 3.0 / (2 * m + 3);
+        cr_expect_gt(at, f + 0.01, "p 4 m %u, B 1.5: at its point %.3f, formula %.3f", m, at, f);
+        cr_expect_leq(fabs(e - f), 0.005, "p 4 m %u, B 1.5: early %.3f, formula %.3f", m, e, f);
+        printf("pipeline: interleaved p=4 v=2 m=%u, B 1.5 F: stage 0 idles %.3f, sends early "
+               "%.3f (formula %.3f)\n",
+               m, at, e, f);
+    }
 }
 
 Test(pipeline, interleaved_keeps_its_warm_up_depth)
