@@ -90,7 +90,7 @@ typedef struct eng_pipe_il {
      * one and the host waits for the receive only, and a send may start as soon as its op
      * has made it (below); 0: one grouped exchange, each send at its point (NCCL) */
     int apart;
-    uint32_t lat[ENG_PIPE_IL_LONE]; /* apart: the point each ring request's send is placed at */
+    uint32_t lat[ENG_PIPE_IL_LONE]; /* apart: each ring request's send's place in lay.xfer */
     uint32_t *sendx;                /* [2 * total] op's send in lay.xfer (UINT32_MAX: none) */
     unsigned char *out;             /* [2 * total] op's send started, this step */
     uint32_t early;                 /* apart: the next op whose send may start early */

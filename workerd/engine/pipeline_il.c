@@ -187,12 +187,13 @@ static int send_early(eng_pipeline_t *p, uint32_t j)
 /* The transfers at program point j, in the step's order (pipe_il.h), each receive done
  * before the next transfer. A send alone is left in flight (lone_send). A send and a receive
  * next to each other go as one grouped exchange on NCCL, whose host waits for both; on the
- * host transports (il->apart) the send is left in flight too and only the receive is waited:
- * a grouped exchange there held the sender until its peer reached the matching receive, and
- * at p 2, m 8 the slower stage 1 lost 8-15 ms so at 7 of its 23 exchanges (its peer
- * still computing), time stage 0 then waited for in turn. No deadlock either way: a host
- * blocks only on transfers at or before its place in the step's order (the ring finishes
- * older sends), and the transport progresses every send while the host waits on anything. */
+ * host transports (il->apart) the send is left in flight too (unless send_early started it
+ * already) and only the receive is waited: a grouped exchange there held the sender until its
+ * peer reached the matching receive, and at p 2, m 8 the slower stage 1 lost 7-15 ms so at 7
+ * of its 23 exchanges (its peer still computing), time stage 0 then waited for in turn. No deadlock
+ * either way: a host blocks only on transfers at or before its place in the step's order (the ring
+ * finishes older sends), and the transport progresses every send while the host waits on anything.
+ */
 static int xfers_at(eng_pipeline_t *p, uint32_t j)
 {
     eng_pipe_il_t *il = &p->il;
