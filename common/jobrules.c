@@ -77,7 +77,8 @@ static int validate_optim(const ch_jobspec_t *j, char *err, size_t errlen)
 /* parallel.schedule and virtual_stages: Megatron's rules for the interleaved schedule
  * (each rank holds virtual_stages chunks of layers / (pp x virtual_stages) blocks; the
  * micro-batches go round the ranks in groups of pp); ZB-H1's weight passes read the
- * activations the forward kept, which recomputation and the CUDA backend do not keep apart. */
+ * layer inputs the forward kept, which full recomputation does not keep (selective drops
+ * only the attention probabilities, which no weight pass reads). */
 static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
 {
     const uint32_t pp = j->parallel.pp, v = j->parallel.virtual_stages;
@@ -89,17 +90,13 @@ static int validate_schedule(const ch_jobspec_t *j, char *err, size_t errlen)
                  v, name);
         return CH_E_CONFIG;
     }
-    if (j->parallel.schedule == CH_SCHEDULE_ZBH1 && j->parallel.recompute != CH_RECOMPUTE_NONE) {
+    if (j->parallel.schedule == CH_SCHEDULE_ZBH1 && j->parallel.recompute == CH_RECOMPUTE_FULL) {
         snprintf(err, errlen,
-                 "parallel.recompute: %s cannot combine with parallel.schedule = zb-h1 (its "
-                 "weight passes read the activations recomputation drops); use none",
-                 ch_recompute_name(j->parallel.recompute));
-        return CH_E_CONFIG;
-    }
-    if (j->parallel.schedule == CH_SCHEDULE_ZBH1 && j->train.device == CH_DEVICE_CUDA) {
-        snprintf(err, errlen,
-                 "train.device: cuda cannot run parallel.schedule = zb-h1 yet (the CUDA "
-                 "kernels have no separate weight-gradient pass); use 1f1b or cpu");
+                 "parallel.recompute: full cannot combine with parallel.schedule = zb-h1 (a "
+                 "block's weight pass reads its layer inputs, which full recomputation makes "
+                 "again in one shared set the next block's input pass overwrites; keeping them "
+                 "until the weight pass would keep most of what full saves); use selective or "
+                 "none");
         return CH_E_CONFIG;
     }
     /* interleaved runs on NCCL too: its transfers go in the step's one global order

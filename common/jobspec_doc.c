@@ -40,8 +40,9 @@ static const ch_jobspec_doc_t docs[] = {
      "balanced when its busiest stage still fits the memory budget, else even."},
     {"parallel", "schedule", "", "1f1b | interleaved | zb-h1",
      "Pipeline schedule. zb-h1: each backward split into input- and weight-gradient passes, "
-     "the weight passes deferred into the cool-down (same bits as 1f1b; not with recompute "
-     "or cuda). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks per rank, "
+     "the weight passes deferred into the cool-down (same bits as 1f1b; cpu or cuda; not "
+     "with recompute = full). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks "
+     "per rank, "
      "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping only its warm-up "
      "depth of chunk activations, (pp-stage-1) x 2+(virtual_stages-1) x pp+1, whatever "
      "microbatches; its sends and receives go in one order every rank derives, a send grouped "

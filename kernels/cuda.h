@@ -84,7 +84,9 @@ int kn_cuda_encoder_bwd(float *dwte, float *dwpe, void *scratch, const float *do
 int kn_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C, kn_stream_t stream);
 /* dinp, dweight, dbias accumulate. dweight/dbias are summed in KN_CUDA_LN_PARTIALS fixed
- * partial sums (no atomics). scratch: KN_CUDA_LN_BWD_SCRATCH(C) floats. */
+ * partial sums (no atomics). scratch: KN_CUDA_LN_BWD_SCRATCH(C) floats. dinp NULL: only the
+ * parameter gradients, weight not read (may be NULL); dweight and dbias NULL: only dinp, no
+ * partial sums (scratch may be NULL). Each half gives the whole backward's bits. */
 #define KN_CUDA_LN_PARTIALS       512
 #define KN_CUDA_LN_BWD_SCRATCH(C) ((size_t)KN_CUDA_LN_PARTIALS * 2 * (size_t)(C))
 int kn_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias, float *scratch,
@@ -97,8 +99,9 @@ int kn_cuda_layernorm_bwd(float *dinp, float *dweight, float *dbias, float *scra
 /* out[N,OC] = inp[N,C] @ weight[C,OC] + bias[OC]; bias may be NULL (cuBLASLt, bias fused) */
 int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, const float *weight,
                        const float *bias, int N, int C, int OC, kn_stream_t stream);
-/* dinp = dout @ weight^T (overwrites); dweight += inp^T @ dout; dbias += column sums of dout
- * (dbias may be NULL) */
+/* dinp = dout @ weight^T (overwrites); dweight += inp^T @ dout; dbias += column sums of dout.
+ * Any of the three may be NULL, and its work is skipped: dinp NULL, weight is not read (it
+ * may be NULL); dweight and dbias NULL, inp is not read (ZB-H1's split backward) */
 int kn_cuda_matmul_bwd(kn_cuda_t *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int N, int C, int OC,
                        kn_stream_t stream);

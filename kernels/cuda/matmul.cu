@@ -163,9 +163,15 @@ extern "C" int kn_cuda_matmul_bwd(kn_cuda_t *ctx, float *dinp, float *dweight, f
     if (N <= 0 || C <= 0 || OC <= 0) {
         return -EINVAL;
     }
-    int rc =
-        gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, weight, OC, dout, OC, 0.0f, dinp, C);
-    if (rc == 0) {
+    /* a split backward (ZB-H1) asks for one half: the input pass passes NULL dweight and
+     * dbias (inp unread), the weight pass NULL dinp (weight unread, may be NULL); each GEMM
+     * is the one the whole backward runs, so the halves give its bits */
+    int rc = 0;
+    if (dinp != NULL) {
+        rc = gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, weight, OC, dout, OC, 0.0f, dinp,
+                  C);
+    }
+    if (rc == 0 && dweight != NULL) {
         rc = gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, dout, OC, inp, C, 1.0f, dweight,
                   OC);
     }

@@ -9,7 +9,8 @@
  *      over the step) per stage, for 1F1B against (p-1)/(m+p-1) and ZB-H1 against
  *      (p-1)/(3m+p-1), for p in {2, 4} and m in {4, 8, 16} (micro-batch size = global
  *      batch / m), interleaved (v = 2) against (p-1)/(v m+p-1), and ZB-H1's stage-0 bubble over
- *      1F1B's (measured in turns). Stage 0's figure is
+ *      1F1B's (measured in turns; also from the formulas at each one's measured passes, with
+ *      ZB-H1's weight pass over its input pass, W/B). Stage 0's figure is
  * the one to compare: it idles only inside the schedule (waiting for gradients in the steady state
  * and cool-down), while later stages idle partly after their last backward, in the step's closing
  * all-reduces (the tied-wte sum with stage 0, the loss over the column), which the trainer counts
@@ -49,7 +50,10 @@
  * Flags (--name=value): layers embd heads seq vocab (model), batch (global sequences a
  * step; a multiple of 16), warmup (W), steps (S), reps (K), only
  * (eff|bubble|zero|mem|recompute), pin, rc-layers and rc-seq (section 6's blocks, 2, and
- * sequence length, 1024), pp and m (section 2 at that p / m only). Section 2 also prints
+ * sequence length, 1024), pp and m (section 2 at that p / m only), zb-pair (section 2 runs
+ * 1f1b and zb-h1 alone), gpt2-shape (embd 384, 6 heads, seq 512: GPT-2's head size and
+ * attention-to-linear work, T/(6C) = 0.22, with GEMMs of 4x the default's rows and 1.5x its
+ * width; flags after it override). Section 2 also prints
  * each stage's pass times per micro-batch (eng_step_info_t.pass) and the formulas at those
  * times (bubble_at_times), beside the ideal ones. */
 #include <errno.h>
@@ -82,6 +86,7 @@ typedef struct opts {
     int balanced;               /* --balanced: parallel.stage_split = balanced */
     uint32_t rc_layers, rc_seq; /* section 6's blocks and sequence length */
     uint32_t only_p, only_m;    /* --pp, --m: section 2 at this p / m only (0: all) */
+    int zb_pair;                /* --zb-pair: section 2 without interleaved */
 } opts_t;
 
 /* One layout to run: tp x pp x dp with m micro-batches per DP rank (micro-batch size =
@@ -592,7 +597,8 @@ static void bench_bubble(bench_t *b)
     size_t n = 0;
     for (size_t i = 0; i < N; i++) {
         uint32_t p = ps[i / (NM * NS)], m = ms[i / NS % NM];
-        if ((b->o.only_p && p != b->o.only_p) || (b->o.only_m && m != b->o.only_m))
+        if ((b->o.only_p && p != b->o.only_p) || (b->o.only_m && m != b->o.only_m) ||
+            (b->o.zb_pair && ss[i % NS] == CH_SCHEDULE_INTERLEAVED))
             continue;
         cfgs[n++] = (cfg_t){.tp = 1,
                             .pp = p,
@@ -602,9 +608,9 @@ static void bench_bubble(bench_t *b)
                             .sched = ss[i % NS],
                             .v = ss[i % NS] == CH_SCHEDULE_INTERLEAVED ? 2 : 0};
     }
-    printf("\n== pipeline bubble (1f1b, zb-h1, interleaved v=2): pipeline send/recv wait over "
-           "the step, 1 OpenBLAS thread per rank; each p, m measured in turns across the "
-           "schedules ==\n");
+    printf("\n== pipeline bubble (1f1b, zb-h1%s): pipeline send/recv wait over the step, 1 "
+           "OpenBLAS thread per rank; each p, m measured in turns across the schedules ==\n",
+           b->o.zb_pair ? "" : ", interleaved v=2");
     measure_group(b, cfgs, n);
     for (size_t i = 0; i < n; i++) {
         const result_t *r = get(b, &cfgs[i]);
@@ -648,13 +654,22 @@ static void bench_bubble(bench_t *b)
         /* the pair measured in turns: zb-h1's stage-0 bubble and step over 1f1b's */
         const result_t *f = get(b, &cfgs[i - 1]);
         double ratio = f->mean[0].bubble > 0 ? s0 / f->mean[0].bubble : 0;
-        printf("    zb-h1 / 1f1b p=%u m=%u: stage-0 bubble ratio %.3f%s, step %.3f s / %.3f s\n", p,
-               m, ratio,
+        /* the same ratio from the formulas at each schedule's measured passes, and ZB-H1's
+         * weight pass against its input pass (the paper's T_W = T_B makes it 1) */
+        double fat = bubble_at_times(f), rat = fat > 0 ? at / fat : 0, wb = 0;
+        for (uint32_t s = 1; s < p; s++)
+            wb += r->mean[s].pass.bwd > 0 ? r->mean[s].pass.weight / r->mean[s].pass.bwd / (p - 1)
+                                          : 0;
+        printf("    zb-h1 / 1f1b p=%u m=%u: stage-0 bubble ratio %.3f%s, formulas at the measured "
+               "passes %.3f (W/B %.2f), step %.3f s / %.3f s\n",
+               p, m, ratio,
                p == 4 && m == 8 ? (ratio <= 0.5 ? " (goal <= 0.5: met)" : " (goal <= 0.5: missed)")
                                 : "",
-               r->step_s, f->step_s);
+               rat, wb, r->step_s, f->step_s);
         snprintf(name, sizeof name, "bubble_zb-h1_over_1f1b_p%u_m%u_stage0", p, m);
         result_line(name, s0, "fraction", "1f1b_measured", f->mean[0].bubble);
+        snprintf(name, sizeof name, "bubble_zb-h1_over_1f1b_p%u_m%u_at_passes", p, m);
+        result_line(name, at, "fraction", "1f1b_formula_at_measured_passes", fat);
     }
 }
 
@@ -900,13 +915,22 @@ static void parse(int argc, char **argv, opts_t *o)
             o->pin = 1;
         else if (strcmp(a, "--balanced") == 0)
             o->balanced = 1;
-        else {
+        else if (strcmp(a, "--zb-pair") == 0)
+            o->zb_pair = 1;
+        else if (strcmp(a, "--gpt2-shape") == 0) {
+            /* GPT-2's head size and its attention-to-linear work, T/(6C) = 0.22 at T 1024,
+             * C 768: C 384, T 512 keep both (flags after this one override) */
+            o->embd = 384;
+            o->heads = 6;
+            o->seq = 512;
+        } else {
             fprintf(stderr,
                     "usage: chorus-bench-parallel [--layers=8] [--embd=256] [--heads=8] "
                     "[--seq=128] [--vocab=512] [--batch=16 (global sequences, a multiple of "
                     "16)] [--warmup=1] [--steps=1] [--reps=3] "
                     "[--only=eff|bubble|zero|mem|recompute] [--pin] [--balanced] "
-                    "[--rc-layers=2] [--rc-seq=1024] [--pp=2|4] [--m=4|8|16]\n");
+                    "[--rc-layers=2] [--rc-seq=1024] [--pp=2|4] [--m=4|8|16] [--zb-pair] "
+                    "[--gpt2-shape]\n");
             exit(2);
         }
     }
@@ -941,6 +965,10 @@ int main(int argc, char **argv)
            "batch %u sequences for every layout; each layout: best of %u rounds (in turns with "
            "the layouts it is compared with) of %u warm-up + %u timed step(s)\n",
            o->layers, o->embd, o->heads, o->seq, o->vocab, o->batch, o->reps, o->warmup, o->steps);
+    /* a block's attention matmuls (QK^T and AV: 2 T C multiply-adds per token, not halved for
+     * the causal mask) against its linear layers' 12 C^2 */
+    printf("attention / linear work per block: T/(6C) = %.3f (GPT-2 124M at T 1024: 0.222)\n",
+           (double)o->seq / (6.0 * o->embd));
     printf("placement: ranks are threads of this process (UCX loopback collectives); OpenBLAS "
            "threads process-wide: 1 per rank for multi-rank layouts, 2 or 1 for one rank; %s\n",
            o->pin ? "rank r pinned to CPU r mod ncpu" : "threads not pinned");

@@ -296,8 +296,10 @@ static void sim_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweig
                               const float *mean, const float *rstd, int N, int C)
 {
     devsim_t *d = ds(be);
-    d->cpu->layernorm_bwd(d->cpu, DEV(dinp), DEV(dweight), DEV(dbias), DEV(dout), DEV(inp),
-                          DEV(weight), DEV(mean), DEV(rstd), N, C);
+    /* a split backward's half (ZB-H1, backend.h): the weight pass (dinp NULL) reads no weight,
+     * handed on as NULL so that a read would fault, as a GPU kernel's would be wrong */
+    d->cpu->layernorm_bwd(d->cpu, OPT(dinp), OPT(dweight), OPT(dbias), DEV(dout), DEV(inp),
+                          dinp != NULL ? DEV(weight) : NULL, DEV(mean), DEV(rstd), N, C);
 }
 
 static void sim_matmul_fwd(const eng_backend_t *be, float *out, const float *inp,
@@ -312,8 +314,10 @@ static void sim_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight,
                            int OC)
 {
     devsim_t *d = ds(be);
-    d->cpu->matmul_bwd(d->cpu, DEV(dinp), DEV(dweight), OPT(dbias), DEV(dout), DEV(inp),
-                       DEV(weight), N, C, OC);
+    /* either half alone (ZB-H1): the input pass reads no inp, the weight pass no weight */
+    d->cpu->matmul_bwd(d->cpu, OPT(dinp), OPT(dweight), OPT(dbias), DEV(dout),
+                       dweight != NULL ? DEV(inp) : NULL, dinp != NULL ? DEV(weight) : NULL, N, C,
+                       OC);
 }
 
 /* att NULL: nothing kept (selective recomputation), scratch then used */

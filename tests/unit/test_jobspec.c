@@ -274,8 +274,16 @@ Test(jobspec, validate_schedule)
             "not 1f1b");
     INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.parallel.recompute = CH_RECOMPUTE_FULL),
             "parallel.recompute: full cannot combine with parallel.schedule = zb-h1");
-    INVALID((j.parallel.schedule = CH_SCHEDULE_ZBH1, j.train.device = CH_DEVICE_CUDA),
-            "train.device: cuda cannot run parallel.schedule = zb-h1");
+    /* the CUDA kernels run either half of a split backward; selective drops only the
+     * probabilities, which no weight pass reads */
+    VALID((j.parallel.pp = 2, j.parallel.schedule = CH_SCHEDULE_ZBH1,
+           j.train.device = CH_DEVICE_CUDA));
+    VALID((j.parallel.pp = 2, j.parallel.schedule = CH_SCHEDULE_ZBH1,
+           j.parallel.recompute = CH_RECOMPUTE_SELECTIVE));
+    INVALID((j.parallel.pp = 2, j.parallel.schedule = CH_SCHEDULE_ZBH1,
+             j.parallel.recompute = CH_RECOMPUTE_FULL, j.train.device = CH_DEVICE_CUDA),
+            "parallel.recompute: full cannot combine with parallel.schedule = zb-h1 (a block's "
+            "weight pass reads its layer inputs");
     /* Megatron's rules; CPU only */
     INVALID((j.parallel.schedule = CH_SCHEDULE_INTERLEAVED, j.parallel.pp = 2),
             "parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2");

@@ -244,6 +244,65 @@ Test(cuda_layernorm, fwd_bwd_match_reference)
     free(x);
 }
 
+/* ZB-H1's split backward: the input half (dweight, dbias NULL; no scratch) and the weight
+ * half (dinp NULL; weight NULL: never read) give the whole backward's bits */
+Test(cuda_layernorm, split_backward_halves_give_the_whole_bits)
+{
+    need_gpu();
+    int N = 1100, C = 77;
+    size_t NC = (size_t)N * C;
+    float *x = randn(NC, "x", 2), *w = randn(C, "w", 1), *mean = zeros(N), *rstd = zeros(N);
+    float *dout = randn(NC, "dout", 1), *dx = randn(NC, "dx0", 1);
+    float *dw = randn(C, "dw0", 1), *db = randn(C, "db0", 1);
+    kn_layernorm_fwd_ref(zeros(NC), mean, rstd, x, w, w, N, C);
+    float *d_x = upf(x, NC), *d_w = upf(w, C), *d_mean = upf(mean, N), *d_rstd = upf(rstd, N);
+    float *d_dout = upf(dout, NC), *scratch = dev_alloc(KN_CUDA_LN_BWD_SCRATCH(C) * sizeof(float));
+    float *d_dx = upf(dx, NC), *d_dw = upf(dw, C), *d_db = upf(db, C);
+    float *s_dx = upf(dx, NC), *s_dw = upf(dw, C), *s_db = upf(db, C);
+    cr_assert_eq(kn_cuda_layernorm_bwd(d_dx, d_dw, d_db, scratch, d_dout, d_x, d_w, d_mean, d_rstd,
+                                       N, C, NULL),
+                 0);
+    cr_assert_eq(
+        kn_cuda_layernorm_bwd(s_dx, NULL, NULL, NULL, d_dout, d_x, d_w, d_mean, d_rstd, N, C, NULL),
+        0);
+    cr_assert_eq(kn_cuda_layernorm_bwd(NULL, s_dw, s_db, scratch, d_dout, d_x, NULL, d_mean, d_rstd,
+                                       N, C, NULL),
+                 0);
+    assert_same("ln split dinp", down(s_dx, NC), down(d_dx, NC), NC);
+    assert_same("ln split dweight", down(s_dw, C), down(d_dw, C), C);
+    assert_same("ln split dbias", down(s_db, C), down(d_db, C), C);
+    cudaFree(s_db), cudaFree(s_dw), cudaFree(s_dx), cudaFree(d_db), cudaFree(d_dw), cudaFree(d_dx);
+    cudaFree(scratch), cudaFree(d_dout), cudaFree(d_rstd), cudaFree(d_mean), cudaFree(d_w);
+    cudaFree(d_x);
+}
+
+Test(cuda_matmul, split_backward_halves_give_the_whole_bits)
+{
+    need_gpu();
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        kn_cuda_t *ctx = ctx_new(tf32);
+        int N = 96, C = 64, OC = 160;
+        size_t nI = (size_t)N * C, nW = (size_t)C * OC, nO = (size_t)N * OC;
+        float *x = randn(nI, "x", 1), *w = randn(nW, "w", 0.1f), *dout = randn(nO, "dout", 1);
+        float *dw = randn(nW, "dw0", 1), *db = randn(OC, "db0", 1);
+        float *d_x = upf(x, nI), *d_w = upf(w, nW), *d_dout = upf(dout, nO);
+        float *d_dx = upf(zeros(nI), nI), *d_dw = upf(dw, nW), *d_db = upf(db, OC);
+        float *s_dx = upf(zeros(nI), nI), *s_dw = upf(dw, nW), *s_db = upf(db, OC);
+        cr_assert_eq(kn_cuda_matmul_bwd(ctx, d_dx, d_dw, d_db, d_dout, d_x, d_w, N, C, OC, NULL), 0,
+                     "%s", kn_cuda_ctx_error(ctx));
+        cr_assert_eq(kn_cuda_matmul_bwd(ctx, s_dx, NULL, NULL, d_dout, NULL, d_w, N, C, OC, NULL),
+                     0, "%s", kn_cuda_ctx_error(ctx));
+        cr_assert_eq(kn_cuda_matmul_bwd(ctx, NULL, s_dw, s_db, d_dout, d_x, NULL, N, C, OC, NULL),
+                     0, "%s", kn_cuda_ctx_error(ctx));
+        assert_same("matmul split dinp", down(s_dx, nI), down(d_dx, nI), nI);
+        assert_same("matmul split dweight", down(s_dw, nW), down(d_dw, nW), nW);
+        assert_same("matmul split dbias", down(s_db, OC), down(d_db, OC), OC);
+        cudaFree(s_db), cudaFree(s_dw), cudaFree(s_dx), cudaFree(d_db), cudaFree(d_dw);
+        cudaFree(d_dx), cudaFree(d_dout), cudaFree(d_w), cudaFree(d_x);
+        kn_cuda_destroy(ctx);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // matmul: fp32 1e-5 (forward) / 1e-4 (backward); TF32 5e-3 of the largest entry
 

@@ -940,6 +940,41 @@ Test(layouts, host_staged_collectives_train_device_ranks_like_the_cpu)
     }
 }
 
+/* ZB-H1 on a device backend (the CUDA path): every rank's device is poisoned devsim, whose
+ * backwards hand the CPU kernels NULL for the operands a split backward's half must not read
+ * (a read faults), collectives host-staged; pp 2 and tp 2 x pp 2 train bit for bit like 1f1b
+ * on the CPU, fp32 and bf16 (emulated, pp 2), fp32 with no allocation inside a step. */
+Test(layouts, zbh1_on_a_device_backend_trains_like_1f1b_on_the_cpu)
+{
+    const uint32_t cases[][4] = {{1, 2, 1, 0}, {2, 2, 1, 0}, {1, 2, 1, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ch_jobspec_t j;
+        rank_run_t a[MAXR], b[MAXR];
+        char name[32];
+        snprintf(name, sizeof name, "zbd%u%u%u%s", cases[k][0], cases[k][1], cases[k][2],
+                 cases[k][3] ? "b" : "");
+        spec_for(&j, name, cases[k][0], cases[k][1], cases[k][2]);
+        if (cases[k][3]) {
+            j.train.precision = CH_PRECISION_BF16;
+            j.train.emulate = 1;
+        }
+        j.checkpoint.dir[0] = '\0';
+        j.checkpoint.every = 0;
+        run_on(&j, 0, 0, DEV_CPU, a);
+        j.parallel.schedule = CH_SCHEDULE_ZBH1;
+        run_with(&j, 0, 0, DEV_POISON, NULL, 1, b);
+        /* (the bf16 emulation's wrapper grows its rounding slots on first use) */
+        if (!cases[k][3])
+            expect_no_step_allocates(b, ch_layout_world(ch_jobspec_layout(&j)), name);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s], "%s step %d: 1f1b cpu %.9g, zb-h1 %.9g",
+                         name, s, a[0].losses[s], b[0].losses[s]);
+        printf("layouts: zb-h1 tp=%u pp=%u dp=%u%s on poisoned devsim: losses bit-identical to "
+               "1f1b on the CPU\n",
+               cases[k][0], cases[k][1], cases[k][2], cases[k][3] ? " bf16" : "");
+    }
+}
+
 /* parallel.recompute: selective (attention probabilities made again in the backward) and
  * full (each block's forward run again) train the same bits as none, losses and
  * checkpoint files, on layouts with tensor, pipeline and data parallelism; a run resumed
@@ -1051,6 +1086,47 @@ Test(layouts, zbh1_is_exact_and_measured)
                          k, s);
         expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
                            "1f1b resumed under zb-h1");
+    }
+}
+
+/* zb-h1 with selective recomputation (the probabilities dropped, which no weight pass reads):
+ * the bits of 1f1b without recomputation (losses and every rank's checkpoint file), each
+ * rank's measured peak the plan's (1%), below zb-h1's without recomputation on rank 0. */
+Test(layouts, zbh1_with_selective_recompute_is_exact_and_measured)
+{
+    static const uint32_t cases[][3] = {{1, 2, 2}, {2, 2, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ch_jobspec_t j[2];
+        rank_run_t a[MAXR], b[MAXR];
+        for (int md = 0; md < 2; md++) {
+            spec_for(&j[md], "zbs", cases[k][0], cases[k][1], cases[k][2]);
+            j[md].parallel.schedule = md ? CH_SCHEDULE_ZBH1 : CH_SCHEDULE_1F1B;
+            j[md].parallel.recompute = md ? CH_RECOMPUTE_SELECTIVE : CH_RECOMPUTE_NONE;
+            snprintf(j[md].checkpoint.dir, sizeof j[md].checkpoint.dir, "%s/zbs%zu-%d", dir, k, md);
+            run(&j[md], 0, 0, md ? b : a);
+        }
+        for (uint32_t i = 0; i < ch_layout_world(ch_jobspec_layout(&j[1])); i++) {
+            ch_plan_t p, none;
+            plan_of(&j[1], i, &p);
+            ch_jobspec_t x = j[1];
+            x.parallel.recompute = CH_RECOMPUTE_NONE;
+            plan_of(&x, i, &none);
+            double peak = (double)b[i].measured.total_peak;
+            cr_expect_leq(fabs(p.total_bytes - peak) / peak, 0.01,
+                          "zb-h1 selective rank %u: plan %.0f, measured %.0f", i, p.total_bytes,
+                          peak);
+            cr_expect_lt(p.total_bytes, none.total_bytes, "rank %u: selective saves nothing", i);
+        }
+        for (int s = 0; s < STEPS; s++)
+            cr_expect_eq(a[0].losses[s], b[0].losses[s],
+                         "case %zu step %d: zb-h1 selective %.9g, 1f1b %.9g", k, s, b[0].losses[s],
+                         a[0].losses[s]);
+        expect_same_shards(&j[0], j[0].checkpoint.dir, j[1].checkpoint.dir, STEPS,
+                           "zb-h1 selective");
+        printf("layouts: zb-h1 + selective tp=%u pp=%u dp=%u: 1f1b's bits, rank 0 peak %zu B, "
+               "activations %zu B\n",
+               cases[k][0], cases[k][1], cases[k][2], b[0].measured.total_peak,
+               b[0].measured.peak[ENG_MEM_ACTS]);
     }
 }
 

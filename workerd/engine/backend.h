@@ -66,6 +66,9 @@ struct eng_backend {
                         const int32_t *inp, int B, int T, int C);
     void (*layernorm_fwd)(const eng_backend_t *be, float *out, float *mean, float *rstd,
                           const float *inp, const float *weight, const float *bias, int N, int C);
+    /* the backwards: a split backward (ZB-H1) runs either half alone. NULL dweight and dbias:
+     * the input gradient alone (matmul: inp unread); NULL dinp: the parameter gradients alone
+     * (weight unread, NULL) */
     void (*layernorm_bwd)(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight,
                           const float *mean, const float *rstd, int N, int C);

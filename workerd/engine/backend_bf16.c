@@ -182,8 +182,9 @@ static void b_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweight
                             const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, int N, int C)
 {
+    /* the weight pass (dinp NULL) reads no weight */
     const float *d = in_bf16(be, 0, dout, (size_t)N * C), *x = in_bf16(be, 1, inp, (size_t)N * C),
-                *w = in_bf16(be, 2, weight, (size_t)C);
+                *w = dinp != NULL ? in_bf16(be, 2, weight, (size_t)C) : weight;
     IN(be)->layernorm_bwd(IN(be), dinp, dweight, dbias, d, x, w, mean, rstd, N, C);
     store(be, dinp, (size_t)N * C); /* accumulated, then stored bf16 */
 }
@@ -201,8 +202,11 @@ static void b_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, f
                          const float *dout, const float *inp, const float *weight, int N, int C,
                          int OC)
 {
-    const float *d = in_bf16(be, 0, dout, (size_t)N * OC), *x = in_bf16(be, 1, inp, (size_t)N * C),
-                *w = in_bf16(be, 2, weight, (size_t)C * OC);
+    /* a split backward's half (ZB-H1) reads one of inp and weight: the other is not rounded
+     * (backend.h: unread, possibly NULL) */
+    const float *d = in_bf16(be, 0, dout, (size_t)N * OC),
+                *x = dweight != NULL ? in_bf16(be, 1, inp, (size_t)N * C) : inp,
+                *w = dinp != NULL ? in_bf16(be, 2, weight, (size_t)C * OC) : weight;
     IN(be)->matmul_bwd(IN(be), dinp, dweight, dbias, d, x, w, N, C, OC); /* fp32 grads */
     store(be, dinp, (size_t)N * C);
 }

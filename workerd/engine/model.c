@@ -436,8 +436,8 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (rc == 0 && opts != NULL && opts->dp > 1 && opts->dp_rank >= opts->dp) {
         rc = -EINVAL;
     }
-    if (rc == 0 && opts != NULL && opts->split_backward && opts->recompute != CH_RECOMPUTE_NONE) {
-        rc = -EINVAL; /* the weight pass reads what recomputation drops */
+    if (rc == 0 && opts != NULL && opts->split_backward && opts->recompute == CH_RECOMPUTE_FULL) {
+        rc = -EINVAL; /* the weight pass reads the layer inputs full recomputation drops */
     }
     if (rc < 0) {
         return rc;
@@ -735,8 +735,9 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
 /* What each block keeps per micro-batch, and what the model's one recompute set holds. */
 static unsigned kept_per_block(const eng_model_t *m)
 {
-    if (m->split_backward) {
-        return KEEP_OUT | KEEP_REST | KEEP_ATT | KEEP_WPASS; /* recompute none */
+    if (m->split_backward) { /* recompute none or selective: no weight pass reads att */
+        return KEEP_OUT | KEEP_REST | KEEP_WPASS |
+               (m->recompute == CH_RECOMPUTE_SELECTIVE ? 0 : KEEP_ATT);
     }
     return m->recompute == CH_RECOMPUTE_FULL        ? KEEP_OUT
            : m->recompute == CH_RECOMPUTE_SELECTIVE ? KEEP_OUT | KEEP_REST

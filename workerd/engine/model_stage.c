@@ -113,7 +113,8 @@ static int block_recompute(eng_model_t *m, eng_acts_t *a, uint32_t l)
 }
 
 /* A copy of an output gradient the weight pass will read (dst NULL: a whole backward,
- * which reads it at once). */
+ * which reads it at once). Only the residual stream's gradient is copied: the LayerNorm
+ * backward then adds onto it in place. */
 static int keep_grad(const eng_backend_t *be, float *dst, const float *src, size_t n)
 {
     return dst != NULL ? be->copy(be, dst, src, n * sizeof(float), ENG_COPY_D2D) : 0;
@@ -126,9 +127,29 @@ static float *GW(const eng_model_t *m, uint32_t l, int i, int input_only)
     return input_only ? NULL : G(m, l, i);
 }
 
+/* Where block_backward's intermediate gradients go: the model's scratch for a whole
+ * backward; for an input pass, those the weight pass reads straight into their kept slots
+ * in the block's acts (the kernel that makes one writes there and the next reads it from
+ * there: no copy, the same arithmetic, the same bits). */
+typedef struct bwd_bufs {
+    float *fc;      /* [N,4Cl] c_fc's output gradient, through the GELU */
+    float *ln2;     /* [N,C] ln_2's output gradient (c_fc's input, summed over the group) */
+    float *qkv;     /* [N,3Cl] c_attn's output gradient */
+    float *ln1;     /* [N,C] ln_1's output gradient */
+    float *fcproj;  /* copies of the residual gradient: mlp.c_proj's output gradient */
+    float *attproj; /* attn.c_proj's */
+} bwd_bufs_t;
+
+static bwd_bufs_t bwd_bufs(const eng_model_t *m, const block_acts_t *b, int input_only)
+{
+    if (input_only)
+        return (bwd_bufs_t){b->g_fc, b->g_ln2, b->g_qkv, b->g_ln1, b->g_fcproj, b->g_attproj};
+    return (bwd_bufs_t){m->dbig, m->dsmall, m->dbig, m->dsmall, NULL, NULL};
+}
+
 /* dres: in, gradient of the block's output; out, gradient of its input x. input_only (a
  * split backward's input pass): the kernels write the input gradients alone and the
- * output gradients the weight pass reads are kept in the block's acts. */
+ * output gradients the weight pass reads stay in the block's acts (bwd_bufs). */
 static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres, int input_only)
 {
     const eng_backend_t *be = m->be;
@@ -136,11 +157,7 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T, io = input_only;
     size_t NC = (size_t)N * C;
-    float *dbig = m->dbig, *dsmall = m->dsmall;
-    block_acts_t k = {0}; /* where the output gradients are kept (input pass) */
-    if (io) {
-        k = *b;
-    }
+    bwd_bufs_t d = bwd_bufs(m, b, io);
     int rc = eng_model_block_event(m, l, io ? ENG_BLOCK_BACKWARD_INPUT : ENG_BLOCK_BACKWARD);
     if (rc == 0) {
         rc = block_recompute(m, a, l);
@@ -150,29 +167,25 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     }
     // MLP branch: res3 = res2 + g(gelu(f(ln2(res2)) @ Wfc + bfc) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
-    CH_CHECK_GOTO(keep_grad(be, k.g_fcproj, dres, NC), rc, done);
-    be->matmul_bwd(be, dbig, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, b->fch_gelu,
+    CH_CHECK_GOTO(keep_grad(be, d.fcproj, dres, NC), rc, done);
+    be->matmul_bwd(be, d.fc, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, b->fch_gelu,
                    P(m, l, FCPROJW), N, 4 * Cl, C);
-    be->gelu_bwd(be, dbig, b->fch, dbig, (size_t)N * 4 * Cl);
-    CH_CHECK_GOTO(keep_grad(be, k.g_fc, dbig, (size_t)N * 4 * Cl), rc, done);
-    be->matmul_bwd(be, dsmall, GW(m, l, FCW, io), GW(m, l, FCB, io), dbig, b->ln2, P(m, l, FCW), N,
+    be->gelu_bwd(be, d.fc, b->fch, d.fc, (size_t)N * 4 * Cl);
+    be->matmul_bwd(be, d.ln2, GW(m, l, FCW, io), GW(m, l, FCB, io), d.fc, b->ln2, P(m, l, FCW), N,
                    C, 4 * Cl);
-    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, dsmall, NC), rc, done);
-    CH_CHECK_GOTO(keep_grad(be, k.g_ln2, dsmall, NC), rc, done);
-    be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), dsmall, b->res2,
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, d.ln2, NC), rc, done);
+    be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), d.ln2, b->res2,
                       P(m, l, LN2W), b->ln2_mean, b->ln2_rstd, N, C);
     // attention branch: res2 = x + g(attn(f(ln1(x))) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
-    CH_CHECK_GOTO(keep_grad(be, k.g_attproj, dres, NC), rc, done);
-    be->matmul_bwd(be, dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, b->atty,
+    CH_CHECK_GOTO(keep_grad(be, d.attproj, dres, NC), rc, done);
+    be->matmul_bwd(be, m->dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, b->atty,
                    P(m, l, ATTPROJW), N, Cl, C);
-    be->attention_bwd(be, dbig, m->datt, dsmall, b->qkv, b->att, B, T, Cl, NHl);
-    CH_CHECK_GOTO(keep_grad(be, k.g_qkv, dbig, (size_t)N * 3 * Cl), rc, done);
-    be->matmul_bwd(be, dsmall, GW(m, l, QKVW, io), GW(m, l, QKVB, io), dbig, b->ln1, P(m, l, QKVW),
+    be->attention_bwd(be, d.qkv, m->datt, m->dsmall, b->qkv, b->att, B, T, Cl, NHl);
+    be->matmul_bwd(be, d.ln1, GW(m, l, QKVW, io), GW(m, l, QKVB, io), d.qkv, b->ln1, P(m, l, QKVW),
                    N, C, 3 * Cl);
-    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, dsmall, NC), rc, done);
-    CH_CHECK_GOTO(keep_grad(be, k.g_ln1, dsmall, NC), rc, done);
-    be->layernorm_bwd(be, dres, GW(m, l, LN1W, io), GW(m, l, LN1B, io), dsmall, b->x, P(m, l, LN1W),
+    CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, d.ln1, NC), rc, done);
+    be->layernorm_bwd(be, dres, GW(m, l, LN1W, io), GW(m, l, LN1B, io), d.ln1, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
     if (io) {
         b->wpending = 1; /* live until the weight pass */
