@@ -125,3 +125,23 @@ int ch_frame_reader_next(ch_frame_reader_t *r, const uint8_t **payload, size_t *
         r->off = r->len = 0; /* bytes stay in place: the frame remains readable */
     return 1;
 }
+
+int ch_frame_split(const ch_frame_reader_t *r, const uint8_t *data, size_t n, size_t *off,
+                   const uint8_t **payload, size_t *len, const uint8_t **tag)
+{
+    size_t have = n - *off;
+    if (r->len != r->off || have < CH_FRAME_HDR)
+        return 0;
+    const uint8_t *p = data + *off;
+    uint32_t plen = get_be32(p);
+    if (plen > r->max)
+        return CH_E_TOOBIG;
+    size_t flen = CH_FRAME_HDR + (size_t)plen + CH_FRAME_TAG;
+    if (have < flen)
+        return 0;
+    *payload = p + CH_FRAME_HDR;
+    *len = plen;
+    *tag = p + CH_FRAME_HDR + plen;
+    *off += flen;
+    return 1;
+}
