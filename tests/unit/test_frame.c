@@ -51,13 +51,21 @@ Test(frame, byte_by_byte_feed)
     ch_frame_reader_fini(&r);
 }
 
-Test(frame, several_frames_in_one_feed_and_split_tail)
+/* "one", "two two" and "three" back to back: the bytes of the first two, *third those of
+ * the third. */
+static size_t three_frames(uint8_t *buf, size_t *third)
 {
-    uint8_t buf[256];
     size_t n = 0;
     n += make_frame(buf + n, "one", 3);
     n += make_frame(buf + n, "two two", 7);
-    size_t third = make_frame(buf + n, "three", 5);
+    *third = make_frame(buf + n, "three", 5);
+    return n;
+}
+
+Test(frame, several_frames_in_one_feed_and_split_tail)
+{
+    uint8_t buf[256];
+    size_t third, n = three_frames(buf, &third);
     ch_frame_reader_t r;
     ch_frame_reader_init(&r, 1024);
     /* Two whole frames plus the first 6 bytes of the third. */
@@ -165,10 +173,7 @@ Test(frame, large_frame_in_pieces_then_buffer_reuse)
 Test(frame, split_in_place_then_tail_to_the_reader)
 {
     uint8_t buf[256], big[8];
-    size_t n = 0;
-    n += make_frame(buf + n, "one", 3);
-    n += make_frame(buf + n, "two two", 7);
-    size_t third = make_frame(buf + n, "three", 5);
+    size_t third, n = three_frames(buf, &third);
     ch_frame_reader_t r;
     ch_frame_reader_init(&r, 1024);
     const uint8_t *p, *tag;
