@@ -300,11 +300,39 @@ static int conn_cork_add(ch_conn_t *c, uint8_t *buf, size_t len)
     return 0;
 }
 
+/* Write an already packed frame now if the socket takes it all (nothing queued before
+ * it): 1 when it did, 0 with *off = what it took (the rest is queued), or a negative code.
+ * A queued write costs libuv a completion in a later turn and an epoll_ctl (its POLLOUT
+ * interest dropped again): one per write at a 32,768-rank start, where the sockets take
+ * every write whole. */
+static int conn_write_now(ch_conn_t *c, const uint8_t *buf, size_t len, size_t *off)
+{
+    *off = 0;
+    if (!buf || len == 0 || c->nwrites > 0 || uv_stream_get_write_queue_size(&c->u.stream) > 0)
+        return 0;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    int n = uv_try_write(&c->u.stream, &b, 1);
+    if (n == UV_EAGAIN || n == UV_ENOSYS)
+        return 0;
+    if (n < 0)
+        return ch_err_from_uv(n);
+    *off = (size_t)n;
+    return (size_t)n == len;
+}
+
 /* Queue an already packed frame; takes ownership of buf. */
 static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
 {
     if (c->corked && c->state == ST_READY && buf)
         return conn_cork_add(c, buf, len);
+    size_t off = 0;
+    int rc = conn_write_now(c, buf, len, &off);
+    if (rc != 0) {
+        free(buf);
+        if (rc < 0)
+            conn_fail(c, rc, "write failed");
+        return rc < 0 ? rc : 0;
+    }
     write_req_t *w = malloc(sizeof *w);
     if (!w) {
         free(buf);
@@ -318,8 +346,8 @@ static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
         conn_fail(c, -ENOBUFS, "peer does not read (write queue over 64 MiB)");
         return -ENOBUFS;
     }
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    int rc = uv_write(&w->req, &c->u.stream, &b, 1, on_write);
+    uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)(len - off));
+    rc = uv_write(&w->req, &c->u.stream, &b, 1, on_write);
     if (rc == 0)
         c->nwrites++;
     if (rc < 0) {
