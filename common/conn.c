@@ -104,7 +104,7 @@ typedef struct write_req {
 
 static void conn_close_with(ch_conn_t *c, int reason);
 static void on_timer(uv_timer_t *t);
-static void conn_drain_frames(ch_conn_t *c);
+static void conn_drain_frames(ch_conn_t *c, const uint8_t *data, size_t n);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
@@ -264,7 +264,7 @@ static void on_write(uv_write_t *req, int status)
         uv_stream_get_write_queue_size(&c->u.stream) <= CONN_WQ_LOW) {
         /* The peer reads again: first the frames we held back, then the socket. */
         c->paused = 0;
-        conn_drain_frames(c);
+        conn_drain_frames(c, NULL, 0);
         if (!c->paused && c->state == ST_READY) {
             int rc = uv_read_start(&c->u.stream, on_alloc, on_read);
             if (rc < 0)
@@ -300,11 +300,39 @@ static int conn_cork_add(ch_conn_t *c, uint8_t *buf, size_t len)
     return 0;
 }
 
+/* Write an already packed frame now if the socket takes it all (nothing queued before
+ * it): 1 when it did, 0 with *off = what it took (the rest is queued), or a negative code.
+ * A queued write costs libuv a completion in a later turn and an epoll_ctl (its POLLOUT
+ * interest dropped again): one per write at a 32,768-rank start, where the sockets take
+ * every write whole. */
+static int conn_write_now(ch_conn_t *c, const uint8_t *buf, size_t len, size_t *off)
+{
+    *off = 0;
+    if (!buf || len == 0 || c->nwrites > 0 || uv_stream_get_write_queue_size(&c->u.stream) > 0)
+        return 0;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    int n = uv_try_write(&c->u.stream, &b, 1);
+    if (n == UV_EAGAIN || n == UV_ENOSYS)
+        return 0;
+    if (n < 0)
+        return ch_err_from_uv(n);
+    *off = (size_t)n;
+    return (size_t)n == len;
+}
+
 /* Queue an already packed frame; takes ownership of buf. */
 static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
 {
     if (c->corked && c->state == ST_READY && buf)
         return conn_cork_add(c, buf, len);
+    size_t off = 0;
+    int rc = conn_write_now(c, buf, len, &off);
+    if (rc != 0) {
+        free(buf);
+        if (rc < 0)
+            conn_fail(c, rc, "write failed");
+        return rc < 0 ? rc : 0;
+    }
     write_req_t *w = malloc(sizeof *w);
     if (!w) {
         free(buf);
@@ -318,8 +346,8 @@ static int conn_write(ch_conn_t *c, uint8_t *buf, size_t len)
         conn_fail(c, -ENOBUFS, "peer does not read (write queue over 64 MiB)");
         return -ENOBUFS;
     }
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    int rc = uv_write(&w->req, &c->u.stream, &b, 1, on_write);
+    uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)(len - off));
+    rc = uv_write(&w->req, &c->u.stream, &b, 1, on_write);
     if (rc == 0)
         c->nwrites++;
     if (rc < 0) {
@@ -547,24 +575,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    int rc = ch_frame_reader_feed(&c->rd, buf->base, (size_t)nread);
-    if (rc < 0) {
-        conn_fail(c, rc, "oversized frame header");
-        return;
-    }
-    conn_drain_frames(c);
-    if (c->paused)
+    conn_drain_frames(c, (const uint8_t *)buf->base, (size_t)nread);
+    if (c->paused && c->state != ST_CLOSING)
         uv_read_stop(&c->u.stream);
 }
 
-/* Handle the whole frames buffered, until the link closes or pauses: a peer whose
- * replies pile up unread is not read further (its requests wait in the kernel). */
-static void conn_drain_frames(ch_conn_t *c)
+/* Handle the whole frames of a read (data[0 .. n); NULL for none) and of the reader, until
+ * the link closes or pauses: a peer whose replies pile up unread is not read further (its
+ * requests wait in the kernel). A read's whole frames are handled where they lie (a node's
+ * report comes in one read); only a partial frame, or what a pause holds back, is copied
+ * into the reader. */
+static void conn_drain_frames(ch_conn_t *c, const uint8_t *data, size_t n)
 {
     const uint8_t *payload, *tag;
-    size_t len;
+    size_t len, off = 0;
     while (c->state != ST_CLOSING && !c->paused) {
-        int rc = ch_frame_reader_next(&c->rd, &payload, &len, &tag);
+        int rc = data ? ch_frame_split(&c->rd, data, n, &off, &payload, &len, &tag) : 0;
+        if (rc == 0 && data) { /* the rest is no whole frame, or the reader holds bytes */
+            rc = ch_frame_reader_feed(&c->rd, data + off, n - off);
+            data = NULL;
+        }
+        if (rc == 0)
+            rc = ch_frame_reader_next(&c->rd, &payload, &len, &tag);
         if (rc == 0)
             break;
         const char *what = "oversized frame header";
@@ -572,10 +604,15 @@ static void conn_drain_frames(ch_conn_t *c)
             rc = conn_on_frame(c, payload, len, tag, &what);
         if (rc < 0) {
             conn_fail(c, rc, what);
-            break;
+            return;
         }
         if (c->state == ST_READY && uv_stream_get_write_queue_size(&c->u.stream) > CONN_WQ_HIGH)
             c->paused = 1;
+    }
+    if (data && c->state != ST_CLOSING) { /* paused: the rest waits in the reader */
+        int rc = ch_frame_reader_feed(&c->rd, data + off, n - off);
+        if (rc < 0)
+            conn_fail(c, rc, "oversized frame header");
     }
 }
 

@@ -104,24 +104,48 @@ int ch_frame_reader_feed(ch_frame_reader_t *r, const void *data, size_t n)
     return 0;
 }
 
-int ch_frame_reader_next(ch_frame_reader_t *r, const uint8_t **payload, size_t *len,
-                         const uint8_t **tag)
+/* The frame at p[0 .. have): 1 and its parts and length *flen, 0 when not all of it is
+ * there, CH_E_TOOBIG for a header over max. */
+static int whole_frame(const uint8_t *p, size_t have, uint32_t max, const uint8_t **payload,
+                       size_t *len, const uint8_t **tag, size_t *flen)
 {
-    size_t have = r->len - r->off;
     if (have < CH_FRAME_HDR)
         return 0;
-    const uint8_t *p = r->buf + r->off;
     uint32_t plen = get_be32(p);
-    if (plen > r->max)
+    if (plen > max)
         return CH_E_TOOBIG;
-    size_t flen = CH_FRAME_HDR + (size_t)plen + CH_FRAME_TAG;
-    if (have < flen)
+    *flen = CH_FRAME_HDR + (size_t)plen + CH_FRAME_TAG;
+    if (have < *flen)
         return 0;
     *payload = p + CH_FRAME_HDR;
     *len = plen;
     *tag = p + CH_FRAME_HDR + plen;
+    return 1;
+}
+
+int ch_frame_reader_next(ch_frame_reader_t *r, const uint8_t **payload, size_t *len,
+                         const uint8_t **tag)
+{
+    size_t flen = 0;
+    if (r->len - r->off < CH_FRAME_HDR) /* buf may be NULL then */
+        return 0;
+    int rc = whole_frame(r->buf + r->off, r->len - r->off, r->max, payload, len, tag, &flen);
+    if (rc <= 0)
+        return rc;
     r->off += flen;
     if (r->off == r->len)
         r->off = r->len = 0; /* bytes stay in place: the frame remains readable */
     return 1;
+}
+
+int ch_frame_split(const ch_frame_reader_t *r, const uint8_t *data, size_t n, size_t *off,
+                   const uint8_t **payload, size_t *len, const uint8_t **tag)
+{
+    size_t flen = 0;
+    if (r->len != r->off)
+        return 0;
+    int rc = whole_frame(data + *off, n - *off, r->max, payload, len, tag, &flen);
+    if (rc > 0)
+        *off += flen;
+    return rc;
 }

@@ -29,6 +29,13 @@ int ch_frame_reader_feed(ch_frame_reader_t *r, const void *data, size_t n);
 int ch_frame_reader_next(ch_frame_reader_t *r, const uint8_t **payload, size_t *len,
                          const uint8_t **tag);
 
+/* Whole frames straight from freshly read bytes, without copying them into the reader:
+ * while r holds nothing, 1 and the frame at data[*off ..) (payload/tag borrowed from data),
+ * *off moved past it; 0 when the rest is not one whole frame or r holds bytes (feed
+ * data + *off then); CH_E_TOOBIG for a header over r's max. */
+int ch_frame_split(const ch_frame_reader_t *r, const uint8_t *data, size_t n, size_t *off,
+                   const uint8_t **payload, size_t *len, const uint8_t **tag);
+
 /* Write the 4-byte header for a payload of len bytes. */
 void ch_frame_put_header(uint8_t hdr[CH_FRAME_HDR], uint32_t len);
 

@@ -87,6 +87,7 @@ struct coord {
     uint64_t restarts_by_cause[COORD_CAUSE_NCAUSES];
     double recover_s_last; /* the last restart: failure -> first completed step */
     char status[128];      /* last STATUS= sent to systemd */
+    uint64_t status_ms;    /* when it was last worked out (at most once a second) */
 };
 
 /* Open the store under cfg->state_dir and reload nodes and jobs. key is copied. */

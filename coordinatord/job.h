@@ -154,6 +154,7 @@ typedef struct coord_rank {
      * emb: bit k of entered_known when reported). */
     uint64_t entered[4];
     uint8_t entered_known;
+    uint8_t metric_hint; /* where copy_metrics looks first: the slot it last wrote */
 } coord_rank_t;
 
 /* Free a rank array of world entries and every rank's figures; NULL is a no-op. Every

@@ -57,6 +57,18 @@ static int metrics_grow(coord_rank_t *r)
     return 0;
 }
 
+/* The slot of r's figure name, n_metrics if none. A node's summaries bring one figure
+ * (step_ms), full reports theirs in the same order each time: the slot written last, then
+ * the next, is where it usually is. */
+static size_t metric_slot(const coord_rank_t *r, const char *name)
+{
+    size_t n = r->n_metrics, k = r->metric_hint < n ? r->metric_hint : 0;
+    for (size_t tries = 0; tries < n; tries++, k = k + 1 < n ? k + 1 : 0)
+        if (strcmp(r->metrics[k].name, name) == 0)
+            return k;
+    return n;
+}
+
 static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
                          const Chorus__RankEvent *ev)
 {
@@ -64,9 +76,7 @@ static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
         const Chorus__Metric *m = ev->metrics[i];
         if (!m->name || !*m->name)
             continue;
-        size_t k = 0;
-        while (k < r->n_metrics && strcmp(r->metrics[k].name, m->name) != 0)
-            k++;
+        size_t k = metric_slot(r, m->name);
         if (k == r->n_metrics) {
             if (k == COORD_RANK_METRICS) {
                 CH_LOGW("job", "job=%s gen=%" PRIu64 " rank=%u metric %s dropped: a rank keeps %d",
@@ -82,6 +92,7 @@ static void copy_metrics(const coord_job_t *j, coord_rank_t *r, uint32_t rank,
             r->n_metrics++;
         }
         r->metrics[k].value = m->value;
+        r->metric_hint = (uint8_t)k;
     }
 }
 

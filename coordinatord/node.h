@@ -66,6 +66,8 @@ typedef struct coord_nodes {
     coord_node_t **gone;
     size_t n_gone, cap_gone;
     uint64_t next_expiry_ms; /* the expiry walk runs at most once a second */
+    /* No node's silence can pass dead-after before this (coord_node_check) */
+    uint64_t next_check_ms;
     /* v's nodes by name: open addressing, linear probing, a power of two at most half
      * full; rebuilt when a node leaves v (rare: forget, expiry). */
     coord_node_t **ix;

@@ -232,6 +232,10 @@ int main(int argc, char **argv)
 
     /* 2. the job: submit -> running -> past rendezvous */
     sc_job_ini(ini, sizeof ini, dir, o.tp, o.pp, o.dp, 100000, 20, 5);
+    /* where the start's time goes: the coordinator's CPU, the simulator's, the rest waiting */
+    double st_c0 = 0, st_c1 = 0, st_s0 = 0, st_s1 = 0, st_rss;
+    (void)sc_proc_usage(c.coord, &st_c0, &st_rss);
+    (void)sc_proc_usage(c.sim, &st_s0, &st_rss);
     double ts = sc_now();
     if ((rc = h_submit_raw(&c.h, ini, id, sizeof id)) < 0) {
         fprintf(stderr, "submit: %s\n", ch_strerror(rc));
@@ -243,12 +247,18 @@ int main(int argc, char **argv)
         goto fail;
     }
     double t_run = sc_now() - ts;
+    (void)sc_proc_usage(c.coord, &st_c1, &st_rss);
+    (void)sc_proc_usage(c.sim, &st_s1, &st_rss);
     if ((rc = wait_ranks(&c, world, 0, 300)) < 0) {
         fprintf(stderr, "ranks not past rendezvous: %s\n", ch_strerror(rc));
         goto fail;
     }
     double t_rdzv = sc_now() - ts;
     printf("scale: submit answered in %.1f ms\n", t_submit * 1e3);
+    printf("scale: submit -> running %.2f s: coordinator %.2f s of CPU, simulator %.2f s (of "
+           "%.2f s of CPU on %ld cores)\n",
+           t_run, st_c1 - st_c0, st_s1 - st_s0, t_run * (double)sysconf(_SC_NPROCESSORS_ONLN),
+           sysconf(_SC_NPROCESSORS_ONLN));
     result("start_running", t_run, "s", "goal", 2.0);
     result("start_rendezvous", t_rdzv, "s", "goal", 2.0);
 
@@ -273,10 +283,15 @@ int main(int argc, char **argv)
     double steps_s = (double)(s1.max_step - s0.max_step) / dt;
     printf("scale: steady state %.1f s: %.0f messages/s to the coordinator (rank events and node "
            "progress; plus %.0f heartbeats/s, at most %.0f) for %.0f rank steps/s (ranks at "
-           "%.2f steps/s, steps %llu..%llu); coordinator %.1f us of CPU per rank step\n",
+           "%.2f steps/s, steps %llu..%llu); coordinator %.1f us of CPU per rank step, %.1f us "
+           "per message\n",
            dt, (double)(s1.events - s0.events) / dt, (double)(s1.heartbeats - s0.heartbeats) / dt,
            total * 1000.0 / (double)o.hb_ms, steps_s * world, steps_s, s1.min_step, s1.max_step,
-           steps_s > 0 ? (cpu1 - cpu0) / dt / (steps_s * world) * 1e6 : 0.0);
+           steps_s > 0 ? (cpu1 - cpu0) / dt / (steps_s * world) * 1e6 : 0.0,
+           s1.events + s1.heartbeats > s0.events + s0.heartbeats
+               ? (cpu1 - cpu0) / (double)(s1.events + s1.heartbeats - s0.events - s0.heartbeats) *
+                     1e6
+               : 0.0);
     result("coord_cpu", (cpu1 - cpu0) / dt, "core", "goal", 0.05);
     result("coord_rss", rss / 1e6, "MB", "goal", 200.0);
     result("sim_cpu", (sim1 - sim0) / dt, "core", "limit(one loop)", 1.0);

@@ -51,13 +51,21 @@ Test(frame, byte_by_byte_feed)
     ch_frame_reader_fini(&r);
 }
 
-Test(frame, several_frames_in_one_feed_and_split_tail)
+/* "one", "two two" and "three" back to back: the bytes of the first two, *third those of
+ * the third. */
+static size_t three_frames(uint8_t *buf, size_t *third)
 {
-    uint8_t buf[256];
     size_t n = 0;
     n += make_frame(buf + n, "one", 3);
     n += make_frame(buf + n, "two two", 7);
-    size_t third = make_frame(buf + n, "three", 5);
+    *third = make_frame(buf + n, "three", 5);
+    return n;
+}
+
+Test(frame, several_frames_in_one_feed_and_split_tail)
+{
+    uint8_t buf[256];
+    size_t third, n = three_frames(buf, &third);
     ch_frame_reader_t r;
     ch_frame_reader_init(&r, 1024);
     /* Two whole frames plus the first 6 bytes of the third. */
@@ -157,5 +165,36 @@ Test(frame, large_frame_in_pieces_then_buffer_reuse)
     }
     cr_assert_eq(got, 2);
     free(buf);
+    ch_frame_reader_fini(&r);
+}
+
+/* Whole frames are taken where they lie while the reader is empty; the partial tail goes to
+ * the reader, and nothing is split out of a read while the reader holds bytes (order). */
+Test(frame, split_in_place_then_tail_to_the_reader)
+{
+    uint8_t buf[256], big[8];
+    size_t third, n = three_frames(buf, &third);
+    ch_frame_reader_t r;
+    ch_frame_reader_init(&r, 1024);
+    const uint8_t *p, *tag;
+    size_t len, off = 0;
+    cr_assert_eq(ch_frame_split(&r, buf, n + 6, &off, &p, &len, &tag), 1);
+    cr_assert(len == 3 && memcmp(p, "one", 3) == 0 && p == buf + CH_FRAME_HDR);
+    cr_assert_eq(tag[0], 0xA0);
+    cr_assert_eq(ch_frame_split(&r, buf, n + 6, &off, &p, &len, &tag), 1);
+    cr_assert(len == 7 && memcmp(p, "two two", 7) == 0);
+    cr_assert_eq(off, n);
+    cr_assert_eq(ch_frame_split(&r, buf, n + 6, &off, &p, &len, &tag), 0); /* 6 of "three" */
+    cr_assert_eq(ch_frame_reader_feed(&r, buf + off, 6), 0);
+    /* the reader holds bytes: a later read's frames go through it, in order */
+    size_t off2 = 0;
+    cr_assert_eq(ch_frame_split(&r, buf + n + 6, third - 6, &off2, &p, &len, &tag), 0);
+    cr_assert_eq(off2, 0);
+    cr_assert_eq(ch_frame_reader_feed(&r, buf + n + 6, third - 6), 0);
+    expect_frame(&r, "three");
+    /* an oversized header is refused before its bytes are wanted */
+    ch_frame_put_header(big, 2048);
+    off = 0;
+    cr_assert_eq(ch_frame_split(&r, big, sizeof big, &off, &p, &len, &tag), CH_E_TOOBIG);
     ch_frame_reader_fini(&r);
 }
