@@ -1,21 +1,10 @@
-/* Cluster key files, handshake proofs and per-frame tags (auth.h), all HMAC-SHA256.
- * Secrets are compared with sodium_memcmp and wiped after use. The per-frame tags, the
- * one hash of every message, use libcrypto's SHA-256 where the build has it: the same
- * HMAC, the same bytes on the wire, but on the CPU's SHA instructions (libsodium's
- * portable SHA-256 took 1.9 us for a 150-byte frame, libcrypto's 0.4 us; the tags were
- * 10% of the coordinator at 16,384 ranks and a quarter of its CPU in a 32,768-rank start).
- * Everything else (key files, handshake proofs, randomness) stays on libsodium. */
+/* Cluster key files, handshake proofs and per-frame tags (auth.h), all on libsodium's
+ * HMAC-SHA256. Secrets are compared with sodium_memcmp and wiped after use. */
 #include "common/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
-#ifdef CHORUS_HAVE_LIBCRYPTO
-/* SHA256_Init/Update/Final: the low-level calls, without EVP's per-call dispatch (it
- * doubled the cost of a small frame's tag); deprecated, not removed, in OpenSSL 3 */
-#define OPENSSL_API_COMPAT 0x10101000L
-#include <openssl/sha.h>
-#endif
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -181,74 +170,16 @@ void ch_session_init_plain(ch_session_t *s, int is_server)
     s->is_server = is_server ? 1 : 0;
 }
 
-#ifdef CHORUS_HAVE_LIBCRYPTO
-/* hmac0 holds two SHA-256 states: the inner hash after (S ^ ipad), the outer after
- * (S ^ opad) (RFC 2104; S is 32 bytes, under the 64-byte block, so it is used as is). */
-typedef struct tag_state {
-    SHA256_CTX inner, outer;
-} tag_state_t;
-
-static void tag_init(ch_session_t *s)
-{
-    _Static_assert(sizeof(tag_state_t) <= sizeof s->hmac0,
-                   "ch_session_t.hmac0 holds the two SHA-256 states of an HMAC");
-    tag_state_t *t = (tag_state_t *)(void *)s->hmac0;
-    uint8_t pad[64];
-    for (int k = 0; k < 2; k++) {
-        SHA256_CTX *c = k == 0 ? &t->inner : &t->outer;
-        for (size_t i = 0; i < sizeof pad; i++)
-            pad[i] = (uint8_t)((i < sizeof s->skey ? s->skey[i] : 0) ^ (k == 0 ? 0x36 : 0x5c));
-        SHA256_Init(c);
-        SHA256_Update(c, pad, sizeof pad);
-    }
-    sodium_memzero(pad, sizeof pad);
-}
-
-static void tag_mac(const ch_session_t *s, const uint8_t hdr[9], const uint8_t *payload, size_t len,
-                    uint8_t mac[32])
-{
-    const tag_state_t *t = (const tag_state_t *)(const void *)s->hmac0;
-    SHA256_CTX c = t->inner;
-    uint8_t ih[32];
-    SHA256_Update(&c, hdr, 9);
-    if (len)
-        SHA256_Update(&c, payload, len);
-    SHA256_Final(ih, &c);
-    c = t->outer;
-    SHA256_Update(&c, ih, sizeof ih);
-    SHA256_Final(mac, &c);
-    sodium_memzero(&c, sizeof c);
-    sodium_memzero(ih, sizeof ih);
-}
-#else
-static void tag_init(ch_session_t *s)
-{
-    _Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof s->hmac0,
-                   "ch_session_t.hmac0 holds an HMAC-SHA256 state");
-    crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)s->hmac0, s->skey,
-                                sizeof s->skey);
-}
-
-static void tag_mac(const ch_session_t *s, const uint8_t hdr[9], const uint8_t *payload, size_t len,
-                    uint8_t mac[32])
-{
-    crypto_auth_hmacsha256_state st;
-    memcpy(&st, s->hmac0, sizeof st); /* init with skey, done once (ch_session_init_keyed) */
-    crypto_auth_hmacsha256_update(&st, hdr, 9);
-    if (len)
-        crypto_auth_hmacsha256_update(&st, payload, len);
-    crypto_auth_hmacsha256_final(&st, mac);
-    sodium_memzero(&st, sizeof st);
-}
-#endif
-
 void ch_session_init_keyed(ch_session_t *s, int is_server, const ch_key_t *key,
                            const uint8_t nc[CH_NONCE_LEN], const uint8_t ns[CH_NONCE_LEN])
 {
     ch_session_init_plain(s, is_server);
     s->enabled = 1;
     hmac_nonces(key->bytes, "chorus-k", nc, ns, s->skey);
-    tag_init(s);
+    _Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof s->hmac0,
+                   "ch_session_t.hmac0 holds an HMAC-SHA256 state");
+    crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)s->hmac0, s->skey,
+                                sizeof s->skey);
 }
 
 /* HMAC(S, dir | seq BE | payload), first 16 bytes; zero when auth is off. */
@@ -263,8 +194,14 @@ static void tag_dir(const ch_session_t *s, char dir, uint64_t seq, const uint8_t
     hdr[0] = (uint8_t)dir;
     for (int i = 0; i < 8; i++)
         hdr[1 + i] = (uint8_t)(seq >> (56 - 8 * i));
-    tag_mac(s, hdr, payload, len, mac);
+    crypto_auth_hmacsha256_state st;
+    memcpy(&st, s->hmac0, sizeof st); /* init with skey, done once (ch_session_init_keyed) */
+    crypto_auth_hmacsha256_update(&st, hdr, sizeof hdr);
+    if (len)
+        crypto_auth_hmacsha256_update(&st, payload, len);
+    crypto_auth_hmacsha256_final(&st, mac);
     memcpy(tag, mac, 16);
+    sodium_memzero(&st, sizeof st);
 }
 
 void ch_session_tag(const ch_session_t *s, uint64_t seq, const uint8_t *payload, size_t len,

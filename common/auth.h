@@ -43,7 +43,7 @@ typedef struct ch_session {
     int enabled; /* 0: no key, tags are zero */
     int is_server;
     uint8_t skey[32]; /* session key */
-    /* HMAC-SHA256 keyed with skey, its pads already hashed (auth.c's, opaque here): each
+    /* HMAC-SHA256 state keyed with skey (crypto_auth_hmacsha256_state, opaque here): each
      * frame's tag starts from a copy instead of hashing the key's pads again */
     _Alignas(8) uint8_t hmac0[256];
     uint64_t send_seq; /* last seq sent */

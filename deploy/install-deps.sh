@@ -10,10 +10,10 @@
 # Idempotent: does nothing when the set is already there. Needs root (or sudo).
 set -euo pipefail
 
-runtime=(libuv1 libprotobuf-c1 libsodium23 libssl3 libsqlite3-0 libjansson4 libucx0 ucx-utils
+runtime=(libuv1 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4 libucx0 ucx-utils
          libopenblas0)
 build=(build-essential cmake pkg-config git protobuf-c-compiler help2man
-       libuv1-dev libprotobuf-c-dev libsodium-dev libssl-dev libsqlite3-dev libjansson-dev libucx-dev
+       libuv1-dev libprotobuf-c-dev libsodium-dev libsqlite3-dev libjansson-dev libucx-dev
        libopenblas-dev)
 # slurm-wlm and munge: a real Slurm, run by hand by tests/slurm/requeue.sh
 test=(libcriterion-dev openmpi-bin libopenmpi-dev python3 chromium prometheus slurm-wlm munge)
