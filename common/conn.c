@@ -308,7 +308,9 @@ static int conn_cork_add(ch_conn_t *c, uint8_t *buf, size_t len)
 static int conn_write_now(ch_conn_t *c, const uint8_t *buf, size_t len, size_t *off)
 {
     *off = 0;
-    if (!buf || len == 0 || c->nwrites > 0 || uv_stream_get_write_queue_size(&c->u.stream) > 0)
+    /* A paused link's writes go through uv_write: its completion (on_write) reads it again. */
+    if (!buf || len == 0 || c->paused || c->nwrites > 0 ||
+        uv_stream_get_write_queue_size(&c->u.stream) > 0)
         return 0;
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
     int n = uv_try_write(&c->u.stream, &b, 1);
@@ -606,7 +608,10 @@ static void conn_drain_frames(ch_conn_t *c, const uint8_t *data, size_t n)
             conn_fail(c, rc, what);
             return;
         }
-        if (c->state == ST_READY && uv_stream_get_write_queue_size(&c->u.stream) > CONN_WQ_HIGH)
+        /* Replies gathered in the cork count: a loop turn reads a stream up to 32 times,
+         * and a turn's replies are written only at its end. */
+        if (c->state == ST_READY &&
+            uv_stream_get_write_queue_size(&c->u.stream) + c->cork_len > CONN_WQ_HIGH)
             c->paused = 1;
     }
     if (data && c->state != ST_CLOSING) { /* paused: the rest waits in the reader */

@@ -115,9 +115,9 @@ int a_pipeline_unread(const char *addr, const ch_key_t *key, int n, int timeout_
         close(fd);
         return rc;
     }
-    /* Our own receive buffer stays small, so the replies back up in the daemon. */
-    int small = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    /* Our receive buffer is the kernel's default (a fixed small one would keep its
+     * window small once we read): unread, it holds ~128 KiB of the replies, and the
+     * rest back up in the daemon. */
     int sent = 0;
     for (; sent < n; sent++) {
         Chorus__ListJobs lj = CHORUS__LIST_JOBS__INIT;
@@ -136,6 +136,38 @@ int a_pipeline_unread(const char *addr, const ch_key_t *key, int n, int timeout_
     }
     *fd_out = fd;
     return sent;
+}
+
+int a_read_frames(int fd, int want, int timeout_ms)
+{
+    ch_frame_reader_t r;
+    ch_frame_reader_init(&r, CH_FRAME_MAX_DEFAULT);
+    int got = 0;
+    uint8_t chunk[64 << 10];
+    while (got < want) {
+        const uint8_t *payload, *tag;
+        size_t len;
+        int rc = ch_frame_reader_next(&r, &payload, &len, &tag);
+        if (rc < 0)
+            break;
+        if (rc > 0) {
+            got++;
+            continue;
+        }
+        struct pollfd q = {fd, POLLIN, 0};
+        int pr = poll(&q, 1, timeout_ms);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            break;
+        ssize_t n = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0 || ch_frame_reader_feed(&r, chunk, (size_t)n) < 0)
+            break;
+    }
+    ch_frame_reader_fini(&r);
+    return got;
 }
 
 void a_close_all(int *fds, int n)

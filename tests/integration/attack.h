@@ -28,6 +28,10 @@ int a_unauth_flood(const char *addr, int n, uint32_t frame_len, size_t bytes_eac
  * reading us). *fd_out keeps the socket open; returns the number of requests sent. */
 int a_pipeline_unread(const char *addr, const ch_key_t *key, int n, int timeout_ms, int *fd_out);
 
+/* Read whole frames from fd until want have come or none comes for timeout_ms; returns
+ * how many came (their contents are not checked). */
+int a_read_frames(int fd, int want, int timeout_ms);
+
 /* Close the fds (those >= 0). */
 void a_close_all(int *fds, int n);
 
