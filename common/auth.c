@@ -1,10 +1,12 @@
-/* Cluster key files, handshake proofs and per-frame tags (auth.h), all on libsodium's
- * HMAC-SHA256. Secrets are compared with sodium_memcmp and wiped after use. */
+/* Cluster key files, handshake proofs and per-frame tags (auth.h), all on libsodium:
+ * HMAC-SHA256, and ChaCha20-Poly1305 for the tags of peers that offer it. Secrets are
+ * compared with sodium_memcmp and wiped after use. */
 #include "common/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -164,6 +166,21 @@ int ch_auth_check_proof(const ch_key_t *key, const char *label, const uint8_t nc
 
 /* ---------------------------------------------------------------- sessions */
 
+uint32_t ch_auth_macs_offered(void)
+{
+    static int offered = -1; /* read once: a process's links all offer the same */
+    if (offered < 0) {
+        const char *e = getenv("CHORUS_FRAME_MAC");
+        offered = e && strcmp(e, "hmac-sha256") == 0 ? 0 : (int)(1u << CH_MAC_POLY1305);
+    }
+    return (uint32_t)offered;
+}
+
+int ch_auth_pick_mac(uint32_t offered)
+{
+    return offered & (1u << CH_MAC_POLY1305) ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256;
+}
+
 void ch_session_init_plain(ch_session_t *s, int is_server)
 {
     memset(s, 0, sizeof *s);
@@ -171,23 +188,37 @@ void ch_session_init_plain(ch_session_t *s, int is_server)
 }
 
 void ch_session_init_keyed(ch_session_t *s, int is_server, const ch_key_t *key,
-                           const uint8_t nc[CH_NONCE_LEN], const uint8_t ns[CH_NONCE_LEN])
+                           const uint8_t nc[CH_NONCE_LEN], const uint8_t ns[CH_NONCE_LEN], int mac)
 {
     ch_session_init_plain(s, is_server);
     s->enabled = 1;
-    hmac_nonces(key->bytes, "chorus-k", nc, ns, s->skey);
+    s->mac = mac == CH_MAC_POLY1305 ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256;
+    _Static_assert(sizeof s->skey == crypto_aead_chacha20poly1305_ietf_KEYBYTES,
+                   "the session key keys ChaCha20-Poly1305");
+    hmac_nonces(key->bytes, s->mac == CH_MAC_POLY1305 ? "chorus-p" : "chorus-k", nc, ns, s->skey);
     _Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof s->hmac0,
                    "ch_session_t.hmac0 holds an HMAC-SHA256 state");
     crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)s->hmac0, s->skey,
                                 sizeof s->skey);
 }
 
-/* HMAC(S, dir | seq BE | payload), first 16 bytes; zero when auth is off. */
+/* The session's tag of payload (auth.h); zero when auth is off. */
 static void tag_dir(const ch_session_t *s, char dir, uint64_t seq, const uint8_t *payload,
                     size_t len, uint8_t tag[16])
 {
     if (!s->enabled) {
         memset(tag, 0, 16);
+        return;
+    }
+    if (s->mac == CH_MAC_POLY1305) {
+        _Static_assert(crypto_aead_chacha20poly1305_ietf_ABYTES == 16, "a 16-byte tag");
+        uint8_t nonce[crypto_aead_chacha20poly1305_ietf_NPUBBYTES] = {(uint8_t)dir};
+        for (int i = 0; i < 8; i++)
+            nonce[4 + i] = (uint8_t)(seq >> (56 - 8 * i));
+        unsigned char none[1]; /* the empty message's ciphertext: nothing is written */
+        unsigned long long taglen = 0;
+        crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag, &taglen, NULL, 0, payload,
+                                                           len, NULL, nonce, s->skey);
         return;
     }
     uint8_t hdr[9], mac[crypto_auth_hmacsha256_BYTES];

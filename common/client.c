@@ -186,6 +186,7 @@ static int client_handshake(ch_client_t *c, const ch_key_t *key, const char *rol
 {
     uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN], proof[CH_PROOF_LEN];
     Chorus__Envelope *in = NULL;
+    uint32_t mac = CH_MAC_HMAC_SHA256;
     int rc;
 
     ch_auth_nonce(nc);
@@ -194,6 +195,7 @@ static int client_handshake(ch_client_t *c, const ch_key_t *key, const char *rol
     hello.nonce.data = nc;
     hello.nonce.len = CH_NONCE_LEN;
     hello.role = (char *)(role ? role : "");
+    hello.macs = ch_auth_macs_offered();
     hello_env.body_case = CHORUS__ENVELOPE__BODY_AUTH_HELLO;
     hello_env.auth_hello = &hello;
     CH_CHECK_GOTO(send_env(c, NULL, &hello_env, deadline), rc, out);
@@ -202,6 +204,11 @@ static int client_handshake(ch_client_t *c, const ch_key_t *key, const char *rol
     if (in->body_case != CHORUS__ENVELOPE__BODY_AUTH_CHALLENGE ||
         in->auth_challenge->nonce.len != CH_NONCE_LEN) {
         rc = CH_E_AUTH;
+        goto out;
+    }
+    mac = in->auth_challenge->mac;
+    if (mac != CH_MAC_HMAC_SHA256 && (mac >= 32 || !(ch_auth_macs_offered() >> mac & 1))) {
+        rc = CH_E_AUTH; /* a tag we did not offer */
         goto out;
     }
     memcpy(ns, in->auth_challenge->nonce.data, CH_NONCE_LEN);
@@ -221,7 +228,7 @@ static int client_handshake(ch_client_t *c, const ch_key_t *key, const char *rol
     proof_env.auth_proof = &p;
     CH_CHECK_GOTO(send_env(c, NULL, &proof_env, deadline), rc, out);
 
-    ch_session_init_keyed(&c->sess, 0, key, nc, ns);
+    ch_session_init_keyed(&c->sess, 0, key, nc, ns, (int)mac);
     rc = recv_env(c, &c->sess, deadline, &in);
     if (rc == -EPIPE)
         rc = CH_E_AUTH; /* the server hangs up on a proof it rejects */

@@ -82,6 +82,7 @@ struct ch_conn {
     int keyed;
     ch_key_t key;
     uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN];
+    int mac; /* server: the frame tag picked from the hello (CH_MAC_*) */
     ch_session_t sess;
     ch_frame_reader_t rd;
     uint32_t max_frame; /* once ready; before, a server takes handshake frames only */
@@ -428,6 +429,7 @@ static int send_hello(ch_conn_t *c)
     hello.nonce.data = c->nc;
     hello.nonce.len = CH_NONCE_LEN;
     hello.role = c->role;
+    hello.macs = ch_auth_macs_offered();
     env.body_case = CHORUS__ENVELOPE__BODY_AUTH_HELLO;
     env.auth_hello = &hello;
     c->state = ST_WAIT_CHALLENGE;
@@ -452,6 +454,7 @@ static int on_hello(ch_conn_t *c, const Chorus__Envelope *env)
         return CH_E_AUTH;
     memcpy(c->nc, h->nonce.data, CH_NONCE_LEN);
     copy_role(c->role, h->role);
+    c->mac = ch_auth_pick_mac(h->macs & ch_auth_macs_offered());
     ch_auth_nonce(c->ns);
 
     uint8_t proof[CH_PROOF_LEN];
@@ -462,6 +465,7 @@ static int on_hello(ch_conn_t *c, const Chorus__Envelope *env)
     ch.nonce.len = CH_NONCE_LEN;
     ch.proof.data = proof;
     ch.proof.len = CH_PROOF_LEN;
+    ch.mac = (uint32_t)c->mac;
     out.body_case = CHORUS__ENVELOPE__BODY_AUTH_CHALLENGE;
     out.auth_challenge = &ch;
     c->state = ST_WAIT_PROOF;
@@ -473,8 +477,9 @@ static int on_challenge(ch_conn_t *c, const Chorus__Envelope *env)
     if (env->body_case != CHORUS__ENVELOPE__BODY_AUTH_CHALLENGE)
         return CH_E_AUTH;
     const Chorus__AuthChallenge *ch = env->auth_challenge;
-    if (ch->nonce.len != CH_NONCE_LEN)
-        return CH_E_AUTH;
+    if (ch->nonce.len != CH_NONCE_LEN ||
+        (ch->mac != CH_MAC_HMAC_SHA256 && (ch->mac >= 32 || !(ch_auth_macs_offered() >> ch->mac & 1))))
+        return CH_E_AUTH; /* a tag we did not offer */
     memcpy(c->ns, ch->nonce.data, CH_NONCE_LEN);
     int rc = ch_auth_check_proof(&c->key, "chorus-s", c->nc, c->ns, ch->proof.data, ch->proof.len);
     if (rc < 0)
@@ -488,7 +493,7 @@ static int on_challenge(ch_conn_t *c, const Chorus__Envelope *env)
     p.proof.len = CH_PROOF_LEN;
     out.body_case = CHORUS__ENVELOPE__BODY_AUTH_PROOF;
     out.auth_proof = &p;
-    ch_session_init_keyed(&c->sess, 0, &c->key, c->nc, c->ns);
+    ch_session_init_keyed(&c->sess, 0, &c->key, c->nc, c->ns, (int)ch->mac);
     c->state = ST_WAIT_RESULT;
     return conn_send_env(c, NULL, &out);
 }
@@ -501,7 +506,7 @@ static int on_proof(ch_conn_t *c, const Chorus__Envelope *env)
     int rc = ch_auth_check_proof(&c->key, "chorus-c", c->nc, c->ns, p->proof.data, p->proof.len);
     if (rc < 0)
         return rc;
-    ch_session_init_keyed(&c->sess, 1, &c->key, c->nc, c->ns);
+    ch_session_init_keyed(&c->sess, 1, &c->key, c->nc, c->ns, c->mac);
     Chorus__Envelope out = CHORUS__ENVELOPE__INIT;
     Chorus__AuthResult res = CHORUS__AUTH_RESULT__INIT;
     res.ok = 1;

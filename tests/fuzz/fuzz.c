@@ -94,8 +94,9 @@ void fuzz_keyed_pair(ch_session_t *client, ch_session_t *server)
         ns[i] = (uint8_t)(0x50 ^ i);
     }
     FUZZ_ASSERT(ch_auth_global_init() == 0);
-    ch_session_init_keyed(client, 0, &key, nc, ns);
-    ch_session_init_keyed(server, 1, &key, nc, ns);
+    /* HMAC-SHA256: the seeds' tags were made with it */
+    ch_session_init_keyed(client, 0, &key, nc, ns, CH_MAC_HMAC_SHA256);
+    ch_session_init_keyed(server, 1, &key, nc, ns, CH_MAC_HMAC_SHA256);
 }
 
 // ----------------------------------------------------------------------------

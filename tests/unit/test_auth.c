@@ -66,21 +66,22 @@ Test(auth, proofs_verify_and_wrong_key_fails)
     cr_assert_eq(ch_auth_check_proof(&k, "chorus-s", nc, ns, pbad, sizeof pbad), CH_E_AUTH);
 }
 
-static void keyed_pair(ch_session_t *cli, ch_session_t *srv, const ch_key_t *kc, const ch_key_t *ks)
+static void keyed_pair(ch_session_t *cli, ch_session_t *srv, const ch_key_t *kc, const ch_key_t *ks,
+                       int mac)
 {
     uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN];
     ch_auth_nonce(nc);
     ch_auth_nonce(ns);
-    ch_session_init_keyed(cli, 0, kc, nc, ns);
-    ch_session_init_keyed(srv, 1, ks, nc, ns);
+    ch_session_init_keyed(cli, 0, kc, nc, ns, mac);
+    ch_session_init_keyed(srv, 1, ks, nc, ns, mac);
 }
 
-Test(auth, tags_verify_both_directions)
+static void tags_verify_both_directions_with(int mac)
 {
     ch_key_t k;
     fill_key(&k, 7);
     ch_session_t c, s;
-    keyed_pair(&c, &s, &k, &k);
+    keyed_pair(&c, &s, &k, &k, mac);
     cr_assert(memcmp(c.skey, s.skey, sizeof c.skey) == 0);
     const uint8_t msg[] = "payload bytes";
     uint8_t tag[16];
@@ -96,13 +97,19 @@ Test(auth, tags_verify_both_directions)
     cr_assert_eq(ch_session_accept(&s, 5, NULL, 0, tag), 0);
 }
 
-Test(auth, tampered_payload_seq_or_key_fails)
+Test(auth, tags_verify_both_directions)
+{
+    tags_verify_both_directions_with(CH_MAC_HMAC_SHA256);
+    tags_verify_both_directions_with(CH_MAC_POLY1305);
+}
+
+static void tampered_payload_seq_or_key_fails_with(int mac)
 {
     ch_key_t k, other;
     fill_key(&k, 7);
     fill_key(&other, 9);
     ch_session_t c, s;
-    keyed_pair(&c, &s, &k, &k);
+    keyed_pair(&c, &s, &k, &k, mac);
     uint8_t msg[32];
     memset(msg, 'x', sizeof msg);
     uint8_t tag[16];
@@ -118,17 +125,23 @@ Test(auth, tampered_payload_seq_or_key_fails)
     cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, tag), 0);
 
     ch_session_t c2, s2;
-    keyed_pair(&c2, &s2, &k, &other);
+    keyed_pair(&c2, &s2, &k, &other, mac);
     ch_session_tag(&c2, 1, msg, sizeof msg, tag);
     cr_assert_eq(ch_session_accept(&s2, 1, msg, sizeof msg, tag), CH_E_AUTH);
 }
 
-Test(auth, replayed_and_old_seq_refused)
+Test(auth, tampered_payload_seq_or_key_fails)
+{
+    tampered_payload_seq_or_key_fails_with(CH_MAC_HMAC_SHA256);
+    tampered_payload_seq_or_key_fails_with(CH_MAC_POLY1305);
+}
+
+static void replayed_and_old_seq_refused_with(int mac)
 {
     ch_key_t k;
     fill_key(&k, 3);
     ch_session_t c, s;
-    keyed_pair(&c, &s, &k, &k);
+    keyed_pair(&c, &s, &k, &k, mac);
     const uint8_t msg[] = "m";
     uint8_t t5[16], t3[16];
     ch_session_tag(&c, 5, msg, sizeof msg, t5);
@@ -137,6 +150,54 @@ Test(auth, replayed_and_old_seq_refused)
     cr_assert_eq(ch_session_accept(&s, 5, msg, sizeof msg, t5), CH_E_REPLAY);
     cr_assert_eq(ch_session_accept(&s, 3, msg, sizeof msg, t3), CH_E_REPLAY);
     cr_assert_eq(s.recv_seq, 5);
+}
+
+Test(auth, replayed_and_old_seq_refused)
+{
+    replayed_and_old_seq_refused_with(CH_MAC_HMAC_SHA256);
+    replayed_and_old_seq_refused_with(CH_MAC_POLY1305);
+}
+
+/* The two frame tags of one handshake: different session keys and different tags, so
+ * neither end accepts a frame tagged as the other kind; the server picks
+ * ChaCha20-Poly1305 only when it is offered. */
+Test(auth, the_two_tags_do_not_mix)
+{
+    ch_key_t k;
+    fill_key(&k, 5);
+    uint8_t nc[CH_NONCE_LEN], ns[CH_NONCE_LEN];
+    ch_auth_nonce(nc);
+    ch_auth_nonce(ns);
+    ch_session_t ch, sh, cp, sp;
+    ch_session_init_keyed(&ch, 0, &k, nc, ns, CH_MAC_HMAC_SHA256);
+    ch_session_init_keyed(&sh, 1, &k, nc, ns, CH_MAC_HMAC_SHA256);
+    ch_session_init_keyed(&cp, 0, &k, nc, ns, CH_MAC_POLY1305);
+    ch_session_init_keyed(&sp, 1, &k, nc, ns, CH_MAC_POLY1305);
+    cr_assert(memcmp(ch.skey, cp.skey, sizeof ch.skey) != 0, "one session key for both tags");
+    const uint8_t msg[] = "a frame's payload";
+    uint8_t th[16], tp[16];
+    ch_session_tag(&ch, 1, msg, sizeof msg, th);
+    ch_session_tag(&cp, 1, msg, sizeof msg, tp);
+    cr_assert(memcmp(th, tp, sizeof th) != 0);
+    cr_assert_eq(ch_session_accept(&sp, 1, msg, sizeof msg, th), CH_E_AUTH);
+    cr_assert_eq(ch_session_accept(&sh, 1, msg, sizeof msg, tp), CH_E_AUTH);
+    cr_assert_eq(ch_session_accept(&sp, 1, msg, sizeof msg, tp), 0);
+    cr_assert_eq(ch_session_accept(&sh, 1, msg, sizeof msg, th), 0);
+    /* A Poly1305 tag depends on every payload byte, the seq and the direction. */
+    uint8_t big[4096], t1[16], t2[16];
+    memset(big, 0x33, sizeof big);
+    ch_session_tag(&cp, 9, big, sizeof big, t1);
+    big[sizeof big - 1] ^= 1;
+    ch_session_tag(&cp, 9, big, sizeof big, t2);
+    cr_assert(memcmp(t1, t2, sizeof t1) != 0, "the last byte is not covered");
+    ch_session_tag(&cp, 10, big, sizeof big, t1);
+    cr_assert(memcmp(t1, t2, sizeof t1) != 0, "the seq is not covered");
+    ch_session_tag(&sp, 9, big, sizeof big, t1);
+    cr_assert(memcmp(t1, t2, sizeof t1) != 0, "the direction is not covered");
+
+    cr_assert_eq(ch_auth_pick_mac(0), CH_MAC_HMAC_SHA256);
+    cr_assert_eq(ch_auth_pick_mac(1u << CH_MAC_POLY1305), CH_MAC_POLY1305);
+    cr_assert_eq(ch_auth_pick_mac(1u << 7), CH_MAC_HMAC_SHA256, "an unknown tag is not picked");
 }
 
 Test(auth, plain_session_zero_tags_and_increasing_seq)
@@ -155,12 +216,12 @@ Test(auth, plain_session_zero_tags_and_increasing_seq)
     cr_assert_eq(ch_session_accept(&s, 2, msg, sizeof msg, tag), CH_E_AUTH);
 }
 
-Test(auth, msg_roundtrip_and_replay_through_envelopes)
+static void msg_roundtrip_and_replay_through_envelopes_with(int mac)
 {
     ch_key_t k;
     fill_key(&k, 11);
     ch_session_t c, s;
-    keyed_pair(&c, &s, &k, &k);
+    keyed_pair(&c, &s, &k, &k, mac);
     Chorus__Envelope env = CHORUS__ENVELOPE__INIT;
     Chorus__Heartbeat hb = CHORUS__HEARTBEAT__INIT;
     hb.time_ms = 1234;
@@ -197,6 +258,12 @@ Test(auth, msg_roundtrip_and_replay_through_envelopes)
     cr_assert_eq(ch_msg_decode(&s, junk, sizeof junk, zt, &out), CH_E_FRAME);
     free(f1);
     free(f2);
+}
+
+Test(auth, msg_roundtrip_and_replay_through_envelopes)
+{
+    msg_roundtrip_and_replay_through_envelopes_with(CH_MAC_HMAC_SHA256);
+    msg_roundtrip_and_replay_through_envelopes_with(CH_MAC_POLY1305);
 }
 
 Test(auth, key_file_hex_and_raw_ok_with_0600_or_0400)

@@ -368,8 +368,8 @@ static Chorus__Envelope *raw_recv_env(int fd, ch_frame_reader_t *rd, ch_session_
 
 /* Run the client side of the handshake by hand; proof_key lets a peer lie. Returns
  * after sending the proof; *ok says whether AuthResult came back. */
-static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key,
-                          ch_session_t *sess, int *ok)
+static void raw_handshake_macs(int fd, const ch_key_t *key, const ch_key_t *proof_key,
+                               uint32_t macs, ch_session_t *sess, int *ok)
 {
     ch_frame_reader_t rd;
     ch_frame_reader_init(&rd, 0);
@@ -380,6 +380,7 @@ static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key
     hello.nonce.data = nc;
     hello.nonce.len = sizeof nc;
     hello.role = "raw";
+    hello.macs = macs;
     env.body_case = CHORUS__ENVELOPE__BODY_AUTH_HELLO;
     env.auth_hello = &hello;
     raw_send_env(fd, NULL, &env);
@@ -387,6 +388,9 @@ static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key
     Chorus__Envelope *in = raw_recv_env(fd, &rd, NULL);
     cr_assert_eq(in->body_case, CHORUS__ENVELOPE__BODY_AUTH_CHALLENGE);
     memcpy(ns, in->auth_challenge->nonce.data, CH_NONCE_LEN);
+    /* The server picks a tag we offered, and ChaCha20-Poly1305 when we did. */
+    uint32_t mac = in->auth_challenge->mac;
+    cr_assert_eq(mac, macs & (1u << CH_MAC_POLY1305) ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256);
     ch_msg_free(in);
 
     ch_auth_proof(proof_key, "chorus-c", nc, ns, proof);
@@ -398,7 +402,7 @@ static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key
     penv.auth_proof = &p;
     raw_send_env(fd, NULL, &penv);
 
-    ch_session_init_keyed(sess, 0, key, nc, ns);
+    ch_session_init_keyed(sess, 0, key, nc, ns, (int)mac);
     *ok = 0;
     if (memcmp(key, proof_key, sizeof *key) == 0) {
         in = raw_recv_env(fd, &rd, sess);
@@ -406,6 +410,13 @@ static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key
         ch_msg_free(in);
     }
     ch_frame_reader_fini(&rd);
+}
+
+/* The handshake of a client older than frame tags other than HMAC-SHA256: it offers none. */
+static void raw_handshake(int fd, const ch_key_t *key, const ch_key_t *proof_key,
+                          ch_session_t *sess, int *ok)
+{
+    raw_handshake_macs(fd, key, proof_key, 0, sess, ok);
 }
 
 static void heartbeat_env(Chorus__Envelope *env, Chorus__Heartbeat *hb)
@@ -559,6 +570,44 @@ Test(conn, bad_tag_closes_the_link)
     pthread_mutex_lock(&s->mu);
     cr_assert_eq(s->msgs, 0, "a frame with a bad tag was delivered");
     pthread_mutex_unlock(&s->mu);
+    assert_still_serving(s);
+    srv_stop(s);
+}
+
+/* Both frame tags on one server: an older client's HMAC-SHA256 frames and a newer one's
+ * ChaCha20-Poly1305 frames are delivered; a frame tagged with the other kind than the
+ * session's, or with the other kind's session key, closes the link. */
+Test(conn, each_client_gets_the_tag_it_offered)
+{
+    srv_t *s = srv_start(1, 0);
+    for (uint32_t macs = 0; macs <= (1u << CH_MAC_POLY1305); macs += 1u << CH_MAC_POLY1305) {
+        int fd = raw_connect(s);
+        ch_session_t sess;
+        int ok = 0;
+        raw_handshake_macs(fd, &s->key, &s->key, macs, &sess, &ok);
+        cr_assert(ok, "macs %u: no AuthResult", macs);
+        cr_assert_eq(sess.mac, macs ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256);
+        Chorus__Envelope env;
+        Chorus__Heartbeat hb;
+        heartbeat_env(&env, &hb);
+        uint8_t *f = NULL;
+        size_t n = 0;
+        cr_assert_eq(ch_msg_encode(&sess, &env, &f, &n), 0);
+        raw_write(fd, f, n);
+        free(f);
+        /* The same session's next frame under the other tag: refused. */
+        ch_session_t other = sess;
+        other.mac = sess.mac == CH_MAC_POLY1305 ? CH_MAC_HMAC_SHA256 : CH_MAC_POLY1305;
+        cr_assert_eq(ch_msg_encode(&other, &env, &f, &n), 0);
+        raw_write(fd, f, n);
+        free(f);
+        cr_assert_eq(srv_wait_closes(s, (int)(macs ? 2 : 1)), CH_E_AUTH);
+        assert_hung_up(fd);
+        close(fd);
+        pthread_mutex_lock(&s->mu);
+        cr_assert_eq(s->msgs, macs ? 2 : 1, "macs %u: %d frames delivered", macs, s->msgs);
+        pthread_mutex_unlock(&s->mu);
+    }
     assert_still_serving(s);
     srv_stop(s);
 }
