@@ -57,10 +57,24 @@ int wrk_agent_coord_send(wrk_agent_t *a, Chorus__Envelope *env)
 {
     if (!a->coord || !ch_conn_is_ready(a->coord))
         return -ENOTCONN;
+    if (a->corked != a->coord) {
+        ch_conn_cork(a->coord);
+        a->corked = a->coord;
+    }
     int rc = ch_conn_send(a->coord, env);
     if (rc == 0)
         a->last_sent_ms = ch_now_ms();
     return rc;
+}
+
+/* Before the loop sleeps: the turn's messages to the coordinator, in one write. */
+static void on_flush(uv_prepare_t *h)
+{
+    wrk_agent_t *a = h->data;
+    ch_conn_t *c = a->corked;
+    a->corked = NULL;
+    if (c && c == a->coord)
+        (void)ch_conn_uncork(c); /* a failed write closes the link */
 }
 
 // ----------------------------------------------------------------------------
@@ -757,6 +771,7 @@ static void on_coord_close(ch_conn_t *c, int reason, void *ud)
         CH_LOGD("agent", "coordinator %s:%d: %s", a->cfg.host, a->cfg.port,
                 reason ? ch_strerror(reason) : "closed");
     a->coord = NULL;
+    a->corked = NULL; /* the close wrote what was gathered */
     a->registered = 0;
     uv_timer_stop(&a->heartbeat);
     wrk_agent_relays_fail(a, NULL, -ENOTCONN);
@@ -851,7 +866,8 @@ int wrk_agent_create(uv_loop_t *loop, const wrk_agent_cfg_t *cfg, wrk_agent_t **
     uv_timer_init(loop, &a->reconnect);
     uv_timer_init(loop, &a->heartbeat);
     uv_timer_init(loop, &a->cron);
-    a->reconnect.data = a->heartbeat.data = a->cron.data = a;
+    uv_prepare_init(loop, &a->flush);
+    a->reconnect.data = a->heartbeat.data = a->cron.data = a->flush.data = a;
     *out = a;
     return 0;
 }
@@ -874,6 +890,7 @@ int wrk_agent_start(wrk_agent_t *a)
     if (nleft)
         wrk_agent_ranks_record(a);
     uv_timer_start(&a->cron, on_cron, CRON_MS, CRON_MS);
+    uv_prepare_start(&a->flush, on_flush);
     /* Through the timer so the first connect runs on the loop like every retry. */
     uv_timer_start(&a->reconnect, on_reconnect_timer, 0, 0);
     return 0;
@@ -903,7 +920,9 @@ static void stop(wrk_agent_t *a, int kill_ranks)
             ch_conn_close(e->link);
     wrk_agent_relays_fail(a, NULL, 0);
     if (a->coord)
-        ch_conn_close(a->coord);
+        ch_conn_close(a->coord); /* it writes what was gathered first */
+    a->corked = NULL;
+    uv_close((uv_handle_t *)&a->flush, NULL);
     uv_close((uv_handle_t *)&a->reconnect, NULL);
     uv_close((uv_handle_t *)&a->heartbeat, NULL);
     uv_close((uv_handle_t *)&a->cron, NULL);

@@ -71,6 +71,11 @@ struct wrk_agent {
     uint64_t last_sent_ms; /* monotonic: the last message to the coordinator */
     uint32_t backoff_ms;
     uv_timer_t reconnect, heartbeat, cron;
+    /* What a loop turn sends the coordinator goes in one write (several ranks' requests
+     * read in one turn): the link is corked at the turn's first send and uncorked before
+     * the loop sleeps. */
+    uv_prepare_t flush;
+    ch_conn_t *corked; /* the coordinator link, while corked */
     rank_ent_t *ranks;
     fin_ent_t *finished; /* newest first */
     size_t n_finished;

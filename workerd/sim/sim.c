@@ -367,6 +367,9 @@ static void on_start_ranks(sim_node_t *n, const Chorus__StartRanks *sr)
         g->ranks[i].alive = 1;
         g->ranks[i].step = sr->resume_step;
     }
+    /* The ranks' starts and rendezvous requests go in one write, as a node whose loop
+     * turn sends them together does (one syscall, not five a rank). */
+    ch_conn_cork(n->conn);
     for (uint32_t i = 0; i < g->n; i++) {
         Chorus__RankEvent ev = CHORUS__RANK_EVENT__INIT;
         ev.kind = CHORUS__RANK_EVENT_KIND__RANK_STARTED;
@@ -376,6 +379,7 @@ static void on_start_ranks(sim_node_t *n, const Chorus__StartRanks *sr)
         send_event(n, g, g->ranks[i].rank, &ev);
         rank_rendezvous(n, g, i);
     }
+    (void)ch_conn_uncork(n->conn); /* a failed write closes the link */
 }
 
 static int listed(uint32_t rank, const uint32_t *ranks, size_t n)
