@@ -1,8 +1,9 @@
 /* The coordinator's state object: setup, timers, teardown; see coord.h.
  *
  * One periodic cron (period about heartbeat_ms/4, at least every 250 ms and at most
- * every 10 ms) checks node liveness and re-adoption deadlines; a one-shot timer follows
- * the earliest rendezvous deadline; a prepare hook runs the scheduler once per loop
+ * every 10 ms) checks node liveness and re-adoption deadlines; one-shot timers follow
+ * the earliest rendezvous deadline and the moment the node heard longest ago can pass
+ * dead-after; a prepare hook runs the scheduler once per loop
  * iteration after anything changed (Redis's beforeSleep), so a burst of events costs
  * one scheduling pass, and then commits the loop turn's writes in one transaction and
  * writes what it sent each link in one system call. */
@@ -153,6 +154,22 @@ static void on_cron(uv_timer_t *t)
     update_status(c);
 }
 
+static void on_live_timer(uv_timer_t *t)
+{
+    coord_t *c = t->data;
+    coord_node_check(c, ch_now_ms());
+}
+
+void coord_live_rearm(coord_t *c, uint64_t due_ms)
+{
+    if (c->stopping || !c->handles_open)
+        return;
+    uint64_t now = ch_now_ms();
+    /* At least 1 ms: silence counts up to the last poll, so the check at due_ms may
+     * need one more turn of the loop (a poll) to see it. */
+    uv_timer_start(&c->live_timer, on_live_timer, due_ms > now ? due_ms - now : 1, 0);
+}
+
 static void on_kv_timer(uv_timer_t *t)
 {
     coord_t *c = t->data;
@@ -240,8 +257,10 @@ int coord_start(coord_t *c)
     uv_timer_init(c->loop, &c->cron);
     uv_timer_init(c->loop, &c->kv_timer);
     uv_timer_init(c->loop, &c->watchdog);
+    uv_timer_init(c->loop, &c->live_timer);
     uv_prepare_init(c->loop, &c->before_sleep);
     c->cron.data = c->kv_timer.data = c->watchdog.data = c->before_sleep.data = c;
+    c->live_timer.data = c;
     c->handles_open = 1;
 
     CH_CHECK_GOTO(coord_server_start(c), rc, out);
@@ -281,6 +300,7 @@ void coord_stop(coord_t *c)
         uv_close((uv_handle_t *)&c->cron, NULL);
         uv_close((uv_handle_t *)&c->kv_timer, NULL);
         uv_close((uv_handle_t *)&c->watchdog, NULL);
+        uv_close((uv_handle_t *)&c->live_timer, NULL);
         uv_close((uv_handle_t *)&c->before_sleep, NULL);
         c->handles_open = 0;
     }

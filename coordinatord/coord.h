@@ -63,6 +63,7 @@ struct coord {
     struct coord_logs *logs; /* log reads relayed to workers (logs.h); made on first use */
 
     uv_timer_t cron, kv_timer, watchdog;
+    uv_timer_t live_timer; /* the next moment a node can pass dead-after (node.c) */
     uv_prepare_t before_sleep;
     int handles_open; /* timers and prepare initialised */
     int changed;      /* run the scheduler before the next poll */
@@ -111,6 +112,10 @@ uint64_t coord_turn_ms(coord_t *c);
 uint64_t coord_turn_wall_ms(coord_t *c);
 /* Re-arm the rendezvous timeout timer after a KvGet. */
 void coord_kv_rearm(coord_t *c);
+/* Run coord_node_check again at due_ms (monotonic), when the node heard longest ago can
+ * have passed dead-after: a silent node is declared dead then, not at the cron's next
+ * tick (up to 250 ms later). */
+void coord_live_rearm(coord_t *c, uint64_t due_ms);
 /* Log-and-store helper for events ("state alive->dead"); job/node may be NULL. */
 void coord_event(coord_t *c, const char *job, uint64_t gen, int64_t rank, const char *node,
                  const char *what);

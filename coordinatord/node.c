@@ -398,8 +398,10 @@ void coord_node_check(coord_t *c, uint64_t now_ms)
      * busy is not read yet (timers run before the poll). */
     uint64_t heard = c->polled_ms && c->polled_ms < now_ms ? c->polled_ms : now_ms;
     uint64_t dead_after = (uint64_t)c->cfg.dead_after_ms, next = heard + NODE_CHECK_MAX_MS;
-    if (heard < c->nodes.next_check_ms)
+    if (heard < c->nodes.next_check_ms) {
+        coord_live_rearm(c, c->nodes.next_check_ms); /* due, but not polled since: 1 ms on */
         return;
+    }
     for (size_t i = 0; i < c->nodes.n; i++) {
         coord_node_t *n = c->nodes.v[i];
         if (n->state == COORD_NODE_DEAD)
@@ -414,6 +416,7 @@ void coord_node_check(coord_t *c, uint64_t now_ms)
         }
     }
     c->nodes.next_check_ms = next;
+    coord_live_rearm(c, next);
 }
 
 int coord_node_send(coord_node_t *n, Chorus__Envelope *env)
