@@ -181,6 +181,11 @@ int ch_auth_pick_mac(uint32_t offered)
     return offered & (1u << CH_MAC_POLY1305) ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256;
 }
 
+int ch_auth_mac_acceptable(uint32_t mac)
+{
+    return mac == CH_MAC_HMAC_SHA256 || (mac < 32 && (ch_auth_macs_offered() >> mac & 1));
+}
+
 void ch_session_init_plain(ch_session_t *s, int is_server)
 {
     memset(s, 0, sizeof *s);

@@ -56,11 +56,14 @@ enum { CH_MAC_HMAC_SHA256 = 0, CH_MAC_POLY1305 = 1 };
 uint32_t ch_auth_macs_offered(void);
 /* The server's pick from a client's AuthHello.macs. */
 int ch_auth_pick_mac(uint32_t offered);
+/* Whether a server's pick (AuthChallenge.mac) is one this client may use: HMAC-SHA256, or
+ * a tag it offered. */
+int ch_auth_mac_acceptable(uint32_t mac);
 
 typedef struct ch_session {
     int enabled; /* 0: no key, tags are zero */
     int is_server;
-    int mac; /* CH_MAC_* */
+    int mac;          /* CH_MAC_* */
     uint8_t skey[32]; /* session key */
     /* HMAC-SHA256 state keyed with skey (crypto_auth_hmacsha256_state, opaque here): each
      * frame's tag starts from a copy instead of hashing the key's pads again */

@@ -207,8 +207,8 @@ static int client_handshake(ch_client_t *c, const ch_key_t *key, const char *rol
         goto out;
     }
     mac = in->auth_challenge->mac;
-    if (mac != CH_MAC_HMAC_SHA256 && (mac >= 32 || !(ch_auth_macs_offered() >> mac & 1))) {
-        rc = CH_E_AUTH; /* a tag we did not offer */
+    if (!ch_auth_mac_acceptable(mac)) {
+        rc = CH_E_AUTH;
         goto out;
     }
     memcpy(ns, in->auth_challenge->nonce.data, CH_NONCE_LEN);

@@ -477,9 +477,8 @@ static int on_challenge(ch_conn_t *c, const Chorus__Envelope *env)
     if (env->body_case != CHORUS__ENVELOPE__BODY_AUTH_CHALLENGE)
         return CH_E_AUTH;
     const Chorus__AuthChallenge *ch = env->auth_challenge;
-    if (ch->nonce.len != CH_NONCE_LEN ||
-        (ch->mac != CH_MAC_HMAC_SHA256 && (ch->mac >= 32 || !(ch_auth_macs_offered() >> ch->mac & 1))))
-        return CH_E_AUTH; /* a tag we did not offer */
+    if (ch->nonce.len != CH_NONCE_LEN || !ch_auth_mac_acceptable(ch->mac))
+        return CH_E_AUTH;
     memcpy(c->ns, ch->nonce.data, CH_NONCE_LEN);
     int rc = ch_auth_check_proof(&c->key, "chorus-s", c->nc, c->ns, ch->proof.data, ch->proof.len);
     if (rc < 0)

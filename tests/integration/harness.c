@@ -739,7 +739,8 @@ int h_raw_handshake(int fd, const ch_key_t *key, const char *role, int send_bad_
     env.body_case = CHORUS__ENVELOPE__BODY_AUTH_PROOF;
     env.auth_proof = &ap;
     CH_CHECK_GOTO(send_env(fd, NULL, &env), rc, out);
-    ch_session_init_keyed(s, 0, key, nc, ns, CH_MAC_HMAC_SHA256); /* an older client: offers no other tag */
+    /* an older client: it offers no tag but HMAC-SHA256 */
+    ch_session_init_keyed(s, 0, key, nc, ns, CH_MAC_HMAC_SHA256);
     CH_CHECK_GOTO(h_raw_recv(fd, s, 3000, &resp), rc, out);
     if (resp->body_case != CHORUS__ENVELOPE__BODY_AUTH_RESULT || !resp->auth_result->ok)
         rc = CH_E_AUTH;

@@ -198,6 +198,12 @@ Test(auth, the_two_tags_do_not_mix)
     cr_assert_eq(ch_auth_pick_mac(0), CH_MAC_HMAC_SHA256);
     cr_assert_eq(ch_auth_pick_mac(1u << CH_MAC_POLY1305), CH_MAC_POLY1305);
     cr_assert_eq(ch_auth_pick_mac(1u << 7), CH_MAC_HMAC_SHA256, "an unknown tag is not picked");
+    /* A client takes HMAC-SHA256 or what it offered, never a tag it does not know. */
+    cr_assert(ch_auth_mac_acceptable(CH_MAC_HMAC_SHA256));
+    cr_assert(ch_auth_mac_acceptable(CH_MAC_POLY1305));
+    cr_assert_not(ch_auth_mac_acceptable(7));
+    cr_assert_not(ch_auth_mac_acceptable(32));
+    cr_assert_not(ch_auth_mac_acceptable(0xffffffffu));
 }
 
 Test(auth, plain_session_zero_tags_and_increasing_seq)
