@@ -201,6 +201,8 @@ void ch_session_init_keyed(ch_session_t *s, int is_server, const ch_key_t *key,
     _Static_assert(sizeof s->skey == crypto_aead_chacha20poly1305_ietf_KEYBYTES,
                    "the session key keys ChaCha20-Poly1305");
     hmac_nonces(key->bytes, s->mac == CH_MAC_POLY1305 ? "chorus-p" : "chorus-k", nc, ns, s->skey);
+    if (s->mac != CH_MAC_HMAC_SHA256)
+        return;
     _Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof s->hmac0,
                    "ch_session_t.hmac0 holds an HMAC-SHA256 state");
     crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)s->hmac0, s->skey,

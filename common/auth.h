@@ -65,8 +65,9 @@ typedef struct ch_session {
     int is_server;
     int mac;          /* CH_MAC_* */
     uint8_t skey[32]; /* session key */
-    /* HMAC-SHA256 state keyed with skey (crypto_auth_hmacsha256_state, opaque here): each
-     * frame's tag starts from a copy instead of hashing the key's pads again */
+    /* CH_MAC_HMAC_SHA256 only: the HMAC-SHA256 state keyed with skey
+     * (crypto_auth_hmacsha256_state, opaque here): each frame's tag starts from a copy
+     * instead of hashing the key's pads again */
     _Alignas(8) uint8_t hmac0[256];
     uint64_t send_seq; /* last seq sent */
     uint64_t recv_seq; /* last seq accepted */

@@ -430,6 +430,28 @@ static void heartbeat_env(Chorus__Envelope *env, Chorus__Heartbeat *hb)
     env->request_id = 9;
 }
 
+/* Encode one heartbeat under sess and write it to fd. */
+static void raw_send_heartbeat(int fd, ch_session_t *sess)
+{
+    Chorus__Envelope env;
+    Chorus__Heartbeat hb;
+    heartbeat_env(&env, &hb);
+    uint8_t *f = NULL;
+    size_t n = 0;
+    cr_assert_eq(ch_msg_encode(sess, &env, &f, &n), 0);
+    raw_write(fd, f, n);
+    free(f);
+}
+
+/* How many messages the server delivered so far. */
+static int srv_msgs(srv_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->msgs;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 Test(conn, handshake_and_roundtrip)
@@ -567,9 +589,7 @@ Test(conn, bad_tag_closes_the_link)
     cr_assert_eq(srv_wait_closes(s, 1), CH_E_AUTH);
     assert_hung_up(fd);
     close(fd);
-    pthread_mutex_lock(&s->mu);
-    cr_assert_eq(s->msgs, 0, "a frame with a bad tag was delivered");
-    pthread_mutex_unlock(&s->mu);
+    cr_assert_eq(srv_msgs(s), 0, "a frame with a bad tag was delivered");
     assert_still_serving(s);
     srv_stop(s);
 }
@@ -587,26 +607,16 @@ Test(conn, each_client_gets_the_tag_it_offered)
         raw_handshake_macs(fd, &s->key, &s->key, macs, &sess, &ok);
         cr_assert(ok, "macs %u: no AuthResult", macs);
         cr_assert_eq(sess.mac, macs ? CH_MAC_POLY1305 : CH_MAC_HMAC_SHA256);
-        Chorus__Envelope env;
-        Chorus__Heartbeat hb;
-        heartbeat_env(&env, &hb);
-        uint8_t *f = NULL;
-        size_t n = 0;
-        cr_assert_eq(ch_msg_encode(&sess, &env, &f, &n), 0);
-        raw_write(fd, f, n);
-        free(f);
+        raw_send_heartbeat(fd, &sess);
         /* The same session's next frame under the other tag: refused. */
         ch_session_t other = sess;
         other.mac = sess.mac == CH_MAC_POLY1305 ? CH_MAC_HMAC_SHA256 : CH_MAC_POLY1305;
-        cr_assert_eq(ch_msg_encode(&other, &env, &f, &n), 0);
-        raw_write(fd, f, n);
-        free(f);
+        raw_send_heartbeat(fd, &other);
         cr_assert_eq(srv_wait_closes(s, (int)(macs ? 2 : 1)), CH_E_AUTH);
         assert_hung_up(fd);
         close(fd);
-        pthread_mutex_lock(&s->mu);
-        cr_assert_eq(s->msgs, macs ? 2 : 1, "macs %u: %d frames delivered", macs, s->msgs);
-        pthread_mutex_unlock(&s->mu);
+        int got = srv_msgs(s);
+        cr_assert_eq(got, macs ? 2 : 1, "macs %u: %d frames delivered", macs, got);
     }
     assert_still_serving(s);
     srv_stop(s);
@@ -633,9 +643,7 @@ Test(conn, replayed_frame_closes_the_link)
     cr_assert_eq(srv_wait_closes(s, 1), CH_E_REPLAY);
     assert_hung_up(fd);
     close(fd);
-    pthread_mutex_lock(&s->mu);
-    cr_assert_eq(s->msgs, 1, "the replayed frame was delivered");
-    pthread_mutex_unlock(&s->mu);
+    cr_assert_eq(srv_msgs(s), 1, "the replayed frame was delivered");
     assert_still_serving(s);
     srv_stop(s);
 }
