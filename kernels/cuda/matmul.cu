@@ -141,9 +141,13 @@ extern "C" int kn_cuda_matmul_fwd(kn_cuda_t *ctx, float *out, const float *inp, 
         return -EINVAL;
     }
     float beta = 0.0f;
-    if (bias != NULL && !ctx->bf16) {
-        int done = 0;
-        int rc = lt_bias_gemm(ctx, out, inp, weight, bias, N, C, OC, stream, &done);
+    if (bias != NULL) {
+        /* fp32/TF32: cuBLASLt's bias epilogue when it has one for the shape; bf16 operands
+         * (and the fallback): out = the bias rows, then the GEMM adds into them */
+        int done = 0, rc = 0;
+        if (!ctx->bf16) {
+            rc = lt_bias_gemm(ctx, out, inp, weight, bias, N, C, OC, stream, &done);
+        }
         if (rc < 0 || done) {
             return rc;
         }
