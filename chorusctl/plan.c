@@ -201,8 +201,11 @@ static void print_text(const plan_t *p, const char *file, double peak, uint32_t 
                  "ln_f and their gradients");
     print_memckpt(j);
     if (p->bf16)
-        printf("bf16: ZeRO-3's gathers also keep 2-byte packed copies (in GATHERED); no whole "
-               "bf16 working copy (the GEMMs cast their operands in device scratch, not shown)\n");
+        printf("bf16: %s\n", j->parallel.dp > 1
+                                 ? "ZeRO-3's gathers also keep 2-byte packed copies, the per-block "
+                                   "casts (in GATHERED)"
+                                 : "a packed working copy of the parameters, cast once a step, "
+                                   "2 bytes a parameter (in GATHERED)");
     if (warning)
         printf("warning: %s\n", warning);
 }

@@ -230,9 +230,9 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->gathered_bytes = l.dp > 1 ? F32 * gathered * p->block_shard * l.dp +
                                        2 * F32 * p->block_shard * l.dp + 2 * F32 * padded + packed
                                  : 0;
-    /* no whole bf16 working copy is held: each GEMM casts its operands into the backend's
-     * launcher scratch (not counted, plan.h) */
-    p->working_bytes = 0;
+    /* bf16 without ZeRO-3: the parameters' packed working copy, cast once a step (under
+     * ZeRO-3 the packed gather buffers above are the working copies) */
+    p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
     /* activations: fp32 slots (under bf16 too: bf16 values in fp32 storage, plan.h) */

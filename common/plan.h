@@ -64,10 +64,11 @@
  * Mixed precision (bf16; m->bf16), what the engine allocates on the GPU path and in the
  * CPU emulation alike (workerd/engine/backend_bf16.h): state unchanged (fp32 masters,
  * gradients, Adam m and v: 16 bytes an owned parameter); activations and their gradients
- * are bf16 values in fp32 slots, 4 bytes each as above; no whole bf16 working copy of the
- * parameters (working_bytes 0: each GEMM casts its operands into the backend's scratch);
- * under ZeRO-3 the gathers arrive as 2-byte messages into packed buffers beside the fp32
- * gathered ones (2 bytes a gathered block parameter, and the widest tensor outside blocks).
+ * are bf16 values in fp32 slots, 4 bytes each as above; without ZeRO-3 (dp 1) a packed bf16
+ * working copy of the rank's parameters, cast from the masters once a step (working_bytes,
+ * 2 bytes a parameter); under ZeRO-3 none (working_bytes 0): the gathers arrive as 2-byte
+ * messages into packed buffers beside the fp32 gathered ones (2 bytes a gathered block
+ * parameter, and the widest tensor outside blocks), the per-block casts.
  * Not counted: the collectives' own buffers (the bf16 messages of the TP all-reduces, the
  * stages' sends and the gradient reductions among them), the CUDA context, cuBLAS's
  * workspace, the CUDA backend's launcher scratch (bf16 GEMM operands included; the rank
@@ -148,7 +149,7 @@ typedef struct ch_plan {
     double params;                       /* the rank's TP slice of the stage */
     double owned;                        /* after the ZeRO-3 shard */
     double state_bytes, gathered_bytes;
-    double working_bytes; /* a whole bf16 working copy: 0, none is held (above) */
+    double working_bytes; /* bf16 at dp 1: the packed working copy (above); else 0 */
     double act_mb_bytes;  /* kept for backward, one micro-batch (interleaved: one chunk's) */
     uint32_t in_flight;   /* micro-batches kept: min(pp - s, microbatches); zb-h1 min(pp, m);
                              interleaved chunk-activations: the warm-up depth + 1 */

@@ -48,6 +48,12 @@ void kn_cuda_set_tf32(kn_cuda_t *ctx, int tf32);
  * the way in (exact when they hold bf16 values, as train.precision = bf16's do). 0: as
  * tf32 says. The attention GEMMs are unaffected. */
 void kn_cuda_set_bf16(kn_cuda_t *ctx, int bf16);
+/* Under kn_cuda_set_bf16: w16 (bf16, n elements, device memory) holds w32[0..n) cast to bf16
+ * (kn_cuda_bf16_pack: the parameters' working copy). Until the next call, a matmul operand
+ * that lies wholly inside w32[0..n) is read from w16 at the same offset instead of being
+ * cast, the same bits. n = 0 drops it. The caller keeps w16 alive and unchanged while GEMMs
+ * enqueued on it may run. */
+void kn_cuda_set_weights16(kn_cuda_t *ctx, const float *w32, const uint16_t *w16, size_t n);
 /* dst[0..n) = src[0..n) rounded to bf16 (round to nearest even) and widened back: the
  * store of a bf16 tensor held in fp32 memory (kernels/bf16.h's kn_bf16_round1). dst may
  * be src. */

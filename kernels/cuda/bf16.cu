@@ -76,6 +76,25 @@ extern "C" void kn_cuda_set_bf16(kn_cuda_t *ctx, int bf16)
     ctx->bf16 = bf16 != 0;
 }
 
+extern "C" void kn_cuda_set_weights16(kn_cuda_t *ctx, const float *w32, const uint16_t *w16,
+                                      size_t n)
+{
+    ctx->w32 = n ? w32 : NULL;
+    ctx->w16 = n ? w16 : NULL;
+    ctx->wn = n;
+}
+
+/* X's bf16 copy when X[0..len) lies wholly inside the working copy's range, else NULL */
+static const __nv_bfloat16 *from_copy(const kn_cuda_t *ctx, const float *X, size_t len)
+{
+    uintptr_t p = (uintptr_t)X, b = (uintptr_t)ctx->w32;
+    if (ctx->wn == 0 || p < b || (p - b) % sizeof(float) != 0 ||
+        (p - b) / sizeof(float) + len > ctx->wn) {
+        return NULL;
+    }
+    return (const __nv_bfloat16 *)ctx->w16 + (p - b) / sizeof(float);
+}
+
 /* ctx->half holds at least n bf16 elements. Growing waits for the device (the old buffer may
  * be in use by queued GEMMs): a backend's first steps grow it to the largest operands once. */
 static int scratch_reserve(kn_cuda_t *ctx, cudaStream_t stream, size_t n)
@@ -235,17 +254,25 @@ int kn_cu_gemm_bf16(kn_cuda_t *ctx, cudaStream_t stream, cublasOperation_t ta, c
     /* the operands' stored extents: lda x (columns of A as stored), the same for B */
     size_t na = (size_t)lda * (size_t)(ta == CUBLAS_OP_N ? k : m);
     size_t nb = (size_t)ldb * (size_t)(tb == CUBLAS_OP_N ? n : k);
-    /* B starts on a 16-byte boundary (cuBLASLt's fast kernels want it) */
-    size_t boff = (na + 7) & ~(size_t)7;
-    int rc = scratch_reserve(ctx, stream, boff + nb);
+    /* an operand in the parameters' working copy is read from it (cast once a step);
+     * the others are cast into the scratch, B from a 16-byte boundary (cuBLASLt's fast
+     * kernels want it) */
+    const __nv_bfloat16 *a16 = from_copy(ctx, A, na), *b16 = from_copy(ctx, B, nb);
+    size_t acap = a16 ? 0 : na, boff = (acap + 7) & ~(size_t)7;
+    int rc = scratch_reserve(ctx, stream, boff + (b16 ? 0 : nb));
     if (rc < 0) {
         return rc;
     }
     __nv_bfloat16 *a = (__nv_bfloat16 *)ctx->half, *b = a + boff;
-    cast_kernel<<<kn_cu_blocks(na, 256), 256, 0, stream>>>(a, A, na);
-    cast_kernel<<<kn_cu_blocks(nb, 256), 256, 0, stream>>>(b, B, nb);
+    if (a16 == NULL) {
+        cast_kernel<<<kn_cu_blocks(na, 256), 256, 0, stream>>>(a, A, na);
+    }
+    if (b16 == NULL) {
+        cast_kernel<<<kn_cu_blocks(nb, 256), 256, 0, stream>>>(b, B, nb);
+    }
     if ((rc = kn_cu_launched()) < 0) {
         return rc;
     }
-    return lt_gemm_bf16(ctx, stream, ta, tb, m, n, k, a, lda, b, ldb, beta, C, ldc);
+    return lt_gemm_bf16(ctx, stream, ta, tb, m, n, k, a16 ? a16 : a, lda, b16 ? b16 : b, ldb, beta,
+                        C, ldc);
 }

@@ -43,6 +43,11 @@ struct kn_cuda {
     int tf32;
     int bf16;   /* the matmuls' GEMMs on bf16 operands (bf16.cu) */
     void *half; /* their bf16 operands, half_cap elements */
+    /* kn_cuda_set_weights16: w16[0..wn) is w32[0..wn) in bf16; an operand inside w32's range
+     * is read from w16 instead of being cast into half */
+    const float *w32;
+    const void *w16;
+    size_t wn;
     size_t half_cap;
     cudaStream_t bound; /* the stream the cuBLAS handle is on (bound_set: it was set) */
     int bound_set;

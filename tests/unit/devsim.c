@@ -38,6 +38,14 @@ typedef struct devsim {
     devsim_stats_t st;
     uint64_t timer_at[ENG_TIMER_KINDS];  /* host clock at the open interval's start */
     uint64_t timer_sum[ENG_TIMER_KINDS]; /* closed intervals since the last read, ns */
+    /* bf16_weights: w16[0..wn) is w32[0..wn) in bf16 (backend memory); the matmuls read a
+     * weight inside w32's range from w16, widened into wtmp (host), as CUDA's bf16 GEMMs do
+     * (kernels/cuda.h's kn_cuda_set_weights16) */
+    const float *w32;
+    const kn_bf16_t *w16;
+    size_t wn;
+    float *wtmp;
+    size_t wtmp_cap;
 } devsim_t;
 
 static devsim_t *ds(const eng_backend_t *be)
@@ -302,11 +310,35 @@ static void sim_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweig
                           dinp != NULL ? DEV(weight) : NULL, DEV(mean), DEV(rstd), N, C);
 }
 
+/* A matmul's weight w[0..n) as the GEMM reads it: from the working copy when it lies in one
+ * (widened from w16's host view; a weight the copy misses is read as it is, a bug the
+ * bits then show), else w's host view. */
+static const float *gemm_weight(devsim_t *d, const float *w, size_t n)
+{
+    uintptr_t p = (uintptr_t)w, b = (uintptr_t)d->w32;
+    if (d->wn == 0 || p < b || (p - b) / sizeof(float) + n > d->wn)
+        return DEV(w);
+    if (n > d->wtmp_cap) {
+        float *q = realloc(d->wtmp, n * sizeof *q);
+        if (q == NULL)
+            die(__func__, "wtmp", w, "cannot grow");
+        d->wtmp = q;
+        d->wtmp_cap = n;
+    }
+    const kn_bf16_t *w16 = d->w16 + (p - b) / sizeof(float);
+    kn_bf16_unpack(d->wtmp, span(d, w16, n * sizeof *w16, __func__, "w16"), n);
+    pthread_mutex_lock(&d->mu);
+    d->st.w16_reads += n;
+    pthread_mutex_unlock(&d->mu);
+    return d->wtmp;
+}
+
 static void sim_matmul_fwd(const eng_backend_t *be, float *out, const float *inp,
                            const float *weight, const float *bias, int N, int C, int OC)
 {
     devsim_t *d = ds(be);
-    d->cpu->matmul_fwd(d->cpu, DEV(out), DEV(inp), DEV(weight), OPT(bias), N, C, OC);
+    d->cpu->matmul_fwd(d->cpu, DEV(out), DEV(inp), gemm_weight(d, weight, (size_t)C * OC),
+                       OPT(bias), N, C, OC);
 }
 
 static void sim_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, float *dbias,
@@ -316,8 +348,8 @@ static void sim_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight,
     devsim_t *d = ds(be);
     /* either half alone (ZB-H1): the input pass reads no inp, the weight pass no weight */
     d->cpu->matmul_bwd(d->cpu, OPT(dinp), OPT(dweight), OPT(dbias), DEV(dout),
-                       dweight != NULL ? DEV(inp) : NULL, dinp != NULL ? DEV(weight) : NULL, N, C,
-                       OC);
+                       dweight != NULL ? DEV(inp) : NULL,
+                       dinp != NULL ? gemm_weight(d, weight, (size_t)C * OC) : NULL, N, C, OC);
 }
 
 /* att NULL: nothing kept (selective recomputation), scratch then used */
@@ -506,6 +538,18 @@ static void sim_tp_xent_bwd(const eng_backend_t *be, float *logits, const float 
         d->cpu->tp_xent_bwd(d->cpu, DEV(logits), DEV(lse), DEV(targets), scale, v0, N, Vl, valid);
 }
 
+static void sim_bf16_weights(const eng_backend_t *be, const float *base, const void *w16, size_t n)
+{
+    devsim_t *d = ds(be);
+    if (n > 0) { /* both whole spans of backend memory */
+        span(d, base, n * sizeof(float), __func__, "base");
+        span(d, w16, n * sizeof(kn_bf16_t), __func__, "w16");
+    }
+    d->w32 = n ? base : NULL;
+    d->w16 = n ? w16 : NULL;
+    d->wn = n;
+}
+
 /* bf16 messages' casts (backend.h's bf16_cast): both sides backend memory, whole spans */
 static void sim_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n,
                           int to_bf16)
@@ -570,6 +614,7 @@ int devsim_create(int poison, eng_backend_t **out)
         .tp_xent_finish = sim_tp_xent_finish,
         .tp_xent_bwd = sim_tp_xent_bwd,
         .bf16_cast = sim_bf16_cast,
+        .bf16_weights = sim_bf16_weights,
     };
     *out = &d->table;
     return 0;
@@ -583,6 +628,7 @@ void devsim_destroy(eng_backend_t *be)
     for (size_t i = 0; i < d->n; i++)
         unmap_views(d, &d->r[i]);
     free(d->r);
+    free(d->wtmp);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }

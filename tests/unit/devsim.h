@@ -39,6 +39,7 @@ typedef struct devsim_stats {
     uint64_t sumsq;                /* calls of sumsq: a result the host reads (a GPU: waits) */
     uint64_t timer_marks;          /* calls of timer_mark (host clocks: see devsim.c) */
     uint64_t tp_kernels;           /* calls of the vocab-parallel entries (tp_*) */
+    uint64_t w16_reads;            /* weight elements the matmuls read from a bf16 working copy */
 } devsim_stats_t;
 
 /* be must come from devsim_create. */

@@ -1024,3 +1024,43 @@ Test(cuda_bf16, matmul_on_bf16_operands)
     free(db), free(dw), free(dx), free(out), free(dout), free(b), free(w), free(x);
     kn_cuda_destroy(ctx);
 }
+
+/* The parameters' working copy (kn_cuda_set_weights16): a matmul whose weight lies in the
+ * registered fp32 range reads the bf16 copy, not the fp32 values. The copy here holds another
+ * matrix (w2), so the results must be w2's bits, and w's again once the copy is dropped. */
+Test(cuda_bf16, matmul_reads_the_working_copy)
+{
+    need_gpu();
+    const int N = 32, C = 64, OC = 96;
+    kn_cuda_t *ctx = ctx_new(0);
+    kn_cuda_set_bf16(ctx, 1);
+    size_t nI = (size_t)N * C, nW = (size_t)C * OC, nO = (size_t)N * OC;
+    float *x = randn(nI, "xw", 1), *w = randn(nW, "ww", 0.1f), *w2 = randn(nW, "ww2", 0.1f);
+    float *dout = randn(nO, "doutw", 1);
+    kn_bf16_round(x, nI), kn_bf16_round(w, nW), kn_bf16_round(w2, nW), kn_bf16_round(dout, nO);
+    float *d_x = upf(x, nI), *d_w = upf(w, nW), *d_w2 = upf(w2, nW), *d_dout = upf(dout, nO);
+    float *d_out = upf(zeros(nO), nO), *d_dx = upf(zeros(nI), nI);
+    float *d_out2 = upf(zeros(nO), nO), *d_dx2 = upf(zeros(nI), nI);
+    uint16_t *w16 = NULL;
+    cr_assert_eq(cudaMalloc((void **)&w16, nW * sizeof *w16), cudaSuccess);
+    cr_assert_eq(kn_cuda_bf16_pack(w16, d_w2, nW, NULL), 0);
+    /* w2 plainly, then w through the copy of w2 */
+    cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out2, d_x, d_w2, NULL, N, C, OC, NULL), 0);
+    cr_assert_eq(kn_cuda_matmul_bwd(ctx, d_dx2, NULL, NULL, d_dout, NULL, d_w2, N, C, OC, NULL), 0);
+    kn_cuda_set_weights16(ctx, d_w, w16, nW);
+    cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out, d_x, d_w, NULL, N, C, OC, NULL), 0, "%s",
+                 kn_cuda_ctx_error(ctx));
+    cr_assert_eq(kn_cuda_matmul_bwd(ctx, d_dx, NULL, NULL, d_dout, NULL, d_w, N, C, OC, NULL), 0);
+    assert_same("out from the copy", down(d_out, nO), down(d_out2, nO), nO);
+    assert_same("dinp from the copy", down(d_dx, nI), down(d_dx2, nI), nI);
+    /* dropped: w's own values again (fp32 reference on the same bf16 values) */
+    kn_cuda_set_weights16(ctx, NULL, NULL, 0);
+    cr_assert_eq(kn_cuda_matmul_fwd(ctx, d_out, d_x, d_w, NULL, N, C, OC, NULL), 0);
+    float *out = zeros(nO);
+    kn_matmul_fwd_ref(out, x, w, NULL, N, C, OC);
+    check_dev("out after the copy is dropped", d_out, out, nO, 1e-5, 1e-5);
+    cudaFree(w16), cudaFree(d_dx2), cudaFree(d_out2), cudaFree(d_dx), cudaFree(d_out);
+    cudaFree(d_dout), cudaFree(d_w2), cudaFree(d_w), cudaFree(d_x);
+    free(out), free(dout), free(w2), free(w), free(x);
+    kn_cuda_destroy(ctx);
+}

@@ -95,6 +95,10 @@ typedef struct rank_run {
     uint64_t reads_max;
     uint64_t dev_ns[3];   /* the TP, pipeline and DP groups' device time (coll.h) at the end */
     uint64_t timer_marks; /* devsim's timer_mark calls: the step's times are the backend's */
+    /* bf16: the parameter elements the kernels read rounded from the masters and from the
+     * working copy (backend_bf16.h), and those devsim's matmuls read from the copy */
+    eng_bf16_counts_t bf16;
+    uint64_t w16_reads;
     int rc;
     char msg[512];
 } rank_run_t;
@@ -117,6 +121,9 @@ static int coll_create(const rank_run_t *d, uint32_t world, const eng_backend_t 
     }
     return wrk_coll_create(&cfg, c);
 }
+
+/* The trainers' bf16_no_working_copy (eng_trainer_opts_t) for the runs that follow. */
+static int no_working_copy;
 
 /* The rank whose thread calls a kernel (ranks are threads), for overlap_matmul_bwd. */
 static _Thread_local rank_run_t *tl_run;
@@ -156,8 +163,11 @@ static void *rank_main(void *arg)
         if (d->rc == 0)
             d->rc = eng_groups_create(c, d->l, d->rank, &g);
     }
-    eng_trainer_opts_t opts = {
-        .peak_flops = 1e9, .groups = g, .replicate_dp = d->replicate, .backend = dev};
+    eng_trainer_opts_t opts = {.peak_flops = 1e9,
+                               .groups = g,
+                               .replicate_dp = d->replicate,
+                               .backend = dev,
+                               .bf16_no_working_copy = no_working_copy};
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
@@ -209,8 +219,10 @@ static void *rank_main(void *arg)
         if (eng_trainer_checkpoint_due(t))
             d->rc = eng_trainer_checkpoint(t, NULL, NULL, d->msg, sizeof d->msg);
     }
-    if (t != NULL)
+    if (t != NULL) {
         eng_trainer_mem(t, &d->measured);
+        eng_trainer_bf16_counts(t, &d->bf16);
+    }
     if (g != NULL) {
         d->dp_gather = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_ALLGATHER);
         d->dp_scatter = wrk_coll_group_bytes(g->dp, WRK_COLL_OP_REDUCE_SCATTER);
@@ -232,6 +244,7 @@ static void *rank_main(void *arg)
         d->tp_kernels = st.tp_kernels;
         d->timer_marks = st.timer_marks;
         d->allocs_end = st.allocs;
+        d->w16_reads = st.w16_reads;
     }
     devsim_destroy(dev);
     return NULL;
@@ -1321,6 +1334,55 @@ Test(layouts, bf16_every_layout_tracks_fp32_and_one_rank)
                x[0], x[1], x[2], dl, df);
         cr_expect_leq(dl, BF16_TOL_LAYOUT, "bf16 %s vs bf16 one rank: %.3g", name + 1, dl);
         cr_expect_leq(df, BF16_TOL_FP32, "bf16 %s vs fp32 %s: %.3g", name + 1, name + 1, df);
+    }
+}
+
+/* The bf16 working copy (dp 1: the slab of masters cast once a step, backend.h's
+ * bf16_weights) gives the same bits as every kernel rounding its parameter operands from the
+ * masters as it reads them, losses and validation losses over the 20 steps (an update, a
+ * checkpoint and an evaluation between the copies): on the CPU, where the copy is widened for
+ * the kernels, and on devsim, whose matmuls read the copy itself as CUDA's bf16 GEMMs do; at
+ * one rank, pp 2 and tp 2. With the copy no kernel rounds a parameter from the masters; a
+ * copy gone stale (not cast after an update) would change the losses from step 1 on. */
+Test(layouts, bf16_working_copy_same_bits_as_rounding_each_read)
+{
+    static const uint32_t xs[][3] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}};
+    rank_run_t a[MAXR], b[MAXR];
+    for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+        const uint32_t *x = xs[k];
+        ch_jobspec_t j;
+        char name[32];
+        snprintf(name, sizeof name, "w%u%u%u", x[0], x[1], x[2]);
+        bf16_spec(&j, name, x);
+        uint32_t n = x[0] * x[1] * x[2];
+        no_working_copy = 1;
+        run(&j, 0, 0, a);
+        no_working_copy = 0;
+        for (int dev = 0; dev < 2; dev++) {
+            snprintf(j.checkpoint.dir, sizeof j.checkpoint.dir, "%s/w16%d", dir, dev);
+            /* tp 2 runs on the CPU only (its vocab-parallel kernels need host memory) */
+            if (dev == 1 && x[0] > 1)
+                continue;
+            run_on(&j, 0, 0, dev ? DEV_PLAIN : DEV_CPU, b);
+            for (int s = 0; s < STEPS; s++) {
+                cr_expect_eq(b[0].losses[s], a[0].losses[s], "%s%s step %d: %.9g, rounding %.9g",
+                             name, dev ? " devsim" : "", s, b[0].losses[s], a[0].losses[s]);
+                cr_expect(b[0].val[s] == a[0].val[s] || (isnan(b[0].val[s]) && isnan(a[0].val[s])),
+                          "%s%s val after step %d: %.9g, rounding %.9g", name, dev ? " devsim" : "",
+                          s, b[0].val[s], a[0].val[s]);
+            }
+            for (uint32_t r = 0; r < n; r++) {
+                cr_expect_eq(a[r].bf16.params_from_copy, 0, "%s rank %u without a copy", name, r);
+                cr_expect_gt(a[r].bf16.params_rounded, 0, "%s rank %u", name, r);
+                cr_expect_eq(b[r].bf16.params_rounded, 0,
+                             "%s%s rank %u: %llu parameter elements rounded from the masters", name,
+                             dev ? " devsim" : "", r, (unsigned long long)b[r].bf16.params_rounded);
+                cr_expect_gt(b[r].bf16.params_from_copy, 0, "%s rank %u", name, r);
+                if (dev)
+                    cr_expect_gt(b[r].w16_reads, 0, "%s devsim rank %u: no matmul read the copy",
+                                 name, r);
+            }
+        }
     }
 }
 

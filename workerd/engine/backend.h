@@ -199,6 +199,17 @@ struct eng_backend {
      * step's losses stay on the device until it reads them once. NULL: the caller copies
      * each micro-batch's losses back. */
     void (*loss_acc)(const eng_backend_t *be, double *acc, const float *losses, size_t n);
+
+    // bf16 working copies
+
+    /* train.precision = bf16: w16 (kn_bf16_t[n], the backend's memory) holds base[0..n)
+     * cast to bf16 (bf16_cast), the parameters' working copy made once per step. Until the
+     * next call, a bf16 GEMM operand that lies inside base[0..n) is read from w16 at the same
+     * offset instead of being cast from base (the same bits: both are round to nearest
+     * even); every other read of base stays base's. n = 0 (base, w16 NULL) drops the
+     * copy. NULL: the GEMMs cast every operand (the bf16 wrapper then hands them a copy
+     * widened from w16, backend_bf16.h). */
+    void (*bf16_weights)(const eng_backend_t *be, const float *base, const void *w16, size_t n);
 };
 
 /* The CPU backend: kernels/cpu's fast kernels on host memory (posix_memalign). A static

@@ -3,6 +3,7 @@
 #include "workerd/engine/backend_bf16.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,11 @@ typedef struct bf16_state {
     int32_t *tok;       /* the encoder's tokens on the host */
     size_t tok_cap;
     int err; /* the first scratch or staging failure, returned by the next copy */
+    /* the parameters' working copy (bf16_weights): w16[0..wn) is base[0..wn) in bf16 */
+    const float *wbase;
+    const kn_bf16_t *w16;
+    size_t wn;
+    eng_bf16_counts_t counts;
     char name[48];
 } bf16_state_t;
 
@@ -103,6 +109,51 @@ static const float *in_bf16(const eng_backend_t *be, int k, const float *src, si
     return s->slot[k];
 }
 
+/* 1 when src[0..n) lies inside the working copy's base range */
+static int in_copy(const bf16_state_t *s, const float *src, size_t n)
+{
+    uintptr_t p = (uintptr_t)src, b = (uintptr_t)s->wbase;
+    return s->wn > 0 && p >= b && (p - b) / sizeof(float) + n <= s->wn;
+}
+
+/* A parameter operand src[0..n) as a kernel reads it: from the working copy when it lies in
+ * one (gemm: an operand the inner's bf16 GEMM reads, handed on as it is when the inner reads
+ * the copy itself; else widened from the copy into scratch slot k), else rounded from the
+ * master values like any input (in_bf16). */
+static const float *in_param(const eng_backend_t *be, int k, const float *src, size_t n, int gemm)
+{
+    bf16_state_t *s = S(be);
+    const eng_backend_t *in = s->inner;
+    if (src == NULL || n == 0)
+        return src;
+    if (!in_copy(s, src, n) || (!in->bf16_cast && !in->host_memory)) {
+        s->counts.params_rounded += n;
+        return in_bf16(be, k, src, n);
+    }
+    if (gemm && in->bf16_weights) {
+        s->counts.params_from_copy += n;
+        return src;
+    }
+    if (n > s->cap[k]) {
+        void *p = NULL;
+        int rc = in->alloc(in, n * sizeof(float), &p);
+        if (rc < 0) {
+            fail(s, rc);
+            return src;
+        }
+        in->free(in, s->slot[k]);
+        s->slot[k] = p;
+        s->cap[k] = n;
+    }
+    const kn_bf16_t *w = s->w16 + (src - s->wbase);
+    if (in->bf16_cast)
+        in->bf16_cast(in, s->slot[k], w, n, 0);
+    else
+        kn_bf16_unpack(s->slot[k], w, n);
+    s->counts.params_from_copy += n;
+    return s->slot[k];
+}
+
 // ----------------------------------------------------------------------------
 // memory: the inner's, the copy reporting a pending failure first
 
@@ -157,7 +208,7 @@ static void b_encoder_fwd(const eng_backend_t *be, float *out, const int32_t *in
                           const float *wpe, int B, int T, int C)
 {
     size_t rows = token_rows(be, inp, (size_t)B * T);
-    const float *w = in_bf16(be, 0, wte, rows * C), *p = in_bf16(be, 1, wpe, (size_t)T * C);
+    const float *w = in_param(be, 0, wte, rows * C, 0), *p = in_param(be, 1, wpe, (size_t)T * C, 0);
     IN(be)->encoder_fwd(IN(be), out, inp, w, p, B, T, C);
     store(be, out, (size_t)B * T * C);
 }
@@ -172,8 +223,8 @@ static void b_encoder_bwd(const eng_backend_t *be, float *dwte, float *dwpe, con
 static void b_layernorm_fwd(const eng_backend_t *be, float *out, float *mean, float *rstd,
                             const float *inp, const float *weight, const float *bias, int N, int C)
 {
-    const float *x = in_bf16(be, 0, inp, (size_t)N * C), *w = in_bf16(be, 1, weight, (size_t)C),
-                *b = in_bf16(be, 2, bias, (size_t)C);
+    const float *x = in_bf16(be, 0, inp, (size_t)N * C), *w = in_param(be, 1, weight, (size_t)C, 0),
+                *b = in_param(be, 2, bias, (size_t)C, 0);
     IN(be)->layernorm_fwd(IN(be), out, mean, rstd, x, w, b, N, C); /* stats in fp32 */
     store(be, out, (size_t)N * C);
 }
@@ -184,7 +235,7 @@ static void b_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweight
 {
     /* the weight pass (dinp NULL) reads no weight */
     const float *d = in_bf16(be, 0, dout, (size_t)N * C), *x = in_bf16(be, 1, inp, (size_t)N * C),
-                *w = dinp != NULL ? in_bf16(be, 2, weight, (size_t)C) : weight;
+                *w = dinp != NULL ? in_param(be, 2, weight, (size_t)C, 0) : weight;
     IN(be)->layernorm_bwd(IN(be), dinp, dweight, dbias, d, x, w, mean, rstd, N, C);
     store(be, dinp, (size_t)N * C); /* accumulated, then stored bf16 */
 }
@@ -193,7 +244,8 @@ static void b_matmul_fwd(const eng_backend_t *be, float *out, const float *inp, 
                          const float *bias, int N, int C, int OC)
 {
     const float *x = in_bf16(be, 0, inp, (size_t)N * C),
-                *w = in_bf16(be, 1, weight, (size_t)C * OC), *b = in_bf16(be, 2, bias, (size_t)OC);
+                *w = in_param(be, 1, weight, (size_t)C * OC, 1),
+                *b = in_param(be, 2, bias, (size_t)OC, 0);
     IN(be)->matmul_fwd(IN(be), out, x, w, b, N, C, OC); /* fp32 accumulate */
     store(be, out, (size_t)N * OC);
 }
@@ -206,7 +258,7 @@ static void b_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight, f
      * (backend.h: unread, possibly NULL) */
     const float *d = in_bf16(be, 0, dout, (size_t)N * OC),
                 *x = dweight != NULL ? in_bf16(be, 1, inp, (size_t)N * C) : inp,
-                *w = dinp != NULL ? in_bf16(be, 2, weight, (size_t)C * OC) : weight;
+                *w = dinp != NULL ? in_param(be, 2, weight, (size_t)C * OC, 1) : weight;
     IN(be)->matmul_bwd(IN(be), dinp, dweight, dbias, d, x, w, N, C, OC); /* fp32 grads */
     store(be, dinp, (size_t)N * C);
 }
@@ -257,7 +309,8 @@ static void b_lmhead_fwd(const eng_backend_t *be, float *logits, float *lse, flo
                          const float *x, const float *wte, const int32_t *targets, int N, int C,
                          int V, int Vp)
 {
-    const float *xx = in_bf16(be, 0, x, (size_t)N * C), *w = in_bf16(be, 1, wte, (size_t)Vp * C);
+    const float *xx = in_bf16(be, 0, x, (size_t)N * C),
+                *w = in_param(be, 1, wte, (size_t)Vp * C, 0);
     IN(be)->lmhead_fwd(IN(be), logits, lse, losses, xx, w, targets, N, C, V, Vp);
 }
 
@@ -265,7 +318,8 @@ static void b_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float 
                          const float *lse, const float *x, const float *wte, const int32_t *targets,
                          float scale, int N, int C, int V, int Vp)
 {
-    const float *xx = in_bf16(be, 0, x, (size_t)N * C), *w = in_bf16(be, 1, wte, (size_t)Vp * C);
+    const float *xx = in_bf16(be, 0, x, (size_t)N * C),
+                *w = in_param(be, 1, wte, (size_t)Vp * C, 0);
     IN(be)->lmhead_bwd(IN(be), dx, dwte, logits, lse, xx, w, targets, scale, N, C, V, Vp);
     store(be, dx, (size_t)N * C);
 }
@@ -274,7 +328,8 @@ static void b_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, flo
                             float *lse, float *losses, const float *x, const float *wte,
                             const int32_t *targets, int acc, int N, int C, int V, int Vp)
 {
-    const float *xx = in_bf16(be, 0, x, (size_t)N * C), *w = in_bf16(be, 1, wte, (size_t)Vp * C);
+    const float *xx = in_bf16(be, 0, x, (size_t)N * C),
+                *w = in_param(be, 1, wte, (size_t)Vp * C, 0);
     IN(be)->lmhead_fwdbwd(IN(be), dx, dwte, logits, lse, losses, xx, w, targets, acc, N, C, V, Vp);
     /* dx unscaled here; the caller's scaling makes it a GEMM input again, rounded there */
 }
@@ -282,7 +337,8 @@ static void b_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, flo
 static void b_tp_embed_fwd(const eng_backend_t *be, float *out, const int32_t *inp,
                            const float *wte, const float *wpe, int v0, int Vl, int B, int T, int C)
 {
-    const float *w = in_bf16(be, 0, wte, (size_t)Vl * C), *p = in_bf16(be, 1, wpe, (size_t)T * C);
+    const float *w = in_param(be, 0, wte, (size_t)Vl * C, 0),
+                *p = in_param(be, 1, wpe, (size_t)T * C, 0);
     IN(be)->tp_embed_fwd(IN(be), out, inp, w, p, v0, Vl, B, T, C);
     store(be, out, (size_t)B * T * C);
 }
@@ -382,6 +438,17 @@ static void b_bf16_cast(const eng_backend_t *be, void *dst, const void *src, siz
     IN(be)->bf16_cast(IN(be), dst, src, n, to_bf16);
 }
 
+/* the working copy: kept for in_param, and handed to the inner's GEMMs when they read one */
+static void b_bf16_weights(const eng_backend_t *be, const float *base, const void *w16, size_t n)
+{
+    bf16_state_t *s = S(be);
+    s->wbase = n ? base : NULL;
+    s->w16 = n ? w16 : NULL;
+    s->wn = n;
+    if (s->inner->bf16_weights)
+        s->inner->bf16_weights(s->inner, s->wbase, s->w16, n);
+}
+
 // ----------------------------------------------------------------------------
 
 /* The optional entries exist in the wrapper exactly when the inner has them (backend.h's
@@ -445,6 +512,7 @@ int eng_backend_bf16_create(const eng_backend_t *inner, eng_backend_t **out)
         .lmhead_bwd = b_lmhead_bwd,
         .adamw = b_adamw,
         .bf16_round = b_bf16_round,
+        .bf16_weights = b_bf16_weights,
     };
     set_optional(be, inner);
     *out = be;
@@ -467,4 +535,9 @@ void eng_backend_bf16_destroy(eng_backend_t *be)
 void eng_backend_bf16_round(const eng_backend_t *be, float *x, size_t n)
 {
     store(be, x, n);
+}
+
+void eng_backend_bf16_counts(const eng_backend_t *be, eng_bf16_counts_t *out)
+{
+    *out = S(be)->counts;
 }

@@ -10,11 +10,16 @@
  * unmeasured).
  *
  * What is bf16 (rounded) and what stays fp32:
- * - parameters as the kernels read them: each kernel reads bf16 copies of its weights and
- *   biases, rounded from the fp32 master values the model holds. Rounding is deterministic,
- *   so this is the same arithmetic as casting the master weights once per step (or once per
- *   ZeRO-3 gathered block) into a bf16 working copy; the GPU path holds none, its GEMMs cast
- *   their operands as they run (common/plan.h counts what is held);
+ * - parameters as the kernels read them: bf16. Without ZeRO-3 the trainer casts the slab of
+ *   fp32 master weights once per step into a packed bf16 working copy (2 bytes a parameter)
+ *   and hands it over (backend.h's bf16_weights) for the step's passes: a GEMM operand in
+ *   it goes to the inner's GEMM untouched when the inner reads the copy itself (CUDA: its
+ *   bf16 GEMMs take the copy's bytes, no cast), and every other parameter operand (biases,
+ *   LayerNorm, the embedding's rows, the LM head's fp32 GEMM) is widened from the copy.
+ *   Under ZeRO-3 the cast is per gathered block: the owner casts its shard and the gather
+ *   moves bf16 (zero.h); the kernels round those operands again, which changes no bit.
+ *   A parameter operand outside any copy is rounded from the master values as it is read;
+ *   rounding is deterministic, so both ways give the same bits;
  * - GEMM inputs (activations, their gradients, the weights): bf16; the products accumulate in
  *   fp32 (the inner kernel's arithmetic) and the GEMM's output is stored bf16;
  * - activations and activation gradients every kernel writes (encoder, layernorm, attention
@@ -32,6 +37,8 @@
 #ifndef ENG_BACKEND_BF16_H
 #define ENG_BACKEND_BF16_H
 
+#include <stdint.h>
+
 #include "workerd/engine/backend.h"
 
 /* A wrapper over inner (borrowed: it must outlive the wrapper), name "<inner>+bf16", the
@@ -42,5 +49,14 @@ void eng_backend_bf16_destroy(eng_backend_t *be);
 /* x[0..n) of be's memory rounded to bf16 in place (optim.grad_reduce = bf16's casts around
  * the reduction). be: a wrapper, or any view of a ledger over one (mem.h). */
 void eng_backend_bf16_round(const eng_backend_t *be, float *x, size_t n);
+
+/* Parameter elements the kernels read since the wrapper was made: rounded from the fp32
+ * masters as they were read (outside any working copy), and taken from the working copy
+ * (widened, or handed to the inner's GEMM). */
+typedef struct eng_bf16_counts {
+    uint64_t params_rounded, params_from_copy;
+} eng_bf16_counts_t;
+/* be: a wrapper, or any view of a ledger over one. */
+void eng_backend_bf16_counts(const eng_backend_t *be, eng_bf16_counts_t *out);
 
 #endif

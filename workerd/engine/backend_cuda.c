@@ -465,6 +465,11 @@ static void cu_bf16_round(const eng_backend_t *be, float *dst, const float *src,
     note(be, "bf16_round", kn_cuda_bf16_round(dst, src, n, S(be)->stream));
 }
 
+static void cu_bf16_weights(const eng_backend_t *be, const float *base, const void *w16, size_t n)
+{
+    kn_cuda_set_weights16(S(be)->ctx, base, w16, n);
+}
+
 static void cu_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16)
 {
     note(be, "bf16_cast",
@@ -657,6 +662,7 @@ static const eng_backend_t cuda_table = {
     .att_row = cu_att_row,
     .bf16_round = cu_bf16_round,
     .bf16_cast = cu_bf16_cast,
+    .bf16_weights = cu_bf16_weights,
 };
 
 // ----------------------------------------------------------------------------

@@ -14,8 +14,9 @@
 #define ENG_CUDA_MODULE_FILE   "libchorus_engine_cuda.so"
 #define ENG_CUDA_MODULE_SYMBOL "eng_cuda_module"
 /* 2: backend.h's table grew the tp_* entries; 3: reserve; 4: att_row; 5: bf16_round and
- * set_bf16; 6: timer_mark and timer_read; 7: bf16_cast; 8: sumsq_to and loss_acc */
-#define ENG_CUDA_MODULE_ABI 8
+ * set_bf16; 6: timer_mark and timer_read; 7: bf16_cast; 8: sumsq_to and loss_acc; 9: bf16_weights
+ */
+#define ENG_CUDA_MODULE_ABI 9
 
 /* How the module reports an error it cannot return (a launch failure noticed later): one
  * line, logged by the engine. */

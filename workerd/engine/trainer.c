@@ -388,7 +388,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
 }
 
 /* AdamW over the slab, ZeRO-3's shards, and the gradients DP reduces. */
-static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char *err,
+static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, int no_copy, char *err,
                       size_t errlen)
 {
     /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
@@ -431,6 +431,13 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char
         eng_mem_note(t->be, zero ? ENG_MEM_GATHERED : ENG_MEM_GRADS, t->coll_grads,
                      eng_model_nparams(t->model) * sizeof(float));
         eng_model_lend_grads(t->model, t->coll_grads);
+    }
+    /* the bf16 working copy of the slab (under ZeRO-3 the gathers cast per block) */
+    size_t n = eng_model_nparams(t->model);
+    if (t->bf16 && !zero && n > 0 && !no_copy && eng_bf16_castable(t->be)) {
+        const eng_backend_t *pb = eng_mem_view(t->be, ENG_MEM_PARAMS);
+        if ((rc = pb->alloc(pb, n * sizeof(kn_bf16_t), (void **)&t->w16)) < 0)
+            return rc;
     }
     if (t->dp && !zero && spec->optim.grad_reduce == CH_PRECISION_BF16 &&
         eng_bf16_castable(t->be)) { /* the bf16 gradient all-reduce's buffer, now */
@@ -499,7 +506,7 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (rc == 0)
         rc = create_model(t, spec, zero, err, errlen);
     if (rc == 0)
-        rc = init_optim(t, spec, zero, err, errlen);
+        rc = init_optim(t, spec, zero, opts && opts->bf16_no_working_copy, err, errlen);
     if (rc < 0)
         goto out;
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
@@ -536,6 +543,8 @@ void eng_trainer_destroy(eng_trainer_t *t)
     pipe_fini(t);
     eng_zero_destroy(t->zero);
     eng_optim_fini(&t->optim);
+    if (t->w16)
+        t->be->free(t->be, t->w16);
     eng_model_destroy(t->model);
     if (t->coll_grads) {
         eng_mem_forget(t->be, t->coll_grads);
@@ -664,6 +673,28 @@ static int finish_grads(eng_trainer_t *t, double *loss_sum, double *norm)
     return 0;
 }
 
+/* The bf16 working copy for the passes that follow: the slab cast once from the masters and
+ * handed to the kernels (backend.h's bf16_weights). Dropped after the passes (weights_drop),
+ * so that whatever changes the masters between them (the update, a checkpoint read, a
+ * healing reload) can never leave the kernels a stale copy. */
+static int weights_cast(eng_trainer_t *t)
+{
+    if (!t->w16)
+        return 0;
+    size_t n = eng_model_nparams(t->model);
+    float *p = eng_model_params(t->model);
+    int rc = eng_bf16_cast(t->be, t->w16, p, n, 1);
+    if (rc == 0)
+        t->be->bf16_weights(t->be, p, t->w16, n);
+    return rc;
+}
+
+static void weights_drop(eng_trainer_t *t)
+{
+    if (t->w16)
+        t->be->bf16_weights(t->be, NULL, NULL, 0);
+}
+
 /* Global batches one evaluation reads: eval_tokens over the global batch's tokens (at least
  * one), and no more than cover the validation set once. */
 static uint64_t eval_batches(const eng_trainer_t *t)
@@ -692,6 +723,7 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
     eng_stage_ops_t ops = {
         t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
     t->feed = t->val;
+    rc = weights_cast(t);
     for (uint64_t e = 0; e < n && rc == 0; e++) {
         if (t->zero)
             eng_zero_begin_step(t->zero);
@@ -704,6 +736,7 @@ int eng_trainer_evaluate(eng_trainer_t *t, double *val_loss)
             rc = eng_trainer_readback(t, 0);
         sum += eng_trainer_loss_sum(t);
     }
+    weights_drop(t);
     t->feed = t->data;
     if (rc < 0)
         return rc;
@@ -815,9 +848,12 @@ int eng_trainer_step(eng_trainer_t *t, eng_step_info_t *info)
     memcpy(op0, t->pipe.op_ns, sizeof op0);
     eng_stage_ops_t ops = {
         t, stage_forward, stage_backward, stage_weight, chunk_forward, chunk_backward};
-    int rc = eng_trainer_loss_begin(t);
+    int rc = weights_cast(t);
+    if (rc == 0)
+        rc = eng_trainer_loss_begin(t);
     if (rc == 0)
         rc = eng_pipeline_run(&t->pipe, &ops, micro, &p2p_ns);
+    weights_drop(t);
     if (rc == 0)
         rc = finish_grads(t, &loss_sum, &norm);
     if (rc < 0)
@@ -908,6 +944,14 @@ void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem)
      * gathered copy: eng_zero_bytes counts it) */
     mem->state_bytes = (t->zero ? 0 : 4 * n * sizeof(float)) + zs;
     mem->gathered_bytes = zg;
+}
+
+void eng_trainer_bf16_counts(const eng_trainer_t *t, eng_bf16_counts_t *out)
+{
+    if (t->bf16)
+        eng_backend_bf16_counts(t->bf16, out);
+    else
+        *out = (eng_bf16_counts_t){0};
 }
 
 void eng_trainer_mem(const eng_trainer_t *t, eng_mem_stats_t *out)

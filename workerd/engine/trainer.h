@@ -38,6 +38,7 @@
 
 #include "common/jobspec.h"
 #include "workerd/coll/coll.h"
+#include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/data.h"
 #include "workerd/engine/groups.h"
 #include "workerd/engine/mem.h"
@@ -61,6 +62,10 @@ typedef struct eng_trainer_opts {
      * through host copies, so files are the same whatever the backend. parallel.tp > 1
      * needs host memory (CH_E_CONFIG otherwise). */
     const eng_backend_t *backend;
+    /* train.precision = bf16: hold no working copy of the parameters, each kernel rounding
+     * its parameter operands from the masters as it reads them (the same bits; tests compare
+     * the two). Not a job option. */
+    int bf16_no_working_copy;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {
@@ -176,6 +181,9 @@ void eng_trainer_memory(const eng_trainer_t *t, eng_trainer_memory_t *mem);
  * the trainer was created). Not counted: the collectives' own buffers, the peak-FLOPs
  * probe. */
 void eng_trainer_mem(const eng_trainer_t *t, eng_mem_stats_t *out);
+/* train.precision = bf16: the parameter elements its kernels read rounded from the masters
+ * and from the working copy since it was created (backend_bf16.h); zeros otherwise. */
+void eng_trainer_bf16_counts(const eng_trainer_t *t, eng_bf16_counts_t *out);
 eng_optim_t *eng_trainer_optim(eng_trainer_t *t);
 const eng_data_t *eng_trainer_data(const eng_trainer_t *t);
 

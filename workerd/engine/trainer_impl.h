@@ -28,6 +28,9 @@ struct eng_trainer {
     eng_backend_t *bf16;   /* precision = bf16: the rounding wrapper over the job's backend
                               (backend_bf16.h) the ledger counts; NULL otherwise */
     eng_bf16_msg_t grad16; /* optim.grad_reduce = bf16: the packed DP all-reduce (host) */
+    /* precision = bf16 without ZeRO-3: the slab's bf16 working copy, cast from the masters
+     * at the start of each step and evaluation (backend.h's bf16_weights); NULL: none */
+    kn_bf16_t *w16;
     eng_model_t *model;
     eng_optim_t optim; /* the model's slab: every tensor, or (ZeRO-3) those outside blocks */
     eng_zero_t *zero;  /* ZeRO-3: the blocks' shards; NULL without data parallelism */
