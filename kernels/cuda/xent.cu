@@ -90,11 +90,19 @@ static int check_shape(int N, int C, int V, int Vp)
     return N > 0 && C > 0 && V > 0 && Vp >= V ? 0 : -EINVAL;
 }
 
+/* Under kn_cuda_set_bf16 on TF32 tensor cores: x and wte then hold bf16 values (the bf16
+ * wrapper rounds them), which TF32 represents exactly, so the products are exact and sum in
+ * fp32, the fp32 GEMM's arithmetic. (The backward's GEMMs read dlogits, fp32 values TF32
+ * would round: they stay fp32.) */
 static int logits_gemm(kn_cuda_t *ctx, float *logits, const float *x, const float *wte, int N,
                        int C, int Vp, cudaStream_t stream)
 {
-    return kn_cu_gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, Vp, N, C, 1.0f, wte, C, 0, x, C, 0,
-                      0.0f, logits, Vp, 0, 1);
+    int tf32 = ctx->tf32;
+    ctx->tf32 = tf32 || ctx->bf16;
+    int rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_T, CUBLAS_OP_N, Vp, N, C, 1.0f, wte, C, 0, x, C, 0,
+                        0.0f, logits, Vp, 0, 1);
+    ctx->tf32 = tf32;
+    return rc;
 }
 
 /* dx = dlogits @ wte[:V] (overwritten); dwte[:V] = beta dwte + dlogits^T @ x (beta 1:

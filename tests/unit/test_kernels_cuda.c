@@ -1064,3 +1064,37 @@ Test(cuda_bf16, matmul_reads_the_working_copy)
     free(out), free(dout), free(w2), free(w), free(x);
     kn_cuda_destroy(ctx);
 }
+
+/* Under bf16 the LM head's logits GEMM runs on TF32 tensor cores: exact on bf16 values (TF32
+ * holds them), so the logits match the fp32 reference as closely as the fp32 GEMM's do. */
+Test(cuda_bf16, lmhead_logits_exact_on_bf16_values)
+{
+    need_gpu();
+    const int N = 40, C = 64, V = 500, Vp = 512;
+    kn_cuda_t *ctx = ctx_new(0);
+    kn_cuda_set_bf16(ctx, 1);
+    int32_t targets[40];
+    for (int n = 0; n < N; n++) {
+        targets[n] = (n * 37 + 5) % V;
+    }
+    float *x = randn((size_t)N * C, "xh", 1), *wte = randn((size_t)Vp * C, "wteh", 1);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) {
+        wte[i] = 0.0f;
+    }
+    kn_bf16_round(x, (size_t)N * C), kn_bf16_round(wte, (size_t)Vp * C);
+    float *logits = zeros((size_t)N * Vp), *lse = zeros(N), *losses = zeros(N);
+    int32_t *d_t = up(targets, sizeof targets);
+    float *d_x = upf(x, (size_t)N * C), *d_wte = upf(wte, (size_t)Vp * C);
+    float *d_logits = dev_alloc((size_t)N * Vp * 4), *d_lse = dev_alloc(N * 4);
+    float *d_losses = dev_alloc(N * 4);
+    cr_assert_eq(
+        kn_cuda_lmhead_fwd(ctx, d_logits, d_lse, d_losses, d_x, d_wte, d_t, N, C, V, Vp, NULL), 0,
+        "%s", kn_cuda_ctx_error(ctx));
+    kn_lmhead_fwd_ref(logits, lse, losses, x, wte, targets, N, C, V, Vp);
+    check_dev("bf16 head logits", d_logits, logits, (size_t)N * Vp, 1e-5, 1e-5);
+    check_dev("bf16 head losses", d_losses, losses, N, 1e-5, 1e-6);
+    cudaFree(d_losses), cudaFree(d_lse), cudaFree(d_logits), cudaFree(d_wte), cudaFree(d_x);
+    cudaFree(d_t);
+    free(losses), free(lse), free(logits), free(wte), free(x);
+    kn_cuda_destroy(ctx);
+}
