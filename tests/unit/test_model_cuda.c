@@ -202,6 +202,29 @@ Test(model_cuda, the_trainers_table_entries_match_the_cpu_table)
     eng_backend_cuda_destroy(gpu);
 }
 
+/* An allocation the device refuses fails only itself: -ENOMEM, and the kernels and copies
+ * after it run (generation's logits_for survives a refusal and training goes on). Before
+ * cu_alloc cleared the refusal from the thread's last error, the next kernel's launch check
+ * read it: the kernel was noted failed and the next copy returned -ENOMEM. */
+Test(model_cuda, a_refused_allocation_fails_no_later_kernel)
+{
+    eng_backend_t *gpu = need_gpu();
+    const eng_backend_t *cpu = eng_backend_cpu();
+    size_t n = 4099;
+    float *x = filled(n, "x", 1), *y = filled(n, "y", 1);
+    float *dx = dev_copy(gpu, x, n), *dy = dev_copy(gpu, y, n);
+    void *huge = (void *)1;
+    cr_assert_eq(gpu->alloc(gpu, (size_t)1 << 60, &huge), -ENOMEM, "an exabyte");
+    cr_assert_null(huge);
+    gpu->axpy(gpu, dy, dx, n, 0.5f);
+    cpu->axpy(cpu, y, x, n, 0.5f);
+    cr_assert_eq(gpu->sync(gpu), 0, "the kernel after the refusal");
+    expect_dev_same(gpu, dy, y, n, "axpy after a refused allocation");
+    gpu->free(gpu, dy), gpu->free(gpu, dx);
+    free(y), free(x);
+    eng_backend_cuda_destroy(gpu);
+}
+
 // ----------------------------------------------------------------------------
 // the whole model: loss and gradients
 

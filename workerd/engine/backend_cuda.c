@@ -138,6 +138,10 @@ static int cu_alloc(const eng_backend_t *be, size_t bytes, void **out)
     /* cudaMalloc aligns to 256 bytes */
     int rc = cu_err(cudaMalloc(out, bytes ? bytes : 4));
     if (rc < 0) {
+        /* returned here, so not left as the thread's last error either: the next launch's
+         * check reads that (kn_cu_launched), and a caller that survives the refusal (a
+         * generation's logits too large, say) would see its next kernel fail with it */
+        (void)cudaGetLastError();
         *out = NULL;
         return -ENOMEM;
     }
@@ -610,6 +614,8 @@ static void cu_timer_read(const eng_backend_t *be, double *ms)
             float e = 0;
             if (cudaEventElapsedTime(&e, t->ev[i], t->ev[i + 1]) == cudaSuccess) {
                 sum += e;
+            } else {
+                (void)cudaGetLastError(); /* ignored here: not the next launch's failure */
             }
         }
         ms[k] = sum;
