@@ -64,10 +64,22 @@ struct kn_cuda {
 int kn_cu_err(cudaError_t e);
 /* The one conversion of a cuBLAS status; records what failed in ctx. */
 int kn_cu_blas_err(kn_cuda_t *ctx, cublasStatus_t s, const char *what);
-/* After a launch: the launch's own status (not clearing it: kn_cuda_error_text does). */
+/* After a launch: the launch's own status (not clearing it: kn_cuda_error_text does).
+ * The last error is the thread's, left by any runtime call, and a cudaEventQuery or
+ * cudaStreamQuery answering "not yet" leaves cudaErrorNotReady there: the NCCL
+ * collectives poll their events on this thread through the same libcudart
+ * (workerd/coll/coll_nccl.c), so a peek alone would fail the next launch. A launch never
+ * fails with cudaErrorNotReady (a failed launch overwrites the last error), so that one
+ * is a stale "not yet" and is cleared; anything else is kept. The clear also keeps CUB
+ * (encoder.cu), which peeks after its own launches, from failing on it. */
 static inline int kn_cu_launched(void)
 {
-    return kn_cu_err(cudaPeekAtLastError());
+    cudaError_t e = cudaPeekAtLastError();
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        e = cudaPeekAtLastError();
+    }
+    return kn_cu_err(e);
 }
 
 /* Put the cuBLAS handle on stream (once per stream change) with ctx's workspace:

@@ -12,8 +12,10 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -578,6 +580,70 @@ Test(cuda_elementwise, axpy_bit_identical_to_cpu)
     check_dev("axpy a = 1 onto zeros", d_z, x, n, 0, 0);
     cudaFree(d_z), cudaFree(d_y), cudaFree(d_x);
     free(z), free(y), free(x);
+}
+
+// ----------------------------------------------------------------------------
+// the thread's last error: a stale "not yet" is no launch failure
+
+static atomic_int hold_released;
+
+/* A host function holding its stream until the test releases it (10 s at most). */
+static void CUDART_CB hold_stream(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 10000 && !atomic_load(&hold_released); i++) {
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+}
+
+/* NCCL's request polls (workerd/coll/coll_nccl.c: cudaEventQuery on the training thread,
+ * through the same libcudart) leave cudaErrorNotReady as the thread's last error while a
+ * collective runs. The launchers that follow, a plain kernel and the CUB sort of the
+ * encoder backward, must launch and compute as the CPU does: before kn_cu_launched cleared
+ * a stale "not yet", both returned KN_E_CUDA and the backend failed the step. */
+Test(cuda_errors, a_pending_event_query_fails_no_launch)
+{
+    need_gpu();
+    int B = 2, T = 9, C = 40, V = 7, N = B * T;
+    int32_t inp[2 * 9];
+    for (int i = 0; i < N; i++) {
+        inp[i] = (i * 5) % V;
+    }
+    size_t n = (size_t)N * C;
+    float *x = randn(n, "x", 2), *y = zeros(n), *dwte = randn((size_t)V * C, "dwte0", 1);
+    float *dwpe = randn((size_t)T * C, "dwpe0", 1);
+    int32_t *d_inp = up(inp, sizeof inp);
+    float *d_x = upf(x, n), *d_y = dev_alloc(n * sizeof(float));
+    float *d_dwte = upf(dwte, (size_t)V * C), *d_dwpe = upf(dwpe, (size_t)T * C);
+    void *scratch = dev_alloc(kn_cuda_encoder_bwd_scratch_bytes(B, T));
+    cudaStream_t st = NULL;
+    cudaEvent_t ev = NULL;
+    cr_assert_eq(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    cr_assert_eq(cudaEventCreate(&ev), cudaSuccess);
+
+    atomic_store(&hold_released, 0);
+    cr_assert_eq(cudaLaunchHostFunc(st, hold_stream, NULL), cudaSuccess);
+    cr_assert_eq(cudaEventRecord(ev, st), cudaSuccess);
+    cr_assert_eq(cudaEventQuery(ev), cudaErrorNotReady, "the stream is held");
+    cr_log_info("last error after the query: %s", cudaGetErrorName(cudaPeekAtLastError()));
+    int rc_gelu = kn_cuda_gelu_fwd(d_y, d_x, n, st);
+    cr_assert_eq(cudaEventQuery(ev), cudaErrorNotReady, "still held: a poll again");
+    int rc_enc = kn_cuda_encoder_bwd(d_dwte, d_dwpe, scratch, d_x, d_inp, B, T, C, st);
+    atomic_store(&hold_released, 1);
+    cr_assert_eq(cudaStreamSynchronize(st), cudaSuccess);
+    cr_assert_eq(rc_gelu, 0, "gelu after a pending event query: %d", rc_gelu);
+    cr_assert_eq(rc_enc, 0, "encoder backward (CUB) after a pending event query: %d", rc_enc);
+
+    kn_gelu_fwd_ref(y, x, n);
+    check_dev("gelu after the query", d_y, y, n, 1e-5, 1e-6);
+    kn_encoder_bwd_ref(dwte, dwpe, x, inp, B, T, C);
+    check_dev("dwte after the query", d_dwte, dwte, (size_t)V * C, 0, 0);
+    check_dev("dwpe after the query", d_dwpe, dwpe, (size_t)T * C, 0, 0);
+
+    cudaEventDestroy(ev), cudaStreamDestroy(st);
+    cudaFree(scratch), cudaFree(d_dwpe), cudaFree(d_dwte), cudaFree(d_y), cudaFree(d_x);
+    cudaFree(d_inp);
+    free(dwpe), free(dwte), free(y), free(x);
 }
 
 // ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include "common/rng.h"
 #include "support.h"
 #include "workerd/engine/backend.h"
+#include "workerd/engine/backend_bf16.h"
 #include "workerd/engine/model.h"
 #include "workerd/engine/optim.h"
 #include "workerd/engine/trainer.h"
@@ -61,14 +62,19 @@ static eng_model_t *model_on(const eng_backend_t *be, uint32_t B, uint64_t seed)
     return m;
 }
 
+/* a host copy of n floats of be's memory; caller frees */
+static float *host_copy_be(const eng_backend_t *be, const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    cr_assert_not_null(h);
+    cr_assert_eq(be->copy(be, h, d, n * sizeof *h, ENG_COPY_D2H), 0, "copy back");
+    return h;
+}
+
 /* a host copy of n floats of m's backend memory; caller frees */
 static float *host_copy(const eng_model_t *m, const float *p, size_t n)
 {
-    const eng_backend_t *be = eng_model_backend(m);
-    float *h = malloc(n * sizeof *h);
-    cr_assert_not_null(h);
-    cr_assert_eq(be->copy(be, h, p, n * sizeof *h, ENG_COPY_D2H), 0, "copy back");
-    return h;
+    return host_copy_be(eng_model_backend(m), p, n);
 }
 
 static void tokens(int32_t *x, size_t n, uint64_t seed)
@@ -199,6 +205,66 @@ Test(model_cuda, the_trainers_table_entries_match_the_cpu_table)
     gpu->free(gpu, dv), gpu->free(gpu, dm), gpu->free(gpu, dp), gpu->free(gpu, dy);
     gpu->free(gpu, dx);
     free(v), free(m), free(p), free(y), free(x);
+    eng_backend_cuda_destroy(gpu);
+}
+
+/* An allocation the device refuses fails only itself: -ENOMEM, and the kernels and copies
+ * after it run (generation's logits_for survives a refusal and training goes on). Before
+ * cu_alloc cleared the refusal from the thread's last error, the next kernel's launch check
+ * read it: the kernel was noted failed and the next copy returned -ENOMEM. */
+Test(model_cuda, a_refused_allocation_fails_no_later_kernel)
+{
+    eng_backend_t *gpu = need_gpu();
+    const eng_backend_t *cpu = eng_backend_cpu();
+    size_t n = 4099;
+    float *x = filled(n, "x", 1), *y = filled(n, "y", 1);
+    float *dx = dev_copy(gpu, x, n), *dy = dev_copy(gpu, y, n);
+    void *huge = (void *)1;
+    cr_assert_eq(gpu->alloc(gpu, (size_t)1 << 60, &huge), -ENOMEM, "an exabyte");
+    cr_assert_null(huge);
+    gpu->axpy(gpu, dy, dx, n, 0.5f);
+    cpu->axpy(cpu, y, x, n, 0.5f);
+    cr_assert_eq(gpu->sync(gpu), 0, "the kernel after the refusal");
+    expect_dev_same(gpu, dy, y, n, "axpy after a refused allocation");
+    gpu->free(gpu, dy), gpu->free(gpu, dx);
+    free(y), free(x);
+    eng_backend_cuda_destroy(gpu);
+}
+
+/* backend.h: attention without att (parallel.recompute = selective) gives a kept att's
+ * bits. Under train.precision = bf16 (set_bf16 and the bf16 wrapper) the fused backward of a
+ * kept att reads the output the wrapper stored bf16; the recomputing one read its fp32
+ * recomputation until noatt_bwd rounded it too, and dqkv differed. Both paths here through
+ * the wrapper, on the same inputs: the outputs and dqkv bit for bit. */
+Test(model_cuda, bf16_selective_attention_gives_the_kept_bits)
+{
+    eng_backend_t *gpu = need_gpu();
+    eng_backend_cuda_set_bf16(gpu, 1);
+    eng_backend_t *w = NULL;
+    cr_assert_eq(eng_backend_bf16_create(gpu, &w), 0);
+    int B = 2, T = 37, C = 64, NH = 4;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * (size_t)gpu->att_row(gpu, T, C / NH);
+    float *qkv = filled(nqkv, "qkv", 1), *dout = filled(nout, "dout", 1), *z = calloc(nqkv, 4);
+    cr_assert_not_null(z);
+    float *d_qkv = dev_copy(gpu, qkv, nqkv), *d_dout = dev_copy(gpu, dout, nout);
+    float *att = dev_copy(gpu, z, natt), *o1 = dev_copy(gpu, z, nout), *o2 = dev_copy(gpu, z, nout);
+    float *g1 = dev_copy(gpu, z, nqkv), *g2 = dev_copy(gpu, z, nqkv);
+
+    w->attention_fwd(w, o1, att, NULL, d_qkv, B, T, C, NH);
+    w->attention_bwd(w, g1, NULL, d_dout, d_qkv, att, B, T, C, NH);
+    w->attention_fwd(w, o2, NULL, NULL, d_qkv, B, T, C, NH);
+    w->attention_bwd(w, g2, NULL, d_dout, d_qkv, NULL, B, T, C, NH);
+    cr_assert_eq(w->sync(w), 0, "the attention passes");
+    float *h1 = host_copy_be(w, o1, nout), *h2 = host_copy_be(w, g1, nqkv);
+    expect_dev_same(w, o2, h1, nout, "selective bf16 attention out");
+    expect_dev_same(w, g2, h2, nqkv, "selective bf16 attention dqkv");
+
+    free(h2), free(h1);
+    gpu->free(gpu, g2), gpu->free(gpu, g1), gpu->free(gpu, o2), gpu->free(gpu, o1);
+    gpu->free(gpu, att), gpu->free(gpu, d_dout), gpu->free(gpu, d_qkv);
+    free(z), free(dout), free(qkv);
+    eng_backend_bf16_destroy(w);
     eng_backend_cuda_destroy(gpu);
 }
 

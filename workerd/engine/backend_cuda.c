@@ -50,6 +50,7 @@ typedef struct cuda_state {
      * fused backward needs and the table's attention_bwd is not given (host memory, one
      * entry per att buffer: layers x pipeline slots, grown as buffers are first seen) */
     int flash;
+    int bf16; /* set_bf16: the bf16 wrapper (backend_bf16.h) stores every attention output */
     struct flash_out {
         const float *att;
         const float *out;
@@ -138,6 +139,10 @@ static int cu_alloc(const eng_backend_t *be, size_t bytes, void **out)
     /* cudaMalloc aligns to 256 bytes */
     int rc = cu_err(cudaMalloc(out, bytes ? bytes : 4));
     if (rc < 0) {
+        /* returned here, so not left as the thread's last error either: the next launch's
+         * check reads that (kn_cu_launched), and a caller that survives the refusal (a
+         * generation's logits too large, say) would see its next kernel fail with it */
+        (void)cudaGetLastError();
         *out = NULL;
         return -ENOMEM;
     }
@@ -329,6 +334,13 @@ static void noatt_bwd(const eng_backend_t *be, float *dqkv, const float *dout, c
         float *o = tmp, *lse = o + (size_t)B * T * C, *rest = lse + (size_t)B * NH * T;
         note(be, "flash attention_fwd (recompute)",
              kn_cuda_flash_attention_fwd(o, lse, qkv, B, T, C, NH, st));
+        /* The backward reads the forward's output (D = dout . out). A kept att's backward
+         * reads the one the bf16 wrapper stored, rounded in place by this backend's
+         * bf16_round: round the recomputed one the same way, or selective recomputation
+         * would not give the kept att's bits (backend.h) under train.precision = bf16. */
+        if (S(be)->bf16) {
+            note(be, "bf16_round (recompute)", kn_cuda_bf16_round(o, o, (size_t)B * T * C, st));
+        }
         note(be, "flash attention_bwd",
              kn_cuda_flash_attention_bwd(dqkv, rest, dout, qkv, o, lse, B, T, C, NH, st));
         return;
@@ -615,6 +627,8 @@ static void cu_timer_read(const eng_backend_t *be, double *ms)
             float e = 0;
             if (cudaEventElapsedTime(&e, t->ev[i], t->ev[i + 1]) == cudaSuccess) {
                 sum += e;
+            } else {
+                (void)cudaGetLastError(); /* ignored here: not the next launch's failure */
             }
         }
         ms[k] = sum;
@@ -752,6 +766,7 @@ static void cu_set_tf32(eng_backend_t *be, int on)
 static void cu_set_bf16(eng_backend_t *be, int on)
 {
     kn_cuda_set_bf16(S(be)->ctx, on);
+    S(be)->bf16 = on != 0;
 }
 
 static void *cu_stream(const eng_backend_t *be)
