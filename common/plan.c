@@ -235,9 +235,13 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
-    /* activations: fp32 slots (under bf16 too: bf16 values in fp32 storage, plan.h) */
+    /* activations: fp32 slots; under bf16 the four only GEMMs read (ln_1's and ln_2's
+     * outputs [N,C], the attention's [N,C/tp], the GELU's [N,4C/tp]) as packed casts, the
+     * rest bf16 values in fp32 slots (plan.h) */
     double att = B * (NH / tp) * T * row;
-    double per_block = F32 * (N * C * (4 + 12 / tp) + 4 * N + att);
+    double gemm_only = N * C * (2 + 5 / tp);
+    double per_block = F32 * (N * C * (4 + 12 / tp) - gemm_only + 4 * N + att) +
+                       (m->bf16 ? BF16 : F32) * gemm_only;
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch);
      * selective keeps no probabilities anywhere: the attention backward recomputes them a
      * block of query rows at a time in the attention scratch, at least 2·min(T, QBLOCK)·T */
@@ -261,6 +265,8 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     double scratch =
         F32 * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C) + att_scratch) +
         (nb > 0 ? redo : 0);
+    if (m->bf16 && nb > 0) /* where the packed ones are written and widened again */
+        scratch += F32 * N * fmax(C, 4 * C / tp);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));

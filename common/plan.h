@@ -63,8 +63,11 @@
  *
  * Mixed precision (bf16; m->bf16), what the engine allocates on the GPU path and in the
  * CPU emulation alike (workerd/engine/backend_bf16.h): state unchanged (fp32 masters,
- * gradients, Adam m and v: 16 bytes an owned parameter); activations and their gradients
- * are bf16 values in fp32 slots, 4 bytes each as above; without ZeRO-3 (dp 1) a packed bf16
+ * gradients, Adam m and v: 16 bytes an owned parameter); the activations only GEMMs read
+ * (ln_1's and ln_2's outputs N·C each, the attention's N·C/tp, the GELU's N·4C/tp) kept as
+ * 2-byte packed casts, with one [N, max(C, 4C/tp)] fp32 scratch they are written in and
+ * widened to (scratch_bytes); the other activations and the gradients bf16 values in fp32
+ * slots, 4 bytes each as above; without ZeRO-3 (dp 1) a packed bf16
  * working copy of the rank's parameters, cast from the masters once a step (working_bytes,
  * 2 bytes a parameter); under ZeRO-3 none (working_bytes 0): the gathers arrive as 2-byte
  * messages into packed buffers beside the fp32 gathered ones (2 bytes a gathered block

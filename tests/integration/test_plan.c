@@ -83,9 +83,9 @@ Test(plan, gpt2_124m_on_one_rank)
     h_out_free(&o);
 }
 
-/* --precision bf16: what the engine allocates: the same fp32 state, activations in fp32
- * slots, and at dp 1 the packed working copy, 2 bytes a parameter (common/plan.h); the
- * job's own precision otherwise. */
+/* --precision bf16: what the engine allocates: the same fp32 state, fewer activation bytes
+ * (those only GEMMs read kept as 2-byte casts), and at dp 1 the packed working copy, 2 bytes
+ * a parameter (common/plan.h); the job's own precision otherwise. */
 Test(plan, bf16_precision)
 {
     char job[PATH_MAX + 32];
@@ -102,7 +102,7 @@ Test(plan, bf16_precision)
     cr_expect_eq(h_json_num(mf, "working_bytes"), 0.0);
     cr_expect_eq(h_json_num(mb, "working_bytes"), 2.0 * h_json_num(stage(b, 0), "params_per_rank"));
     cr_expect_gt(h_json_num(mb, "working_bytes"), 0.0);
-    cr_expect_eq(h_json_num(mb, "activation_bytes"), h_json_num(mf, "activation_bytes"));
+    cr_expect_lt(h_json_num(mb, "activation_bytes"), h_json_num(mf, "activation_bytes"));
     cr_expect_eq(h_json_num(mb, "total_bytes"),
                  h_json_num(mb, "state_bytes") + h_json_num(mb, "gathered_bytes") +
                      h_json_num(mb, "working_bytes") + h_json_num(mb, "activation_bytes"));

@@ -122,8 +122,8 @@ static int coll_create(const rank_run_t *d, uint32_t world, const eng_backend_t 
     return wrk_coll_create(&cfg, c);
 }
 
-/* The trainers' bf16_no_working_copy (eng_trainer_opts_t) for the runs that follow. */
-static int no_working_copy;
+/* The trainers' bf16_unpacked (eng_trainer_opts_t) for the runs that follow. */
+static int bf16_unpacked;
 
 /* The rank whose thread calls a kernel (ranks are threads), for overlap_matmul_bwd. */
 static _Thread_local rank_run_t *tl_run;
@@ -167,7 +167,7 @@ static void *rank_main(void *arg)
                                .groups = g,
                                .replicate_dp = d->replicate,
                                .backend = dev,
-                               .bf16_no_working_copy = no_working_copy};
+                               .bf16_unpacked = bf16_unpacked};
     if (d->rc == 0)
         d->rc = eng_trainer_create(d->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
@@ -1337,47 +1337,62 @@ Test(layouts, bf16_every_layout_tracks_fp32_and_one_rank)
     }
 }
 
-/* The bf16 working copy (dp 1: the slab of masters cast once a step, backend.h's
- * bf16_weights) gives the same bits as every kernel rounding its parameter operands from the
- * masters as it reads them, losses and validation losses over the 20 steps (an update, a
- * checkpoint and an evaluation between the copies): on the CPU, where the copy is widened for
- * the kernels, and on devsim, whose matmuls read the copy itself as CUDA's bf16 GEMMs do; at
- * one rank, pp 2 and tp 2. With the copy no kernel rounds a parameter from the masters; a
- * copy gone stale (not cast after an update) would change the losses from step 1 on. */
-Test(layouts, bf16_working_copy_same_bits_as_rounding_each_read)
+/* bf16's packed storage: the working copy (dp 1: the slab of masters cast once a step,
+ * backend.h's bf16_weights) and the activations only GEMMs read kept as packed casts (ln_1's
+ * and ln_2's outputs, the attention's, the GELU's). Both give the same bits as the unpacked
+ * run (each kernel rounding its parameter operands from the masters as it reads them, every
+ * activation in an fp32 slot), losses and validation losses over the 20 steps (updates,
+ * checkpoints and evaluations between the copies): on the CPU, where the copy is widened
+ * for the kernels, and on devsim, whose matmuls read the copy itself as CUDA's bf16 GEMMs do;
+ * at one rank, pp 2, tp 2, and under zb-h1 (whose weight pass widens the packed inputs
+ * later). With the copy no kernel rounds a parameter from the masters, and the measured
+ * activation memory shrinks. A copy gone stale (not cast after an update) changes the
+ * losses from step 2 on. */
+Test(layouts, bf16_packed_storage_same_bits_as_unpacked)
 {
-    static const uint32_t xs[][3] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}};
+    static const uint32_t xs[][3] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}, {1, 2, 1}};
     rank_run_t a[MAXR], b[MAXR];
     for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
         const uint32_t *x = xs[k];
         ch_jobspec_t j;
         char name[32];
-        snprintf(name, sizeof name, "w%u%u%u", x[0], x[1], x[2]);
+        snprintf(name, sizeof name, "w%u%u%u%s", x[0], x[1], x[2], k == 3 ? "zb" : "");
         bf16_spec(&j, name, x);
+        if (k == 3)
+            j.parallel.schedule = CH_SCHEDULE_ZBH1;
         uint32_t n = x[0] * x[1] * x[2];
-        no_working_copy = 1;
+        bf16_unpacked = 1;
         run(&j, 0, 0, a);
-        no_working_copy = 0;
+        bf16_unpacked = 0;
         for (int dev = 0; dev < 2; dev++) {
             snprintf(j.checkpoint.dir, sizeof j.checkpoint.dir, "%s/w16%d", dir, dev);
             /* tp 2 runs on the CPU only (its vocab-parallel kernels need host memory) */
             if (dev == 1 && x[0] > 1)
                 continue;
             run_on(&j, 0, 0, dev ? DEV_PLAIN : DEV_CPU, b);
+            const char *on = dev ? " devsim" : "";
             for (int s = 0; s < STEPS; s++) {
-                cr_expect_eq(b[0].losses[s], a[0].losses[s], "%s%s step %d: %.9g, rounding %.9g",
-                             name, dev ? " devsim" : "", s, b[0].losses[s], a[0].losses[s]);
+                cr_expect_eq(b[0].losses[s], a[0].losses[s], "%s%s step %d: %.9g, unpacked %.9g",
+                             name, on, s, b[0].losses[s], a[0].losses[s]);
                 cr_expect(b[0].val[s] == a[0].val[s] || (isnan(b[0].val[s]) && isnan(a[0].val[s])),
-                          "%s%s val after step %d: %.9g, rounding %.9g", name, dev ? " devsim" : "",
-                          s, b[0].val[s], a[0].val[s]);
+                          "%s%s val after step %d: %.9g, unpacked %.9g", name, on, s, b[0].val[s],
+                          a[0].val[s]);
             }
+            printf("layouts: bf16 %s%s: rank 0 activations %zu B packed, %zu B unpacked; "
+                   "parameter elements from the copy %llu, rounded from the masters %llu\n",
+                   name, on, b[0].measured.peak[ENG_MEM_ACTS], a[0].measured.peak[ENG_MEM_ACTS],
+                   (unsigned long long)b[0].bf16.params_from_copy,
+                   (unsigned long long)a[0].bf16.params_rounded);
             for (uint32_t r = 0; r < n; r++) {
-                cr_expect_eq(a[r].bf16.params_from_copy, 0, "%s rank %u without a copy", name, r);
+                size_t pa = a[r].measured.peak[ENG_MEM_ACTS], pb = b[r].measured.peak[ENG_MEM_ACTS];
+                cr_expect_eq(a[r].bf16.params_from_copy, 0, "%s rank %u unpacked", name, r);
                 cr_expect_gt(a[r].bf16.params_rounded, 0, "%s rank %u", name, r);
                 cr_expect_eq(b[r].bf16.params_rounded, 0,
                              "%s%s rank %u: %llu parameter elements rounded from the masters", name,
-                             dev ? " devsim" : "", r, (unsigned long long)b[r].bf16.params_rounded);
+                             on, r, (unsigned long long)b[r].bf16.params_rounded);
                 cr_expect_gt(b[r].bf16.params_from_copy, 0, "%s rank %u", name, r);
+                cr_expect_lt(pb, pa, "%s%s rank %u: activations %zu B packed, %zu B unpacked", name,
+                             on, r, pb, pa);
                 if (dev)
                     cr_expect_gt(b[r].w16_reads, 0, "%s devsim rank %u: no matmul read the copy",
                                  name, r);

@@ -341,11 +341,12 @@ Test(plan, cuda_keeps_no_attention_probabilities)
     cr_expect_eq(ch_plan_model_of(&j).att_row, 0);
 }
 
-/* Mixed precision plans what the engine allocates: the same fp32 state, activations in
- * fp32 slots (bf16 values); without ZeRO-3 a packed working copy, 2 bytes a parameter, so on
- * one rank fp32's figures and that; under ZeRO-3 no working copy but the gathers' packed
- * 2-byte buffers (two gathered blocks and the widest tensor outside blocks, wte). GPT-2
- * 124M, B 8, T 1024. */
+/* Mixed precision plans what the engine allocates: the same fp32 state; the activations
+ * only GEMMs read (7·N·C a block at tp 1) as 2-byte packed casts, the rest bf16 values in
+ * fp32 slots, and one [N,4C] scratch they are written in and widened to; without ZeRO-3 a
+ * packed working copy, 2 bytes a parameter; under ZeRO-3 no working copy but the gathers'
+ * packed 2-byte buffers (two gathered blocks and the widest tensor outside blocks, wte).
+ * GPT-2 124M, B 8, T 1024. */
 Test(plan, bf16_plans_what_the_engine_allocates)
 {
     ch_model_cfg_t m = gpt2(1024), f = gpt2(1024);
@@ -354,17 +355,19 @@ Test(plan, bf16_plans_what_the_engine_allocates)
     cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(ch_plan_stage(&f, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &q), 0);
     cr_assert_eq(p.state_bytes, 16.0 * 124475904);
+    const double NC = 8.0 * 1024 * 768, packed = 12 * 2.0 * 7 * NC, wide = 4.0 * 4 * NC;
     cr_assert_eq(p.working_bytes, 2.0 * 124475904);
     cr_assert_eq(q.working_bytes, 0.0);
-    cr_assert_eq(p.act_mb_bytes, q.act_mb_bytes);
-    cr_assert_eq(p.scratch_bytes, q.scratch_bytes);
-    cr_assert_eq(p.total_bytes, 12156182528.0 + 2.0 * 124475904, "bf16 %.0f", p.total_bytes);
+    cr_assert_eq(p.act_mb_bytes, q.act_mb_bytes - packed);
+    cr_assert_eq(p.scratch_bytes, q.scratch_bytes + wide);
+    cr_assert_eq(p.total_bytes, 12156182528.0 + 2.0 * 124475904 - packed + wide, "bf16 %.0f",
+                 p.total_bytes);
     cr_assert_eq(q.total_bytes, 12156182528.0, "fp32 %.0f", q.total_bytes);
     cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 2), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(ch_plan_stage(&f, lay(1, 1, 2), 8, 1, CH_RESHARD_PER_USE, 0, &q), 0);
     cr_assert_eq(p.working_bytes, 0.0);
     cr_assert_eq(p.state_bytes, q.state_bytes);
-    cr_assert_eq(p.act_bytes, q.act_bytes);
+    cr_assert_eq(p.act_bytes, q.act_bytes - packed + wide);
     double bs = p.block_shard * 2, wte = 50304.0 * 768;
     cr_assert_eq(p.gathered_bytes, q.gathered_bytes + 2.0 * (2 * bs + wte));
     ch_jobspec_t j;

@@ -469,6 +469,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
     m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
     m->split_backward = opts != NULL && opts->split_backward;
+    m->bf16_acts = opts != NULL && opts->bf16_acts && eng_bf16_castable(m->be);
     m->dpr = m->dp > 1 ? opts->dp_rank : 0;
     m->Cl = cfg->embd / m->tp;
     m->NHl = cfg->heads / m->tp;
@@ -495,6 +496,10 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
         rc, fail);
     m->grads = m->own_grads;
     CH_CHECK_GOTO(alloc_scratch(m), rc, fail);
+    if (m->bf16_acts && part.nblocks > 0) { /* [N, max(C, 4C/tp)] */
+        size_t wide = 4 * m->Cl > m->cfg.embd ? 4 * m->Cl : m->cfg.embd;
+        CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, N * wide, &m->wide), rc, fail);
+    }
     CH_CHECK_GOTO(alloc_work(m), rc, fail);
     if (m->tp_bf16) /* the largest activation all-reduced: N rows of C */
         CH_CHECK_GOTO(eng_bf16_msg_reserve(m->tp_bf16, m->tpg, N * m->cfg.embd), rc, fail);
@@ -537,6 +542,7 @@ void eng_model_destroy(eng_model_t *m)
     m->be->free(m->be, m->tp_dlog);
     m->be->free(m->be, m->logits);
     m->be->free(m->be, m->scratch);
+    m->be->free(m->be, m->wide);
     m->be->free(m->be, m->work_mem);
     m->be->free(m->be, m->own_grads);
     m->be->free(m->be, m->params);
@@ -684,6 +690,8 @@ static void take(void **ptr, char *base, size_t *off, size_t n)
     *off += (n * 4 + 63) & ~(size_t)63;
 }
 #define TAKE(ptr, n) take((void **)&(ptr), base, &off, (n))
+/* n elements of 2 bytes */
+#define TAKE16(ptr, n) take((void **)&(ptr), base, &off, ((n) + 1) / 2)
 
 /* Which of a block's activations a buffer set holds (parallel.recompute). */
 enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4, KEEP_WPASS = 8 };
@@ -702,18 +710,25 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
 {
     size_t N = (size_t)max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
     size_t off = *poff;
-    if (keep & KEEP_REST) {
+    if ((keep & KEEP_REST) && m->bf16_acts) { /* what only GEMMs read, packed */
+        TAKE16(b->ln1_16, N * C);
+        TAKE16(b->atty_16, N * m->Cl);
+        TAKE16(b->ln2_16, N * C);
+        TAKE16(b->fch_gelu_16, N * 4 * m->Cl);
+    } else if (keep & KEEP_REST) {
         TAKE(b->ln1, N * C);
+        TAKE(b->atty, N * m->Cl);
+        TAKE(b->ln2, N * C);
+        TAKE(b->fch_gelu, N * 4 * m->Cl);
+    }
+    if (keep & KEEP_REST) {
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);
         TAKE(b->qkv, N * 3 * m->Cl);
-        TAKE(b->atty, N * m->Cl);
         TAKE(b->res2, N * C);
-        TAKE(b->ln2, N * C);
         TAKE(b->ln2_mean, N);
         TAKE(b->ln2_rstd, N);
         TAKE(b->fch, N * 4 * m->Cl);
-        TAKE(b->fch_gelu, N * 4 * m->Cl);
     }
     if (keep & KEEP_ATT) {
         TAKE(b->att, (size_t)max_B * m->NHl * T * att_row(m));
@@ -758,6 +773,8 @@ static void share_work(const eng_model_t *m, block_acts_t *b)
         out.qkv = w->qkv, out.atty = w->atty, out.res2 = w->res2;
         out.ln2 = w->ln2, out.ln2_mean = w->ln2_mean, out.ln2_rstd = w->ln2_rstd;
         out.fch = w->fch, out.fch_gelu = w->fch_gelu;
+        out.ln1_16 = w->ln1_16, out.atty_16 = w->atty_16;
+        out.ln2_16 = w->ln2_16, out.fch_gelu_16 = w->fch_gelu_16;
     }
     *b = out;
 }

@@ -149,6 +149,11 @@ typedef struct eng_model_opts {
     /* train.precision = bf16: the activations' TP all-reduces (tp.h's f and g) move and sum
      * bf16 (coll_bf16.h); ignored on a backend that cannot cast (eng_bf16_castable). */
     int tp_bf16;
+    /* train.precision = bf16: the activations only GEMMs read (ln_1's and ln_2's outputs,
+     * the attention output, the GELU output) are kept as their packed bf16 casts, 2 bytes an
+     * element, and widened for the weight gradients' GEMMs: the same bits (they hold bf16
+     * values), half their memory. Ignored on a backend that cannot cast. */
+    int bf16_acts;
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */
     uint32_t dp, dp_rank;

@@ -36,9 +36,12 @@ typedef struct block_acts {
     float *res2;                      /* [N,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
     float *fch, *fch_gelu;            /* [N,4C] */
-    float *res3;                      /* [N,C] block output, when the caller gives no buffer */
-    float *out; /* where the forward wrote the output (res3 or the caller's) */
-    int live;   /* forwarded, backward pending */
+    /* bf16_acts: ln1, atty, ln2 and fch_gelu kept as these packed casts instead (the float
+     * pointers NULL; the forward writes them in the model's `wide` scratch) */
+    kn_bf16_t *ln1_16, *atty_16, *ln2_16, *fch_gelu_16;
+    float *res3; /* [N,C] block output, when the caller gives no buffer */
+    float *out;  /* where the forward wrote the output (res3 or the caller's) */
+    int live;    /* forwarded, backward pending */
     /* split backward (ZB-H1): the output gradients of c_fc's projection [N,C], c_fc
      * [N,4C/tp], ln_2 [N,C], attn.c_proj [N,C], c_attn [N,3C/tp] and ln_1 [N,C] the input
      * pass keeps for the weight pass; wpending: the input pass ran, the weight pass not */
@@ -128,6 +131,10 @@ struct eng_model {
     /* backward scratch (one backward at a time): [N,C], [N,C], [N,4C], [T,T] */
     float *dres, *dsmall, *dbig, *datt;
     float *scratch; /* the allocation holding them */
+    /* bf16_acts (opts): [N, max(C, 4C/tp)], where a block's forward writes each packed
+     * activation before casting it, and its backward widens one back for a GEMM */
+    int bf16_acts;
+    float *wide;
 
     float *logits;               /* [logits_cap, Vp] (head only) */
     size_t logits_cap;           /* rows the logits buffer holds */

@@ -54,6 +54,31 @@ static const float *row_bias(const eng_model_t *m, uint32_t l, int i)
     return m->tpr == 0 ? P(m, l, i) : NULL;
 }
 
+/* Where the forward writes a kept GEMM input: its own buffer, or (bf16_acts: kept packed)
+ * the wide scratch it is cast from. */
+static float *act_out(const eng_model_t *m, float *kept)
+{
+    return kept != NULL ? kept : m->wide;
+}
+
+/* bf16_acts: the packed cast of an activation just written (dst NULL: kept as it is). */
+static int pack(const eng_model_t *m, kn_bf16_t *dst, const float *src, size_t n)
+{
+    return dst != NULL ? eng_bf16_cast(m->be, dst, src, n, 1) : 0;
+}
+
+/* A kept GEMM input for a weight gradient: x itself, or its packed cast x16 widened into the
+ * wide scratch (exact: the values are bf16). An input pass (io) reads none: x as it is. */
+static int kept_input(const eng_model_t *m, const float *x, const kn_bf16_t *x16, size_t n, int io,
+                      const float **out)
+{
+    *out = x;
+    if (x != NULL || x16 == NULL || io)
+        return 0;
+    *out = m->wide;
+    return eng_bf16_cast(m->be, m->wide, x16, n, 0);
+}
+
 /* Block l's forward arithmetic on x into out, its activations into b (no hook). */
 static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float *x, float *out)
 {
@@ -61,22 +86,28 @@ static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, NH4 = (size_t)N * 4 * Cl;
+    float *ln1 = act_out(m, b->ln1), *atty = act_out(m, b->atty), *ln2 = act_out(m, b->ln2);
+    float *fch_gelu = act_out(m, b->fch_gelu);
     int rc = 0;
-    be->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
-    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln1, NC), rc, done);
-    be->matmul_fwd(be, b->qkv, b->ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
+    be->layernorm_fwd(be, ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
+    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, ln1, NC), rc, done);
+    CH_CHECK_GOTO(pack(m, b->ln1_16, ln1, NC), rc, done);
+    be->matmul_fwd(be, b->qkv, ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
     /* b->att NULL (selective): nothing kept, the backward scratch lent to the forward */
-    be->attention_fwd(be, b->atty, b->att, m->datt, b->qkv, B, T, Cl, NHl);
-    be->matmul_fwd(be, b->res2, b->atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
+    be->attention_fwd(be, atty, b->att, m->datt, b->qkv, B, T, Cl, NHl);
+    CH_CHECK_GOTO(pack(m, b->atty_16, atty, (size_t)N * Cl), rc, done);
+    be->matmul_fwd(be, b->res2, atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
     CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, b->res2, NC), rc, done);
     be->residual_fwd(be, b->res2, b->res2, x, NC);
-    be->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, P(m, l, LN2W), P(m, l, LN2B),
-                      N, C);
-    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, b->ln2, NC), rc, done);
-    be->matmul_fwd(be, b->fch, b->ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
-    be->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * Cl);
-    be->matmul_fwd(be, out, b->fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
+    be->layernorm_fwd(be, ln2, b->ln2_mean, b->ln2_rstd, b->res2, P(m, l, LN2W), P(m, l, LN2B), N,
+                      C);
+    CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, ln2, NC), rc, done);
+    CH_CHECK_GOTO(pack(m, b->ln2_16, ln2, NC), rc, done);
+    be->matmul_fwd(be, b->fch, ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
+    be->gelu_fwd(be, fch_gelu, b->fch, NH4);
+    CH_CHECK_GOTO(pack(m, b->fch_gelu_16, fch_gelu, NH4), rc, done);
+    be->matmul_fwd(be, out, fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
     CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, out, NC), rc, done);
     be->residual_fwd(be, out, out, b->res2, NC);
 done:
@@ -157,6 +188,7 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T, io = input_only;
     size_t NC = (size_t)N * C;
+    const float *in = NULL; /* each weight gradient's kept input (kept_input) */
     bwd_bufs_t d = bwd_bufs(m, b, io);
     int rc = eng_model_block_event(m, l, io ? ENG_BLOCK_BACKWARD_INPUT : ENG_BLOCK_BACKWARD);
     if (rc == 0) {
@@ -168,22 +200,27 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
     // MLP branch: res3 = res2 + g(gelu(f(ln2(res2)) @ Wfc + bfc) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     CH_CHECK_GOTO(keep_grad(be, d.fcproj, dres, NC), rc, done);
-    be->matmul_bwd(be, d.fc, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, b->fch_gelu,
+    CH_CHECK_GOTO(kept_input(m, b->fch_gelu, b->fch_gelu_16, (size_t)N * 4 * Cl, io, &in), rc,
+                  done);
+    be->matmul_bwd(be, d.fc, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, in,
                    P(m, l, FCPROJW), N, 4 * Cl, C);
     be->gelu_bwd(be, d.fc, b->fch, d.fc, (size_t)N * 4 * Cl);
-    be->matmul_bwd(be, d.ln2, GW(m, l, FCW, io), GW(m, l, FCB, io), d.fc, b->ln2, P(m, l, FCW), N,
-                   C, 4 * Cl);
+    CH_CHECK_GOTO(kept_input(m, b->ln2, b->ln2_16, NC, io, &in), rc, done);
+    be->matmul_bwd(be, d.ln2, GW(m, l, FCW, io), GW(m, l, FCB, io), d.fc, in, P(m, l, FCW), N, C,
+                   4 * Cl);
     CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, d.ln2, NC), rc, done);
     be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), d.ln2, b->res2,
                       P(m, l, LN2W), b->ln2_mean, b->ln2_rstd, N, C);
     // attention branch: res2 = x + g(attn(f(ln1(x))) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     CH_CHECK_GOTO(keep_grad(be, d.attproj, dres, NC), rc, done);
-    be->matmul_bwd(be, m->dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, b->atty,
+    CH_CHECK_GOTO(kept_input(m, b->atty, b->atty_16, (size_t)N * Cl, io, &in), rc, done);
+    be->matmul_bwd(be, m->dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, in,
                    P(m, l, ATTPROJW), N, Cl, C);
     be->attention_bwd(be, d.qkv, m->datt, m->dsmall, b->qkv, b->att, B, T, Cl, NHl);
-    be->matmul_bwd(be, d.ln1, GW(m, l, QKVW, io), GW(m, l, QKVB, io), d.qkv, b->ln1, P(m, l, QKVW),
-                   N, C, 3 * Cl);
+    CH_CHECK_GOTO(kept_input(m, b->ln1, b->ln1_16, NC, io, &in), rc, done);
+    be->matmul_bwd(be, d.ln1, GW(m, l, QKVW, io), GW(m, l, QKVB, io), d.qkv, in, P(m, l, QKVW), N,
+                   C, 3 * Cl);
     CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, d.ln1, NC), rc, done);
     be->layernorm_bwd(be, dres, GW(m, l, LN1W, io), GW(m, l, LN1B, io), d.ln1, b->x, P(m, l, LN1W),
                       b->ln1_mean, b->ln1_rstd, N, C);
@@ -205,23 +242,31 @@ static int block_weight(eng_model_t *m, eng_acts_t *a, uint32_t l)
     const eng_backend_t *be = m->be;
     block_acts_t *b = &a->blk[eng_part_pos(&m->part, l)];
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, N = (int)(a->B * a->T);
+    size_t NC = (size_t)N * C;
+    const float *in = NULL;
     int rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_WEIGHT);
     if (rc < 0) {
         return rc;
     }
-    be->matmul_bwd(be, NULL, G(m, l, FCPROJW), G(m, l, FCPROJB), b->g_fcproj, b->fch_gelu, NULL, N,
-                   4 * Cl, C);
-    be->matmul_bwd(be, NULL, G(m, l, FCW), G(m, l, FCB), b->g_fc, b->ln2, NULL, N, C, 4 * Cl);
+    CH_CHECK_GOTO(kept_input(m, b->fch_gelu, b->fch_gelu_16, (size_t)N * 4 * Cl, 0, &in), rc, done);
+    be->matmul_bwd(be, NULL, G(m, l, FCPROJW), G(m, l, FCPROJB), b->g_fcproj, in, NULL, N, 4 * Cl,
+                   C);
+    CH_CHECK_GOTO(kept_input(m, b->ln2, b->ln2_16, NC, 0, &in), rc, done);
+    be->matmul_bwd(be, NULL, G(m, l, FCW), G(m, l, FCB), b->g_fc, in, NULL, N, C, 4 * Cl);
     be->layernorm_bwd(be, NULL, G(m, l, LN2W), G(m, l, LN2B), b->g_ln2, b->res2, NULL, b->ln2_mean,
                       b->ln2_rstd, N, C);
-    be->matmul_bwd(be, NULL, G(m, l, ATTPROJW), G(m, l, ATTPROJB), b->g_attproj, b->atty, NULL, N,
-                   Cl, C);
-    be->matmul_bwd(be, NULL, G(m, l, QKVW), G(m, l, QKVB), b->g_qkv, b->ln1, NULL, N, C, 3 * Cl);
+    CH_CHECK_GOTO(kept_input(m, b->atty, b->atty_16, (size_t)N * Cl, 0, &in), rc, done);
+    be->matmul_bwd(be, NULL, G(m, l, ATTPROJW), G(m, l, ATTPROJB), b->g_attproj, in, NULL, N, Cl,
+                   C);
+    CH_CHECK_GOTO(kept_input(m, b->ln1, b->ln1_16, NC, 0, &in), rc, done);
+    be->matmul_bwd(be, NULL, G(m, l, QKVW), G(m, l, QKVB), b->g_qkv, in, NULL, N, C, 3 * Cl);
     be->layernorm_bwd(be, NULL, G(m, l, LN1W), G(m, l, LN1B), b->g_ln1, b->x, NULL, b->ln1_mean,
                       b->ln1_rstd, N, C);
     b->wpending = 0;
     b->live = 0;
-    return eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
+    rc = eng_model_block_event(m, l, ENG_BLOCK_BACKWARD_DONE);
+done:
+    return rc;
 }
 
 // ----------------------------------------------------------------------------

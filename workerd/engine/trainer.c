@@ -352,8 +352,8 @@ static int open_data(eng_trainer_t *t, const ch_jobspec_t *spec, char *err, size
 }
 
 /* This rank's part of the model (its stage; its TP shard). */
-static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char *err,
-                        size_t errlen)
+static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, int unpacked,
+                        char *err, size_t errlen)
 {
     uint32_t B = spec->parallel.micro_batch_size;
     eng_model_opts_t mopts = {.backend = t->be,
@@ -363,7 +363,8 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
                               .pp = t->stages,
                               .stage = t->stage,
                               .virtual_stages = spec->parallel.virtual_stages,
-                              .external_blocks = zero};
+                              .external_blocks = zero,
+                              .bf16_acts = spec->train.precision == CH_PRECISION_BF16};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;
@@ -374,6 +375,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, ch
         mopts.tp_group = t->tp;
         mopts.tp_bf16 = spec->train.precision == CH_PRECISION_BF16;
     }
+    mopts.bf16_acts = mopts.bf16_acts && !unpacked;
     int rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
         ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
@@ -504,9 +506,9 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
 
     rc = open_data(t, spec, err, errlen);
     if (rc == 0)
-        rc = create_model(t, spec, zero, err, errlen);
+        rc = create_model(t, spec, zero, opts && opts->bf16_unpacked, err, errlen);
     if (rc == 0)
-        rc = init_optim(t, spec, zero, opts && opts->bf16_no_working_copy, err, errlen);
+        rc = init_optim(t, spec, zero, opts && opts->bf16_unpacked, err, errlen);
     if (rc < 0)
         goto out;
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;

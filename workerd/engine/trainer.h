@@ -62,10 +62,11 @@ typedef struct eng_trainer_opts {
      * through host copies, so files are the same whatever the backend. parallel.tp > 1
      * needs host memory (CH_E_CONFIG otherwise). */
     const eng_backend_t *backend;
-    /* train.precision = bf16: hold no working copy of the parameters, each kernel rounding
-     * its parameter operands from the masters as it reads them (the same bits; tests compare
-     * the two). Not a job option. */
-    int bf16_no_working_copy;
+    /* train.precision = bf16 without its packed storage: no working copy of the parameters
+     * (each kernel rounds its parameter operands from the masters as it reads them) and
+     * every activation in an fp32 slot. The same bits (tests compare the two); not a job
+     * option. */
+    int bf16_unpacked;
 } eng_trainer_opts_t;
 
 typedef struct eng_step_info {
