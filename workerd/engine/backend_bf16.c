@@ -433,6 +433,12 @@ static void b_tp_xent_bwd(const eng_backend_t *be, float *logits, const float *l
     IN(be)->tp_xent_bwd(IN(be), logits, lse, targets, scale, v0, N, Vl, valid);
 }
 
+/* what the inner's attention keeps per row: the model sizes its att buffers by it */
+static int b_att_row(const eng_backend_t *be, int T, int hs)
+{
+    return IN(be)->att_row(IN(be), T, hs);
+}
+
 static void b_bf16_cast(const eng_backend_t *be, void *dst, const void *src, size_t n, int to_bf16)
 {
     IN(be)->bf16_cast(IN(be), dst, src, n, to_bf16);
@@ -467,6 +473,7 @@ static void set_optional(eng_backend_t *be, const eng_backend_t *in)
     be->timer_mark = timers ? b_timer_mark : NULL;
     be->timer_read = timers ? b_timer_read : NULL;
     be->bf16_cast = in->bf16_cast ? b_bf16_cast : NULL;
+    be->att_row = in->att_row ? b_att_row : NULL;
     int tp = in->tp_embed_fwd && in->tp_embed_bwd && in->tp_xent_max && in->tp_xent_sums &&
              in->tp_xent_finish && in->tp_xent_bwd;
     be->tp_embed_fwd = tp ? b_tp_embed_fwd : NULL;
