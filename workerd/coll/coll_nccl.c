@@ -86,7 +86,8 @@ typedef struct nccl_group {
     X(0, cudaStreamCreateWithFlags) X(0, cudaStreamDestroy) X(0, cudaStreamWaitEvent) \
     X(0, cudaEventCreateWithFlags) X(0, cudaEventDestroy) X(0, cudaEventRecord)       \
     X(0, cudaEventQuery) X(0, cudaEventElapsedTime) X(0, cudaMalloc) X(0, cudaFree)   \
-    X(0, cudaMemcpy) X(1, ncclGetErrorString) X(1, ncclGetUniqueId)                   \
+    X(0, cudaMemcpy) X(0, cudaStreamSynchronize)                                      \
+    X(1, ncclGetErrorString) X(1, ncclGetUniqueId)                                    \
     X(1, ncclCommInitRankConfig) X(1, ncclCommGetAsyncError) X(1, ncclCommFinalize)   \
     X(1, ncclCommDestroy) X(1, ncclCommAbort) X(1, ncclGroupStart)                    \
     X(1, ncclGroupEnd) X(1, ncclSend) X(1, ncclRecv)                                  \
@@ -590,10 +591,16 @@ static void nccl_mem_free(wrk_coll_t *c, void *p)
     lib.cudaFree(p);
 }
 
+/* Host to device, cudaMemcpy from pageable memory may return once the bytes are staged,
+ * before the DMA lands; the group streams are non-blocking, so a send enqueued next would
+ * not wait for the legacy stream's copy: that stream is synchronized first. */
 static int nccl_mem_copy(wrk_coll_t *c, void *dst, const void *src, size_t bytes, int to_backend)
 {
-    return cuda_err(lib.cudaMemcpy(dst, src, bytes,
-                                   to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+    int rc = cuda_err(lib.cudaMemcpy(dst, src, bytes,
+                                     to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+    if (rc == 0 && to_backend)
+        rc = cuda_err(lib.cudaStreamSynchronize(cudaStreamLegacy));
+    return rc;
 }
 
 static int nccl_available(void)
