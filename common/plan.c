@@ -236,10 +236,11 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
     /* activations: fp32 slots; under bf16 the four only GEMMs read (ln_1's and ln_2's
-     * outputs [N,C], the attention's [N,C/tp], the GELU's [N,4C/tp]) as packed casts, the
-     * rest bf16 values in fp32 slots (plan.h) */
+     * outputs [N,C], the GELU's [N,4C/tp], and the attention's [N,C/tp] unless a fused
+     * attention's backward reads it: row < T) as packed casts, the rest bf16 values in fp32
+     * slots (plan.h) */
     double att = B * (NH / tp) * T * row;
-    double gemm_only = N * C * (2 + 5 / tp);
+    double gemm_only = N * C * (2 + (row < T ? 4 : 5) / tp);
     double per_block = F32 * (N * C * (4 + 12 / tp) - gemm_only + 4 * N + att) +
                        (m->bf16 ? BF16 : F32) * gemm_only;
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch);

@@ -64,7 +64,8 @@
  * Mixed precision (bf16; m->bf16), what the engine allocates on the GPU path and in the
  * CPU emulation alike (workerd/engine/backend_bf16.h): state unchanged (fp32 masters,
  * gradients, Adam m and v: 16 bytes an owned parameter); the activations only GEMMs read
- * (ln_1's and ln_2's outputs N·C each, the attention's N·C/tp, the GELU's N·4C/tp) kept as
+ * (ln_1's and ln_2's outputs N·C each, the GELU's N·4C/tp, and the attention's N·C/tp
+ * unless a fused attention's backward reads it, att_row < seq_len) kept as
  * 2-byte packed casts, with one [N, max(C, 4C/tp)] fp32 scratch they are written in and
  * widened to (scratch_bytes); the other activations and the gradients bf16 values in fp32
  * slots, 4 bytes each as above; without ZeRO-3 (dp 1) a packed bf16

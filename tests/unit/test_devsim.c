@@ -619,3 +619,57 @@ Test(devsim, the_trainer_allocates_only_before_its_first_step_recomputing)
 {
     allocates_only_before_the_first_step(CH_RECOMPUTE_SELECTIVE, 3);
 }
+
+static int one_row(const eng_backend_t *be, int T, int hs)
+{
+    (void)be, (void)T, (void)hs;
+    return 1;
+}
+
+/* bf16's packed activations where the attention keeps a row summary (CUDA's fused one, whose
+ * backward reads its forward's output where the forward wrote it): the attention output
+ * stays in its fp32 slot, the other three GEMM-only activations are packed, and what the
+ * trainer reserves is the plan's at that att_row; with the probabilities kept (devsim's own
+ * att_row, T) the attention output is packed too, and the plan says so. No step runs: the
+ * CPU's attention behind devsim keeps probabilities, not a summary. */
+Test(devsim, bf16_packs_the_attention_output_only_when_no_fused_backward_reads_it)
+{
+    for (int fused = 0; fused < 2; fused++) {
+        eng_backend_t *be = make(1);
+        if (fused)
+            be->att_row = one_row;
+        ch_jobspec_t j;
+        ch_jobspec_defaults(&j);
+        snprintf(j.name, sizeof j.name, "devsim-bf16acts");
+        j.model.layers = 2;
+        j.model.heads = 4;
+        j.model.embd = 64;
+        j.model.vocab = 40;
+        j.model.seq_len = 64;
+        j.parallel.micro_batch_size = 4;
+        j.train.steps = 1;
+        j.train.precision = CH_PRECISION_BF16;
+        j.train.emulate = 1;
+        eng_trainer_opts_t opts = {.peak_flops = 1e9, .backend = be};
+        eng_trainer_t *t = NULL;
+        char msg[256] = "";
+        cr_assert_eq(eng_trainer_create(&j, &opts, &t, msg, sizeof msg), 0, "%s", msg);
+        eng_mem_stats_t ms;
+        eng_trainer_mem(t, &ms);
+        ch_model_cfg_t m = ch_plan_model_of(&j);
+        m.att_row = fused ? 1 : 0;
+        ch_plan_t p;
+        cr_assert_eq(ch_plan_stage_rc(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
+                                      j.parallel.microbatches, j.parallel.reshard,
+                                      j.parallel.recompute, 0, &p),
+                     0);
+        double kept = p.act_mb_bytes * p.in_flight, acts = (double)ms.cur[ENG_MEM_ACTS];
+        printf("devsim: bf16 %s: activations %.0f B reserved, plan %.0f; all %zu B, plan %.0f\n",
+               fused ? "row summary" : "probabilities", acts, kept, ms.total, p.total_bytes);
+        cr_expect_leq(fabs(acts - kept) / kept, 0.01, "activations %.0f, plan %.0f", acts, kept);
+        cr_expect_leq(fabs((double)ms.total - p.total_bytes) / p.total_bytes, 0.01,
+                      "reserved %zu, plan %.0f", ms.total, p.total_bytes);
+        eng_trainer_destroy(t);
+        devsim_destroy(be);
+    }
+}

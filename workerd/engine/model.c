@@ -710,17 +710,23 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
 {
     size_t N = (size_t)max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
     size_t off = *poff;
-    if ((keep & KEEP_REST) && m->bf16_acts) { /* what only GEMMs read, packed */
+    /* what only GEMMs read, packed under bf16_acts; the attention output stays where the
+     * forward wrote it when the attention keeps a row summary (a fused attention's
+     * backward reads its forward's output there, backend.h's att_row) */
+    int pack = m->bf16_acts, pack_atty = pack && att_row(m) == T;
+    if ((keep & KEEP_REST) && pack) {
         TAKE16(b->ln1_16, N * C);
-        TAKE16(b->atty_16, N * m->Cl);
         TAKE16(b->ln2_16, N * C);
         TAKE16(b->fch_gelu_16, N * 4 * m->Cl);
     } else if (keep & KEEP_REST) {
         TAKE(b->ln1, N * C);
-        TAKE(b->atty, N * m->Cl);
         TAKE(b->ln2, N * C);
         TAKE(b->fch_gelu, N * 4 * m->Cl);
     }
+    if ((keep & KEEP_REST) && pack_atty)
+        TAKE16(b->atty_16, N * m->Cl);
+    else if (keep & KEEP_REST)
+        TAKE(b->atty, N * m->Cl);
     if (keep & KEEP_REST) {
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);

@@ -150,9 +150,10 @@ typedef struct eng_model_opts {
      * bf16 (coll_bf16.h); ignored on a backend that cannot cast (eng_bf16_castable). */
     int tp_bf16;
     /* train.precision = bf16: the activations only GEMMs read (ln_1's and ln_2's outputs,
-     * the attention output, the GELU output) are kept as their packed bf16 casts, 2 bytes an
-     * element, and widened for the weight gradients' GEMMs: the same bits (they hold bf16
-     * values), half their memory. Ignored on a backend that cannot cast. */
+     * the GELU output, and the attention output unless the backend's attention keeps a row
+     * summary whose backward reads it: backend.h's att_row) are kept as their packed bf16
+     * casts, 2 bytes an element, and widened for the weight gradients' GEMMs: the same bits
+     * (they hold bf16 values), half their memory. Ignored on a backend that cannot cast. */
     int bf16_acts;
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */
