@@ -312,12 +312,12 @@ static void sim_layernorm_bwd(const eng_backend_t *be, float *dinp, float *dweig
 
 /* A matmul's weight w[0..n) as the GEMM reads it: from the working copy when it lies in one
  * (widened from w16's host view; a weight the copy misses is read as it is, a bug the
- * bits then show), else w's host view. */
-static const float *gemm_weight(devsim_t *d, const float *w, size_t n)
+ * bits then show), else w's host view (a misuse named after entry, the calling matmul). */
+static const float *gemm_weight(devsim_t *d, const float *w, size_t n, const char *entry)
 {
     uintptr_t p = (uintptr_t)w, b = (uintptr_t)d->w32;
     if (d->wn == 0 || p < b || (p - b) / sizeof(float) + n > d->wn)
-        return DEV(w);
+        return span(d, w, 0, entry, "weight");
     if (n > d->wtmp_cap) {
         float *q = realloc(d->wtmp, n * sizeof *q);
         if (q == NULL)
@@ -337,7 +337,7 @@ static void sim_matmul_fwd(const eng_backend_t *be, float *out, const float *inp
                            const float *weight, const float *bias, int N, int C, int OC)
 {
     devsim_t *d = ds(be);
-    d->cpu->matmul_fwd(d->cpu, DEV(out), DEV(inp), gemm_weight(d, weight, (size_t)C * OC),
+    d->cpu->matmul_fwd(d->cpu, DEV(out), DEV(inp), gemm_weight(d, weight, (size_t)C * OC, __func__),
                        OPT(bias), N, C, OC);
 }
 
@@ -347,9 +347,9 @@ static void sim_matmul_bwd(const eng_backend_t *be, float *dinp, float *dweight,
 {
     devsim_t *d = ds(be);
     /* either half alone (ZB-H1): the input pass reads no inp, the weight pass no weight */
-    d->cpu->matmul_bwd(d->cpu, OPT(dinp), OPT(dweight), OPT(dbias), DEV(dout),
-                       dweight != NULL ? DEV(inp) : NULL,
-                       dinp != NULL ? gemm_weight(d, weight, (size_t)C * OC) : NULL, N, C, OC);
+    d->cpu->matmul_bwd(
+        d->cpu, OPT(dinp), OPT(dweight), OPT(dbias), DEV(dout), dweight != NULL ? DEV(inp) : NULL,
+        dinp != NULL ? gemm_weight(d, weight, (size_t)C * OC, __func__) : NULL, N, C, OC);
 }
 
 /* att NULL: nothing kept (selective recomputation), scratch then used */
