@@ -235,14 +235,13 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     p->working_bytes = m->bf16 && l.dp == 1 ? BF16 * p->params : 0;
 
     const double row = m->att_row ? m->att_row : T; /* attention floats per query row */
-    /* activations: fp32 slots; under bf16 the four only GEMMs read (ln_1's and ln_2's
-     * outputs [N,C], the GELU's [N,4C/tp], and the attention's [N,C/tp] unless a fused
-     * attention's backward reads it: row < T) as packed casts, the rest bf16 values in fp32
-     * slots (plan.h) */
+    /* activations: fp32 slots; under bf16 a block's kept [N,*] activations as packed casts
+     * (ln_1, res2, ln_2 [N,C]; qkv, the MLP's and the GELU's [N,11C/tp]; the attention's
+     * [N,C/tp] unless a fused attention's backward reads it: row < T), its output, the
+     * statistics and att in fp32 (plan.h) */
     double att = B * (NH / tp) * T * row;
-    double gemm_only = N * C * (2 + (row < T ? 4 : 5) / tp);
-    double per_block = F32 * (N * C * (4 + 12 / tp) - gemm_only + 4 * N + att) +
-                       (m->bf16 ? BF16 : F32) * gemm_only;
+    double kept16 = m->bf16 ? N * C * (3 + (row < T ? 11 : 12) / tp) : 0;
+    double per_block = F32 * (N * C * (4 + 12 / tp) + 4 * N + att) - (F32 - BF16) * kept16;
     /* what a block keeps per micro-batch, and what is recomputed (once, in the scratch);
      * selective keeps no probabilities anywhere: the attention backward recomputes them a
      * block of query rows at a time in the attention scratch, at least 2·min(T, QBLOCK)·T */
@@ -267,7 +266,7 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         F32 * (3 * N * C + 4 * N * C / tp + (last || v > 1 ? 0 : N * C) + att_scratch) +
         (nb > 0 ? redo : 0);
     if (m->bf16 && nb > 0) /* where the packed ones are written and widened again */
-        scratch += F32 * N * fmax(C, 4 * C / tp);
+        scratch += F32 * N * (fmax(C, 4 * C / tp) + 4 * C / tp + C);
     if (p->head) {
         double Vl = p->padded_vocab / tp, logits = fmin(N * Vl, CH_PLAN_LOGITS_FLOATS);
         double rows = fmax(1, fmin(N, floor(CH_PLAN_LOGITS_FLOATS / Vl)));

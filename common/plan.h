@@ -63,21 +63,20 @@
  *
  * Mixed precision (bf16; m->bf16), what the engine allocates on the GPU path and in the
  * CPU emulation alike (workerd/engine/backend_bf16.h): state unchanged (fp32 masters,
- * gradients, Adam m and v: 16 bytes an owned parameter); the activations only GEMMs read
- * (ln_1's and ln_2's outputs N·C each, the GELU's N·4C/tp, and the attention's N·C/tp
- * unless a fused attention's backward reads it, att_row < seq_len) kept as
- * 2-byte packed casts, with one [N, max(C, 4C/tp)] fp32 scratch they are written in and
- * widened to (scratch_bytes); the other activations and the gradients bf16 values in fp32
- * slots, 4 bytes each as above; without ZeRO-3 (dp 1) a packed bf16
- * working copy of the rank's parameters, cast from the masters once a step (working_bytes,
- * 2 bytes a parameter); under ZeRO-3 none (working_bytes 0): the gathers arrive as 2-byte
- * messages into packed buffers beside the fp32 gathered ones (2 bytes a gathered block
- * parameter, and the widest tensor outside blocks), the per-block casts.
- * Not counted: the collectives' own buffers (the bf16 messages of the TP all-reduces, the
- * stages' sends and the gradient reductions among them), the CUDA context, cuBLAS's
- * workspace, the CUDA backend's launcher scratch (bf16 GEMM operands included; the rank
- * reports what it reserved), the bf16 wrapper's rounded copies of a kernel's inputs,
- * allocator slack, 64-byte alignment.
+ * gradients, Adam m and v: 16 bytes an owned parameter); a block's kept activations as
+ * 2-byte packed casts (ln_1's output, res2 and ln_2's output N·C each, qkv 3N·C/tp, the
+ * MLP's and the GELU's 4N·C/tp each, and the attention's N·C/tp unless a fused attention's
+ * backward reads it, att_row < seq_len), with fp32 scratch they are written in and widened
+ * to ([N, max(C, 4C/tp)], [N, 4C/tp] and [N,C]: scratch_bytes); the block outputs, the
+ * statistics and att, and the gradients, bf16 values in fp32 slots, 4 bytes each as above; without
+ * ZeRO-3 (dp 1) a packed bf16 working copy of the rank's parameters, cast from the masters once a
+ * step (working_bytes, 2 bytes a parameter); under ZeRO-3 none (working_bytes 0): the gathers
+ * arrive as 2-byte messages into packed buffers beside the fp32 gathered ones (2 bytes a gathered
+ * block parameter, and the widest tensor outside blocks), the per-block casts. Not counted: the
+ * collectives' own buffers (the bf16 messages of the TP all-reduces, the stages' sends and the
+ * gradient reductions among them), the CUDA context, cuBLAS's workspace, the CUDA backend's
+ * launcher scratch (bf16 GEMM operands included; the rank reports what it reserved), the bf16
+ * wrapper's rounded copies of a kernel's inputs, allocator slack, 64-byte alignment.
  *
  * Counts and bytes are doubles: no overflow whatever the input (layers 1e9, vocab
  * 2^32 - 1), exact below 2^53; ch_plan_stage refuses a plan whose figures reach 2^53. */

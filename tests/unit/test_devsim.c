@@ -628,7 +628,7 @@ static int one_row(const eng_backend_t *be, int T, int hs)
 
 /* bf16's packed activations where the attention keeps a row summary (CUDA's fused one, whose
  * backward reads its forward's output where the forward wrote it): the attention output
- * stays in its fp32 slot, the other three GEMM-only activations are packed, and what the
+ * stays in its fp32 slot, the block's other kept activations are packed, and what the
  * trainer reserves is the plan's at that att_row; with the probabilities kept (devsim's own
  * att_row, T) the attention output is packed too, and the plan says so. No step runs: the
  * CPU's attention behind devsim keeps probabilities, not a summary. */

@@ -1338,8 +1338,8 @@ Test(layouts, bf16_every_layout_tracks_fp32_and_one_rank)
 }
 
 /* bf16's packed storage: the working copy (dp 1: the slab of masters cast once a step,
- * backend.h's bf16_weights) and the activations only GEMMs read kept as packed casts (ln_1's
- * and ln_2's outputs, the attention's, the GELU's). Both give the same bits as the unpacked
+ * backend.h's bf16_weights) and a block's kept activations but its output as packed casts
+ * (model.h's bf16_acts). Both give the same bits as the unpacked
  * run (each kernel rounding its parameter operands from the masters as it reads them, every
  * activation in an fp32 slot), losses and validation losses over the 20 steps (updates,
  * checkpoints and evaluations between the copies): on the CPU, where the copy is widened

@@ -341,9 +341,9 @@ Test(plan, cuda_keeps_no_attention_probabilities)
     cr_expect_eq(ch_plan_model_of(&j).att_row, 0);
 }
 
-/* Mixed precision plans what the engine allocates: the same fp32 state; the activations
- * only GEMMs read (7·N·C a block at tp 1) as 2-byte packed casts, the rest bf16 values in
- * fp32 slots, and one [N,4C] scratch they are written in and widened to; without ZeRO-3 a
+/* Mixed precision plans what the engine allocates: the same fp32 state; a block's kept
+ * activations but its output (15·N·C at tp 1) as 2-byte packed casts, and [N,4C], [N,4C]
+ * and [N,C] of fp32 scratch they are written in and widened to; without ZeRO-3 a
  * packed working copy, 2 bytes a parameter; under ZeRO-3 no working copy but the gathers'
  * packed 2-byte buffers (two gathered blocks and the widest tensor outside blocks, wte).
  * GPT-2 124M, B 8, T 1024. */
@@ -355,7 +355,7 @@ Test(plan, bf16_plans_what_the_engine_allocates)
     cr_assert_eq(ch_plan_stage(&m, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &p), 0);
     cr_assert_eq(ch_plan_stage(&f, lay(1, 1, 1), 8, 1, CH_RESHARD_PER_USE, 0, &q), 0);
     cr_assert_eq(p.state_bytes, 16.0 * 124475904);
-    const double NC = 8.0 * 1024 * 768, packed = 12 * 2.0 * 7 * NC, wide = 4.0 * 4 * NC;
+    const double NC = 8.0 * 1024 * 768, packed = 12 * 2.0 * 15 * NC, wide = 4.0 * 9 * NC;
     cr_assert_eq(p.working_bytes, 2.0 * 124475904);
     cr_assert_eq(q.working_bytes, 0.0);
     cr_assert_eq(p.act_mb_bytes, q.act_mb_bytes - packed);

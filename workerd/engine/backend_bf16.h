@@ -23,11 +23,10 @@
  * - GEMM inputs (activations, their gradients, the weights): bf16; the products accumulate in
  *   fp32 (the inner kernel's arithmetic) and the GEMM's output is stored bf16;
  * - activations and activation gradients every kernel writes (encoder, layernorm, attention
- *   output, GELU, residual, dinp of every backward): stored bf16. Those only GEMMs read
- *   (ln_1's and ln_2's outputs, the GELU output, the attention output where no fused
- *   backward reads it) are kept as their
- *   packed 2-byte casts and widened for the weight gradients' GEMMs (model.h's bf16_acts);
- *   the others keep an fp32 slot holding bf16 values;
+ *   output, GELU, residual, dinp of every backward): stored bf16. A block's kept ones but
+ *   its output (and the attention output where a fused backward reads it) are kept as their
+ *   packed 2-byte casts and widened just before the backward reads each (model.h's
+ *   bf16_acts); the others keep an fp32 slot holding bf16 values;
  * - fp32: LayerNorm statistics (mean, rstd), the softmax (attention probabilities), the LM
  *   head's logits and cross-entropy (lse, losses, dlogits), every parameter gradient (fp32,
  *   accumulated across micro-batches), the gradient norm, AdamW and its state, and the

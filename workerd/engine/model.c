@@ -499,6 +499,8 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (m->bf16_acts && part.nblocks > 0) { /* [N, max(C, 4C/tp)] */
         size_t wide = 4 * m->Cl > m->cfg.embd ? 4 * m->Cl : m->cfg.embd;
         CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, N * wide, &m->wide), rc, fail);
+        CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, N * 4 * m->Cl, &m->wide2), rc, fail);
+        CH_CHECK_GOTO(alloc_floats(m, ENG_MEM_SCRATCH, N * m->cfg.embd, &m->resid), rc, fail);
     }
     CH_CHECK_GOTO(alloc_work(m), rc, fail);
     if (m->tp_bf16) /* the largest activation all-reduced: N rows of C */
@@ -543,6 +545,8 @@ void eng_model_destroy(eng_model_t *m)
     m->be->free(m->be, m->logits);
     m->be->free(m->be, m->scratch);
     m->be->free(m->be, m->wide);
+    m->be->free(m->be, m->wide2);
+    m->be->free(m->be, m->resid);
     m->be->free(m->be, m->work_mem);
     m->be->free(m->be, m->own_grads);
     m->be->free(m->be, m->params);
@@ -710,17 +714,23 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
 {
     size_t N = (size_t)max_B * m->cfg.seq_len, C = m->cfg.embd, T = m->cfg.seq_len;
     size_t off = *poff;
-    /* what only GEMMs read, packed under bf16_acts; the attention output stays where the
-     * forward wrote it when the attention keeps a row summary (a fused attention's
-     * backward reads its forward's output there, backend.h's att_row) */
+    /* the activations packed under bf16_acts; the attention output stays where the forward
+     * wrote it when the attention keeps a row summary (a fused attention's backward reads
+     * its forward's output there, backend.h's att_row) */
     int pack = m->bf16_acts, pack_atty = pack && att_row(m) == T;
     if ((keep & KEEP_REST) && pack) {
         TAKE16(b->ln1_16, N * C);
+        TAKE16(b->qkv_16, N * 3 * m->Cl);
+        TAKE16(b->res2_16, N * C);
         TAKE16(b->ln2_16, N * C);
+        TAKE16(b->fch_16, N * 4 * m->Cl);
         TAKE16(b->fch_gelu_16, N * 4 * m->Cl);
     } else if (keep & KEEP_REST) {
         TAKE(b->ln1, N * C);
+        TAKE(b->qkv, N * 3 * m->Cl);
+        TAKE(b->res2, N * C);
         TAKE(b->ln2, N * C);
+        TAKE(b->fch, N * 4 * m->Cl);
         TAKE(b->fch_gelu, N * 4 * m->Cl);
     }
     if ((keep & KEEP_REST) && pack_atty)
@@ -730,11 +740,8 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
     if (keep & KEEP_REST) {
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);
-        TAKE(b->qkv, N * 3 * m->Cl);
-        TAKE(b->res2, N * C);
         TAKE(b->ln2_mean, N);
         TAKE(b->ln2_rstd, N);
-        TAKE(b->fch, N * 4 * m->Cl);
     }
     if (keep & KEEP_ATT) {
         TAKE(b->att, (size_t)max_B * m->NHl * T * att_row(m));
@@ -779,8 +786,9 @@ static void share_work(const eng_model_t *m, block_acts_t *b)
         out.qkv = w->qkv, out.atty = w->atty, out.res2 = w->res2;
         out.ln2 = w->ln2, out.ln2_mean = w->ln2_mean, out.ln2_rstd = w->ln2_rstd;
         out.fch = w->fch, out.fch_gelu = w->fch_gelu;
-        out.ln1_16 = w->ln1_16, out.atty_16 = w->atty_16;
-        out.ln2_16 = w->ln2_16, out.fch_gelu_16 = w->fch_gelu_16;
+        out.ln1_16 = w->ln1_16, out.qkv_16 = w->qkv_16, out.atty_16 = w->atty_16;
+        out.res2_16 = w->res2_16, out.ln2_16 = w->ln2_16, out.fch_16 = w->fch_16;
+        out.fch_gelu_16 = w->fch_gelu_16;
     }
     *b = out;
 }

@@ -149,11 +149,13 @@ typedef struct eng_model_opts {
     /* train.precision = bf16: the activations' TP all-reduces (tp.h's f and g) move and sum
      * bf16 (coll_bf16.h); ignored on a backend that cannot cast (eng_bf16_castable). */
     int tp_bf16;
-    /* train.precision = bf16: the activations only GEMMs read (ln_1's and ln_2's outputs,
-     * the GELU output, and the attention output unless the backend's attention keeps a row
-     * summary whose backward reads it: backend.h's att_row) are kept as their packed bf16
-     * casts, 2 bytes an element, and widened for the weight gradients' GEMMs: the same bits
-     * (they hold bf16 values), half their memory. Ignored on a backend that cannot cast. */
+    /* train.precision = bf16: a block's kept activations (ln_1's output, qkv, res2, ln_2's
+     * output, the MLP's and the GELU's outputs, and the attention output unless the
+     * backend's attention keeps a row summary whose backward reads it: backend.h's att_row)
+     * are kept as their packed bf16 casts, 2 bytes an element, and widened just before the
+     * backward kernel that reads each: the same bits (they hold bf16 values), half their
+     * memory. The block outputs (the residual stream), the LayerNorm statistics and att
+     * stay fp32. Ignored on a backend that cannot cast. */
     int bf16_acts;
     /* Data parallelism: be rank dp_rank of dp (0 or 1: none). The model does not
      * communicate over DP; the table records who owns which copy (eng_tensor_t). */

@@ -36,9 +36,9 @@ typedef struct block_acts {
     float *res2;                      /* [N,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
     float *fch, *fch_gelu;            /* [N,4C] */
-    /* bf16_acts: ln1, atty, ln2 and fch_gelu kept as these packed casts instead (the float
-     * pointers NULL; the forward writes them in the model's `wide` scratch) */
-    kn_bf16_t *ln1_16, *atty_16, *ln2_16, *fch_gelu_16;
+    /* bf16_acts: these kept as packed casts instead (the float pointers NULL; the forward
+     * writes them in the model's staging scratch: bf16_stage) */
+    kn_bf16_t *ln1_16, *qkv_16, *atty_16, *res2_16, *ln2_16, *fch_16, *fch_gelu_16;
     float *res3; /* [N,C] block output, when the caller gives no buffer */
     float *out;  /* where the forward wrote the output (res3 or the caller's) */
     int live;    /* forwarded, backward pending */
@@ -131,10 +131,12 @@ struct eng_model {
     /* backward scratch (one backward at a time): [N,C], [N,C], [N,4C], [T,T] */
     float *dres, *dsmall, *dbig, *datt;
     float *scratch; /* the allocation holding them */
-    /* bf16_acts (opts): [N, max(C, 4C/tp)], where a block's forward writes each packed
-     * activation before casting it, and its backward widens one back for a GEMM */
+    /* bf16_acts (opts): where a block's forward writes each packed activation before
+     * casting it: wide [N, max(C, 4C/tp)] (ln1, atty, ln2, fch_gelu), wide2 [N, 4C/tp] (qkv,
+     * then fch) and resid [N,C] (res2, read until the block's end); its backward widens
+     * them back into wide one at a time, each just before the kernel that reads it */
     int bf16_acts;
-    float *wide;
+    float *wide, *wide2, *resid;
 
     float *logits;               /* [logits_cap, Vp] (head only) */
     size_t logits_cap;           /* rows the logits buffer holds */

@@ -54,11 +54,11 @@ static const float *row_bias(const eng_model_t *m, uint32_t l, int i)
     return m->tpr == 0 ? P(m, l, i) : NULL;
 }
 
-/* Where the forward writes a kept GEMM input: its own buffer, or (bf16_acts: kept packed)
- * the wide scratch it is cast from. */
-static float *act_out(const eng_model_t *m, float *kept)
+/* Where the forward writes a kept activation: its own buffer, or (bf16_acts: kept packed)
+ * the staging scratch it is cast from. */
+static float *act_out(float *kept, float *stage)
 {
-    return kept != NULL ? kept : m->wide;
+    return kept != NULL ? kept : stage;
 }
 
 /* bf16_acts: the packed cast of an activation just written (dst NULL: kept as it is). */
@@ -67,8 +67,9 @@ static int pack(const eng_model_t *m, kn_bf16_t *dst, const float *src, size_t n
     return dst != NULL ? eng_bf16_cast(m->be, dst, src, n, 1) : 0;
 }
 
-/* A kept GEMM input for a weight gradient: x itself, or its packed cast x16 widened into the
- * wide scratch (exact: the values are bf16). An input pass (io) reads none: x as it is. */
+/* A kept activation for the kernel about to read it: x itself, or its packed cast x16
+ * widened into the wide scratch (exact: the values are bf16). io: only a weight gradient's
+ * GEMM reads it, which an input pass does not run: x as it is. */
 static int kept_input(const eng_model_t *m, const float *x, const kn_bf16_t *x16, size_t n, int io,
                       const float **out)
 {
@@ -87,29 +88,34 @@ static int block_compute(eng_model_t *m, eng_acts_t *a, uint32_t l, const float 
     int C = (int)m->cfg.embd, Cl = (int)m->Cl, NHl = (int)m->NHl, B = (int)a->B, T = (int)a->T;
     int N = B * T;
     size_t NC = (size_t)N * C, NH4 = (size_t)N * 4 * Cl;
-    float *ln1 = act_out(m, b->ln1), *atty = act_out(m, b->atty), *ln2 = act_out(m, b->ln2);
-    float *fch_gelu = act_out(m, b->fch_gelu);
+    /* bf16_acts: each written where it lives until its last reader here, then packed */
+    float *ln1 = act_out(b->ln1, m->wide), *qkv = act_out(b->qkv, m->wide2);
+    float *atty = act_out(b->atty, m->wide), *res2 = act_out(b->res2, m->resid);
+    float *ln2 = act_out(b->ln2, m->wide), *fch = act_out(b->fch, m->wide2);
+    float *fch_gelu = act_out(b->fch_gelu, m->wide);
     int rc = 0;
     be->layernorm_fwd(be, ln1, b->ln1_mean, b->ln1_rstd, x, P(m, l, LN1W), P(m, l, LN1B), N, C);
     CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, ln1, NC), rc, done);
     CH_CHECK_GOTO(pack(m, b->ln1_16, ln1, NC), rc, done);
-    be->matmul_fwd(be, b->qkv, ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
+    be->matmul_fwd(be, qkv, ln1, P(m, l, QKVW), P(m, l, QKVB), N, C, 3 * Cl);
+    CH_CHECK_GOTO(pack(m, b->qkv_16, qkv, (size_t)N * 3 * Cl), rc, done);
     /* b->att NULL (selective): nothing kept, the backward scratch lent to the forward */
-    be->attention_fwd(be, atty, b->att, m->datt, b->qkv, B, T, Cl, NHl);
+    be->attention_fwd(be, atty, b->att, m->datt, qkv, B, T, Cl, NHl);
     CH_CHECK_GOTO(pack(m, b->atty_16, atty, (size_t)N * Cl), rc, done);
-    be->matmul_fwd(be, b->res2, atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
-    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, b->res2, NC), rc, done);
-    be->residual_fwd(be, b->res2, b->res2, x, NC);
-    be->layernorm_fwd(be, ln2, b->ln2_mean, b->ln2_rstd, b->res2, P(m, l, LN2W), P(m, l, LN2B), N,
-                      C);
+    be->matmul_fwd(be, res2, atty, P(m, l, ATTPROJW), row_bias(m, l, ATTPROJB), N, Cl, C);
+    CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, res2, NC), rc, done);
+    be->residual_fwd(be, res2, res2, x, NC);
+    CH_CHECK_GOTO(pack(m, b->res2_16, res2, NC), rc, done);
+    be->layernorm_fwd(be, ln2, b->ln2_mean, b->ln2_rstd, res2, P(m, l, LN2W), P(m, l, LN2B), N, C);
     CH_CHECK_GOTO(eng_tp_f_forward(m->tpg, ln2, NC), rc, done);
     CH_CHECK_GOTO(pack(m, b->ln2_16, ln2, NC), rc, done);
-    be->matmul_fwd(be, b->fch, ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
-    be->gelu_fwd(be, fch_gelu, b->fch, NH4);
+    be->matmul_fwd(be, fch, ln2, P(m, l, FCW), P(m, l, FCB), N, C, 4 * Cl);
+    CH_CHECK_GOTO(pack(m, b->fch_16, fch, NH4), rc, done);
+    be->gelu_fwd(be, fch_gelu, fch, NH4);
     CH_CHECK_GOTO(pack(m, b->fch_gelu_16, fch_gelu, NH4), rc, done);
     be->matmul_fwd(be, out, fch_gelu, P(m, l, FCPROJW), row_bias(m, l, FCPROJB), N, 4 * Cl, C);
     CH_CHECK_GOTO(eng_tp_g_forward(m->tpg, m->tp_bf16, out, NC), rc, done);
-    be->residual_fwd(be, out, out, b->res2, NC);
+    be->residual_fwd(be, out, out, res2, NC);
 done:
     return rc;
 }
@@ -204,20 +210,23 @@ static int block_backward(eng_model_t *m, eng_acts_t *a, uint32_t l, float *dres
                   done);
     be->matmul_bwd(be, d.fc, GW(m, l, FCPROJW, io), GW(m, l, FCPROJB, io), dres, in,
                    P(m, l, FCPROJW), N, 4 * Cl, C);
-    be->gelu_bwd(be, d.fc, b->fch, d.fc, (size_t)N * 4 * Cl);
+    CH_CHECK_GOTO(kept_input(m, b->fch, b->fch_16, (size_t)N * 4 * Cl, 0, &in), rc, done);
+    be->gelu_bwd(be, d.fc, in, d.fc, (size_t)N * 4 * Cl);
     CH_CHECK_GOTO(kept_input(m, b->ln2, b->ln2_16, NC, io, &in), rc, done);
     be->matmul_bwd(be, d.ln2, GW(m, l, FCW, io), GW(m, l, FCB, io), d.fc, in, P(m, l, FCW), N, C,
                    4 * Cl);
     CH_CHECK_GOTO(eng_tp_f_backward(m->tpg, m->tp_bf16, d.ln2, NC), rc, done);
-    be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), d.ln2, b->res2,
-                      P(m, l, LN2W), b->ln2_mean, b->ln2_rstd, N, C);
+    CH_CHECK_GOTO(kept_input(m, b->res2, b->res2_16, NC, 0, &in), rc, done);
+    be->layernorm_bwd(be, dres, GW(m, l, LN2W, io), GW(m, l, LN2B, io), d.ln2, in, P(m, l, LN2W),
+                      b->ln2_mean, b->ln2_rstd, N, C);
     // attention branch: res2 = x + g(attn(f(ln1(x))) @ Wproj) + bproj
     CH_CHECK_GOTO(eng_tp_g_backward(m->tpg, dres, NC), rc, done);
     CH_CHECK_GOTO(keep_grad(be, d.attproj, dres, NC), rc, done);
     CH_CHECK_GOTO(kept_input(m, b->atty, b->atty_16, (size_t)N * Cl, io, &in), rc, done);
     be->matmul_bwd(be, m->dsmall, GW(m, l, ATTPROJW, io), GW(m, l, ATTPROJB, io), dres, in,
                    P(m, l, ATTPROJW), N, Cl, C);
-    be->attention_bwd(be, d.qkv, m->datt, m->dsmall, b->qkv, b->att, B, T, Cl, NHl);
+    CH_CHECK_GOTO(kept_input(m, b->qkv, b->qkv_16, (size_t)N * 3 * Cl, 0, &in), rc, done);
+    be->attention_bwd(be, d.qkv, m->datt, m->dsmall, in, b->att, B, T, Cl, NHl);
     CH_CHECK_GOTO(kept_input(m, b->ln1, b->ln1_16, NC, io, &in), rc, done);
     be->matmul_bwd(be, d.ln1, GW(m, l, QKVW, io), GW(m, l, QKVB, io), d.qkv, in, P(m, l, QKVW), N,
                    C, 3 * Cl);
@@ -253,7 +262,8 @@ static int block_weight(eng_model_t *m, eng_acts_t *a, uint32_t l)
                    C);
     CH_CHECK_GOTO(kept_input(m, b->ln2, b->ln2_16, NC, 0, &in), rc, done);
     be->matmul_bwd(be, NULL, G(m, l, FCW), G(m, l, FCB), b->g_fc, in, NULL, N, C, 4 * Cl);
-    be->layernorm_bwd(be, NULL, G(m, l, LN2W), G(m, l, LN2B), b->g_ln2, b->res2, NULL, b->ln2_mean,
+    CH_CHECK_GOTO(kept_input(m, b->res2, b->res2_16, NC, 0, &in), rc, done);
+    be->layernorm_bwd(be, NULL, G(m, l, LN2W), G(m, l, LN2B), b->g_ln2, in, NULL, b->ln2_mean,
                       b->ln2_rstd, N, C);
     CH_CHECK_GOTO(kept_input(m, b->atty, b->atty_16, (size_t)N * Cl, 0, &in), rc, done);
     be->matmul_bwd(be, NULL, G(m, l, ATTPROJW), G(m, l, ATTPROJB), b->g_attproj, in, NULL, N, Cl,
