@@ -555,18 +555,35 @@ Test(devsim, the_tp_entries_give_the_cpu_bits_plain)
  * cudaMalloc would sync the device while collectives are in flight), and what it holds then
  * is the plan's figure for the rank (common/plan.h: 1% for 64-byte alignment), the figure
  * `chorusctl plan` prints and the rank reports at start. */
+/* A two-block job of width embd, seq_len T, micro-batches of B sequences. */
+static void small_job(ch_jobspec_t *j, const char *name, uint32_t embd, uint32_t T, uint32_t B)
+{
+    ch_jobspec_defaults(j);
+    snprintf(j->name, sizeof j->name, "%s", name);
+    j->model.layers = 2;
+    j->model.heads = 4;
+    j->model.embd = embd;
+    j->model.vocab = 40;
+    j->model.seq_len = T;
+    j->parallel.micro_batch_size = B;
+}
+
+/* The plan of rank 0 of j at the attention's att_row. */
+static void plan_of_job(const ch_jobspec_t *j, uint32_t att_row, ch_plan_t *p)
+{
+    ch_model_cfg_t m = ch_plan_model_of(j);
+    m.att_row = att_row;
+    cr_assert_eq(ch_plan_stage_rc(&m, ch_jobspec_layout(j), j->parallel.micro_batch_size,
+                                  j->parallel.microbatches, j->parallel.reshard,
+                                  j->parallel.recompute, 0, p),
+                 0);
+}
+
 static void allocates_only_before_the_first_step(ch_recompute_t recompute, uint32_t mb)
 {
     eng_backend_t *be = make(1);
     ch_jobspec_t j;
-    ch_jobspec_defaults(&j);
-    snprintf(j.name, sizeof j.name, "devsim-alloc");
-    j.model.layers = 2;
-    j.model.heads = 4;
-    j.model.embd = 32;
-    j.model.vocab = 40;
-    j.model.seq_len = 16;
-    j.parallel.micro_batch_size = 2;
+    small_job(&j, "devsim-alloc", 32, 16, 2);
     j.parallel.microbatches = mb;
     j.parallel.recompute = recompute;
     j.train.steps = 3;
@@ -579,11 +596,8 @@ static void allocates_only_before_the_first_step(ch_recompute_t recompute, uint3
     eng_mem_stats_t ms;
     devsim_stats(be, &before);
     eng_trainer_mem(t, &ms);
-    ch_model_cfg_t m = ch_plan_model_of(&j);
     ch_plan_t p;
-    cr_assert_eq(ch_plan_stage_rc(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
-                                  j.parallel.microbatches, j.parallel.reshard, recompute, 0, &p),
-                 0);
+    plan_of_job(&j, ch_plan_model_of(&j).att_row, &p);
     double rel = ((double)ms.total - p.total_bytes) / p.total_bytes;
     printf("devsim: recompute %s: %zu bytes reserved before step 1 in %llu allocations; plan "
            "%.0f (%+.3f%%)\n",
@@ -639,14 +653,7 @@ Test(devsim, bf16_packs_the_attention_output_only_when_no_fused_backward_reads_i
         if (fused)
             be->att_row = one_row;
         ch_jobspec_t j;
-        ch_jobspec_defaults(&j);
-        snprintf(j.name, sizeof j.name, "devsim-bf16acts");
-        j.model.layers = 2;
-        j.model.heads = 4;
-        j.model.embd = 64;
-        j.model.vocab = 40;
-        j.model.seq_len = 64;
-        j.parallel.micro_batch_size = 4;
+        small_job(&j, "devsim-bf16acts", 64, 64, 4);
         j.train.steps = 1;
         j.train.precision = CH_PRECISION_BF16;
         j.train.emulate = 1;
@@ -656,13 +663,8 @@ Test(devsim, bf16_packs_the_attention_output_only_when_no_fused_backward_reads_i
         cr_assert_eq(eng_trainer_create(&j, &opts, &t, msg, sizeof msg), 0, "%s", msg);
         eng_mem_stats_t ms;
         eng_trainer_mem(t, &ms);
-        ch_model_cfg_t m = ch_plan_model_of(&j);
-        m.att_row = fused ? 1 : 0;
         ch_plan_t p;
-        cr_assert_eq(ch_plan_stage_rc(&m, ch_jobspec_layout(&j), j.parallel.micro_batch_size,
-                                      j.parallel.microbatches, j.parallel.reshard,
-                                      j.parallel.recompute, 0, &p),
-                     0);
+        plan_of_job(&j, fused ? 1 : 0, &p);
         double kept = p.act_mb_bytes * p.in_flight, acts = (double)ms.cur[ENG_MEM_ACTS];
         printf("devsim: bf16 %s: activations %.0f B reserved, plan %.0f; all %zu B, plan %.0f\n",
                fused ? "row summary" : "probabilities", acts, kept, ms.total, p.total_bytes);

@@ -89,24 +89,31 @@ static void store(const eng_backend_t *be, float *x, size_t n)
 
 /* A bf16 copy of the const input src[0..n) in scratch slot k (src itself, unrounded, when
  * the slot cannot grow: reported by the next copy); NULL for NULL. */
-static const float *in_bf16(const eng_backend_t *be, int k, const float *src, size_t n)
+/* Scratch slot k grown to n floats; NULL when it cannot grow (reported by the next copy). */
+static float *slot(bf16_state_t *s, int k, size_t n)
 {
-    bf16_state_t *s = S(be);
-    if (src == NULL || n == 0)
-        return src;
     if (n > s->cap[k]) {
         void *p = NULL;
         int rc = s->inner->alloc(s->inner, n * sizeof(float), &p);
         if (rc < 0) {
             fail(s, rc);
-            return src;
+            return NULL;
         }
         s->inner->free(s->inner, s->slot[k]);
         s->slot[k] = p;
         s->cap[k] = n;
     }
-    round_to(s, s->slot[k], src, n);
     return s->slot[k];
+}
+
+static const float *in_bf16(const eng_backend_t *be, int k, const float *src, size_t n)
+{
+    bf16_state_t *s = S(be);
+    float *dst = src != NULL && n > 0 ? slot(s, k, n) : NULL;
+    if (dst == NULL)
+        return src;
+    round_to(s, dst, src, n);
+    return dst;
 }
 
 /* 1 when src[0..n) lies inside the working copy's base range */
@@ -134,24 +141,16 @@ static const float *in_param(const eng_backend_t *be, int k, const float *src, s
         s->counts.params_from_copy += n;
         return src;
     }
-    if (n > s->cap[k]) {
-        void *p = NULL;
-        int rc = in->alloc(in, n * sizeof(float), &p);
-        if (rc < 0) {
-            fail(s, rc);
-            return src;
-        }
-        in->free(in, s->slot[k]);
-        s->slot[k] = p;
-        s->cap[k] = n;
-    }
+    float *dst = slot(s, k, n);
+    if (dst == NULL)
+        return src;
     const kn_bf16_t *w = s->w16 + (src - s->wbase);
     if (in->bf16_cast)
-        in->bf16_cast(in, s->slot[k], w, n, 0);
+        in->bf16_cast(in, dst, w, n, 0);
     else
-        kn_bf16_unpack(s->slot[k], w, n);
+        kn_bf16_unpack(dst, w, n);
     s->counts.params_from_copy += n;
-    return s->slot[k];
+    return dst;
 }
 
 // ----------------------------------------------------------------------------

@@ -696,6 +696,14 @@ static void take(void **ptr, char *base, size_t *off, size_t n)
 #define TAKE(ptr, n) take((void **)&(ptr), base, &off, (n))
 /* n elements of 2 bytes */
 #define TAKE16(ptr, n) take((void **)&(ptr), base, &off, ((n) + 1) / 2)
+/* activation f of b: its packed cast f_16 (2 bytes an element) when pack, else f itself */
+#define TAKE_ACT(pack, f, n)                                                                       \
+    do {                                                                                           \
+        if (pack)                                                                                  \
+            TAKE16(b->f##_16, (n));                                                                \
+        else                                                                                       \
+            TAKE(b->f, (n));                                                                       \
+    } while (0)
 
 /* Which of a block's activations a buffer set holds (parallel.recompute). */
 enum { KEEP_ATT = 1, KEEP_REST = 2, KEEP_OUT = 4, KEEP_WPASS = 8 };
@@ -718,26 +726,14 @@ static void take_block(const eng_model_t *m, block_acts_t *b, unsigned keep, uin
      * wrote it when the attention keeps a row summary (a fused attention's backward reads
      * its forward's output there, backend.h's att_row) */
     int pack = m->bf16_acts, pack_atty = pack && att_row(m) == T;
-    if ((keep & KEEP_REST) && pack) {
-        TAKE16(b->ln1_16, N * C);
-        TAKE16(b->qkv_16, N * 3 * m->Cl);
-        TAKE16(b->res2_16, N * C);
-        TAKE16(b->ln2_16, N * C);
-        TAKE16(b->fch_16, N * 4 * m->Cl);
-        TAKE16(b->fch_gelu_16, N * 4 * m->Cl);
-    } else if (keep & KEEP_REST) {
-        TAKE(b->ln1, N * C);
-        TAKE(b->qkv, N * 3 * m->Cl);
-        TAKE(b->res2, N * C);
-        TAKE(b->ln2, N * C);
-        TAKE(b->fch, N * 4 * m->Cl);
-        TAKE(b->fch_gelu, N * 4 * m->Cl);
-    }
-    if ((keep & KEEP_REST) && pack_atty)
-        TAKE16(b->atty_16, N * m->Cl);
-    else if (keep & KEEP_REST)
-        TAKE(b->atty, N * m->Cl);
     if (keep & KEEP_REST) {
+        TAKE_ACT(pack, ln1, N * C);
+        TAKE_ACT(pack, qkv, N * 3 * m->Cl);
+        TAKE_ACT(pack, res2, N * C);
+        TAKE_ACT(pack, ln2, N * C);
+        TAKE_ACT(pack, fch, N * 4 * m->Cl);
+        TAKE_ACT(pack, fch_gelu, N * 4 * m->Cl);
+        TAKE_ACT(pack_atty, atty, N * m->Cl);
         TAKE(b->ln1_mean, N);
         TAKE(b->ln1_rstd, N);
         TAKE(b->ln2_mean, N);

@@ -364,7 +364,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, in
                               .stage = t->stage,
                               .virtual_stages = spec->parallel.virtual_stages,
                               .external_blocks = zero,
-                              .bf16_acts = spec->train.precision == CH_PRECISION_BF16};
+                              .bf16_acts = spec->train.precision == CH_PRECISION_BF16 && !unpacked};
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;
@@ -375,7 +375,6 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, in
         mopts.tp_group = t->tp;
         mopts.tp_bf16 = spec->train.precision == CH_PRECISION_BF16;
     }
-    mopts.bf16_acts = mopts.bf16_acts && !unpacked;
     int rc = eng_model_create_opts(&t->cfg, &mopts, B, spec->train.seed, &t->model);
     if (rc < 0) {
         ch_errf(err, errlen, rc, "model: %s", ch_strerror(rc));
@@ -390,7 +389,7 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, in
 }
 
 /* AdamW over the slab, ZeRO-3's shards, and the gradients DP reduces. */
-static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, int no_copy, char *err,
+static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, char *err,
                       size_t errlen)
 {
     /* under ZeRO-3 every tensor's Adam state is in the shards (the table's stores) */
@@ -434,19 +433,23 @@ static int init_optim(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, int 
                      eng_model_nparams(t->model) * sizeof(float));
         eng_model_lend_grads(t->model, t->coll_grads);
     }
-    /* the bf16 working copy of the slab (under ZeRO-3 the gathers cast per block) */
-    size_t n = eng_model_nparams(t->model);
-    if (t->bf16 && !zero && n > 0 && !no_copy && eng_bf16_castable(t->be)) {
-        const eng_backend_t *pb = eng_mem_view(t->be, ENG_MEM_PARAMS);
-        if ((rc = pb->alloc(pb, n * sizeof(kn_bf16_t), (void **)&t->w16)) < 0)
-            return rc;
-    }
     if (t->dp && !zero && spec->optim.grad_reduce == CH_PRECISION_BF16 &&
         eng_bf16_castable(t->be)) { /* the bf16 gradient all-reduce's buffer, now */
         eng_bf16_msg_init(&t->grad16, t->be);
         rc = eng_bf16_msg_reserve(&t->grad16, t->dp, eng_model_nparams(t->model));
     }
     return rc;
+}
+
+/* precision = bf16 without ZeRO-3: the slab's packed working copy (weights_cast fills it
+ * each step; under ZeRO-3 the gathers are the per-block casts). */
+static int alloc_working_copy(eng_trainer_t *t, int zero)
+{
+    size_t n = eng_model_nparams(t->model);
+    if (!t->bf16 || zero || n == 0 || !eng_bf16_castable(t->be))
+        return 0;
+    const eng_backend_t *pb = eng_mem_view(t->be, ENG_MEM_PARAMS);
+    return pb->alloc(pb, n * sizeof(kn_bf16_t), (void **)&t->w16);
 }
 
 int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
@@ -508,7 +511,9 @@ int eng_trainer_create(const ch_jobspec_t *spec, const eng_trainer_opts_t *opts,
     if (rc == 0)
         rc = create_model(t, spec, zero, opts && opts->bf16_unpacked, err, errlen);
     if (rc == 0)
-        rc = init_optim(t, spec, zero, opts && opts->bf16_unpacked, err, errlen);
+        rc = init_optim(t, spec, zero, err, errlen);
+    if (rc == 0 && !(opts && opts->bf16_unpacked))
+        rc = alloc_working_copy(t, zero);
     if (rc < 0)
         goto out;
     uint32_t B = spec->parallel.micro_batch_size, T = spec->model.seq_len;
