@@ -71,6 +71,7 @@
 #include "common/plan.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
+#include "paced.h"
 #include "support.h"
 #include "workerd/coll/coll.h"
 #include "workerd/engine/groups.h"
@@ -87,6 +88,8 @@ typedef struct opts {
     uint32_t rc_layers, rc_seq; /* section 6's blocks and sequence length */
     uint32_t only_p, only_m;    /* --pp, --m: section 2 at this p / m only (0: all) */
     int zb_pair;                /* --zb-pair: section 2 without interleaved */
+    double paced_gflops;        /* --paced: every rank on a paced device (paced.h), GFLOP/s */
+    double paced_gbps;          /* --paced-bw: its bytes, GB/s (default: GFLOP/s / 8) */
 } opts_t;
 
 /* One layout to run: tp x pp x dp with m micro-batches per DP rank (micro-batch size =
@@ -113,6 +116,7 @@ typedef struct result {
     eng_trainer_memory_t mem[MAXR];
     eng_mem_stats_t measured[MAXR]; /* the allocator's ledger after the last round */
     int stepped;                    /* measured holds a step's high-water mark */
+    paced_stats_t paced[MAXR];      /* --paced: each rank's device over the best round */
 } result_t;
 
 typedef struct bench {
@@ -211,6 +215,7 @@ typedef struct rank_run {
     uint32_t steps_done;
     eng_trainer_memory_t mem;
     eng_mem_stats_t measured; /* after its last step */
+    paced_stats_t paced;      /* --paced: its device over its last round's timed steps */
     int rc;
     char msg[512];
 } rank_run_t;
@@ -268,6 +273,12 @@ static void *rank_main(void *arg)
     }
     /* peak_flops given: no SGEMM measured at create (MFU is not reported here) */
     eng_trainer_opts_t opts = {.peak_flops = 1e9, .groups = g, .replicate_dp = c->replicate};
+    eng_backend_t *pb = NULL;
+    if (d->rc == 0 && lv->o->paced_gflops > 0) {
+        d->rc = paced_create(eng_backend_cpu(), lv->o->paced_gflops * 1e9, lv->o->paced_gbps * 1e9,
+                             &pb);
+        opts.backend = pb;
+    }
     if (d->rc == 0)
         d->rc = eng_trainer_create(&lv->spec, &opts, &t, d->msg, sizeof d->msg);
     if (d->rc == 0)
@@ -281,10 +292,16 @@ static void *rank_main(void *arg)
         pthread_mutex_unlock(&lv->mu);
         if (quit)
             break;
-        rank_steps(d, t, (k == 0 ? lv->o->warmup : 0) + lv->o->steps);
+        rank_steps(d, t, k == 0 ? lv->o->warmup : 0);
+        if (pb)
+            paced_reset(pb);
+        rank_steps(d, t, lv->o->steps);
+        if (pb)
+            paced_stats(pb, &d->paced);
         live_count(lv, &lv->done);
     }
     eng_trainer_destroy(t);
+    paced_destroy(pb);
     eng_groups_destroy(g);
     wrk_coll_destroy(coll);
     return NULL;
@@ -384,6 +401,7 @@ static void live_round(live_t *lv, uint32_t k)
     r->step_s = mean;
     r->load1 = load1();
     for (uint32_t i = 0; i < r->world; i++) {
+        r->paced[i] = lv->ranks[i].paced;
         memset(&r->mean[i], 0, sizeof r->mean[i]);
         for (uint32_t s = 0; s < o->steps; s++)
             add(&r->mean[i], &lv->ranks[i].info[first + s], 1.0 / o->steps);
@@ -587,6 +605,27 @@ static double bubble_at_times(const result_t *r)
     return step > 0 ? 1 - own / step : 0;
 }
 
+/* How well the paced devices held (paced.h): the host's share of each rank's device time
+ * (its real kernels), and the intervals whose kernels overran their charge. */
+static void print_paced(const result_t *r)
+{
+    uint64_t late = 0, n = 0;
+    double over = 0, dev = 0;
+    printf("      paced device: host busy / device time per rank");
+    for (uint32_t s = 0; s < r->world; s++) {
+        const paced_stats_t *x = &r->paced[s];
+        printf(" %.2f", x->paced_ns ? (double)x->busy_ns / (double)x->paced_ns : 0);
+        late += x->late;
+        n += x->intervals;
+        over += (double)x->late_ns;
+        dev += (double)x->paced_ns;
+    }
+    double f = dev > 0 ? over / dev : 0;
+    printf("; %llu of %llu intervals overran, by %.2f%% of the device's time%s\n",
+           (unsigned long long)late, (unsigned long long)n, 100 * f,
+           f > 0.01 ? " (over 1%: the host's cores, not the devices, set part of the step)" : "");
+}
+
 static void bench_bubble(bench_t *b)
 {
     enum { NP = 2, NM = 3, NS = 3, N = NP * NM * NS };
@@ -611,6 +650,10 @@ static void bench_bubble(bench_t *b)
     printf("\n== pipeline bubble (1f1b, zb-h1%s): pipeline send/recv wait over the step, 1 "
            "OpenBLAS thread per rank; each p, m measured in turns across the schedules ==\n",
            b->o.zb_pair ? "" : ", interleaved v=2");
+    if (b->o.paced_gflops > 0)
+        printf("    on paced devices (one per rank, kernels asleep on the host): %.1f GFLOP/s, "
+               "%.1f GB/s\n",
+               b->o.paced_gflops, b->o.paced_gbps);
     measure_group(b, cfgs, n);
     for (size_t i = 0; i < n; i++) {
         const result_t *r = get(b, &cfgs[i]);
@@ -636,6 +679,8 @@ static void bench_bubble(bench_t *b)
             printf("; formula at these times %.3f, stage 0 %+.1f points from it", at,
                    100 * (s0 - at));
         printf("\n");
+        if (b->o.paced_gflops > 0)
+            print_paced(r);
         char name[64], ref[48];
         snprintf(ref, sizeof ref, "%s_formula", sn);
         if (cfgs[i].sched == CH_SCHEDULE_INTERLEAVED)
@@ -909,6 +954,17 @@ static void parse(int argc, char **argv, opts_t *o)
             parse_u32(a, "--rc-seq", &o->rc_seq) || parse_u32(a, "--pp", &o->only_p) ||
             parse_u32(a, "--m", &o->only_m))
             continue;
+        if (strncmp(a, "--paced=", 8) == 0 || strncmp(a, "--paced-bw=", 11) == 0) {
+            int bw = a[7] == '-';
+            char *end = NULL;
+            double v = strtod(strchr(a, '=') + 1, &end);
+            if (*end || !(v > 0 && v < 1e6)) {
+                fprintf(stderr, "bench-parallel: %s: a positive rate (GFLOP/s, GB/s)\n", a);
+                exit(2);
+            }
+            *(bw ? &o->paced_gbps : &o->paced_gflops) = v;
+            continue;
+        }
         if (strncmp(a, "--only=", 7) == 0)
             o->only = a + 7;
         else if (strcmp(a, "--pin") == 0)
@@ -930,7 +986,7 @@ static void parse(int argc, char **argv, opts_t *o)
                     "16)] [--warmup=1] [--steps=1] [--reps=3] "
                     "[--only=eff|bubble|zero|mem|recompute] [--pin] [--balanced] "
                     "[--rc-layers=2] [--rc-seq=1024] [--pp=2|4] [--m=4|8|16] [--zb-pair] "
-                    "[--gpt2-shape]\n");
+                    "[--gpt2-shape] [--paced=GFLOPS [--paced-bw=GBPS]]\n");
             exit(2);
         }
     }
@@ -938,6 +994,12 @@ static void parse(int argc, char **argv, opts_t *o)
         strcmp(o->only, "mem") && strcmp(o->only, "recompute")) {
         fprintf(stderr, "bench-parallel: --only=%s: eff, bubble, zero, mem or recompute\n",
                 o->only);
+        exit(2);
+    }
+    if (o->paced_gflops > 0 && o->paced_gbps <= 0)
+        o->paced_gbps = o->paced_gflops / 8;
+    if (o->paced_gbps > 0 && o->paced_gflops <= 0) {
+        fprintf(stderr, "bench-parallel: --paced-bw needs --paced\n");
         exit(2);
     }
     if (o->batch % 16 || o->layers < 4 || o->heads % 2 ||
