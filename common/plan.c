@@ -260,6 +260,9 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
         kept += F32 * (N + N * C);
     if (last)
         kept += F32 * (N * C + 5 * N);
+    if (ch_plan_head_split(m->schedule, l, s, micro_batch, microbatches, m->seq_len,
+                           p->padded_vocab))
+        kept += F32 * N * p->padded_vocab;
     if (v == 1 && !first)
         kept += F32 * 2 * N * C;
     double scratch =
@@ -280,6 +283,15 @@ static void plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_ba
     double pipe = il ? F32 * (double)(il->recvs + il->sends) * N * C : 0;
     p->act_bytes = p->act_mb_bytes * p->in_flight + pipe + p->scratch_bytes;
     p->total_bytes = p->state_bytes + p->gathered_bytes + p->working_bytes + p->act_bytes;
+}
+
+int ch_plan_head_split(ch_schedule_t schedule, ch_layout_t l, uint32_t stage, uint32_t micro_batch,
+                       uint32_t microbatches, uint32_t seq_len, double padded_vocab)
+{
+    if (schedule != CH_SCHEDULE_ZBH1 || l.pp < 2 || stage + 1 != l.pp || l.tp > 1)
+        return 0;
+    double slots = l.pp < microbatches ? l.pp : microbatches;
+    return slots * micro_batch * seq_len * padded_vocab <= CH_PLAN_LOGITS_FLOATS;
 }
 
 int ch_plan_stage(const ch_model_cfg_t *m, ch_layout_t l, uint32_t micro_batch,

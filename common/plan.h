@@ -48,7 +48,9 @@
  *                             is recomputed lives once, in the scratch
  *                 zb-h1       + N·(4C + 7C/tp) per block (s > 0: the output gradients
  *                             of its two LayerNorms and four GEMMs, kept for the weight
- *                             pass; stage 0's backward stays whole)
+ *                             pass; stage 0's backward stays whole); on the last stage
+ *                             + N·Vp when the head splits too (ch_plan_head_split: its
+ *                             logits, then dlogits, kept for the weight pass)
  *               times the micro-batches 1F1B keeps in flight on stage s,
  *               min(pp - s, microbatches) (zb-h1: min(pp, microbatches), those whose
  *               weight pass is pending included); plus scratch used once: the backward's
@@ -124,6 +126,16 @@ typedef struct ch_model_cfg {
 
 /* Floats the model holds for logits at once (workerd/engine/model.c's LOGITS_BUDGET). */
 #define CH_PLAN_LOGITS_FLOATS ((double)(64u << 20))
+/* Whether ZB-H1's last stage splits the LM head's backward as it does its blocks': the
+ * input pass computes dlogits and dx, the weight pass later wte's gradient from the same
+ * dlogits, so each micro-batch in flight keeps its [N,Vp] logits until then. Only where
+ * that costs little: the schedule is zb-h1, the stage is the last of pp >= 2, the head is
+ * not vocab-parallel (tp = 1), and the logits of min(pp, microbatches) micro-batches of
+ * N = micro_batch·seq_len rows fit CH_PLAN_LOGITS_FLOATS. Otherwise the head's backward
+ * stays whole in the input pass (its wte gradient on the backward's critical path). The
+ * trainer asks this; the plan counts what it keeps. */
+int ch_plan_head_split(ch_schedule_t schedule, ch_layout_t l, uint32_t stage, uint32_t micro_batch,
+                       uint32_t microbatches, uint32_t seq_len, double padded_vocab);
 /* parallel.stage_split = auto picks balanced only when every stage's plan is at most this
  * (bytes): the planner's default usable memory per slot, 80 GiB less its 5% reserve. */
 #define CH_PLAN_AUTO_BUDGET (0.95 * 80.0 * 1073741824.0)

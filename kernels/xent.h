@@ -23,7 +23,11 @@ void kn_lmhead_fwd(float *logits, float *lse, float *losses, const float *x, con
 void kn_lmhead_fwd_ref(float *logits, float *lse, float *losses, const float *x, const float *wte,
                        const int32_t *targets, int N, int C, int V, int Vp);
 /* Backward of sum_n scale * losses[n]. logits: the forward's logits, overwritten with
- * dlogits. dx [N,C] is overwritten; dwte [Vp,C] accumulates (rows >= V untouched). */
+ * dlogits. dx [N,C] is overwritten; dwte [Vp,C] accumulates (rows >= V untouched).
+ * Either half alone (a split backward, ZB-H1): dwte NULL, the input half (logits turned
+ * into dlogits, dx; x unread); dx NULL, the weight half on logits that already hold the
+ * input half's dlogits (lse, wte and targets unread, may be NULL). The two halves in turn
+ * give the same bits as one call. */
 void kn_lmhead_bwd(float *dx, float *dwte, float *logits, const float *lse, const float *x,
                    const float *wte, const int32_t *targets, float scale, int N, int C, int V,
                    int Vp);

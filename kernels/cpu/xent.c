@@ -46,7 +46,7 @@ void kn_lmhead_bwd_ref(float *dx, float *dwte, float *logits, const float *lse, 
                        const float *wte, const int32_t *targets, float scale, int N, int C, int V,
                        int Vp)
 {
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; dx && n < N; n++) {
         float *row = logits + (size_t)n * Vp;
         for (int v = 0; v < V; v++) {
             double p = exp((double)row[v] - lse[n]);
@@ -60,7 +60,7 @@ void kn_lmhead_bwd_ref(float *dx, float *dwte, float *logits, const float *lse, 
             dx[(size_t)n * C + i] = (float)val;
         }
     }
-    for (int v = 0; v < V; v++) {
+    for (int v = 0; dwte && v < V; v++) {
         for (int i = 0; i < C; i++) {
             double val = 0.0;
             for (int n = 0; n < N; n++) {
@@ -148,13 +148,16 @@ void kn_lmhead_bwd(float *dx, float *dwte, float *logits, const float *lse, cons
                    const float *wte, const int32_t *targets, float scale, int N, int C, int V,
                    int Vp)
 {
-    xent_rows_t j = {logits, (float *)lse, NULL, targets, N, V, Vp, 0, 1, scale};
-    xent_rows(&j);
-    // only the V real columns/rows take part; padded wte rows get nothing
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, logits, Vp, wte, C, 0.0f,
-                dx, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, logits, Vp, x, C, 1.0f,
-                dwte, C);
+    if (dx) { /* the input half: dlogits in place, dx */
+        xent_rows_t j = {logits, (float *)lse, NULL, targets, N, V, Vp, 0, 1, scale};
+        xent_rows(&j);
+        // only the V real columns/rows take part; padded wte rows get nothing
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, logits, Vp, wte, C,
+                    0.0f, dx, C);
+    }
+    if (dwte)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, logits, Vp, x, C, 1.0f,
+                    dwte, C);
 }
 
 void kn_lmhead_fwdbwd(float *dx, float *dwte, float *logits, float *lse, float *losses,

@@ -107,13 +107,15 @@ static int logits_gemm(kn_cuda_t *ctx, float *logits, const float *x, const floa
 
 /* dx = dlogits @ wte[:V] (overwritten); dwte[:V] = beta dwte + dlogits^T @ x (beta 1:
  * accumulate, 0: overwrite) */
+/* dx NULL or dwte NULL: that GEMM skipped (a split backward's other half) */
 static int backward_gemms(kn_cuda_t *ctx, float *dx, float *dwte, const float *dlogits,
                           const float *x, const float *wte, int N, int C, int V, int Vp, float beta,
                           cudaStream_t stream)
 {
-    int rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, wte, C, 0, dlogits,
-                        Vp, 0, 0.0f, dx, C, 0, 1);
-    if (rc == 0) {
+    int rc = dx ? kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, 1.0f, wte, C, 0,
+                             dlogits, Vp, 0, 0.0f, dx, C, 0, 1)
+                : 0;
+    if (rc == 0 && dwte) {
         rc = kn_cu_gemm(ctx, stream, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, 1.0f, x, C, 0, dlogits, Vp,
                         0, beta, dwte, C, 0, 1);
     }
@@ -144,9 +146,11 @@ extern "C" int kn_cuda_lmhead_bwd(kn_cuda_t *ctx, float *dx, float *dwte, float 
     if (rc < 0) {
         return rc;
     }
-    xent_bwd_kernel<<<N, XENT_THREADS, 0, stream>>>(logits, lse, targets, scale, V, Vp);
-    if ((rc = kn_cu_launched()) < 0) {
-        return rc;
+    if (dx) { /* dx NULL: the weight half, on the dlogits the input half left */
+        xent_bwd_kernel<<<N, XENT_THREADS, 0, stream>>>(logits, lse, targets, scale, V, Vp);
+        if ((rc = kn_cu_launched()) < 0) {
+            return rc;
+        }
     }
     return backward_gemms(ctx, dx, dwte, logits, x, wte, N, C, V, Vp, 1.0f, stream);
 }

@@ -53,7 +53,10 @@
  * sequence length, 1024), pp and m (section 2 at that p / m only), zb-pair (section 2 runs
  * 1f1b and zb-h1 alone), gpt2-shape (embd 384, 6 heads, seq 512: GPT-2's head size and
  * attention-to-linear work, T/(6C) = 0.22, with GEMMs of 4x the default's rows and 1.5x its
- * width; flags after it override). Section 2 also prints
+ * width; flags after it override), paced (GFLOP/s) and paced-bw (GB/s, default GFLOP/s / 8):
+ * every rank on a paced device of that speed (paced.h), so that each pipeline stage has a
+ * device of its own whatever the cores (for section 2; the host's share of each device's
+ * time and the time the host overran are printed beside the bubble). Section 2 also prints
  * each stage's pass times per micro-batch (eng_step_info_t.pass) and the formulas at those
  * times (bubble_at_times), beside the ideal ones. */
 #include <errno.h>

@@ -406,8 +406,9 @@ static void sim_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, floa
                            const int32_t *targets, float scale, int N, int C, int V, int Vp)
 {
     devsim_t *d = ds(be);
-    d->cpu->lmhead_bwd(d->cpu, DEV(dx), DEV(dwte), DEV(logits), DEV(lse), DEV(x), DEV(wte),
-                       DEV(targets), scale, N, C, V, Vp);
+    /* a split backward's halves: dwte NULL (x unread), dx NULL (lse, wte, targets unread) */
+    d->cpu->lmhead_bwd(d->cpu, OPT(dx), OPT(dwte), DEV(logits), OPT(lse), OPT(x), OPT(wte),
+                       OPT(targets), scale, N, C, V, Vp);
 }
 
 static void sim_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,

@@ -592,6 +592,47 @@ Test(xent, fast_matches_ref_and_finite_differences)
     free(dx1), free(dw1), free(dx2), free(dw2);
 }
 
+/* A split backward (ZB-H1's last stage): the input half (dwte NULL), then the weight half
+ * (dx NULL) on the dlogits it left, give one call's bits, fast and reference, the input half
+ * reading no x and the weight half neither lse, wte nor targets (NULL here). */
+Test(xent, backward_halves_in_turn_are_one_call)
+{
+    int N = 6, C = 16, V = 45, Vp = 64;
+    float scale = 0.125f;
+    int32_t tgt[6] = {3, 44, 0, 9, 9, 21};
+    float *x = randn((size_t)N * C, "hx", 1), *wte = randn((size_t)Vp * C, "hw", 1);
+    memset(wte + (size_t)V * C, 0, (size_t)(Vp - V) * C * sizeof(float));
+    for (int ref = 0; ref < 2; ref++) {
+        void (*fwd)(float *, float *, float *, const float *, const float *, const int32_t *, int,
+                    int, int, int) = ref ? kn_lmhead_fwd_ref : kn_lmhead_fwd;
+        void (*bwd)(float *, float *, float *, const float *, const float *, const float *,
+                    const int32_t *, float, int, int, int, int) =
+            ref ? kn_lmhead_bwd_ref : kn_lmhead_bwd;
+        float *l1 = zeros((size_t)N * Vp), *l2 = zeros((size_t)N * Vp);
+        float lse[6], loss[6];
+        fwd(l1, lse, loss, x, wte, tgt, N, C, V, Vp);
+        memcpy(l2, l1, (size_t)N * Vp * sizeof(float));
+        float *dx1 = zeros((size_t)N * C), *dw1 = randn((size_t)Vp * C, "acc", 1);
+        float *dx2 = zeros((size_t)N * C), *dw2 = zeros((size_t)Vp * C);
+        memcpy(dw2, dw1, (size_t)Vp * C * sizeof(float)); /* both accumulate onto the same */
+        bwd(dx1, dw1, l1, lse, x, wte, tgt, scale, N, C, V, Vp);
+        bwd(dx2, NULL, l2, lse, NULL, wte, tgt, scale, N, C, V, Vp);
+        float *before = zeros((size_t)Vp * C);
+        memcpy(before, dw2, (size_t)Vp * C * sizeof(float));
+        cr_expect_eq(memcmp(l1, l2, (size_t)N * Vp * sizeof(float)), 0,
+                     "%s: the input half's dlogits differ from one call's", ref ? "ref" : "fast");
+        cr_expect_eq(memcmp(dx1, dx2, (size_t)N * C * sizeof(float)), 0,
+                     "%s: the input half's dx differs from one call's", ref ? "ref" : "fast");
+        bwd(NULL, dw2, l2, NULL, x, NULL, NULL, 0.0f, N, C, V, Vp);
+        cr_expect_eq(memcmp(dw1, dw2, (size_t)Vp * C * sizeof(float)), 0,
+                     "%s: the weight half's dwte differs from one call's", ref ? "ref" : "fast");
+        cr_expect_neq(memcmp(before, dw2, (size_t)Vp * C * sizeof(float)), 0,
+                      "%s: the weight half added nothing", ref ? "ref" : "fast");
+        free(l1), free(l2), free(dx1), free(dw1), free(dx2), free(dw2), free(before);
+    }
+    free(x), free(wte);
+}
+
 // ----------------------------------------------------------------------------
 // optimizer
 

@@ -268,6 +268,78 @@ Test(model_stage, two_pipeline_stages_equal_the_whole_model_bit_for_bit)
     eng_model_destroy(w);
 }
 
+/* ZB-H1's last stage with the head split (opts.split_head): two micro-batches' input passes,
+ * then their weight passes in order, leave the gradients of the whole backwards in the same
+ * order, bit for bit; the wte gradient waits for the weight pass; out of order is refused. */
+Test(model_stage, a_split_head_defers_wte_to_the_weight_pass_with_the_same_bits)
+{
+    eng_model_opts_t whole = {.pp = 2, .stage = 1, .split_backward = 1}, split = whole;
+    split.split_head = 1;
+    eng_model_t *w = make(&whole, 7), *s = make(&split, 7);
+    size_t n = eng_model_nparams(w);
+    cr_assert_eq(n, eng_model_nparams(s));
+    const eng_tensor_t *wte = eng_model_find(s, "wte.weight");
+    cr_assert_not_null(wte);
+    const int32_t *in[2] = {in1, in2}, *tg[2] = {tg1, tg2};
+    float x[2][N * C], d[N * C];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N * C; i++)
+            x[k][i] = 0.01f * (float)((in[k][i % N] * 7 + i) % 23) - 0.1f;
+    eng_acts_t *aw[2] = {acts(w), acts(w)}, *as[2] = {acts(s), acts(s)};
+    eng_model_zero_grad(w);
+    eng_model_zero_grad(s);
+    float y[N * C], lw[2] = {0}, ls[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(eng_model_blocks_forward(w, aw[k], 1, 2, x[k], y, TB, TT), 0);
+        cr_assert_eq(eng_model_head_forward(w, aw[k], y, tg[k], TB, TT, &lw[k]), 0);
+        cr_assert_eq(eng_model_head_backward(w, aw[k], 1.0f / N, d), 0);
+        cr_assert_eq(eng_model_blocks_backward(w, aw[k], 1, 2, d, d), 0);
+    }
+    float ds[2][N * C], ys[2][N * C];
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(eng_model_blocks_forward(s, as[k], 1, 2, x[k], ys[k], TB, TT), 0);
+        cr_assert_eq(eng_model_head_forward(s, as[k], ys[k], tg[k], TB, TT, &ls[k]), 0);
+        cr_expect_eq(ls[k], lw[k], "micro-batch %d: loss %.9g split, %.9g whole", k, ls[k], lw[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(eng_model_head_backward(s, as[k], 1.0f / N, ds[k]), 0);
+        cr_assert_eq(eng_model_blocks_backward_input(s, as[k], 1, 2, ds[k], ds[k]), 0);
+    }
+    /* the input passes left wte's gradient untouched */
+    const float *gs = eng_model_grads(s);
+    for (uint64_t i = 0; i < wte->numel; i++)
+        cr_assert_eq(gs[wte->offset + i], 0.0f, "wte grad[%llu] before the weight pass",
+                     (unsigned long long)i);
+    /* a pending weight pass keeps its acts: no new head forward, no second backward */
+    cr_expect_eq(eng_model_head_forward(s, as[0], ys[0], tg1, TB, TT, NULL), CH_E_STATE);
+    cr_expect_eq(eng_model_head_backward(s, as[0], 1.0f / N, d), CH_E_STATE);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(eng_model_blocks_backward_weight(s, as[k], 1, 2), 0);
+        cr_assert_eq(eng_model_head_backward_weight(s, as[k]), 0);
+    }
+    cr_expect(same(eng_model_grads(s), eng_model_grads(w), n),
+              "split head: gradients differ from the whole backward's");
+    cr_expect(same(ds[1], d, N * C), "split head: the input gradient differs");
+    cr_expect_eq(eng_model_head_backward_weight(s, as[0]), CH_E_STATE, "weight pass twice");
+    cr_expect_eq(eng_model_head_backward_weight(w, aw[0]), -EINVAL, "head not split");
+    /* the head splits only under a split backward, on the head's part, at tp 1 */
+    eng_model_t *bad = NULL;
+    cr_expect_eq(eng_model_create_opts(
+                     &tiny, &(eng_model_opts_t){.pp = 2, .stage = 1, .split_head = 1}, TB, 7, &bad),
+                 -EINVAL);
+    cr_expect_eq(eng_model_create_opts(
+                     &tiny,
+                     &(eng_model_opts_t){.pp = 2, .stage = 0, .split_backward = 1, .split_head = 1},
+                     TB, 7, &bad),
+                 -EINVAL);
+    for (int k = 0; k < 2; k++) {
+        eng_acts_destroy(aw[k]);
+        eng_acts_destroy(as[k]);
+    }
+    eng_model_destroy(w);
+    eng_model_destroy(s);
+}
+
 /* One model called piecewise: embedding, blocks [0,1), blocks [1,2), head and back. */
 Test(model_stage, the_whole_model_run_piecewise_is_the_whole_model)
 {

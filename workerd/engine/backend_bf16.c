@@ -317,10 +317,13 @@ static void b_lmhead_bwd(const eng_backend_t *be, float *dx, float *dwte, float 
                          const float *lse, const float *x, const float *wte, const int32_t *targets,
                          float scale, int N, int C, int V, int Vp)
 {
-    const float *xx = in_bf16(be, 0, x, (size_t)N * C),
-                *w = in_param(be, 1, wte, (size_t)Vp * C, 0);
+    /* a split backward's halves: the input half (dwte NULL) reads no x, the weight half (dx
+     * NULL) no wte */
+    const float *xx = dwte ? in_bf16(be, 0, x, (size_t)N * C) : NULL,
+                *w = dx ? in_param(be, 1, wte, (size_t)Vp * C, 0) : NULL;
     IN(be)->lmhead_bwd(IN(be), dx, dwte, logits, lse, xx, w, targets, scale, N, C, V, Vp);
-    store(be, dx, (size_t)N * C);
+    if (dx)
+        store(be, dx, (size_t)N * C);
 }
 
 static void b_lmhead_fwdbwd(const eng_backend_t *be, float *dx, float *dwte, float *logits,

@@ -439,6 +439,10 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     if (rc == 0 && opts != NULL && opts->split_backward && opts->recompute == CH_RECOMPUTE_FULL) {
         rc = -EINVAL; /* the weight pass reads the layer inputs full recomputation drops */
     }
+    if (rc == 0 && opts != NULL && opts->split_head &&
+        (!opts->split_backward || !part.head || opts->tp > 1)) {
+        rc = -EINVAL;
+    }
     if (rc < 0) {
         return rc;
     }
@@ -469,6 +473,7 @@ int eng_model_create_opts(const eng_config_t *cfg, const eng_model_opts_t *opts,
     m->dp = opts && opts->dp > 1 ? opts->dp : 1;
     m->recompute = opts ? opts->recompute : CH_RECOMPUTE_NONE;
     m->split_backward = opts != NULL && opts->split_backward;
+    m->split_head = opts != NULL && opts->split_head;
     m->bf16_acts = opts != NULL && opts->bf16_acts && eng_bf16_castable(m->be);
     m->dpr = m->dp > 1 ? opts->dp_rank : 0;
     m->Cl = cfg->embd / m->tp;
@@ -835,6 +840,8 @@ static size_t carve(eng_acts_t *a, char *base)
         TAKE(a->lnf_rstd, N);
         TAKE(a->lse, N);
         TAKE(a->losses, N);
+        if (m->split_head)
+            TAKE(a->dlog, N * c->padded_vocab);
     }
     return off;
 }
@@ -922,6 +929,7 @@ void eng_acts_reset(eng_acts_t *a)
 {
     a->embed_live = 0;
     a->head_live = 0;
+    a->head_wpending = 0;
     for (uint32_t i = 0; i < a->m->part.nblocks; i++) {
         a->blk[i].live = 0;
         a->blk[i].wpending = 0;

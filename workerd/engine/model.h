@@ -187,6 +187,12 @@ typedef struct eng_model_opts {
      * micro-batch's acts keeping the output gradients the weight pass reads, N·(4C + 7C/tp)
      * floats a block. Needs recompute none (-EINVAL otherwise). */
     int split_backward;
+    /* With split_backward, on the part holding the head: the head's backward splits too
+     * (eng_model_head_backward, then eng_model_head_backward_weight), each micro-batch's
+     * acts keeping its logits [N,Vp] (dlogits after the input pass) for the weight pass.
+     * Whoever sets it has weighed that memory (common/plan.h's ch_plan_head_split). -EINVAL
+     * without split_backward or the head, or with a vocab-parallel head (tp > 1). */
+    int split_head;
     /* parallel.virtual_stages (0 or 1: one chunk): stage `stage` holds v chunks of
      * layers / (pp * v) blocks, chunk c the blocks of virtual stage c * pp + stage
      * (Megatron's interleaved layout); -EINVAL unless layers divides by pp * v. */
@@ -380,7 +386,11 @@ int eng_model_blocks_backward_weight(eng_model_t *m, eng_acts_t *a, uint32_t fir
 int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const int32_t *targets,
                            uint32_t B, uint32_t T, float *loss);
 /* dx: written with the gradient of (sum of the token losses) * grad_scale w.r.t. x;
- * ACCUMULATES the ln_f and wte gradients. */
+ * ACCUMULATES the ln_f and wte gradients. With opts->split_head, wte's gradient is left
+ * to eng_model_head_backward_weight on the same acts, later (ZB-H1's weight pass): the same
+ * kernels on the same dlogits, so in micro-batch order the same bits as the whole backward.
+ * CH_E_STATE on acts whose weight pass is still pending. */
 int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, float *dx);
+int eng_model_head_backward_weight(eng_model_t *m, eng_acts_t *a);
 
 #endif

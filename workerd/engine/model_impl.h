@@ -71,6 +71,10 @@ struct eng_acts {
     float *losses_host;               /* [N] host copy for the sum */
     const float *head_x;              /* [N,C] the head's input (borrowed) */
     int head_live;
+    /* split head (eng_model_opts_t.split_head): the micro-batch's logits [N,Vp], turned into
+     * dlogits by the input pass; wpending: the weight pass has not read them yet */
+    float *dlog;
+    int head_wpending;
 };
 
 /* How the LM head (tied to wte) computes, chosen once at create (head_pick in model.c); the
@@ -125,6 +129,7 @@ struct eng_model {
      * model (one block's backward at a time; a forward uses it only within a block) */
     ch_recompute_t recompute;
     int split_backward; /* eng_model_opts_t's */
+    int split_head;     /* eng_model_opts_t's */
     block_acts_t work;
     void *work_mem;
 

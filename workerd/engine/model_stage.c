@@ -621,11 +621,14 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     if (rc < 0) {
         return rc;
     }
-    int fused = head_fused(m, N, &rows);
+    if (m->split_head) { /* the whole micro-batch's logits, kept in a for its backward */
+        be->lmhead_fwd(be, a->dlog, a->lse, a->losses, a->lnf, wte, a->targets, (int)N, C, V, Vp);
+    }
+    int fused = !m->split_head && head_fused(m, N, &rows);
     if (fused) {
         rc = head_fused_forward(m, a, rows);
     }
-    for (size_t r = 0; rc == 0 && !fused && r < N; r += rows) {
+    for (size_t r = 0; rc == 0 && !fused && !m->split_head && r < N; r += rows) {
         size_t n = N - r < rows ? N - r : rows;
         if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
             rc = head_tp_loss(m, a, r, n);
@@ -644,8 +647,8 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     if (loss != NULL) {
         *loss = kn_loss_mean(a->losses_host, N);
     }
-    m->logits_of = a;
-    m->logits_all = N <= m->logits_budget_rows;
+    m->logits_of = m->split_head ? NULL : a;
+    m->logits_all = !m->split_head && N <= m->logits_budget_rows;
     a->head_live = 1;
     return 0;
 }
@@ -655,6 +658,9 @@ int eng_model_head_forward(eng_model_t *m, eng_acts_t *a, const float *x, const 
 {
     if (!m->part.head || a->m != m || x == NULL) {
         return -EINVAL;
+    }
+    if (a->head_wpending) { /* its dlogits still wait for the weight pass */
+        return CH_E_STATE;
     }
     int rc = eng_model_check_shape(a, B, T);
     size_t N = (size_t)B * T;
@@ -698,7 +704,15 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     float *gwte = m->grads + m->wte;
     int rc = 0;
 
-    int fused = m->logits_of == a && head_fused(m, N, &frows);
+    if (a->head_wpending) {
+        return CH_E_STATE;
+    }
+    if (m->split_head) { /* the input half: dlogits in place, dx; wte's gradient later */
+        be->lmhead_bwd(be, m->dsmall, NULL, a->dlog, a->lse, a->lnf, wte, a->targets, grad_scale,
+                       (int)N, C, V, Vp);
+        a->head_wpending = 1;
+    }
+    int fused = !m->split_head && m->logits_of == a && head_fused(m, N, &frows);
     if (fused) {
         // the forward left the unscaled gradients: scale them in
         float *dwte_u, *dx_u;
@@ -712,7 +726,8 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     }
 
     // LM head, last chunk first: its logits may still be in the buffer
-    for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused; r -= rows, first = 0) {
+    for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused && !m->split_head;
+         r -= rows, first = 0) {
         size_t n = N - r < rows ? N - r : rows;
         if (!first || m->logits_of != a) {
             head_logits(m, a->lnf + r * C, n);
@@ -741,5 +756,23 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
     }
     be->layernorm_bwd(be, dx, m->grads + m->lnfw, m->grads + m->lnfb, m->dsmall, a->head_x,
                       m->params + m->lnfw, a->lnf_mean, a->lnf_rstd, (int)N, C);
+    return 0;
+}
+
+int eng_model_head_backward_weight(eng_model_t *m, eng_acts_t *a)
+{
+    if (!m->split_head || a->m != m) {
+        return -EINVAL;
+    }
+    if (!a->head_wpending) {
+        return CH_E_STATE;
+    }
+    const eng_backend_t *be = m->be;
+    int C = (int)m->cfg.embd, V = (int)m->cfg.vocab, Vp = (int)m->cfg.padded_vocab;
+    size_t N = (size_t)a->B * a->T;
+    /* the weight half: dwte += dlogits^T @ ln_f's output, as the whole backward adds it */
+    be->lmhead_bwd(be, NULL, m->grads + m->wte, a->dlog, NULL, a->lnf, NULL, NULL, 0.0f, (int)N, C,
+                   V, Vp);
+    a->head_wpending = 0;
     return 0;
 }

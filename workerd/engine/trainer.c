@@ -11,6 +11,7 @@
 #include "common/err.h"
 #include "common/layout.h"
 #include "common/log.h"
+#include "common/plan.h"
 #include "common/skipsteps.h"
 #include "common/util.h"
 #include "kernels/matmul.h"
@@ -302,6 +303,8 @@ static int stage_weight(void *ctx, uint32_t mb, uint32_t slot)
     uint64_t c0 = comm_ns(t);
     timer_mark(t, ENG_TIMER_PASS, 1);
     int rc = eng_model_blocks_backward_weight(t->model, t->acts[slot], t->first, t->last);
+    if (rc == 0 && t->split_head) /* the head's wte gradient (no block gradient shares it) */
+        rc = eng_model_head_backward_weight(t->model, t->acts[slot]);
     timer_mark(t, ENG_TIMER_PASS, 0);
     t->pass_comm_ns += comm_ns(t) - c0;
     return rc;
@@ -365,6 +368,9 @@ static int create_model(eng_trainer_t *t, const ch_jobspec_t *spec, int zero, in
                               .virtual_stages = spec->parallel.virtual_stages,
                               .external_blocks = zero,
                               .bf16_acts = spec->train.precision == CH_PRECISION_BF16 && !unpacked};
+    mopts.split_head = t->split_head =
+        ch_plan_head_split(spec->parallel.schedule, ch_jobspec_layout(spec), t->stage, B,
+                           spec->parallel.microbatches, spec->model.seq_len, t->cfg.padded_vocab);
     if (t->dp) {
         mopts.dp = spec->parallel.dp;
         mopts.dp_rank = t->dpr;

@@ -56,6 +56,7 @@ struct eng_trainer {
     /* this rank's stage: blocks [first, last); the schedule, one acts per slot (which hold
      * the embedding's and the blocks' outputs too) and the [B,T,C] gradient scratch */
     uint32_t stage, stages, first, last;
+    int split_head;        /* zb-h1's weight pass takes the head's wte gradient too (model.h) */
     eng_model_part_t part; /* the blocks held: one chunk, or the interleaved schedule's v */
     eng_pipeline_t pipe;
     eng_acts_t **acts;
