@@ -40,7 +40,9 @@ static const ch_jobspec_doc_t docs[] = {
      "balanced when its busiest stage still fits the memory budget, else even."},
     {"parallel", "schedule", "", "1f1b | interleaved | zb-h1",
      "Pipeline schedule. zb-h1: each backward split into input- and weight-gradient passes, "
-     "the weight passes deferred into the cool-down (same bits as 1f1b; cpu or cuda; not "
+     "the weight passes deferred into the cool-down, the LM head's too on the last stage when "
+     "its micro-batches' logits fit 256 MiB (tp 1; they are kept until their weight pass) "
+     "(same bits as 1f1b; cpu or cuda; not "
      "with recompute = full). interleaved: Megatron's interleaved 1F1B over virtual_stages chunks "
      "per rank, "
      "bubble (pp-1)/(virtual_stages x microbatches+pp-1), each rank keeping only its warm-up "
