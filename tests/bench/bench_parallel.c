@@ -577,35 +577,79 @@ static double bubble_theory(ch_schedule_t sched, uint32_t p, uint32_t m)
     return (double)(p - 1) / (k * m + p - 1);
 }
 
-/* The formulas again at the passes' measured times (eng_step_info_t.pass, per micro-batch),
- * where the ideal's assume equal stages and T_F = T_B = T_W. 1F1B: the step is the slowest
- * stage's m - 1 steady periods plus one trip through every stage,
- * (m-1) max_s(T_s) + sum_s T_s with T_s = F_s + B_s, and stage 0 idles what its own m
- * passes leave of it. ZB-H1 (mean F, B, W of the stages that split):
- * (p-1)(T_F+T_B-T_W) / (m(T_F+T_B+T_W) + (p-1)(T_F+T_B-T_W)). Interleaved: 0 (not modelled). */
+/* The schedule's own timeline at the passes' measured times (eng_step_info_t.pass, per
+ * micro-batch), where the formulas assume equal stages and T_F = T_B = T_W: each stage runs
+ * its passes in pipeline.c's order (1F1B: p - s - 1 warm-up forwards, then a forward and a
+ * backward each, then the remaining backwards; ZB-H1: past stage 0 each backward is its
+ * input pass, the weight passes run once more than s of them are pending, the rest at the
+ * end), a forward waiting for the previous stage's, a backward for the next stage's, messages
+ * taking no time. Stage 0's idle share of the slowest stage's finish. Interleaved: 0 (not
+ * modelled). */
 static double bubble_at_times(const result_t *r)
 {
+    enum { MAXM = 64 };
     uint32_t p = r->c.pp, m = r->c.m;
-    if (r->c.sched == CH_SCHEDULE_ZBH1) {
-        double f = 0, bi = 0, w = 0;
-        for (uint32_t s = 1; s < p; s++) {
-            f += r->mean[s].pass.fwd / (p - 1);
-            bi += r->mean[s].pass.bwd / (p - 1);
-            w += r->mean[s].pass.weight / (p - 1);
-        }
-        double idle = (p - 1) * (f + bi - w);
-        return idle > 0 ? idle / (m * (f + bi + w) + idle) : 0;
-    }
-    if (r->c.sched != CH_SCHEDULE_1F1B)
+    int zb = r->c.sched == CH_SCHEDULE_ZBH1;
+    if ((r->c.sched != CH_SCHEDULE_1F1B && !zb) || p > MAXR || m > MAXM)
         return 0;
-    double most = 0, sum = 0;
+    /* per stage: its ops in order (kind 0 F, 1 B, 2 W; micro-batch), and their end times */
+    struct op {
+        uint8_t kind;
+        uint32_t mb;
+    } ops[MAXR][3 * MAXM];
+    uint32_t n[MAXR] = {0}, at[MAXR] = {0};
+    double fend[MAXR][MAXM], bend[MAXR][MAXM], t[MAXR] = {0}, busy[MAXR] = {0};
+    for (uint32_t s = 0; s < p; s++)
+        for (uint32_t i = 0; i < m; i++)
+            fend[s][i] = bend[s][i] = -1; /* not run yet */
     for (uint32_t s = 0; s < p; s++) {
-        double ts = r->mean[s].pass.fwd + r->mean[s].pass.bwd;
-        most = fmax(most, ts);
-        sum += ts;
+        uint32_t warm = p - s - 1 < m ? p - s - 1 : m, w = 0, split = zb && s > 0;
+        for (uint32_t i = 0; i < warm; i++)
+            ops[s][n[s]++] = (struct op){0, i};
+        for (uint32_t i = 0; i < m; i++) {
+            if (warm + i < m)
+                ops[s][n[s]++] = (struct op){0, warm + i};
+            ops[s][n[s]++] = (struct op){1, i};
+            for (; split && w + s < i + 1; w++)
+                ops[s][n[s]++] = (struct op){2, w};
+        }
+        for (; split && w < m; w++)
+            ops[s][n[s]++] = (struct op){2, w};
     }
-    double step = (m - 1) * most + sum, own = m * (r->mean[0].pass.fwd + r->mean[0].pass.bwd);
-    return step > 0 ? 1 - own / step : 0;
+    for (int moved = 1; moved;) { /* advance every stage as far as its inputs allow */
+        moved = 0;
+        for (uint32_t s = 0; s < p; s++) {
+            const eng_step_info_t *x = &r->mean[s];
+            int split = zb && s > 0;
+            for (; at[s] < n[s]; at[s]++) {
+                struct op o = ops[s][at[s]];
+                double ready = 0, dur = o.kind == 0   ? x->pass.fwd
+                                        : o.kind == 2 ? x->pass.weight
+                                                      : x->pass.bwd + (split ? 0 : x->pass.weight);
+                if (o.kind == 0 && s > 0) {
+                    if (fend[s - 1][o.mb] < 0)
+                        break;
+                    ready = fend[s - 1][o.mb];
+                } else if (o.kind == 1) {
+                    double dep = s + 1 < p ? bend[s + 1][o.mb] : fend[s][o.mb];
+                    if (dep < 0)
+                        break;
+                    ready = dep;
+                }
+                t[s] = fmax(t[s], ready) + dur;
+                busy[s] += dur;
+                if (o.kind == 0)
+                    fend[s][o.mb] = t[s];
+                else if (o.kind == 1)
+                    bend[s][o.mb] = t[s];
+                moved = 1;
+            }
+        }
+    }
+    double end = 0;
+    for (uint32_t s = 0; s < p; s++)
+        end = fmax(end, t[s]);
+    return end > 0 ? 1 - busy[0] / end : 0;
 }
 
 /* How well the paced devices held (paced.h): the host's share of each rank's device time
