@@ -623,18 +623,17 @@ static int head_loss(eng_model_t *m, eng_acts_t *a, const int32_t *targets, floa
     }
     if (m->split_head) { /* the whole micro-batch's logits, kept in a for its backward */
         be->lmhead_fwd(be, a->dlog, a->lse, a->losses, a->lnf, wte, a->targets, (int)N, C, V, Vp);
-    }
-    int fused = !m->split_head && head_fused(m, N, &rows);
-    if (fused) {
+    } else if (head_fused(m, N, &rows)) {
         rc = head_fused_forward(m, a, rows);
-    }
-    for (size_t r = 0; rc == 0 && !fused && !m->split_head && r < N; r += rows) {
-        size_t n = N - r < rows ? N - r : rows;
-        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
-            rc = head_tp_loss(m, a, r, n);
-        } else {
-            be->lmhead_fwd(be, m->logits, a->lse + r, a->losses + r, a->lnf + r * C, wte,
-                           a->targets + r, (int)n, C, V, Vp);
+    } else {
+        for (size_t r = 0; rc == 0 && r < N; r += rows) {
+            size_t n = N - r < rows ? N - r : rows;
+            if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
+                rc = head_tp_loss(m, a, r, n);
+            } else {
+                be->lmhead_fwd(be, m->logits, a->lse + r, a->losses + r, a->lnf + r * C, wte,
+                               a->targets + r, (int)n, C, V, Vp);
+            }
         }
     }
     /* loss NULL: the token losses stay in the backend's memory (eng_acts_losses), no wait */
@@ -711,9 +710,7 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
         be->lmhead_bwd(be, m->dsmall, NULL, a->dlog, a->lse, a->lnf, wte, a->targets, grad_scale,
                        (int)N, C, V, Vp);
         a->head_wpending = 1;
-    }
-    int fused = !m->split_head && m->logits_of == a && head_fused(m, N, &frows);
-    if (fused) {
+    } else if (m->logits_of == a && head_fused(m, N, &frows)) {
         // the forward left the unscaled gradients: scale them in
         float *dwte_u, *dx_u;
         head_fused_bufs(m, frows, &dwte_u, &dx_u);
@@ -723,23 +720,22 @@ int eng_model_head_backward(eng_model_t *m, eng_acts_t *a, float grad_scale, flo
             return rc;
         }
         be->axpy(be, m->dsmall, dx_u, N * C, grad_scale);
-    }
-
-    // LM head, last chunk first: its logits may still be in the buffer
-    for (size_t r = ((N - 1) / rows) * rows, first = 1; !fused && !m->split_head;
-         r -= rows, first = 0) {
-        size_t n = N - r < rows ? N - r : rows;
-        if (!first || m->logits_of != a) {
-            head_logits(m, a->lnf + r * C, n);
-        }
-        if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
-            head_tp_backward(m, a, grad_scale, r, n);
-        } else {
-            be->lmhead_bwd(be, m->dsmall + r * C, gwte, m->logits, a->lse + r, a->lnf + r * C, wte,
-                           a->targets + r, grad_scale, (int)n, C, V, Vp);
-        }
-        if (r == 0) {
-            break;
+    } else {
+        // LM head, last chunk first: its logits may still be in the buffer
+        for (size_t r = ((N - 1) / rows) * rows, first = 1;; r -= rows, first = 0) {
+            size_t n = N - r < rows ? N - r : rows;
+            if (!first || m->logits_of != a) {
+                head_logits(m, a->lnf + r * C, n);
+            }
+            if (m->head == ENG_HEAD_VOCAB_PARALLEL) {
+                head_tp_backward(m, a, grad_scale, r, n);
+            } else {
+                be->lmhead_bwd(be, m->dsmall + r * C, gwte, m->logits, a->lse + r, a->lnf + r * C,
+                               wte, a->targets + r, grad_scale, (int)n, C, V, Vp);
+            }
+            if (r == 0) {
+                break;
+            }
         }
     }
     m->logits_of = NULL;
